@@ -1,0 +1,358 @@
+/*
+ * conn.c - the connection state machine.
+ *
+ * Request lines are parsed straight out of the bufferevent's input buffer.
+ * Replies go out strictly in request order: while a LOCK waits, later lines
+ * stay unparsed in the input buffer (the way redis blocks a client on BLPOP),
+ * and input is bounded by a read watermark, so a client that keeps sending
+ * meets TCP back-pressure instead of growing our memory.
+ */
+#include "config.h"
+#include "conn.h"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "locks.h"
+#include "log.h"
+#include "proto.h"
+#include "server.h"
+#include "settings.h"
+
+enum conn_state {
+    CONN_READING,   /* parsing request lines as they arrive */
+    CONN_WAITING,   /* a lock request is queued; later lines wait unparsed */
+    CONN_DRAINING,  /* OUTPUT_MAX bytes of replies unread: parse nothing until they go */
+    CONN_CLOSING,   /* locks released, last reply queued: shut down once it is written */
+    CONN_LINGER,    /* write side shut: discard input until EOF so the reply is not reset */
+};
+
+static const char *const state_names[] = {
+    "reading", "waiting", "draining", "closing", "linger",
+};
+
+/* Replies a client may leave unread before we stop parsing its requests. */
+#define OUTPUT_MAX (64 * 1024)
+/* Input buffered beyond the longest line; beyond it the kernel holds the rest. */
+#define INPUT_SLACK (64 * 1024)
+/* How long a closing connection may keep sending before we just close. */
+#define LINGER_SECONDS 2
+
+struct conn {
+    struct server *srv;            /* borrowed */
+    struct bufferevent *bev;       /* owned; closes the fd */
+    struct locks_client lc;        /* this client's holds, managed by the lock table */
+    enum conn_state state;         /* change only through conn_set_state() */
+    enum proto_cmd waiting_cmd;    /* LOCK or TRYLOCK, valid in CONN_WAITING */
+    struct event *linger_timer;    /* owned; armed in CONN_LINGER */
+    uint64_t id;
+    TAILQ_ENTRY(conn) link;        /* srv->conns */
+    char peer[64];
+};
+
+static struct conn *conn_of(struct locks_client *lc)
+{
+    return (struct conn *)((char *)lc - offsetof(struct conn, lc));
+}
+
+static void conn_set_state(struct conn *c, enum conn_state to)
+{
+    if (c->state == to)
+        return;
+    log_debug("conn %llu: going from %s to %s", (unsigned long long)c->id,
+              state_names[c->state], state_names[to]);
+    c->state = to;
+}
+
+static void conn_write(struct conn *c, const char *buf, int len)
+{
+    if (len < 0 || bufferevent_write(c->bev, buf, (size_t)len) < 0)
+        log_error("conn %llu: cannot queue a reply", (unsigned long long)c->id);
+}
+
+static void reply_err(struct conn *c, enum proto_err err, const char *text)
+{
+    char buf[PROTO_REPLY_MAX];
+
+    c->srv->stats.errors++;
+    conn_write(c, buf, proto_fmt_err(buf, sizeof(buf), err, text));
+}
+
+static void reply_word(struct conn *c, const char *word, const char *name, size_t len)
+{
+    char buf[PROTO_REPLY_MAX];
+
+    conn_write(c, buf, proto_fmt_word_name(buf, sizeof(buf), word, name, len));
+}
+
+/* Releases everything and queues the last reply; conn_on_write closes. */
+static void conn_begin_close(struct conn *c)
+{
+    locks_client_release_all(c->srv->locks, &c->lc);
+    conn_set_state(c, CONN_CLOSING);
+}
+
+static void reply_lock_result(struct conn *c, enum proto_cmd cmd, const char *name,
+                              enum locks_result r, uint64_t token)
+{
+    char buf[PROTO_REPLY_MAX];
+    size_t len = strlen(name);
+
+    switch (r) {
+    case LOCKS_GRANTED:
+        conn_write(c, buf, proto_fmt_granted(buf, sizeof(buf), name, len, token));
+        break;
+    case LOCKS_BUSY:
+        reply_word(c, cmd == PROTO_CMD_TRYLOCK ? "BUSY" : "TIMEOUT", name, len);
+        break;
+    case LOCKS_TIMEOUT:
+        reply_word(c, "TIMEOUT", name, len);
+        break;
+    case LOCKS_UNAVAILABLE:
+        /* LOCK <name> 0 during an outage simply did not get the lock in time. */
+        if (cmd == PROTO_CMD_LOCK)
+            reply_word(c, "TIMEOUT", name, len);
+        else
+            reply_err(c, PROTO_ERR_UNAVAILABLE, "the lock service is not reachable; retry later");
+        break;
+    case LOCKS_LIMIT:
+        snprintf(buf, sizeof(buf), "this connection already holds or awaits %u locks",
+                 c->srv->settings->max_locks_per_client);
+        reply_err(c, PROTO_ERR_LIMIT, buf);
+        break;
+    case LOCKS_NOMEM:
+        reply_err(c, PROTO_ERR_INTERNAL, "out of memory");
+        break;
+    case LOCKS_WAITING:
+    case LOCKS_RELEASED:
+    case LOCKS_NOT_HELD:
+        reply_err(c, PROTO_ERR_INTERNAL, "unexpected lock table answer");
+        break;
+    }
+}
+
+static void handle_request(struct conn *c, const struct proto_req *req)
+{
+    char name[PROTO_NAME_MAX + 1];
+    enum locks_result r;
+    uint64_t token = 0;
+
+    c->srv->stats.cmds[req->cmd]++;
+    memcpy(name, req->name ? req->name : "", req->name_len);
+    name[req->name_len] = '\0';
+
+    switch (req->cmd) {
+    case PROTO_CMD_PING:
+        conn_write(c, "PONG\n", 5);
+        break;
+    case PROTO_CMD_QUIT:
+        conn_write(c, "BYE\n", 4);
+        conn_begin_close(c);
+        break;
+    case PROTO_CMD_LOCK:
+    case PROTO_CMD_TRYLOCK:
+        r = locks_lock(c->srv->locks, &c->lc, name, req->wait_ms,
+                       req->cmd == PROTO_CMD_TRYLOCK, &token);
+        if (r == LOCKS_WAITING) {
+            c->waiting_cmd = req->cmd;
+            conn_set_state(c, CONN_WAITING);
+        } else {
+            reply_lock_result(c, req->cmd, name, r, token);
+        }
+        break;
+    case PROTO_CMD_UNLOCK:
+        if (locks_unlock(c->srv->locks, &c->lc, name) == LOCKS_RELEASED)
+            reply_word(c, "OK", name, req->name_len);
+        else
+            reply_err(c, PROTO_ERR_NOT_HELD, "this connection does not hold that lock");
+        break;
+    case PROTO_CMD_COUNT:
+        break;
+    }
+}
+
+/* Parses and answers complete lines while the state allows it. */
+static void conn_process(struct conn *c)
+{
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    size_t max_line = c->srv->settings->max_line;
+
+    while (c->state == CONN_READING) {
+        struct evbuffer_ptr eol;
+        struct proto_req req;
+        size_t eol_len = 0;
+        const char *line;
+
+        if (evbuffer_get_length(out) >= OUTPUT_MAX) {
+            conn_set_state(c, CONN_DRAINING);
+            break;
+        }
+        /* Search for end of line; a line is too long before its LF arrives. */
+        eol = evbuffer_search_eol(in, NULL, &eol_len, EVBUFFER_EOL_LF);
+        if ((eol.pos < 0 && evbuffer_get_length(in) > max_line) ||
+            (eol.pos >= 0 && (size_t)eol.pos > max_line)) {
+            char text[64];
+            snprintf(text, sizeof(text), "request lines are limited to %zu bytes", max_line);
+            log_info("conn %llu (%s): line too long, closing", (unsigned long long)c->id,
+                     c->peer);
+            reply_err(c, PROTO_ERR_LINE_TOO_LONG, text);
+            conn_begin_close(c);
+            break;
+        }
+        if (eol.pos < 0)
+            break;
+        line = (const char *)evbuffer_pullup(in, eol.pos + 1);
+        switch (proto_parse(line, (size_t)eol.pos, &req)) {
+        case PROTO_REQUEST:
+            handle_request(c, &req);
+            break;
+        case PROTO_ERROR:
+            reply_err(c, req.err, req.errmsg);
+            break;
+        case PROTO_BLANK:
+            break;
+        }
+        evbuffer_drain(in, eol.pos + 1);
+    }
+}
+
+/* Lock table callbacks: queue the reply, then parse what waited behind it. */
+static void conn_on_lock_done(struct locks_client *lc, const char *name, enum locks_result r,
+                              uint64_t token)
+{
+    struct conn *c = conn_of(lc);
+
+    if (c->state != CONN_WAITING) {
+        log_error("conn %llu: lock answer while %s", (unsigned long long)c->id,
+                  state_names[c->state]);
+        return;
+    }
+    reply_lock_result(c, c->waiting_cmd, name, r, token);
+    conn_set_state(c, CONN_READING);
+    /* Deferred, because the lock table is still on the stack. */
+    bufferevent_trigger(c->bev, EV_READ, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+}
+
+static void conn_on_lock_lost(struct locks_client *lc, const char *name, uint64_t token,
+                              const char *reason)
+{
+    struct conn *c = conn_of(lc);
+    char buf[PROTO_REPLY_MAX];
+
+    conn_write(c, buf, proto_fmt_lost(buf, sizeof(buf), name, token, reason));
+}
+
+static const struct locks_client_ops conn_lock_ops = {
+    .done = conn_on_lock_done,
+    .lost = conn_on_lock_lost,
+};
+
+static void conn_on_read(struct bufferevent *bev, void *arg)
+{
+    struct conn *c = arg;
+
+    if (c->state == CONN_LINGER) {
+        struct evbuffer *in = bufferevent_get_input(bev);
+        evbuffer_drain(in, evbuffer_get_length(in));
+        return;
+    }
+    conn_process(c);
+}
+
+static void conn_on_linger_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    conn_free(arg);
+}
+
+static void conn_on_write(struct bufferevent *bev, void *arg)
+{
+    struct conn *c = arg;
+    struct timeval tv = { LINGER_SECONDS, 0 };
+
+    switch (c->state) {
+    case CONN_DRAINING:
+        conn_set_state(c, CONN_READING);
+        conn_process(c);
+        break;
+    case CONN_CLOSING:
+        /* Half-close, then read until the client closes too: closing with
+         * unread input would reset the connection and could lose the reply. */
+        shutdown(bufferevent_getfd(bev), SHUT_WR);
+        conn_set_state(c, CONN_LINGER);
+        c->linger_timer = evtimer_new(c->srv->base, conn_on_linger_timeout, c);
+        if (!c->linger_timer || evtimer_add(c->linger_timer, &tv) < 0) {
+            conn_free(c);
+            return;
+        }
+        bufferevent_setwatermark(bev, EV_READ, 0, 0);
+        conn_on_read(bev, c);
+        break;
+    default:
+        break;
+    }
+}
+
+static void conn_on_event(struct bufferevent *bev, short what, void *arg)
+{
+    struct conn *c = arg;
+
+    if (what & BEV_EVENT_ERROR)
+        log_debug("conn %llu (%s): socket error: %s", (unsigned long long)c->id, c->peer,
+                  evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
+        conn_free(c);
+}
+
+struct conn *conn_new(struct server *srv, evutil_socket_t fd, const char *peer)
+{
+    struct conn *c = calloc(1, sizeof(*c));
+
+    if (!c) {
+        evutil_closesocket(fd);
+        return NULL;
+    }
+    c->bev = bufferevent_socket_new(srv->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    if (!c->bev) {
+        evutil_closesocket(fd);
+        free(c);
+        return NULL;
+    }
+    c->srv = srv;
+    c->id = ++srv->next_conn_id;
+    c->state = CONN_READING;
+    snprintf(c->peer, sizeof(c->peer), "%s", peer);
+    locks_client_init(&c->lc, &conn_lock_ops, c->peer);
+    bufferevent_setcb(c->bev, conn_on_read, conn_on_write, conn_on_event, c);
+    bufferevent_setwatermark(c->bev, EV_READ, 0, srv->settings->max_line + 1 + INPUT_SLACK);
+    if (bufferevent_enable(c->bev, EV_READ | EV_WRITE) < 0) {
+        bufferevent_free(c->bev);
+        free(c);
+        return NULL;
+    }
+    TAILQ_INSERT_TAIL(&srv->conns, c, link);
+    srv->nconns++;
+    srv->stats.conns_total++;
+    log_debug("conn %llu (%s): open", (unsigned long long)c->id, c->peer);
+    return c;
+}
+
+void conn_free(struct conn *c)
+{
+    unsigned held = c->lc.nholds;
+
+    locks_client_release_all(c->srv->locks, &c->lc);
+    log_debug("conn %llu (%s): closed, %u holds and waits released", (unsigned long long)c->id,
+              c->peer, held);
+    TAILQ_REMOVE(&c->srv->conns, c, link);
+    c->srv->nconns--;
+    if (c->linger_timer)
+        event_free(c->linger_timer);
+    bufferevent_free(c->bev);
+    free(c);
+}

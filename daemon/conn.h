@@ -1,0 +1,23 @@
+/*
+ * conn.h - one client connection: reads request lines, answers them in order.
+ */
+#ifndef LOCKBROKER_CONN_H
+#define LOCKBROKER_CONN_H
+
+#include <event2/util.h>
+
+struct server;
+struct conn;
+
+/*
+ * Starts serving fd (takes ownership of it). peer names the client in logs;
+ * it is copied. Returns NULL (and closes fd) when out of memory. The
+ * connection frees itself when the client goes; the server can close it
+ * earlier with conn_free().
+ */
+struct conn *conn_new(struct server *srv, evutil_socket_t fd, const char *peer);
+
+/* Releases the connection's locks, cancels its waits, closes and frees it. */
+void conn_free(struct conn *c);
+
+#endif

@@ -1,0 +1,19 @@
+/*
+ * log.h - leveled logging to stderr ("2026-11-22T10:00:00.123Z info ...").
+ */
+#ifndef LOCKBROKER_LOG_H
+#define LOCKBROKER_LOG_H
+
+#include "settings.h"
+
+void log_set_level(enum log_level level);
+enum log_level log_get_level(void);
+void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#define log_error(...) log_msg(LOG_LVL_ERROR, __VA_ARGS__)
+#define log_warn(...)  log_msg(LOG_LVL_WARN, __VA_ARGS__)
+#define log_info(...)  log_msg(LOG_LVL_INFO, __VA_ARGS__)
+#define log_debug(...) \
+    do { if (log_get_level() >= LOG_LVL_DEBUG) log_msg(LOG_LVL_DEBUG, __VA_ARGS__); } while (0)
+
+#endif

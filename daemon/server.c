@@ -1,0 +1,190 @@
+/*
+ * server.c - listeners and accepting connections within max_clients.
+ */
+#include "config.h"
+#include "server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "conn.h"
+#include "log.h"
+#include "settings.h"
+
+#define LISTEN_BACKLOG 1024
+
+void server_format_addr(const struct sockaddr *sa, char *buf, size_t len)
+{
+    char host[INET6_ADDRSTRLEN];
+
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+        snprintf(buf, len, "%s:%u", host, ntohs(in->sin_port));
+    } else if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+        snprintf(buf, len, "[%s]:%u", host, ntohs(in6->sin6_port));
+    } else {
+        snprintf(buf, len, "unix");
+    }
+}
+
+static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
+                      int salen, void *arg)
+{
+    struct server *srv = arg;
+    char peer[64];
+
+    server_format_addr(sa, peer, sizeof(peer));
+    if (srv->nconns >= srv->settings->max_clients) {
+        static const char msg[] = "ERR LIMIT too many clients; try again later\n";
+        srv->stats.conns_rejected++;
+        log_warn("refusing %s: max_clients (%u) reached", peer, srv->settings->max_clients);
+        /* A fresh socket's send buffer takes this line whole. */
+        if (send(fd, msg, sizeof(msg) - 1, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+            log_debug("refusing %s: %s", peer, strerror(errno));
+        evutil_closesocket(fd);
+        return;
+    }
+    if (sa->sa_family != AF_UNIX) {
+        int one = 1;
+        /* Replies are single small lines: never hold them back for Nagle. */
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    }
+    if (!conn_new(srv, fd, peer))
+        log_error("cannot serve %s: out of memory", peer);
+}
+
+static void on_accept_error(struct evconnlistener *l, void *arg)
+{
+    int err = EVUTIL_SOCKET_ERROR();
+
+    /* EMFILE and friends: keep listening; the kernel queues the rest. */
+    log_error("accept: %s", evutil_socket_error_to_string(err));
+}
+
+static int listen_tcp(struct server *srv)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    int len;
+
+    if (settings_listen_addr(srv->settings->listen, &ss, &len) < 0) {
+        log_error("listen: cannot parse '%s'", srv->settings->listen);
+        return -1;
+    }
+    srv->tcp = evconnlistener_new_bind(srv->base, on_accept, srv,
+                                       LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC |
+                                           LEV_OPT_REUSEABLE,
+                                       LISTEN_BACKLOG, (struct sockaddr *)&ss, len);
+    if (!srv->tcp) {
+        log_error("listen on %s: %s", srv->settings->listen, strerror(errno));
+        return -1;
+    }
+    evconnlistener_set_error_cb(srv->tcp, on_accept_error);
+    /* Port 0 picks a free port; report the one we got. */
+    sl = sizeof(ss);
+    getsockname(evconnlistener_get_fd(srv->tcp), (struct sockaddr *)&ss, &sl);
+    server_format_addr((struct sockaddr *)&ss, srv->listen_addr, sizeof(srv->listen_addr));
+    return 0;
+}
+
+/* Removes a socket file left by a daemon that is gone; refuses to steal a live one. */
+static int unix_clear_stale(const char *path)
+{
+    struct sockaddr_un sun = { .sun_family = AF_UNIX };
+    struct stat st;
+    int fd, rc;
+
+    if (lstat(path, &st) < 0)
+        return errno == ENOENT ? 0 : -1;
+    if (!S_ISSOCK(st.st_mode)) {
+        log_error("unix_socket: %s exists and is not a socket", path);
+        return -1;
+    }
+    snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
+    if ((fd = socket(AF_UNIX, SOCK_STREAM, 0)) < 0)
+        return -1;
+    rc = connect(fd, (struct sockaddr *)&sun, sizeof(sun));
+    close(fd);
+    if (rc == 0) {
+        log_error("unix_socket: %s is in use by a running daemon", path);
+        return -1;
+    }
+    return unlink(path);
+}
+
+static int listen_unix(struct server *srv)
+{
+    const char *path = srv->settings->unix_socket;
+    struct sockaddr_un sun = { .sun_family = AF_UNIX };
+    mode_t old_mask;
+
+    if (unix_clear_stale(path) < 0) {
+        log_error("unix_socket %s: cannot be used", path);
+        return -1;
+    }
+    snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
+    old_mask = umask(0177);   /* nobody else gets in before the chmod below */
+    srv->unix_sock = evconnlistener_new_bind(srv->base, on_accept, srv,
+                                             LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC,
+                                             LISTEN_BACKLOG, (struct sockaddr *)&sun,
+                                             sizeof(sun));
+    umask(old_mask);
+    if (!srv->unix_sock) {
+        log_error("unix_socket %s: %s", path, strerror(errno));
+        return -1;
+    }
+    evconnlistener_set_error_cb(srv->unix_sock, on_accept_error);
+    if (chmod(path, srv->settings->unix_socket_mode) < 0) {
+        log_error("unix_socket %s: chmod: %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+int server_start(struct server *srv, struct event_base *base, const struct settings *s,
+                 struct locks *locks)
+{
+    memset(srv, 0, sizeof(*srv));
+    srv->base = base;
+    srv->settings = s;
+    srv->locks = locks;
+    srv->started = time(NULL);
+    TAILQ_INIT(&srv->conns);
+    if (listen_tcp(srv) < 0)
+        return -1;
+    if (s->unix_socket && listen_unix(srv) < 0) {
+        server_stop(srv);
+        return -1;
+    }
+    return 0;
+}
+
+void server_stop(struct server *srv)
+{
+    struct conn *c;
+
+    if (srv->tcp) {
+        evconnlistener_free(srv->tcp);
+        srv->tcp = NULL;
+    }
+    if (srv->unix_sock) {
+        evconnlistener_free(srv->unix_sock);
+        srv->unix_sock = NULL;
+        unlink(srv->settings->unix_socket);
+    }
+    while ((c = TAILQ_FIRST(&srv->conns)))
+        conn_free(c);
+}

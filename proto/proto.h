@@ -1,0 +1,91 @@
+/*
+ * proto.h - lockbroker wire protocol v1: request parser and reply formatting.
+ *
+ * Pure code: no sockets, no libevent, no ZooKeeper. The daemon hands it one
+ * request line (without the LF) and gets a struct back; replies are formatted
+ * into caller-supplied buffers. proto/PROTOCOL.md is the specification.
+ */
+#ifndef LOCKBROKER_PROTO_H
+#define LOCKBROKER_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PROTO_NAME_MAX 200            /* bytes in a lock name */
+#define PROTO_WAIT_MAX 2147483647LL   /* largest wait-ms accepted (~24.8 days) */
+#define PROTO_LINE_DEFAULT 1024       /* default request line limit, bytes */
+#define PROTO_REPLY_MAX 512           /* enough for any single reply line */
+
+/*
+ * The command table: X(ID, word, min args, max args, usage, help).
+ * The parser, the HELP reply and the statistics are all generated from it.
+ */
+#define PROTO_COMMANDS(X)                                                          \
+    X(LOCK,    "LOCK",    1, 2, "LOCK <name> [<wait-ms>]",                         \
+      "take a lock, waiting up to wait-ms (default: for ever)")                   \
+    X(TRYLOCK, "TRYLOCK", 1, 1, "TRYLOCK <name>", "take a lock only if it is free") \
+    X(UNLOCK,  "UNLOCK",  1, 1, "UNLOCK <name>", "release a lock this connection holds") \
+    X(PING,    "PING",    0, 0, "PING", "answer PONG")                             \
+    X(QUIT,    "QUIT",    0, 0, "QUIT", "answer BYE and close the connection")
+
+enum proto_cmd {
+#define X(id, word, mina, maxa, usage, help) PROTO_CMD_##id,
+    PROTO_COMMANDS(X)
+#undef X
+    PROTO_CMD_COUNT
+};
+
+/* Error codes of `ERR <CODE> <text>` replies: X(ID). */
+#define PROTO_ERRORS(X) \
+    X(BAD_COMMAND) X(BAD_ARGS) X(BAD_NAME) X(LINE_TOO_LONG) \
+    X(NOT_HELD) X(LIMIT) X(UNAVAILABLE) X(INTERNAL)
+
+enum proto_err {
+#define X(id) PROTO_ERR_##id,
+    PROTO_ERRORS(X)
+#undef X
+    PROTO_ERR_COUNT
+};
+
+enum proto_parse_result {
+    PROTO_REQUEST,  /* *req describes a well-formed request */
+    PROTO_BLANK,    /* empty or whitespace-only line: ignore it, no reply */
+    PROTO_ERROR,    /* req->err and req->errmsg say what is wrong */
+};
+
+struct proto_req {
+    enum proto_cmd cmd;
+    const char *name;     /* points into the parsed line; NOT NUL-terminated */
+    size_t name_len;      /* 1..PROTO_NAME_MAX when cmd takes a name */
+    int64_t wait_ms;      /* LOCK only: -1 = wait for ever, else 0..PROTO_WAIT_MAX */
+    enum proto_err err;   /* valid when the parse result is PROTO_ERROR */
+    const char *errmsg;   /* static string; valid when PROTO_ERROR */
+};
+
+/*
+ * Parses one request line. `line` need not be NUL-terminated and may hold any
+ * bytes, NUL included; `len` excludes the LF (a trailing CR is ignored here).
+ * The caller enforces the line length limit. *req borrows from `line`.
+ */
+enum proto_parse_result proto_parse(const char *line, size_t len,
+                                    struct proto_req *req);
+
+/* 1 if name[0..len) is a valid lock name (1..200 bytes of [A-Za-z0-9._:@-], not "." or ".."). */
+int proto_name_valid(const char *name, size_t len);
+
+const char *proto_cmd_word(enum proto_cmd cmd);   /* "LOCK"; static */
+const char *proto_err_code(enum proto_err err);   /* "BAD_NAME"; static */
+
+/*
+ * Reply formatting. Each writes one LF-terminated line into buf (cap bytes,
+ * NUL-terminated) and returns its length without the NUL, or -1 if it does
+ * not fit. Names are passed as pointer + length and are copied verbatim.
+ */
+int proto_fmt_granted(char *buf, size_t cap, const char *name, size_t len, uint64_t token); /* OK n t */
+int proto_fmt_word_name(char *buf, size_t cap, const char *word,
+                        const char *name, size_t len);  /* "OK n", "BUSY n", "TIMEOUT n" */
+int proto_fmt_err(char *buf, size_t cap, enum proto_err err, const char *text);          /* ERR C t */
+int proto_fmt_lost(char *buf, size_t cap, const char *name, uint64_t token,
+                   const char *reason);                                                   /* LOST n t r */
+
+#endif
