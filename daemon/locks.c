@@ -300,6 +300,7 @@ enum locks_result locks_lock(struct locks *t, struct locks_client *c, const char
         }
         t->sync_hold = NULL;
     }
+    log_debug("lock %s: %s queued", name, c->peer);
     return LOCKS_WAITING;
 }
 
