@@ -17,6 +17,7 @@
 #include "log.h"
 #include "server.h"
 #include "settings.h"
+#include "zk.h"
 
 /* Descriptors beyond max_clients: listeners, log, the ZooKeeper socket. */
 #define FD_RESERVE 32
@@ -124,11 +125,7 @@ int main(int argc, char **argv)
         log_error("cannot create the event loop");
         goto out;
     }
-    if (s.zk_hosts) {
-        log_error("distributed mode ([zookeeper] hosts) is not built yet");
-        goto out;
-    }
-    backend = backend_embedded_new();
+    backend = s.zk_hosts ? zk_backend_new(base, &s) : backend_embedded_new();
     if (!backend || !(locks = locks_new(base, backend, s.max_locks_per_client))) {
         log_error("out of memory");
         goto out;
@@ -157,7 +154,10 @@ out:
     if (sigint)
         event_free(sigint);
     locks_free(locks);
-    backend_embedded_free(backend);
+    if (s.zk_hosts)
+        zk_backend_free(backend);
+    else
+        backend_embedded_free(backend);
     if (base)
         event_base_free(base);
     settings_free(&s);

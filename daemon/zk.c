@@ -1,0 +1,969 @@
+/*
+ * zk.c - distributed mode: the ZooKeeper lock backend.
+ *
+ * The only module that talks to ZooKeeper. One session (one zhandle_t of the
+ * single-threaded C client) serves every connection of this daemon; only the
+ * zoo_a* calls are used, and completions and watchers run inside
+ * zookeeper_process(), on the event loop.
+ *
+ * The lock table keeps each name's local FIFO and asks this backend for the
+ * lock on behalf of the queue's head. Each such acquisition is a struct
+ * zlock: an EPHEMERAL_SEQUENTIAL node <root>/locks/<name>/<daemon>-<id>-NNNNNNNNNN.
+ * The node whose 10-digit suffix is lowest holds the lock; every other node
+ * watches (with a data watch, which a vanished node cannot leave behind) only
+ * the node just before it. The fencing token is the parent's pzxid from the
+ * getChildren reply that showed our node first.
+ *
+ * A zlock outlives the table's interest in it ("detached", lock == NULL)
+ * until its node is known to be gone: a create whose reply was lost is
+ * looked for by name after reconnecting, and deletes are retried until they
+ * succeed, the node is gone, or the session is.
+ */
+#include "config.h"
+#include "zk.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <search.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/queue.h>
+#include <sys/random.h>
+#include <sys/time.h>
+#include <unistd.h>
+#include <zookeeper/zookeeper.h>
+
+#include "backend.h"
+#include "locks.h"
+#include "log.h"
+#include "settings.h"
+
+/* How often ancestors may be re-created for one acquisition before we wait
+ * for the retry timer (a container parent can vanish between two calls). */
+#define CREATE_ATTEMPTS 5
+/* Back-off before retrying after an unexpected ZooKeeper error. */
+#define RETRY_MS 500
+
+enum zl_step {
+    ZL_IDLE,       /* nothing in flight: waiting for a connection or the retry timer */
+    ZL_CREATING,   /* create sent */
+    ZL_FINDING,    /* getChildren sent to find a node whose create reply was lost */
+    ZL_LISTING,    /* getChildren sent: is our node first? */
+    ZL_WATCHING,   /* getData watch on our predecessor sent or set */
+    ZL_HELD,       /* our node is first and the lock table has the grant */
+    ZL_DELETING,   /* delete sent */
+};
+
+struct zk;
+
+struct zlock {
+    struct zk *zk;
+    struct lock *lock;         /* the table's lock; NULL once it let go (detached) */
+    TAILQ_ENTRY(zlock) link;   /* zk->zlocks, in creation order */
+    uint64_t id;               /* unique within this daemon; part of the node name */
+    unsigned gen;              /* bumped by every request; older replies are stale */
+    enum zl_step step;
+    bool try;                  /* answer busy instead of waiting */
+    bool create_uncertain;     /* a create was sent and its reply lost */
+    unsigned create_attempts;
+    char *parent;              /* <root>/locks/<name>; malloc'd */
+    char *node;                /* our node's full path once known; malloc'd */
+};
+
+/* Context of one request, or of one watch; freed by its completion / event. */
+struct zcall {
+    struct zk *zk;
+    uint64_t id;               /* the zlock's id, looked up again on completion */
+    unsigned gen;
+    struct zcall *watch;       /* getData only: the watch's context, freed here if unset */
+    TAILQ_ENTRY(zcall) link;   /* zk->watches, for watch contexts only */
+};
+
+enum zk_state { ZK_CONNECTING, ZK_CONNECTED, ZK_EXPIRED };
+
+struct zk {
+    struct backend be;
+    struct event_base *base;           /* borrowed */
+    const struct settings *settings;   /* borrowed */
+    zhandle_t *zh;                     /* owned; NULL between sessions */
+    enum zk_state state;
+    struct event *io;                  /* the handle's fd and timeout, re-armed after each process */
+    struct event *kick;                /* re-arm once after requests issued outside process */
+    struct event *lost_timer;          /* disconnected too long: holds are presumed lost */
+    struct event *restart;             /* replace an expired handle, outside callbacks */
+    struct event *retry;               /* back-off for zlocks parked after an error */
+    bool in_process;                   /* inside zookeeper_process(): re-arm after it */
+    bool kicked;
+    struct timeval last_heard;         /* last time the server's socket was readable */
+    int negotiated_ms;
+    int64_t session_id;
+    void *by_id;                       /* tsearch tree of struct zlock by id */
+    TAILQ_HEAD(, zlock) zlocks;
+    TAILQ_HEAD(, zcall) watches;       /* watch contexts registered with zh */
+    uint64_t next_id;
+    uint64_t sessions, reconnects, outstanding;
+    unsigned nzlocks;
+    char daemon_id[96];                /* "<host>-<pid>-<random>", unique per daemon run */
+    char root[256];
+};
+
+static void zl_start(struct zlock *zl);
+static void zl_list(struct zlock *zl);
+static void zl_delete(struct zlock *zl);
+static void zk_kick(struct zk *zk);
+
+/* ------------------------------------------------------------ bookkeeping */
+
+static int by_id(const void *a, const void *b)
+{
+    uint64_t x = ((const struct zlock *)a)->id, y = ((const struct zlock *)b)->id;
+
+    return x < y ? -1 : x > y;
+}
+
+static struct zlock *zl_find(struct zk *zk, uint64_t id)
+{
+    struct zlock key = { .id = id };
+    void *found = tfind(&key, &zk->by_id, by_id);
+
+    return found ? *(struct zlock **)found : NULL;
+}
+
+static void zl_free(struct zlock *zl)
+{
+    struct zk *zk = zl->zk;
+
+    log_debug("zk: request %llu on %s done", (unsigned long long)zl->id, zl->parent);
+    tdelete(zl, &zk->by_id, by_id);
+    TAILQ_REMOVE(&zk->zlocks, zl, link);
+    zk->nzlocks--;
+    free(zl->parent);
+    free(zl->node);
+    free(zl);
+}
+
+/* The table lets go of the lock; the zlock cleans up after itself. */
+static struct lock *zl_detach(struct zlock *zl)
+{
+    struct lock *l = zl->lock;
+
+    if (l) {
+        lock_set_backend_data(l, NULL);
+        zl->lock = NULL;
+    }
+    return l;
+}
+
+static struct zcall *zcall_new(struct zlock *zl)
+{
+    struct zcall *c = malloc(sizeof(*c));
+
+    if (!c)
+        return NULL;
+    c->zk = zl->zk;
+    c->id = zl->id;
+    c->gen = ++zl->gen;
+    c->watch = NULL;
+    return c;
+}
+
+/* Frees a request context; returns its zlock if the reply is still wanted. */
+static struct zlock *zcall_done(const void *data)
+{
+    struct zcall *c = (struct zcall *)data;
+    struct zk *zk = c->zk;
+    struct zlock *zl = zl_find(zk, c->id);
+    unsigned gen = c->gen;
+
+    zk->outstanding--;
+    free(c);
+    if (zk->state == ZK_EXPIRED || !zl || zl->gen != gen)
+        return NULL;
+    return zl;
+}
+
+/* Called after every zoo_a* call: counts it, or parks the zlock if it failed. */
+static bool zk_sent(struct zlock *zl, struct zcall *c, int rc, const char *what)
+{
+    if (rc == ZOK) {
+        zl->zk->outstanding++;
+        zk_kick(zl->zk);
+        return true;
+    }
+    free(c);
+    log_warn("zk: %s %s: %s", what, zl->node ? zl->node : zl->parent, zerror(rc));
+    zl->step = ZL_IDLE;
+    return false;
+}
+
+static void zk_arm_retry(struct zk *zk)
+{
+    struct timeval tv = { 0, RETRY_MS * 1000 };
+
+    if (!evtimer_pending(zk->retry, NULL))
+        evtimer_add(zk->retry, &tv);
+}
+
+/* A try acquisition cannot be answered now: report it, keep cleaning up. */
+static void zl_try_unavailable(struct zlock *zl)
+{
+    struct lock *l;
+
+    if (zl->try && (l = zl_detach(zl)))
+        locks_backend_unavailable(l);
+}
+
+/* The reply says the connection or session is gone: park until it is back. */
+static void zl_park(struct zlock *zl, int rc)
+{
+    zl->step = ZL_IDLE;
+    if (rc != ZCONNECTIONLOSS && rc != ZOPERATIONTIMEOUT && rc != ZSESSIONEXPIRED &&
+        rc != ZCLOSING && rc != ZINVALIDSTATE && rc != ZSESSIONMOVED) {
+        log_error("zk: %s: unexpected error %s; retrying", zl->node ? zl->node : zl->parent,
+                  zerror(rc));
+        zk_arm_retry(zl->zk);
+    }
+    /* Resumed by the next session event, the retry timer or a new session. */
+    zl_try_unavailable(zl);
+}
+
+static const char *basename_of(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+
+    return slash ? slash + 1 : path;
+}
+
+/* The sequence number ZooKeeper appended: the last 10 characters. */
+static long long seq_of(const char *child)
+{
+    size_t len = strlen(child);
+
+    return len >= 10 ? strtoll(child + len - 10, NULL, 10) : -1;
+}
+
+/* ---------------------------------------------------------------- create */
+
+static void on_ancestor_created(int rc, const char *value, const void *data)
+{
+    struct zk *zk = (struct zk *)data;
+
+    zk->outstanding--;
+    if (rc != ZOK && rc != ZNODEEXISTS && rc != ZCONNECTIONLOSS && rc != ZCLOSING &&
+        rc != ZSESSIONEXPIRED && rc != ZOPERATIONTIMEOUT)
+        log_warn("zk: creating a parent node: %s", zerror(rc));
+}
+
+/* Sends creates for <root>, <root>/locks (persistent) and the lock's parent
+ * (a container, so that the server removes it once empty). Their replies do
+ * not matter: the create of our node that follows them says it all. */
+static void zk_create_ancestors(struct zk *zk, const char *parent)
+{
+    char path[512];
+
+    for (const char *p = strchr(parent + 1, '/');; p = strchr(p + 1, '/')) {
+        size_t len = p ? (size_t)(p - parent) : strlen(parent);
+        int flags = p ? 0 : ZOO_CONTAINER;
+
+        snprintf(path, sizeof(path), "%.*s", (int)len, parent);
+        if (zoo_acreate(zk->zh, path, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, flags,
+                        on_ancestor_created, zk) == ZOK)
+            zk->outstanding++;
+        if (!p)
+            break;
+    }
+}
+
+static void on_created(int rc, const char *value, const void *data)
+{
+    struct zlock *zl = zcall_done(data);
+
+    if (!zl)
+        return;
+    switch (rc) {
+    case ZOK:
+        zl->node = strdup(value);
+        zl->create_uncertain = false;
+        if (!zl->node) {   /* cannot track it: let the session's end remove it */
+            log_error("zk: out of memory tracking %s", value);
+            zl_try_unavailable(zl);
+            zl->step = ZL_IDLE;
+            return;
+        }
+        log_debug("zk: created %s", zl->node);
+        zl_start(zl);
+        break;
+    case ZNONODE:
+        /* The parent is missing (never made, or an empty container removed). */
+        zl->create_uncertain = false;
+        zl->step = ZL_IDLE;
+        if (zl->create_attempts >= CREATE_ATTEMPTS) {
+            zl->create_attempts = 0;
+            zl_park(zl, rc);
+            return;
+        }
+        zk_create_ancestors(zl->zk, zl->parent);
+        zl_start(zl);
+        break;
+    case ZCONNECTIONLOSS:
+    case ZOPERATIONTIMEOUT:
+        /* The node may exist: look for it by name once connected again. */
+        zl->create_uncertain = true;
+        zl_park(zl, rc);
+        break;
+    default:
+        zl->create_uncertain = false;   /* session gone: so is any node */
+        zl_park(zl, rc);
+        break;
+    }
+}
+
+static void zl_create(struct zlock *zl)
+{
+    struct zk *zk = zl->zk;
+    char prefix[512], data[256];
+    struct zcall *c = zcall_new(zl);
+
+    if (!c) {
+        zl->step = ZL_IDLE;
+        zk_arm_retry(zk);
+        return;
+    }
+    /* The daemon id and request id make the node findable if the reply is lost. */
+    snprintf(prefix, sizeof(prefix), "%s/%s-%llu-", zl->parent, zk->daemon_id,
+             (unsigned long long)zl->id);
+    snprintf(data, sizeof(data), "daemon=%s client=%s", zk->daemon_id,
+             zl->lock ? lock_peer(zl->lock) : "-");
+    zl->step = ZL_CREATING;
+    zl->create_attempts++;
+    zk_sent(zl, c,
+            zoo_acreate(zk->zh, prefix, data, (int)strlen(data), &ZOO_OPEN_ACL_UNSAFE,
+                        ZOO_EPHEMERAL_SEQUENTIAL, on_created, c),
+            "create");
+}
+
+/* ------------------------------------------------ find a lost create's node */
+
+static void on_found(int rc, const struct String_vector *children, const void *data)
+{
+    struct zlock *zl = zcall_done(data);
+    char prefix[128];
+
+    if (!zl)
+        return;
+    if (rc != ZOK && rc != ZNONODE) {
+        zl_park(zl, rc);
+        return;
+    }
+    zl->create_uncertain = false;
+    snprintf(prefix, sizeof(prefix), "%s-%llu-", zl->zk->daemon_id, (unsigned long long)zl->id);
+    for (int i = 0; rc == ZOK && i < children->count; i++) {
+        if (strncmp(children->data[i], prefix, strlen(prefix)) == 0) {
+            size_t len = strlen(zl->parent) + strlen(children->data[i]) + 2;
+            if ((zl->node = malloc(len)))
+                snprintf(zl->node, len, "%s/%s", zl->parent, children->data[i]);
+            log_info("zk: found %s, whose create reply was lost", zl->node);
+            break;
+        }
+    }
+    zl_start(zl);
+}
+
+static void zl_find_lost_create(struct zlock *zl)
+{
+    struct zcall *c = zcall_new(zl);
+
+    if (!c) {
+        zl->step = ZL_IDLE;
+        zk_arm_retry(zl->zk);
+        return;
+    }
+    zl->step = ZL_FINDING;
+    zk_sent(zl, c, zoo_aget_children(zl->zk->zh, zl->parent, 0, on_found, c), "getChildren");
+}
+
+/* ------------------------------------------------------- list and watch */
+
+static void on_watch_event(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+    struct zcall *w = ctx;
+    struct zk *zk = w->zk;
+    struct zlock *zl;
+
+    /* Session events reach every registered watcher and do not remove it. */
+    if (type == ZOO_SESSION_EVENT)
+        return;
+    zl = zl_find(zk, w->id);
+    TAILQ_REMOVE(&zk->watches, w, link);
+    if (zl && zl->gen == w->gen && zl->step == ZL_WATCHING) {
+        log_debug("zk: %s changed; %s looks again", path, zl->node);
+        zl_list(zl);
+    }
+    free(w);
+}
+
+static void on_predecessor_read(int rc, const char *value, int len, const struct Stat *stat,
+                                const void *data)
+{
+    struct zcall *c = (struct zcall *)data;
+    struct zlock *zl;
+
+    /* Without ZOK no watch was registered: its context is ours to free. */
+    if (rc != ZOK && c->watch) {
+        TAILQ_REMOVE(&c->zk->watches, c->watch, link);
+        free(c->watch);
+    }
+    if (!(zl = zcall_done(data)))
+        return;
+    if (rc == ZOK)
+        return;              /* watching; on_watch_event continues */
+    if (rc == ZNONODE) {
+        zl_list(zl);         /* the predecessor went before we could watch it */
+        return;
+    }
+    zl_park(zl, rc);
+}
+
+static void zl_watch(struct zlock *zl, const char *predecessor)
+{
+    struct zk *zk = zl->zk;
+    char path[512];
+    struct zcall *c = zcall_new(zl), *w = malloc(sizeof(*w));
+
+    if (!c || !w) {
+        free(c);
+        free(w);
+        zl->step = ZL_IDLE;
+        zk_arm_retry(zk);
+        return;
+    }
+    *w = *c;
+    c->watch = w;
+    TAILQ_INSERT_TAIL(&zk->watches, w, link);
+    snprintf(path, sizeof(path), "%s/%s", zl->parent, predecessor);
+    zl->step = ZL_WATCHING;
+    log_debug("zk: %s waits for %s", zl->node, path);
+    if (!zk_sent(zl, c, zoo_awget(zk->zh, path, on_watch_event, w, on_predecessor_read, c),
+                 "getData")) {
+        TAILQ_REMOVE(&zk->watches, w, link);
+        free(w);
+    }
+}
+
+static void on_listed(int rc, const struct String_vector *children, const struct Stat *stat,
+                      const void *data)
+{
+    struct zlock *zl = zcall_done(data);
+    const char *mine, *pred = NULL;
+    long long my_seq, pred_seq = -1;
+    bool found = false, lowest = true;
+    struct lock *l;
+
+    if (!zl)
+        return;
+    if (rc == ZNONODE) {     /* the parent, and so our node, is gone */
+        free(zl->node);
+        zl->node = NULL;
+        zl_start(zl);
+        return;
+    }
+    if (rc != ZOK) {
+        zl_park(zl, rc);
+        return;
+    }
+    /* Order by the sequence suffix alone: prefixes differ between daemons. */
+    mine = basename_of(zl->node);
+    my_seq = seq_of(mine);
+    for (int i = 0; i < children->count; i++) {
+        const char *child = children->data[i];
+        long long seq = seq_of(child);
+        if (strcmp(child, mine) == 0) {
+            found = true;
+        } else if (seq < my_seq) {
+            lowest = false;
+            if (seq > pred_seq) {
+                pred_seq = seq;
+                pred = child;
+            }
+        }
+    }
+    if (!found) {            /* our node vanished (session trouble): start over */
+        log_warn("zk: %s is gone; creating a new node", zl->node);
+        free(zl->node);
+        zl->node = NULL;
+        zl_start(zl);
+        return;
+    }
+    if (!zl->lock) {
+        zl_delete(zl);
+        return;
+    }
+    if (lowest) {
+        zl->step = ZL_HELD;
+        zl->create_attempts = 0;
+        log_debug("zk: %s holds %s, token %lld", zl->node, zl->parent, (long long)stat->pzxid);
+        locks_backend_granted(zl->lock, (uint64_t)stat->pzxid);
+        return;
+    }
+    if (zl->try) {           /* not first: give the place back, answer busy */
+        l = zl_detach(zl);
+        zl_delete(zl);
+        locks_backend_busy(l);
+        return;
+    }
+    zl_watch(zl, pred);
+}
+
+static void zl_list(struct zlock *zl)
+{
+    struct zcall *c = zcall_new(zl);
+
+    if (!c) {
+        zl->step = ZL_IDLE;
+        zk_arm_retry(zl->zk);
+        return;
+    }
+    zl->step = ZL_LISTING;
+    zk_sent(zl, c, zoo_aget_children2(zl->zk->zh, zl->parent, 0, on_listed, c),
+            "getChildren");
+}
+
+/* ---------------------------------------------------------------- delete */
+
+static void on_deleted(int rc, const void *data)
+{
+    struct zlock *zl = zcall_done(data);
+
+    if (!zl)
+        return;
+    if (rc == ZOK || rc == ZNONODE) {
+        free(zl->node);
+        zl->node = NULL;
+        zl_start(zl);
+        return;
+    }
+    if (rc == ZSESSIONEXPIRED) {   /* the node went with the session */
+        free(zl->node);
+        zl->node = NULL;
+    }
+    zl_park(zl, rc);
+}
+
+static void zl_delete(struct zlock *zl)
+{
+    struct zcall *c = zcall_new(zl);
+
+    if (!c) {
+        zl->step = ZL_IDLE;
+        zk_arm_retry(zl->zk);
+        return;
+    }
+    zl->step = ZL_DELETING;
+    log_debug("zk: deleting %s", zl->node);
+    zk_sent(zl, c, zoo_adelete(zl->zk->zh, zl->node, -1, on_deleted, c), "delete");
+}
+
+/* Decides the next request from what is known, whatever happened before. */
+static void zl_start(struct zlock *zl)
+{
+    zl->step = ZL_IDLE;
+    if (zl->zk->state != ZK_CONNECTED) {
+        zl_try_unavailable(zl);
+        if (!zl->lock && !zl->node && !zl->create_uncertain)
+            zl_free(zl);     /* nothing of it in ZooKeeper */
+        return;
+    }
+    if (zl->node) {
+        if (zl->lock)
+            zl_list(zl);
+        else
+            zl_delete(zl);
+    } else if (zl->create_uncertain) {
+        zl_find_lost_create(zl);
+    } else if (zl->lock) {
+        zl_create(zl);
+    } else {
+        zl_free(zl);
+    }
+}
+
+/* Restarts every zlock that waits for the connection or a retry. */
+static void zk_resume_all(struct zk *zk)
+{
+    struct zlock *zl, *next;
+
+    for (zl = TAILQ_FIRST(&zk->zlocks); zl; zl = next) {
+        next = TAILQ_NEXT(zl, link);
+        if (zl->step == ZL_IDLE)
+            zl_start(zl);
+    }
+}
+
+/* -------------------------------------------------------- backend calls */
+
+static void zk_acquire(void *impl, struct lock *l, bool try)
+{
+    struct zk *zk = impl;
+    struct zlock *zl = calloc(1, sizeof(*zl));
+    size_t plen = strlen(zk->root) + strlen("/locks/") + strlen(lock_name(l)) + 1;
+
+    if (!zl || !(zl->parent = malloc(plen))) {
+        free(zl);
+        log_error("zk: out of memory acquiring %s", lock_name(l));
+        if (try)
+            locks_backend_unavailable(l);   /* a waiter waits for the retry below */
+        return;
+    }
+    snprintf(zl->parent, plen, "%s/locks/%s", zk->root, lock_name(l));
+    zl->zk = zk;
+    zl->lock = l;
+    zl->id = ++zk->next_id;
+    zl->try = try;
+    tsearch(zl, &zk->by_id, by_id);
+    TAILQ_INSERT_TAIL(&zk->zlocks, zl, link);
+    zk->nzlocks++;
+    lock_set_backend_data(l, zl);
+    zl_start(zl);
+}
+
+/* cancel and release: the table is done with the lock; take our node back. */
+static void zk_let_go(void *impl, struct lock *l)
+{
+    struct zlock *zl = lock_backend_data(l);
+
+    if (!zl)
+        return;
+    zl_detach(zl);
+    switch (zl->step) {
+    case ZL_HELD:
+    case ZL_WATCHING:
+        if (zl->zk->state == ZK_CONNECTED) {
+            zl_delete(zl);   /* also makes the pending watch stale */
+        } else {
+            zl->gen++;
+            zl->step = ZL_IDLE;   /* deleted on reconnection */
+        }
+        break;
+    case ZL_IDLE:
+        zl_start(zl);        /* deletes or frees now, or once connected */
+        break;
+    default:
+        break;               /* the reply in flight sees lock == NULL */
+    }
+}
+
+static const struct backend_ops zk_ops = {
+    .name = "distributed",
+    .acquire = zk_acquire,
+    .cancel = zk_let_go,
+    .release = zk_let_go,
+};
+
+/* ------------------------------------------------ session and event loop */
+
+static void on_io(evutil_socket_t fd, short what, void *arg);
+
+static void zk_rearm(struct zk *zk)
+{
+    struct timeval tv = { 0, 0 };
+    int fd = -1, interest = 0, rc;
+    short what = 0;
+
+    if (!zk->zh || zk->state == ZK_EXPIRED)
+        return;
+    rc = zookeeper_interest(zk->zh, &fd, &interest, &tv);
+    if (rc != ZOK) {
+        /* A failed connect attempt: the client tries the next host when called again. */
+        fd = -1;
+        tv.tv_sec = 0;
+        tv.tv_usec = 100 * 1000;
+    }
+    if (fd != -1) {
+        if (interest & ZOOKEEPER_READ)
+            what |= EV_READ;
+        if (interest & ZOOKEEPER_WRITE)
+            what |= EV_WRITE;
+    }
+    event_del(zk->io);   /* the fd changes on every reconnect */
+    event_assign(zk->io, zk->base, fd, what, on_io, zk);
+    event_add(zk->io, &tv);
+}
+
+static void on_io(evutil_socket_t fd, short what, void *arg)
+{
+    struct zk *zk = arg;
+    struct timeval now;
+    int events = 0;
+
+    gettimeofday(&now, NULL);
+    if (what & EV_READ)
+        events |= ZOOKEEPER_READ;
+    if (what & EV_WRITE)
+        events |= ZOOKEEPER_WRITE;
+    zk->in_process = true;
+    zookeeper_process(zk->zh, events);
+    zk->in_process = false;
+    /* Readable and still connected: the server spoke (an EOF would have
+     * disconnected us), so the session was alive at `now`. */
+    if ((what & EV_READ) && zk->state == ZK_CONNECTED)
+        zk->last_heard = now;
+    zk_rearm(zk);
+}
+
+static void on_kick(evutil_socket_t fd, short what, void *arg)
+{
+    struct zk *zk = arg;
+
+    zk->kicked = false;
+    zk_rearm(zk);
+}
+
+/* Requests were queued: make sure the loop wants to write them. */
+static void zk_kick(struct zk *zk)
+{
+    if (zk->in_process || zk->kicked)
+        return;              /* on_io re-arms after zookeeper_process */
+    zk->kicked = true;
+    event_active(zk->kick, 0, 0);
+}
+
+/* Every held lock is given up with reason; the waiters keep waiting. */
+static void zk_drop_holds(struct zk *zk, const char *reason)
+{
+    struct zlock *zl, *next;
+
+    for (zl = TAILQ_FIRST(&zk->zlocks); zl; zl = next) {
+        next = TAILQ_NEXT(zl, link);
+        if (zl->step == ZL_HELD && zl->lock) {
+            struct lock *l = zl_detach(zl);
+            zl->step = ZL_IDLE;          /* node deleted once connected, if it survived */
+            locks_backend_lost(l, reason);
+        }
+    }
+}
+
+static void on_lost_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct zk *zk = arg;
+
+    log_warn("zk: no contact with ZooKeeper for 2/3 of the %d ms session timeout; "
+             "presuming the session lost", zk->negotiated_ms);
+    zk_drop_holds(zk, "zk-disconnected");
+}
+
+static void on_retry(evutil_socket_t fd, short what, void *arg)
+{
+    struct zk *zk = arg;
+
+    if (zk->state == ZK_CONNECTED)
+        zk_resume_all(zk);
+}
+
+/* Frees the watch contexts still registered with a handle that is going away. */
+static void zk_close_handle(struct zk *zk)
+{
+    struct zcall *w;
+
+    if (!zk->zh)
+        return;
+    event_del(zk->io);
+    zookeeper_close(zk->zh);   /* calls pending completions with ZCLOSING */
+    zk->zh = NULL;
+    while ((w = TAILQ_FIRST(&zk->watches))) {
+        TAILQ_REMOVE(&zk->watches, w, link);
+        free(w);
+    }
+}
+
+static void on_session_event(zhandle_t *zh, int type, int state, const char *path, void *ctx);
+
+static int zk_connect(struct zk *zk)
+{
+    zk->state = ZK_CONNECTING;
+    zk->zh = zookeeper_init(zk->settings->zk_hosts, on_session_event,
+                            (int)zk->settings->zk_session_timeout_ms, NULL, zk, 0);
+    if (!zk->zh) {
+        log_error("zk: cannot start a session with '%s': %s", zk->settings->zk_hosts,
+                  strerror(errno));
+        return -1;
+    }
+    zk_rearm(zk);
+    return 0;
+}
+
+/* The session expired: everything it owned in ZooKeeper is gone. */
+static void on_restart(evutil_socket_t fd, short what, void *arg)
+{
+    struct zk *zk = arg;
+    struct zlock *zl, *next;
+
+    zk_close_handle(zk);
+    /* Forget nodes (they went with the session); waiters will queue again. */
+    for (zl = TAILQ_FIRST(&zk->zlocks); zl; zl = next) {
+        next = TAILQ_NEXT(zl, link);
+        zl->gen++;
+        free(zl->node);
+        zl->node = NULL;
+        zl->create_uncertain = false;
+        zl->create_attempts = 0;
+        if (!zl->lock) {         /* includes the holds dropped at expiry */
+            zl_free(zl);
+        } else if (zl->try) {
+            struct lock *l = zl_detach(zl);
+            zl_free(zl);
+            locks_backend_unavailable(l);
+        } else {
+            zl->step = ZL_IDLE;
+        }
+    }
+    zk->outstanding = 0;
+    if (zk_connect(zk) < 0) {
+        struct timeval tv = { 1, 0 };
+        zk->state = ZK_EXPIRED;
+        event_add(zk->restart, &tv);
+    }
+}
+
+static void on_session_event(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+    struct zk *zk = ctx;
+
+    if (type != ZOO_SESSION_EVENT)
+        return;
+    if (state == ZOO_CONNECTED_STATE) {
+        const clientid_t *id = zoo_client_id(zh);
+        bool same = zk->session_id == id->client_id;
+        zk->state = ZK_CONNECTED;
+        zk->negotiated_ms = zoo_recv_timeout(zh);
+        gettimeofday(&zk->last_heard, NULL);
+        evtimer_del(zk->lost_timer);
+        if (same) {
+            zk->reconnects++;
+        } else {
+            zk->sessions++;
+            zk->session_id = id->client_id;
+        }
+        log_info("zk: %s session 0x%llx, timeout %d ms", same ? "reconnected to" : "new",
+                 (unsigned long long)id->client_id, zk->negotiated_ms);
+        zk_resume_all(zk);
+    } else if (state == ZOO_CONNECTING_STATE) {
+        struct timeval now, deadline, tv = { 0, 0 };
+        long ms = (long)zk->negotiated_ms * 2 / 3;
+        if (zk->state == ZK_CONNECTED)
+            log_warn("zk: disconnected from ZooKeeper; reconnecting");
+        zk->state = ZK_CONNECTING;
+        /* The session may expire 2/3 of its timeout after we last heard from
+         * the server (it had the remaining third to expire it); count from then. */
+        if (zk->session_id && !evtimer_pending(zk->lost_timer, NULL)) {
+            gettimeofday(&now, NULL);
+            deadline = zk->last_heard;
+            deadline.tv_sec += ms / 1000;
+            deadline.tv_usec += (ms % 1000) * 1000;
+            if (deadline.tv_usec >= 1000000) {
+                deadline.tv_sec++;
+                deadline.tv_usec -= 1000000;
+            }
+            if (timercmp(&deadline, &now, >))
+                timersub(&deadline, &now, &tv);
+            evtimer_add(zk->lost_timer, &tv);
+        }
+    } else if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE) {
+        log_warn("zk: session 0x%llx %s", (unsigned long long)zk->session_id,
+                 state == ZOO_EXPIRED_SESSION_STATE ? "expired" : "failed authentication");
+        zk->state = ZK_EXPIRED;
+        evtimer_del(zk->lost_timer);
+        zk_drop_holds(zk, "session-expired");
+        event_active(zk->restart, 0, 0);   /* zookeeper_close may not run in a callback */
+    }
+}
+
+/* ------------------------------------------------------------- lifecycle */
+
+static void make_daemon_id(struct zk *zk)
+{
+    char host[64] = "host";
+    uint32_t rnd = 0;
+
+    gethostname(host, sizeof(host) - 1);
+    for (char *p = host; *p; p++)   /* keep node names tidy */
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '.'))
+            *p = '_';
+    if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd))
+        rnd = (uint32_t)time(NULL) ^ (uint32_t)getpid();
+    snprintf(zk->daemon_id, sizeof(zk->daemon_id), "%s-%d-%08x", host, (int)getpid(), rnd);
+}
+
+struct backend *zk_backend_new(struct event_base *base, const struct settings *s)
+{
+    struct zk *zk = calloc(1, sizeof(*zk));
+
+    if (!zk)
+        return NULL;
+    zk->be.ops = &zk_ops;
+    zk->be.impl = zk;
+    zk->base = base;
+    zk->settings = s;
+    TAILQ_INIT(&zk->zlocks);
+    TAILQ_INIT(&zk->watches);
+    snprintf(zk->root, sizeof(zk->root), "%s", s->zk_root);
+    make_daemon_id(zk);
+
+    zoo_set_log_stream(stderr);
+    zoo_set_debug_level(log_get_level() >= LOG_LVL_DEBUG ? ZOO_LOG_LEVEL_INFO
+                                                         : ZOO_LOG_LEVEL_WARN);
+    zk->io = event_new(base, -1, 0, on_io, zk);
+    zk->kick = event_new(base, -1, 0, on_kick, zk);
+    zk->lost_timer = evtimer_new(base, on_lost_timer, zk);
+    zk->restart = evtimer_new(base, on_restart, zk);
+    zk->retry = evtimer_new(base, on_retry, zk);
+    if (!zk->io || !zk->kick || !zk->lost_timer || !zk->restart || !zk->retry ||
+        zk_connect(zk) < 0) {
+        zk_backend_free(&zk->be);
+        return NULL;
+    }
+    log_info("zk: daemon id %s, connecting to %s, root %s", zk->daemon_id, s->zk_hosts,
+             zk->root);
+    return &zk->be;
+}
+
+void zk_backend_free(struct backend *b)
+{
+    struct zk *zk;
+    struct zlock *zl;
+
+    if (!b)
+        return;
+    zk = b->impl;
+    zk->state = ZK_EXPIRED;    /* completions run by zookeeper_close are ignored */
+    zk_close_handle(zk);       /* closing the session removes our ephemeral nodes */
+    while ((zl = TAILQ_FIRST(&zk->zlocks)))
+        zl_free(zl);
+    if (zk->io)
+        event_free(zk->io);
+    if (zk->kick)
+        event_free(zk->kick);
+    if (zk->lost_timer)
+        event_free(zk->lost_timer);
+    if (zk->restart)
+        event_free(zk->restart);
+    if (zk->retry)
+        event_free(zk->retry);
+    free(zk);
+}
+
+void zk_backend_stats(struct backend *b, struct zk_stats *out)
+{
+    struct zk *zk = b->impl;
+
+    out->state = zk->state == ZK_CONNECTED ? "connected"
+                 : zk->state == ZK_CONNECTING ? "connecting" : "expired";
+    out->session_id = zk->session_id;
+    out->negotiated_timeout_ms = zk->negotiated_ms;
+    out->sessions = zk->sessions;
+    out->reconnects = zk->reconnects;
+    out->outstanding = zk->outstanding;
+    out->nodes = zk->nzlocks;
+}
