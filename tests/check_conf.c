@@ -1,0 +1,720 @@
+/*
+ * check_conf.c - settings: defaults, every key through the INI loader
+ * (strings and files), validation limits, error messages with their line,
+ * command-line style settings_set() and the listen address parser.
+ */
+#include "settings.h"
+
+#include <arpa/inet.h>
+#include <check.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+static struct settings s;
+static char err[512];
+
+static void setup(void)
+{
+    ck_assert_int_eq(settings_init(&s), 0);
+    memset(err, 0, sizeof(err));
+}
+
+static void teardown(void)
+{
+    settings_free(&s);
+}
+
+/* Loads `text` as source "t"; asserts success. */
+static void load_ok(const char *text)
+{
+    int rc = settings_load_string(&s, text, "t", err, sizeof(err));
+
+    ck_assert_msg(rc == 0, "loading \"%s\" failed: %s", text, err);
+}
+
+/* Loads `text` as source "t"; asserts failure with exactly `want`. */
+#define load_fails(text, want)                                               \
+    do {                                                                     \
+        ck_assert_int_eq(settings_load_string(&s, (text), "t", err, sizeof(err)), -1); \
+        ck_assert_str_eq(err, want);                                         \
+    } while (0)
+
+/* settings_set() must accept / refuse a value. */
+#define set_ok(sec, key, val)                                                \
+    ck_assert_msg(settings_set(&s, sec, key, val, err, sizeof(err)) == 0,    \
+                  "%s.%s = '%s' refused: %s", sec, key, val, err)
+#define set_fails(sec, key, val)                                             \
+    ck_assert_msg(settings_set(&s, sec, key, val, err, sizeof(err)) == -1,   \
+                  "%s.%s = '%s' accepted", sec, key, val)
+
+/* ------------------------------------------------------------ defaults */
+
+START_TEST(defaults)
+{
+    ck_assert_str_eq(s.listen, SETTINGS_LISTEN_DEFAULT);
+    ck_assert_str_eq(s.listen, "127.0.0.1:7411");
+    ck_assert_ptr_null(s.unix_socket);
+    ck_assert_uint_eq(s.unix_socket_mode, 0660);
+    ck_assert_uint_eq(s.max_clients, 4096);
+    ck_assert_uint_eq(s.max_line, 1024);
+    ck_assert_uint_eq(s.max_locks_per_client, 256);
+    ck_assert_ptr_null(s.zk_hosts);
+    ck_assert_str_eq(s.zk_root, "/lockbroker");
+    ck_assert_uint_eq(s.zk_session_timeout_ms, 10000);
+    ck_assert_int_eq(s.log_level, LOG_LVL_INFO);
+}
+END_TEST
+
+START_TEST(free_clears)
+{
+    settings_free(&s);
+    ck_assert_ptr_null(s.listen);
+    ck_assert_ptr_null(s.zk_root);
+    settings_free(&s);                    /* twice is harmless */
+    ck_assert_int_eq(settings_init(&s), 0);
+}
+END_TEST
+
+START_TEST(log_level_names)
+{
+    ck_assert_str_eq(settings_log_level_name(LOG_LVL_ERROR), "error");
+    ck_assert_str_eq(settings_log_level_name(LOG_LVL_WARN), "warn");
+    ck_assert_str_eq(settings_log_level_name(LOG_LVL_INFO), "info");
+    ck_assert_str_eq(settings_log_level_name(LOG_LVL_DEBUG), "debug");
+    ck_assert_str_eq(settings_log_level_name((enum log_level)4), "?");
+}
+END_TEST
+
+/* ------------------------------------------------------------ loading */
+
+START_TEST(load_every_key)
+{
+    load_ok("[server]\n"
+            "listen = [::1]:7500\n"
+            "unix_socket = /run/lockbroker.sock\n"
+            "unix_socket_mode = 0600\n"
+            "max_clients = 10\n"
+            "max_line = 300\n"
+            "max_locks_per_client = 3\n"
+            "[zookeeper]\n"
+            "hosts = zk1:2181,zk2:2181\n"
+            "root = /app/locks\n"
+            "session_timeout_ms = 4000\n"
+            "[log]\n"
+            "level = debug\n");
+    ck_assert_str_eq(s.listen, "[::1]:7500");
+    ck_assert_str_eq(s.unix_socket, "/run/lockbroker.sock");
+    ck_assert_uint_eq(s.unix_socket_mode, 0600);
+    ck_assert_uint_eq(s.max_clients, 10);
+    ck_assert_uint_eq(s.max_line, 300);
+    ck_assert_uint_eq(s.max_locks_per_client, 3);
+    ck_assert_str_eq(s.zk_hosts, "zk1:2181,zk2:2181");
+    ck_assert_str_eq(s.zk_root, "/app/locks");
+    ck_assert_uint_eq(s.zk_session_timeout_ms, 4000);
+    ck_assert_int_eq(s.log_level, LOG_LVL_DEBUG);
+}
+END_TEST
+
+START_TEST(load_empty)
+{
+    load_ok("");
+    load_ok("; only a comment\n# another\n\n");
+    ck_assert_str_eq(s.listen, "127.0.0.1:7411");
+    ck_assert_uint_eq(s.max_line, 1024);
+}
+END_TEST
+
+START_TEST(load_keeps_unset_defaults)
+{
+    load_ok("[server]\nmax_line = 2048\n");
+    ck_assert_uint_eq(s.max_line, 2048);
+    ck_assert_uint_eq(s.max_clients, 4096);
+    ck_assert_str_eq(s.zk_root, "/lockbroker");
+}
+END_TEST
+
+START_TEST(load_syntax_variants)
+{
+    /* Spaces around '=', inline comments, CRLF line ends, repeated sections. */
+    load_ok("[server]\r\n"
+            "  max_clients=7\r\n"
+            "max_line   =   512   ; inline comment\r\n"
+            "[log]\n"
+            "level = WARN\n"
+            "[server]\n"
+            "max_locks_per_client = 9\n");
+    ck_assert_uint_eq(s.max_clients, 7);
+    ck_assert_uint_eq(s.max_line, 512);
+    ck_assert_uint_eq(s.max_locks_per_client, 9);
+    ck_assert_int_eq(s.log_level, LOG_LVL_WARN);
+}
+END_TEST
+
+START_TEST(load_later_value_wins)
+{
+    load_ok("[server]\nmax_clients = 5\nmax_clients = 6\n");
+    ck_assert_uint_eq(s.max_clients, 6);
+}
+END_TEST
+
+START_TEST(load_over_earlier_load)
+{
+    load_ok("[zookeeper]\nhosts = a:1\n[server]\nunix_socket = /tmp/x\n");
+    ck_assert_str_eq(s.zk_hosts, "a:1");
+    /* Empty values switch them off again (embedded mode, no Unix socket). */
+    load_ok("[zookeeper]\nhosts =\n[server]\nunix_socket =\n");
+    ck_assert_ptr_null(s.zk_hosts);
+    ck_assert_ptr_null(s.unix_socket);
+}
+END_TEST
+
+START_TEST(sample_file_is_defaults)
+{
+    /* conf/lockbrokerd.conf shows every key with its default. */
+    const char *srcdir = getenv("LB_SRCDIR");
+    struct settings d;
+    char path[4096];
+
+    snprintf(path, sizeof(path), "%s/conf/lockbrokerd.conf", srcdir ? srcdir : ".");
+    ck_assert_int_eq(settings_init(&d), 0);
+    s.max_line = 5000;                    /* so that the file has to set it back */
+    ck_assert_msg(settings_load_file(&s, path, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_str_eq(s.listen, d.listen);
+    ck_assert_ptr_null(s.unix_socket);
+    ck_assert_uint_eq(s.unix_socket_mode, d.unix_socket_mode);
+    ck_assert_uint_eq(s.max_clients, d.max_clients);
+    ck_assert_uint_eq(s.max_line, d.max_line);
+    ck_assert_uint_eq(s.max_locks_per_client, d.max_locks_per_client);
+    ck_assert_ptr_null(s.zk_hosts);
+    ck_assert_str_eq(s.zk_root, d.zk_root);
+    ck_assert_uint_eq(s.zk_session_timeout_ms, d.zk_session_timeout_ms);
+    ck_assert_int_eq(s.log_level, d.log_level);
+    settings_free(&d);
+}
+END_TEST
+
+/* ------------------------------------------------------------ errors with lines */
+
+START_TEST(unknown_section)
+{
+    load_fails("[server]\nmax_clients = 5\n[bogus]\nx = 1\n", "t:4: unknown section [bogus]");
+}
+END_TEST
+
+START_TEST(key_before_any_section)
+{
+    load_fails("max_clients = 5\n", "t:1: unknown section []");
+}
+END_TEST
+
+START_TEST(unknown_keys)
+{
+    load_fails("[server]\nport = 1\n", "t:2: unknown key 'port' in [server]");
+    load_fails("\n[zookeeper]\n\nservers = a:1\n", "t:4: unknown key 'servers' in [zookeeper]");
+    load_fails("[log]\nfile = /tmp/x\n", "t:2: unknown key 'file' in [log]");
+    /* Keys belong to one section only. */
+    load_fails("[log]\nmax_line = 300\n", "t:2: unknown key 'max_line' in [log]");
+    /* Names are case-sensitive. */
+    load_fails("[Server]\nmax_line = 300\n", "t:2: unknown section [Server]");
+    load_fails("[server]\nMAX_LINE = 300\n", "t:2: unknown key 'MAX_LINE' in [server]");
+}
+END_TEST
+
+START_TEST(bad_value_names_its_line)
+{
+    load_fails("[server]\n"
+               "max_clients = 10\n"
+               "\n"
+               "; a comment\n"
+               "max_line = 255\n"
+               "max_locks_per_client = 2\n",
+               "t:5: max_line: '255' is not an integer from 256 to 1048576");
+}
+END_TEST
+
+START_TEST(first_error_reported)
+{
+    load_fails("[server]\nmax_clients = 0\nmax_line = 1\n",
+               "t:2: max_clients: '0' is not an integer from 1 to 1000000");
+}
+END_TEST
+
+START_TEST(syntax_error)
+{
+    load_fails("[server]\nthis line has no equals sign\n", "t:2: syntax error");
+    load_fails("[server]\nmax_line\n", "t:2: syntax error");
+}
+END_TEST
+
+START_TEST(source_names_the_input)
+{
+    ck_assert_int_eq(settings_load_string(&s, "[x]\na=b\n", "--config-string", err,
+                                          sizeof(err)), -1);
+    ck_assert_str_eq(err, "--config-string:2: unknown section [x]");
+}
+END_TEST
+
+START_TEST(error_truncated_to_errlen)
+{
+    char small[8];
+
+    memset(small, 'z', sizeof(small));
+    ck_assert_int_eq(settings_load_string(&s, "[x]\na=b\n", "t", small, sizeof(small)), -1);
+    ck_assert_str_eq(small, "t:2: un");   /* cut, but NUL-terminated */
+}
+END_TEST
+
+/* ------------------------------------------------------------ value limits */
+
+START_TEST(max_line_limits)
+{
+    load_fails("[server]\nmax_line = 255\n",
+               "t:2: max_line: '255' is not an integer from 256 to 1048576");
+    load_ok("[server]\nmax_line = 256\n");
+    ck_assert_uint_eq(s.max_line, 256);
+    load_ok("[server]\nmax_line = 1048576\n");
+    ck_assert_uint_eq(s.max_line, 1048576);
+    load_fails("[server]\nmax_line = 1048577\n",
+               "t:2: max_line: '1048577' is not an integer from 256 to 1048576");
+    ck_assert_uint_eq(s.max_line, 1048576);   /* a refused value changes nothing */
+}
+END_TEST
+
+START_TEST(max_clients_limits)
+{
+    set_fails("server", "max_clients", "0");
+    ck_assert_str_eq(err, "max_clients: '0' is not an integer from 1 to 1000000");
+    set_ok("server", "max_clients", "1");
+    ck_assert_uint_eq(s.max_clients, 1);
+    set_ok("server", "max_clients", "1000000");
+    ck_assert_uint_eq(s.max_clients, 1000000);
+    set_fails("server", "max_clients", "1000001");
+}
+END_TEST
+
+START_TEST(max_locks_limits)
+{
+    set_fails("server", "max_locks_per_client", "0");
+    ck_assert_str_eq(err, "max_locks_per_client: '0' is not an integer from 1 to 1000000");
+    set_ok("server", "max_locks_per_client", "1");
+    ck_assert_uint_eq(s.max_locks_per_client, 1);
+    set_ok("server", "max_locks_per_client", "1000000");
+    set_fails("server", "max_locks_per_client", "1000001");
+    ck_assert_uint_eq(s.max_locks_per_client, 1000000);
+}
+END_TEST
+
+START_TEST(session_timeout_limits)
+{
+    set_fails("zookeeper", "session_timeout_ms", "999");
+    ck_assert_str_eq(err, "session_timeout_ms: '999' is not an integer from 1000 to 600000");
+    set_ok("zookeeper", "session_timeout_ms", "1000");
+    ck_assert_uint_eq(s.zk_session_timeout_ms, 1000);
+    set_ok("zookeeper", "session_timeout_ms", "600000");
+    ck_assert_uint_eq(s.zk_session_timeout_ms, 600000);
+    set_fails("zookeeper", "session_timeout_ms", "600001");
+}
+END_TEST
+
+START_TEST(integers_digits_only)
+{
+    static const char *const bad[] = {
+        "", "-1", "+5", "5x", "x5", "0x10", "1.5", "1e3", "5 6",
+        "99999999999999999999999", "18446744073709551616", "4294967297",
+    };
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        set_fails("server", "max_clients", bad[i]);
+        set_fails("server", "max_line", bad[i]);
+        set_fails("server", "max_locks_per_client", bad[i]);
+        set_fails("zookeeper", "session_timeout_ms", bad[i]);
+    }
+    ck_assert_uint_eq(s.max_clients, 4096);
+    ck_assert_uint_eq(s.max_line, 1024);
+    /* Leading zeros are still decimal. */
+    set_ok("server", "max_line", "0300");
+    ck_assert_uint_eq(s.max_line, 300);
+}
+END_TEST
+
+START_TEST(socket_mode)
+{
+    set_ok("server", "unix_socket_mode", "0666");
+    ck_assert_uint_eq(s.unix_socket_mode, 0666);
+    set_ok("server", "unix_socket_mode", "600");      /* octal even without the 0 */
+    ck_assert_uint_eq(s.unix_socket_mode, 0600);
+    set_ok("server", "unix_socket_mode", "0777");
+    ck_assert_uint_eq(s.unix_socket_mode, 0777);
+    set_ok("server", "unix_socket_mode", "0");
+    ck_assert_uint_eq(s.unix_socket_mode, 0);
+    set_fails("server", "unix_socket_mode", "01000");
+    ck_assert_str_eq(err, "unix_socket_mode: '01000' is not an octal mode like 0660");
+    set_fails("server", "unix_socket_mode", "0668");  /* 8 is not octal */
+    set_fails("server", "unix_socket_mode", "rw-rw----");
+    set_fails("server", "unix_socket_mode", "");
+    set_fails("server", "unix_socket_mode", "-1");
+    ck_assert_uint_eq(s.unix_socket_mode, 0);
+}
+END_TEST
+
+START_TEST(socket_path)
+{
+    char path[sizeof(((struct sockaddr_un *)0)->sun_path) + 1];
+
+    /* The longest path that fits sun_path with its NUL. */
+    memset(path, 'p', sizeof(path));
+    path[0] = '/';
+    path[sizeof(path) - 2] = '\0';
+    set_ok("server", "unix_socket", path);
+    ck_assert_str_eq(s.unix_socket, path);
+    path[sizeof(path) - 2] = 'p';
+    path[sizeof(path) - 1] = '\0';
+    set_fails("server", "unix_socket", path);
+    ck_assert_msg(strstr(err, "path longer than") != NULL, "%s", err);
+    ck_assert_uint_eq(strlen(s.unix_socket), sizeof(path) - 2);
+}
+END_TEST
+
+START_TEST(zk_root)
+{
+    static const char *const good[] = { "/a", "/lockbroker", "/a/b/c", "/x.y_z-1", "/a/...", "/.a" };
+    static const char *const bad[] = {
+        "", "/", "a", "a/b", "/a/", "//a", "/a//b", "/.", "/..", "/a/.", "/a/..",
+        "/a/./b", "/a/../b", "/a b", "/a:b", "/caf\xc3\xa9",
+    };
+
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        set_ok("zookeeper", "root", good[i]);
+        ck_assert_str_eq(s.zk_root, good[i]);
+    }
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        set_fails("zookeeper", "root", bad[i]);
+    ck_assert_str_eq(s.zk_root, "/.a");
+    load_fails("[zookeeper]\nroot = relative\n",
+               "t:2: root: 'relative' is not an absolute ZooKeeper path like /lockbroker");
+}
+END_TEST
+
+START_TEST(zk_root_length)
+{
+    char root[203];
+
+    memset(root, 'r', sizeof(root));
+    root[0] = '/';
+    root[200] = '\0';
+    set_ok("zookeeper", "root", root);
+    root[200] = 'r';
+    root[201] = '\0';
+    set_fails("zookeeper", "root", root);
+    ck_assert_uint_eq(strlen(s.zk_root), 200);
+}
+END_TEST
+
+START_TEST(zk_hosts)
+{
+    set_ok("zookeeper", "hosts", "127.0.0.1:2181");
+    ck_assert_str_eq(s.zk_hosts, "127.0.0.1:2181");
+    set_ok("zookeeper", "hosts", "");
+    ck_assert_ptr_null(s.zk_hosts);
+}
+END_TEST
+
+START_TEST(log_levels)
+{
+    static const char *const words[] = { "error", "warn", "info", "debug" };
+
+    for (int i = 0; i < 4; i++) {
+        set_ok("log", "level", words[i]);
+        ck_assert_int_eq(s.log_level, i);
+    }
+    set_ok("log", "level", "ErRoR");
+    ck_assert_int_eq(s.log_level, LOG_LVL_ERROR);
+    set_fails("log", "level", "verbose");
+    ck_assert_str_eq(err, "level: 'verbose' is not one of error, warn, info, debug");
+    set_fails("log", "level", "");
+    set_fails("log", "level", "warning");
+    ck_assert_int_eq(s.log_level, LOG_LVL_ERROR);
+    load_fails("[log]\nlevel = loud\n", "t:2: level: 'loud' is not one of error, warn, info, debug");
+}
+END_TEST
+
+/* ------------------------------------------------------------ listen */
+
+START_TEST(listen_accepted)
+{
+    static const char *const good[] = {
+        "127.0.0.1:7411", "0.0.0.0:1", "[::1]:7411", "[::]:80", "127.0.0.1:0", "[::1]:0",
+        "10.1.2.3:65535",
+    };
+
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        set_ok("server", "listen", good[i]);
+        ck_assert_str_eq(s.listen, good[i]);
+    }
+    load_ok("[server]\nlisten = [::1]:7411\n");
+    ck_assert_str_eq(s.listen, "[::1]:7411");
+}
+END_TEST
+
+START_TEST(listen_rejected)
+{
+    static const char *const bad[] = {
+        "localhost:1", "127.0.0.1", "1.2.3.4:99999", "1.2.3.4:65536", "", ":7411",
+        "127.0.0.1:", "127.0.0.1:x", "127.0.0.1:-1", "127.0.0.1:+80", "127.0.0.1: 80",
+        "256.0.0.1:80", "[::1]", "[::1]:", "::1:7411]", "[localhost]:80", "1.2.3:80",
+    };
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        set_fails("server", "listen", bad[i]);
+    ck_assert_str_eq(s.listen, "127.0.0.1:7411");
+    set_fails("server", "listen", "localhost:1");
+    ck_assert_str_eq(err, "listen: 'localhost:1' is not IP:PORT or [IPv6]:PORT");
+    load_fails("[server]\n\nlisten = 127.0.0.1\n",
+               "t:3: listen: '127.0.0.1' is not IP:PORT or [IPv6]:PORT");
+}
+END_TEST
+
+START_TEST(listen_too_long)
+{
+    char v[200];
+
+    /* Longer than any numeric address: refused before it is copied. */
+    memset(v, '1', sizeof(v));
+    memcpy(v, "127.0.0.1:", 10);
+    v[sizeof(v) - 1] = '\0';
+    set_fails("server", "listen", v);
+}
+END_TEST
+
+START_TEST(listen_addr_ipv4)
+{
+    struct sockaddr_storage ss;
+    struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
+    int len = 0;
+
+    ck_assert_int_eq(settings_listen_addr("127.0.0.1:7411", &ss, &len), 0);
+    ck_assert_int_eq(ss.ss_family, AF_INET);
+    ck_assert_int_eq(len, (int)sizeof(struct sockaddr_in));
+    ck_assert_uint_eq(ntohs(sin->sin_port), 7411);
+    ck_assert_uint_eq(ntohl(sin->sin_addr.s_addr), 0x7f000001);
+}
+END_TEST
+
+START_TEST(listen_addr_ipv6)
+{
+    struct sockaddr_storage ss;
+    struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
+    int len = 0;
+
+    ck_assert_int_eq(settings_listen_addr("[::1]:7411", &ss, &len), 0);
+    ck_assert_int_eq(ss.ss_family, AF_INET6);
+    ck_assert_int_eq(len, (int)sizeof(struct sockaddr_in6));
+    ck_assert_uint_eq(ntohs(sin6->sin6_port), 7411);
+    ck_assert(IN6_IS_ADDR_LOOPBACK(&sin6->sin6_addr));
+}
+END_TEST
+
+START_TEST(listen_addr_port0)
+{
+    struct sockaddr_storage ss;
+    int len;
+
+    /* Port 0 asks the kernel for a free port; libevent alone refuses it. */
+    memset(&ss, 0xff, sizeof(ss));
+    ck_assert_int_eq(settings_listen_addr("127.0.0.1:0", &ss, &len), 0);
+    ck_assert_int_eq(ss.ss_family, AF_INET);
+    ck_assert_uint_eq(((struct sockaddr_in *)&ss)->sin_port, 0);
+    memset(&ss, 0xff, sizeof(ss));
+    ck_assert_int_eq(settings_listen_addr("[::1]:0", &ss, &len), 0);
+    ck_assert_int_eq(ss.ss_family, AF_INET6);
+    ck_assert_uint_eq(((struct sockaddr_in6 *)&ss)->sin6_port, 0);
+    ck_assert_int_eq(settings_listen_addr("[::1]:000", &ss, &len), 0);
+    ck_assert_uint_eq(((struct sockaddr_in6 *)&ss)->sin6_port, 0);
+}
+END_TEST
+
+START_TEST(listen_addr_rejected)
+{
+    struct sockaddr_storage ss;
+    int len;
+
+    ck_assert_int_eq(settings_listen_addr("localhost:1", &ss, &len), -1);
+    ck_assert_int_eq(settings_listen_addr("127.0.0.1", &ss, &len), -1);
+    ck_assert_int_eq(settings_listen_addr("1.2.3.4:99999", &ss, &len), -1);
+    ck_assert_int_eq(settings_listen_addr("", &ss, &len), -1);
+}
+END_TEST
+
+/* ------------------------------------------------------------ files */
+
+/* Writes text into a new temporary file; returns its malloc'd path. */
+static char *temp_file(const char *text)
+{
+    char *path = strdup("/tmp/check_conf.XXXXXX");
+    int fd;
+    size_t len = strlen(text);
+
+    ck_assert_ptr_nonnull(path);
+    fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, text, len), (ssize_t)len);
+    ck_assert_int_eq(close(fd), 0);
+    return path;
+}
+
+START_TEST(load_file)
+{
+    char *path = temp_file("; test\n[server]\nmax_clients = 77\n[log]\nlevel = error\n");
+
+    ck_assert_msg(settings_load_file(&s, path, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(s.max_clients, 77);
+    ck_assert_int_eq(s.log_level, LOG_LVL_ERROR);
+    unlink(path);
+    free(path);
+}
+END_TEST
+
+START_TEST(load_file_error_names_file_and_line)
+{
+    char *path = temp_file("[server]\nmax_clients = 77\nmax_line = 100\n");
+    char want[600];
+
+    snprintf(want, sizeof(want), "%s:3: max_line: '100' is not an integer from 256 to 1048576",
+             path);
+    ck_assert_int_eq(settings_load_file(&s, path, err, sizeof(err)), -1);
+    ck_assert_str_eq(err, want);
+    unlink(path);
+    free(path);
+}
+END_TEST
+
+START_TEST(load_missing_file)
+{
+    ck_assert_int_eq(settings_load_file(&s, "/nonexistent/lockbrokerd.conf", err, sizeof(err)),
+                     -1);
+    ck_assert_str_eq(err, "/nonexistent/lockbrokerd.conf: cannot open: No such file or directory");
+    ck_assert_str_eq(s.listen, "127.0.0.1:7411");
+}
+END_TEST
+
+/* ------------------------------------------------------------ flags */
+
+START_TEST(set_like_flags)
+{
+    /* As main.c applies -l, -s, -z, -v over the file. */
+    load_ok("[server]\nlisten = 127.0.0.1:1\nmax_line = 300\n");
+    set_ok("server", "listen", "127.0.0.1:9999");
+    set_ok("server", "unix_socket", "/tmp/lb.sock");
+    set_ok("zookeeper", "hosts", "127.0.0.1:2181");
+    set_ok("log", "level", "debug");
+    ck_assert_str_eq(s.listen, "127.0.0.1:9999");
+    ck_assert_str_eq(s.unix_socket, "/tmp/lb.sock");
+    ck_assert_str_eq(s.zk_hosts, "127.0.0.1:2181");
+    ck_assert_int_eq(s.log_level, LOG_LVL_DEBUG);
+    ck_assert_uint_eq(s.max_line, 300);
+}
+END_TEST
+
+START_TEST(set_errors_have_no_location)
+{
+    set_fails("server", "listen", "nowhere");
+    ck_assert_str_eq(err, "listen: 'nowhere' is not IP:PORT or [IPv6]:PORT");
+    set_fails("server", "nope", "1");
+    ck_assert_str_eq(err, "unknown key 'nope' in [server]");
+    set_fails("nope", "listen", "1");
+    ck_assert_str_eq(err, "unknown section [nope]");
+    ck_assert_str_eq(s.listen, "127.0.0.1:7411");
+}
+END_TEST
+
+static Suite *conf_suite(void)
+{
+    Suite *su = suite_create("conf");
+    TCase *tc;
+
+    tc = tcase_create("defaults");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, defaults);
+    tcase_add_test(tc, free_clears);
+    tcase_add_test(tc, log_level_names);
+    suite_add_tcase(su, tc);
+
+    tc = tcase_create("load");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, load_every_key);
+    tcase_add_test(tc, load_empty);
+    tcase_add_test(tc, load_keeps_unset_defaults);
+    tcase_add_test(tc, load_syntax_variants);
+    tcase_add_test(tc, load_later_value_wins);
+    tcase_add_test(tc, load_over_earlier_load);
+    tcase_add_test(tc, sample_file_is_defaults);
+    suite_add_tcase(su, tc);
+
+    tc = tcase_create("errors");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, unknown_section);
+    tcase_add_test(tc, key_before_any_section);
+    tcase_add_test(tc, unknown_keys);
+    tcase_add_test(tc, bad_value_names_its_line);
+    tcase_add_test(tc, first_error_reported);
+    tcase_add_test(tc, syntax_error);
+    tcase_add_test(tc, source_names_the_input);
+    tcase_add_test(tc, error_truncated_to_errlen);
+    suite_add_tcase(su, tc);
+
+    tc = tcase_create("values");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, max_line_limits);
+    tcase_add_test(tc, max_clients_limits);
+    tcase_add_test(tc, max_locks_limits);
+    tcase_add_test(tc, session_timeout_limits);
+    tcase_add_test(tc, integers_digits_only);
+    tcase_add_test(tc, socket_mode);
+    tcase_add_test(tc, socket_path);
+    tcase_add_test(tc, zk_root);
+    tcase_add_test(tc, zk_root_length);
+    tcase_add_test(tc, zk_hosts);
+    tcase_add_test(tc, log_levels);
+    suite_add_tcase(su, tc);
+
+    tc = tcase_create("listen");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, listen_accepted);
+    tcase_add_test(tc, listen_rejected);
+    tcase_add_test(tc, listen_too_long);
+    tcase_add_test(tc, listen_addr_ipv4);
+    tcase_add_test(tc, listen_addr_ipv6);
+    tcase_add_test(tc, listen_addr_port0);
+    tcase_add_test(tc, listen_addr_rejected);
+    suite_add_tcase(su, tc);
+
+    tc = tcase_create("files");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, load_file);
+    tcase_add_test(tc, load_file_error_names_file_and_line);
+    tcase_add_test(tc, load_missing_file);
+    suite_add_tcase(su, tc);
+
+    tc = tcase_create("flags");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, set_like_flags);
+    tcase_add_test(tc, set_errors_have_no_location);
+    suite_add_tcase(su, tc);
+    return su;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(conf_suite());
+    int failed;
+
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

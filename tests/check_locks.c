@@ -1,0 +1,1006 @@
+/*
+ * check_locks.c - the lock table without sockets.
+ *
+ * A fake backend records acquire / cancel / release and lets each test
+ * answer later through locks_backend_*(); fake clients record done() and
+ * lost(). Other tests use the real embedded backend. Wait timers run on a
+ * real event_base, driven with EVLOOP_ONCE in bounded loops.
+ */
+#include "locks.h"
+#include "backend.h"
+#include "log.h"
+
+#include <check.h>
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NAME_CAP 64
+#define MAX_CALLS 64
+#define MAX_RECS 16
+
+/* ------------------------------------------------------------ fake backend */
+
+enum fake_mode {
+    FAKE_MANUAL,       /* acquire() returns; the test answers later */
+    FAKE_GRANT,        /* acquire() grants before returning */
+    FAKE_BUSY,         /* acquire() answers busy before returning */
+    FAKE_UNAVAILABLE,  /* acquire() answers unavailable before returning */
+};
+
+enum call_kind { CALL_ACQUIRE, CALL_CANCEL, CALL_RELEASE };
+
+struct call {
+    enum call_kind kind;
+    struct lock *lock;          /* valid only while the table keeps the lock */
+    char name[NAME_CAP];        /* copied: the lock may be freed after the call */
+    char peer[NAME_CAP];        /* the queue's head at the time of the call */
+    bool try;
+};
+
+struct fake {
+    struct backend be;
+    enum fake_mode mode;
+    uint64_t next_token;
+    struct call calls[MAX_CALLS];
+    int ncalls;
+};
+
+static void fake_record(struct fake *f, enum call_kind kind, struct lock *l, bool try)
+{
+    struct call *c;
+
+    ck_assert_int_lt(f->ncalls, MAX_CALLS);
+    c = &f->calls[f->ncalls++];
+    c->kind = kind;
+    c->lock = l;
+    c->try = try;
+    snprintf(c->name, sizeof(c->name), "%s", lock_name(l));
+    snprintf(c->peer, sizeof(c->peer), "%s", lock_peer(l));
+}
+
+static void fake_acquire(void *impl, struct lock *l, bool try)
+{
+    struct fake *f = impl;
+
+    fake_record(f, CALL_ACQUIRE, l, try);
+    switch (f->mode) {
+    case FAKE_MANUAL:
+        break;
+    case FAKE_GRANT:
+        locks_backend_granted(l, ++f->next_token);
+        break;
+    case FAKE_BUSY:
+        locks_backend_busy(l);
+        break;
+    case FAKE_UNAVAILABLE:
+        locks_backend_unavailable(l);
+        break;
+    }
+}
+
+static void fake_cancel(void *impl, struct lock *l) { fake_record(impl, CALL_CANCEL, l, false); }
+static void fake_release(void *impl, struct lock *l) { fake_record(impl, CALL_RELEASE, l, false); }
+
+static const struct backend_ops fake_ops = {
+    .name = "fake",
+    .acquire = fake_acquire,
+    .cancel = fake_cancel,
+    .release = fake_release,
+};
+
+/* ------------------------------------------------------------ fake clients */
+
+enum rec_kind { REC_DONE, REC_LOST };
+
+struct rec {
+    enum rec_kind kind;
+    char name[NAME_CAP];
+    enum locks_result result;   /* REC_DONE */
+    uint64_t token;
+    char reason[NAME_CAP];      /* REC_LOST */
+    unsigned seq;               /* order across all clients */
+};
+
+struct fclient {
+    struct locks_client c;      /* first: the callbacks cast back */
+    struct rec recs[MAX_RECS];
+    int nrecs;
+};
+
+static unsigned seq;
+
+static struct rec *client_record(struct locks_client *c, enum rec_kind kind, const char *name)
+{
+    struct fclient *fc = (struct fclient *)c;
+    struct rec *r;
+
+    ck_assert_int_lt(fc->nrecs, MAX_RECS);
+    r = &fc->recs[fc->nrecs++];
+    memset(r, 0, sizeof(*r));
+    r->kind = kind;
+    r->seq = ++seq;
+    snprintf(r->name, sizeof(r->name), "%s", name);
+    return r;
+}
+
+static void client_done(struct locks_client *c, const char *name, enum locks_result res,
+                        uint64_t token)
+{
+    struct rec *r = client_record(c, REC_DONE, name);
+
+    r->result = res;
+    r->token = token;
+}
+
+static void client_lost(struct locks_client *c, const char *name, uint64_t token,
+                        const char *reason)
+{
+    struct rec *r = client_record(c, REC_LOST, name);
+
+    r->token = token;
+    snprintf(r->reason, sizeof(r->reason), "%s", reason);
+}
+
+static const struct locks_client_ops client_ops = { .done = client_done, .lost = client_lost };
+
+/* ------------------------------------------------------------ fixtures */
+
+static struct event_base *base;
+static struct fake fake;
+static struct backend *embedded;
+static struct locks *t;
+static struct fclient c1, c2, c3, c4;
+
+static void clients_init(void)
+{
+    struct fclient *all[] = { &c1, &c2, &c3, &c4 };
+    static const char *const peers[] = { "c1", "c2", "c3", "c4" };
+
+    seq = 0;
+    for (int i = 0; i < 4; i++) {
+        memset(all[i], 0, sizeof(*all[i]));
+        locks_client_init(&all[i]->c, &client_ops, peers[i]);
+    }
+}
+
+static void setup_fake(void)
+{
+    base = event_base_new();
+    ck_assert_ptr_nonnull(base);
+    memset(&fake, 0, sizeof(fake));
+    fake.be.ops = &fake_ops;
+    fake.be.impl = &fake;
+    t = locks_new(base, &fake.be, 4);
+    ck_assert_ptr_nonnull(t);
+    clients_init();
+}
+
+static void setup_embedded(void)
+{
+    base = event_base_new();
+    ck_assert_ptr_nonnull(base);
+    embedded = backend_embedded_new();
+    ck_assert_ptr_nonnull(embedded);
+    t = locks_new(base, embedded, 4);
+    ck_assert_ptr_nonnull(t);
+    clients_init();
+}
+
+static void teardown(void)
+{
+    locks_free(t);
+    t = NULL;
+    backend_embedded_free(embedded);
+    embedded = NULL;
+    event_base_free(base);
+    base = NULL;
+}
+
+/* ------------------------------------------------------------ helpers */
+
+/* Runs the loop until c has n records; bounded, so a bug fails rather than hangs. */
+static void run_until(struct fclient *c, int n)
+{
+    for (int i = 0; i < 1000 && c->nrecs < n; i++)
+        event_base_loop(base, EVLOOP_ONCE);
+    ck_assert_int_ge(c->nrecs, n);
+}
+
+static void on_sentinel(evutil_socket_t fd, short what, void *arg) { *(bool *)arg = true; }
+
+/* Runs the loop until a timer of ms milliseconds fired: every timer due
+ * earlier has fired by then, so a callback that did not happen never will. */
+static void run_past_ms(int ms)
+{
+    bool fired = false;
+    struct event *ev = evtimer_new(base, on_sentinel, &fired);
+    struct timeval tv = { 0, ms * 1000 };
+
+    ck_assert_ptr_nonnull(ev);
+    ck_assert_int_eq(evtimer_add(ev, &tv), 0);
+    for (int i = 0; i < 1000 && !fired; i++)
+        event_base_loop(base, EVLOOP_ONCE);
+    event_free(ev);
+    ck_assert(fired);
+}
+
+static enum locks_result lock(struct fclient *c, const char *name, int64_t wait_ms,
+                              uint64_t *token)
+{
+    uint64_t dummy;
+
+    return locks_lock(t, &c->c, name, wait_ms, false, token ? token : &dummy);
+}
+
+static enum locks_result trylock(struct fclient *c, const char *name)
+{
+    uint64_t dummy;
+
+    return locks_lock(t, &c->c, name, -1, true, &dummy);
+}
+
+static void ck_done(const struct fclient *c, int i, const char *name, enum locks_result r)
+{
+    ck_assert_int_gt(c->nrecs, i);
+    ck_assert_int_eq(c->recs[i].kind, REC_DONE);
+    ck_assert_str_eq(c->recs[i].name, name);
+    ck_assert_int_eq(c->recs[i].result, r);
+}
+
+static const struct call *ck_call(int i, enum call_kind kind, const char *name)
+{
+    ck_assert_int_gt(fake.ncalls, i);
+    ck_assert_int_eq(fake.calls[i].kind, kind);
+    ck_assert_str_eq(fake.calls[i].name, name);
+    return &fake.calls[i];
+}
+
+static struct locks_stats stats(void)
+{
+    struct locks_stats st;
+
+    locks_get_stats(t, &st);
+    return st;
+}
+
+/* ------------------------------------------------------------ embedded backend */
+
+START_TEST(grant_at_once)
+{
+    uint64_t token = 0;
+
+    ck_assert_int_eq(lock(&c1, "a", -1, &token), LOCKS_GRANTED);
+    ck_assert_uint_gt(token, 0);
+    ck_assert_uint_eq(c1.c.nholds, 1);
+    ck_assert_int_eq(c1.nrecs, 0);        /* answered by the return value only */
+    ck_assert_uint_eq(stats().held, 1);
+    ck_assert_uint_eq(stats().waiting, 0);
+    ck_assert_uint_eq(stats().grants, 1);
+}
+END_TEST
+
+START_TEST(grant_free_lock_without_waiting)
+{
+    uint64_t token = 0;
+
+    /* wait 0 and TRYLOCK only fail when someone has it. */
+    ck_assert_int_eq(lock(&c1, "a", 0, &token), LOCKS_GRANTED);
+    ck_assert_uint_gt(token, 0);
+    ck_assert_int_eq(locks_lock(t, &c2.c, "b", -1, true, &token), LOCKS_GRANTED);
+    ck_assert_uint_eq(stats().held, 2);
+}
+END_TEST
+
+START_TEST(reentrant)
+{
+    uint64_t t1 = 0, t2 = 0, t3 = 0;
+
+    ck_assert_int_eq(lock(&c1, "a", -1, &t1), LOCKS_GRANTED);
+    ck_assert_int_eq(lock(&c1, "a", 0, &t2), LOCKS_GRANTED);
+    ck_assert_int_eq(locks_lock(t, &c1.c, "a", -1, true, &t3), LOCKS_GRANTED);
+    ck_assert_uint_eq(t2, t1);
+    ck_assert_uint_eq(t3, t1);
+    ck_assert_uint_eq(c1.c.nholds, 1);
+    ck_assert_uint_eq(stats().grants, 1);   /* re-entrant grants excluded */
+    ck_assert_uint_eq(stats().held, 1);
+
+    /* Released only by the third unlock. */
+    ck_assert_int_eq(locks_unlock(t, &c1.c, "a"), LOCKS_RELEASED);
+    ck_assert_int_eq(locks_unlock(t, &c1.c, "a"), LOCKS_RELEASED);
+    ck_assert_int_eq(trylock(&c2, "a"), LOCKS_BUSY);
+    ck_assert_int_eq(locks_unlock(t, &c1.c, "a"), LOCKS_RELEASED);
+    ck_assert_uint_eq(c1.c.nholds, 0);
+    ck_assert_uint_eq(stats().held, 0);
+    ck_assert_int_eq(locks_unlock(t, &c1.c, "a"), LOCKS_NOT_HELD);
+    ck_assert_int_eq(trylock(&c2, "a"), LOCKS_GRANTED);
+}
+END_TEST
+
+START_TEST(not_held)
+{
+    ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(locks_unlock(t, &c2.c, "a"), LOCKS_NOT_HELD);
+    ck_assert_int_eq(locks_unlock(t, &c2.c, "nobody-has-this"), LOCKS_NOT_HELD);
+    ck_assert_int_eq(locks_unlock(t, &c1.c, "nobody-has-this"), LOCKS_NOT_HELD);
+    /* A waiter does not hold it either, and stays queued. */
+    ck_assert_int_eq(lock(&c2, "a", -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(locks_unlock(t, &c2.c, "a"), LOCKS_NOT_HELD);
+    ck_assert_uint_eq(stats().held, 1);
+    ck_assert_uint_eq(stats().waiting, 1);
+    ck_assert_int_eq(locks_unlock(t, &c1.c, "a"), LOCKS_RELEASED);
+    ck_done(&c2, 0, "a", LOCKS_GRANTED);
+}
+END_TEST
+
+START_TEST(fifo)
+{
+    uint64_t t1 = 0;
+
+    ck_assert_int_eq(lock(&c1, "a", -1, &t1), LOCKS_GRANTED);
+    ck_assert_int_eq(lock(&c2, "a", -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock(&c3, "a", 10000, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock(&c4, "a", -1, NULL), LOCKS_WAITING);
+    ck_assert_uint_eq(stats().waiting, 3);
+
+    ck_assert_int_eq(locks_unlock(t, &c1.c, "a"), LOCKS_RELEASED);
+    ck_done(&c2, 0, "a", LOCKS_GRANTED);
+    ck_assert_int_eq(c3.nrecs, 0);
+    ck_assert_int_eq(c4.nrecs, 0);
+    ck_assert_uint_gt(c2.recs[0].token, t1);
+
+    ck_assert_int_eq(locks_unlock(t, &c2.c, "a"), LOCKS_RELEASED);
+    ck_done(&c3, 0, "a", LOCKS_GRANTED);
+    ck_assert_int_eq(c4.nrecs, 0);
+    ck_assert_uint_gt(c3.recs[0].token, c2.recs[0].token);
+
+    ck_assert_int_eq(locks_unlock(t, &c3.c, "a"), LOCKS_RELEASED);
+    ck_done(&c4, 0, "a", LOCKS_GRANTED);
+    ck_assert_uint_gt(c4.recs[0].token, c3.recs[0].token);
+    ck_assert(c2.recs[0].seq < c3.recs[0].seq && c3.recs[0].seq < c4.recs[0].seq);
+    ck_assert_uint_eq(stats().waiting, 0);
+    ck_assert_uint_eq(stats().grants, 4);
+}
+END_TEST
+
+START_TEST(wait_timeout)
+{
+    ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock(&c2, "a", 5, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock(&c3, "a", -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock(&c4, "a", 60000, NULL), LOCKS_WAITING);
+
+    run_until(&c2, 1);
+    ck_done(&c2, 0, "a", LOCKS_TIMEOUT);
+    ck_assert_uint_eq(c2.recs[0].token, 0);
+    ck_assert_int_eq(c2.nrecs, 1);
+    ck_assert_uint_eq(c2.c.nholds, 0);
+    ck_assert_int_eq(c3.nrecs, 0);
+    ck_assert_uint_eq(stats().timeouts, 1);
+    ck_assert_uint_eq(stats().waiting, 2);
+
+    /* The next waiter still gets it, in order. */
+    ck_assert_int_eq(locks_unlock(t, &c1.c, "a"), LOCKS_RELEASED);
+    ck_done(&c3, 0, "a", LOCKS_GRANTED);
+    ck_assert_int_eq(c4.nrecs, 0);
+    ck_assert_int_eq(locks_unlock(t, &c3.c, "a"), LOCKS_RELEASED);
+    ck_done(&c4, 0, "a", LOCKS_GRANTED);
+}
+END_TEST
+
+START_TEST(several_timeouts_in_order)
+{
+    ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock(&c2, "a", 1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock(&c3, "a", 20, NULL), LOCKS_WAITING);
+    run_until(&c3, 1);
+    ck_done(&c2, 0, "a", LOCKS_TIMEOUT);
+    ck_done(&c3, 0, "a", LOCKS_TIMEOUT);
+    ck_assert_uint_lt(c2.recs[0].seq, c3.recs[0].seq);
+    ck_assert_uint_eq(stats().timeouts, 2);
+    ck_assert_uint_eq(stats().waiting, 0);
+    ck_assert_int_eq(c1.nrecs, 0);
+    ck_assert_uint_eq(stats().held, 1);
+}
+END_TEST
+
+START_TEST(granted_wait_does_not_time_out)
+{
+    ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock(&c2, "a", 5, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(locks_unlock(t, &c1.c, "a"), LOCKS_RELEASED);
+    ck_done(&c2, 0, "a", LOCKS_GRANTED);
+    /* The wait timer went with the grant. */
+    run_past_ms(20);
+    ck_assert_int_eq(c2.nrecs, 1);
+    ck_assert_uint_eq(stats().timeouts, 0);
+    ck_assert_uint_eq(stats().held, 1);
+}
+END_TEST
+
+START_TEST(no_wait_on_held_lock)
+{
+    ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock(&c2, "a", 0, NULL), LOCKS_BUSY);
+    ck_assert_int_eq(trylock(&c2, "a"), LOCKS_BUSY);
+    ck_assert_uint_eq(c2.c.nholds, 0);
+    ck_assert_int_eq(c2.nrecs, 0);
+    ck_assert_uint_eq(stats().waiting, 0);
+    ck_assert_uint_eq(stats().held, 1);
+}
+END_TEST
+
+START_TEST(no_wait_never_jumps_the_queue)
+{
+    ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock(&c2, "a", -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(locks_unlock(t, &c1.c, "a"), LOCKS_RELEASED);
+    ck_done(&c2, 0, "a", LOCKS_GRANTED);
+    ck_assert_int_eq(trylock(&c1, "a"), LOCKS_BUSY);
+}
+END_TEST
+
+START_TEST(limit_per_client)
+{
+    /* The fixture allows 4 holds per client; waits count, re-entry does not. */
+    ck_assert_int_eq(lock(&c2, "w", -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock(&c1, "b", -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock(&c1, "c", -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock(&c1, "w", -1, NULL), LOCKS_WAITING);
+    ck_assert_uint_eq(c1.c.nholds, 4);
+    ck_assert_int_eq(lock(&c1, "d", -1, NULL), LOCKS_LIMIT);
+    ck_assert_int_eq(trylock(&c1, "d"), LOCKS_LIMIT);
+    ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_GRANTED);   /* re-entrant */
+    ck_assert_int_eq(lock(&c1, "b", 0, NULL), LOCKS_GRANTED);
+    ck_assert_uint_eq(c1.c.nholds, 4);
+    ck_assert_uint_eq(stats().held, 4);
+    ck_assert_uint_eq(stats().waiting, 1);
+
+    /* A re-entrant unlock frees no slot; a full one does. */
+    ck_assert_int_eq(locks_unlock(t, &c1.c, "a"), LOCKS_RELEASED);
+    ck_assert_int_eq(lock(&c1, "d", -1, NULL), LOCKS_LIMIT);
+    ck_assert_int_eq(locks_unlock(t, &c1.c, "a"), LOCKS_RELEASED);
+    ck_assert_int_eq(lock(&c1, "d", -1, NULL), LOCKS_GRANTED);
+    /* Other clients have their own count. */
+    ck_assert_int_eq(lock(&c3, "e", -1, NULL), LOCKS_GRANTED);
+}
+END_TEST
+
+START_TEST(release_all_holder)
+{
+    ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_GRANTED);   /* depth 2 */
+    ck_assert_int_eq(lock(&c1, "b", -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock(&c2, "a", -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock(&c3, "a", -1, NULL), LOCKS_WAITING);
+
+    locks_client_release_all(t, &c1.c);
+    ck_assert_uint_eq(c1.c.nholds, 0);
+    ck_assert(TAILQ_EMPTY(&c1.c.holds));
+    ck_assert_int_eq(c1.nrecs, 0);                 /* never called back */
+    ck_done(&c2, 0, "a", LOCKS_GRANTED);           /* depth did not matter */
+    ck_assert_int_eq(c3.nrecs, 0);
+    ck_assert_uint_eq(stats().held, 1);
+    ck_assert_uint_eq(stats().waiting, 1);
+    ck_assert_int_eq(trylock(&c4, "b"), LOCKS_GRANTED);
+}
+END_TEST
+
+START_TEST(release_all_waiter)
+{
+    ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock(&c2, "a", 5, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock(&c3, "a", -1, NULL), LOCKS_WAITING);
+    locks_client_release_all(t, &c2.c);
+    ck_assert_uint_eq(c2.c.nholds, 0);
+    ck_assert_uint_eq(stats().waiting, 1);
+
+    /* Its wait timer is gone: no TIMEOUT after it would have fired. */
+    run_past_ms(20);
+    ck_assert_int_eq(c2.nrecs, 0);
+    ck_assert_uint_eq(stats().timeouts, 0);
+
+    ck_assert_int_eq(locks_unlock(t, &c1.c, "a"), LOCKS_RELEASED);
+    ck_done(&c3, 0, "a", LOCKS_GRANTED);
+    ck_assert_int_eq(c2.nrecs, 0);
+}
+END_TEST
+
+START_TEST(release_all_idle_client)
+{
+    locks_client_release_all(t, &c1.c);
+    ck_assert_uint_eq(c1.c.nholds, 0);
+    ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_GRANTED);
+}
+END_TEST
+
+START_TEST(tokens_increase)
+{
+    uint64_t prev = 0, token;
+
+    /* Per name, across handovers and across names. */
+    for (int i = 0; i < 100; i++) {
+        ck_assert_int_eq(lock(&c1, (i % 3) ? "a" : "b", -1, &token), LOCKS_GRANTED);
+        ck_assert_uint_gt(token, prev);
+        prev = token;
+        ck_assert_int_eq(locks_unlock(t, &c1.c, (i % 3) ? "a" : "b"), LOCKS_RELEASED);
+    }
+    ck_assert_int_eq(lock(&c1, "a", -1, &token), LOCKS_GRANTED);
+    ck_assert_int_eq(lock(&c2, "a", -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(locks_unlock(t, &c1.c, "a"), LOCKS_RELEASED);
+    ck_done(&c2, 0, "a", LOCKS_GRANTED);
+    ck_assert_uint_gt(c2.recs[0].token, token);
+}
+END_TEST
+
+START_TEST(token_next_monotonic)
+{
+    uint64_t last = 0, prev, far;
+
+    prev = token_next(&last);
+    ck_assert_uint_gt(prev, 0);
+    ck_assert_uint_eq(last, prev);
+    for (int i = 0; i < 10000; i++) {
+        uint64_t v = token_next(&last);
+
+        ck_assert_uint_gt(v, prev);
+        prev = v;
+    }
+    /* A last token ahead of the clock (clock set back) still goes up by one. */
+    far = UINT64_MAX / 2;
+    last = far;
+    ck_assert_uint_eq(token_next(&last), far + 1);
+    ck_assert_uint_eq(token_next(&last), far + 2);
+}
+END_TEST
+
+START_TEST(stats_counters)
+{
+    struct locks_stats st;
+
+    ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock(&c1, "b", -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock(&c2, "a", 1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock(&c3, "b", -1, NULL), LOCKS_WAITING);
+    st = stats();
+    ck_assert_uint_eq(st.held, 2);
+    ck_assert_uint_eq(st.waiting, 2);
+    ck_assert_uint_eq(st.grants, 2);
+    ck_assert_uint_eq(st.timeouts, 0);
+    ck_assert_uint_eq(st.lost, 0);
+
+    run_until(&c2, 1);
+    ck_assert_int_eq(locks_unlock(t, &c1.c, "b"), LOCKS_RELEASED);
+    st = stats();
+    ck_assert_uint_eq(st.held, 2);       /* a by c1, b by c3 */
+    ck_assert_uint_eq(st.waiting, 0);
+    ck_assert_uint_eq(st.grants, 3);
+    ck_assert_uint_eq(st.timeouts, 1);
+
+    locks_client_release_all(t, &c1.c);
+    locks_client_release_all(t, &c3.c);
+    st = stats();
+    ck_assert_uint_eq(st.held, 0);
+    ck_assert_uint_eq(st.waiting, 0);
+    ck_assert_uint_eq(st.grants, 3);     /* totals stay */
+    ck_assert_uint_eq(st.timeouts, 1);
+}
+END_TEST
+
+START_TEST(free_with_outstanding_holds_embedded)
+{
+    ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock(&c1, "b", -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock(&c2, "a", 60000, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock(&c3, "a", -1, NULL), LOCKS_WAITING);
+
+    locks_free(t);
+    t = NULL;
+    /* Every hold is gone from its client, nobody was called back. */
+    ck_assert_uint_eq(c1.c.nholds, 0);
+    ck_assert_uint_eq(c2.c.nholds, 0);
+    ck_assert_uint_eq(c3.c.nholds, 0);
+    ck_assert(TAILQ_EMPTY(&c1.c.holds) && TAILQ_EMPTY(&c2.c.holds) && TAILQ_EMPTY(&c3.c.holds));
+    ck_assert_int_eq(c1.nrecs + c2.nrecs + c3.nrecs, 0);
+    /* Nothing pending is left on the base (the wait timer was freed). */
+    ck_assert_int_eq(event_base_loop(base, EVLOOP_NONBLOCK), 1);
+}
+END_TEST
+
+START_TEST(free_empty_and_null)
+{
+    locks_free(NULL);
+    ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(locks_unlock(t, &c1.c, "a"), LOCKS_RELEASED);
+    locks_free(t);
+    t = NULL;
+    ck_assert_uint_eq(c1.c.nholds, 0);
+}
+END_TEST
+
+/* ------------------------------------------------------------ fake backend */
+
+START_TEST(fake_async_grant)
+{
+    const struct call *call;
+    uint64_t token = 0;
+
+    ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_WAITING);
+    call = ck_call(0, CALL_ACQUIRE, "a");
+    ck_assert(!call->try);
+    ck_assert_str_eq(call->peer, "c1");
+    ck_assert_str_eq(lock_name(call->lock), "a");
+    ck_assert_uint_eq(stats().waiting, 1);
+    ck_assert_uint_eq(stats().held, 0);
+
+    locks_backend_granted(call->lock, 42);
+    ck_done(&c1, 0, "a", LOCKS_GRANTED);
+    ck_assert_uint_eq(c1.recs[0].token, 42);
+    ck_assert_uint_eq(stats().waiting, 0);
+    ck_assert_uint_eq(stats().held, 1);
+    ck_assert_uint_eq(stats().grants, 1);
+
+    /* Re-entry needs no backend call. */
+    ck_assert_int_eq(lock(&c1, "a", -1, &token), LOCKS_GRANTED);
+    ck_assert_uint_eq(token, 42);
+    ck_assert_int_eq(fake.ncalls, 1);
+
+    ck_assert_int_eq(locks_unlock(t, &c1.c, "a"), LOCKS_RELEASED);
+    ck_assert_int_eq(fake.ncalls, 1);    /* still held once */
+    ck_assert_int_eq(locks_unlock(t, &c1.c, "a"), LOCKS_RELEASED);
+    ck_call(1, CALL_RELEASE, "a");
+    ck_assert_int_eq(fake.ncalls, 2);
+}
+END_TEST
+
+START_TEST(fake_sync_grant)
+{
+    uint64_t token = 0;
+
+    /* The backend answers inside acquire(): the caller gets it as the result. */
+    fake.mode = FAKE_GRANT;
+    ck_assert_int_eq(lock(&c1, "a", 5, &token), LOCKS_GRANTED);
+    ck_assert_uint_eq(token, 1);
+    ck_assert_int_eq(c1.nrecs, 0);
+    ck_assert_int_eq(lock(&c2, "a", -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(fake.ncalls, 1);
+    ck_assert_int_eq(locks_unlock(t, &c1.c, "a"), LOCKS_RELEASED);
+    ck_call(1, CALL_RELEASE, "a");
+    ck_call(2, CALL_ACQUIRE, "a");
+    ck_assert_str_eq(fake.calls[2].peer, "c2");
+    ck_done(&c2, 0, "a", LOCKS_GRANTED);
+    ck_assert_uint_eq(c2.recs[0].token, 2);
+    /* The synchronous grant's wait timer went with it. */
+    run_past_ms(20);
+    ck_assert_int_eq(c1.nrecs, 0);
+    ck_assert_uint_eq(stats().timeouts, 0);
+}
+END_TEST
+
+START_TEST(fake_sync_busy)
+{
+    fake.mode = FAKE_BUSY;
+    ck_assert_int_eq(trylock(&c1, "a"), LOCKS_BUSY);
+    ck_assert(fake.calls[0].try);
+    ck_assert_int_eq(lock(&c1, "a", 0, NULL), LOCKS_BUSY);
+    ck_assert(fake.calls[1].try);
+    ck_assert_int_eq(c1.nrecs, 0);
+    ck_assert_uint_eq(c1.c.nholds, 0);
+    ck_assert_uint_eq(stats().waiting, 0);
+    /* The lock went away with its only waiter: a new request starts afresh. */
+    fake.mode = FAKE_MANUAL;
+    ck_assert_int_eq(lock(&c2, "a", -1, NULL), LOCKS_WAITING);
+    ck_call(2, CALL_ACQUIRE, "a");
+    ck_assert(!fake.calls[2].try);
+}
+END_TEST
+
+START_TEST(fake_sync_unavailable)
+{
+    fake.mode = FAKE_UNAVAILABLE;
+    ck_assert_int_eq(trylock(&c1, "a"), LOCKS_UNAVAILABLE);
+    ck_assert_int_eq(c1.nrecs, 0);
+    ck_assert_uint_eq(c1.c.nholds, 0);
+    ck_assert_uint_eq(stats().waiting, 0);
+}
+END_TEST
+
+START_TEST(fake_trylock_awaited_lock)
+{
+    /* Awaited (acquiring) counts as taken for TRYLOCK and wait 0. */
+    ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(trylock(&c2, "a"), LOCKS_BUSY);
+    ck_assert_int_eq(lock(&c2, "a", 0, NULL), LOCKS_BUSY);
+    ck_assert_int_eq(fake.ncalls, 1);
+    ck_assert_uint_eq(stats().waiting, 1);
+}
+END_TEST
+
+START_TEST(fake_head_leaves_next_inherits)
+{
+    struct lock *l;
+
+    ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock(&c2, "a", -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock(&c3, "a", -1, NULL), LOCKS_WAITING);
+    l = ck_call(0, CALL_ACQUIRE, "a")->lock;
+
+    locks_client_release_all(t, &c1.c);
+    ck_assert_int_eq(fake.ncalls, 1);        /* no cancel, no new acquire */
+    ck_assert_str_eq(lock_peer(l), "c2");
+    ck_assert_int_eq(c1.nrecs, 0);
+    ck_assert_uint_eq(stats().waiting, 2);
+
+    locks_backend_granted(l, 9);
+    ck_done(&c2, 0, "a", LOCKS_GRANTED);
+    ck_assert_uint_eq(c2.recs[0].token, 9);
+    ck_assert_int_eq(c3.nrecs, 0);
+}
+END_TEST
+
+START_TEST(fake_sole_waiter_leaves_cancels)
+{
+    struct lock *l;
+
+    ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_WAITING);
+    l = ck_call(0, CALL_ACQUIRE, "a")->lock;
+    ck_assert_ptr_null(lock_backend_data(l));
+    lock_set_backend_data(l, &fake);
+    ck_assert_ptr_eq(lock_backend_data(l), &fake);
+
+    locks_client_release_all(t, &c1.c);
+    ck_call(1, CALL_CANCEL, "a");
+    ck_assert_ptr_eq(fake.calls[1].lock, l);
+    ck_assert_int_eq(fake.ncalls, 2);
+    ck_assert_int_eq(c1.nrecs, 0);
+    ck_assert_uint_eq(stats().waiting, 0);
+
+    /* A later request gets a new lock, with a fresh backend slot. */
+    ck_assert_int_eq(lock(&c2, "a", -1, NULL), LOCKS_WAITING);
+    ck_assert_ptr_null(lock_backend_data(ck_call(2, CALL_ACQUIRE, "a")->lock));
+}
+END_TEST
+
+START_TEST(fake_waiter_behind_leaves)
+{
+    ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock(&c2, "a", -1, NULL), LOCKS_WAITING);
+    locks_client_release_all(t, &c2.c);
+    ck_assert_int_eq(fake.ncalls, 1);
+    locks_backend_granted(fake.calls[0].lock, 3);
+    ck_done(&c1, 0, "a", LOCKS_GRANTED);
+    ck_assert_int_eq(c2.nrecs, 0);
+}
+END_TEST
+
+START_TEST(fake_head_times_out_next_inherits)
+{
+    struct lock *l;
+
+    ck_assert_int_eq(lock(&c1, "a", 5, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock(&c2, "a", -1, NULL), LOCKS_WAITING);
+    l = fake.calls[0].lock;
+    run_until(&c1, 1);
+    ck_done(&c1, 0, "a", LOCKS_TIMEOUT);
+    ck_assert_int_eq(fake.ncalls, 1);
+    ck_assert_str_eq(lock_peer(l), "c2");
+    locks_backend_granted(l, 5);
+    ck_done(&c2, 0, "a", LOCKS_GRANTED);
+}
+END_TEST
+
+START_TEST(fake_sole_waiter_times_out_cancels)
+{
+    ck_assert_int_eq(lock(&c1, "a", 5, NULL), LOCKS_WAITING);
+    run_until(&c1, 1);
+    ck_done(&c1, 0, "a", LOCKS_TIMEOUT);
+    ck_call(1, CALL_CANCEL, "a");
+    ck_assert_int_eq(fake.ncalls, 2);
+    ck_assert_uint_eq(stats().waiting, 0);
+    ck_assert_uint_eq(stats().timeouts, 1);
+    ck_assert_uint_eq(c1.c.nholds, 0);
+}
+END_TEST
+
+START_TEST(fake_try_busy_then_fresh_acquire)
+{
+    struct lock *l;
+
+    ck_assert_int_eq(trylock(&c1, "a"), LOCKS_WAITING);
+    ck_assert(ck_call(0, CALL_ACQUIRE, "a")->try);
+    l = fake.calls[0].lock;
+    ck_assert_int_eq(lock(&c2, "a", -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock(&c3, "a", -1, NULL), LOCKS_WAITING);
+
+    locks_backend_busy(l);
+    ck_done(&c1, 0, "a", LOCKS_BUSY);
+    ck_assert_uint_eq(c1.c.nholds, 0);
+    /* A try answer is no answer for a waiter: ask again, without try. */
+    ck_call(1, CALL_ACQUIRE, "a");
+    ck_assert(!fake.calls[1].try);
+    ck_assert_str_eq(fake.calls[1].peer, "c2");
+    ck_assert_int_eq(c2.nrecs, 0);
+
+    locks_backend_granted(fake.calls[1].lock, 11);
+    ck_done(&c2, 0, "a", LOCKS_GRANTED);
+    ck_assert_int_eq(c3.nrecs, 0);
+    ck_assert_uint_eq(stats().waiting, 1);
+}
+END_TEST
+
+START_TEST(fake_try_head_leaves_fresh_acquire)
+{
+    ck_assert_int_eq(trylock(&c1, "a"), LOCKS_WAITING);
+    ck_assert_int_eq(lock(&c2, "a", -1, NULL), LOCKS_WAITING);
+    locks_client_release_all(t, &c1.c);
+    /* The try acquisition could answer busy: cancel it and start over. */
+    ck_call(1, CALL_CANCEL, "a");
+    ck_call(2, CALL_ACQUIRE, "a");
+    ck_assert(!fake.calls[2].try);
+    ck_assert_str_eq(fake.calls[2].peer, "c2");
+    ck_assert_int_eq(c1.nrecs, 0);
+}
+END_TEST
+
+START_TEST(fake_unavailable)
+{
+    ck_assert_int_eq(trylock(&c1, "a"), LOCKS_WAITING);
+    locks_backend_unavailable(fake.calls[0].lock);
+    ck_done(&c1, 0, "a", LOCKS_UNAVAILABLE);
+    ck_assert_uint_eq(c1.recs[0].token, 0);
+    ck_assert_uint_eq(c1.c.nholds, 0);
+    ck_assert_uint_eq(stats().waiting, 0);
+    ck_assert_int_eq(fake.ncalls, 1);        /* nothing else to ask for */
+}
+END_TEST
+
+START_TEST(fake_lost)
+{
+    struct lock *l;
+
+    ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_WAITING);
+    l = fake.calls[0].lock;
+    locks_backend_granted(l, 7);
+    ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_GRANTED);   /* depth 2 */
+    ck_assert_int_eq(lock(&c2, "a", -1, NULL), LOCKS_WAITING);
+
+    locks_backend_lost(l, "session-expired");
+    ck_assert_int_eq(c1.nrecs, 2);
+    ck_assert_int_eq(c1.recs[1].kind, REC_LOST);
+    ck_assert_str_eq(c1.recs[1].name, "a");
+    ck_assert_uint_eq(c1.recs[1].token, 7);
+    ck_assert_str_eq(c1.recs[1].reason, "session-expired");
+    ck_assert_uint_eq(c1.c.nholds, 0);
+    ck_assert_int_eq(locks_unlock(t, &c1.c, "a"), LOCKS_NOT_HELD);
+    ck_assert_uint_eq(stats().lost, 1);
+    ck_assert_uint_eq(stats().held, 0);
+    ck_assert_uint_eq(stats().waiting, 1);
+
+    /* No release for a lost hold; the next waiter asks afresh. */
+    ck_call(1, CALL_ACQUIRE, "a");
+    ck_assert(!fake.calls[1].try);
+    ck_assert_str_eq(fake.calls[1].peer, "c2");
+    ck_assert_int_eq(fake.ncalls, 2);
+    locks_backend_granted(fake.calls[1].lock, 8);
+    ck_done(&c2, 0, "a", LOCKS_GRANTED);
+    ck_assert_uint_eq(c2.recs[0].token, 8);
+}
+END_TEST
+
+START_TEST(fake_lost_sole_holder)
+{
+    ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_WAITING);
+    locks_backend_granted(fake.calls[0].lock, 7);
+    locks_backend_lost(fake.calls[0].lock, "zk-disconnected");
+    ck_assert_int_eq(c1.recs[1].kind, REC_LOST);
+    ck_assert_str_eq(c1.recs[1].reason, "zk-disconnected");
+    ck_assert_int_eq(fake.ncalls, 1);
+    ck_assert_uint_eq(stats().held, 0);
+    /* The lock is gone: a new request makes a new one. */
+    ck_assert_int_eq(lock(&c2, "a", -1, NULL), LOCKS_WAITING);
+    ck_call(1, CALL_ACQUIRE, "a");
+}
+END_TEST
+
+START_TEST(fake_answers_out_of_turn_ignored)
+{
+    struct lock *l;
+
+    ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_WAITING);
+    l = fake.calls[0].lock;
+    locks_backend_lost(l, "x");                 /* not held yet */
+    ck_assert_int_eq(c1.nrecs, 0);
+    locks_backend_granted(l, 1);
+    locks_backend_granted(l, 2);                /* already held */
+    locks_backend_busy(l);
+    locks_backend_unavailable(l);
+    ck_assert_int_eq(c1.nrecs, 1);
+    ck_assert_uint_eq(c1.recs[0].token, 1);
+    ck_assert_uint_eq(stats().held, 1);
+    ck_assert_uint_eq(stats().grants, 1);
+}
+END_TEST
+
+START_TEST(fake_free_with_outstanding)
+{
+    ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_WAITING);
+    locks_backend_granted(fake.calls[0].lock, 1);
+    ck_assert_int_eq(lock(&c2, "a", 60000, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock(&c3, "b", 60000, NULL), LOCKS_WAITING);   /* acquiring */
+    locks_free(t);
+    t = NULL;
+    ck_assert_int_eq(fake.ncalls, 2);          /* the backend is not called */
+    ck_assert_uint_eq(c1.c.nholds + c2.c.nholds + c3.c.nholds, 0);
+    ck_assert_int_eq(c1.nrecs, 1);             /* its grant, nothing since */
+    ck_assert_int_eq(c2.nrecs + c3.nrecs, 0);
+    ck_assert_int_eq(event_base_loop(base, EVLOOP_NONBLOCK), 1);
+}
+END_TEST
+
+static Suite *locks_suite(void)
+{
+    Suite *s = suite_create("locks");
+    TCase *tc;
+
+    tc = tcase_create("embedded");
+    tcase_add_checked_fixture(tc, setup_embedded, teardown);
+    tcase_add_test(tc, grant_at_once);
+    tcase_add_test(tc, grant_free_lock_without_waiting);
+    tcase_add_test(tc, reentrant);
+    tcase_add_test(tc, not_held);
+    tcase_add_test(tc, fifo);
+    tcase_add_test(tc, wait_timeout);
+    tcase_add_test(tc, several_timeouts_in_order);
+    tcase_add_test(tc, granted_wait_does_not_time_out);
+    tcase_add_test(tc, no_wait_on_held_lock);
+    tcase_add_test(tc, no_wait_never_jumps_the_queue);
+    tcase_add_test(tc, limit_per_client);
+    tcase_add_test(tc, release_all_holder);
+    tcase_add_test(tc, release_all_waiter);
+    tcase_add_test(tc, release_all_idle_client);
+    tcase_add_test(tc, tokens_increase);
+    tcase_add_test(tc, token_next_monotonic);
+    tcase_add_test(tc, stats_counters);
+    tcase_add_test(tc, free_with_outstanding_holds_embedded);
+    tcase_add_test(tc, free_empty_and_null);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("fake");
+    tcase_add_checked_fixture(tc, setup_fake, teardown);
+    tcase_add_test(tc, fake_async_grant);
+    tcase_add_test(tc, fake_sync_grant);
+    tcase_add_test(tc, fake_sync_busy);
+    tcase_add_test(tc, fake_sync_unavailable);
+    tcase_add_test(tc, fake_trylock_awaited_lock);
+    tcase_add_test(tc, fake_head_leaves_next_inherits);
+    tcase_add_test(tc, fake_sole_waiter_leaves_cancels);
+    tcase_add_test(tc, fake_waiter_behind_leaves);
+    tcase_add_test(tc, fake_head_times_out_next_inherits);
+    tcase_add_test(tc, fake_sole_waiter_times_out_cancels);
+    tcase_add_test(tc, fake_try_busy_then_fresh_acquire);
+    tcase_add_test(tc, fake_try_head_leaves_fresh_acquire);
+    tcase_add_test(tc, fake_unavailable);
+    tcase_add_test(tc, fake_lost);
+    tcase_add_test(tc, fake_lost_sole_holder);
+    tcase_add_test(tc, fake_answers_out_of_turn_ignored);
+    tcase_add_test(tc, fake_free_with_outstanding);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(locks_suite());
+    int failed;
+
+    /* The out-of-turn test logs errors on purpose; lost warnings are expected. */
+    log_set_level(LOG_LVL_ERROR);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

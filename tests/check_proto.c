@@ -1,0 +1,624 @@
+/*
+ * check_proto.c - the request parser and the reply formatters, with plain
+ * strings: every command, every separator rule and every error code.
+ */
+#include "proto.h"
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* String literals may hold NUL bytes: their length comes from sizeof. */
+#define PARSE(lit, req) proto_parse((lit), sizeof(lit) - 1, (req))
+
+/* Parses a literal that must be a valid request for `cmd`. */
+#define ck_request(lit, cmd_)                                          \
+    do {                                                               \
+        ck_assert_int_eq(PARSE(lit, &req), PROTO_REQUEST);             \
+        ck_assert_int_eq(req.cmd, cmd_);                               \
+    } while (0)
+
+/* Parses a literal that must fail with error `code`. */
+#define ck_error(lit, code)                                            \
+    do {                                                               \
+        ck_assert_int_eq(PARSE(lit, &req), PROTO_ERROR);               \
+        ck_assert_int_eq(req.err, code);                               \
+        ck_assert_ptr_nonnull(req.errmsg);                             \
+        ck_assert_uint_gt(strlen(req.errmsg), 0);                      \
+    } while (0)
+
+/* A formatter call must return the length of `want` and write exactly it. */
+#define ck_fmt(call, want)                                             \
+    do {                                                               \
+        ck_assert_int_eq((call), (int)strlen(want));                   \
+        ck_assert_str_eq(buf, want);                                   \
+    } while (0)
+
+/* name/name_len must be exactly `want`. */
+#define ck_name(want)                                                  \
+    do {                                                               \
+        ck_assert_uint_eq(req.name_len, strlen(want));                 \
+        ck_assert_mem_eq(req.name, want, strlen(want));                \
+    } while (0)
+
+/* ------------------------------------------------------------ commands */
+
+START_TEST(lock_without_wait)
+{
+    struct proto_req req;
+
+    ck_request("LOCK backup", PROTO_CMD_LOCK);
+    ck_name("backup");
+    ck_assert_int_eq(req.wait_ms, -1);   /* for ever */
+}
+END_TEST
+
+START_TEST(lock_with_wait)
+{
+    struct proto_req req;
+
+    ck_request("LOCK backup 1500", PROTO_CMD_LOCK);
+    ck_name("backup");
+    ck_assert_int_eq(req.wait_ms, 1500);
+}
+END_TEST
+
+START_TEST(lock_wait_zero)
+{
+    struct proto_req req;
+
+    ck_request("LOCK a 0", PROTO_CMD_LOCK);
+    ck_assert_int_eq(req.wait_ms, 0);
+}
+END_TEST
+
+START_TEST(lock_wait_max)
+{
+    struct proto_req req;
+
+    ck_request("LOCK a 2147483647", PROTO_CMD_LOCK);
+    ck_assert_int_eq(req.wait_ms, PROTO_WAIT_MAX);
+}
+END_TEST
+
+START_TEST(lock_wait_over_max)
+{
+    struct proto_req req;
+
+    ck_error("LOCK a 2147483648", PROTO_ERR_BAD_ARGS);
+    ck_error("LOCK a 9999999999", PROTO_ERR_BAD_ARGS);
+    ck_error("LOCK a 99999999999999999999999", PROTO_ERR_BAD_ARGS);
+}
+END_TEST
+
+START_TEST(lock_wait_not_digits)
+{
+    struct proto_req req;
+
+    ck_error("LOCK a +5", PROTO_ERR_BAD_ARGS);
+    ck_error("LOCK a -5", PROTO_ERR_BAD_ARGS);
+    ck_error("LOCK a -1", PROTO_ERR_BAD_ARGS);
+    ck_error("LOCK a 5x", PROTO_ERR_BAD_ARGS);
+    ck_error("LOCK a 0x10", PROTO_ERR_BAD_ARGS);
+    ck_error("LOCK a 1.5", PROTO_ERR_BAD_ARGS);
+    ck_error("LOCK a ten", PROTO_ERR_BAD_ARGS);
+}
+END_TEST
+
+START_TEST(trylock)
+{
+    struct proto_req req;
+
+    ck_request("TRYLOCK jobs:42", PROTO_CMD_TRYLOCK);
+    ck_name("jobs:42");
+    ck_assert_int_eq(req.wait_ms, -1);   /* untouched default */
+}
+END_TEST
+
+START_TEST(unlock)
+{
+    struct proto_req req;
+
+    ck_request("UNLOCK jobs:42", PROTO_CMD_UNLOCK);
+    ck_name("jobs:42");
+}
+END_TEST
+
+START_TEST(ping_quit)
+{
+    struct proto_req req;
+
+    ck_request("PING", PROTO_CMD_PING);
+    ck_assert_ptr_null(req.name);
+    ck_assert_uint_eq(req.name_len, 0);
+    ck_request("QUIT", PROTO_CMD_QUIT);
+    ck_assert_ptr_null(req.name);
+}
+END_TEST
+
+START_TEST(words_case_insensitive)
+{
+    struct proto_req req;
+
+    ck_request("lock a", PROTO_CMD_LOCK);
+    ck_request("LoCk a 1", PROTO_CMD_LOCK);
+    ck_request("trylock a", PROTO_CMD_TRYLOCK);
+    ck_request("Unlock a", PROTO_CMD_UNLOCK);
+    ck_request("ping", PROTO_CMD_PING);
+    ck_request("qUiT", PROTO_CMD_QUIT);
+}
+END_TEST
+
+START_TEST(names_case_sensitive)
+{
+    struct proto_req req;
+
+    /* The command word is folded, the name is not. */
+    ck_request("lock MixedCase", PROTO_CMD_LOCK);
+    ck_name("MixedCase");
+}
+END_TEST
+
+/* ------------------------------------------------------------ separators */
+
+START_TEST(spaces_and_tabs)
+{
+    struct proto_req req;
+
+    ck_request("  \tLOCK\t\t a \t 250 \t ", PROTO_CMD_LOCK);
+    ck_name("a");
+    ck_assert_int_eq(req.wait_ms, 250);
+    ck_request("\tPING\t", PROTO_CMD_PING);
+}
+END_TEST
+
+START_TEST(trailing_cr)
+{
+    struct proto_req req;
+
+    ck_request("PING\r", PROTO_CMD_PING);
+    ck_request("UNLOCK a\r", PROTO_CMD_UNLOCK);
+    ck_name("a");                        /* the CR is not part of the name */
+    ck_request("LOCK a 7\r", PROTO_CMD_LOCK);
+    ck_assert_int_eq(req.wait_ms, 7);
+    ck_request("LOCK a 7 \r", PROTO_CMD_LOCK);
+}
+END_TEST
+
+START_TEST(cr_elsewhere_is_data)
+{
+    struct proto_req req;
+
+    /* Only one CR right before the (stripped) LF is ignored. */
+    ck_error("PING\r\r", PROTO_ERR_BAD_COMMAND);
+    ck_error("LOCK a\r 5", PROTO_ERR_BAD_NAME);
+}
+END_TEST
+
+START_TEST(other_whitespace_is_data)
+{
+    struct proto_req req;
+
+    ck_error("LOCK\va", PROTO_ERR_BAD_COMMAND);
+    ck_error("LOCK a\f", PROTO_ERR_BAD_NAME);
+}
+END_TEST
+
+START_TEST(blank_lines)
+{
+    struct proto_req req;
+
+    ck_assert_int_eq(proto_parse("", 0, &req), PROTO_BLANK);
+    ck_assert_int_eq(PARSE(" ", &req), PROTO_BLANK);
+    ck_assert_int_eq(PARSE("\t \t", &req), PROTO_BLANK);
+    ck_assert_int_eq(PARSE("\r", &req), PROTO_BLANK);
+    ck_assert_int_eq(PARSE("  \t\r", &req), PROTO_BLANK);
+}
+END_TEST
+
+START_TEST(len_bounds_the_line)
+{
+    struct proto_req req;
+
+    /* Bytes beyond len are not looked at, and no NUL is needed. */
+    ck_assert_int_eq(proto_parse("PING PONG", 4, &req), PROTO_REQUEST);
+    ck_assert_int_eq(req.cmd, PROTO_CMD_PING);
+    ck_assert_int_eq(proto_parse("LOCK abc 10", 7, &req), PROTO_REQUEST);
+    ck_name("ab");
+    ck_assert_int_eq(req.wait_ms, -1);
+}
+END_TEST
+
+/* ------------------------------------------------------------ errors */
+
+START_TEST(bad_command)
+{
+    struct proto_req req;
+
+    ck_error("HELLO", PROTO_ERR_BAD_COMMAND);
+    ck_error("LOCKS a", PROTO_ERR_BAD_COMMAND);
+    ck_error("LOC a", PROTO_ERR_BAD_COMMAND);
+    ck_error("PINGPING", PROTO_ERR_BAD_COMMAND);
+    ck_error("\xc3\xa9", PROTO_ERR_BAD_COMMAND);
+    /* The word is checked before the arguments. */
+    ck_error("FROB a b c d e", PROTO_ERR_BAD_COMMAND);
+}
+END_TEST
+
+START_TEST(nul_in_command_word)
+{
+    struct proto_req req;
+
+    ck_error("PI\0NG", PROTO_ERR_BAD_COMMAND);
+    ck_error("PING\0", PROTO_ERR_BAD_COMMAND);
+    ck_error("LOCK\0 a", PROTO_ERR_BAD_COMMAND);
+}
+END_TEST
+
+START_TEST(missing_args)
+{
+    struct proto_req req;
+
+    ck_error("LOCK", PROTO_ERR_BAD_ARGS);
+    ck_error("LOCK   \t", PROTO_ERR_BAD_ARGS);
+    ck_error("TRYLOCK", PROTO_ERR_BAD_ARGS);
+    ck_error("UNLOCK\r", PROTO_ERR_BAD_ARGS);
+    ck_assert_str_eq(req.errmsg, "missing argument");
+}
+END_TEST
+
+START_TEST(too_many_args)
+{
+    struct proto_req req;
+
+    ck_error("LOCK a 1 2", PROTO_ERR_BAD_ARGS);
+    ck_error("LOCK a 1 2 3 4 5 6", PROTO_ERR_BAD_ARGS);
+    ck_error("TRYLOCK a 1", PROTO_ERR_BAD_ARGS);
+    ck_error("UNLOCK a b", PROTO_ERR_BAD_ARGS);
+    ck_error("PING x", PROTO_ERR_BAD_ARGS);
+    ck_error("QUIT now", PROTO_ERR_BAD_ARGS);
+    ck_assert_str_eq(req.errmsg, "too many arguments");
+}
+END_TEST
+
+START_TEST(name_lengths)
+{
+    struct proto_req req;
+    char line[16 + PROTO_NAME_MAX + 2];
+    char name[PROTO_NAME_MAX + 2];
+    size_t n;
+
+    memset(name, 'x', sizeof(name) - 1);
+    name[sizeof(name) - 1] = '\0';
+    /* Exactly 200 bytes: accepted, all of it. */
+    n = (size_t)snprintf(line, sizeof(line), "LOCK %.*s 5", PROTO_NAME_MAX, name);
+    ck_assert_int_eq(proto_parse(line, n, &req), PROTO_REQUEST);
+    ck_assert_uint_eq(req.name_len, PROTO_NAME_MAX);
+    ck_assert_int_eq(req.wait_ms, 5);
+    /* 201 bytes: rejected. */
+    n = (size_t)snprintf(line, sizeof(line), "LOCK %.*s 5", PROTO_NAME_MAX + 1, name);
+    ck_assert_int_eq(proto_parse(line, n, &req), PROTO_ERROR);
+    ck_assert_int_eq(req.err, PROTO_ERR_BAD_NAME);
+    n = (size_t)snprintf(line, sizeof(line), "UNLOCK %.*s", PROTO_NAME_MAX + 1, name);
+    ck_assert_int_eq(proto_parse(line, n, &req), PROTO_ERROR);
+    ck_assert_int_eq(req.err, PROTO_ERR_BAD_NAME);
+    /* A 1-byte name is the shortest. */
+    ck_request("TRYLOCK z", PROTO_CMD_TRYLOCK);
+    ck_name("z");
+}
+END_TEST
+
+START_TEST(name_punctuation)
+{
+    struct proto_req req;
+
+    ck_request("LOCK a.b_c:d@e-f", PROTO_CMD_LOCK);
+    ck_name("a.b_c:d@e-f");
+    ck_request("LOCK ._:@- 3", PROTO_CMD_LOCK);
+    ck_name("._:@-");
+    ck_request("LOCK ...", PROTO_CMD_LOCK);      /* only "." and ".." are special */
+    ck_name("...");
+    ck_request("LOCK .a", PROTO_CMD_LOCK);
+    ck_request("LOCK AZaz09", PROTO_CMD_LOCK);
+    ck_name("AZaz09");
+}
+END_TEST
+
+START_TEST(name_dots)
+{
+    struct proto_req req;
+
+    ck_error("LOCK .", PROTO_ERR_BAD_NAME);
+    ck_error("LOCK ..", PROTO_ERR_BAD_NAME);
+    ck_error("TRYLOCK .", PROTO_ERR_BAD_NAME);
+    ck_error("UNLOCK ..", PROTO_ERR_BAD_NAME);
+    ck_error("LOCK .. 10", PROTO_ERR_BAD_NAME);
+}
+END_TEST
+
+START_TEST(name_bad_bytes)
+{
+    struct proto_req req;
+
+    ck_error("LOCK a/b", PROTO_ERR_BAD_NAME);
+    ck_error("LOCK /", PROTO_ERR_BAD_NAME);
+    ck_error("LOCK a\0b", PROTO_ERR_BAD_NAME);
+    ck_error("LOCK a\0", PROTO_ERR_BAD_NAME);
+    ck_error("LOCK caf\xc3\xa9", PROTO_ERR_BAD_NAME);
+    ck_error("LOCK \x80", PROTO_ERR_BAD_NAME);
+    ck_error("LOCK \xff", PROTO_ERR_BAD_NAME);
+    ck_error("LOCK a*b", PROTO_ERR_BAD_NAME);
+    ck_error("LOCK a,b", PROTO_ERR_BAD_NAME);
+    ck_error("LOCK a=b", PROTO_ERR_BAD_NAME);
+    ck_error("LOCK a\\b", PROTO_ERR_BAD_NAME);
+    ck_error("LOCK a~b", PROTO_ERR_BAD_NAME);
+    ck_error("LOCK \x01", PROTO_ERR_BAD_NAME);
+}
+END_TEST
+
+START_TEST(name_checked_before_wait)
+{
+    struct proto_req req;
+
+    ck_error("LOCK a/b 5", PROTO_ERR_BAD_NAME);
+    ck_error("LOCK a/b x", PROTO_ERR_BAD_NAME);
+    ck_error("LOCK ok x", PROTO_ERR_BAD_ARGS);
+}
+END_TEST
+
+START_TEST(name_valid_direct)
+{
+    /* An empty name cannot come out of the tokenizer; check it directly. */
+    ck_assert_int_eq(proto_name_valid("", 0), 0);
+    ck_assert_int_eq(proto_name_valid("a", 0), 0);
+    ck_assert_int_eq(proto_name_valid("a", 1), 1);
+    ck_assert_int_eq(proto_name_valid("a/", 1), 1);    /* len bounds the check */
+    ck_assert_int_eq(proto_name_valid("a/", 2), 0);
+    ck_assert_int_eq(proto_name_valid("..", 2), 0);
+    ck_assert_int_eq(proto_name_valid("..", 1), 0);
+    ck_assert_int_eq(proto_name_valid("a b", 3), 0);
+    ck_assert_int_eq(proto_name_valid("a\tb", 3), 0);
+}
+END_TEST
+
+START_TEST(name_points_into_line)
+{
+    struct proto_req req;
+    static const char line[] = "  LOCK\t  some.lock  99\r";
+
+    ck_assert_int_eq(proto_parse(line, sizeof(line) - 1, &req), PROTO_REQUEST);
+    ck_assert_ptr_eq(req.name, line + 9);
+    ck_assert_uint_eq(req.name_len, 9);
+    ck_assert_int_eq(req.wait_ms, 99);
+}
+END_TEST
+
+START_TEST(req_reset_between_parses)
+{
+    struct proto_req req;
+
+    /* A struct reused from an earlier request must not leak its fields. */
+    ck_request("LOCK a 5", PROTO_CMD_LOCK);
+    ck_request("LOCK b", PROTO_CMD_LOCK);
+    ck_assert_int_eq(req.wait_ms, -1);
+    ck_request("PING", PROTO_CMD_PING);
+    ck_assert_ptr_null(req.name);
+    ck_assert_uint_eq(req.name_len, 0);
+}
+END_TEST
+
+/* ------------------------------------------------------------ tables */
+
+START_TEST(cmd_words)
+{
+    ck_assert_str_eq(proto_cmd_word(PROTO_CMD_LOCK), "LOCK");
+    ck_assert_str_eq(proto_cmd_word(PROTO_CMD_TRYLOCK), "TRYLOCK");
+    ck_assert_str_eq(proto_cmd_word(PROTO_CMD_UNLOCK), "UNLOCK");
+    ck_assert_str_eq(proto_cmd_word(PROTO_CMD_PING), "PING");
+    ck_assert_str_eq(proto_cmd_word(PROTO_CMD_QUIT), "QUIT");
+    ck_assert_str_eq(proto_cmd_word(PROTO_CMD_COUNT), "?");
+}
+END_TEST
+
+START_TEST(cmd_words_parse_back)
+{
+    /* Every word in the table parses as its own command, with its minimum
+     * number of arguments. */
+    static const char *const args[] = { "", " x", " x 1" };
+    static const unsigned min_args[PROTO_CMD_COUNT] = {
+#define X(id, word, mina, maxa, usage, help) [PROTO_CMD_##id] = mina,
+        PROTO_COMMANDS(X)
+#undef X
+    };
+
+    for (int i = 0; i < PROTO_CMD_COUNT; i++) {
+        struct proto_req req;
+        char line[64];
+        int n = snprintf(line, sizeof(line), "%s%s", proto_cmd_word((enum proto_cmd)i),
+                         args[min_args[i]]);
+
+        ck_assert_int_eq(proto_parse(line, (size_t)n, &req), PROTO_REQUEST);
+        ck_assert_int_eq(req.cmd, i);
+    }
+}
+END_TEST
+
+START_TEST(err_codes)
+{
+    ck_assert_str_eq(proto_err_code(PROTO_ERR_BAD_COMMAND), "BAD_COMMAND");
+    ck_assert_str_eq(proto_err_code(PROTO_ERR_BAD_ARGS), "BAD_ARGS");
+    ck_assert_str_eq(proto_err_code(PROTO_ERR_BAD_NAME), "BAD_NAME");
+    ck_assert_str_eq(proto_err_code(PROTO_ERR_LINE_TOO_LONG), "LINE_TOO_LONG");
+    ck_assert_str_eq(proto_err_code(PROTO_ERR_NOT_HELD), "NOT_HELD");
+    ck_assert_str_eq(proto_err_code(PROTO_ERR_LIMIT), "LIMIT");
+    ck_assert_str_eq(proto_err_code(PROTO_ERR_UNAVAILABLE), "UNAVAILABLE");
+    ck_assert_str_eq(proto_err_code(PROTO_ERR_INTERNAL), "INTERNAL");
+    ck_assert_str_eq(proto_err_code(PROTO_ERR_COUNT), "INTERNAL");
+}
+END_TEST
+
+/* ------------------------------------------------------------ replies */
+
+START_TEST(fmt_granted)
+{
+    char buf[PROTO_REPLY_MAX];
+    static const char line[] = "backupXXX";
+
+    ck_fmt(proto_fmt_granted(buf, sizeof(buf), line, 6, 1795315654736114539ULL),
+           "OK backup 1795315654736114539\n");
+    ck_fmt(proto_fmt_granted(buf, sizeof(buf), "a", 1, 0), "OK a 0\n");
+    ck_fmt(proto_fmt_granted(buf, sizeof(buf), "a", 1, UINT64_MAX), "OK a 18446744073709551615\n");
+}
+END_TEST
+
+START_TEST(fmt_word_name)
+{
+    char buf[PROTO_REPLY_MAX];
+
+    ck_fmt(proto_fmt_word_name(buf, sizeof(buf), "OK", "backup", 6), "OK backup\n");
+    ck_fmt(proto_fmt_word_name(buf, sizeof(buf), "BUSY", "a:b", 3), "BUSY a:b\n");
+    /* The length, not a NUL, ends the name. */
+    ck_fmt(proto_fmt_word_name(buf, sizeof(buf), "TIMEOUT", "abc def", 3), "TIMEOUT abc\n");
+}
+END_TEST
+
+START_TEST(fmt_err)
+{
+    char buf[PROTO_REPLY_MAX];
+
+    ck_fmt(proto_fmt_err(buf, sizeof(buf), PROTO_ERR_NOT_HELD,
+                         "this connection does not hold that lock"),
+           "ERR NOT_HELD this connection does not hold that lock\n");
+    ck_fmt(proto_fmt_err(buf, sizeof(buf), PROTO_ERR_LINE_TOO_LONG, "x"), "ERR LINE_TOO_LONG x\n");
+}
+END_TEST
+
+START_TEST(fmt_err_from_parse)
+{
+    struct proto_req req;
+    char buf[PROTO_REPLY_MAX];
+
+    /* The example of PROTOCOL.md, end to end through the formatter. */
+    ck_error("lock bad/name", PROTO_ERR_BAD_NAME);
+    ck_fmt(proto_fmt_err(buf, sizeof(buf), req.err, req.errmsg),
+           "ERR BAD_NAME names are 1-200 bytes of A-Z a-z 0-9 . _ : @ -, not . or ..\n");
+}
+END_TEST
+
+START_TEST(fmt_lost)
+{
+    char buf[PROTO_REPLY_MAX];
+
+    ck_fmt(proto_fmt_lost(buf, sizeof(buf), "backup", 42, "session-expired"),
+           "LOST backup 42 session-expired\n");
+}
+END_TEST
+
+START_TEST(fmt_too_small)
+{
+    char buf[32];
+
+    /* "OK a 7\n" is 7 bytes and needs 8 with its NUL. */
+    ck_assert_int_eq(proto_fmt_granted(buf, 8, "a", 1, 7), 7);
+    ck_assert_str_eq(buf, "OK a 7\n");
+    ck_assert_int_eq(proto_fmt_granted(buf, 7, "a", 1, 7), -1);
+    ck_assert_int_eq(proto_fmt_granted(buf, 0, "a", 1, 7), -1);
+    /* "BUSY a\n" */
+    ck_assert_int_eq(proto_fmt_word_name(buf, 8, "BUSY", "a", 1), 7);
+    ck_assert_int_eq(proto_fmt_word_name(buf, 7, "BUSY", "a", 1), -1);
+    /* "ERR LIMIT x\n" */
+    ck_assert_int_eq(proto_fmt_err(buf, 13, PROTO_ERR_LIMIT, "x"), 12);
+    ck_assert_int_eq(proto_fmt_err(buf, 12, PROTO_ERR_LIMIT, "x"), -1);
+    /* "LOST a 1 r\n" */
+    ck_assert_int_eq(proto_fmt_lost(buf, 12, "a", 1, "r"), 11);
+    ck_assert_int_eq(proto_fmt_lost(buf, 11, "a", 1, "r"), -1);
+}
+END_TEST
+
+START_TEST(fmt_longest_reply_fits)
+{
+    char buf[PROTO_REPLY_MAX];
+    char name[PROTO_NAME_MAX];
+    int n;
+
+    /* PROTO_REPLY_MAX must hold any reply with a maximal name and token. */
+    memset(name, 'n', sizeof(name));
+    n = proto_fmt_granted(buf, sizeof(buf), name, sizeof(name), UINT64_MAX);
+    ck_assert_int_eq(n, 3 + PROTO_NAME_MAX + 1 + 20 + 1);
+    ck_assert_int_eq(buf[n - 1], '\n');
+    ck_assert_int_gt(proto_fmt_word_name(buf, sizeof(buf), "TIMEOUT", name, sizeof(name)), 0);
+}
+END_TEST
+
+static Suite *proto_suite(void)
+{
+    Suite *s = suite_create("proto");
+    TCase *tc;
+
+    tc = tcase_create("commands");
+    tcase_add_test(tc, lock_without_wait);
+    tcase_add_test(tc, lock_with_wait);
+    tcase_add_test(tc, lock_wait_zero);
+    tcase_add_test(tc, lock_wait_max);
+    tcase_add_test(tc, lock_wait_over_max);
+    tcase_add_test(tc, lock_wait_not_digits);
+    tcase_add_test(tc, trylock);
+    tcase_add_test(tc, unlock);
+    tcase_add_test(tc, ping_quit);
+    tcase_add_test(tc, words_case_insensitive);
+    tcase_add_test(tc, names_case_sensitive);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("separators");
+    tcase_add_test(tc, spaces_and_tabs);
+    tcase_add_test(tc, trailing_cr);
+    tcase_add_test(tc, cr_elsewhere_is_data);
+    tcase_add_test(tc, other_whitespace_is_data);
+    tcase_add_test(tc, blank_lines);
+    tcase_add_test(tc, len_bounds_the_line);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("errors");
+    tcase_add_test(tc, bad_command);
+    tcase_add_test(tc, nul_in_command_word);
+    tcase_add_test(tc, missing_args);
+    tcase_add_test(tc, too_many_args);
+    tcase_add_test(tc, name_lengths);
+    tcase_add_test(tc, name_punctuation);
+    tcase_add_test(tc, name_dots);
+    tcase_add_test(tc, name_bad_bytes);
+    tcase_add_test(tc, name_checked_before_wait);
+    tcase_add_test(tc, name_valid_direct);
+    tcase_add_test(tc, name_points_into_line);
+    tcase_add_test(tc, req_reset_between_parses);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("tables");
+    tcase_add_test(tc, cmd_words);
+    tcase_add_test(tc, cmd_words_parse_back);
+    tcase_add_test(tc, err_codes);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("replies");
+    tcase_add_test(tc, fmt_granted);
+    tcase_add_test(tc, fmt_word_name);
+    tcase_add_test(tc, fmt_err);
+    tcase_add_test(tc, fmt_err_from_parse);
+    tcase_add_test(tc, fmt_lost);
+    tcase_add_test(tc, fmt_too_small);
+    tcase_add_test(tc, fmt_longest_reply_fits);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(proto_suite());
+    int failed;
+
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
