@@ -184,6 +184,14 @@ static struct zlock *zcall_done(const void *data)
     return zl;
 }
 
+static void zk_arm_retry(struct zk *zk)
+{
+    struct timeval tv = { 0, RETRY_MS * 1000 };
+
+    if (!evtimer_pending(zk->retry, NULL))
+        evtimer_add(zk->retry, &tv);
+}
+
 /* Called after every zoo_a* call: counts it, or parks the zlock if it failed. */
 static bool zk_sent(struct zlock *zl, struct zcall *c, int rc, const char *what)
 {
@@ -195,15 +203,8 @@ static bool zk_sent(struct zlock *zl, struct zcall *c, int rc, const char *what)
     free(c);
     log_warn("zk: %s %s: %s", what, zl->node ? zl->node : zl->parent, zerror(rc));
     zl->step = ZL_IDLE;
+    zk_arm_retry(zl->zk);
     return false;
-}
-
-static void zk_arm_retry(struct zk *zk)
-{
-    struct timeval tv = { 0, RETRY_MS * 1000 };
-
-    if (!evtimer_pending(zk->retry, NULL))
-        evtimer_add(zk->retry, &tv);
 }
 
 /* A try acquisition cannot be answered now: report it, keep cleaning up. */
@@ -911,9 +912,10 @@ struct backend *zk_backend_new(struct event_base *base, const struct settings *s
     snprintf(zk->root, sizeof(zk->root), "%s", s->zk_root);
     make_daemon_id(zk);
 
+    /* The client logs every failed connect attempt, several a second during
+     * an outage; our own log reports state changes, so it speaks only in -v. */
     zoo_set_log_stream(stderr);
-    zoo_set_debug_level(log_get_level() >= LOG_LVL_DEBUG ? ZOO_LOG_LEVEL_INFO
-                                                         : ZOO_LOG_LEVEL_WARN);
+    zoo_set_debug_level(log_get_level() >= LOG_LVL_DEBUG ? ZOO_LOG_LEVEL_WARN : 0);
     zk->io = event_new(base, -1, 0, on_io, zk);
     zk->kick = event_new(base, -1, 0, on_kick, zk);
     zk->lost_timer = evtimer_new(base, on_lost_timer, zk);
