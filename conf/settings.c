@@ -85,6 +85,13 @@ int settings_listen_addr(const char *listen, struct sockaddr_storage *ss, int *l
     if (!colon || colon[1] == '\0' || strlen(listen) >= sizeof(copy) - 1 ||
         strspn(colon + 1, "0123456789") != strlen(colon + 1))
         return -1;
+    /* libevent reads "::1:7411" as address ::1:7411 without a port, and
+     * its atoi() wraps 4294967297 to port 1: insist on brackets and check
+     * the port here. */
+    if (listen[0] != '[' && memchr(listen, ':', (size_t)(colon - listen)))
+        return -1;
+    if (strtoul(colon + 1, NULL, 10) > 65535)
+        return -1;
     /* libevent refuses port 0, which asks the kernel for a free port: parse
      * with port 1 and put the 0 back. */
     port0 = strtoul(colon + 1, NULL, 10) == 0;

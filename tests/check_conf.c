@@ -550,6 +550,39 @@ START_TEST(listen_addr_rejected)
 }
 END_TEST
 
+/* Regression: unbracketed IPv6 was taken as an address without a port
+ * (so port 0, a random port), and libevent's atoi() wrapped big ports. */
+START_TEST(listen_unbracketed_ipv6_rejected)
+{
+    struct sockaddr_storage ss;
+    int len;
+
+    ck_assert_int_eq(settings_listen_addr("::1", &ss, &len), -1);
+    ck_assert_int_eq(settings_listen_addr("::1:7411", &ss, &len), -1);
+    ck_assert_int_eq(settings_listen_addr("fe80::1:7411", &ss, &len), -1);
+    ck_assert_int_eq(settings_listen_addr("::ffff:127.0.0.1:80", &ss, &len), -1);
+    set_fails("server", "listen", "::1:7411");
+    ck_assert_str_eq(s.listen, "127.0.0.1:7411");
+    ck_assert_int_eq(settings_listen_addr("[::ffff:127.0.0.1]:80", &ss, &len), 0);
+}
+END_TEST
+
+START_TEST(listen_port_range)
+{
+    struct sockaddr_storage ss;
+    int len;
+
+    ck_assert_int_eq(settings_listen_addr("1.2.3.4:65535", &ss, &len), 0);
+    ck_assert_uint_eq(ntohs(((struct sockaddr_in *)&ss)->sin_port), 65535);
+    ck_assert_int_eq(settings_listen_addr("1.2.3.4:007411", &ss, &len), 0);
+    ck_assert_uint_eq(ntohs(((struct sockaddr_in *)&ss)->sin_port), 7411);
+    ck_assert_int_eq(settings_listen_addr("1.2.3.4:65536", &ss, &len), -1);
+    ck_assert_int_eq(settings_listen_addr("1.2.3.4:4294967297", &ss, &len), -1);
+    ck_assert_int_eq(settings_listen_addr("[::1]:4294967297", &ss, &len), -1);
+    ck_assert_int_eq(settings_listen_addr("1.2.3.4:18446744073709551617", &ss, &len), -1);
+}
+END_TEST
+
 /* ------------------------------------------------------------ files */
 
 /* Writes text into a new temporary file; returns its malloc'd path. */
@@ -691,6 +724,8 @@ static Suite *conf_suite(void)
     tcase_add_test(tc, listen_addr_ipv6);
     tcase_add_test(tc, listen_addr_port0);
     tcase_add_test(tc, listen_addr_rejected);
+    tcase_add_test(tc, listen_unbracketed_ipv6_rejected);
+    tcase_add_test(tc, listen_port_range);
     suite_add_tcase(su, tc);
 
     tc = tcase_create("files");
