@@ -18,11 +18,13 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "backend.h"
 #include "locks.h"
 #include "log.h"
 #include "proto.h"
 #include "server.h"
 #include "settings.h"
+#include "zk.h"
 
 enum conn_state {
     CONN_READING,   /* parsing request lines as they arrive */
@@ -136,6 +138,60 @@ static void reply_lock_result(struct conn *c, enum proto_cmd cmd, const char *na
     }
 }
 
+/* STAT lines, memcached style. */
+static void reply_stats(struct conn *c)
+{
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    const struct server *srv = c->srv;
+    struct locks_stats ls;
+
+    locks_get_stats(srv->locks, &ls);
+    evbuffer_add_printf(out, "STAT version %s\n", PACKAGE_VERSION);
+    evbuffer_add_printf(out, "STAT mode %s\n", srv->backend->ops->name);
+    evbuffer_add_printf(out, "STAT uptime %lld\n", (long long)(time(NULL) - srv->started));
+    evbuffer_add_printf(out, "STAT curr_connections %u\n", srv->nconns);
+    evbuffer_add_printf(out, "STAT total_connections %llu\n",
+                        (unsigned long long)srv->stats.conns_total);
+    evbuffer_add_printf(out, "STAT rejected_connections %llu\n",
+                        (unsigned long long)srv->stats.conns_rejected);
+    evbuffer_add_printf(out, "STAT locks_held %llu\n", (unsigned long long)ls.held);
+    evbuffer_add_printf(out, "STAT waiters %llu\n", (unsigned long long)ls.waiting);
+    evbuffer_add_printf(out, "STAT grants %llu\n", (unsigned long long)ls.grants);
+    evbuffer_add_printf(out, "STAT timeouts %llu\n", (unsigned long long)ls.timeouts);
+    evbuffer_add_printf(out, "STAT lost %llu\n", (unsigned long long)ls.lost);
+    evbuffer_add_printf(out, "STAT errors %llu\n", (unsigned long long)srv->stats.errors);
+    for (int i = 0; i < PROTO_CMD_COUNT; i++) {
+        char word[16];
+        snprintf(word, sizeof(word), "%s", proto_cmd_word((enum proto_cmd)i));
+        for (char *p = word; *p; p++)
+            *p = (char)(*p - 'A' + 'a');
+        evbuffer_add_printf(out, "STAT cmd_%s %llu\n", word,
+                            (unsigned long long)srv->stats.cmds[i]);
+    }
+    if (srv->settings->zk_hosts) {
+        struct zk_stats zs;
+        zk_backend_stats(srv->backend, &zs);
+        evbuffer_add_printf(out, "STAT zk_state %s\n", zs.state);
+        evbuffer_add_printf(out, "STAT zk_session_id 0x%llx\n", (unsigned long long)zs.session_id);
+        evbuffer_add_printf(out, "STAT zk_session_timeout_ms %d\n", zs.negotiated_timeout_ms);
+        evbuffer_add_printf(out, "STAT zk_sessions %llu\n", (unsigned long long)zs.sessions);
+        evbuffer_add_printf(out, "STAT zk_reconnects %llu\n", (unsigned long long)zs.reconnects);
+        evbuffer_add_printf(out, "STAT zk_outstanding %llu\n", (unsigned long long)zs.outstanding);
+        evbuffer_add_printf(out, "STAT zk_requests %llu\n", (unsigned long long)zs.nodes);
+    }
+    evbuffer_add(out, "END\n", 4);
+}
+
+static void reply_help(struct conn *c)
+{
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+
+    for (int i = 0; i < PROTO_CMD_COUNT; i++)
+        evbuffer_add_printf(out, "HELP %s - %s\n", proto_cmd_usage((enum proto_cmd)i),
+                            proto_cmd_help((enum proto_cmd)i));
+    evbuffer_add(out, "END\n", 4);
+}
+
 static void handle_request(struct conn *c, const struct proto_req *req)
 {
     char name[PROTO_NAME_MAX + 1];
@@ -170,6 +226,12 @@ static void handle_request(struct conn *c, const struct proto_req *req)
             reply_word(c, "OK", name, req->name_len);
         else
             reply_err(c, PROTO_ERR_NOT_HELD, "this connection does not hold that lock");
+        break;
+    case PROTO_CMD_STATS:
+        reply_stats(c);
+        break;
+    case PROTO_CMD_HELP:
+        reply_help(c);
         break;
     case PROTO_CMD_COUNT:
         break;

@@ -130,7 +130,7 @@ int main(int argc, char **argv)
         log_error("out of memory");
         goto out;
     }
-    if (server_start(&srv, base, &s, locks) < 0)
+    if (server_start(&srv, base, &s, locks, backend) < 0)
         goto out;
     sigterm = evsignal_new(base, SIGTERM, on_signal, base);
     sigint = evsignal_new(base, SIGINT, on_signal, base);

@@ -155,12 +155,13 @@ static int listen_unix(struct server *srv)
 }
 
 int server_start(struct server *srv, struct event_base *base, const struct settings *s,
-                 struct locks *locks)
+                 struct locks *locks, struct backend *backend)
 {
     memset(srv, 0, sizeof(*srv));
     srv->base = base;
     srv->settings = s;
     srv->locks = locks;
+    srv->backend = backend;
     srv->started = time(NULL);
     TAILQ_INIT(&srv->conns);
     if (listen_tcp(srv) < 0)

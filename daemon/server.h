@@ -30,6 +30,7 @@ struct server {
     struct event_base *base;           /* borrowed */
     const struct settings *settings;   /* borrowed */
     struct locks *locks;               /* borrowed */
+    struct backend *backend;           /* borrowed */
     struct evconnlistener *tcp;        /* owned; NULL once stopped */
     struct evconnlistener *unix_sock;  /* owned; NULL when not configured */
     TAILQ_HEAD(, conn) conns;          /* every open connection */
@@ -42,7 +43,7 @@ struct server {
 
 /* Binds the listeners. Returns 0, or -1 after logging why. */
 int server_start(struct server *srv, struct event_base *base, const struct settings *s,
-                 struct locks *locks);
+                 struct locks *locks, struct backend *backend);
 
 /* Closes the listeners and every connection (releasing their locks). */
 void server_stop(struct server *srv);

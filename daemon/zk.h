@@ -18,7 +18,7 @@ struct zk_stats {
     uint64_t sessions;        /* sessions established (1 + re-creations after expiry) */
     uint64_t reconnects;      /* connections re-established within a session */
     uint64_t outstanding;     /* requests sent and not yet answered */
-    uint64_t nodes;           /* lock nodes this daemon has or may have in ZooKeeper */
+    uint64_t nodes;           /* acquisitions and releases this daemon is working on */
 };
 
 /*

@@ -10,10 +10,11 @@
 struct proto_cmd_def {
     const char *word;
     unsigned min_args, max_args;
+    const char *usage, *help;
 };
 
 static const struct proto_cmd_def cmd_defs[PROTO_CMD_COUNT] = {
-#define X(id, word, mina, maxa, usage, help) [PROTO_CMD_##id] = { word, mina, maxa },
+#define X(id, word, mina, maxa, usage, help) [PROTO_CMD_##id] = { word, mina, maxa, usage, help },
     PROTO_COMMANDS(X)
 #undef X
 };
@@ -151,6 +152,16 @@ enum proto_parse_result proto_parse(const char *line, size_t len, struct proto_r
 const char *proto_cmd_word(enum proto_cmd cmd)
 {
     return cmd < PROTO_CMD_COUNT ? cmd_defs[cmd].word : "?";
+}
+
+const char *proto_cmd_usage(enum proto_cmd cmd)
+{
+    return cmd < PROTO_CMD_COUNT ? cmd_defs[cmd].usage : "?";
+}
+
+const char *proto_cmd_help(enum proto_cmd cmd)
+{
+    return cmd < PROTO_CMD_COUNT ? cmd_defs[cmd].help : "?";
 }
 
 const char *proto_err_code(enum proto_err err)

@@ -26,7 +26,9 @@
     X(TRYLOCK, "TRYLOCK", 1, 1, "TRYLOCK <name>", "take a lock only if it is free") \
     X(UNLOCK,  "UNLOCK",  1, 1, "UNLOCK <name>", "release a lock this connection holds") \
     X(PING,    "PING",    0, 0, "PING", "answer PONG")                             \
-    X(QUIT,    "QUIT",    0, 0, "QUIT", "answer BYE and close the connection")
+    X(QUIT,    "QUIT",    0, 0, "QUIT", "answer BYE and close the connection")      \
+    X(STATS,   "STATS",   0, 0, "STATS", "counters as STAT <name> <value> lines, then END") \
+    X(HELP,    "HELP",    0, 0, "HELP", "this list as HELP lines, then END")
 
 enum proto_cmd {
 #define X(id, word, mina, maxa, usage, help) PROTO_CMD_##id,
@@ -74,6 +76,8 @@ enum proto_parse_result proto_parse(const char *line, size_t len,
 int proto_name_valid(const char *name, size_t len);
 
 const char *proto_cmd_word(enum proto_cmd cmd);   /* "LOCK"; static */
+const char *proto_cmd_usage(enum proto_cmd cmd);  /* "LOCK <name> [<wait-ms>]"; static */
+const char *proto_cmd_help(enum proto_cmd cmd);   /* one line of explanation; static */
 const char *proto_err_code(enum proto_err err);   /* "BAD_NAME"; static */
 
 /*
