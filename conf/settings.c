@@ -115,6 +115,39 @@ static int valid_listen(const char *v)
     return settings_listen_addr(v, &ss, &len) == 0;
 }
 
+/* "host:port[,host:port...]": what zookeeper_init takes, without a chroot
+ * (that is what root is for). Names are resolved when connecting. */
+static int valid_zk_hosts(const char *v)
+{
+    const char *p = v;
+
+    if (!*v || strlen(v) > 1024)
+        return 0;
+    while (*p) {
+        size_t hostlen = strcspn(p, ",");
+        const char *colon = NULL;
+        unsigned port;
+        char portbuf[8];
+
+        for (const char *q = p; q < p + hostlen; q++)
+            if (*q == ':')
+                colon = q;
+        if (!colon || colon == p || (size_t)(p + hostlen - colon - 1) >= sizeof(portbuf))
+            return 0;
+        for (const char *q = p; q < colon; q++)
+            if (!((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') ||
+                  (*q >= '0' && *q <= '9') || strchr(".-_:[]", *q)))
+                return 0;
+        snprintf(portbuf, sizeof(portbuf), "%.*s", (int)(p + hostlen - colon - 1), colon + 1);
+        if (parse_uint(portbuf, 1, 65535, &port) < 0)
+            return 0;
+        p += hostlen;
+        if (*p == ',' && *++p == '\0')
+            return 0;
+    }
+    return 1;
+}
+
 /* A ZooKeeper path prefix: "/a/b", no trailing slash, no empty or dot segments. */
 static int valid_zk_root(const char *v)
 {
@@ -181,9 +214,12 @@ int settings_set(struct settings *s, const char *section, const char *key,
             return 0;
         }
     } else if (strcmp(section, "zookeeper") == 0) {
-        if (strcmp(key, "hosts") == 0)
+        if (strcmp(key, "hosts") == 0) {
+            if (*value && !valid_zk_hosts(value))
+                return SET_ERR("hosts: '%s' is not host:port[,host:port...]", value);
             return replace_str(&s->zk_hosts, *value ? value : NULL) < 0
                        ? SET_ERR("out of memory") : 0;
+        }
         if (strcmp(key, "root") == 0) {
             if (!valid_zk_root(value))
                 return SET_ERR("root: '%s' is not an absolute ZooKeeper path like /lockbroker",
@@ -212,10 +248,45 @@ int settings_set(struct settings *s, const char *section, const char *key,
     return SET_ERR("unknown key '%s' in [%s]", key, section);
 }
 
+/*
+ * inih returns the line of the first error, a syntax error or a value the
+ * handler refused, but does not tell the handler its line. The loader
+ * reads the input itself and counts lines (inih counts one per reader
+ * call), so that a value error is reported only with its own line.
+ */
 struct load_ctx {
     struct settings *s;
-    char msg[256];      /* the first error, without location */
+    FILE *f;            /* the input: a file, or else... */
+    const char *rest;   /* ...what is left of a string */
+    int line;           /* lines handed to inih so far */
+    int err_line;       /* the line of msg */
+    char msg[256];      /* the first value error, without location */
 };
+
+/* fgets()-like reader for ini_parse_stream(). */
+static char *read_line(char *buf, int size, void *stream)
+{
+    struct load_ctx *ctx = stream;
+
+    if (ctx->f) {
+        if (!fgets(buf, size, ctx->f))
+            return NULL;
+    } else {
+        size_t n = strcspn(ctx->rest, "\n");
+
+        if (!*ctx->rest || size < 2)
+            return NULL;
+        if (ctx->rest[n] == '\n')
+            n++;                        /* keep the LF, as fgets() does */
+        if (n > (size_t)size - 1)
+            n = (size_t)size - 1;
+        memcpy(buf, ctx->rest, n);
+        buf[n] = '\0';
+        ctx->rest += n;
+    }
+    ctx->line++;
+    return buf;
+}
 
 /* inih handler: returns 0 on error so that ini_parse reports the line. */
 static int on_ini_value(void *user, const char *section, const char *key, const char *value)
@@ -225,8 +296,10 @@ static int on_ini_value(void *user, const char *section, const char *key, const 
 
     if (settings_set(ctx->s, section, key, value, msg, sizeof(msg)) == 0)
         return 1;
-    if (!ctx->msg[0])
+    if (!ctx->msg[0]) {
         snprintf(ctx->msg, sizeof(ctx->msg), "%s", msg);
+        ctx->err_line = ctx->line;
+    }
     return 0;
 }
 
@@ -238,20 +311,27 @@ static int report(int rc, const struct load_ctx *ctx, const char *source, char *
         return SET_ERR("%s: cannot open: %s", source, strerror(errno));
     if (rc == -2)
         return SET_ERR("%s: out of memory", source);
-    return SET_ERR("%s:%d: %s", source, rc, ctx->msg[0] ? ctx->msg : "syntax error");
+    return SET_ERR("%s:%d: %s", source, rc,
+                   ctx->msg[0] && ctx->err_line == rc ? ctx->msg : "syntax error");
 }
 
 int settings_load_file(struct settings *s, const char *path, char *err, size_t errlen)
 {
     struct load_ctx ctx = { .s = s };
+    int rc;
 
-    return report(ini_parse(path, on_ini_value, &ctx), &ctx, path, err, errlen);
+    if (!(ctx.f = fopen(path, "r")))
+        return report(-1, &ctx, path, err, errlen);
+    rc = ini_parse_stream(read_line, &ctx, on_ini_value, &ctx);
+    fclose(ctx.f);
+    return report(rc, &ctx, path, err, errlen);
 }
 
 int settings_load_string(struct settings *s, const char *text, const char *source,
                          char *err, size_t errlen)
 {
-    struct load_ctx ctx = { .s = s };
+    struct load_ctx ctx = { .s = s, .rest = text };
 
-    return report(ini_parse_string(text, on_ini_value, &ctx), &ctx, source, err, errlen);
+    return report(ini_parse_stream(read_line, &ctx, on_ini_value, &ctx), &ctx, source,
+                  err, errlen);
 }

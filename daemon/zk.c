@@ -780,18 +780,23 @@ static void zk_close_handle(struct zk *zk)
 
 static void on_session_event(zhandle_t *zh, int type, int state, const char *path, void *ctx);
 
-static int zk_connect(struct zk *zk)
+/* Starts a new session; when the handle cannot even be made (no host name
+ * resolves), tries again every second, as in any other outage. */
+static void zk_connect(struct zk *zk)
 {
+    struct timeval tv = { 1, 0 };
+
     zk->state = ZK_CONNECTING;
     zk->zh = zookeeper_init(zk->settings->zk_hosts, on_session_event,
                             (int)zk->settings->zk_session_timeout_ms, NULL, zk, 0);
     if (!zk->zh) {
-        log_error("zk: cannot start a session with '%s': %s", zk->settings->zk_hosts,
-                  strerror(errno));
-        return -1;
+        log_error("zk: cannot start a session with '%s': %s; retrying",
+                  zk->settings->zk_hosts, strerror(errno));
+        zk->state = ZK_EXPIRED;
+        evtimer_add(zk->restart, &tv);
+        return;
     }
     zk_rearm(zk);
-    return 0;
 }
 
 /* The session expired: everything it owned in ZooKeeper is gone. */
@@ -820,11 +825,7 @@ static void on_restart(evutil_socket_t fd, short what, void *arg)
         }
     }
     zk->outstanding = 0;
-    if (zk_connect(zk) < 0) {
-        struct timeval tv = { 1, 0 };
-        zk->state = ZK_EXPIRED;
-        event_add(zk->restart, &tv);
-    }
+    zk_connect(zk);
 }
 
 static void on_session_event(zhandle_t *zh, int type, int state, const char *path, void *ctx)
@@ -921,11 +922,11 @@ struct backend *zk_backend_new(struct event_base *base, const struct settings *s
     zk->lost_timer = evtimer_new(base, on_lost_timer, zk);
     zk->restart = evtimer_new(base, on_restart, zk);
     zk->retry = evtimer_new(base, on_retry, zk);
-    if (!zk->io || !zk->kick || !zk->lost_timer || !zk->restart || !zk->retry ||
-        zk_connect(zk) < 0) {
+    if (!zk->io || !zk->kick || !zk->lost_timer || !zk->restart || !zk->retry) {
         zk_backend_free(&zk->be);
         return NULL;
     }
+    zk_connect(zk);
     log_info("zk: daemon id %s, connecting to %s, root %s", zk->daemon_id, s->zk_hosts,
              zk->root);
     return &zk->be;

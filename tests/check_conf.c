@@ -251,6 +251,25 @@ START_TEST(syntax_error)
 }
 END_TEST
 
+/* Regression: a syntax error followed by a bad value was reported with the
+ * syntax error's line but the bad value's message. */
+START_TEST(syntax_error_before_bad_value)
+{
+    load_fails("[server\nmax_line = 300\n", "t:1: syntax error");
+    load_fails("[server]\njunk\nmax_line = 5\n", "t:2: syntax error");
+    load_fails("[server]\nmax_line = 5\njunk\n",
+               "t:2: max_line: '5' is not an integer from 256 to 1048576");
+}
+END_TEST
+
+START_TEST(continuation_line_error)
+{
+    /* inih passes an indented line as another value of the same key. */
+    load_fails("[server]\nmax_clients = 5\n  0x\n",
+               "t:3: max_clients: '0x' is not an integer from 1 to 1000000");
+}
+END_TEST
+
 START_TEST(source_names_the_input)
 {
     ck_assert_int_eq(settings_load_string(&s, "[x]\na=b\n", "--config-string", err,
@@ -626,6 +645,19 @@ START_TEST(load_file_error_names_file_and_line)
 }
 END_TEST
 
+START_TEST(load_file_syntax_error_before_bad_value)
+{
+    char *path = temp_file("[server]\nmax_clients = 77\nno equals here\nmax_line = 1\n");
+    char want[600];
+
+    snprintf(want, sizeof(want), "%s:3: syntax error", path);
+    ck_assert_int_eq(settings_load_file(&s, path, err, sizeof(err)), -1);
+    ck_assert_str_eq(err, want);
+    unlink(path);
+    free(path);
+}
+END_TEST
+
 START_TEST(load_missing_file)
 {
     ck_assert_int_eq(settings_load_file(&s, "/nonexistent/lockbrokerd.conf", err, sizeof(err)),
@@ -696,6 +728,8 @@ static Suite *conf_suite(void)
     tcase_add_test(tc, bad_value_names_its_line);
     tcase_add_test(tc, first_error_reported);
     tcase_add_test(tc, syntax_error);
+    tcase_add_test(tc, syntax_error_before_bad_value);
+    tcase_add_test(tc, continuation_line_error);
     tcase_add_test(tc, source_names_the_input);
     tcase_add_test(tc, error_truncated_to_errlen);
     suite_add_tcase(su, tc);
@@ -732,6 +766,7 @@ static Suite *conf_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, load_file);
     tcase_add_test(tc, load_file_error_names_file_and_line);
+    tcase_add_test(tc, load_file_syntax_error_before_bad_value);
     tcase_add_test(tc, load_missing_file);
     suite_add_tcase(su, tc);
 
