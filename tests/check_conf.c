@@ -436,10 +436,25 @@ END_TEST
 
 START_TEST(zk_hosts)
 {
-    set_ok("zookeeper", "hosts", "127.0.0.1:2181");
-    ck_assert_str_eq(s.zk_hosts, "127.0.0.1:2181");
-    set_ok("zookeeper", "hosts", "");
+    static const char *const good[] = {
+        "127.0.0.1:2181", "zk1:2181,zk2:2181,zk3:2181", "zk-1.example.com:1", "[::1]:2181",
+        "a:65535",
+    };
+    static const char *const bad[] = {
+        "zk1", "zk1:", ":2181", "zk1:0", "zk1:65536", "zk1:x", "zk1:2181,", ",zk1:2181",
+        "zk1:2181,,zk2:2181", "zk1:2181/chroot", "zk 1:2181", "zk1:2181;zk2:2181",
+    };
+
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        set_ok("zookeeper", "hosts", good[i]);
+        ck_assert_str_eq(s.zk_hosts, good[i]);
+    }
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        set_fails("zookeeper", "hosts", bad[i]);
+    ck_assert_str_eq(s.zk_hosts, "a:65535");
+    set_ok("zookeeper", "hosts", "");          /* empty: embedded mode */
     ck_assert_ptr_null(s.zk_hosts);
+    load_fails("[zookeeper]\nhosts = zk1\n", "t:2: hosts: 'zk1' is not host:port[,host:port...]");
 }
 END_TEST
 

@@ -134,6 +134,9 @@ START_TEST(ping_quit)
     ck_assert_uint_eq(req.name_len, 0);
     ck_request("QUIT", PROTO_CMD_QUIT);
     ck_assert_ptr_null(req.name);
+    ck_request("STATS", PROTO_CMD_STATS);
+    ck_request("HELP\r", PROTO_CMD_HELP);
+    ck_assert_ptr_null(req.name);
 }
 END_TEST
 
@@ -147,6 +150,8 @@ START_TEST(words_case_insensitive)
     ck_request("Unlock a", PROTO_CMD_UNLOCK);
     ck_request("ping", PROTO_CMD_PING);
     ck_request("qUiT", PROTO_CMD_QUIT);
+    ck_request("stats", PROTO_CMD_STATS);
+    ck_request("Help", PROTO_CMD_HELP);
 }
 END_TEST
 
@@ -278,6 +283,8 @@ START_TEST(too_many_args)
     ck_error("UNLOCK a b", PROTO_ERR_BAD_ARGS);
     ck_error("PING x", PROTO_ERR_BAD_ARGS);
     ck_error("QUIT now", PROTO_ERR_BAD_ARGS);
+    ck_error("STATS all", PROTO_ERR_BAD_ARGS);
+    ck_error("HELP LOCK", PROTO_ERR_BAD_ARGS);
     ck_assert_str_eq(req.errmsg, "too many arguments");
 }
 END_TEST
@@ -417,7 +424,25 @@ START_TEST(cmd_words)
     ck_assert_str_eq(proto_cmd_word(PROTO_CMD_UNLOCK), "UNLOCK");
     ck_assert_str_eq(proto_cmd_word(PROTO_CMD_PING), "PING");
     ck_assert_str_eq(proto_cmd_word(PROTO_CMD_QUIT), "QUIT");
+    ck_assert_str_eq(proto_cmd_word(PROTO_CMD_STATS), "STATS");
+    ck_assert_str_eq(proto_cmd_word(PROTO_CMD_HELP), "HELP");
     ck_assert_str_eq(proto_cmd_word(PROTO_CMD_COUNT), "?");
+}
+END_TEST
+
+START_TEST(cmd_usage_and_help)
+{
+    ck_assert_str_eq(proto_cmd_usage(PROTO_CMD_LOCK), "LOCK <name> [<wait-ms>]");
+    ck_assert_str_eq(proto_cmd_usage(PROTO_CMD_PING), "PING");
+    ck_assert_str_eq(proto_cmd_usage(PROTO_CMD_COUNT), "?");
+    ck_assert_str_eq(proto_cmd_help(PROTO_CMD_COUNT), "?");
+    /* HELP lists every command: each usage starts with its word and has text. */
+    for (int i = 0; i < PROTO_CMD_COUNT; i++) {
+        const char *word = proto_cmd_word((enum proto_cmd)i);
+
+        ck_assert_int_eq(strncmp(proto_cmd_usage((enum proto_cmd)i), word, strlen(word)), 0);
+        ck_assert_uint_gt(strlen(proto_cmd_help((enum proto_cmd)i)), 0);
+    }
 }
 END_TEST
 
@@ -596,6 +621,7 @@ static Suite *proto_suite(void)
 
     tc = tcase_create("tables");
     tcase_add_test(tc, cmd_words);
+    tcase_add_test(tc, cmd_usage_and_help);
     tcase_add_test(tc, cmd_words_parse_back);
     tcase_add_test(tc, err_codes);
     suite_add_tcase(s, tc);
