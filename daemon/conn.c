@@ -404,6 +404,15 @@ struct conn *conn_new(struct server *srv, evutil_socket_t fd, const char *peer)
     return c;
 }
 
+void conn_settings_changed(struct server *srv)
+{
+    struct conn *c;
+
+    TAILQ_FOREACH(c, &srv->conns, link)
+        if (c->state != CONN_LINGER)
+            bufferevent_setwatermark(c->bev, EV_READ, 0, srv->settings->max_line + 1 + INPUT_SLACK);
+}
+
 void conn_free(struct conn *c)
 {
     unsigned held = c->lc.nholds;

@@ -17,6 +17,9 @@ struct conn;
  */
 struct conn *conn_new(struct server *srv, evutil_socket_t fd, const char *peer);
 
+/* Applies reloaded settings (max_line) to every open connection of srv. */
+void conn_settings_changed(struct server *srv);
+
 /* Releases the connection's locks, cancels its waits, closes and frees it. */
 void conn_free(struct conn *c);
 

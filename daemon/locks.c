@@ -332,6 +332,11 @@ void locks_get_stats(const struct locks *t, struct locks_stats *out)
     *out = t->stats;
 }
 
+void locks_set_max_per_client(struct locks *t, unsigned max_per_client)
+{
+    t->max_per_client = max_per_client;
+}
+
 const char *lock_name(const struct lock *l) { return l->name; }
 
 const char *lock_peer(const struct lock *l)

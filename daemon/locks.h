@@ -82,6 +82,9 @@ void locks_client_release_all(struct locks *t, struct locks_client *c);
 
 void locks_get_stats(const struct locks *t, struct locks_stats *out);
 
+/* New limit for later requests; holds beyond it are kept. */
+void locks_set_max_per_client(struct locks *t, unsigned max_per_client);
+
 /* For backends. */
 const char *lock_name(const struct lock *l);          /* NUL-terminated, lives as long as l */
 const char *lock_peer(const struct lock *l);          /* address of the queue's head client */

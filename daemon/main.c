@@ -1,5 +1,5 @@
 /*
- * main.c - lockbrokerd: start-up, signals, shutdown.
+ * main.c - lockbrokerd: start-up, signals, reload, shutdown.
  */
 #include "config.h"
 
@@ -11,8 +11,12 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
+#ifdef HAVE_LIBSYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
 
 #include "backend.h"
+#include "conn.h"
 #include "locks.h"
 #include "log.h"
 #include "server.h"
@@ -22,19 +26,54 @@
 /* Descriptors beyond max_clients: listeners, log, the ZooKeeper socket. */
 #define FD_RESERVE 32
 
+/* Where the settings came from, kept for SIGHUP. */
+struct options {
+    const char *conf_file;     /* -c, or NULL */
+    const char *listen;        /* -l, or NULL */
+    const char *zk_hosts;      /* -z, or NULL */
+    bool verbose;              /* -v */
+};
+
+struct daemon {
+    struct options opt;
+    struct settings s;         /* live settings; the server and the table read them */
+    struct event_base *base;
+    struct server srv;
+    struct locks *locks;
+};
+
 static void usage(FILE *f)
 {
     fprintf(f,
             "Usage: lockbrokerd [-c FILE] [-l HOST:PORT] [-z HOSTS] [-t] [-v] [-h] [-V]\n"
-            "  -c FILE       read settings from FILE (INI; see lockbrokerd.conf)\n"
+            "  -c FILE       read settings from FILE (INI; see lockbrokerd.conf(5))\n"
             "  -l HOST:PORT  listen on this address (default %s; [::1]:7411 for IPv6;\n"
             "                port 0 picks a free port)\n"
             "  -z HOSTS      ZooKeeper ensemble, host:port[,host:port...] (distributed mode)\n"
             "  -t            check the configuration and exit\n"
             "  -v            log at debug level\n"
             "  -h            show this help\n"
-            "  -V            show the version\n",
+            "  -V            show the version\n"
+            "Signals: TERM or INT stop the daemon; HUP reloads the log level and limits.\n",
             SETTINGS_LISTEN_DEFAULT);
+}
+
+/* Defaults, then the file, then the flags. Returns 0, or -1 with err set. */
+static int settings_load(struct settings *s, const struct options *o, char *err, size_t errlen)
+{
+    if (settings_init(s) < 0) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if ((o->conf_file && settings_load_file(s, o->conf_file, err, errlen) < 0) ||
+        (o->listen && settings_set(s, "server", "listen", o->listen, err, errlen) < 0) ||
+        (o->zk_hosts && settings_set(s, "zookeeper", "hosts", o->zk_hosts, err, errlen) < 0)) {
+        settings_free(s);
+        return -1;
+    }
+    if (o->verbose)
+        s->log_level = LOG_LVL_DEBUG;
+    return 0;
 }
 
 /* Makes room for max_clients descriptors, lowering max_clients if the hard limit says so. */
@@ -58,34 +97,82 @@ static void raise_fd_limit(struct settings *s)
     }
 }
 
+static bool str_differs(const char *a, const char *b)
+{
+    return (a == NULL) != (b == NULL) || (a && strcmp(a, b) != 0);
+}
+
+/* SIGHUP: re-read the file; apply what can change while running. */
+static void reload(struct daemon *d)
+{
+    struct settings n;
+    char err[512];
+
+    if (settings_load(&n, &d->opt, err, sizeof(err)) < 0) {
+        log_error("reload failed, keeping the running settings: %s", err);
+        return;
+    }
+    if (str_differs(n.listen, d->s.listen))
+        log_warn("reload: listen changed; restart the daemon to apply it");
+    if (str_differs(n.unix_socket, d->s.unix_socket) || n.unix_socket_mode != d->s.unix_socket_mode)
+        log_warn("reload: unix_socket or its mode changed; restart the daemon to apply it");
+    if (str_differs(n.zk_hosts, d->s.zk_hosts) || str_differs(n.zk_root, d->s.zk_root) ||
+        n.zk_session_timeout_ms != d->s.zk_session_timeout_ms)
+        log_warn("reload: [zookeeper] settings changed; restart the daemon to apply them");
+    d->s.log_level = n.log_level;
+    d->s.max_clients = n.max_clients;
+    d->s.max_line = n.max_line;
+    d->s.max_locks_per_client = n.max_locks_per_client;
+    settings_free(&n);
+    log_set_level(d->s.log_level);
+    raise_fd_limit(&d->s);
+    locks_set_max_per_client(d->locks, d->s.max_locks_per_client);
+    conn_settings_changed(&d->srv);
+    log_info("reloaded: log level %s, max_clients %u, max_line %u, max_locks_per_client %u",
+             settings_log_level_name(d->s.log_level), d->s.max_clients, d->s.max_line,
+             d->s.max_locks_per_client);
+}
+
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
-    struct event_base *base = arg;
+    struct daemon *d = arg;
 
+    if (sig == SIGHUP) {
+        log_info("caught SIGHUP, reloading %s", d->opt.conf_file ? d->opt.conf_file : "(no file)");
+#ifdef HAVE_LIBSYSTEMD
+        sd_notify(0, "RELOADING=1");
+#endif
+        reload(d);
+#ifdef HAVE_LIBSYSTEMD
+        sd_notify(0, "READY=1");
+#endif
+        return;
+    }
     log_info("caught %s, shutting down", strsignal((int)sig));
-    event_base_loopbreak(base);
+#ifdef HAVE_LIBSYSTEMD
+    sd_notify(0, "STOPPING=1");
+#endif
+    event_base_loopbreak(d->base);
 }
 
 int main(int argc, char **argv)
 {
-    struct settings s;
-    struct server srv;
-    struct event_base *base = NULL;
-    struct event *sigterm = NULL, *sigint = NULL;
+    static const int signals[] = { SIGTERM, SIGINT, SIGHUP };
+    struct event *sig_ev[3] = { NULL, NULL, NULL };
+    struct daemon d;
     struct backend *backend = NULL;
-    struct locks *locks = NULL;
-    const char *conf_file = NULL, *listen = NULL, *zk_hosts = NULL;
-    bool check_only = false, verbose = false;
+    bool check_only = false, started = false;
     char err[512];
     int opt, rc = 1;
 
+    memset(&d, 0, sizeof(d));
     while ((opt = getopt(argc, argv, "c:l:z:tvhV")) != -1) {
         switch (opt) {
-        case 'c': conf_file = optarg; break;
-        case 'l': listen = optarg; break;
-        case 'z': zk_hosts = optarg; break;
+        case 'c': d.opt.conf_file = optarg; break;
+        case 'l': d.opt.listen = optarg; break;
+        case 'z': d.opt.zk_hosts = optarg; break;
         case 't': check_only = true; break;
-        case 'v': verbose = true; break;
+        case 'v': d.opt.verbose = true; break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("lockbrokerd %s\n", PACKAGE_VERSION); return 0;
         default: usage(stderr); return 2;
@@ -96,70 +183,63 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-
-    /* Defaults, then the file, then the flags. */
-    if (settings_init(&s) < 0) {
-        fprintf(stderr, "lockbrokerd: out of memory\n");
-        return 1;
-    }
-    if ((conf_file && settings_load_file(&s, conf_file, err, sizeof(err)) < 0) ||
-        (listen && settings_set(&s, "server", "listen", listen, err, sizeof(err)) < 0) ||
-        (zk_hosts && settings_set(&s, "zookeeper", "hosts", zk_hosts, err, sizeof(err)) < 0)) {
+    if (settings_load(&d.s, &d.opt, err, sizeof(err)) < 0) {
         fprintf(stderr, "lockbrokerd: %s\n", err);
-        settings_free(&s);
         return 1;
     }
-    if (verbose)
-        s.log_level = LOG_LVL_DEBUG;
-    log_set_level(s.log_level);
+    log_set_level(d.s.log_level);
     if (check_only) {
         printf("lockbrokerd: configuration OK\n");
-        settings_free(&s);
+        settings_free(&d.s);
         return 0;
     }
 
     signal(SIGPIPE, SIG_IGN);
-    raise_fd_limit(&s);
+    raise_fd_limit(&d.s);
 
-    if (!(base = event_base_new())) {
+    if (!(d.base = event_base_new())) {
         log_error("cannot create the event loop");
         goto out;
     }
-    backend = s.zk_hosts ? zk_backend_new(base, &s) : backend_embedded_new();
-    if (!backend || !(locks = locks_new(base, backend, s.max_locks_per_client))) {
+    backend = d.s.zk_hosts ? zk_backend_new(d.base, &d.s) : backend_embedded_new();
+    if (!backend || !(d.locks = locks_new(d.base, backend, d.s.max_locks_per_client))) {
         log_error("out of memory");
         goto out;
     }
-    if (server_start(&srv, base, &s, locks, backend) < 0)
+    if (server_start(&d.srv, d.base, &d.s, d.locks, backend) < 0)
         goto out;
-    sigterm = evsignal_new(base, SIGTERM, on_signal, base);
-    sigint = evsignal_new(base, SIGINT, on_signal, base);
-    if (!sigterm || !sigint || evsignal_add(sigterm, NULL) < 0 || evsignal_add(sigint, NULL) < 0) {
-        log_error("cannot install signal handlers");
-        server_stop(&srv);
-        goto out;
+    started = true;
+    for (int i = 0; i < 3; i++) {
+        sig_ev[i] = evsignal_new(d.base, signals[i], on_signal, &d);
+        if (!sig_ev[i] || evsignal_add(sig_ev[i], NULL) < 0) {
+            log_error("cannot install signal handlers");
+            goto out;
+        }
     }
 
     log_info("lockbrokerd %s ready: %s mode, listening on %s%s%s", PACKAGE_VERSION,
-             backend->ops->name, srv.listen_addr, s.unix_socket ? " and " : "",
-             s.unix_socket ? s.unix_socket : "");
-    event_base_dispatch(base);
-
-    server_stop(&srv);
+             backend->ops->name, d.srv.listen_addr, d.s.unix_socket ? " and " : "",
+             d.s.unix_socket ? d.s.unix_socket : "");
+#ifdef HAVE_LIBSYSTEMD
+    sd_notifyf(0, "READY=1\nSTATUS=%s mode, listening on %s", backend->ops->name,
+               d.srv.listen_addr);
+#endif
+    event_base_dispatch(d.base);
     log_info("stopped");
     rc = 0;
 out:
-    if (sigterm)
-        event_free(sigterm);
-    if (sigint)
-        event_free(sigint);
-    locks_free(locks);
-    if (s.zk_hosts)
+    if (started)
+        server_stop(&d.srv);
+    for (int i = 0; i < 3; i++)
+        if (sig_ev[i])
+            event_free(sig_ev[i]);
+    locks_free(d.locks);
+    if (d.s.zk_hosts)
         zk_backend_free(backend);
     else
         backend_embedded_free(backend);
-    if (base)
-        event_base_free(base);
-    settings_free(&s);
+    if (d.base)
+        event_base_free(d.base);
+    settings_free(&d.s);
     return rc;
 }
