@@ -189,7 +189,7 @@ int settings_set(struct settings *s, const char *section, const char *key,
         if (strcmp(key, "unix_socket_mode") == 0) {
             char *end;
             unsigned long m = strtoul(value, &end, 8);
-            if (!*value || *end || m > 0777)
+            if (*value < '0' || *value > '7' || *end || m > 0777)
                 return SET_ERR("unix_socket_mode: '%s' is not an octal mode like 0660", value);
             s->unix_socket_mode = (unsigned)m;
             return 0;
@@ -263,28 +263,52 @@ struct load_ctx {
     char msg[256];      /* the first value error, without location */
 };
 
-/* fgets()-like reader for ini_parse_stream(). */
+/* fgets()-like reader for ini_parse_stream(). A line longer than inih's
+ * buffer would be split in two silently; it is reported as an error instead. */
 static char *read_line(char *buf, int size, void *stream)
 {
     struct load_ctx *ctx = stream;
+    bool too_long = false;
 
+    if (size < 2)
+        return NULL;
     if (ctx->f) {
+        size_t n;
+        int ch;
+
         if (!fgets(buf, size, ctx->f))
             return NULL;
+        n = strlen(buf);
+        if (n == (size_t)size - 1 && buf[n - 1] != '\n' && (ch = getc(ctx->f)) != EOF) {
+            too_long = true;
+            while (ch != EOF && ch != '\n')    /* skip the rest of that line */
+                ch = getc(ctx->f);
+        }
     } else {
         size_t n = strcspn(ctx->rest, "\n");
 
-        if (!*ctx->rest || size < 2)
+        if (!*ctx->rest)
             return NULL;
+        /* The line and its LF must fit with the NUL, as with fgets(). */
+        too_long = n + (ctx->rest[n] == '\n') > (size_t)size - 1;
         if (ctx->rest[n] == '\n')
             n++;                        /* keep the LF, as fgets() does */
-        if (n > (size_t)size - 1)
-            n = (size_t)size - 1;
-        memcpy(buf, ctx->rest, n);
-        buf[n] = '\0';
-        ctx->rest += n;
+        if (too_long) {
+            ctx->rest += n;
+        } else {
+            memcpy(buf, ctx->rest, n);
+            buf[n] = '\0';
+            ctx->rest += n;
+        }
     }
     ctx->line++;
+    if (too_long) {
+        if (!ctx->msg[0]) {
+            snprintf(ctx->msg, sizeof(ctx->msg), "line longer than %d bytes", size - 2);
+            ctx->err_line = ctx->line;
+        }
+        snprintf(buf, (size_t)size, "[\n");   /* a syntax error on this line */
+    }
     return buf;
 }
 

@@ -262,6 +262,32 @@ START_TEST(syntax_error_before_bad_value)
 }
 END_TEST
 
+/* inih reads 200-byte lines; a longer one must not be split silently. */
+START_TEST(long_line_is_an_error)
+{
+    char text[600], tail[40];
+
+    snprintf(text, sizeof(text), "[zookeeper]\nhosts = ");
+    while (strlen(text) < 260)
+        strcat(text, "zk.example.com:2181,");
+    strcat(text, "zk.example.com:2181\n[server]\nmax_line = 300\n");
+    load_fails(text, "t:2: line longer than 198 bytes");
+    /* The line after it is read as a line of its own. */
+    snprintf(tail, sizeof(tail), "max_line = 5\n");
+    text[strlen(text) - strlen("max_line = 300\n")] = '\0';
+    strcat(text, tail);
+    load_fails(text, "t:2: line longer than 198 bytes");
+    /* 198 bytes and the LF fit; so do 199 without one at the end. */
+    memset(text, 0, sizeof(text));
+    strcpy(text, "[log]\n");
+    strcat(text, "level = debug");
+    memset(text + strlen(text), ' ', 198 - strlen("level = debug"));
+    strcat(text, "\n");
+    load_ok(text);
+    ck_assert_int_eq(s.log_level, LOG_LVL_DEBUG);
+}
+END_TEST
+
 START_TEST(continuation_line_error)
 {
     /* inih passes an indented line as another value of the same key. */
@@ -377,6 +403,9 @@ START_TEST(socket_mode)
     set_fails("server", "unix_socket_mode", "rw-rw----");
     set_fails("server", "unix_socket_mode", "");
     set_fails("server", "unix_socket_mode", "-1");
+    set_fails("server", "unix_socket_mode", "-0");
+    set_fails("server", "unix_socket_mode", "+644");
+    set_fails("server", "unix_socket_mode", " 644");
     ck_assert_uint_eq(s.unix_socket_mode, 0);
 }
 END_TEST
@@ -673,6 +702,22 @@ START_TEST(load_file_syntax_error_before_bad_value)
 }
 END_TEST
 
+START_TEST(load_file_long_line)
+{
+    char body[400] = "[server]\nmax_line = 300\n; ";
+    char *path, want[600];
+
+    memset(body + strlen(body), 'x', 250);
+    strcat(body, "\nmax_line = 5\n");
+    path = temp_file(body);
+    snprintf(want, sizeof(want), "%s:3: line longer than 198 bytes", path);
+    ck_assert_int_eq(settings_load_file(&s, path, err, sizeof(err)), -1);
+    ck_assert_str_eq(err, want);
+    unlink(path);
+    free(path);
+}
+END_TEST
+
 START_TEST(load_missing_file)
 {
     ck_assert_int_eq(settings_load_file(&s, "/nonexistent/lockbrokerd.conf", err, sizeof(err)),
@@ -744,6 +789,7 @@ static Suite *conf_suite(void)
     tcase_add_test(tc, first_error_reported);
     tcase_add_test(tc, syntax_error);
     tcase_add_test(tc, syntax_error_before_bad_value);
+    tcase_add_test(tc, long_line_is_an_error);
     tcase_add_test(tc, continuation_line_error);
     tcase_add_test(tc, source_names_the_input);
     tcase_add_test(tc, error_truncated_to_errlen);
@@ -782,6 +828,7 @@ static Suite *conf_suite(void)
     tcase_add_test(tc, load_file);
     tcase_add_test(tc, load_file_error_names_file_and_line);
     tcase_add_test(tc, load_file_syntax_error_before_bad_value);
+    tcase_add_test(tc, load_file_long_line);
     tcase_add_test(tc, load_missing_file);
     suite_add_tcase(su, tc);
 
