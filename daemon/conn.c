@@ -50,7 +50,9 @@ struct conn {
     struct bufferevent *bev;       /* owned; closes the fd */
     struct locks_client lc;        /* this client's holds, managed by the lock table */
     enum conn_state state;         /* change only through conn_set_state() */
-    enum proto_cmd waiting_cmd;    /* LOCK or TRYLOCK, valid in CONN_WAITING */
+    enum proto_cmd waiting_cmd;    /* LOCK, TRYLOCK or STATUS, valid in CONN_WAITING */
+    struct zk_query *query;        /* STATUS in distributed mode: ZooKeeper's answer pending */
+    char status_name[PROTO_NAME_MAX + 1]; /* the name that query is about */
     struct event *linger_timer;    /* owned; armed in CONN_LINGER */
     uint64_t id;
     TAILQ_ENTRY(conn) link;        /* srv->conns */
@@ -182,6 +184,54 @@ static void reply_stats(struct conn *c)
     evbuffer_add(out, "END\n", 4);
 }
 
+/* One STATUS line from this daemon's table and, in distributed mode, ZooKeeper. */
+static void reply_status(struct conn *c, const char *name, const struct zk_queue_info *zi)
+{
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    struct locks_status ls;
+    char token[24] = "-", since[24] = "-";
+    unsigned queue;
+
+    if (zi && !zi->ok) {
+        reply_err(c, PROTO_ERR_UNAVAILABLE, "the lock service is not reachable; retry later");
+        return;
+    }
+    locks_status(c->srv->locks, name, &ls);
+    queue = zi ? zi->queue : (ls.held ? 1 : 0) + ls.waiters;
+    if (ls.held) {
+        snprintf(token, sizeof(token), "%llu", (unsigned long long)ls.token);
+        snprintf(since, sizeof(since), "%lld", (long long)ls.since_ms);
+        evbuffer_add_printf(out, "STATUS %s held holder=%s/%s token=%s since=%s waiters=%u queue=%u\n",
+                            name, c->srv->daemon_id, ls.holder, token, since, ls.waiters, queue);
+    } else if (zi && zi->queue > 0) {
+        /* Held through another daemon (or about to be ours): its token is its own. */
+        if (zi->since_ms >= 0)
+            snprintf(since, sizeof(since), "%lld", (long long)zi->since_ms);
+        evbuffer_add_printf(out, "STATUS %s held holder=%s token=- since=%s waiters=%u queue=%u\n",
+                            name, zi->holder, since, ls.waiters, queue);
+    } else {
+        evbuffer_add_printf(out, "STATUS %s free holder=- token=- since=- waiters=%u queue=%u\n",
+                            name, ls.waiters, queue);
+    }
+}
+
+/* The awaited answer is queued: parse the lines that waited behind it. */
+static void conn_resume(struct conn *c)
+{
+    conn_set_state(c, CONN_READING);
+    /* Deferred, because the lock table or the ZooKeeper client is on the stack. */
+    bufferevent_trigger(c->bev, EV_READ, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+}
+
+static void conn_on_queue_info(void *arg, const struct zk_queue_info *info)
+{
+    struct conn *c = arg;
+
+    c->query = NULL;
+    reply_status(c, c->status_name, info);
+    conn_resume(c);
+}
+
 static void reply_help(struct conn *c)
 {
     struct evbuffer *out = bufferevent_get_output(c->bev);
@@ -226,6 +276,17 @@ static void handle_request(struct conn *c, const struct proto_req *req)
             reply_word(c, "OK", name, req->name_len);
         else
             reply_err(c, PROTO_ERR_NOT_HELD, "this connection does not hold that lock");
+        break;
+    case PROTO_CMD_STATUS:
+        if (!c->srv->settings->zk_hosts) {
+            reply_status(c, name, NULL);
+            break;
+        }
+        /* Ask ZooKeeper for the queue across daemons; later lines wait. */
+        memcpy(c->status_name, name, req->name_len + 1);
+        c->waiting_cmd = req->cmd;
+        conn_set_state(c, CONN_WAITING);
+        c->query = zk_query_queue(c->srv->backend, name, conn_on_queue_info, c);
         break;
     case PROTO_CMD_STATS:
         reply_stats(c);
@@ -296,9 +357,7 @@ static void conn_on_lock_done(struct locks_client *lc, const char *name, enum lo
         return;
     }
     reply_lock_result(c, c->waiting_cmd, name, r, token);
-    conn_set_state(c, CONN_READING);
-    /* Deferred, because the lock table is still on the stack. */
-    bufferevent_trigger(c->bev, EV_READ, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+    conn_resume(c);
 }
 
 static void conn_on_lock_lost(struct locks_client *lc, const char *name, uint64_t token,
@@ -417,6 +476,7 @@ void conn_free(struct conn *c)
 {
     unsigned held = c->lc.nholds;
 
+    zk_query_cancel(c->query);
     locks_client_release_all(c->srv->locks, &c->lc);
     log_debug("conn %llu (%s): closed, %u holds and waits released", (unsigned long long)c->id,
               c->peer, held);

@@ -16,6 +16,7 @@
 
 #include <event2/event.h>
 #include <search.h>
+#include <sys/time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,6 +37,7 @@ struct hold {
     bool try;                      /* TRYLOCK or LOCK ... 0: never waits behind others */
     uint32_t count;                /* re-entrant depth, >= 1 when HELD */
     uint64_t token;                /* valid when HELD */
+    int64_t since_ms;              /* wall-clock time of the grant, valid when HELD */
     struct event *timer;           /* wait deadline, or NULL */
 };
 
@@ -43,6 +45,7 @@ struct lock {
     const char *name;              /* NUL-terminated; points at name_buf */
     struct locks *table;
     TAILQ_HEAD(, hold) queue;      /* never empty outside lock_next() */
+    unsigned nqueued;              /* holds in queue */
     enum lock_state state;
     bool acquiring_try;            /* the backend acquisition was asked as try */
     void *backend_data;            /* the backend's; the table never touches it */
@@ -114,6 +117,7 @@ static void hold_unlink(struct hold *h)
     else
         t->stats.waiting--;
     TAILQ_REMOVE(&h->lock->queue, h, in_lock);
+    h->lock->nqueued--;
     TAILQ_REMOVE(&h->client->holds, h, in_client);
     h->client->nholds--;
     if (h->timer)
@@ -286,6 +290,7 @@ enum locks_result locks_lock(struct locks *t, struct locks_client *c, const char
     h->state = HOLD_WAITING;
     h->try = no_wait;
     TAILQ_INSERT_TAIL(&l->queue, h, in_lock);
+    l->nqueued++;
     TAILQ_INSERT_TAIL(&c->holds, h, in_client);
     c->nholds++;
     t->stats.waiting++;
@@ -332,6 +337,23 @@ void locks_get_stats(const struct locks *t, struct locks_stats *out)
     *out = t->stats;
 }
 
+void locks_status(const struct locks *t, const char *name, struct locks_status *out)
+{
+    struct lock *l = lock_find((struct locks *)t, name);
+    struct hold *head = l ? TAILQ_FIRST(&l->queue) : NULL;
+
+    memset(out, 0, sizeof(*out));
+    if (!head)
+        return;
+    out->held = head->state == HOLD_HELD;
+    out->waiters = l->nqueued - (out->held ? 1 : 0);
+    if (out->held) {
+        out->holder = head->client->peer;
+        out->token = head->token;
+        out->since_ms = head->since_ms;
+    }
+}
+
 void locks_set_max_per_client(struct locks *t, unsigned max_per_client)
 {
     t->max_per_client = max_per_client;
@@ -360,8 +382,11 @@ void locks_backend_granted(struct lock *l, uint64_t token)
     }
     l->state = LOCK_HELD;
     h->state = HOLD_HELD;
+    struct timeval now;
+    gettimeofday(&now, NULL);
     h->count = 1;
     h->token = token;
+    h->since_ms = (int64_t)now.tv_sec * 1000 + now.tv_usec / 1000;
     if (h->timer) {
         event_free(h->timer);
         h->timer = NULL;

@@ -82,6 +82,17 @@ void locks_client_release_all(struct locks *t, struct locks_client *c);
 
 void locks_get_stats(const struct locks *t, struct locks_stats *out);
 
+struct locks_status {
+    bool held;            /* a client of this daemon holds it */
+    const char *holder;   /* its address, borrowed until the table changes; NULL if not held */
+    uint64_t token;       /* valid when held */
+    int64_t since_ms;     /* wall-clock ms of the grant, valid when held */
+    unsigned waiters;     /* local requests queued behind the holder (or acquiring) */
+};
+
+/* What this daemon knows about name (NUL-terminated). */
+void locks_status(const struct locks *t, const char *name, struct locks_status *out);
+
 /* New limit for later requests; holds beyond it are kept. */
 void locks_set_max_per_client(struct locks *t, unsigned max_per_client);
 

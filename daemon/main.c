@@ -40,6 +40,7 @@ struct daemon {
     struct event_base *base;
     struct server srv;
     struct locks *locks;
+    char id[96];               /* server_make_daemon_id() */
 };
 
 static void usage(FILE *f)
@@ -201,12 +202,13 @@ int main(int argc, char **argv)
         log_error("cannot create the event loop");
         goto out;
     }
-    backend = d.s.zk_hosts ? zk_backend_new(d.base, &d.s) : backend_embedded_new();
+    server_make_daemon_id(d.id, sizeof(d.id));
+    backend = d.s.zk_hosts ? zk_backend_new(d.base, &d.s, d.id) : backend_embedded_new();
     if (!backend || !(d.locks = locks_new(d.base, backend, d.s.max_locks_per_client))) {
         log_error("out of memory");
         goto out;
     }
-    if (server_start(&d.srv, d.base, &d.s, d.locks, backend) < 0)
+    if (server_start(&d.srv, d.base, &d.s, d.locks, backend, d.id) < 0)
         goto out;
     started = true;
     for (int i = 0; i < 3; i++) {
@@ -217,8 +219,8 @@ int main(int argc, char **argv)
         }
     }
 
-    log_info("lockbrokerd %s ready: %s mode, listening on %s%s%s", PACKAGE_VERSION,
-             backend->ops->name, d.srv.listen_addr, d.s.unix_socket ? " and " : "",
+    log_info("lockbrokerd %s ready: %s mode, daemon id %s, listening on %s%s%s", PACKAGE_VERSION,
+             backend->ops->name, d.id, d.srv.listen_addr, d.s.unix_socket ? " and " : "",
              d.s.unix_socket ? d.s.unix_socket : "");
 #ifdef HAVE_LIBSYSTEMD
     sd_notifyf(0, "READY=1\nSTATUS=%s mode, listening on %s", backend->ops->name,

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/random.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -155,13 +156,14 @@ static int listen_unix(struct server *srv)
 }
 
 int server_start(struct server *srv, struct event_base *base, const struct settings *s,
-                 struct locks *locks, struct backend *backend)
+                 struct locks *locks, struct backend *backend, const char *daemon_id)
 {
     memset(srv, 0, sizeof(*srv));
     srv->base = base;
     srv->settings = s;
     srv->locks = locks;
     srv->backend = backend;
+    srv->daemon_id = daemon_id;
     srv->started = time(NULL);
     TAILQ_INIT(&srv->conns);
     if (listen_tcp(srv) < 0)
@@ -171,6 +173,21 @@ int server_start(struct server *srv, struct event_base *base, const struct setti
         return -1;
     }
     return 0;
+}
+
+void server_make_daemon_id(char *buf, size_t len)
+{
+    char host[64] = "host";
+    uint32_t rnd = 0;
+
+    gethostname(host, sizeof(host) - 1);
+    for (char *p = host; *p; p++)   /* it becomes part of znode names */
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '.'))
+            *p = '_';
+    if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd))
+        rnd = (uint32_t)time(NULL) ^ (uint32_t)getpid();
+    snprintf(buf, len, "%s-%d-%08x", host, (int)getpid(), rnd);
 }
 
 void server_stop(struct server *srv)

@@ -39,11 +39,15 @@ struct server {
     struct server_stats stats;
     time_t started;
     char listen_addr[64];              /* the bound TCP address, port resolved */
+    const char *daemon_id;             /* borrowed; names this daemon to clients and in ZooKeeper */
 };
 
 /* Binds the listeners. Returns 0, or -1 after logging why. */
 int server_start(struct server *srv, struct event_base *base, const struct settings *s,
-                 struct locks *locks, struct backend *backend);
+                 struct locks *locks, struct backend *backend, const char *daemon_id);
+
+/* Writes "<host>-<pid>-<random hex>" into buf: unique for each run of a daemon. */
+void server_make_daemon_id(char *buf, size_t len);
 
 /* Closes the listeners and every connection (releasing their locks). */
 void server_stop(struct server *srv);

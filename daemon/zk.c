@@ -30,7 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/queue.h>
-#include <sys/random.h>
 #include <sys/time.h>
 #include <unistd.h>
 #include <zookeeper/zookeeper.h>
@@ -881,24 +880,101 @@ static void on_session_event(zhandle_t *zh, int type, int state, const char *pat
     }
 }
 
-/* ------------------------------------------------------------- lifecycle */
+/* ------------------------------------------------------- STATUS queries */
 
-static void make_daemon_id(struct zk *zk)
+struct zk_query {
+    struct zk *zk;
+    zk_query_cb cb;            /* NULL once cancelled */
+    void *arg;
+    struct zk_queue_info info;
+    char parent[512];
+};
+
+static void query_finish(struct zk_query *q, bool ok)
 {
-    char host[64] = "host";
-    uint32_t rnd = 0;
-
-    gethostname(host, sizeof(host) - 1);
-    for (char *p = host; *p; p++)   /* keep node names tidy */
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-              *p == '.'))
-            *p = '_';
-    if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd))
-        rnd = (uint32_t)time(NULL) ^ (uint32_t)getpid();
-    snprintf(zk->daemon_id, sizeof(zk->daemon_id), "%s-%d-%08x", host, (int)getpid(), rnd);
+    q->zk->outstanding--;
+    q->info.ok = ok;
+    if (q->cb)
+        q->cb(q->arg, &q->info);
+    free(q);
 }
 
-struct backend *zk_backend_new(struct event_base *base, const struct settings *s)
+static void on_query_data(int rc, const char *value, int len, const struct Stat *stat,
+                          const void *data)
+{
+    struct zk_query *q = (struct zk_query *)data;
+    char buf[256], daemon[128] = "-", client[128] = "-";
+
+    if (rc == ZOK && value && len > 0) {
+        /* "daemon=<id> client=<addr>", as zl_create writes it */
+        snprintf(buf, sizeof(buf), "%.*s", len, value);
+        sscanf(buf, "daemon=%127s client=%127s", daemon, client);
+        snprintf(q->info.holder, sizeof(q->info.holder), "%s/%s", daemon, client);
+        q->info.since_ms = stat->ctime;
+    }
+    /* ZNONODE: the holder left between the two reads; report what we saw. */
+    query_finish(q, rc == ZOK || rc == ZNONODE);
+}
+
+static void on_query_children(int rc, const struct String_vector *children, const void *data)
+{
+    struct zk_query *q = (struct zk_query *)data;
+    const char *first = NULL;
+    char path[768];
+
+    if (rc == ZNONODE || (rc == ZOK && children->count == 0)) {
+        query_finish(q, true);
+        return;
+    }
+    if (rc != ZOK || !q->cb) {
+        query_finish(q, rc == ZOK);
+        return;
+    }
+    q->info.queue = (unsigned)children->count;
+    for (int i = 0; i < children->count; i++)
+        if (!first || seq_of(children->data[i]) < seq_of(first))
+            first = children->data[i];
+    snprintf(path, sizeof(path), "%s/%s", q->parent, first);
+    /* The request's count carries over to the getData. */
+    if (zoo_aget(q->zk->zh, path, 0, on_query_data, q) != ZOK)
+        query_finish(q, false);
+}
+
+struct zk_query *zk_query_queue(struct backend *b, const char *name, zk_query_cb cb, void *arg)
+{
+    static const struct zk_queue_info unavailable = { .ok = false, .holder = "-", .since_ms = -1 };
+    struct zk *zk = b->impl;
+    struct zk_query *q;
+
+    if (zk->state != ZK_CONNECTED || !(q = calloc(1, sizeof(*q)))) {
+        cb(arg, &unavailable);
+        return NULL;
+    }
+    q->zk = zk;
+    q->cb = cb;
+    q->arg = arg;
+    q->info = unavailable;
+    snprintf(q->parent, sizeof(q->parent), "%s/locks/%s", zk->root, name);
+    if (zoo_aget_children(zk->zh, q->parent, 0, on_query_children, q) != ZOK) {
+        free(q);
+        cb(arg, &unavailable);
+        return NULL;
+    }
+    zk->outstanding++;
+    zk_kick(zk);
+    return q;
+}
+
+void zk_query_cancel(struct zk_query *q)
+{
+    if (q)
+        q->cb = NULL;   /* freed by its completion */
+}
+
+/* ------------------------------------------------------------- lifecycle */
+
+struct backend *zk_backend_new(struct event_base *base, const struct settings *s,
+                               const char *daemon_id)
 {
     struct zk *zk = calloc(1, sizeof(*zk));
 
@@ -911,7 +987,7 @@ struct backend *zk_backend_new(struct event_base *base, const struct settings *s
     TAILQ_INIT(&zk->zlocks);
     TAILQ_INIT(&zk->watches);
     snprintf(zk->root, sizeof(zk->root), "%s", s->zk_root);
-    make_daemon_id(zk);
+    snprintf(zk->daemon_id, sizeof(zk->daemon_id), "%s", daemon_id);
 
     /* The client logs every failed connect attempt, several a second during
      * an outage; our own log reports state changes, so it speaks only in -v. */

@@ -27,6 +27,8 @@
     X(UNLOCK,  "UNLOCK",  1, 1, "UNLOCK <name>", "release a lock this connection holds") \
     X(PING,    "PING",    0, 0, "PING", "answer PONG")                             \
     X(QUIT,    "QUIT",    0, 0, "QUIT", "answer BYE and close the connection")      \
+    X(STATUS,  "STATUS",  1, 1, "STATUS <name>",                                   \
+      "who holds a lock, with which token, since when, and how many wait")         \
     X(STATS,   "STATS",   0, 0, "STATS", "counters as STAT <name> <value> lines, then END") \
     X(HELP,    "HELP",    0, 0, "HELP", "this list as HELP lines, then END")
 
