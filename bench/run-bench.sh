@@ -1,0 +1,305 @@
+#!/bin/bash
+# run-bench.sh - what `make bench` runs: lockbrokerd against its reference
+# points on one machine, in one run, printed as one table.
+#
+# Starts on loopback, with free ports and a temporary directory:
+#   - lockbrokerd in embedded mode,
+#   - a standalone ZooKeeper server (Debian's zookeeper package),
+#   - lockbrokerd in distributed mode against that server,
+#   - redis-server (--save '' --appendonly no), if installed and the Redis
+#     benchmark was built,
+# runs the matrix, prints the table with the ratios the performance targets
+# are stated in (docs/PERFORMANCE.md), and stops everything on exit.
+#
+# Environment:
+#   BENCH_DURATION     measured seconds per run (default 10; 2 for a smoke run)
+#   BENCH_WARMUP       warm-up seconds per run (default: 2, or 1 when
+#                      BENCH_DURATION < 5)
+#   BENCH_SCALING      1 (default): also run waiters-scaling.sh (10,000
+#                      waiters, 10,000 idle connections); 0: skip it
+#   BENCH_ZK_FORCESYNC yes (default) or no: ZooKeeper's forceSync (fsync of
+#                      its transaction log before acknowledging writes)
+#   BENCH_RESULTS      file receiving every run's JSON record
+#                      (default ./bench-results.jsonl)
+#   LOCKBROKERD, LOCKBROKER_BENCH, ZK_RAW_BENCH, REDIS_LOCK_BENCH
+#                      programs (default: under the current build directory)
+#   BENCH_KEEP=1       keep the temporary directory (logs) for inspection
+set -u
+
+here=$(cd "$(dirname "$0")" && pwd)
+D=${BENCH_DURATION:-10}
+if [ -z "${BENCH_WARMUP:-}" ]; then
+    BENCH_WARMUP=$(awk -v d="$D" 'BEGIN { print (d < 5) ? 1 : 2 }')
+fi
+W=$BENCH_WARMUP
+LOCKBROKERD=${LOCKBROKERD:-$PWD/daemon/lockbrokerd}
+LOCKBROKER_BENCH=${LOCKBROKER_BENCH:-$PWD/bench/lockbroker-bench}
+ZK_RAW_BENCH=${ZK_RAW_BENCH:-$PWD/bench/zk_raw_bench}
+REDIS_LOCK_BENCH=${REDIS_LOCK_BENCH:-$PWD/bench/redis_lock_bench}
+RESULTS=${BENCH_RESULTS:-$PWD/bench-results.jsonl}
+
+for p in "$LOCKBROKERD" "$LOCKBROKER_BENCH" "$ZK_RAW_BENCH"; do
+    [ -x "$p" ] || { echo "run-bench: $p is not built (run make)" >&2; exit 1; }
+done
+
+# 10,000 connections on each side need more descriptors than the usual 1024.
+hard=$(ulimit -Hn)
+if [ "$hard" = unlimited ] || [ "$hard" -ge 21000 ]; then ulimit -n 21000; else ulimit -n "$hard"; fi
+
+tmp=$(mktemp -d /tmp/lockbroker-bench.XXXXXX)
+pids=()
+
+cleanup() {
+    local p
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+    for p in "${pids[@]}"; do
+        for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$p" 2>/dev/null || break; sleep 0.2; done
+        kill -9 "$p" 2>/dev/null
+        wait "$p" 2>/dev/null
+    done
+    if [ "${BENCH_KEEP:-0}" = 1 ]; then echo "run-bench: logs kept in $tmp" >&2; else rm -rf "$tmp"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM HUP
+
+log() { printf '%s run-bench: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+# A port nobody listens on (the servers we start fail loudly if it was taken since).
+free_port() {
+    local p
+    while :; do
+        p=$(( (RANDOM << 1 | RANDOM & 1) % 20000 + 20000 ))
+        if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return; fi
+    done
+}
+
+# Picks "key": value out of a one-line JSON record.
+jget() { sed -n "s/.*\"$2\": \"\{0,1\}\([^,\"}]*\).*/\1/p" <<<"$1"; }
+
+# --------------------------------------------------------------- servers
+
+# start_lockbrokerd NAME [ARGS...]: sets LB_PORT and LB_PID.
+start_lockbrokerd() {
+    local name=$1 i port=
+    shift
+    "$LOCKBROKERD" -l 127.0.0.1:0 "$@" 2>"$tmp/$name.log" &
+    LB_PID=$!
+    pids+=("$LB_PID")
+    for i in $(seq 100); do
+        port=$(sed -n 's/.*ready: .* listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$tmp/$name.log")
+        [ -n "$port" ] && break
+        kill -0 "$LB_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    if [ -z "$port" ]; then
+        log "lockbrokerd ($name) did not start:"; cat "$tmp/$name.log" >&2; exit 1
+    fi
+    LB_PORT=$port
+}
+
+wait_zk_session() {
+    local name=$1 i
+    for i in $(seq 150); do
+        grep -q 'zk: new session' "$tmp/$name.log" && return 0
+        sleep 0.1
+    done
+    log "lockbrokerd ($name) got no ZooKeeper session:"; tail "$tmp/$name.log" >&2; exit 1
+}
+
+fourlw() {
+    local ans
+    exec 3<>"/dev/tcp/127.0.0.1/$1" || return 1
+    printf '%s' "$2" >&3
+    ans=$(timeout 2 cat <&3)
+    exec 3<&- 3>&-
+    printf '%s' "$ans"
+}
+
+# Sets ZK_PORT and ZK_PID.
+start_zookeeper() {
+    local dir=$tmp/zk i
+    mkdir -p "$dir/data"
+    ZK_PORT=$(free_port)
+    cat >"$dir/zoo.cfg" <<EOF
+tickTime=2000
+initLimit=10
+syncLimit=5
+dataDir=$dir/data
+clientPort=$ZK_PORT
+clientPortAddress=127.0.0.1
+admin.enableServer=false
+4lw.commands.whitelist=*
+maxClientCnxns=0
+forceSync=${BENCH_ZK_FORCESYNC:-yes}
+EOF
+    java -Xms256m -Xmx512m -XX:-UsePerfData -Djava.net.preferIPv4Stack=true \
+        -Dzookeeper.log.dir="$dir" -Dzookeeper.root.logger=INFO,ROLLINGFILE \
+        -cp '/etc/zookeeper/conf:/usr/share/java/*' \
+        org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/zoo.cfg" \
+        >"$dir/stdout.log" 2>&1 &
+    ZK_PID=$!
+    pids+=("$ZK_PID")
+    for i in $(seq 300); do
+        [ "$(fourlw "$ZK_PORT" ruok 2>/dev/null)" = imok ] && return 0
+        kill -0 "$ZK_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    log "ZooKeeper did not start:"; tail -20 "$dir"/*.log >&2; exit 1
+}
+
+# Sets REDIS_PORT and REDIS_PID; returns 1 when Redis is not available.
+start_redis() {
+    local i
+    command -v redis-server >/dev/null && [ -x "$REDIS_LOCK_BENCH" ] || return 1
+    mkdir -p "$tmp/redis"
+    REDIS_PORT=$(free_port)
+    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
+        --dir "$tmp/redis" --logfile "$tmp/redis/redis.log" --daemonize no &
+    REDIS_PID=$!
+    pids+=("$REDIS_PID")
+    for i in $(seq 100); do
+        [ "$(printf 'PING\r\n' | timeout 1 bash -c "exec 3<>/dev/tcp/127.0.0.1/$REDIS_PORT; cat >&3; head -c 5 <&3" 2>/dev/null)" = "+PONG" ] && return 0
+        sleep 0.1
+    done
+    log "redis-server did not start"; return 1
+}
+
+# --------------------------------------------------------------- runs
+
+declare -A R    # row key -> JSON record
+
+# run KEY PROGRAM ARGS...: runs one benchmark, keeps its record.
+run() {
+    local key=$1 out
+    shift
+    log "$key: $(basename "$1") ${*:2}"
+    if out=$("$@" -d "$D" -w "$W" -o json); then
+        R[$key]=$out
+        printf '%s\n' "$out" | sed "s/^{/{\"row\": \"$key\", /" >>"$RESULTS"
+    else
+        log "$key failed"
+        R[$key]=""
+    fi
+}
+
+: >"$RESULTS"
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+log "duration ${D}s, warm-up ${W}s per run; records in $RESULTS"
+
+start_lockbrokerd embedded
+E_PORT=$LB_PORT E_PID=$LB_PID
+start_zookeeper
+ZK="127.0.0.1:$ZK_PORT"
+start_lockbrokerd distributed -z "$ZK"
+D_PORT=$LB_PORT D_PID=$LB_PID
+wait_zk_session distributed
+have_redis=0
+start_redis && have_redis=1
+
+EB="$LOCKBROKER_BENCH -H 127.0.0.1:$E_PORT --pid $E_PID"
+DB="$LOCKBROKER_BENCH -H 127.0.0.1:$D_PORT --pid $D_PID --zk $ZK --zk-pid $ZK_PID"
+
+run emb-distinct-1   $EB -W distinct -c 1
+run emb-distinct-50  $EB -W distinct -c 50
+run emb-hot-50       $EB -W hot -c 50
+run emb-zipf-50      $EB -W zipf -c 50 -n 1000
+run emb-trylock-50   $EB -W trylock -c 50
+if [ $have_redis = 1 ]; then
+    run redis-distinct-50 "$REDIS_LOCK_BENCH" -H "127.0.0.1:$REDIS_PORT" --pid "$REDIS_PID" -W distinct -c 50
+    run redis-hot-50      "$REDIS_LOCK_BENCH" -H "127.0.0.1:$REDIS_PORT" --pid "$REDIS_PID" -W hot -c 50
+fi
+run zk-raw-64-1sess   "$ZK_RAW_BENCH" --zk "$ZK" --zk-pid "$ZK_PID" -c 64 -S 1
+run zk-raw-64-64sess  "$ZK_RAW_BENCH" --zk "$ZK" --zk-pid "$ZK_PID" -c 64 -S 0
+run dist-distinct-1  $DB -W distinct -c 1
+run dist-distinct-64 $DB -W distinct -c 64
+run dist-hot-16      $DB -W hot -c 16
+
+# --------------------------------------------------------------- the table
+
+# The better of the two raw ZooKeeper runs is the ceiling.
+zk_best=""
+zk_best_rate=0
+for k in zk-raw-64-1sess zk-raw-64-64sess; do
+    r=$(jget "${R[$k]:-}" pairs_per_s)
+    if [ -n "$r" ] && awk -v a="$r" -v b="$zk_best_rate" 'BEGIN { exit !(a > b) }'; then
+        zk_best=$k zk_best_rate=$r
+    fi
+done
+
+row() {   # KEY LABEL
+    local j=${R[$1]:-} rate p50 p99 p999 cpu zkw extra
+    if [ -z "$j" ]; then
+        printf '%-34s %10s\n' "$2" "(failed or skipped)"
+        return
+    fi
+    rate=$(jget "$j" cycles_per_s); [ -n "$rate" ] || rate=$(jget "$j" pairs_per_s)
+    p50=$(jget "$j" grant_p50_us); [ -n "$p50" ] || p50=$(jget "$j" pair_p50_us)
+    p99=$(jget "$j" grant_p99_us); [ -n "$p99" ] || p99=$(jget "$j" pair_p99_us)
+    p999=$(jget "$j" grant_p999_us); [ -n "$p999" ] || p999=$(jget "$j" pair_p999_us)
+    cpu=$(jget "$j" daemon_cpu_us_per_cycle); [ -n "$cpu" ] || cpu=-
+    zkw=$(jget "$j" zk_writes_per_cycle); [ -n "$zkw" ] || zkw=$(jget "$j" zk_writes_per_pair)
+    [ -n "$zkw" ] || zkw=-
+    extra=""
+    [ -n "$(jget "$j" max_bypass)" ] && extra="$extra bypass=$(jget "$j" max_bypass)"
+    [ -n "$(jget "$j" busy)" ] && [ "$(jget "$j" busy)" != 0 ] && extra="$extra busy=$(jget "$j" busy)"
+    [ -n "$(jget "$j" zk_cpu_us_per_cycle)" ] && extra="$extra zkcpu=$(jget "$j" zk_cpu_us_per_cycle)us"
+    [ -n "$(jget "$j" zk_cpu_us_per_pair)" ] && extra="$extra zkcpu=$(jget "$j" zk_cpu_us_per_pair)us"
+    [ "$(jget "$j" errors)" != 0 ] && extra="$extra errors=$(jget "$j" errors)"
+    [ -n "$(jget "$j" mutex_violations)" ] && [ "$(jget "$j" mutex_violations)" != 0 ] &&
+        extra="$extra VIOLATIONS=$(jget "$j" mutex_violations)"
+    printf '%-34s %10s %9s %9s %9s %9s %7s %s\n' "$2" "$rate" "$p50" "$p99" "$p999" "$cpu" "$zkw" "$extra"
+}
+
+ratio() {   # NUM DEN -> NUM/DEN with two decimals, or "-"
+    awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.2f", a / b }'
+}
+
+verdict() { # RATIO TARGET
+    awk -v r="$1" -v t="$2" 'BEGIN { if (r == "-") print "n/a"; else print (r >= t) ? "met" : "NOT met" }'
+}
+
+if [ "${BENCH_SCALING:-1}" = 1 ]; then
+    log "waiters and idle-connection scaling (waiters-scaling.sh)"
+    scaling=$(LOCKBROKERD="$LOCKBROKERD" LOCKBROKER_BENCH="$LOCKBROKER_BENCH" \
+              BENCH_DURATION=$(awk -v d="$D" 'BEGIN { print (d > 3) ? 3 : d }') \
+              "$here/waiters-scaling.sh" 2>"$tmp/scaling.err") ||
+        { log "waiters-scaling.sh failed:"; cat "$tmp/scaling.err" >&2; }
+fi
+
+echo
+echo "lockbroker benchmark: $(nproc) CPUs, ${D}s per run after ${W}s warm-up, $(date -u +%Y-%m-%dT%H:%MZ)"
+echo "load average at start: $load_start; at end: $(cut -d' ' -f1-3 /proc/loadavg) (other work on the machine skews every figure)"
+printf '%-34s %10s %9s %9s %9s %9s %7s %s\n' "run" "cycles/s" "p50 us" "p99 us" "p99.9 us" \
+    "cpu us/c" "zkw/c" "notes"
+row emb-distinct-1    "embedded distinct, 1 conn"
+row emb-distinct-50   "embedded distinct, 50 conns"
+row emb-hot-50        "embedded hot, 50 conns"
+row emb-zipf-50       "embedded zipf(1) 1000 names, 50"
+row emb-trylock-50    "embedded trylock storm, 50 conns"
+if [ $have_redis = 1 ]; then
+    row redis-distinct-50 "redis SET NX PX lock, distinct 50"
+    row redis-hot-50      "redis SET NX PX lock, hot 50"
+else
+    printf '%-34s %s\n' "redis lock" "(skipped: redis-server or hiredis missing)"
+fi
+row dist-distinct-1   "distributed distinct, 1 conn"
+row dist-distinct-64  "distributed distinct, 64 conns"
+row dist-hot-16       "distributed hot, 16 conns"
+row zk-raw-64-1sess   "raw ZK create+delete, 64/1 session"
+row zk-raw-64-64sess  "raw ZK create+delete, 64/64 sess."
+echo
+e50=$(jget "${R[emb-distinct-50]:-}" cycles_per_s)
+r50=$(jget "${R[redis-distinct-50]:-}" cycles_per_s)
+d64=$(jget "${R[dist-distinct-64]:-}" cycles_per_s)
+rt1=$(ratio "$e50" "$r50")
+rt2=$(ratio "$d64" "$zk_best_rate")
+printf '%-58s %6s  (target >= 1.00: %s)\n' "embedded distinct 50 / redis lock distinct 50" "$rt1" "$(verdict "$rt1" 1.0)"
+printf '%-58s %6s  (target >= 0.80: %s)\n' "distributed distinct 64 / raw ZK pairs (${zk_best:-none})" "$rt2" "$(verdict "$rt2" 0.8)"
+if [ -n "${scaling:-}" ]; then
+    echo
+    printf '%s\n' "$scaling"
+fi
+echo
+echo "cpu us/c: daemon (lockbrokerd, or redis-server) CPU microseconds per cycle, from /proc;"
+echo "zkw/c: ZooKeeper transactions per cycle (zxid delta from srvr); zkcpu: ZooKeeper server CPU per cycle;"
+echo "bypass: most times one hot waiter saw a later LOCK granted first. Raw records: $RESULTS"
