@@ -1,0 +1,370 @@
+/*
+ * client.c - address parsing, connecting and line I/O for the lockbroker CLI.
+ */
+#include "config.h"
+
+#include "client.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+int64_t client_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* poll() timeout for a deadline: -1 = none, 0 = now. */
+static int poll_timeout(int64_t deadline_ms)
+{
+    int64_t left;
+
+    if (deadline_ms < 0)
+        return -1;
+    left = deadline_ms - client_now_ms();
+    if (left <= 0)
+        return 0;
+    return left > 1000000 ? 1000000 : (int)left;
+}
+
+/* ------------------------------------------------------------ addresses */
+
+int client_addr_unix(struct client_addr *a, const char *path, char *err, size_t errlen)
+{
+    memset(a, 0, sizeof(*a));
+    if (path[0] == '\0') {
+        snprintf(err, errlen, "empty Unix socket path");
+        return -1;
+    }
+    if (strlen(path) >= sizeof(a->path)) {
+        snprintf(err, errlen, "Unix socket path longer than %zu bytes: %s",
+                 sizeof(a->path) - 1, path);
+        return -1;
+    }
+    a->kind = CLIENT_ADDR_UNIX;
+    strcpy(a->path, path);
+    snprintf(a->spec, sizeof(a->spec), "unix:%s", path);
+    return 0;
+}
+
+static int port_valid(const char *p)
+{
+    long v = 0;
+
+    if (*p == '\0' || strlen(p) > 5)
+        return 0;
+    for (; *p; p++) {
+        if (*p < '0' || *p > '9')
+            return 0;
+        v = v * 10 + (*p - '0');
+    }
+    return v >= 1 && v <= 65535;
+}
+
+int client_addr_parse(struct client_addr *a, const char *text, int hostport_only,
+                      char *err, size_t errlen)
+{
+    const char *host, *colon;
+    size_t hlen;
+    int bracketed = 0;
+
+    if (!hostport_only) {
+        if (strncmp(text, "unix:", 5) == 0)
+            return client_addr_unix(a, text + 5, err, errlen);
+        if (text[0] == '/')
+            return client_addr_unix(a, text, err, errlen);
+    }
+    memset(a, 0, sizeof(*a));
+    a->kind = CLIENT_ADDR_TCP;
+    if (text[0] == '[') {
+        const char *close = strchr(text, ']');
+
+        if (!close || close[1] != ':') {
+            snprintf(err, errlen, "bad address '%s': expected [IPV6]:PORT", text);
+            return -1;
+        }
+        host = text + 1;
+        hlen = (size_t)(close - host);
+        colon = close + 1;
+        bracketed = 1;
+    } else {
+        colon = strrchr(text, ':');
+        if (!colon) {
+            snprintf(err, errlen, "bad address '%s': expected HOST:PORT", text);
+            return -1;
+        }
+        host = text;
+        hlen = (size_t)(colon - text);
+        if (memchr(host, ':', hlen)) {
+            snprintf(err, errlen, "bad address '%s': write IPv6 addresses as [IPV6]:PORT", text);
+            return -1;
+        }
+    }
+    if (hlen == 0 || hlen >= sizeof(a->host)) {
+        snprintf(err, errlen, "bad address '%s': %s host", text, hlen ? "over-long" : "empty");
+        return -1;
+    }
+    if (!port_valid(colon + 1)) {
+        snprintf(err, errlen, "bad address '%s': the port must be 1-65535", text);
+        return -1;
+    }
+    memcpy(a->host, host, hlen);
+    a->host[hlen] = '\0';
+    strcpy(a->port, colon + 1);
+    snprintf(a->spec, sizeof(a->spec), bracketed ? "[%s]:%s" : "%s:%s", a->host, a->port);
+    return 0;
+}
+
+/* ----------------------------------------------------------- connecting */
+
+/* Non-blocking connect to one address, finished by poll(). 0 or -1 with errno. */
+static int connect_one(int fd, const struct sockaddr *sa, socklen_t salen, int64_t deadline_ms)
+{
+    struct pollfd p = { .fd = fd, .events = POLLOUT };
+    socklen_t elen = sizeof(int);
+    int soerr = 0, n;
+
+    if (connect(fd, sa, salen) == 0)
+        return 0;
+    if (errno != EINPROGRESS && errno != EAGAIN)
+        return -1;
+    do
+        n = poll(&p, 1, poll_timeout(deadline_ms));
+    while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return -1;
+    if (n == 0) {
+        errno = ETIMEDOUT;
+        return -1;
+    }
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &elen) < 0)
+        return -1;
+    if (soerr) {
+        errno = soerr;
+        return -1;
+    }
+    return 0;
+}
+
+static int new_socket(int family)
+{
+    return socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+}
+
+int client_connect(struct client *c, const struct client_addr *a, int64_t deadline_ms,
+                   char *err, size_t errlen)
+{
+    memset(c, 0, sizeof(*c));
+    c->fd = -1;
+
+    if (a->kind == CLIENT_ADDR_UNIX) {
+        struct sockaddr_un sa_un;
+        int fd = new_socket(AF_UNIX);
+
+        memset(&sa_un, 0, sizeof(sa_un));
+        sa_un.sun_family = AF_UNIX;
+        strcpy(sa_un.sun_path, a->path);   /* length checked by client_addr_unix */
+        if (fd < 0 || connect_one(fd, (struct sockaddr *)&sa_un, sizeof(sa_un), deadline_ms) < 0) {
+            snprintf(err, errlen, "cannot connect to %s: %s", a->path, strerror(errno));
+            if (fd >= 0)
+                close(fd);
+            return -1;
+        }
+        c->fd = fd;
+        return 0;
+    }
+
+    struct addrinfo hints, *res, *ai;
+    int rc, one = 1, last_errno = 0;
+
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    rc = getaddrinfo(a->host, a->port, &hints, &res);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot resolve %s: %s", a->host,
+                 rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+        return -1;
+    }
+    for (ai = res; ai; ai = ai->ai_next) {
+        int fd = new_socket(ai->ai_family);
+
+        if (fd < 0) {
+            last_errno = errno;
+            continue;
+        }
+        if (connect_one(fd, ai->ai_addr, ai->ai_addrlen, deadline_ms) == 0) {
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+            c->fd = fd;
+            break;
+        }
+        last_errno = errno;
+        close(fd);
+        if (last_errno == ETIMEDOUT)
+            break;   /* the time is used up; do not try the next address */
+    }
+    freeaddrinfo(res);
+    if (c->fd < 0) {
+        snprintf(err, errlen, "cannot connect to %s: %s", a->spec, strerror(last_errno));
+        return -1;
+    }
+    return 0;
+}
+
+void client_close(struct client *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+}
+
+/* ------------------------------------------------------------------ I/O */
+
+enum client_status client_send(struct client *c, const char *line, size_t len,
+                               int64_t deadline_ms, char *err, size_t errlen)
+{
+    while (len > 0) {
+        /* MSG_NOSIGNAL: a closed connection is an error here, not SIGPIPE. */
+        ssize_t n = send(c->fd, line, len, MSG_NOSIGNAL);
+
+        if (n > 0) {
+            line += n;
+            len -= (size_t)n;
+            continue;
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno == EPIPE || errno == ECONNRESET)
+            return CLIENT_CLOSED;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+            snprintf(err, errlen, "send: %s", strerror(errno));
+            return CLIENT_ERROR;
+        }
+        struct pollfd p = { .fd = c->fd, .events = POLLOUT };
+        int r = poll(&p, 1, poll_timeout(deadline_ms));
+
+        if (r == 0)
+            return CLIENT_TIMEOUT;
+        if (r < 0 && errno != EINTR) {
+            snprintf(err, errlen, "poll: %s", strerror(errno));
+            return CLIENT_ERROR;
+        }
+    }
+    return CLIENT_OK;
+}
+
+enum client_status client_fill(struct client *c, char *err, size_t errlen)
+{
+    for (;;) {
+        ssize_t n;
+
+        if (c->eof)
+            return CLIENT_CLOSED;
+        if (c->len == CLIENT_LINE_MAX) {
+            if (memchr(c->buf, '\n', c->len))
+                return CLIENT_OK;   /* lines are waiting to be popped */
+            snprintf(err, errlen, "reply line longer than %d bytes", CLIENT_LINE_MAX);
+            return CLIENT_ERROR;
+        }
+        n = recv(c->fd, c->buf + c->len, CLIENT_LINE_MAX - c->len, 0);
+        if (n > 0) {
+            c->len += (size_t)n;
+            continue;
+        }
+        if (n == 0) {
+            c->eof = 1;
+            return CLIENT_CLOSED;
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return CLIENT_OK;
+        if (errno == ECONNRESET) {
+            c->eof = 1;
+            return CLIENT_CLOSED;
+        }
+        snprintf(err, errlen, "recv: %s", strerror(errno));
+        return CLIENT_ERROR;
+    }
+}
+
+int client_pop_line(struct client *c, char *line, size_t cap)
+{
+    char *nl = memchr(c->buf, '\n', c->len);
+    size_t n, used;
+
+    if (!nl)
+        return 0;
+    used = (size_t)(nl - c->buf) + 1;
+    n = used - 1;
+    if (n > 0 && c->buf[n - 1] == '\r')
+        n--;
+    if (n >= cap)
+        return -1;
+    memcpy(line, c->buf, n);
+    line[n] = '\0';
+    memmove(c->buf, c->buf + used, c->len - used);
+    c->len -= used;
+    return 1;
+}
+
+enum client_status client_read_line(struct client *c, char *line, size_t cap,
+                                    int64_t deadline_ms, char *err, size_t errlen)
+{
+    for (;;) {
+        enum client_status st;
+        int r = client_pop_line(c, line, cap);
+
+        if (r > 0)
+            return CLIENT_OK;
+        if (r < 0) {
+            snprintf(err, errlen, "reply line longer than %zu bytes", cap - 1);
+            return CLIENT_ERROR;
+        }
+        st = client_fill(c, err, errlen);
+        if (st != CLIENT_OK)
+            return st;
+        if (memchr(c->buf, '\n', c->len))
+            continue;
+
+        struct pollfd p = { .fd = c->fd, .events = POLLIN };
+        int n = poll(&p, 1, poll_timeout(deadline_ms));
+
+        if (n == 0)
+            return CLIENT_TIMEOUT;
+        if (n < 0 && errno != EINTR) {
+            snprintf(err, errlen, "poll: %s", strerror(errno));
+            return CLIENT_ERROR;
+        }
+    }
+}
+
+static int starts_with_word(const char *s, const char *word)
+{
+    size_t n = strlen(word);
+
+    return strncmp(s, word, n) == 0 && (s[n] == ' ' || s[n] == '\0');
+}
+
+enum cli_exit client_err_exit(const char *line)
+{
+    if (starts_with_word(line, "ERR BAD_NAME"))
+        return CLI_EXIT_BAD_NAME;
+    if (starts_with_word(line, "ERR UNAVAILABLE") || starts_with_word(line, "ERR LIMIT"))
+        return CLI_EXIT_UNAVAILABLE;
+    return CLI_EXIT_PROTOCOL;
+}

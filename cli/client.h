@@ -1,0 +1,114 @@
+/*
+ * client.h - the lockbroker CLI's connection to the daemon: where it is
+ * (address parsing), connecting, and line-at-a-time I/O with deadlines.
+ *
+ * No libevent: the client is a plain poll() program. Nothing here exits or
+ * prints; functions return a status and fill a caller buffer with the reason.
+ */
+#ifndef LOCKBROKER_CLI_CLIENT_H
+#define LOCKBROKER_CLI_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * Exit statuses of lockbroker itself. `run` otherwise exits with the
+ * command's status (128+N when signal N killed it). The 120s are rarely
+ * used by commands; 124-127 follow timeout(1) and the shells. Keep this
+ * table, usage() in lockbroker.c and cli/lockbroker.1 in step.
+ */
+enum cli_exit {
+    CLI_EXIT_OK          = 0,
+    CLI_EXIT_LOST        = 120, /* run: the lock was lost while the command ran */
+    CLI_EXIT_UNAVAILABLE = 121, /* broker unreachable, connection closed, no reply, ERR UNAVAILABLE/LIMIT */
+    CLI_EXIT_BAD_NAME    = 122, /* invalid lock name (checked here, or ERR BAD_NAME) */
+    CLI_EXIT_PROTOCOL    = 123, /* unexpected reply (ERR BAD_COMMAND, ERR INTERNAL, ...) */
+    CLI_EXIT_TIMEOUT     = 124, /* run -w: the lock was not granted in time */
+    CLI_EXIT_USAGE       = 125, /* bad command line, or lockbroker itself failed */
+    CLI_EXIT_CANNOT_EXEC = 126, /* run: the command was found but could not be executed */
+    CLI_EXIT_NOT_FOUND   = 127, /* run: the command was not found */
+};
+
+#define CLIENT_ADDR_DEFAULT "127.0.0.1:7411"   /* the daemon's default listen address */
+#define CLIENT_LINE_MAX 65536                  /* longest reply line accepted, LF excluded */
+#define CLIENT_ERR_MAX 512                     /* size for the err buffers below */
+
+enum client_addr_kind { CLIENT_ADDR_TCP, CLIENT_ADDR_UNIX };
+
+struct client_addr {
+    enum client_addr_kind kind;
+    char host[256];     /* TCP: host name or literal, without brackets */
+    char port[16];      /* TCP: decimal port 1-65535 */
+    char path[108];     /* Unix: socket path (fits sockaddr_un.sun_path) */
+    char spec[400];     /* canonical spelling for LOCKBROKER_ADDR: "h:p", "[v6]:p", "unix:/p" */
+};
+
+/*
+ * Parses "HOST:PORT" or "[IPV6]:PORT" (hostport_only != 0, the -H form), or
+ * additionally "/PATH" and "unix:PATH" (the LOCKBROKER_ADDR form).
+ * Returns 0, or -1 with a reason in err.
+ */
+int client_addr_parse(struct client_addr *a, const char *text, int hostport_only,
+                      char *err, size_t errlen);
+
+/* Fills *a for a Unix socket path (the -U form). Returns 0, or -1 with err. */
+int client_addr_unix(struct client_addr *a, const char *path, char *err, size_t errlen);
+
+/* A connection: the socket (non-blocking, close-on-exec) and unread input. */
+struct client {
+    int fd;                          /* -1 once closed */
+    char buf[CLIENT_LINE_MAX + 1];   /* received bytes not yet returned as lines */
+    size_t len;                      /* bytes in buf */
+    int eof;                         /* the daemon closed its side */
+};
+
+enum client_status {
+    CLIENT_OK,
+    CLIENT_CLOSED,     /* end of file or reset: the daemon closed the connection */
+    CLIENT_TIMEOUT,    /* the deadline passed */
+    CLIENT_ERROR,      /* a system error or an over-long line; see err */
+};
+
+/* Milliseconds on the monotonic clock; deadlines below are in this unit. */
+int64_t client_now_ms(void);
+
+/*
+ * Resolves and connects (each resolved address in turn), waiting until
+ * deadline_ms (monotonic; -1 for no limit). Returns 0, or -1 with err.
+ */
+int client_connect(struct client *c, const struct client_addr *a, int64_t deadline_ms,
+                   char *err, size_t errlen);
+
+/* Sends all of line[0..len). Returns a client_status. */
+enum client_status client_send(struct client *c, const char *line, size_t len,
+                               int64_t deadline_ms, char *err, size_t errlen);
+
+/*
+ * Copies the next reply line, without its LF (and CR), NUL-terminated, into
+ * line (cap bytes). Waits until deadline_ms (-1: no limit). A line longer
+ * than CLIENT_LINE_MAX or than cap - 1 is CLIENT_ERROR.
+ */
+enum client_status client_read_line(struct client *c, char *line, size_t cap,
+                                    int64_t deadline_ms, char *err, size_t errlen);
+
+/*
+ * Reads what is available now without waiting. Returns CLIENT_OK (maybe
+ * nothing new), CLIENT_CLOSED or CLIENT_ERROR. For callers that poll() the
+ * socket themselves.
+ */
+enum client_status client_fill(struct client *c, char *err, size_t errlen);
+
+/* Pops one buffered full line like client_read_line: 1 if one was, 0 if
+ * none is complete, -1 if it does not fit in cap bytes (it stays buffered). */
+int client_pop_line(struct client *c, char *line, size_t cap);
+
+void client_close(struct client *c);
+
+/*
+ * The exit status for an `ERR <CODE> ...` reply: BAD_NAME -> CLI_EXIT_BAD_NAME,
+ * UNAVAILABLE and LIMIT -> CLI_EXIT_UNAVAILABLE, anything else (other codes,
+ * or a line that is not ERR) -> CLI_EXIT_PROTOCOL.
+ */
+enum cli_exit client_err_exit(const char *line);
+
+#endif

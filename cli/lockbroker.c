@@ -1,0 +1,410 @@
+/*
+ * lockbroker.c - the command-line client of lockbrokerd: options, address,
+ * and the subcommands run, status, stats and ping.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+#include "proto.h"
+#include "run.h"
+
+#define IO_TIMEOUT_DEFAULT_MS 10000   /* a daemon on the same network answers in far less */
+#define GRACE_DEFAULT_MS 5000         /* time to clean up after SIGTERM, as systemd's stop timeouts go */
+
+struct options {
+    const char *host;      /* -H, or NULL */
+    const char *unix_path; /* -U, or NULL */
+    int64_t wait_ms;       /* -w; -1 = not given (wait for ever) */
+    int64_t grace_ms;      /* -g */
+    int64_t io_ms;         /* -t */
+    int run_only_given;    /* -w or -g was given */
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "Usage: lockbroker [OPTIONS] run [-w MS] [-g MS] NAME [--] COMMAND [ARGS...]\n"
+        "       lockbroker [OPTIONS] status NAME\n"
+        "       lockbroker [OPTIONS] stats\n"
+        "       lockbroker [OPTIONS] ping\n"
+        "Client of lockbrokerd. `run` holds lock NAME while COMMAND runs, with\n"
+        "LOCKBROKER_NAME, LOCKBROKER_TOKEN (the fencing token) and LOCKBROKER_ADDR in its\n"
+        "environment, and exits with its status (128+N if signal N killed it).\n"
+        "Options go before or after the subcommand, but before NAME.\n"
+        "  -H, --host HOST:PORT  broker address: IPv4, [IPv6]:PORT or a host name\n"
+        "  -U, --unix PATH       broker Unix socket\n"
+        "                        (default: $LOCKBROKER_ADDR, HOST:PORT or unix:PATH or\n"
+        "                        /PATH; else %s)\n"
+        "  -w, --wait MS         run: give up if the lock is not granted within MS\n"
+        "                        milliseconds (default: wait for ever)\n"
+        "  -g, --grace MS        run: after the lock is lost, SIGKILL the command MS\n"
+        "                        milliseconds after SIGTERM (default %d; 0: at once)\n"
+        "  -t, --timeout MS      connect and reply timeout (default %d)\n"
+        "  -h, --help            show this help\n"
+        "  -V, --version         show the version\n"
+        "SIGINT, SIGTERM and SIGHUP are passed on to COMMAND's process group.\n"
+        "Exit status: COMMAND's (run), 0 (other subcommands), or\n"
+        "  120  the lock was lost while COMMAND ran (LOST, or the connection dropped);\n"
+        "       COMMAND was terminated\n"
+        "  121  the broker is unreachable or unavailable (cannot connect, connection\n"
+        "       closed, no reply, ERR UNAVAILABLE, ERR LIMIT)\n"
+        "  122  invalid lock name\n"
+        "  123  unexpected reply from the broker (e.g. it does not know STATUS)\n"
+        "  124  run -w: timed out waiting for the lock\n"
+        "  125  usage error, or lockbroker itself failed\n"
+        "  126  COMMAND was found but cannot be executed\n"
+        "  127  COMMAND was not found\n",
+        CLIENT_ADDR_DEFAULT, GRACE_DEFAULT_MS, IO_TIMEOUT_DEFAULT_MS);
+}
+
+static int usage_error(const char *fmt, const char *arg)
+{
+    fputs("lockbroker: ", stderr);
+    fprintf(stderr, fmt, arg);
+    fputs(" (lockbroker --help for usage)\n", stderr);
+    return CLI_EXIT_USAGE;
+}
+
+/* Decimal milliseconds, min..PROTO_WAIT_MAX. Returns 0, or -1. */
+static int parse_ms(const char *s, int64_t min, int64_t *out)
+{
+    int64_t v = 0;
+
+    if (*s == '\0' || strlen(s) > 10)
+        return -1;
+    for (const char *p = s; *p; p++) {
+        if (*p < '0' || *p > '9')
+            return -1;
+        v = v * 10 + (*p - '0');
+    }
+    if (v < min || v > PROTO_WAIT_MAX)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* How the user spelled the option getopt just complained about. */
+static const char *option_name(char **argv, int opt)
+{
+    static char shortopt[3] = "-?";
+
+    if (opt != 0 && strncmp(argv[optind - 1], "--", 2) != 0) {
+        shortopt[1] = (char)opt;
+        return shortopt;
+    }
+    return argv[optind - 1];
+}
+
+/*
+ * One pass of getopt over argv, stopping at the first operand. Called for
+ * the options before the subcommand and again for those after it.
+ * Returns 0, -1 for a usage error (reported), or 1 after --help/--version.
+ */
+static int parse_options(int argc, char **argv, struct options *o, int *exit_code)
+{
+    static const struct option longopts[] = {
+        { "host", required_argument, NULL, 'H' },
+        { "unix", required_argument, NULL, 'U' },
+        { "wait", required_argument, NULL, 'w' },
+        { "grace", required_argument, NULL, 'g' },
+        { "timeout", required_argument, NULL, 't' },
+        { "help", no_argument, NULL, 'h' },
+        { "version", no_argument, NULL, 'V' },
+        { NULL, 0, NULL, 0 },
+    };
+    int opt;
+
+    optind = 1;
+    opterr = 0;   /* our own messages, with the usage hint */
+    while ((opt = getopt_long(argc, argv, "+:H:U:w:g:t:hV", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'H': o->host = optarg; break;
+        case 'U': o->unix_path = optarg; break;
+        case 'w':
+            if (parse_ms(optarg, 0, &o->wait_ms) < 0) {
+                *exit_code = usage_error("-w: expected milliseconds from 0 to 2147483647, got '%s'", optarg);
+                return -1;
+            }
+            o->run_only_given = 1;
+            break;
+        case 'g':
+            if (parse_ms(optarg, 0, &o->grace_ms) < 0) {
+                *exit_code = usage_error("-g: expected milliseconds from 0 to 2147483647, got '%s'", optarg);
+                return -1;
+            }
+            o->run_only_given = 1;
+            break;
+        case 't':
+            if (parse_ms(optarg, 1, &o->io_ms) < 0) {
+                *exit_code = usage_error("-t: expected milliseconds from 1 to 2147483647, got '%s'", optarg);
+                return -1;
+            }
+            break;
+        case 'h':
+            usage(stdout);
+            *exit_code = CLI_EXIT_OK;
+            return 1;
+        case 'V':
+            printf("lockbroker %s\n", PACKAGE_VERSION);
+            *exit_code = CLI_EXIT_OK;
+            return 1;
+        case ':':
+            *exit_code = usage_error("option %s needs an argument", option_name(argv, optopt));
+            return -1;
+        default:
+            *exit_code = usage_error("unknown option %s", option_name(argv, optopt));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The broker's address from -H, -U, $LOCKBROKER_ADDR or the default. */
+static int resolve_addr(const struct options *o, struct client_addr *a)
+{
+    char err[CLIENT_ERR_MAX];
+    const char *env = getenv("LOCKBROKER_ADDR");
+
+    if (o->host && o->unix_path)
+        return usage_error("%s", "-H and -U are mutually exclusive");
+    if (o->host) {
+        if (client_addr_parse(a, o->host, 1, err, sizeof(err)) < 0)
+            return usage_error("-H: %s", err);
+    } else if (o->unix_path) {
+        if (client_addr_unix(a, o->unix_path, err, sizeof(err)) < 0)
+            return usage_error("-U: %s", err);
+    } else if (env && *env) {
+        if (client_addr_parse(a, env, 0, err, sizeof(err)) < 0)
+            return usage_error("LOCKBROKER_ADDR: %s", err);
+    } else if (client_addr_parse(a, CLIENT_ADDR_DEFAULT, 1, err, sizeof(err)) < 0) {
+        return usage_error("%s", err);
+    }
+    return 0;
+}
+
+static int check_name(const char *name)
+{
+    if (proto_name_valid(name, strlen(name)))
+        return 0;
+    fprintf(stderr, "lockbroker: invalid lock name '%s': names are 1-%d bytes of "
+            "A-Z a-z 0-9 . _ : @ -, not . or ..\n", name, PROTO_NAME_MAX);
+    return CLI_EXIT_BAD_NAME;
+}
+
+/* ------------------------------------------------ status, stats, ping */
+
+/* A connection for one request-reply exchange. */
+struct exchange {
+    const struct client_addr *addr;
+    struct client *c;
+    int64_t deadline;     /* for the whole exchange */
+    char err[CLIENT_ERR_MAX];
+};
+
+/* Connects and sends req. Returns 0 or an exit status (reported). */
+static int exchange_start(struct exchange *x, const struct options *o,
+                          const struct client_addr *a, struct client *c, const char *req)
+{
+    x->addr = a;
+    x->c = c;
+    x->deadline = client_now_ms() + o->io_ms;
+    if (client_connect(c, a, x->deadline, x->err, sizeof(x->err)) < 0) {
+        fprintf(stderr, "lockbroker: %s\n", x->err);
+        return CLI_EXIT_UNAVAILABLE;
+    }
+    switch (client_send(c, req, strlen(req), x->deadline, x->err, sizeof(x->err))) {
+    case CLIENT_OK:
+        return 0;
+    case CLIENT_CLOSED:
+        fprintf(stderr, "lockbroker: %s closed the connection\n", a->spec);
+        return CLI_EXIT_UNAVAILABLE;
+    case CLIENT_TIMEOUT:
+        fprintf(stderr, "lockbroker: %s: timed out sending\n", a->spec);
+        return CLI_EXIT_UNAVAILABLE;
+    default:
+        fprintf(stderr, "lockbroker: %s: %s\n", a->spec, x->err);
+        return CLI_EXIT_UNAVAILABLE;
+    }
+}
+
+/* The next reply line into line. Returns 0 or an exit status (reported). */
+static int exchange_line(struct exchange *x, char *line, size_t cap)
+{
+    switch (client_read_line(x->c, line, cap, x->deadline, x->err, sizeof(x->err))) {
+    case CLIENT_OK:
+        return 0;
+    case CLIENT_CLOSED:
+        fprintf(stderr, "lockbroker: %s closed the connection before replying\n", x->addr->spec);
+        return CLI_EXIT_UNAVAILABLE;
+    case CLIENT_TIMEOUT:
+        fprintf(stderr, "lockbroker: no reply from %s in time\n", x->addr->spec);
+        return CLI_EXIT_UNAVAILABLE;
+    default:
+        fprintf(stderr, "lockbroker: %s: %s\n", x->addr->spec, x->err);
+        return CLI_EXIT_PROTOCOL;
+    }
+}
+
+static int report_err(const struct exchange *x, const char *what, const char *line)
+{
+    fprintf(stderr, "lockbroker: %s refused %s: %s\n", x->addr->spec, what, line);
+    return client_err_exit(line);
+}
+
+static int cmd_ping(const struct options *o, const struct client_addr *a, struct client *c)
+{
+    struct exchange x;
+    char line[CLIENT_LINE_MAX + 1];
+    int rc;
+
+    if ((rc = exchange_start(&x, o, a, c, "PING\n")) || (rc = exchange_line(&x, line, sizeof(line))))
+        return rc;
+    if (strcmp(line, "PONG") == 0) {
+        puts(line);
+        return CLI_EXIT_OK;
+    }
+    if (strncmp(line, "ERR ", 4) == 0)
+        return report_err(&x, "PING", line);
+    fprintf(stderr, "lockbroker: unexpected reply to PING: %s\n", line);
+    return CLI_EXIT_PROTOCOL;
+}
+
+static int cmd_stats(const struct options *o, const struct client_addr *a, struct client *c)
+{
+    struct exchange x;
+    char line[CLIENT_LINE_MAX + 1];
+    int rc;
+
+    if ((rc = exchange_start(&x, o, a, c, "STATS\n")))
+        return rc;
+    for (;;) {
+        if ((rc = exchange_line(&x, line, sizeof(line))))
+            return rc;
+        if (strcmp(line, "END") == 0)
+            return CLI_EXIT_OK;
+        if (strncmp(line, "STAT ", 5) == 0) {
+            puts(line);
+            continue;
+        }
+        if (strncmp(line, "ERR ", 4) == 0)
+            return report_err(&x, "STATS", line);
+        fprintf(stderr, "lockbroker: unexpected reply to STATS: %s\n", line);
+        return CLI_EXIT_PROTOCOL;
+    }
+}
+
+/* STATUS <name>: prints every line up to and including `STATUS <name> ...`. */
+static int cmd_status(const struct options *o, const struct client_addr *a, struct client *c,
+                      const char *name)
+{
+    struct exchange x;
+    char req[PROTO_NAME_MAX + 16], line[CLIENT_LINE_MAX + 1];
+    int rc;
+
+    snprintf(req, sizeof(req), "STATUS %s\n", name);
+    if ((rc = exchange_start(&x, o, a, c, req)))
+        return rc;
+    for (;;) {
+        if ((rc = exchange_line(&x, line, sizeof(line))))
+            return rc;
+        if (strncmp(line, "ERR BAD_COMMAND", 15) == 0 && (line[15] == ' ' || line[15] == '\0')) {
+            fprintf(stderr, "lockbroker: the broker at %s does not support STATUS "
+                    "(it replied: %s); it needs a newer lockbrokerd\n", a->spec, line);
+            return CLI_EXIT_PROTOCOL;
+        }
+        if (strncmp(line, "ERR ", 4) == 0)
+            return report_err(&x, "STATUS", line);
+        puts(line);
+        if (strncmp(line, "STATUS ", 7) == 0)
+            return CLI_EXIT_OK;
+    }
+}
+
+/* ------------------------------------------------------------------ main */
+
+/* Flushes stdout; a write error (full disk, closed pipe) is a failure. */
+static int finish_stdout(int rc)
+{
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "lockbroker: writing to standard output: %s\n", strerror(errno));
+        return rc == CLI_EXIT_OK ? CLI_EXIT_USAGE : rc;
+    }
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    static struct client conn;   /* 64 KiB line buffer: not on the stack */
+    struct options o = { .wait_ms = -1, .grace_ms = GRACE_DEFAULT_MS,
+                         .io_ms = IO_TIMEOUT_DEFAULT_MS };
+    struct client_addr addr;
+    const char *sub;
+    char **rest;
+    int nrest, rc;
+
+    /* Options before the subcommand, then the subcommand's own (the same set). */
+    if (parse_options(argc, argv, &o, &rc) != 0)
+        return finish_stdout(rc);
+    if (optind >= argc)
+        return usage_error("%s", "missing subcommand: run, status, stats or ping");
+    sub = argv[optind];
+    argv += optind;
+    argc -= optind;
+    if (strcmp(sub, "help") == 0) {
+        usage(stdout);
+        return finish_stdout(CLI_EXIT_OK);
+    }
+    if (strcmp(sub, "run") && strcmp(sub, "status") && strcmp(sub, "stats") && strcmp(sub, "ping"))
+        return usage_error("unknown subcommand '%s'", sub);
+    if (parse_options(argc, argv, &o, &rc) != 0)
+        return finish_stdout(rc);
+    rest = argv + optind;
+    nrest = argc - optind;
+
+    if (strcmp(sub, "run") != 0 && o.run_only_given)
+        return usage_error("%s: -w and -g are options of run", sub);
+    if ((rc = resolve_addr(&o, &addr)) != 0)
+        return rc;
+
+    if (strcmp(sub, "run") == 0) {
+        struct run_opts ro = { .addr = &addr, .wait_ms = o.wait_ms, .grace_ms = o.grace_ms,
+                               .io_ms = o.io_ms };
+
+        if (nrest < 1)
+            return usage_error("%s", "run: missing lock NAME");
+        ro.name = rest[0];
+        rest++;
+        nrest--;
+        if (nrest > 0 && strcmp(rest[0], "--") == 0) {
+            rest++;
+            nrest--;
+        }
+        if (nrest < 1)
+            return usage_error("run %s: missing COMMAND", ro.name);
+        if ((rc = check_name(ro.name)) != 0)
+            return rc;
+        ro.argv = rest;
+        fflush(stdout);
+        return run_command(&ro);
+    }
+    if (strcmp(sub, "status") == 0) {
+        if (nrest != 1)
+            return usage_error("%s", nrest ? "status: expected one lock NAME" : "status: missing lock NAME");
+        if ((rc = check_name(rest[0])) != 0)
+            return rc;
+        rc = cmd_status(&o, &addr, &conn, rest[0]);
+    } else {
+        if (nrest != 0)
+            return usage_error("unexpected argument '%s'", rest[0]);
+        rc = strcmp(sub, "stats") == 0 ? cmd_stats(&o, &addr, &conn) : cmd_ping(&o, &addr, &conn);
+    }
+    client_close(&conn);
+    return finish_stdout(rc);
+}

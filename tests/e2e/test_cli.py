@@ -1,0 +1,859 @@
+#!/usr/bin/env python3
+"""End-to-end tests of the lockbroker command-line client.
+
+Runs the built client (env LOCKBROKER, default ../../cli/lockbroker relative
+to this file) against the built daemon (env LOCKBROKERD, see lbharness), a
+scripted fake broker (for replies the daemon cannot be made to send on
+demand), and, for the LOST path, a daemon in distributed mode on a real
+ZooKeeper server (zkharness) that the test stops.
+
+Nothing sleeps to synchronise: a command says it started by printing a line
+that the test reads, waits for a line on its standard input, and lockbroker's
+exit is awaited; every wait has a timeout that fails the test. No test
+asserts how long anything took.
+"""
+
+import os
+import re
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import lbharness  # noqa: E402
+from lbharness import Client, TIMEOUT, can_bind, make_tmpdir, scaled  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class Daemon(lbharness.Daemon):
+    # Since the STATUS commit the ready line also names the daemon id
+    # ("ready: embedded mode, daemon id X, listening on A"); accept both forms.
+    READY_RE = re.compile(r"ready: (\S+) mode, (?:daemon id \S+, )?listening on (\S+)"
+                          r"(?: and (.+))?$")
+
+# Exit statuses of lockbroker itself (cli/client.h, lockbroker --help, lockbroker(1)).
+EXIT_LOST = 120
+EXIT_UNAVAILABLE = 121
+EXIT_BAD_NAME = 122
+EXIT_PROTOCOL = 123
+EXIT_TIMEOUT = 124
+EXIT_USAGE = 125
+EXIT_CANNOT_EXEC = 126
+EXIT_NOT_FOUND = 127
+
+# Time for a lockbroker run to end; the ZooKeeper loss takes 2/3 of 4 s first.
+RUN_TIMEOUT = scaled(20.0)
+
+
+# A command that traps SIGTERM, SIGINT and SIGHUP (or ignores them), prints a
+# line once its handlers are in place, and waits. Python rather than sh: a
+# shell's `sleep &` child holds the shell's trap handler until it execs, and a
+# signal arriving then is lost.
+TRAPPER = """
+import os, signal, sys
+def on(sig, frame):
+    print("trapped-" + signal.Signals(sig).name[3:], flush=True)
+    sys.exit(%(code)d)
+for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(s, %(handler)s)
+print(%(ready)s, flush=True)
+while True:
+    signal.pause()
+"""
+
+
+def trapper(code=7, ready='"ready"', ignore=False):
+    """argv of a TRAPPER command: exits `code` on a signal, or ignores them;
+    prints the Python expression `ready` when set up."""
+    return [sys.executable, "-c", TRAPPER % {
+        "code": code, "ready": ready, "handler": "signal.SIG_IGN" if ignore else "on"}]
+
+
+PID_AND_TOKEN = '"%d %s" % (os.getpid(), os.environ["LOCKBROKER_TOKEN"])'
+
+
+def client_path():
+    path = os.environ.get("LOCKBROKER")
+    if path:
+        return path
+    return os.path.normpath(os.path.join(HERE, "..", "..", "cli", "lockbroker"))
+
+
+def clean_env(**extra):
+    """os.environ without LOCKBROKER_* settings that would change the address, plus extra."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("LOCKBROKER_ADDR", "LOCKBROKER_NAME", "LOCKBROKER_TOKEN")}
+    env.update(extra)
+    return env
+
+
+def free_port():
+    """A loopback port with nothing listening on it (bound, then closed)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def pid_alive(pid):
+    """True if pid exists and is not a zombie."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def children_of(pid):
+    """Direct children of pid (Linux /proc), for cleanup after a failure."""
+    try:
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+
+
+class LbProc:
+    """One lockbroker process with its stdout read line by line.
+
+    It runs in a session of its own: no controlling terminal (so it never
+    hands one to the command), and a signal to the test's process group does
+    not reach it.
+    """
+
+    def __init__(self, args, env=None, stdin=subprocess.DEVNULL, **popen):
+        self.argv = [client_path()] + list(args)
+        self.proc = subprocess.Popen(self.argv, stdin=stdin, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE,
+                                     env=clean_env() if env is None else env,
+                                     start_new_session=True, **popen)
+        self.buf = b""
+        self.out = ""       # all of stdout, once finish() returned
+        self.err = ""
+        self.rc = None
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def read_line(self, timeout=TIMEOUT):
+        """The next line lockbroker's command printed, without its newline."""
+        fd = self.proc.stdout.fileno()
+        deadline = lbharness.time.monotonic() + timeout
+        while b"\n" not in self.buf:
+            left = deadline - lbharness.time.monotonic()
+            r = select.select([fd], [], [], max(left, 0))[0] if left > 0 else []
+            if not r:
+                self.kill()
+                raise AssertionError("%r printed no line within %.1fs; got %r; stderr %r"
+                                     % (self.argv, timeout, self.buf, self.proc.stderr.read()))
+            data = os.read(fd, 4096)
+            if not data:
+                self.kill()
+                raise AssertionError("%r closed stdout before a full line; got %r; "
+                                     "exit %r; stderr %r" % (self.argv, self.buf, self.proc.wait(),
+                                                             self.proc.stderr.read()))
+            self.buf += data
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line.decode()
+
+    def write(self, text):
+        self.proc.stdin.write(text.encode())
+        self.proc.stdin.flush()
+
+    def signal(self, sig):
+        self.proc.send_signal(sig)
+
+    def finish(self, timeout=RUN_TIMEOUT):
+        """Waits for the exit; returns the exit code and keeps the rest of stdout and stderr."""
+        try:
+            out, err = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError("%r did not exit within %.1fs" % (self.argv, timeout))
+        self.out = (self.buf + out).decode()
+        self.buf = b""
+        self.err = err.decode()
+        self.rc = self.proc.returncode
+        return self.rc
+
+    def kill(self):
+        """SIGKILL lockbroker and its command's process group (cleanup)."""
+        if self.proc.poll() is None:
+            for child in children_of(self.proc.pid):
+                try:
+                    os.killpg(child, signal.SIGKILL)
+                except OSError:
+                    pass
+            self.proc.kill()
+        self.proc.wait()
+        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if f:
+                f.close()
+
+
+class Case(unittest.TestCase):
+    """Helpers shared by the suites."""
+
+    _names = 0
+
+    def name(self):
+        """A lock name unique in this run."""
+        Case._names += 1
+        return "cli-%s-%d" % (self._testMethodName.replace("test_", "")[:40], Case._names)
+
+    def start(self, args, **kw):
+        p = LbProc(args, **kw)
+        self.addCleanup(p.kill)
+        return p
+
+    def lb(self, args, env=None, timeout=RUN_TIMEOUT, stdin=subprocess.DEVNULL):
+        """Runs lockbroker to its end; returns the finished LbProc (rc, out, err)."""
+        p = self.start(args, env=env, stdin=stdin)
+        p.finish(timeout)
+        return p
+
+    def assert_exit(self, p, rc, stderr_re=None, stdout=None):
+        """Asserts the exit code and, for lockbroker's own errors, exactly one
+        `lockbroker: ...` line on stderr matching stderr_re."""
+        info = "argv %r\nstdout %r\nstderr %r" % (p.argv, p.out, p.err)
+        self.assertEqual(p.rc, rc, info)
+        if stderr_re is not None:
+            lines = p.err.splitlines()
+            self.assertEqual(len(lines), 1, "expected one stderr line\n" + info)
+            self.assertRegex(lines[0], "^lockbroker: " + stderr_re, info)
+        if stdout is not None:
+            self.assertEqual(p.out, stdout, info)
+
+
+class DaemonCase(Case):
+    """One embedded daemon for the whole class; tests use distinct lock names."""
+
+    daemon_config = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.d = Daemon(config=cls.daemon_config, name="lockbrokerd-cli").start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.d.stop()
+
+    def hp(self):
+        return ["-H", self.d.listen_addr]
+
+    def client(self):
+        c = self.d.client()
+        self.addCleanup(c.close)
+        return c
+
+
+# ================================================================== run
+
+class RunTests(DaemonCase):
+
+    def test_command_succeeds(self):
+        p = self.lb(self.hp() + ["run", self.name(), "--", "sh", "-c", "echo hello"])
+        self.assert_exit(p, 0, stdout="hello\n")
+        self.assertEqual(p.err, "")
+
+    def test_exit_status_is_passed_on(self):
+        p = self.lb(self.hp() + ["run", self.name(), "--", "sh", "-c", "exit 3"])
+        self.assert_exit(p, 3, stdout="")
+        self.assertEqual(p.err, "")
+
+    def test_command_killed_by_a_signal_is_128_plus_signal(self):
+        for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGSEGV):
+            with self.subTest(sig=sig.name):
+                p = self.lb(self.hp() + ["run", self.name(), "--", "sh", "-c",
+                                         "kill -%d $$" % sig])
+                self.assert_exit(p, 128 + sig)
+
+    def test_double_dash_is_optional(self):
+        p = self.lb(self.hp() + ["run", self.name(), "sh", "-c", "exit 5"])
+        self.assert_exit(p, 5)
+
+    def test_options_after_the_subcommand(self):
+        p = self.lb(["run", "-H", self.d.listen_addr, "-w", "1000", self.name(), "--", "true"])
+        self.assert_exit(p, 0)
+
+    def test_environment_reaches_the_command(self):
+        n = self.name()
+        script = 'echo "$LOCKBROKER_NAME"; echo "$LOCKBROKER_TOKEN"; echo "$LOCKBROKER_ADDR"'
+        p1 = self.lb(self.hp() + ["run", n, "--", "sh", "-c", script])
+        self.assert_exit(p1, 0)
+        name, token, addr = p1.out.splitlines()
+        self.assertEqual(name, n)
+        self.assertRegex(token, r"^[0-9]+$")
+        self.assertEqual(addr, self.d.listen_addr)
+        # Fencing: the next holder's token is greater.
+        p2 = self.lb(self.hp() + ["run", n, "--", "sh", "-c", script])
+        self.assert_exit(p2, 0)
+        self.assertGreater(int(p2.out.splitlines()[1]), int(token))
+
+    def test_lock_is_held_while_the_command_runs_and_released_after(self):
+        n = self.name()
+        p = self.start(self.hp() + ["run", n, "--", "sh", "-c", "echo running; read x; exit 0"],
+                       stdin=subprocess.PIPE)
+        self.assertEqual(p.read_line(), "running")
+        other = self.client()
+        other.send("TRYLOCK %s\n" % n)
+        other.expect("BUSY %s" % n)
+        p.write("done\n")
+        p.finish()
+        self.assert_exit(p, 0)
+        other.send("TRYLOCK %s\n" % n)
+        other.expect_match(r"OK %s [0-9]+" % re.escape(n))
+
+    def test_waits_for_the_lock_then_runs(self):
+        n = self.name()
+        holder = self.client()
+        holder.send("LOCK %s\n" % n)
+        holder.expect_match(r"OK %s [0-9]+" % re.escape(n))
+        mark = self.d.log_mark()
+        p = self.start(self.hp() + ["run", n, "--", "echo", "ran"])
+        self.d.wait_log(r"lock %s: \S+ queued$" % re.escape(n), since=mark)
+        holder.send("UNLOCK %s\n" % n)
+        holder.expect("OK %s" % n)
+        p.finish()
+        self.assert_exit(p, 0, stdout="ran\n")
+
+    def test_wait_timeout(self):
+        n = self.name()
+        holder = self.client()
+        holder.send("LOCK %s\n" % n)
+        holder.expect_match(r"OK %s [0-9]+" % re.escape(n))
+        for wait in ("0", "200"):
+            with self.subTest(wait=wait):
+                p = self.lb(self.hp() + ["run", "-w", wait, n, "--", "sh", "-c", "echo ran"])
+                self.assert_exit(p, EXIT_TIMEOUT,
+                                 r"timed out after %s ms waiting for lock %s$" % (wait, re.escape(n)),
+                                 stdout="")
+
+    def test_nested_run_uses_the_same_broker(self):
+        # LOCKBROKER_ADDR reaches the command, so an inner lockbroker talks to
+        # the same daemon: the same lock is busy, and its status comes out.
+        n = self.name()
+        inner = "%s run -w 0 %s -- echo inner-ran" % (client_path(), n)
+        p = self.lb(self.hp() + ["run", n, "--", "sh", "-c", inner])
+        self.assert_exit(p, EXIT_TIMEOUT, r"timed out after 0 ms waiting for lock", stdout="")
+        p = self.lb(self.hp() + ["run", n, "--", "sh", "-c",
+                                 "%s run %s-inner -- echo inner-ran" % (client_path(), n)])
+        self.assert_exit(p, 0, stdout="inner-ran\n")
+
+    def test_command_not_found_and_not_executable(self):
+        p = self.lb(self.hp() + ["run", self.name(), "--", "/nonexistent/command"])
+        self.assert_exit(p, EXIT_NOT_FOUND, r"cannot run /nonexistent/command: ")
+        tmp = make_tmpdir()
+        path = os.path.join(tmp, "not-executable")
+        with open(path, "w") as f:
+            f.write("#!/bin/sh\n")
+        os.chmod(path, 0o644)
+        p = self.lb(self.hp() + ["run", self.name(), "--", path])
+        self.assert_exit(p, EXIT_CANNOT_EXEC, r"cannot run %s: " % re.escape(path))
+
+    def test_lock_released_after_a_failed_exec(self):
+        n = self.name()
+        p = self.lb(self.hp() + ["run", n, "--", "/nonexistent/command"])
+        self.assertEqual(p.rc, EXIT_NOT_FOUND)
+        other = self.client()
+        other.send("TRYLOCK %s\n" % n)
+        other.expect_match(r"OK %s [0-9]+" % re.escape(n))
+
+
+class SignalTests(DaemonCase):
+    """SIGINT, SIGTERM and SIGHUP sent to lockbroker reach the command."""
+
+    def test_signals_are_forwarded(self):
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            with self.subTest(sig=sig.name):
+                p = self.start(self.hp() + ["run", self.name(), "--"] + trapper(code=7))
+                self.assertEqual(p.read_line(), "ready")
+                p.signal(sig)
+                p.finish()
+                self.assert_exit(p, 7, stdout="trapped-%s\n" % sig.name[3:])
+                self.assertEqual(p.err, "")
+
+    def test_untrapped_sigterm_ends_command_and_releases_lock(self):
+        n = self.name()
+        p = self.start(self.hp() + ["run", n, "--", "sh", "-c", "echo ready; exec sleep 600"])
+        self.assertEqual(p.read_line(), "ready")
+        p.signal(signal.SIGTERM)
+        p.finish()
+        self.assert_exit(p, 128 + signal.SIGTERM, stdout="")
+        c = self.client()
+        c.send("TRYLOCK %s\n" % n)
+        c.expect_match(r"OK %s [0-9]+" % re.escape(n))
+
+    def test_signal_reaches_the_whole_process_group(self):
+        # The command starts a child that traps SIGTERM itself; both hear of it.
+        script = """
+import signal, subprocess, sys
+child = subprocess.Popen([sys.executable, "-c", sys.argv[1]], stdout=subprocess.PIPE, text=True)
+assert child.stdout.readline() == "child-ready\\n"
+def on(sig, frame):
+    print(child.stdout.read().strip(), flush=True)   # the child's trapped line
+    print("parent-trapped", flush=True)
+    sys.exit(9)
+signal.signal(signal.SIGTERM, on)
+print("ready", flush=True)
+while True:
+    signal.pause()
+"""
+        child = trapper(code=0, ready='"child-ready"')[2]
+        p = self.start(self.hp() + ["run", self.name(), "--", sys.executable, "-c", script,
+                                    child])
+        self.assertEqual(p.read_line(), "ready")
+        p.signal(signal.SIGTERM)
+        p.finish()
+        self.assert_exit(p, 9, stdout="trapped-TERM\nparent-trapped\n")
+        self.assertEqual(p.err, "")
+
+
+@unittest.skipUnless(shutil.which("setsid"), "needs setsid(1) from util-linux")
+class TerminalTests(DaemonCase):
+    """As a terminal's foreground job, lockbroker hands the terminal to the command."""
+
+    def pty_run(self, args):
+        master, slave = os.openpty()
+        self.addCleanup(os.close, master)
+        # setsid -c: a new session whose controlling terminal is stdin, the pty.
+        p = subprocess.Popen(["setsid", "-c", "-w", client_path()] + args,
+                             stdin=slave, stdout=slave, stderr=slave, env=clean_env())
+        os.close(slave)
+
+        def cleanup():
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        self.addCleanup(cleanup)
+        return p, master
+
+    def read_until(self, master, text, timeout=TIMEOUT):
+        got = b""
+        deadline = lbharness.time.monotonic() + timeout
+        while text.encode() not in got:
+            left = deadline - lbharness.time.monotonic()
+            if left <= 0 or not select.select([master], [], [], left)[0]:
+                self.fail("no %r on the terminal within %.1fs; got %r" % (text, timeout, got))
+            try:
+                data = os.read(master, 4096)
+            except OSError:       # EIO: every slave side is closed
+                data = b""
+            if not data:
+                self.fail("terminal closed before %r; got %r" % (text, got))
+            got += data
+        return got.decode()
+
+    def wait(self, p):
+        try:
+            return p.wait(RUN_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.fail("lockbroker did not exit")
+
+    def test_command_reads_the_terminal(self):
+        p, m = self.pty_run(self.hp() + ["run", self.name(), "--", "sh", "-c",
+                                         'echo ready; read x; echo "got $x"'])
+        self.read_until(m, "ready")
+        os.write(m, b"hello\n")
+        self.read_until(m, "got hello")
+        self.assertEqual(self.wait(p), 0)
+
+    def test_ctrl_c_reaches_the_command(self):
+        p, m = self.pty_run(self.hp() + ["run", self.name(), "--", "sh", "-c",
+                                         "echo ready; exec sleep 600"])
+        self.read_until(m, "ready")
+        os.write(m, b"\x03")
+        self.assertEqual(self.wait(p), 128 + signal.SIGINT)
+
+
+# ============================================================ errors, usage
+
+class ErrorTests(DaemonCase):
+
+    def test_unreachable_broker(self):
+        port = free_port()
+        n = self.name()
+        for args in (["ping"], ["stats"], ["status", n], ["run", n, "--", "echo", "ran"]):
+            with self.subTest(args=args):
+                p = self.lb(["-H", "127.0.0.1:%d" % port] + args)
+                self.assert_exit(p, EXIT_UNAVAILABLE,
+                                 r"cannot connect to 127\.0\.0\.1:%d: Connection refused$" % port,
+                                 stdout="")
+
+    def test_unreachable_unix_socket(self):
+        path = os.path.join(make_tmpdir(), "nothing.sock")
+        p = self.lb(["-U", path, "run", self.name(), "--", "echo", "ran"])
+        self.assert_exit(p, EXIT_UNAVAILABLE, r"cannot connect to %s: " % re.escape(path),
+                         stdout="")
+
+    def test_unresolvable_host(self):
+        p = self.lb(["-H", "no-such-host.invalid:7411", "ping"])
+        self.assert_exit(p, EXIT_UNAVAILABLE, r"cannot resolve no-such-host\.invalid: ", stdout="")
+
+    def test_bad_name(self):
+        for name in ("a/b", ".", "..", "x" * 201, "sp ace", ""):
+            with self.subTest(name=name):
+                p = self.lb(self.hp() + ["run", name, "--", "echo", "ran"])
+                self.assert_exit(p, EXIT_BAD_NAME, r"invalid lock name '", stdout="")
+                p = self.lb(self.hp() + ["status", name])
+                self.assert_exit(p, EXIT_BAD_NAME, r"invalid lock name '", stdout="")
+
+    def test_longest_name_is_fine(self):
+        p = self.lb(self.hp() + ["run", "n" * 200, "--", "true"])
+        self.assert_exit(p, 0)
+
+    def test_usage_errors(self):
+        addr = self.d.listen_addr
+        cases = [
+            ([], r"missing subcommand"),
+            (["frobnicate"], r"unknown subcommand 'frobnicate'"),
+            (["-x", "ping"], r"unknown option -x"),
+            (["--frob", "ping"], r"unknown option --frob"),
+            (["ping", "-H"], r"option -H needs an argument"),
+            (["-H", addr, "ping", "extra"], r"unexpected argument 'extra'"),
+            (["-H", addr, "stats", "extra"], r"unexpected argument 'extra'"),
+            (["-H", addr, "status"], r"status: missing lock NAME"),
+            (["-H", addr, "status", "a", "b"], r"status: expected one lock NAME"),
+            (["-H", addr, "run"], r"run: missing lock NAME"),
+            (["-H", addr, "run", "n"], r"run n: missing COMMAND"),
+            (["-H", addr, "run", "n", "--"], r"run n: missing COMMAND"),
+            (["-H", addr, "run", "-w", "soon", "n", "true"], r"-w: expected milliseconds"),
+            (["-H", addr, "run", "-w", "2147483648", "n", "true"], r"-w: expected milliseconds"),
+            (["-H", addr, "run", "-w", "-1", "n", "true"], r"-w: expected milliseconds"),
+            (["-H", addr, "run", "-g", "5s", "n", "true"], r"-g: expected milliseconds"),
+            (["-H", addr, "-t", "0", "ping"], r"-t: expected milliseconds"),
+            (["-H", addr, "-w", "5", "ping"], r"ping: -w and -g are options of run"),
+            (["-H", addr, "-U", "/tmp/x.sock", "ping"], r"-H and -U are mutually exclusive"),
+            (["-H", "localhost", "ping"], r"-H: bad address 'localhost': expected HOST:PORT"),
+            (["-H", "::1:7411", "ping"], r"-H: bad address .*\[IPV6\]:PORT"),
+            (["-H", "127.0.0.1:0", "ping"], r"-H: bad address .*1-65535"),
+            (["-H", "127.0.0.1:65536", "ping"], r"-H: bad address .*1-65535"),
+            (["-H", "[::1]7411", "ping"], r"-H: bad address"),
+        ]
+        for args, err in cases:
+            with self.subTest(args=args):
+                p = self.lb(args)
+                self.assert_exit(p, EXIT_USAGE, err + r".* \(lockbroker --help for usage\)$",
+                                 stdout="")
+
+    def test_bad_lockbroker_addr(self):
+        p = self.lb(["ping"], env=clean_env(LOCKBROKER_ADDR="nonsense"))
+        self.assert_exit(p, EXIT_USAGE, r"LOCKBROKER_ADDR: bad address 'nonsense'", stdout="")
+
+    def test_help_and_version(self):
+        for args in (["-h"], ["--help"], ["help"], ["run", "--help"]):
+            with self.subTest(args=args):
+                p = self.lb(args)
+                self.assert_exit(p, 0)
+                self.assertEqual(p.err, "")
+                self.assertTrue(p.out.startswith("Usage: lockbroker"), p.out)
+                for code in range(120, 128):
+                    self.assertRegex(p.out, r"\n +%d " % code)
+        p = self.lb(["-V"])
+        self.assert_exit(p, 0)
+        self.assertRegex(p.out, r"^lockbroker [0-9][^\s]*\n$")
+
+
+# ==================================================== ping, stats, status
+
+class InfoTests(DaemonCase):
+
+    def test_ping(self):
+        p = self.lb(self.hp() + ["ping"])
+        self.assert_exit(p, 0, stdout="PONG\n")
+        self.assertEqual(p.err, "")
+
+    def test_stats(self):
+        p = self.lb(self.hp() + ["stats"])
+        self.assert_exit(p, 0)
+        self.assertEqual(p.err, "")
+        lines = p.out.splitlines()
+        self.assertTrue(lines)
+        for line in lines:
+            self.assertRegex(line, r"^STAT [a-z_]+ \S+$")
+        self.assertIn("STAT mode embedded", lines)
+        self.assertNotIn("END", lines)
+
+    def test_status_against_the_daemon(self):
+        # The daemon may or may not implement STATUS yet: either it answers a
+        # STATUS line, or the client says clearly that it does not know it.
+        n = self.name()
+        p = self.lb(self.hp() + ["status", n])
+        if p.rc == 0:
+            self.assertRegex(p.out, r"(^|\n)STATUS %s (free|held)\b[^\n]*\n$" % re.escape(n))
+        else:
+            self.assert_exit(p, EXIT_PROTOCOL, r"the broker at .* does not support STATUS "
+                             r"\(it replied: ERR BAD_COMMAND", stdout="")
+
+
+# ================================================================ addresses
+
+class AddressTests(DaemonCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.d = Daemon(config=lambda tmp: "[server]\nunix_socket = %s/lb.sock\n" % tmp,
+                       name="lockbrokerd-cli-unix").start()
+
+    def test_unix_socket_option(self):
+        n = self.name()
+        p = self.lb(["-U", self.d.unix_path, "run", n, "--", "sh", "-c", 'echo "$LOCKBROKER_ADDR"'])
+        self.assert_exit(p, 0, stdout="unix:%s\n" % self.d.unix_path)
+        p = self.lb(["-U", self.d.unix_path, "ping"])
+        self.assert_exit(p, 0, stdout="PONG\n")
+
+    def test_lockbroker_addr(self):
+        for value in (self.d.listen_addr, "unix:" + self.d.unix_path, self.d.unix_path):
+            with self.subTest(LOCKBROKER_ADDR=value):
+                env = clean_env(LOCKBROKER_ADDR=value)
+                p = self.lb(["ping"], env=env)
+                self.assert_exit(p, 0, stdout="PONG\n")
+                p = self.lb(["run", self.name(), "--", "sh", "-c", "exit 4"], env=env)
+                self.assert_exit(p, 4)
+
+    def test_options_override_lockbroker_addr(self):
+        env = clean_env(LOCKBROKER_ADDR="127.0.0.1:%d" % free_port())
+        p = self.lb(["-H", self.d.listen_addr, "ping"], env=env)
+        self.assert_exit(p, 0, stdout="PONG\n")
+        p = self.lb(["-U", self.d.unix_path, "ping"], env=env)
+        self.assert_exit(p, 0, stdout="PONG\n")
+        p = self.lb(["ping"], env=env)
+        self.assertEqual(p.rc, EXIT_UNAVAILABLE)
+
+    def test_host_name(self):
+        p = self.lb(["-H", "localhost:%d" % self.d.port, "ping"])
+        self.assert_exit(p, 0, stdout="PONG\n")
+
+    @unittest.skipUnless(can_bind("::1"), "no IPv6 loopback")
+    def test_ipv6(self):
+        d = Daemon(listen="[::1]:0", name="lockbrokerd-cli-ipv6").start()
+        self.addCleanup(d.kill)
+        p = self.lb(["-H", "[::1]:%d" % d.port, "run", self.name(), "--", "sh", "-c",
+                     'echo "$LOCKBROKER_ADDR"'])
+        self.assert_exit(p, 0, stdout="[::1]:%d\n" % d.port)
+        d.stop()
+
+
+# ============================================================= fake broker
+
+class FakeBrokerTests(Case):
+    """A scripted broker: the test reads lockbroker's requests and writes the
+    replies, including ones lockbrokerd sends only in distributed mode."""
+
+    def setUp(self):
+        self.srv = socket.create_server(("127.0.0.1", 0))
+        self.addCleanup(self.srv.close)
+        self.srv.settimeout(TIMEOUT)
+        self.addr = "127.0.0.1:%d" % self.srv.getsockname()[1]
+
+    def accept(self):
+        sock, _ = self.srv.accept()
+        c = Client(sock)
+        self.addCleanup(c.close)
+        return c
+
+    def granted(self, args, name, token="42"):
+        """Starts `lockbroker run`, grants the lock; returns (proc, conn)."""
+        p = self.start(["-H", self.addr, "run"] + args)
+        c = self.accept()
+        c.expect("LOCK %s" % name)
+        c.send("OK %s %s\n" % (name, token))
+        return p, c
+
+    def test_lost_terminates_the_command(self):
+        n = self.name()
+        p, c = self.granted([n, "--"] + trapper(code=0, ready=PID_AND_TOKEN), n)
+        pid, token = p.read_line().split()
+        self.assertEqual(token, "42")
+        c.send("LOST %s 42 session-expired\n" % n)
+        p.finish()
+        self.assert_exit(p, EXIT_LOST, r"lock %s lost \(session-expired\); terminating the command$"
+                         % re.escape(n), stdout="trapped-TERM\n")
+        self.assertFalse(pid_alive(int(pid)))
+
+    def test_connection_drop_terminates_the_command(self):
+        n = self.name()
+        p, c = self.granted([n, "--", "sh", "-c", "echo ready; exec sleep 600"], n)
+        self.assertEqual(p.read_line(), "ready")
+        c.close()
+        p.finish()
+        self.assert_exit(p, EXIT_LOST, r"lock %s lost \(the broker closed the connection\)"
+                         % re.escape(n), stdout="")
+
+    def test_sigkill_after_the_grace_period(self):
+        # The command ignores SIGTERM; it still ends, and so does its child.
+        n = self.name()
+        script = "trap '' TERM; sleep 600 & echo $$ $!; wait"
+        p, c = self.granted(["-g", "100", n, "--", "sh", "-c", script], n)
+        pids = [int(x) for x in p.read_line().split()]
+        c.send("LOST %s 42 zk-disconnected\n" % n)
+        p.finish()
+        self.assert_exit(p, EXIT_LOST, r"lock %s lost \(zk-disconnected\)" % re.escape(n))
+        for pid in pids:
+            self.assertFalse(pid_alive(pid), "pid %d survived" % pid)
+
+    def test_unlock_after_the_command(self):
+        n = self.name()
+        p, c = self.granted([n, "--", "sh", "-c", "exit 2"], n)
+        c.expect("UNLOCK %s" % n)
+        c.send("OK %s\n" % n)
+        p.finish()
+        self.assert_exit(p, 2)
+        self.assertEqual(p.err, "")
+
+    def test_lost_after_the_command_finished_is_a_warning(self):
+        n = self.name()
+        p, c = self.granted([n, "--", "true"], n)
+        c.expect("UNLOCK %s" % n)
+        c.send("LOST %s 42 session-expired\nERR NOT_HELD this connection does not hold that lock\n"
+               % n)
+        p.finish()
+        self.assert_exit(p, 0, r"warning: lock %s was lost as the command finished" % re.escape(n))
+
+    def test_wait_is_sent(self):
+        n = self.name()
+        p = self.start(["-H", self.addr, "run", "-w", "1500", n, "--", "true"])
+        c = self.accept()
+        c.expect("LOCK %s 1500" % n)
+        c.send("TIMEOUT %s\n" % n)
+        p.finish()
+        self.assert_exit(p, EXIT_TIMEOUT, r"timed out after 1500 ms waiting for lock")
+
+    def test_error_replies_to_lock(self):
+        cases = [
+            ("ERR UNAVAILABLE the lock service is not reachable; retry later", EXIT_UNAVAILABLE),
+            ("ERR LIMIT too many clients; try again later", EXIT_UNAVAILABLE),
+            ("ERR BAD_NAME names are 1-200 bytes", EXIT_BAD_NAME),
+            ("ERR INTERNAL out of memory", EXIT_PROTOCOL),
+            ("ERR BAD_COMMAND unknown command", EXIT_PROTOCOL),
+            ("WHAT %(n)s", EXIT_PROTOCOL),
+            ("OK other-name 42", EXIT_PROTOCOL),
+            ("OK %(n)s notanumber", EXIT_PROTOCOL),
+        ]
+        for reply, rc in cases:
+            with self.subTest(reply=reply):
+                n = self.name()
+                reply = reply % {"n": n}
+                p = self.start(["-H", self.addr, "run", n, "--", "echo", "ran"])
+                c = self.accept()
+                c.expect("LOCK %s" % n)
+                c.send(reply + "\n")
+                p.finish()
+                self.assert_exit(p, rc, r".*%s" % re.escape(reply), stdout="")
+
+    def test_closed_before_the_grant(self):
+        n = self.name()
+        p = self.start(["-H", self.addr, "run", n, "--", "echo", "ran"])
+        c = self.accept()
+        c.expect("LOCK %s" % n)
+        c.close()
+        p.finish()
+        self.assert_exit(p, EXIT_UNAVAILABLE, r"127\.0\.0\.1:\d+ closed the connection before "
+                         r"granting lock %s$" % re.escape(n), stdout="")
+
+    def test_no_reply(self):
+        p = self.start(["-H", self.addr, "-t", "100", "ping"])
+        c = self.accept()
+        c.expect("PING")
+        p.finish()
+        self.assert_exit(p, EXIT_UNAVAILABLE, r"no reply from 127\.0\.0\.1:\d+ in time$",
+                         stdout="")
+
+    def test_status_not_supported(self):
+        n = self.name()
+        p = self.start(["-H", self.addr, "status", n])
+        c = self.accept()
+        c.expect("STATUS %s" % n)
+        c.send("ERR BAD_COMMAND unknown command\n")
+        p.finish()
+        self.assert_exit(p, EXIT_PROTOCOL, r"the broker at 127\.0\.0\.1:\d+ does not support "
+                         r"STATUS \(it replied: ERR BAD_COMMAND unknown command\); it needs a "
+                         r"newer lockbrokerd$", stdout="")
+
+    def test_status_prints_up_to_the_status_line(self):
+        n = self.name()
+        p = self.start(["-H", self.addr, "status", n])
+        c = self.accept()
+        c.expect("STATUS %s" % n)
+        c.send("QUEUE %s 1 d1 127.0.0.1:5\nSTATUS %s held token=7\nNOT-PRINTED\n" % (n, n))
+        p.finish()
+        self.assert_exit(p, 0, stdout="QUEUE %s 1 d1 127.0.0.1:5\nSTATUS %s held token=7\n"
+                         % (n, n))
+
+    def test_stats_error(self):
+        p = self.start(["-H", self.addr, "stats"])
+        c = self.accept()
+        c.expect("STATS")
+        c.send("STAT a 1\nERR INTERNAL out of memory\n")
+        p.finish()
+        self.assert_exit(p, EXIT_PROTOCOL, r"127\.0\.0\.1:\d+ refused STATS: ERR INTERNAL",
+                         stdout="STAT a 1\n")
+
+
+# ======================================================== ZooKeeper: LOST
+
+def zookeeper_available():
+    try:
+        import zkharness
+        zkharness.classpath()
+    except Exception:  # noqa: BLE001 - any failure means: cannot run ZooKeeper here
+        return False
+    return shutil.which(zkharness.JAVA) is not None
+
+
+@unittest.skipUnless(zookeeper_available(), "needs java and Debian's zookeeper package")
+class LostTests(Case):
+    """Distributed mode: stopping ZooKeeper makes the daemon push LOST after
+    2/3 of the session timeout, and lockbroker ends the command."""
+
+    SESSION_MS = 4000
+
+    def distributed(self):
+        import zkharness
+        zk = zkharness.ZkServer(tick_ms=500, name="zk-cli")
+        self.addCleanup(zk.cleanup)
+        zk.start()
+        d = Daemon(config="[zookeeper]\nhosts = %s\nsession_timeout_ms = %d\n"
+                   % (zk.connect_string, self.SESSION_MS), name="lockbrokerd-cli-zk")
+        self.addCleanup(d.kill)
+        d.start()
+        d.wait_log(r"zk: new session 0x[0-9a-f]+", timeout=scaled(30))
+        return zk, d
+
+    def test_lost_terminates_the_command(self):
+        zk, d = self.distributed()
+        n = self.name()
+        p = self.start(["-H", d.listen_addr, "run", n, "--"] + trapper(code=0, ready=PID_AND_TOKEN))
+        pid, token = p.read_line(timeout=scaled(30)).split()
+        zk.stop()
+        p.finish(timeout=scaled(60))
+        self.assert_exit(p, EXIT_LOST, r"lock %s lost \(zk-disconnected\); terminating the "
+                         r"command$" % re.escape(n), stdout="trapped-TERM\n")
+        self.assertFalse(pid_alive(int(pid)))
+        d.wait_log(r"lock %s: lost by .* \(token %s\): zk-disconnected" % (re.escape(n), token))
+        d.stop()
+
+    def test_lost_kills_a_command_that_ignores_sigterm(self):
+        zk, d = self.distributed()
+        n = self.name()
+        p = self.start(["-H", d.listen_addr, "run", "-g", "200", n, "--"] +
+                       trapper(ignore=True, ready="os.getpid()"))
+        pid = int(p.read_line(timeout=scaled(30)))
+        zk.stop()
+        p.finish(timeout=scaled(60))
+        self.assert_exit(p, EXIT_LOST, r"lock %s lost \(zk-disconnected\)" % re.escape(n),
+                         stdout="")
+        self.assertFalse(pid_alive(pid))
+        d.stop()
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
