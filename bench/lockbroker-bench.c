@@ -139,7 +139,8 @@ struct bench {
     bool have_cpu, have_zcpu, have_zxid;
     uint64_t zxid0, zxid1;
     struct rusage ru0, ru1;
-    struct histo lat;
+    struct histo lat;          /* LOCK / TRYLOCK sent -> OK */
+    struct histo unlock_lat;   /* UNLOCK sent -> OK */
     uint64_t cycles, busy, errors, lost, violations, regressions, max_bypass;
     uint64_t errors_total;
     char first_error[128];
@@ -405,8 +406,10 @@ static void wl_reply(struct bconn *c, const struct req *r, const char *line, siz
         break;
     case REQ_UNLOCK:
         if (starts(line, len, "OK")) {
-            if (b->measuring)
+            if (b->measuring) {
                 b->cycles++;
+                histo_record(&b->unlock_lat, now - r->t_sent);
+            }
         } else {
             note_error(b, line, len);
         }
@@ -463,6 +466,7 @@ static void on_warmup_end(evutil_socket_t fd, short what, void *arg)
                           (suseconds_t)((b->duration - (time_t)b->duration) * 1e6) };
 
     histo_reset(&b->lat);
+    histo_reset(&b->unlock_lat);
     b->cycles = b->busy = b->errors = b->lost = b->violations = b->regressions = 0;
     b->max_bypass = 0;
     for (unsigned i = 0; i < b->nconns; i++)
@@ -504,6 +508,7 @@ static void report_load(struct bench *b)
     out_u64("cycles", b->cycles);
     out_dbl("cycles_per_s", cyc / secs, 0);
     out_histo("grant", &b->lat);
+    out_histo("unlock", &b->unlock_lat);
     if (b->wl == WL_TRYLOCK)
         out_u64("busy", b->busy);
     if (b->wl == WL_HOT)
@@ -531,6 +536,7 @@ static void report_load(struct bench *b)
         out_dbl("zk_cpu_pct", (double)d / (secs * 1e4), 1);
     }
     out_dbl("client_cpu_pct", client_us / (secs * 1e4), 1);
+    out_dbl("client_cpu_us_per_cycle", cyc > 0 ? client_us / cyc : 0, 2);
     if (b->first_error[0])
         out_str("first_error", b->first_error);
     out_end();
@@ -1209,6 +1215,7 @@ bad:
     if (b->wl == WL_ZIPF && zipf_init(&b->zipf, b->nnames, b->zipf_s) < 0)
         goto out;
     histo_reset(&b->lat);
+    histo_reset(&b->unlock_lat);
     if (!(b->base = event_base_new()) || !(b->timer = evtimer_new(b->base, NULL, NULL)) ||
         !(b->conns = calloc(b->nconns, sizeof(*b->conns))) ||
         !(b->names = calloc(b->nnames, sizeof(*b->names)))) {

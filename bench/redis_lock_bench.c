@@ -302,6 +302,7 @@ static void report(struct rl *rl)
         out_dbl("daemon_user_pct", (double)(rl->cu1 - rl->cu0) / (secs * 1e4), 1);
     }
     out_dbl("client_cpu_pct", client_us / (secs * 1e4), 1);
+    out_dbl("client_cpu_us_per_cycle", cyc > 0 ? client_us / cyc : 0, 2);
     if (rl->first_error[0])
         out_str("first_error", rl->first_error);
     out_end();
