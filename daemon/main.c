@@ -219,8 +219,9 @@ int main(int argc, char **argv)
         }
     }
 
-    log_info("lockbrokerd %s ready: %s mode, daemon id %s, listening on %s%s%s", PACKAGE_VERSION,
-             backend->ops->name, d.id, d.srv.listen_addr, d.s.unix_socket ? " and " : "",
+    log_info("daemon id %s", d.id);
+    log_info("lockbrokerd %s ready: %s mode, listening on %s%s%s", PACKAGE_VERSION,
+             backend->ops->name, d.srv.listen_addr, d.s.unix_socket ? " and " : "",
              d.s.unix_socket ? d.s.unix_socket : "");
 #ifdef HAVE_LIBSYSTEMD
     sd_notifyf(0, "READY=1\nSTATUS=%s mode, listening on %s", backend->ops->name,
