@@ -1,0 +1,948 @@
+#!/usr/bin/env python3
+"""End-to-end tests of lockbrokerd in distributed mode, against real ZooKeeper.
+
+Starts ZooKeeper servers (tests/e2e/zkharness.py; Debian's `zookeeper`
+package, tickTime 500 ms so that session timeouts can be a few seconds) on
+loopback ports and the built daemon (env LOCKBROKERD) several times over,
+each daemon with its own [zookeeper] root per test. Run directly
+(python3 tests/e2e/test_distributed.py) or through `make check`.
+
+Nothing sleeps to synchronise: every step waits for a reply line, a daemon
+log line, or a ZooKeeper condition polled with zkharness.wait_for, each with
+a bound that fails the test. The only timing the tests rely on is the
+daemon's own wait-ms. When a test fails, the daemons' and servers' log tails
+are printed (and the servers' directories kept).
+
+Exit 77 (automake: SKIP) when ZooKeeper or java is not installed.
+"""
+
+import atexit
+import functools
+import os
+import random
+import re
+import selectors
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from lbharness import Daemon, scaled  # noqa: E402
+import zkharness  # noqa: E402
+from zkharness import ZkClient, ZkEnsemble, ZkServer, wait_for  # noqa: E402
+
+SESSION_MS = 4000          # ordinary tests: a dead daemon's locks go in ~4 s
+# ZooKeeper restart and leader election must fit in 2/3 of the session
+# timeout, even on a loaded machine: those servers allow up to 20 s (tickTime
+# 500 ms alone caps sessions at 10 s), and nothing waits for these to expire.
+LONG_SESSION_MS = 12000
+MAX_SESSION_MS = 20000
+MARGIN_MS = 3000           # expiry is checked once a tick; plus the hand-over
+TOKEN = r"(\d+)"
+SESSION_RE = r"zk: new session (0x[0-9a-f]+)"
+# Log lines that must not appear while a hold is supposed to survive.
+# The daemon's own error-level lines ("lock x: backend granted a lock nobody
+# is acquiring", ...): none may appear in a passing test.
+ERROR_RE = r"^\S+Z error "
+TROUBLE_RE = r"zk: session 0x[0-9a-f]+ expired|zk: no contact with ZooKeeper|lock \S+: lost by"
+
+
+# Servers keep their data and logs here rather than in zkharness's own
+# /tmp/zkharness-* directories, which other suites on a shared machine may
+# sweep away while ours run. Removed at exit unless a test failed (or
+# LB_KEEP_LOGS is set).
+WORK_DIR = tempfile.mkdtemp(prefix="lbdist-")
+_keep_work_dir = [zkharness.keep_logs()]
+
+
+def _remove_work_dir():
+    if _keep_work_dir[0]:
+        sys.stderr.write("test_distributed.py: kept %s\n" % WORK_DIR)
+    else:
+        shutil.rmtree(WORK_DIR, ignore_errors=True)
+
+
+atexit.register(_remove_work_dir)
+
+
+def server_dir(name):
+    return tempfile.mkdtemp(prefix=name + "-", dir=WORK_DIR)
+
+
+def zk_available():
+    if not shutil.which(zkharness.JAVA):
+        return False
+    try:
+        zkharness.classpath()
+    except zkharness.ZkError:
+        return False
+    return True
+
+
+def zk_config(hosts, root, session_ms=SESSION_MS):
+    return ("[zookeeper]\nhosts = %s\nroot = %s\nsession_timeout_ms = %d\n"
+            % (hosts, root, session_ms))
+
+
+def stats(daemon):
+    """The daemon's STATS as {name: value-string}, over a fresh connection."""
+    with daemon.client() as c:
+        c.send("STATS\n")
+        out = {}
+        while True:
+            line = c.line()
+            if line == "END":
+                return out
+            m = re.fullmatch(r"STAT (\S+) (.*)", line)
+            if not m:
+                raise AssertionError("%s: bad STATS line %r" % (daemon.name, line))
+            out[m.group(1)] = m.group(2)
+
+
+def lock_nodes(hosts, root):
+    """{lock name: sorted child node names} from ls_recursive(root)."""
+    prefix = root + "/locks/"
+    out = {}
+    for path in zkharness.ls_recursive(hosts, root):
+        if not path.startswith(prefix):
+            continue
+        parts = path[len(prefix):].split("/")
+        out.setdefault(parts[0], [])
+        if len(parts) == 2:
+            out[parts[0]].append(parts[1])
+    return out
+
+
+def all_children(hosts, root):
+    """Every lock node (ephemeral child of <root>/locks/<name>) under root."""
+    return sorted("%s/%s" % (n, k) for n, kids in lock_nodes(hosts, root).items() for k in kids)
+
+
+def note(text):
+    """A measurement for the log (make check keeps it in the .log file)."""
+    sys.stderr.write("[%s] " % text)
+    sys.stderr.flush()
+
+
+def node_stat(hosts, path):
+    """The node's Stat, or None if it does not exist (one short session)."""
+    with ZkClient(hosts) as zc:
+        return zc.exists(path)
+
+
+def dump_on_failure(cls):
+    """Class decorator: a failing test prints the daemons' and servers' log tails."""
+    for attr in list(vars(cls)):
+        fn = getattr(cls, attr)
+        if not attr.startswith("test") or not callable(fn):
+            continue
+
+        def wrap(fn):
+            @functools.wraps(fn)
+            def wrapper(self):
+                try:
+                    return fn(self)
+                except unittest.SkipTest:
+                    raise
+                except BaseException:
+                    self._failed = True
+                    self.dump_diagnostics()
+                    raise
+            return wrapper
+        setattr(cls, attr, wrap(fn))
+    return cls
+
+
+# ------------------------------------------------------------------ load driver
+
+class Worker:
+    """One client that LOCKs a name, holds it over 0..n PING round trips, and
+    UNLOCKs it, `iterations` times (None: until stopped)."""
+
+    def __init__(self, load, client, tag, names, iterations):
+        self.load = load
+        self.client = client
+        self.tag = tag
+        self.names = list(names)
+        self.left = iterations
+        self.state = "idle"        # idle locking holding unlocking done
+        self.name = None
+        self.pings = 0
+        self.keep_holding = None   # callable: while true, hold on (PING again)
+        self.token = None
+        self.grants = 0
+
+    def __repr__(self):
+        return "<%s %s %s %s>" % (self.tag, self.client.local, self.state, self.name)
+
+    def lock_next(self):
+        if self.left is not None and self.left <= 0:
+            self.state = "done"
+            return
+        self.name = self.load.rng.choice(self.names)
+        self.state = "locking"
+        self.client.send("LOCK %s\n" % self.name)
+
+    def holding_on(self):
+        return self.keep_holding is not None and self.keep_holding()
+
+    def release(self):
+        # Cleared just before UNLOCK: another OK for this name while the mark
+        # stands means two clients held it at once.
+        self.load.clear_holder(self)
+        self.state = "unlocking"
+        self.client.send("UNLOCK %s\n" % self.name)
+
+    def on_line(self, line):
+        if self.state == "locking":
+            m = re.fullmatch(r"OK (\S+) %s" % TOKEN, line)
+            if not m or m.group(1) != self.name:
+                self.load.fail("%r: expected OK %s <token>, got %r" % (self, self.name, line))
+            self.token = int(m.group(2))
+            self.grants += 1
+            self.load.granted(self)
+            self.pings = self.load.rng.randint(0, self.load.hold_pings)
+            if self.pings or self.holding_on():
+                self.state = "holding"
+                self.client.send("PING\n")
+            else:
+                self.release()
+        elif self.state == "holding":
+            if line != "PONG":
+                self.load.fail("%r: expected PONG, got %r" % (self, line))
+            self.pings = max(self.pings - 1, 0)
+            if self.pings or self.holding_on():
+                self.client.send("PING\n")
+            else:
+                self.release()
+        elif self.state == "unlocking":
+            if line != "OK %s" % self.name:
+                self.load.fail("%r: expected OK %s, got %r" % (self, self.name, line))
+            if self.left is not None:
+                self.left -= 1
+            self.lock_next()
+        else:
+            self.load.fail("%r: unexpected line %r" % (self, line))
+
+
+class LockLoad:
+    """Drives many Workers from one selector and checks, per name, that no two
+    clients hold it at once and that tokens strictly increase in grant order
+    (the order in which this single thread saw the OKs: a holder's UNLOCK is
+    sent only after its OK was processed, so the next grant comes later)."""
+
+    def __init__(self, daemons, seed, hold_pings=2):
+        self.daemons = daemons
+        self.rng = random.Random(seed)
+        self.hold_pings = hold_pings
+        self.sel = selectors.DefaultSelector()
+        self.workers = []
+        self.holder = {}           # name -> Worker holding it now
+        self.last_token = {}       # name -> last token granted
+        self.grants = []           # (name, token, worker) in grant order
+
+    def add(self, client, tag, names, iterations, start=True):
+        w = Worker(self, client, tag, names, iterations)
+        self.sel.register(client.sock, selectors.EVENT_READ, w)
+        self.workers.append(w)
+        if start:
+            w.lock_next()
+        return w
+
+    def fail(self, msg):
+        tails = "\n".join(d.log_tail(15) for d in self.daemons)
+        raise AssertionError("%s\nworkers: %r\n%s" % (msg, self.workers[:80], tails))
+
+    def granted(self, w):
+        other = self.holder.get(w.name)
+        if other is not None:
+            self.fail("mutual exclusion violated on %s: %r granted (token %d) while %r "
+                      "holds it (token %d)" % (w.name, w, w.token, other, other.token))
+        last = self.last_token.get(w.name)
+        if last is not None and w.token <= last:
+            self.fail("token for %s did not increase: %d after %d (%r)"
+                      % (w.name, w.token, last, w))
+        self.holder[w.name] = w
+        self.last_token[w.name] = w.token
+        self.grants.append((w.name, w.token, w))
+
+    def clear_holder(self, w):
+        if self.holder.get(w.name) is not w:
+            self.fail("%r releases %s, held by %r" % (w, w.name, self.holder.get(w.name)))
+        del self.holder[w.name]
+
+    def pump(self, timeout):
+        """One select round; returns the number of lines handled."""
+        n = 0
+        for key, _ in self.sel.select(timeout):
+            w = key.data
+            c = w.client
+            try:
+                data = c.sock.recv(65536)
+            except ConnectionResetError:
+                data = b""
+            if not data:
+                self.fail("%r: connection closed by the daemon; pending %r" % (w, c.buf))
+            c.buf += data
+            while b"\n" in c.buf:
+                line, c.buf = c.buf.split(b"\n", 1)
+                w.on_line(line.decode("latin-1"))
+                n += 1
+        return n
+
+    def run_until(self, pred, timeout, stall=None, what="the load to finish", each=None):
+        """Pumps until pred() is true. Fails after `timeout` seconds, or after
+        `stall` seconds without a single reply (a lost wake-up)."""
+        stall = scaled(15.0) if stall is None else stall
+        start = last = time.monotonic()
+        while not pred():
+            now = time.monotonic()
+            if now - start > timeout:
+                self.fail("no %s within %.0fs (%d grants)" % (what, timeout, len(self.grants)))
+            if now - last > stall:
+                self.fail("no reply for %.0fs waiting for %s (%d grants); holders %r"
+                          % (stall, what, len(self.grants), self.holder))
+            if self.pump(0.2):
+                last = time.monotonic()
+            if each is not None:
+                each()
+
+    def stop_all(self):
+        """Workers finish their current cycle and stop."""
+        for w in self.workers:
+            w.left = 0 if w.state == "unlocking" or w.state == "idle" else 1
+            if w.state == "idle":
+                w.state = "done"
+
+    def all_done(self):
+        return all(w.state == "done" for w in self.workers)
+
+    def close(self):
+        for w in self.workers:
+            try:
+                self.sel.unregister(w.client.sock)
+            except (KeyError, ValueError):
+                pass
+            w.client.close()
+        self.sel.close()
+
+
+# ------------------------------------------------------------------ tests
+
+class DistributedBase(unittest.TestCase):
+    zk = None                  # the shared standalone server (setUpClass)
+
+    @classmethod
+    def setUpClass(cls):
+        if not zk_available():
+            raise unittest.SkipTest("ZooKeeper (java + Debian's zookeeper jars) not installed")
+        cls.zk = ZkServer(tick_ms=500, name="zk-shared", base_dir=server_dir("zk-shared"))
+        try:
+            cls.zk.start()
+        except BaseException:
+            cls.zk.cleanup()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.zk is not None:
+            cls.zk.stop(grace=5.0)
+            cls.zk.cleanup()
+
+    def setUp(self):
+        self._failed = False
+        self._daemons = []
+        self._servers = [self.zk] if self.zk is not None else []
+        self.root = "/lbtest-" + self._testMethodName
+
+    def dump_diagnostics(self):
+        _keep_work_dir[0] = True
+        out = sys.stderr
+        out.write("\n===== %s failed: daemon logs =====\n" % self._testMethodName)
+        for d in self._daemons:
+            out.write(d.log_tail(40) + "\n")
+        for s in self._servers:
+            if isinstance(s, ZkServer) and s.proc is None:
+                continue
+            s.mark_failed(out, lines=40)
+        out.flush()
+
+    # -- servers and daemons
+
+    def own_server(self, **kw):
+        """A standalone server for this test alone (stopped at cleanup, after
+        the daemons, which cleanups stop first)."""
+        kw.setdefault("tick_ms", 500)
+        kw.setdefault("name", "zk-" + self._testMethodName[5:])
+        s = ZkServer(base_dir=server_dir(kw["name"]), **kw)
+        self._servers.append(s)
+
+        def cleanup():
+            s.stop(grace=5.0)
+            s.cleanup()
+        self.addCleanup(cleanup)
+        return s
+
+    def start_daemon(self, hosts, name, session_ms=SESSION_MS, root=None, wait_session=True):
+        d = Daemon(config=zk_config(hosts, root or self.root, session_ms), name=name)
+        d.start()
+        self._daemons.append(d)
+        self.addCleanup(self._stop_daemon, d)
+        d.daemon_id = d.wait_log(r"zk: daemon id (\S+), connecting").group(1)
+        d.session = None
+        if wait_session:
+            d.session = int(d.wait_log(SESSION_RE, scaled(15.0)).group(1), 16)
+        return d
+
+    def _stop_daemon(self, d):
+        if d.proc is None or getattr(d, "killed", False):
+            d.kill()
+            return
+        if d.proc.poll() is None:
+            try:
+                os.kill(d.pid, signal.SIGCONT)    # a stopped daemon cannot exit
+            except ProcessLookupError:
+                pass
+        if self._failed:
+            d.kill()
+            return
+        m = d.find_log(ERROR_RE)
+        if m:
+            d.kill()
+            raise AssertionError("%s logged an error: %r\n%s" % (d.name, m.string, d.log_tail()))
+        d.stop()     # asserts exit code 0: a crash at shut-down fails the test
+
+    def client(self, d, timeout=None):
+        c = d.client(timeout=timeout)
+        self.addCleanup(c.close)
+        return c
+
+    # -- waiting for ZooKeeper state
+
+    def wait_zk(self, pred, timeout, what):
+        try:
+            return wait_for(pred, timeout, interval=0.05, what=what)
+        except zkharness.ZkTimeout as e:
+            raise AssertionError(str(e))
+
+    def wait_node(self, hosts, name, daemon, count=1, timeout=None):
+        """Waits until <root>/locks/<name> holds `count` nodes of `daemon`."""
+        def check():
+            kids = lock_nodes(hosts, self.root).get(name, [])
+            return len([k for k in kids if k.startswith(daemon.daemon_id + "-")]) == count
+        self.wait_zk(check, scaled(10.0) if timeout is None else timeout,
+                     "%d node(s) of %s for %s" % (count, daemon.name, name))
+
+    def wait_no_nodes(self, hosts, timeout=None, sessions=(), port=None):
+        """Waits until no lock node is left under the root, and (with port)
+        `dump` shows no ephemerals for the given sessions."""
+        def check():
+            if all_children(hosts, self.root):
+                return False
+            if port is not None:
+                eph = zkharness.ephemerals(port)
+                if any(eph.get(s) for s in sessions):
+                    return False
+            return True
+        try:
+            self.wait_zk(check, scaled(15.0) if timeout is None else timeout,
+                         "no lock nodes under %s" % self.root)
+        except AssertionError as e:
+            raise AssertionError("%s; left: %r" % (e, all_children(hosts, self.root)))
+
+    def assert_no_trouble(self, d, since=0):
+        m = d.find_log(TROUBLE_RE, since)
+        self.assertIsNone(m, "%s logged %r\n%s" % (d.name, m and m.string, d.log_tail()))
+
+
+@dump_on_failure
+class DistributedTest(DistributedBase):
+
+    # 1 ---------------------------------------------------------------
+    def test_01_mutual_exclusion_under_contention(self):
+        hosts = self.zk.connect_string
+        daemons = [self.start_daemon(hosts, "lb%d" % i) for i in range(3)]
+        names = ["mx-a", "mx-b", "mx-c"]
+        clients, iterations = 20, 30
+        load = LockLoad(daemons, seed=1)
+        self.addCleanup(load.close)
+        for d in daemons:
+            for _ in range(clients):
+                load.add(self.client(d), d.name, names, iterations)
+        expected = len(daemons) * clients * iterations
+        load.run_until(load.all_done, scaled(120.0))
+        self.assertEqual(len(load.grants), expected)
+        self.assertEqual(load.holder, {})
+        for d in daemons:
+            mine = sum(w.grants for w in load.workers if w.tag == d.name)
+            self.assertEqual(mine, clients * iterations, d.name)
+            st = stats(d)
+            self.assertEqual(int(st["grants"]), clients * iterations, d.name)
+            self.assertEqual(int(st["lost"]), 0, d.name)
+            self.assertEqual(st["zk_sessions"], "1", d.name)
+            self.assert_no_trouble(d)
+        # every name really was contended across daemons
+        for n in names:
+            tags = {w.tag for (name, _, w) in load.grants if name == n}
+            self.assertEqual(tags, {d.name for d in daemons}, n)
+        self.wait_no_nodes(hosts)
+
+    # 2 ---------------------------------------------------------------
+    def test_02_fairness_across_daemons(self):
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A")
+        b = self.start_daemon(hosts, "B")
+        name = "fair"
+        n_a = 5
+        load = LockLoad([a, b], seed=2, hold_pings=1)
+        self.addCleanup(load.close)
+        for _ in range(n_a):
+            load.add(self.client(a), "A", [name], None)
+        load.run_until(lambda: len(load.grants) >= 20, scaled(30.0), what="A's first grants")
+
+        wb = load.add(self.client(b), "B", [name], 0, start=False)
+        zc = ZkClient(hosts)
+        self.addCleanup(zc.close)
+        zc.start_keepalive()
+        parent = "%s/locks/%s" % (self.root, name)
+        rounds = 5
+        for r in range(rounds):
+            seen = {"sent": None, "mark": None, "queued": None, "node": None}
+
+            def watch():
+                if seen["sent"] is None:
+                    # B asks while an A client holds the lock ...
+                    h = load.holder.get(name)
+                    if (wb.state in ("idle", "done") and h is not None and h.tag == "A"
+                            and h.state == "holding"):
+                        seen["mark"] = b.log_mark()
+                        seen["sent"] = len(load.grants)
+                        wb.left = 1
+                        wb.lock_next()
+                    return
+                if seen["queued"] is None:
+                    if b.find_log(r"lock %s: %s queued$" % (name, re.escape(wb.client.local)),
+                                  since=seen["mark"]):
+                        seen["queued"] = len(load.grants)
+                    return
+                if seen["node"] is None:
+                    try:
+                        kids = zc.get_children(parent)
+                    except zkharness.ZkNoNode:
+                        return
+                    if any(k.startswith(b.daemon_id + "-") for k in kids):
+                        seen["node"] = len(load.grants)
+
+            # ... and that holder keeps it (PING after PING) until B's node is
+            # in ZooKeeper, so that B really queues behind A's busy clients.
+            for w in load.workers:
+                if w.tag == "A":
+                    w.keep_holding = lambda: seen["sent"] is not None and seen["node"] is None
+            b_before = wb.grants
+            load.run_until(lambda: wb.grants > b_before, scaled(30.0),
+                           what="B's grant (round %d; B's LOCK sent at grant %s, queued seen "
+                           "at %s, node seen at %s)" % (r, seen["sent"], seen["queued"],
+                                                          seen["node"]),
+                           each=watch)
+            b_index = max(i for i, g in enumerate(load.grants) if g[2] is wb)
+            self.assertIsNotNone(seen["node"], "B was granted before its node was seen")
+            a_after_node = sum(1 for g in load.grants[seen["node"]:b_index] if g[2].tag == "A")
+            a_after_sent = sum(1 for g in load.grants[seen["sent"]:b_index] if g[2].tag == "A")
+            note("round %d: A grants between B's node and B's grant: %d (since B's LOCK: %d)"
+                 % (r, a_after_node, a_after_sent))
+            self.assertLessEqual(a_after_node, n_a + 1,
+                                 "A was granted %d times while B's node waited" % a_after_node)
+            # A kept cycling all along, and goes on after B is done.
+            after_b = len(load.grants)
+            load.run_until(lambda: sum(1 for g in load.grants[after_b:] if g[2].tag == "A") >= 5,
+                           scaled(30.0), what="A's grants after B's (round %d)" % r)
+        self.assertEqual(wb.grants, rounds)
+        load.stop_all()
+        load.run_until(load.all_done, scaled(30.0))
+        self.wait_no_nodes(hosts)
+
+    # 3 ---------------------------------------------------------------
+    def test_03_kill_9_of_holding_daemon(self):
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A")
+        b = self.start_daemon(hosts, "B")
+        holder = self.client(a)
+        holder.send("LOCK k9\n")
+        t_a = int(holder.expect_match(r"OK k9 %s" % TOKEN).group(1))
+        wait_ms = SESSION_MS + MARGIN_MS
+        waiter = self.client(b, timeout=scaled(wait_ms / 1000.0 + 10))
+        waiter.send("LOCK k9 %d\n" % wait_ms)
+        b.wait_queued(waiter, "k9")
+        self.wait_node(hosts, "k9", b)
+        self.assertTrue(waiter.silent(), "B's waiter answered while A holds k9")
+        a.killed = True
+        a.send_signal(signal.SIGKILL)
+        self.assertEqual(a.wait_exit(), -signal.SIGKILL)
+        m = waiter.expect_match(r"(OK|TIMEOUT) k9(?: %s)?" % TOKEN)
+        self.assertEqual(m.group(1), "OK", "B's waiter timed out after %d ms: A's node "
+                         "outlived its session" % wait_ms)
+        self.assertGreater(int(m.group(2)), t_a)
+        self.wait_node(hosts, "k9", a, count=0)
+        self.assertEqual(waiter.request("UNLOCK k9"), "OK k9")
+        self.wait_no_nodes(hosts)
+
+    # 4 ---------------------------------------------------------------
+    def test_04_sigstop_past_session_timeout(self):
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A")
+        b = self.start_daemon(hosts, "B")
+        holder = self.client(a, timeout=scaled(15.0))
+        holder.send("LOCK st\n")
+        t_a = int(holder.expect_match(r"OK st %s" % TOKEN).group(1))
+        wait_ms = SESSION_MS + MARGIN_MS
+        waiter = self.client(b, timeout=scaled(wait_ms / 1000.0 + 10))
+        waiter.send("LOCK st %d\n" % wait_ms)
+        b.wait_queued(waiter, "st")
+        self.wait_node(hosts, "st", b)
+        mark = a.log_mark()
+        a.send_signal(signal.SIGSTOP)
+        try:
+            # B's grant is what proves that A's session expired.
+            m = waiter.expect_match(r"(OK|TIMEOUT) st(?: %s)?" % TOKEN)
+            self.assertEqual(m.group(1), "OK", "the stopped daemon's node outlived its session")
+            t_b = int(m.group(2))
+            self.assertGreater(t_b, t_a)
+            self.assertTrue(holder.silent(), "LOST before the daemon ran again")
+        finally:
+            a.send_signal(signal.SIGCONT)
+        lost = holder.expect_match(r"LOST st %d (zk-disconnected|session-expired)" % t_a)
+        # The resumed daemon starts a new session and serves again.
+        m = a.wait_log(SESSION_RE, scaled(15.0), since=mark)
+        self.assertNotEqual(int(m.group(1), 16), a.session)
+        self.assertEqual(holder.request("PING"), "PONG")
+        self.assertEqual(holder.request("UNLOCK st"),
+                         "ERR NOT_HELD this connection does not hold that lock")
+        c = self.client(a)
+        c.send("LOCK st-other 5000\n")
+        c.expect_match(r"OK st-other %s" % TOKEN)
+        self.assertEqual(c.request("UNLOCK st-other"), "OK st-other")
+        # B still holds st: A's new session must see that
+        self.assertEqual(c.request("TRYLOCK st"), "BUSY st")
+        self.assertEqual(waiter.request("UNLOCK st"), "OK st")
+        c.send("LOCK st 5000\n")
+        self.assertGreater(int(c.expect_match(r"OK st %s" % TOKEN).group(1)), t_b)
+        self.assertEqual(c.request("UNLOCK st"), "OK st")
+        st = stats(a)
+        self.assertEqual(st["lost"], "1")
+        self.assertEqual(st["zk_sessions"], "2")
+        note("LOST reason %s" % lost.group(1))
+        self.wait_no_nodes(hosts)
+
+    # 5 ---------------------------------------------------------------
+    def test_05_zookeeper_restart_within_session_timeout(self):
+        zk = self.own_server(name="zk-restart", max_session_ms=MAX_SESSION_MS)
+        zk.start()
+        hosts = zk.connect_string
+        a = self.start_daemon(hosts, "A", LONG_SESSION_MS)
+        b = self.start_daemon(hosts, "B", LONG_SESSION_MS)
+        c = self.start_daemon(hosts, "C", LONG_SESSION_MS)
+        self.assertEqual(stats(a)["zk_session_timeout_ms"], str(LONG_SESSION_MS))
+        holder = self.client(a)
+        holder.send("LOCK r\n")
+        t_a = int(holder.expect_match(r"OK r %s" % TOKEN).group(1))
+        w_b = self.client(b, timeout=scaled(20.0))
+        w_b.send("LOCK r\n")
+        b.wait_queued(w_b, "r")
+        self.wait_node(hosts, "r", b, timeout=scaled(10.0))
+        w_a = self.client(a, timeout=scaled(20.0))      # a local waiter behind the holder
+        w_a.send("LOCK r\n")
+        a.wait_queued(w_a, "r")
+        marks = {d: d.log_mark() for d in (a, b, c)}
+
+        # The daemons live through the outage (refused reconnects), but are
+        # paused while the new JVM starts: ZooKeeper 3.8.0 binds its port
+        # before it serves, and a connect request arriving then is refused
+        # ("ZooKeeperServer not running") by a close that fails (NPE in
+        # removeCnxn, zkDb is null), so the socket stays open and the C client
+        # waits 2/3 of the session timeout for the handshake, which is exactly
+        # when the daemon must presume its session lost. SIGSTOP costs the
+        # daemons nothing else: their 2/3 deadline runs on the wall clock.
+        t0 = time.monotonic()
+        zk.stop()
+        for d in (a, b, c):
+            d.wait_log(r"zk: disconnected from ZooKeeper", since=marks[d])
+        for d in (a, b, c):
+            d.send_signal(signal.SIGSTOP)
+        try:
+            zk.start()
+        finally:
+            for d in (a, b, c):
+                d.send_signal(signal.SIGCONT)
+        down = time.monotonic() - t0
+        note("ZooKeeper unreachable for %.1f s" % down)
+        self.assertLess(down * 1000, LONG_SESSION_MS * 2 / 3,
+                        "the restart took too long for this test to mean anything")
+        for d in (a, b, c):
+            d.wait_log(r"zk: reconnected to session 0x%x\b" % d.session, scaled(15.0),
+                       since=marks[d])
+        for d in (a, b, c):
+            self.assert_no_trouble(d, marks[d])
+            self.assertIsNone(d.find_log(SESSION_RE, marks[d]), d.name + " got a new session")
+        self.assertEqual(holder.request("PING"), "PONG")
+        self.assertTrue(w_b.silent() and w_a.silent())
+        kids = lock_nodes(hosts, self.root).get("r", [])
+        self.assertEqual(len([k for k in kids if k.startswith(a.daemon_id + "-")]), 1, kids)
+        self.assertEqual(len([k for k in kids if k.startswith(b.daemon_id + "-")]), 1, kids)
+        self.assertEqual(len(kids), 2, kids)
+        eph = zkharness.ephemerals(zk.port)
+        self.assertEqual(len(eph.get(a.session, [])), 1, eph)
+        probe = self.client(c)
+        self.assertEqual(probe.request("TRYLOCK r"), "BUSY r")
+        st = stats(a)
+        self.assertEqual((st["zk_sessions"], st["lost"]), ("1", "0"))
+        self.assertGreaterEqual(int(st["zk_reconnects"]), 1)
+
+        self.assertEqual(holder.request("UNLOCK r"), "OK r")
+        t_b = int(w_b.expect_match(r"OK r %s" % TOKEN).group(1))
+        self.assertGreater(t_b, t_a)
+        self.assertTrue(w_a.silent(), "A's local waiter granted while B holds r")
+        self.assertEqual(w_b.request("UNLOCK r"), "OK r")
+        t_a2 = int(w_a.expect_match(r"OK r %s" % TOKEN).group(1))
+        self.assertGreater(t_a2, t_b)
+        self.assertEqual(w_a.request("UNLOCK r"), "OK r")
+        self.wait_no_nodes(hosts, port=zk.port, sessions=[a.session, b.session, c.session])
+
+    # 6 ---------------------------------------------------------------
+    def test_06_ensemble_leader_killed(self):
+        ens = ZkEnsemble(n=3, tick_ms=500, name="ens", base_dir=server_dir("ens"),
+                         max_session_ms=MAX_SESSION_MS)
+        self._servers.extend(ens.servers)
+
+        def cleanup():
+            ens.stop(grace=5.0)
+            ens.cleanup()
+        self.addCleanup(cleanup)
+        ens.start()
+        hosts = ens.connect_string
+        a = self.start_daemon(hosts, "A", LONG_SESSION_MS)
+        b = self.start_daemon(hosts, "B", LONG_SESSION_MS)
+        self.assertEqual(stats(b)["zk_session_timeout_ms"], str(LONG_SESSION_MS))
+        h_a = self.client(a)
+        h_a.send("LOCK e1\n")
+        t1 = int(h_a.expect_match(r"OK e1 %s" % TOKEN).group(1))
+        h_b = self.client(b)
+        h_b.send("LOCK e2\n")
+        t2 = int(h_b.expect_match(r"OK e2 %s" % TOKEN).group(1))
+        marks = {d: d.log_mark() for d in (a, b)}
+
+        old, new = ens.kill_leader()
+        self.assertIsNot(old, new)
+
+        # Followers drop their clients when the leader goes, so both daemons
+        # lose their connection, whichever server they used.
+        for d in (a, b):
+            d.wait_log(r"zk: disconnected from ZooKeeper", since=marks[d])
+            d.wait_log(r"zk: reconnected to session 0x%x\b" % d.session, scaled(20.0),
+                       since=marks[d])
+            self.assertEqual(stats(d)["zk_state"], "connected")
+            self.assert_no_trouble(d, marks[d])
+            self.assertIsNone(d.find_log(SESSION_RE, marks[d]), d.name + " got a new session")
+        self.assertEqual(h_a.request("PING"), "PONG")
+        self.assertEqual(h_b.request("PING"), "PONG")
+        # the holds are still there, as ZooKeeper sees them
+        p_a, p_b = self.client(a), self.client(b)
+        self.assertEqual(p_b.request("TRYLOCK e1"), "BUSY e1")
+        self.assertEqual(p_a.request("TRYLOCK e2"), "BUSY e2")
+        # new requests are served on both daemons
+        for d, p in ((a, p_a), (b, p_b)):
+            name = "e-new-" + d.name
+            p.send("LOCK %s 10000\n" % name)
+            p.expect_match(r"OK %s %s" % (name, TOKEN))
+            self.assertEqual(p.request("UNLOCK %s" % name), "OK %s" % name)
+        # and the old holds are handed on in order
+        p_b.send("LOCK e1 10000\n")
+        self.assertEqual(h_a.request("UNLOCK e1"), "OK e1")
+        self.assertGreater(int(p_b.expect_match(r"OK e1 %s" % TOKEN).group(1)), t1)
+        p_a.send("LOCK e2 10000\n")
+        self.assertEqual(h_b.request("UNLOCK e2"), "OK e2")
+        self.assertGreater(int(p_a.expect_match(r"OK e2 %s" % TOKEN).group(1)), t2)
+        for d in (a, b):
+            self.assertEqual(stats(d)["lost"], "0")
+        p_a.close()
+        p_b.close()
+        self.wait_no_nodes(hosts)
+
+    # 7 ---------------------------------------------------------------
+    def test_07_no_nodes_left_after_clients_leave(self):
+        hosts = self.zk.connect_string
+        daemons = [self.start_daemon(hosts, "lb%d" % i) for i in range(3)]
+        names = ["gone-a", "gone-b", "gone-c"]
+        load = LockLoad(daemons, seed=7)
+        for d in daemons:
+            for _ in range(10):
+                load.add(self.client(d), d.name, names, None)
+        load.run_until(lambda: len(load.grants) >= 150, scaled(60.0), what="150 grants")
+        # leave mid-flight: some hold, some wait, some unlock
+        states = {w.state for w in load.workers}
+        self.assertIn("locking", states)
+        nodes_before = all_children(hosts, self.root)
+        self.assertTrue(nodes_before)
+        load.close()
+        self.wait_no_nodes(hosts, port=self.zk.port, sessions=[d.session for d in daemons])
+
+        def idle(d):
+            st = stats(d)
+            return (st["locks_held"], st["waiters"], st["zk_requests"]) == ("0", "0", "0")
+        for d in daemons:
+            self.wait_zk(lambda: idle(d), scaled(10.0), "%s idle" % d.name)
+            self.assertEqual(stats(d)["zk_sessions"], "1", d.name)
+        # still serving
+        for d in daemons:
+            with d.client() as c:
+                c.send("LOCK gone-a 5000\n")
+                c.expect_match(r"OK gone-a %s" % TOKEN)
+                self.assertEqual(c.request("UNLOCK gone-a"), "OK gone-a")
+        self.wait_no_nodes(hosts)
+
+    # 8 ---------------------------------------------------------------
+    def test_08_one_session_per_daemon(self):
+        zk = self.own_server(name="zk-sessions")
+        zk.start()
+        hosts = zk.connect_string
+        a = self.start_daemon(hosts, "A")
+        b = self.start_daemon(hosts, "B")
+        names = ["s%d" % i for i in range(10)]
+        for d in (a, b):
+            for i in range(50):
+                c = self.client(d)
+                c.send("LOCK %s\n" % names[i % len(names)])
+
+        def settled():
+            sts = [stats(d) for d in (a, b)]
+            eph = zkharness.ephemerals(zk.port)
+            # every client is in (holding or waiting), every name is held, and
+            # each daemon has one node per name (its local queue's head)
+            return (all(int(st["locks_held"]) + int(st["waiters"]) == 50 for st in sts)
+                    and sum(int(st["locks_held"]) for st in sts) == len(names)
+                    and all(len(eph.get(d.session, [])) == len(names) for d in (a, b)))
+        self.wait_zk(settled, scaled(20.0), "100 clients in, every name held")
+        eph = zkharness.ephemerals(zk.port)
+        self.assertEqual(len(eph.get(a.session, [])), len(names), eph)
+        self.assertEqual(len(eph.get(b.session, [])), len(names), eph)
+        self.assertEqual(set(eph), {a.session, b.session}, eph)
+        conns = zkharness.cons(zk.port)
+        sids = {c["sid"] for c in conns if c.get("sid")}
+        self.assertEqual(sids, {a.session, b.session}, conns)
+        self.assertEqual(zkharness.session_count(zk.port), 2)
+        self.assertEqual(zkharness.mntr(zk.port)["zk_global_sessions"], 2)
+
+    # 9 ---------------------------------------------------------------
+    def test_09_outage(self):
+        port = zkharness.free_port()
+        hosts = "127.0.0.1:%d" % port
+        a = self.start_daemon(hosts, "A", wait_session=False)
+        c = self.client(a)
+        self.assertRegex(c.request("TRYLOCK x"), r"^ERR UNAVAILABLE ")
+        self.assertEqual(c.request("LOCK x 200"), "TIMEOUT x")
+        self.assertEqual(c.request("PING"), "PONG")
+        y = self.client(a, timeout=scaled(30.0))
+        y.send("LOCK y\n")
+        a.wait_queued(y, "y")
+        self.assertTrue(y.silent())
+        self.assertEqual(stats(a)["zk_state"], "connecting")
+
+        zk = self.own_server(name="zk-outage", port=port)
+        zk.start()
+        t_y = int(y.expect_match(r"OK y %s" % TOKEN).group(1))
+        a.session = int(a.wait_log(SESSION_RE).group(1), 16)
+        self.assertEqual(y.request("UNLOCK y"), "OK y")
+        m = re.fullmatch(r"OK x %s" % TOKEN, c.request("TRYLOCK x"))
+        self.assertIsNotNone(m)
+        self.assertGreater(int(m.group(1)), t_y)
+        self.assertEqual(c.request("UNLOCK x"), "OK x")
+
+        # Now the server goes away while a client holds a lock.
+        b = self.start_daemon(hosts, "B")
+        holder = self.client(a, timeout=scaled(SESSION_MS / 1000.0 + 10))
+        holder.send("LOCK z\n")
+        t_z = int(holder.expect_match(r"OK z %s" % TOKEN).group(1))
+        w_a = self.client(a, timeout=scaled(30.0))
+        w_a.send("LOCK z\n")
+        a.wait_queued(w_a, "z")
+        w_b = self.client(b, timeout=scaled(30.0))
+        w_b.send("LOCK z\n")
+        b.wait_queued(w_b, "z")
+        self.wait_node(hosts, "z", b)
+        mark = a.log_mark()
+        zk.stop()
+        holder.expect("LOST z %d zk-disconnected" % t_z)
+        a.wait_log(r"zk: no contact with ZooKeeper for 2/3", since=mark)
+        self.assertEqual(holder.request("PING"), "PONG")
+        self.assertEqual(holder.request("UNLOCK z"),
+                         "ERR NOT_HELD this connection does not hold that lock")
+        self.assertTrue(w_a.silent() and w_b.silent())
+        self.assertRegex(self.client(a).request("TRYLOCK zz"), r"^ERR UNAVAILABLE ")
+        zk.start()
+        # the waiters are served one after the other, tokens increasing
+        sel = selectors.DefaultSelector()
+        self.addCleanup(sel.close)
+        pending = {w_a: "A", w_b: "B"}
+        last = t_z
+        while pending:
+            for w in list(pending):
+                if w.buf or not w.silent():
+                    m = w.expect_match(r"OK z %s" % TOKEN)
+                    self.assertGreater(int(m.group(1)), last)
+                    last = int(m.group(1))
+                    del pending[w]
+                    for other in pending:
+                        self.assertTrue(other.silent(), "two holders of z")
+                    self.assertEqual(w.request("UNLOCK z"), "OK z")
+                    break
+            else:
+                for w in pending:
+                    sel.register(w.sock, selectors.EVENT_READ)
+                ready = sel.select(scaled(30.0))
+                for w in pending:
+                    sel.unregister(w.sock)
+                self.assertTrue(ready, "no waiter served after the server came back:\n%s\n%s"
+                                % (a.log_tail(), b.log_tail()))
+        self.assertEqual(stats(a)["lost"], "1")
+        self.wait_no_nodes(hosts, port=zk.port, sessions=[a.session, b.session])
+
+    # 10 --------------------------------------------------------------
+    def test_10_tokens_increase_across_daemons(self):
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A")
+        b = self.start_daemon(hosts, "B")
+        ca, cb = self.client(a), self.client(b)
+        parent = "%s/locks/tok" % self.root
+        last = 0
+        for i in range(10):
+            c = (ca, cb)[i % 2]
+            c.send("LOCK tok 5000\n")
+            t = int(c.expect_match(r"OK tok %s" % TOKEN).group(1))
+            self.assertGreater(t, last, "round %d" % i)
+            last = t
+            self.assertEqual(c.request("UNLOCK tok"), "OK tok")
+        # The parent is a container: once empty the server removes it (the
+        # harness checks containers every second). Tokens go on increasing.
+        with ZkClient(hosts) as zc:
+            czxid = zc.exists(parent).czxid
+        self.wait_zk(lambda: node_stat(hosts, parent) is None, scaled(15.0),
+                     "the empty container %s to be removed" % parent)
+        for i in range(4):
+            c = (cb, ca)[i % 2]
+            c.send("LOCK tok 5000\n")
+            t = int(c.expect_match(r"OK tok %s" % TOKEN).group(1))
+            self.assertGreater(t, last, "after the parent was removed, round %d" % i)
+            last = t
+            if i == 0:
+                with ZkClient(hosts) as zc:
+                    self.assertGreater(zc.exists(parent).czxid, czxid)
+            self.assertEqual(c.request("UNLOCK tok"), "OK tok")
+
+
+if __name__ == "__main__":
+    if not zk_available():
+        sys.stderr.write("test_distributed.py: ZooKeeper not installed; skipping\n")
+        sys.exit(77)
+    unittest.main(verbosity=2)
