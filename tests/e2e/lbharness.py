@@ -1,0 +1,590 @@
+"""lbharness - start lockbrokerd and talk to it, for the end-to-end suites.
+
+Python 3 standard library only. The embedded-mode suite uses it now; the
+distributed-mode suites reuse it (several daemons, each with its own config).
+
+Environment:
+  LOCKBROKERD         the daemon binary (default: ../../daemon/lockbrokerd
+                      relative to this file)
+  LB_DAEMON_WRAPPER   a command prefix for the daemon, e.g. "valgrind --quiet
+                      --error-exitcode=99"; split like a shell would
+  LB_TIMEOUT_SCALE    multiplies every timeout (e.g. 10 under valgrind)
+
+Nothing here sleeps to synchronise: callers wait for a reply line, a log line
+(Daemon.wait_log) or end of file, each with a timeout that fails the test.
+"""
+
+import atexit
+import errno
+import os
+import re
+import select
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import weakref
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+TIMEOUT_SCALE = float(os.environ.get("LB_TIMEOUT_SCALE") or "1")
+
+
+def scaled(seconds):
+    """seconds multiplied by LB_TIMEOUT_SCALE."""
+    return seconds * TIMEOUT_SCALE
+
+
+# Default for a reply line or a log line; start-up gets longer (valgrind).
+TIMEOUT = scaled(5.0)
+START_TIMEOUT = scaled(10.0)
+STOP_TIMEOUT = scaled(10.0)
+
+
+def daemon_path():
+    path = os.environ.get("LOCKBROKERD")
+    if path:
+        return path
+    return os.path.normpath(os.path.join(HERE, "..", "..", "daemon", "lockbrokerd"))
+
+
+def daemon_wrapper():
+    """The LB_DAEMON_WRAPPER command prefix as a list (empty when unset)."""
+    return shlex.split(os.environ.get("LB_DAEMON_WRAPPER") or "")
+
+
+def wrapper_error_exitcode():
+    """The exit code the wrapper uses for its own findings (valgrind's
+    --error-exitcode), or None. A test expecting a failure exit must not
+    accept this one, or a leak on an error path would pass unnoticed."""
+    for arg in daemon_wrapper():
+        m = re.match(r"--error-exitcode=(\d+)$", arg)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def check_failure_exit(rc, what="the daemon"):
+    """Asserts rc is an ordinary failure exit: non-zero, not a signal, not
+    the wrapper's error code."""
+    if rc == 0:
+        raise AssertionError("%s exited 0; expected a failure" % what)
+    if rc < 0:
+        raise AssertionError("%s died of signal %d" % (what, -rc))
+    if rc == wrapper_error_exitcode():
+        raise AssertionError("%s: exit code %d is the wrapper's (%s): it found errors"
+                             % (what, rc, os.environ.get("LB_DAEMON_WRAPPER")))
+
+
+def format_addr(sockname, family):
+    """The daemon's spelling of an address: "1.2.3.4:5", "[::1]:5", "unix"."""
+    if family == socket.AF_INET:
+        return "%s:%d" % sockname[:2]
+    if family == socket.AF_INET6:
+        return "[%s]:%d" % sockname[:2]
+    return "unix"
+
+
+def parse_hostport(text):
+    """ "127.0.0.1:5" -> ("127.0.0.1", 5, AF_INET); "[::1]:5" -> ("::1", 5, AF_INET6)."""
+    m = re.match(r"^\[([^\]]+)\]:(\d+)$", text)
+    if m:
+        return m.group(1), int(m.group(2)), socket.AF_INET6
+    m = re.match(r"^([^:\s]+):(\d+)$", text)
+    if m:
+        return m.group(1), int(m.group(2)), socket.AF_INET
+    raise ValueError("not HOST:PORT: %r" % text)
+
+
+# ------------------------------------------------------------------ cleanup
+
+_live_daemons = weakref.WeakSet()
+_temp_dirs = []
+
+
+def _cleanup_at_exit():
+    for d in list(_live_daemons):
+        d.kill()
+    for path in _temp_dirs:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+atexit.register(_cleanup_at_exit)
+
+
+def make_tmpdir(prefix="lbtest-"):
+    """A fresh directory, removed at exit. Short, so that Unix socket paths fit."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    _temp_dirs.append(path)
+    return path
+
+
+# ------------------------------------------------------------------ results
+
+class RunResult:
+    """Outcome of a daemon run that was expected to end by itself."""
+
+    def __init__(self, returncode, stdout, stderr):
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
+
+    def __repr__(self):
+        return "RunResult(rc=%r, stdout=%r, stderr=%r)" % (
+            self.returncode, self.stdout, self.stderr)
+
+
+def run_daemon(args, config=None, timeout=None, wrapper=None):
+    """Runs the daemon to completion (-t, -h, bad flags or configs).
+
+    config: INI text, written to a temporary file whose path is appended as
+    "-c PATH" (the result's .config_path says where). Returns a RunResult;
+    stdout and stderr are str.
+    """
+    argv = list(args)
+    config_path = None
+    if config is not None:
+        config_path = os.path.join(make_tmpdir(), "lockbrokerd.conf")
+        with open(config_path, "w") as f:
+            f.write(config)
+        argv += ["-c", config_path]
+    cmd = (daemon_wrapper() if wrapper is None else list(wrapper)) + [daemon_path()] + argv
+    p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True,
+                       timeout=timeout or START_TIMEOUT)
+    r = RunResult(p.returncode, p.stdout.decode("utf-8", "replace"),
+                  p.stderr.decode("utf-8", "replace"))
+    r.config_path = config_path
+    r.argv = cmd
+    return r
+
+
+# ------------------------------------------------------------------ daemon
+
+class Daemon:
+    """One lockbrokerd process.
+
+        with Daemon(config="[server]\\nmax_clients = 5\\n") as d:
+            c = d.client()
+            c.send("PING\\n"); c.expect("PONG")
+        # leaving the block stops it with SIGTERM and asserts exit code 0
+
+    config: INI text, or a callable taking the daemon's temp dir and returning
+    INI text (for paths such as unix_socket); written to tmpdir/lockbrokerd.conf.
+    listen: the -l flag (default 127.0.0.1:0, a free port); None for no -l.
+    verbose: pass -v, which the "queued" and "closed" debug lines need.
+    args: more flags.
+    """
+
+    # "... ready: embedded mode, listening on 127.0.0.1:7411[ and /path]"; other
+    # ", key value" items before "listening on" are tolerated.
+    READY_RE = re.compile(r"ready: (\S+) mode, (?:[^,]*, )*?listening on (\S+)(?: and (.+))?$")
+
+    def __init__(self, config=None, listen="127.0.0.1:0", verbose=True, args=(),
+                 env=None, wrapper=None, name="lockbrokerd"):
+        self.name = name
+        self.tmpdir = make_tmpdir()
+        self.config_path = None
+        if config is not None:
+            text = config(self.tmpdir) if callable(config) else config
+            self.config_path = os.path.join(self.tmpdir, "lockbrokerd.conf")
+            with open(self.config_path, "w") as f:
+                f.write(text)
+        self.argv = []
+        if self.config_path:
+            self.argv += ["-c", self.config_path]
+        if listen is not None:
+            self.argv += ["-l", listen]
+        if verbose:
+            self.argv.append("-v")
+        self.argv += list(args)
+        self.env = env
+        self.wrapper = daemon_wrapper() if wrapper is None else list(wrapper)
+        self.proc = None
+        self.returncode = None
+        self.lines = []            # every stderr line so far, without "\n"
+        self._cond = threading.Condition()
+        self._stderr_done = False
+        self._reader = None
+        self.mode = None
+        self.listen_addr = None    # "127.0.0.1:PORT" as the daemon says it
+        self.host = self.port = self.family = None
+        self.unix_path = None
+
+    # -- life cycle
+
+    def start(self, timeout=None):
+        """Starts the daemon and waits for its "ready" line. Returns self."""
+        cmd = self.wrapper + [daemon_path()] + self.argv
+        env = dict(os.environ)
+        if self.env:
+            env.update(self.env)
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, env=env, start_new_session=True)
+        _live_daemons.add(self)
+        self._reader = threading.Thread(target=self._read_stderr, name="%s-stderr" % self.name,
+                                        daemon=True)
+        self._reader.start()
+        try:
+            m = self.wait_log(self.READY_RE, timeout or START_TIMEOUT)
+        except BaseException:
+            self.kill()
+            raise
+        self.mode = m.group(1)
+        self.listen_addr = m.group(2)
+        self.host, self.port, self.family = parse_hostport(self.listen_addr)
+        self.unix_path = m.group(3)
+        return self
+
+    def _read_stderr(self):
+        f = self.proc.stderr
+        for raw in iter(f.readline, b""):
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            with self._cond:
+                self.lines.append(line)
+                self._cond.notify_all()
+        f.close()
+        with self._cond:
+            self._stderr_done = True
+            self._cond.notify_all()
+
+    @property
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def send_signal(self, sig):
+        self.proc.send_signal(sig)
+
+    def wait_exit(self, timeout=None):
+        """Waits for the process to end by itself; returns its exit code."""
+        try:
+            self.returncode = self.proc.wait(timeout or STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError("%s did not exit within %.1fs\n%s"
+                                 % (self.name, timeout or STOP_TIMEOUT, self.log_tail()))
+        self._reader.join(timeout or STOP_TIMEOUT)
+        _live_daemons.discard(self)
+        return self.returncode
+
+    def stop(self, sig=signal.SIGTERM, expect=0, timeout=None):
+        """Sends sig (SIGTERM), waits for the exit and returns the exit code.
+        With expect (default 0) not None, asserts the exit code, so that a
+        valgrind finding (--error-exitcode) or a crash fails the test."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        rc = self.wait_exit(timeout)
+        if expect is not None and rc != expect:
+            raise AssertionError("%s exited with %d, expected %d\n%s"
+                                 % (self.name, rc, expect, self.log_tail(60)))
+        return rc
+
+    def kill(self):
+        """SIGKILL, no questions asked (cleanup)."""
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                self.proc.kill()
+            except OSError:
+                pass
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
+        if self.proc is not None:
+            self.returncode = self.proc.poll()
+        _live_daemons.discard(self)
+
+    def restart(self, timeout=None):
+        """Stops (asserting exit 0) and starts again with the same flags and
+        config. The port may change when it was 0; the log starts afresh."""
+        self.stop()
+        with self._cond:
+            self.lines = []
+            self._stderr_done = False
+        self.returncode = None
+        return self.start(timeout)
+
+    def __enter__(self):
+        if self.proc is None:
+            self.start()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.stop()
+        else:
+            self.kill()
+        return False
+
+    # -- the log
+
+    def log_mark(self):
+        """The current end of the log, for wait_log(since=...)."""
+        with self._cond:
+            return len(self.lines)
+
+    def log_tail(self, n=30):
+        with self._cond:
+            lines = self.lines[-n:]
+        return "--- %s stderr (last %d lines) ---\n%s\n---" % (self.name, len(lines),
+                                                               "\n".join(lines))
+
+    def find_log(self, regex, since=0):
+        """The first match of regex among the lines logged so far, or None."""
+        rx = re.compile(regex) if isinstance(regex, str) else regex
+        with self._cond:
+            for line in self.lines[since:]:
+                m = rx.search(line)
+                if m:
+                    return m
+        return None
+
+    def wait_log(self, regex, timeout=None, since=0):
+        """Waits for a stderr line matching regex (re.search), looking at
+        lines from index `since` on (see log_mark). Returns the match; fails
+        the test on timeout or when the daemon's stderr closes first."""
+        rx = re.compile(regex) if isinstance(regex, str) else regex
+        timeout = TIMEOUT if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        pos = since
+        with self._cond:
+            while True:
+                while pos < len(self.lines):
+                    m = rx.search(self.lines[pos])
+                    pos += 1
+                    if m:
+                        return m
+                if self._stderr_done:
+                    rc = self.proc.poll() if self.proc else None
+                    raise AssertionError("%s ended (exit code %s) before logging a line "
+                                         "matching %r\n%s"
+                                         % (self.name, rc, rx.pattern, self.log_tail()))
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError("%s logged no line matching %r within %.1fs\n%s"
+                                         % (self.name, rx.pattern, timeout, self.log_tail()))
+                self._cond.wait(left)
+
+    def wait_queued(self, client, name, timeout=None):
+        """Waits for the debug line saying that client's LOCK name is queued
+        (needs -v). Only lines logged after the client connected count."""
+        return self.wait_log(r"lock %s: %s queued$" % (re.escape(name), re.escape(client.local)),
+                             timeout, since=client.mark)
+
+    def wait_closed(self, client, timeout=None):
+        """Waits for the debug line saying that the daemon closed client's
+        connection (needs -v; TCP clients only, Unix peers are all "unix")."""
+        return self.wait_log(r"\(%s\): closed" % re.escape(client.local), timeout,
+                             since=client.mark)
+
+    # -- clients
+
+    def client(self, unix=False, timeout=None):
+        """A connected Client: TCP to the listen address, or the Unix socket."""
+        mark = self.log_mark()
+        if unix:
+            if not self.unix_path:
+                raise AssertionError("%s has no Unix socket" % self.name)
+            c = Client.unix(self.unix_path, timeout=timeout)
+        else:
+            c = Client.tcp(self.host, self.port, family=self.family, timeout=timeout)
+        c.daemon = self
+        c.mark = mark
+        return c
+
+
+# ------------------------------------------------------------------ client
+
+class Client:
+    """One connection to the daemon, with line-buffered reads.
+
+    Every read has a timeout that fails the test; every assertion message says
+    what was received instead, and ends with the daemon's recent log when the
+    client came from Daemon.client().
+    """
+
+    def __init__(self, sock, timeout=None):
+        self.sock = sock
+        self.timeout = TIMEOUT if timeout is None else timeout
+        self.buf = b""
+        self.eof = False
+        self.reset = False
+        self.daemon = None
+        self.mark = 0
+        self.local = format_addr(sock.getsockname(), sock.family)
+
+    @classmethod
+    def tcp(cls, host, port, family=socket.AF_INET, timeout=None):
+        s = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            s.settimeout(TIMEOUT if timeout is None else timeout)
+            s.connect((host, port))
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except BaseException:
+            s.close()
+            raise
+        return cls(s, timeout)
+
+    @classmethod
+    def unix(cls, path, timeout=None):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.settimeout(TIMEOUT if timeout is None else timeout)
+            s.connect(path)
+        except BaseException:
+            s.close()
+            raise
+        return cls(s, timeout)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __repr__(self):
+        return "<Client %s>" % self.local
+
+    def _fail(self, msg):
+        if self.daemon is not None:
+            msg += "\n" + self.daemon.log_tail()
+        raise AssertionError("client %s: %s" % (self.local, msg))
+
+    # -- sending
+
+    def send(self, data):
+        """Sends all of data (str is encoded as latin-1, so "\\xff" is one byte)."""
+        if isinstance(data, str):
+            data = data.encode("latin-1")
+        self.sock.sendall(data)
+
+    def shutdown_write(self):
+        self.sock.shutdown(socket.SHUT_WR)
+
+    def close(self):
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+    # -- receiving
+
+    def _fill(self, deadline):
+        """Reads once, waiting until deadline. False on timeout; sets eof."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        r, _, _ = select.select([self.sock], [], [], left)
+        if not r:
+            return False
+        try:
+            data = self.sock.recv(65536)
+        except ConnectionResetError:
+            self.reset = True
+            data = b""
+        if not data:
+            self.eof = True
+        self.buf += data
+        return True
+
+    def line_bytes(self, timeout=None):
+        """The next reply line as bytes, without its "\\n" (a "\\r" stays)."""
+        timeout = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        while True:
+            i = self.buf.find(b"\n")
+            if i >= 0:
+                line, self.buf = self.buf[:i], self.buf[i + 1:]
+                return line
+            if self.eof:
+                self._fail("connection closed%s before a full reply line; pending %r"
+                           % (" (reset)" if self.reset else "", self.buf[:200]))
+            if not self._fill(deadline):
+                self._fail("no reply line within %.1fs; pending %r" % (timeout, self.buf[:200]))
+
+    def line(self, timeout=None):
+        """The next reply line as str (latin-1), without its "\\n"."""
+        return self.line_bytes(timeout).decode("latin-1")
+
+    def lines(self, n, timeout=None):
+        return [self.line(timeout) for _ in range(n)]
+
+    def expect(self, *expected, timeout=None):
+        """Reads one line per argument and asserts each equals it exactly."""
+        for exp in expected:
+            got = self.line(timeout)
+            if got != exp:
+                self._fail("expected %r, got %r" % (exp, got))
+
+    def expect_match(self, regex, timeout=None):
+        """Reads one line and asserts it matches regex entirely; returns the match."""
+        got = self.line(timeout)
+        m = re.fullmatch(regex, got)
+        if not m:
+            self._fail("expected a line matching %r, got %r" % (regex, got))
+        return m
+
+    def request(self, line, timeout=None):
+        """Sends line + "\\n" and returns the reply line."""
+        self.send(line + "\n")
+        return self.line(timeout)
+
+    def expect_eof(self, timeout=None, allow_reset=False):
+        """Asserts that the server closes the connection with nothing more to say."""
+        timeout = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        while not self.eof:
+            if self.buf:
+                break
+            if not self._fill(deadline):
+                self._fail("connection still open after %.1fs" % timeout)
+        if self.buf:
+            self._fail("expected end of file, got %r" % self.buf[:200])
+        if self.reset and not allow_reset:
+            self._fail("connection reset instead of closed")
+
+    def read_to_eof(self, timeout=None):
+        """Everything until the server closes (reset counts as close). Returns bytes."""
+        timeout = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        while not self.eof:
+            if not self._fill(deadline):
+                self._fail("connection still open after %.1fs" % timeout)
+        data, self.buf = self.buf, b""
+        return data
+
+    def silent(self):
+        """True if nothing has arrived: no buffered bytes, not readable now.
+        Only a hint that no reply was sent (one may be on its way); use it
+        to catch a wrong early reply, never to prove an ordering."""
+        if self.buf or self.eof:
+            return False
+        r, _, _ = select.select([self.sock], [], [], 0)
+        return not r
+
+
+def can_bind(host):
+    """True if a socket can bind host (e.g. "::1") on this machine."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        s = socket.socket(family, socket.SOCK_STREAM)
+    except OSError:
+        return False
+    try:
+        s.bind((host, 0))
+        return True
+    except OSError as e:
+        if e.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
+            return False
+        raise
+    finally:
+        s.close()

@@ -1,0 +1,1221 @@
+#!/usr/bin/env python3
+"""End-to-end tests of lockbrokerd in embedded mode.
+
+Starts the built daemon (env LOCKBROKERD) on free ports and compares exact
+replies. Run directly (python3 tests/e2e/test_embedded.py) or through
+`make check`; under valgrind with tests/e2e/valgrind_embedded.sh.
+
+No test sleeps to synchronise: each waits for a reply, for a daemon log line
+(the -v "queued" and "closed" lines) or for end of file.
+"""
+
+import concurrent.futures
+import os
+import re
+import resource
+import selectors
+import signal
+import socket
+import stat
+import sys
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import lbharness  # noqa: E402
+from lbharness import Daemon, TIMEOUT, check_failure_exit, run_daemon, scaled  # noqa: E402
+
+# The daemon's exact error lines (from proto/proto.c, daemon/conn.c, daemon/server.c).
+ERR_BAD_COMMAND = "ERR BAD_COMMAND unknown command"
+ERR_MISSING = "ERR BAD_ARGS missing argument"
+ERR_TOO_MANY = "ERR BAD_ARGS too many arguments"
+ERR_BAD_WAIT = "ERR BAD_ARGS wait-ms must be an integer from 0 to 2147483647"
+ERR_BAD_NAME = "ERR BAD_NAME names are 1-200 bytes of A-Z a-z 0-9 . _ : @ -, not . or .."
+ERR_NOT_HELD = "ERR NOT_HELD this connection does not hold that lock"
+ERR_LINE_TOO_LONG = "ERR LINE_TOO_LONG request lines are limited to %d bytes"
+ERR_LIMIT_LOCKS = "ERR LIMIT this connection already holds or awaits %d locks"
+ERR_LIMIT_CLIENTS = "ERR LIMIT too many clients; try again later"
+
+MAX_LINE = 1024
+U64_MAX = 2 ** 64 - 1
+
+
+def raise_nofile(want):
+    """Raises this process's open-file limit (daemons inherit it). Returns the new soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+# 1000 client sockets here, and the daemon's default max_clients (4096) plus reserve.
+NOFILE = raise_nofile(8192)
+
+
+def run_parallel(fn, jobs, workers=4):
+    """fn(job) for every job, a few at a time (daemon runs are slow under
+    valgrind); returns the results in order, an exception standing for its result."""
+    def call(job):
+        try:
+            return fn(job)
+        except Exception as e:
+            return e
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(call, jobs))
+
+
+def srcdir():
+    return os.environ.get("LB_SRCDIR") or os.path.normpath(
+        os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+
+
+class Case(unittest.TestCase):
+    """Helpers shared by every test class. `self.d` is the daemon under test."""
+
+    d = None
+
+    def connect(self, daemon=None, **kw):
+        c = (daemon or self.d).client(**kw)
+        self.addCleanup(c.close)
+        return c
+
+    def name(self, suffix=""):
+        """A lock name unique to this test (tests share a daemon)."""
+        base = self._testMethodName.replace("test_", "", 1)
+        return "%s%s" % (base, "-" + suffix if suffix else "")
+
+    def check_token(self, text):
+        """A token is an unsigned 64-bit decimal integer, written canonically."""
+        self.assertRegex(text, r"^[0-9]+$")
+        value = int(text)
+        self.assertEqual(str(value), text, "token has leading zeros")
+        self.assertLessEqual(value, U64_MAX)
+        return value
+
+    def granted(self, c, name, timeout=None):
+        """Reads "OK <name> <token>" and returns the token."""
+        m = c.expect_match(r"OK %s ([^ ]+)" % re.escape(name), timeout=timeout)
+        return self.check_token(m.group(1))
+
+    def lock(self, c, name, wait=None):
+        """LOCK that must be granted at once; returns the token."""
+        c.send("LOCK %s%s\n" % (name, "" if wait is None else " %d" % wait))
+        return self.granted(c, name)
+
+    def unlock(self, c, name):
+        c.send("UNLOCK %s\n" % name)
+        c.expect("OK %s" % name)
+
+    def ping(self, c):
+        c.send("PING\n")
+        c.expect("PONG")
+
+    def barrier(self, daemon=None):
+        """A PING round trip on a fresh connection: the daemon has at least
+        processed what arrived before it (used before best-effort silence checks)."""
+        with (daemon or self.d).client() as c:
+            self.ping(c)
+
+    def assert_free(self, name, daemon=None):
+        """Another connection can take and release the lock at once."""
+        with (daemon or self.d).client() as c:
+            c.send("TRYLOCK %s\n" % name)
+            tok = self.granted(c, name)
+            self.unlock(c, name)
+        return tok
+
+    def assert_busy(self, name, daemon=None):
+        with (daemon or self.d).client() as c:
+            c.send("TRYLOCK %s\n" % name)
+            c.expect("BUSY %s" % name)
+
+    def queue(self, c, name, req=None):
+        """Sends a LOCK that must wait, and waits until the daemon says it is queued."""
+        c.send((req or "LOCK %s" % name) + "\n")
+        (c.daemon or self.d).wait_queued(c, name)
+
+
+class SharedDaemonCase(Case):
+    """One daemon (default settings, -v) for the whole class."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.d = Daemon(name="lockbrokerd-" + cls.__name__).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        # SIGTERM must give exit code 0 (under valgrind: no leaks, no errors).
+        cls.d.stop()
+
+
+# ====================================================================== basics
+
+class BasicTests(SharedDaemonCase):
+
+    def test_ready_line(self):
+        self.assertEqual(self.d.mode, "embedded")
+        self.assertEqual(self.d.host, "127.0.0.1")
+        self.assertNotEqual(self.d.port, 0)
+
+    def test_ping_pong(self):
+        c = self.connect()
+        c.send("PING\n")
+        self.assertEqual(c.line_bytes(), b"PONG")   # "\n" only, no "\r"
+        self.ping(c)
+
+    def test_quit_bye_then_eof(self):
+        c = self.connect()
+        c.send("QUIT\n")
+        c.expect("BYE")
+        c.expect_eof()
+
+    def test_quit_ignores_later_pipelined_requests(self):
+        c = self.connect()
+        c.send("QUIT\nPING\nLOCK %s\n" % self.name())
+        c.expect("BYE")
+        c.expect_eof()
+        self.assert_free(self.name())
+
+    def test_lock_grant_format(self):
+        c = self.connect()
+        n = self.name()
+        c.send("LOCK %s\n" % n)
+        raw = c.line_bytes()
+        m = re.fullmatch(rb"OK ([^ ]+) ([0-9]+)", raw)
+        self.assertIsNotNone(m, raw)
+        self.assertEqual(m.group(1).decode(), n)
+        self.check_token(m.group(2).decode())
+        self.assert_busy(n)
+        self.unlock(c, n)
+        self.assert_free(n)
+
+    def test_token_not_behind_wall_clock(self):
+        # PROTOCOL.md: embedded tokens never fall behind the wall clock in ns,
+        # which is what keeps them increasing across restarts.
+        c = self.connect()
+        before = time.time_ns()
+        tok = self.lock(c, self.name())
+        self.assertGreaterEqual(tok, before)
+
+    def test_lock_with_wait_on_free_lock(self):
+        c = self.connect()
+        a, b, z = self.name("a"), self.name("b"), self.name("zero")
+        self.lock(c, a, wait=100)
+        self.lock(c, b, wait=2147483647)
+        self.lock(c, z, wait=0)
+        for n in (a, b, z):
+            self.unlock(c, n)
+
+    def test_trylock_busy_then_free(self):
+        a, b = self.connect(), self.connect()
+        n = self.name()
+        t1 = self.lock(a, n)
+        b.send("TRYLOCK %s\n" % n)
+        b.expect("BUSY %s" % n)
+        self.unlock(a, n)
+        b.send("TRYLOCK %s\n" % n)
+        t2 = self.granted(b, n)
+        self.assertGreater(t2, t1)
+        a.send("TRYLOCK %s\n" % n)
+        a.expect("BUSY %s" % n)
+
+    def test_unlock_ok_and_not_held(self):
+        a, b = self.connect(), self.connect()
+        n = self.name()
+        a.send("UNLOCK %s\n" % n)               # never locked
+        a.expect(ERR_NOT_HELD)
+        self.lock(a, n)
+        b.send("UNLOCK %s\n" % n)               # held by someone else
+        b.expect(ERR_NOT_HELD)
+        self.assert_busy(n)                     # ... and still held
+        a.send("UNLOCK %s\n" % n)
+        a.expect("OK %s" % n)
+        a.send("UNLOCK %s\n" % n)               # no longer held
+        a.expect(ERR_NOT_HELD)
+        self.ping(a)
+        self.assert_free(n)
+
+    def test_reentrant_same_token_counted(self):
+        a = self.connect()
+        n = self.name()
+        tok = self.lock(a, n)
+        a.send("LOCK %s\nTRYLOCK %s\nLOCK %s 0\nLOCK %s 100\n" % (n, n, n, n))
+        for _ in range(4):
+            self.assertEqual(self.granted(a, n), tok)
+        for _ in range(4):                      # five holds: four UNLOCKs keep it
+            self.unlock(a, n)
+            self.assert_busy(n)
+        self.unlock(a, n)
+        later = self.assert_free(n)
+        self.assertGreater(later, tok)
+        a.send("UNLOCK %s\n" % n)
+        a.expect(ERR_NOT_HELD)
+
+    def test_reentrant_while_others_wait(self):
+        a, w = self.connect(), self.connect()
+        n = self.name()
+        tok = self.lock(a, n)
+        self.queue(w, n)
+        a.send("LOCK %s\n" % n)                 # not queued behind w
+        self.assertEqual(self.granted(a, n), tok)
+        self.unlock(a, n)
+        self.assertTrue(w.silent(), "granted while the holder still had one hold")
+        self.unlock(a, n)
+        self.assertGreater(self.granted(w, n), tok)
+
+    def test_several_connections(self):
+        cs = [self.connect() for _ in range(10)]
+        names = [self.name(str(i)) for i in range(10)]
+        for c, n in zip(cs, names):
+            self.lock(c, n)
+        for i, c in enumerate(cs):
+            other = names[(i + 1) % len(names)]
+            c.send("TRYLOCK %s\nUNLOCK %s\n" % (other, other))
+            c.expect("BUSY %s" % other, ERR_NOT_HELD)
+        for c, n in zip(cs, names):
+            self.unlock(c, n)
+        for n in names:
+            self.assert_free(n)
+
+    def test_names_are_case_sensitive_and_echoed(self):
+        a, b = self.connect(), self.connect()
+        upper, lower = "Case-" + self.name(), "case-" + self.name()
+        self.lock(a, upper)                     # the reply echoes "Case-..."
+        b.send("TRYLOCK %s\nTRYLOCK %s\n" % (upper, lower))
+        b.expect("BUSY %s" % upper)
+        self.granted(b, lower)
+
+    def test_name_boundaries_and_charset(self):
+        c = self.connect()
+        for n in ("x" * 200, "...", ".a", "a.", "-", "@", ":", "_",
+                  "AZaz09._:@-" + self.name()):
+            self.lock(c, n)
+            self.unlock(c, n)
+
+
+# ================================================================= waiting
+
+class WaitTests(SharedDaemonCase):
+
+    def test_fifo_five_waiters(self):
+        n = self.name()
+        holder = self.connect()
+        last = self.lock(holder, n)
+        waiters = [self.connect() for _ in range(5)]
+        for w in waiters:                       # each queued before the next asks
+            self.queue(w, n)
+        current = holder
+        for i, w in enumerate(waiters):
+            self.unlock(current, n)
+            tok = self.granted(w, n)
+            self.assertGreater(tok, last)
+            last = tok
+            for later in waiters[i + 1:]:
+                self.assertTrue(later.silent(), "%r answered out of turn" % later)
+            current = w
+        self.unlock(current, n)
+        self.assert_free(n)
+
+    def test_lock_wait_ms_times_out_and_connection_stays_usable(self):
+        n = self.name()
+        a, b = self.connect(), self.connect()
+        self.lock(a, n)
+        b.send("LOCK %s 50\n" % n)
+        b.expect("TIMEOUT %s" % n)
+        self.ping(b)
+        self.unlock(a, n)
+        # b is not queued any more: a third connection gets the lock, and b
+        # never hears of it.
+        c = self.connect()
+        c.send("TRYLOCK %s\n" % n)
+        self.granted(c, n)
+        self.ping(b)
+        # b can still take other locks and wait again.
+        self.lock(b, self.name("other"))
+        b.send("LOCK %s 20\n" % n)
+        b.expect("TIMEOUT %s" % n)
+
+    def test_timeout_releases_held_back_requests(self):
+        n = self.name()
+        a, b = self.connect(), self.connect()
+        self.lock(a, n)
+        b.send("LOCK %s 50\nPING\nTRYLOCK %s\n" % (n, n))
+        b.expect("TIMEOUT %s" % n, "PONG", "BUSY %s" % n)
+
+    def test_lock_zero_on_held_lock_is_timeout(self):
+        n = self.name()
+        a, b = self.connect(), self.connect()
+        self.lock(a, n)
+        b.send("LOCK %s 0\n" % n)
+        b.expect("TIMEOUT %s" % n)
+        self.ping(b)
+        self.unlock(a, n)
+        self.lock(b, n, wait=0)
+
+    def test_timed_out_waiter_leaves_the_middle_of_the_queue(self):
+        n = self.name()
+        h, w1, w2, w3 = (self.connect() for _ in range(4))
+        self.lock(h, n)
+        self.queue(w1, n)
+        self.queue(w2, n, "LOCK %s 50" % n)
+        w2.expect("TIMEOUT %s" % n)
+        self.queue(w3, n)
+        self.unlock(h, n)
+        self.granted(w1, n)
+        self.unlock(w1, n)
+        self.granted(w3, n)
+        self.ping(w2)
+
+    def test_waiter_with_deadline_granted_in_time(self):
+        n = self.name()
+        h, w = self.connect(), self.connect()
+        t1 = self.lock(h, n)
+        self.queue(w, n, "LOCK %s 600000" % n)
+        self.unlock(h, n)
+        self.assertGreater(self.granted(w, n), t1)
+        self.ping(w)
+        self.assert_busy(n)
+
+    def test_waiting_lock_holds_back_later_replies(self):
+        n, other = self.name(), self.name("other")
+        h, w = self.connect(), self.connect()
+        self.lock(h, n)
+        w.send("LOCK %s\nPING\nTRYLOCK %s\nUNLOCK %s\n" % (n, other, n))
+        self.d.wait_queued(w, n)
+        self.barrier()
+        self.assertTrue(w.silent(), "a reply overtook the waiting LOCK")
+        self.unlock(h, n)
+        self.granted(w, n)
+        w.expect("PONG")
+        self.granted(w, other)
+        w.expect("OK %s" % n)
+        self.assert_free(n)
+
+    def test_holder_disconnect_releases(self):
+        n = self.name()
+        h, w = self.connect(), self.connect()
+        self.lock(h, n)
+        self.lock(h, n)                         # twice: closing drops every hold
+        self.queue(w, n)
+        h.close()
+        self.granted(w, n)
+
+    def test_waiter_disconnect_cancels(self):
+        n = self.name()
+        h, w1, w2 = self.connect(), self.connect(), self.connect()
+        self.lock(h, n)
+        self.queue(w1, n)
+        self.queue(w2, n)
+        w1.close()
+        self.d.wait_closed(w1)
+        self.unlock(h, n)
+        # Had the lock gone to the dead waiter, w2 would never get it.
+        self.granted(w2, n)
+
+    def test_only_waiter_disconnect_leaves_lock_free(self):
+        n = self.name()
+        h, w = self.connect(), self.connect()
+        self.lock(h, n)
+        self.queue(w, n, "LOCK %s 600000" % n)
+        w.close()
+        self.d.wait_closed(w)
+        self.unlock(h, n)
+        self.assert_free(n)
+
+    def test_disconnect_releases_held_and_cancels_waiting_together(self):
+        x, y = self.name("x"), self.name("y")
+        a, b = self.connect(), self.connect()
+        self.lock(a, x)
+        self.lock(b, y)
+        self.queue(b, x)
+        b.close()
+        self.d.wait_closed(b)
+        self.assert_free(y)
+        self.unlock(a, x)
+        self.assert_free(x)
+
+    def test_quit_releases_and_wakes_waiter(self):
+        x, y = self.name("x"), self.name("y")
+        h, w = self.connect(), self.connect()
+        self.lock(h, x)
+        self.lock(h, y)
+        self.queue(w, x)
+        h.send("QUIT\n")
+        h.expect("BYE")
+        self.granted(w, x)
+        h.expect_eof()
+        self.assert_free(y)
+
+    def test_tokens_strictly_increase_across_holders(self):
+        n = self.name()
+        a, b = self.connect(), self.connect()
+        tokens = [self.lock(a, n)]
+        self.unlock(a, n)
+        tokens.append(self.lock(b, n))
+        self.queue(a, n)                        # hand-over through the queue
+        self.unlock(b, n)
+        tokens.append(self.granted(a, n))
+        self.unlock(a, n)
+        tokens.append(self.assert_free(n))
+        self.assertEqual(tokens, sorted(set(tokens)), tokens)
+
+
+# =============================================================== pipelining
+
+class PipelineTests(SharedDaemonCase):
+
+    def test_pipelined_requests_in_one_send(self):
+        a, b = self.name("a"), self.name("b")
+        c = self.connect()
+        c.send("PING\nLOCK {a}\nTRYLOCK {a}\nLOCK {b} 0\nUNLOCK {a}\nUNLOCK {a}\n"
+               "UNLOCK {a}\nFROB\nUNLOCK {b}\nLOCK\nPING\n".format(a=a, b=b))
+        c.expect("PONG")
+        ta = self.granted(c, a)
+        self.assertEqual(self.granted(c, a), ta)
+        tb = self.granted(c, b)
+        self.assertGreater(tb, ta)
+        c.expect("OK %s" % a, "OK %s" % a, ERR_NOT_HELD, ERR_BAD_COMMAND, "OK %s" % b,
+                 ERR_MISSING, "PONG")
+        self.assertTrue(c.silent())
+
+    def test_requests_split_across_sends(self):
+        c = self.connect()
+        n = self.name()
+        for part in ("PI", "NG\nLO", "CK ", n, "\n", "UNLOCK %s" % n, "\r", "\n"):
+            c.send(part)
+            self.barrier()
+        c.expect("PONG")
+        self.granted(c, n)
+        c.expect("OK %s" % n)
+
+    def test_many_pipelined_requests_with_back_pressure(self):
+        # 50000 PINGs: more than the 64 KB of replies the daemon buffers, so it
+        # must stop parsing, drain, and resume without losing or reordering.
+        count = 50000
+        n = self.name()
+        c = self.connect()
+        payload = b"PING\n" * count + ("LOCK %s\nUNLOCK %s\n" % (n, n)).encode()
+        errors = []
+
+        def sender():
+            try:
+                c.sock.sendall(payload)
+            except OSError as e:
+                errors.append(e)
+
+        t = threading.Thread(target=sender)
+        t.start()
+        try:
+            want = b"PONG\n" * count
+            got = bytearray()
+            deadline = time.monotonic() + scaled(30)
+            while len(got) < len(want):
+                if c.buf:
+                    take = c.buf[:len(want) - len(got)]
+                    got += take
+                    c.buf = c.buf[len(take):]
+                    continue
+                self.assertFalse(c.eof, "EOF after %d bytes" % len(got))
+                self.assertTrue(c._fill(deadline), "stalled after %d bytes" % len(got))
+            self.assertEqual(bytes(got), want)
+            self.granted(c, n)
+            c.expect("OK %s" % n)
+        finally:
+            t.join(scaled(30))
+        self.assertEqual(errors, [])
+
+
+# =================================================================== errors
+
+class ErrorTests(SharedDaemonCase):
+
+    def expect_error(self, c, request, error):
+        """request (str or bytes, no LF) gets exactly `error`; then the
+        connection still works."""
+        if isinstance(request, str):
+            request = request.encode("latin-1")
+        c.send(request + b"\n")
+        got = c.line()
+        self.assertEqual(got, error, "request %r" % request)
+        self.ping(c)
+
+    def test_bad_command(self):
+        c = self.connect()
+        for req in ("FROB", "LOCKX a", "PINGPONG", "UNLOCKED a", "TRY LOCK a", "OK",
+                    "BYE", "-", "P I N G", "LOCK_ a", "PING:", "PI\rNG"):
+            self.expect_error(c, req, ERR_BAD_COMMAND)
+
+    def test_bad_args_missing(self):
+        c = self.connect()
+        for req in ("LOCK", "TRYLOCK", "UNLOCK", "LOCK   ", "LOCK\t \t", "unlock"):
+            self.expect_error(c, req, ERR_MISSING)
+
+    def test_bad_args_too_many(self):
+        c = self.connect()
+        n = self.name()
+        for req in ("PING x", "QUIT now", "TRYLOCK %s 10" % n, "UNLOCK %s %s" % (n, n),
+                    "LOCK %s 1 2" % n, "LOCK %s 1 2 3 4 5 6" % n, "PING a b c d e"):
+            self.expect_error(c, req, ERR_TOO_MANY)
+        # "QUIT now" did not close, and nothing was locked.
+        self.assert_free(n)
+
+    def test_bad_args_wait_ms(self):
+        c = self.connect()
+        n = self.name()
+        for wait in ("-1", "abc", "1.5", "2147483648", "99999999999", "+5", "1e3", "0x10",
+                     "10ms", "１"):
+            self.expect_error(c, ("LOCK %s %s" % (n, wait)).encode("utf-8"), ERR_BAD_WAIT)
+        self.assert_free(n)
+        self.lock(c, n, wait=2147483647)        # the largest value is fine
+
+    def test_bad_name(self):
+        c = self.connect()
+        bad = [b"x" * 201, b".", b"..", b"/", b"a/b", b"../etc", b"caf\xc3\xa9", b"\xff",
+               b"a\x00b", b"\x00", b"a*b", b"a#b", b"a+b", b"a=b", b"a,b", b"a\\b",
+               b"a\x7fb", b"a\x01b", b"a~b", b"a!b", b"a$b", b'"a"', b"a%b", b"[a]"]
+        for name in bad:
+            for cmd in (b"LOCK ", b"TRYLOCK ", b"UNLOCK "):
+                self.expect_error(c, cmd + name, ERR_BAD_NAME)
+            self.expect_error(c, b"LOCK " + name + b" 10", ERR_BAD_NAME)
+
+    def test_nul_and_non_ascii_bytes(self):
+        c = self.connect()
+        for req in (b"\x00", b"PING\x00", b"\x00PING", b"PI\x00NG", b"PI\xffNG",
+                    b"\xc3\xa9", b"P\xc3\xadNG", b"\x80" * 1000):
+            self.expect_error(c, req, ERR_BAD_COMMAND)
+        self.expect_error(c, b"LOCK a\x00", ERR_BAD_NAME)
+        self.expect_error(c, b"LOCK \x00a", ERR_BAD_NAME)
+        self.expect_error(c, b"LOCK a 1\x00", ERR_BAD_WAIT)
+        self.expect_error(c, b"UNLOCK \xe2\x82\xac", ERR_BAD_NAME)
+
+    def test_blank_lines_and_crlf(self):
+        c = self.connect()
+        n = self.name()
+        c.send("\n\r\n \n\t\t\n \t \r\n")
+        c.send("PING\r\nLOCK %s\r\nUNLOCK %s\r\n\r\nPING\n" % (n, n))
+        self.assertEqual(c.line_bytes(), b"PONG")
+        self.granted(c, n)                      # the CR is not part of the name
+        c.expect("OK %s" % n, "PONG")
+        self.assertTrue(c.silent())
+
+    def test_case_insensitive_commands(self):
+        c = self.connect()
+        n = self.name()
+        for ping in ("ping", "Ping", "pInG"):
+            c.send(ping + "\n")
+            c.expect("PONG")
+        c.send("lock %s\n" % n)
+        tok = self.granted(c, n)
+        c.send("Trylock %s\n" % n)
+        self.assertEqual(self.granted(c, n), tok)
+        c.send("uNlOcK %s\nunlock %s\n" % (n, n))
+        c.expect("OK %s" % n, "OK %s" % n)
+        q = self.connect()
+        q.send("quit\n")
+        q.expect("BYE")
+        q.expect_eof()
+
+    def test_tabs_and_spaces(self):
+        c = self.connect()
+        n = self.name()
+        c.send("\tPING\t\n")
+        c.expect("PONG")
+        c.send("LOCK\t%s\t\t100\n" % n)
+        tok = self.granted(c, n)
+        c.send("  TRYLOCK \t %s  \n" % n)
+        self.assertEqual(self.granted(c, n), tok)
+        c.send("LOCK %s\t5\t\n" % n)
+        self.assertEqual(self.granted(c, n), tok)
+        c.send("UNLOCK\t\t%s\n \tUNLOCK %s \nUNLOCK\t%s\t\n" % (n, n, n))
+        c.expect("OK %s" % n, "OK %s" % n, "OK %s" % n)
+        self.assert_free(n)
+
+
+# ============================================================ line lengths
+
+class LineLengthTests(SharedDaemonCase):
+
+    def expect_too_long(self, c, limit=MAX_LINE):
+        c.expect(ERR_LINE_TOO_LONG % limit)
+        c.expect_eof()
+
+    def test_exactly_max_line_is_accepted(self):
+        c = self.connect()
+        c.send("PING" + " " * (MAX_LINE - 4) + "\n")
+        c.expect("PONG")
+        c.send("PING" + " " * (MAX_LINE - 5) + "\r\n")   # the CR counts
+        c.expect("PONG")
+        n = "n" * 200
+        c.send("LOCK " + n + " " * (MAX_LINE - 5 - 200 - 2) + "10\n")
+        self.granted(c, n)
+
+    def test_max_line_bytes_then_newline_later(self):
+        c = self.connect()
+        c.send("PING" + " " * (MAX_LINE - 4))
+        self.barrier()
+        self.assertTrue(c.silent(), "a full-length line was refused before its LF")
+        c.send("\n")
+        c.expect("PONG")
+
+    def test_one_byte_too_long_with_newline(self):
+        c = self.connect()
+        c.send("PING" + " " * (MAX_LINE - 3) + "\n")
+        self.expect_too_long(c)
+
+    def test_one_byte_too_long_with_crlf(self):
+        c = self.connect()
+        c.send("PING" + " " * (MAX_LINE - 4) + "\r\n")
+        self.expect_too_long(c)
+
+    def test_one_byte_too_long_without_newline(self):
+        # Enforced before the LF arrives: the daemon must not wait for it.
+        c = self.connect()
+        c.send("x" * (MAX_LINE + 1))
+        self.expect_too_long(c)
+
+    def test_too_long_across_several_sends(self):
+        c = self.connect()
+        c.send("x" * 1000)
+        self.barrier()
+        self.assertTrue(c.silent())
+        c.send("x" * (MAX_LINE - 1000))
+        self.barrier()
+        self.assertTrue(c.silent())
+        c.send("x")
+        self.expect_too_long(c)
+
+    def test_100kb_line_with_newline(self):
+        c = self.connect()
+        c.send(b"L" * 102400 + b"\n")
+        self.expect_too_long(c)
+
+    def test_100kb_line_without_newline(self):
+        c = self.connect()
+        c.send(b"\x00\xff" * 51200)
+        self.expect_too_long(c)
+
+    def test_pipelined_requests_before_long_line_are_answered(self):
+        n = self.name()
+        c = self.connect()
+        c.send("PING\nLOCK %s\n%s\nPING\n" % (n, "y" * 5000))
+        c.expect("PONG")
+        self.granted(c, n)
+        self.expect_too_long(c)
+        self.assert_free(n)                     # closing released it
+
+    def test_long_line_behind_waiting_lock(self):
+        n = self.name()
+        h, w = self.connect(), self.connect()
+        self.lock(h, n)
+        w.send("LOCK %s\n%s" % (n, "z" * 3000))
+        self.d.wait_queued(w, n)
+        self.unlock(h, n)
+        self.granted(w, n)
+        self.expect_too_long(w)
+        self.assert_free(n)
+
+
+# ================================================================= limits
+
+class LimitTests(Case):
+    """max_locks_per_client = 3 and max_line = 300, set in the config file."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.d = Daemon(config="[server]\nmax_locks_per_client = 3\nmax_line = 300\n",
+                       name="lockbrokerd-limits").start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.d.stop()
+
+    def test_locks_per_client(self):
+        a, b = self.connect(), self.connect()
+        names = [self.name(str(i)) for i in range(5)]
+        toks = [self.lock(a, n) for n in names[:3]]
+        limit = ERR_LIMIT_LOCKS % 3
+        a.send("LOCK {0}\nTRYLOCK {0}\nLOCK {0} 0\nLOCK {0} 100\n".format(names[3]))
+        a.expect(limit, limit, limit, limit)
+        self.ping(a)
+        # Nothing changed: the name is free, and re-entrant holds still work.
+        self.assert_free(names[3])
+        a.send("LOCK %s\n" % names[0])
+        self.assertEqual(self.granted(a, names[0]), toks[0])
+        self.unlock(a, names[0])
+        # A busy name is refused too, not queued.
+        self.lock(b, names[4])
+        a.send("LOCK %s\n" % names[4])
+        a.expect(limit)
+        self.unlock(b, names[4])
+        self.assert_free(names[4])
+        # Releasing one makes room for one.
+        self.unlock(a, names[0])
+        self.lock(a, names[3])
+        a.send("LOCK %s\n" % names[4])
+        a.expect(limit)
+
+    def test_limit_is_per_connection(self):
+        a, b = self.connect(), self.connect()
+        for i in range(3):
+            self.lock(a, self.name("a%d" % i))
+            self.lock(b, self.name("b%d" % i))
+
+    def test_configured_max_line(self):
+        c = self.connect()
+        c.send("PING" + " " * 296 + "\n")
+        c.expect("PONG")
+        c.send("PING" + " " * 297 + "\n")
+        c.expect(ERR_LINE_TOO_LONG % 300)
+        c.expect_eof()
+
+
+class MaxClientsTests(Case):
+
+    def test_max_clients(self):
+        with Daemon(config="[server]\nmax_clients = 3\n", name="lockbrokerd-maxclients") as d:
+            cs = [self.connect(d) for _ in range(3)]
+            for c in cs:
+                self.ping(c)                    # each one is being served
+            extra = self.connect(d)
+            extra.expect(ERR_LIMIT_CLIENTS)
+            extra.expect_eof()
+            for c in cs:                        # the others are unaffected
+                self.ping(c)
+            cs[0].close()
+            d.wait_closed(cs[0])
+            again = self.connect(d)
+            self.ping(again)
+            more = self.connect(d)
+            more.expect(ERR_LIMIT_CLIENTS)
+            more.expect_eof()
+
+
+# ============================================================ concurrency
+
+class ConcurrencyTests(SharedDaemonCase):
+
+    N = 1000
+    SHARED = 20
+
+    def read_lines(self, socks, count, want_eof=False, timeout=None):
+        """Reads `count` lines from every socket (and then EOF if want_eof),
+        concurrently. Returns {sock: [lines]}."""
+        sel = selectors.DefaultSelector()
+        bufs = {s: b"" for s in socks}
+        lines = {s: [] for s in socks}
+        pending = set(socks)
+        for s in socks:
+            sel.register(s, selectors.EVENT_READ)
+        deadline = time.monotonic() + (timeout or scaled(60))
+        try:
+            while pending:
+                left = deadline - time.monotonic()
+                self.assertGreater(left, 0, "%d connections still waiting for replies; "
+                                   "e.g. got %r" % (len(pending), lines[next(iter(pending))]))
+                for key, _ in sel.select(left):
+                    s = key.fileobj
+                    data = s.recv(65536)
+                    bufs[s] += data
+                    while b"\n" in bufs[s]:
+                        line, bufs[s] = bufs[s].split(b"\n", 1)
+                        lines[s].append(line.decode("latin-1"))
+                    self.assertLessEqual(len(lines[s]), count, lines[s])
+                    done = len(lines[s]) == count and (not want_eof or not data)
+                    if not data:
+                        self.assertTrue(want_eof and len(lines[s]) == count,
+                                        "early EOF after %r" % lines[s])
+                        self.assertEqual(bufs[s], b"")
+                    if done:
+                        sel.unregister(s)
+                        pending.discard(s)
+        finally:
+            sel.close()
+        return lines
+
+    def test_1000_concurrent_connections(self):
+        if NOFILE < self.N + 100:
+            self.skipTest("open file limit %d is too low" % NOFILE)
+        socks = []
+        self.addCleanup(lambda: [s.close() for s in socks])
+        own = ["%s-own-%d" % (self.name(), i) for i in range(self.N)]
+        shared = ["%s-shared-%d" % (self.name(), k) for k in range(self.SHARED)]
+        # Connect in batches, each answered, so the accept queue stays short;
+        # every connection stays open, so the daemon serves all 1000 at once.
+        for start in range(0, self.N, 200):
+            batch = []
+            for i in range(start, min(start + 200, self.N)):
+                s = socket.create_connection((self.d.host, self.d.port), timeout=TIMEOUT)
+                socks.append(s)
+                batch.append(s)
+                s.sendall(b"PING\n")
+            for s, ls in self.read_lines(batch, 1).items():
+                self.assertEqual(ls, ["PONG"])
+        # Every connection takes its own lock: 1000 locks held at once.
+        for s, n in zip(socks, own):
+            s.sendall(("LOCK %s\n" % n).encode())
+        got = self.read_lines(socks, 1)
+        own_tok = {}
+        for s, n in zip(socks, own):
+            m = re.fullmatch(r"OK %s ([0-9]+)" % re.escape(n), got[s][0])
+            self.assertIsNotNone(m, got[s])
+            own_tok[s] = int(m.group(1))
+        # Then 50 connections contend for each shared lock, pipelined.
+        for i, s in enumerate(socks):
+            sh, n = shared[i % self.SHARED], own[i]
+            s.sendall(("LOCK {sh}\nUNLOCK {sh}\nTRYLOCK {n}\nUNLOCK {n}\nUNLOCK {n}\nQUIT\n"
+                       .format(sh=sh, n=n)).encode())
+        got = self.read_lines(socks, 6, want_eof=True)
+        tokens = {sh: [] for sh in shared}
+        for i, s in enumerate(socks):
+            sh, n = shared[i % self.SHARED], own[i]
+            ls = got[s]
+            m = re.fullmatch(r"OK %s ([0-9]+)" % re.escape(sh), ls[0])
+            self.assertIsNotNone(m, ls)
+            tokens[sh].append(int(m.group(1)))
+            self.assertEqual(ls[1:], ["OK %s" % sh, "OK %s %d" % (n, own_tok[s]), "OK %s" % n,
+                                      "OK %s" % n, "BYE"])
+        for sh, toks in tokens.items():
+            self.assertEqual(len(set(toks)), self.N // self.SHARED, "duplicate tokens for " + sh)
+        # Everything was released.
+        c = self.connect()
+        c.send("".join("TRYLOCK %s\nUNLOCK %s\n" % (n, n) for n in shared + own))
+        for n in shared + own:
+            self.granted(c, n)
+            c.expect("OK %s" % n)
+
+
+# ======================================================= restart, signals
+
+class RestartTests(Case):
+
+    def test_tokens_increase_across_restart(self):
+        d = Daemon(name="lockbrokerd-restart")
+        self.addCleanup(d.kill)
+        d.start()
+        n = self.name()
+        c = d.client()
+        t1 = self.lock(c, n)
+        c.close()
+        d.restart()
+        c = d.client()
+        t2 = self.lock(c, n)
+        self.unlock(c, n)
+        t3 = self.lock(c, n)
+        c.close()
+        d.stop()
+        self.assertLess(t1, t2)
+        self.assertLess(t2, t3)
+
+
+class SignalTests(Case):
+
+    def busy_daemon(self, name):
+        """A daemon with holders, waiters (with and without deadline), a
+        re-entrant holder and held-back pipelined requests."""
+        d = Daemon(name=name)
+        self.addCleanup(d.kill)
+        d.start()
+        x, y = self.name("x"), self.name("y")
+        a, b, c, e = (self.connect(d) for _ in range(4))
+        self.lock(a, x)
+        self.lock(a, y)
+        self.lock(a, y)
+        self.lock(b, self.name("b"))
+        self.queue(b, x)
+        self.queue(c, y, "LOCK %s 600000\nPING\nLOCK %s" % (y, x))
+        self.queue(e, x)
+        return d, [a, b, c, e]
+
+    def test_sigterm_with_holders_and_waiters_exits_0(self):
+        d, clients = self.busy_daemon("lockbrokerd-sigterm")
+        d.stop()                                # asserts exit code 0
+        for c in clients:
+            c.read_to_eof()
+        self.assertIsNotNone(d.find_log(r"caught Terminated"))
+
+    def test_sigterm_with_one_holder_exits_0(self):
+        d = Daemon(name="lockbrokerd-sigterm-holder")
+        self.addCleanup(d.kill)
+        d.start()
+        a = self.connect(d)
+        self.lock(a, self.name())
+        d.stop()
+        a.read_to_eof()
+
+    def test_sigterm_with_one_holder_and_one_waiter_exits_0(self):
+        # Closing the holder at shutdown grants the lock to the waiter, which
+        # is closed right after: nothing of it may leak (valgrind run).
+        d = Daemon(name="lockbrokerd-sigterm-waiter")
+        self.addCleanup(d.kill)
+        d.start()
+        a, b = self.connect(d), self.connect(d)
+        self.lock(a, self.name())
+        self.queue(b, self.name())
+        d.stop()
+        a.read_to_eof()
+        b.read_to_eof()
+
+    def test_sigint_with_holders_and_waiters_exits_0(self):
+        d, clients = self.busy_daemon("lockbrokerd-sigint")
+        d.stop(sig=signal.SIGINT)
+        for c in clients:
+            c.read_to_eof()
+
+
+# ============================================================ unix socket
+
+class UnixSocketTests(Case):
+
+    def unix_daemon(self, extra="", name="lockbrokerd-unix"):
+        d = Daemon(config=lambda tmp: "[server]\nunix_socket = %s/lb.sock\n%s"
+                   % (tmp, extra), name=name)
+        self.addCleanup(d.kill)
+        return d
+
+    def test_unix_socket(self):
+        d = self.unix_daemon().start()
+        path = os.path.join(d.tmpdir, "lb.sock")
+        self.assertEqual(d.unix_path, path)
+        st = os.stat(path)
+        self.assertTrue(stat.S_ISSOCK(st.st_mode))
+        self.assertEqual(stat.S_IMODE(st.st_mode), 0o660)   # the default mode
+        n = self.name()
+        u, u2 = self.connect(d, unix=True), self.connect(d, unix=True)
+        t = self.connect(d)
+        self.ping(u)
+        self.lock(u, n)
+        t.send("TRYLOCK %s\n" % n)                     # one lock table for both
+        t.expect("BUSY %s" % n)
+        self.queue(u2, n)
+        self.unlock(u, n)
+        self.granted(u2, n)
+        u2.close()                                      # closing releases
+        self.lock(t, n, wait=scaled(5000))
+        u.send("QUIT\n")
+        u.expect("BYE")
+        u.expect_eof()
+        d.stop()
+        self.assertFalse(os.path.exists(path), "socket file left behind")
+
+    def test_unix_socket_mode(self):
+        for mode in ("0600", "0666"):
+            d = self.unix_daemon("unix_socket_mode = %s\n" % mode).start()
+            st = os.stat(d.unix_path)
+            self.assertEqual(stat.S_IMODE(st.st_mode), int(mode, 8))
+            self.ping(self.connect(d, unix=True))
+            d.stop()
+
+    def test_stale_socket_file_is_replaced(self):
+        d = self.unix_daemon()
+        path = os.path.join(d.tmpdir, "lb.sock")
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.bind(path)                                    # a dead daemon's socket
+        s.close()
+        d.start()
+        self.ping(self.connect(d, unix=True))
+        d.stop()
+
+    def test_live_socket_is_not_stolen(self):
+        d1 = self.unix_daemon(name="lockbrokerd-unix1").start()
+        c = self.connect(d1, unix=True)
+        r = run_daemon(["-l", "127.0.0.1:0", "-c", d1.config_path])
+        check_failure_exit(r.returncode)
+        self.assertIn("in use", r.stderr)
+        self.ping(c)
+        self.ping(self.connect(d1, unix=True))          # still d1's socket
+        d1.stop()
+
+    def test_path_that_is_not_a_socket(self):
+        d = self.unix_daemon()
+        with open(os.path.join(d.tmpdir, "lb.sock"), "w") as f:
+            f.write("precious\n")
+        r = run_daemon(["-l", "127.0.0.1:0", "-c", d.config_path])
+        check_failure_exit(r.returncode)
+        with open(os.path.join(d.tmpdir, "lb.sock")) as f:
+            self.assertEqual(f.read(), "precious\n")
+
+
+# ================================================================== IPv6
+
+class IPv6Tests(Case):
+
+    def test_ipv6_loopback(self):
+        if not lbharness.can_bind("::1"):
+            self.skipTest("no ::1 on this machine")
+        with Daemon(listen="[::1]:0", name="lockbrokerd-ipv6") as d:
+            self.assertEqual(d.family, socket.AF_INET6)
+            self.assertEqual(d.host, "::1")
+            a, b = self.connect(d), self.connect(d)
+            self.assertTrue(a.local.startswith("[::1]:"), a.local)
+            n = self.name()
+            self.ping(a)
+            self.lock(a, n)
+            self.queue(b, n)                    # matches the daemon's "[::1]:PORT"
+            self.unlock(a, n)
+            self.granted(b, n)
+
+
+# ===================================================== config and flags
+
+GOOD_CONFIG = """\
+; every key, non-default values
+[server]
+listen = 127.0.0.1:0
+unix_socket =
+unix_socket_mode = 0600
+max_clients = 100
+max_line = 2048
+max_locks_per_client = 10
+
+[zookeeper]
+hosts =
+root = /lockbroker-test
+session_timeout_ms = 5000
+
+[log]
+level = debug
+"""
+
+
+class ConfigTests(Case):
+
+    def test_check_good_config(self):
+        r = run_daemon(["-t"], config=GOOD_CONFIG)
+        self.assertEqual(r.returncode, 0, r)
+        self.assertIn("configuration OK", r.stdout)
+
+    def test_check_without_config(self):
+        r = run_daemon(["-t"])
+        self.assertEqual(r.returncode, 0, r)
+
+    def test_check_sample_config(self):
+        path = os.path.join(srcdir(), "conf", "lockbrokerd.conf")
+        if not os.path.exists(path):
+            self.skipTest("no " + path)
+        r = run_daemon(["-t", "-c", path])
+        self.assertEqual(r.returncode, 0, r)
+
+    BAD_CONFIGS = [
+        # (text, line, message)
+        ("[server]\nmax_clients = 10\nbogus_key = 1\n", 3, "unknown key 'bogus_key' in [server]"),
+        ("; comment\n[server]\n\nmax_clients = lots\n", 4,
+         "max_clients: 'lots' is not an integer from 1 to 1000000"),
+        ("[server]\nmax_clients = 0\n", 2, "max_clients"),
+        ("[server]\nmax_clients = -5\n", 2, "max_clients"),
+        ("[server]\nmax_line = 255\n", 2, "max_line: '255' is not an integer from 256 to 1048576"),
+        ("[server]\nmax_line = 1048577\n", 2, "max_line"),
+        ("[server]\nmax_locks_per_client = 0\n", 2, "max_locks_per_client"),
+        ("[server]\nmax_locks_per_client = 10x\n", 2, "max_locks_per_client"),
+        ("[server]\nlisten = localhost:7411\n", 2,
+         "listen: 'localhost:7411' is not IP:PORT or [IPv6]:PORT"),
+        ("[server]\nlisten = 127.0.0.1\n", 2, "listen"),
+        ("[server]\nunix_socket_mode = 0999\n", 2, "unix_socket_mode"),
+        ("[server]\nunix_socket = /%s/lb.sock\n" % ("d" * 120), 2, "unix_socket"),
+        ("\n\n[bogus]\nkey = 1\n", 4, "unknown section [bogus]"),
+        ("[zookeeper]\nsession_timeout_ms = 999\n", 2, "session_timeout_ms"),
+        ("[zookeeper]\nroot = relative/path\n", 2, "root"),
+        ("[zookeeper]\nroot = /a/../b\n", 2, "root"),
+        ("[zookeeper]\nbogus = 1\n", 2, "unknown key 'bogus' in [zookeeper]"),
+        ("[log]\nlevel = loud\n", 2, "level: 'loud' is not one of error, warn, info, debug"),
+        ("[server]\nmax_clients = 5\nthis line is not ini\n", 3, "syntax error"),
+        ("[server\nmax_clients = 5\n", 1, ""),
+        ("[server]\nlisten = 127.0.0.1:0%s\n" % (" " * 300), 2, "longer than"),
+    ]
+
+    # Starting (not just -t) with these too: the daemon must exit, not run.
+    START_TOO = ("bogus_key", "lots", "[bogus]", "not ini")
+
+    def test_bad_configs(self):
+        jobs = []
+        for text, line, msg in self.BAD_CONFIGS:
+            jobs.append((text, line, msg, ["-t"]))
+            if any(word in text for word in self.START_TOO):
+                jobs.append((text, line, msg, ["-l", "127.0.0.1:0"]))
+        results = run_parallel(lambda job: run_daemon(job[3], config=job[0]), jobs)
+        for (text, line, msg, flags), r in zip(jobs, results):
+            with self.subTest(config=text, flags=flags):
+                if isinstance(r, Exception):        # e.g. it started and kept running
+                    self.fail("%r did not fail: %r" % (text, r))
+                check_failure_exit(r.returncode)
+                where = "%s:%d:" % (r.config_path, line)
+                self.assertIn(where, r.stderr, r)
+                self.assertIn(msg, r.stderr, r)
+                self.assertNotIn("configuration OK", r.stdout)
+                self.assertNotIn("ready", r.stderr)
+
+    def test_missing_config_file(self):
+        r = run_daemon(["-t", "-c", "/nonexistent/lockbrokerd.conf"])
+        check_failure_exit(r.returncode)
+        self.assertIn("/nonexistent/lockbrokerd.conf", r.stderr)
+        self.assertIn("cannot open", r.stderr)
+
+    def test_bad_listen_flag(self):
+        jobs = [(listen, ["-t"]) for listen in (
+            "nonsense", "127.0.0.1", "127.0.0.1:", "127.0.0.1:99999", "127.0.0.1:http",
+            "localhost:0", "", "[::1]", "[::1]:0x", "1.2.3.4.5:0", ":7411", "127.0.0.1:-1",
+            "127.0.0.1:4294967297")]
+        jobs += [(listen, []) for listen in ("nonsense", "127.0.0.1:99999", "[::1]")]
+        results = run_parallel(lambda job: run_daemon(job[1] + ["-l", job[0]]), jobs)
+        for (listen, flags), r in zip(jobs, results):
+            with self.subTest(listen=listen, flags=flags):
+                if isinstance(r, Exception):
+                    self.fail("-l %r did not fail: %r" % (listen, r))
+                check_failure_exit(r.returncode)
+                self.assertIn("'%s'" % listen, r.stderr)
+                self.assertNotIn("configuration OK", r.stdout)
+
+    def test_unbracketed_ipv6_listen_flag_is_refused(self):
+        # "[::1]:7411" is the IPv6 form; "::1:7411" would be read as the
+        # address ::1:7411 without a port, and "::1" as [::1] on a random port.
+        for listen in ("::1:7411", "::1"):
+            with self.subTest(listen=listen):
+                r = run_daemon(["-t", "-l", listen])
+                check_failure_exit(r.returncode, "lockbrokerd -t -l %s" % listen)
+                self.assertIn("'%s'" % listen, r.stderr)
+
+    def test_listen_address_not_available(self):
+        r = run_daemon(["-l", "192.0.2.1:0"])           # TEST-NET-1, not ours
+        check_failure_exit(r.returncode)
+        self.assertIn("192.0.2.1:0", r.stderr)
+        self.assertNotIn("ready", r.stderr)
+
+    def test_bad_usage(self):
+        for argv in (["-x"], ["extra-argument"], ["-c"], ["-l"]):
+            with self.subTest(argv=argv):
+                r = run_daemon(argv)
+                check_failure_exit(r.returncode)
+                self.assertIn("Usage:", r.stderr)
+
+    def test_help_and_version(self):
+        r = run_daemon(["-h"])
+        self.assertEqual(r.returncode, 0, r)
+        self.assertIn("Usage: lockbrokerd", r.stdout)
+        r = run_daemon(["-V"])
+        self.assertEqual(r.returncode, 0, r)
+        self.assertRegex(r.stdout, r"^lockbrokerd \S+\n$")
+
+    def test_flag_overrides_file(self):
+        conf = "[server]\nlisten = 192.0.2.1:7411\n"     # cannot be bound here
+        r = run_daemon([], config=conf)
+        check_failure_exit(r.returncode)                 # the file is used ...
+        with Daemon(config=conf, listen="127.0.0.1:0") as d:     # ... but -l wins
+            self.assertEqual(d.host, "127.0.0.1")
+            self.ping(self.connect(d))
+
+    def test_file_overrides_defaults(self):
+        conf = "[server]\nlisten = 127.0.0.1:0\n[log]\nlevel = debug\n"
+        with Daemon(config=conf, listen=None, verbose=False) as d:
+            self.assertEqual(d.host, "127.0.0.1")
+            self.assertNotEqual(d.port, 7411)
+            a, b = self.connect(d), self.connect(d)
+            n = self.name()
+            self.lock(a, n)
+            self.queue(b, n)                    # a debug line, without -v
+            self.unlock(a, n)
+            self.granted(b, n)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,19 @@
+#!/bin/sh
+# Runs the embedded end-to-end suite with the daemon under valgrind: a leak
+# (definite), an invalid access or an uninitialised read makes the daemon exit
+# 99, and the harness fails every test whose daemon does not exit 0.
+# Exit 77 (automake: SKIP) when valgrind is not installed.
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+
+if ! command -v valgrind >/dev/null 2>&1; then
+    echo "valgrind_embedded.sh: valgrind not found; skipping" >&2
+    exit 77
+fi
+
+LB_DAEMON_WRAPPER="valgrind --quiet --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --show-leak-kinds=definite"
+# Everything runs ~20-50x slower under valgrind: stretch every timeout.
+LB_TIMEOUT_SCALE=${LB_TIMEOUT_SCALE:-10}
+export LB_DAEMON_WRAPPER LB_TIMEOUT_SCALE
+
+exec "${PYTHON:-python3}" "$here/test_embedded.py" "$@"
