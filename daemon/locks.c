@@ -56,6 +56,7 @@ struct locks {
     struct event_base *base;
     struct backend *backend;
     unsigned max_per_client;
+    bool closing;                  /* locks_shutdown() was called: grant nothing more */
     void *tree;                    /* tsearch root of struct lock * by name */
     struct locks_stats stats;
     /* While locks_lock() waits for a backend that may answer synchronously,
@@ -148,6 +149,8 @@ static void lock_next(struct lock *l)
         lock_destroy(l);
         return;
     }
+    if (l->table->closing)
+        return;                    /* waiters stay queued until their connections close */
     l->state = LOCK_ACQUIRING;
     l->acquiring_try = head->try;
     l->table->backend->ops->acquire(l->table->backend->impl, l, head->try);
@@ -161,6 +164,10 @@ static void hold_cancel_wait(struct hold *h)
     bool was_head = (h == TAILQ_FIRST(&l->queue));
 
     hold_unlink(h);
+    if (l->state == LOCK_IDLE && TAILQ_EMPTY(&l->queue)) {
+        lock_destroy(l);           /* only while closing do idle locks have waiters */
+        return;
+    }
     if (!was_head || l->state != LOCK_ACQUIRING)
         return;
     if (TAILQ_EMPTY(&l->queue) || l->acquiring_try) {
@@ -206,6 +213,11 @@ struct locks *locks_new(struct event_base *base, struct backend *backend, unsign
     t->backend = backend;
     t->max_per_client = max_per_client;
     return t;
+}
+
+void locks_shutdown(struct locks *t)
+{
+    t->closing = true;
 }
 
 static void free_lock_node(void *p)

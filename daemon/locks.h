@@ -59,6 +59,10 @@ struct locks_stats {
 /* base and backend are borrowed and must outlive the table. NULL when out of memory. */
 struct locks *locks_new(struct event_base *base, struct backend *backend,
                         unsigned max_per_client);
+/* The daemon is stopping: locks released from now on are not handed to the
+ * next waiter (whose connection is about to close anyway). */
+void locks_shutdown(struct locks *t);
+
 /* Frees every lock and hold without calling back any client. */
 void locks_free(struct locks *t);
 

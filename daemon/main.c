@@ -231,8 +231,10 @@ int main(int argc, char **argv)
     log_info("stopped");
     rc = 0;
 out:
-    if (started)
+    if (started) {
+        locks_shutdown(d.locks);
         server_stop(&d.srv);
+    }
     for (int i = 0; i < 3; i++)
         if (sig_ev[i])
             event_free(sig_ev[i]);

@@ -925,6 +925,32 @@ START_TEST(fake_answers_out_of_turn_ignored)
 }
 END_TEST
 
+/* Stopping: a released lock goes to nobody, and its waiters just leave. */
+START_TEST(fake_shutdown_grants_nothing)
+{
+    uint64_t tok;
+
+    ck_assert_int_eq(lock(&c1, "s", -1, &tok), LOCKS_WAITING);
+    locks_backend_granted(fake.calls[0].lock, 5);
+    ck_assert_int_eq(lock(&c1, "s", -1, &tok), LOCKS_GRANTED);   /* re-entrant */
+    ck_assert_int_eq(lock(&c2, "s", -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock(&c3, "s", 50, NULL), LOCKS_WAITING);
+    locks_shutdown(t);
+    locks_client_release_all(t, &c1.c);
+    ck_call(1, CALL_RELEASE, "s");
+    ck_assert_int_eq(fake.ncalls, 2);               /* no acquire for c2 */
+    ck_assert_int_eq(stats().held, 0);
+    ck_assert_int_eq(stats().waiting, 2);
+    locks_client_release_all(t, &c2.c);
+    locks_client_release_all(t, &c3.c);
+    ck_assert_int_eq(stats().waiting, 0);
+    run_past_ms(80);                                /* c3's deadline is gone with it */
+    ck_assert_int_eq(c2.nrecs, 0);
+    ck_assert_int_eq(c3.nrecs, 0);
+    ck_assert_int_eq(fake.ncalls, 2);
+}
+END_TEST
+
 START_TEST(fake_free_with_outstanding)
 {
     ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_WAITING);
@@ -988,6 +1014,7 @@ static Suite *locks_suite(void)
     tcase_add_test(tc, fake_lost_sole_holder);
     tcase_add_test(tc, fake_answers_out_of_turn_ignored);
     tcase_add_test(tc, fake_free_with_outstanding);
+    tcase_add_test(tc, fake_shutdown_grants_nothing);
     suite_add_tcase(s, tc);
     return s;
 }
