@@ -93,6 +93,7 @@ struct zk {
     struct event *lost_timer;          /* disconnected too long: holds are presumed lost */
     struct event *restart;             /* replace an expired handle, outside callbacks */
     struct event *retry;               /* back-off for zlocks parked after an error */
+    struct event *stalled;             /* a connection attempt got no handshake in time */
     bool in_process;                   /* inside zookeeper_process(): re-arm after it */
     bool kicked;
     struct timeval last_heard;         /* last time the server's socket was readable */
@@ -309,6 +310,7 @@ static void on_created(int rc, const char *value, const void *data)
         break;
     case ZCONNECTIONLOSS:
     case ZOPERATIONTIMEOUT:
+    case ZCLOSING:           /* the handle was reopened: whether it went out is unknown */
         /* The node may exist: look for it by name once connected again. */
         zl->create_uncertain = true;
         zl_park(zl, rc);
@@ -665,6 +667,12 @@ static const struct backend_ops zk_ops = {
 
 static void on_io(evutil_socket_t fd, short what, void *arg);
 
+/* The session timeout in force: negotiated, or else the one we asked for. */
+static int zk_timeout_ms(const struct zk *zk)
+{
+    return zk->negotiated_ms > 0 ? zk->negotiated_ms : (int)zk->settings->zk_session_timeout_ms;
+}
+
 static void zk_rearm(struct zk *zk)
 {
     struct timeval tv = { 0, 0 };
@@ -689,6 +697,20 @@ static void zk_rearm(struct zk *zk)
     event_del(zk->io);   /* the fd changes on every reconnect */
     event_assign(zk->io, zk->base, fd, what, on_io, zk);
     event_add(zk->io, &tv);
+
+    /* A socket but no session yet: time the handshake (see on_stalled). */
+    if (zk->state == ZK_CONNECTING && fd != -1) {
+        if (!evtimer_pending(zk->stalled, NULL)) {
+            int limit = zk_timeout_ms(zk) / 4;
+            struct timeval lt;
+            limit = limit < 1000 ? 1000 : limit;
+            lt.tv_sec = limit / 1000;
+            lt.tv_usec = (limit % 1000) * 1000;
+            evtimer_add(zk->stalled, &lt);
+        }
+    } else {
+        evtimer_del(zk->stalled);
+    }
 }
 
 static void on_io(evutil_socket_t fd, short what, void *arg)
@@ -793,6 +815,45 @@ static void zk_connect(struct zk *zk)
                   zk->settings->zk_hosts, strerror(errno));
         zk->state = ZK_EXPIRED;
         evtimer_add(zk->restart, &tv);
+        return;
+    }
+    zk_rearm(zk);
+}
+
+/*
+ * A server that accepts connections before it can serve (ZooKeeper does so
+ * while starting) may never answer the handshake; the C client would wait
+ * 2/3 of the session timeout, exactly when we must presume our holds lost.
+ * Instead, reopen the handle with the same session id and password: the
+ * session and its nodes survive (zookeeper_close sends no close request
+ * unless connected), and the client tries the next server or this one again.
+ */
+static void on_stalled(evutil_socket_t fd, short what, void *arg)
+{
+    struct zk *zk = arg;
+    clientid_t id;
+    bool resume = zk->session_id != 0;
+    struct zlock *zl;
+
+    if (zk->state != ZK_CONNECTING || !zk->zh)
+        return;
+    log_warn("zk: no session handshake within %d ms; reconnecting", zk_timeout_ms(zk) / 4);
+    if (resume)
+        id = *zoo_client_id(zk->zh);
+    zk_close_handle(zk);      /* pending requests complete with ZCLOSING */
+    zk->outstanding = 0;
+    /* Watches belonged to the old handle: look again once connected. */
+    TAILQ_FOREACH(zl, &zk->zlocks, link)
+        if (zl->step == ZL_WATCHING) {
+            zl->gen++;
+            zl->step = ZL_IDLE;
+        }
+    zk->zh = zookeeper_init(zk->settings->zk_hosts, on_session_event, zk_timeout_ms(zk),
+                            resume ? &id : NULL, zk, 0);
+    if (!zk->zh) {
+        log_error("zk: cannot reopen the session: %s", strerror(errno));
+        zk->state = ZK_EXPIRED;
+        event_active(zk->restart, 0, 0);
         return;
     }
     zk_rearm(zk);
@@ -998,7 +1059,8 @@ struct backend *zk_backend_new(struct event_base *base, const struct settings *s
     zk->lost_timer = evtimer_new(base, on_lost_timer, zk);
     zk->restart = evtimer_new(base, on_restart, zk);
     zk->retry = evtimer_new(base, on_retry, zk);
-    if (!zk->io || !zk->kick || !zk->lost_timer || !zk->restart || !zk->retry) {
+    zk->stalled = evtimer_new(base, on_stalled, zk);
+    if (!zk->io || !zk->kick || !zk->lost_timer || !zk->restart || !zk->retry || !zk->stalled) {
         zk_backend_free(&zk->be);
         return NULL;
     }
@@ -1030,6 +1092,8 @@ void zk_backend_free(struct backend *b)
         event_free(zk->restart);
     if (zk->retry)
         event_free(zk->retry);
+    if (zk->stalled)
+        event_free(zk->stalled);
     free(zk);
 }
 
