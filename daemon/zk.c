@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/queue.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
 #include <zookeeper/zookeeper.h>
@@ -89,6 +90,8 @@ struct zk {
     zhandle_t *zh;                     /* owned; NULL between sessions */
     enum zk_state state;
     struct event *io;                  /* the handle's fd and timeout, re-armed after each process */
+    int io_fd;                         /* what io is registered for, to skip needless re-registering */
+    short io_what;
     struct event *kick;                /* re-arm once after requests issued outside process */
     struct event *lost_timer;          /* disconnected too long: holds are presumed lost */
     struct event *restart;             /* replace an expired handle, outside callbacks */
@@ -673,6 +676,15 @@ static int zk_timeout_ms(const struct zk *zk)
     return zk->negotiated_ms > 0 ? zk->negotiated_ms : (int)zk->settings->zk_session_timeout_ms;
 }
 
+/* How long a handshake may take: short enough that several attempts fit
+ * in the 2/3 of the session timeout after which holds are presumed lost. */
+static int zk_handshake_limit_ms(const struct zk *zk)
+{
+    int limit = zk_timeout_ms(zk) / 8;
+
+    return limit < 1000 ? 1000 : limit;
+}
+
 static void zk_rearm(struct zk *zk)
 {
     struct timeval tv = { 0, 0 };
@@ -694,18 +706,22 @@ static void zk_rearm(struct zk *zk)
         if (interest & ZOOKEEPER_WRITE)
             what |= EV_WRITE;
     }
-    event_del(zk->io);   /* the fd changes on every reconnect */
-    event_assign(zk->io, zk->base, fd, what, on_io, zk);
+    /* The fd changes on every reconnect and the interest often; when
+     * neither did, only the timeout is renewed (no epoll_ctl). */
+    if (fd != zk->io_fd || what != zk->io_what ||
+        !event_pending(zk->io, EV_READ | EV_WRITE | EV_TIMEOUT, NULL)) {
+        event_del(zk->io);
+        event_assign(zk->io, zk->base, fd, what | EV_PERSIST, on_io, zk);
+        zk->io_fd = fd;
+        zk->io_what = what;
+    }
     event_add(zk->io, &tv);
 
     /* A socket but no session yet: time the handshake (see on_stalled). */
     if (zk->state == ZK_CONNECTING && fd != -1) {
         if (!evtimer_pending(zk->stalled, NULL)) {
-            int limit = zk_timeout_ms(zk) / 4;
-            struct timeval lt;
-            limit = limit < 1000 ? 1000 : limit;
-            lt.tv_sec = limit / 1000;
-            lt.tv_usec = (limit % 1000) * 1000;
+            int limit = zk_handshake_limit_ms(zk);
+            struct timeval lt = { limit / 1000, (limit % 1000) * 1000 };
             evtimer_add(zk->stalled, &lt);
         }
     } else {
@@ -726,6 +742,14 @@ static void on_io(evutil_socket_t fd, short what, void *arg)
         events |= ZOOKEEPER_WRITE;
     zk->in_process = true;
     zookeeper_process(zk->zh, events);
+    /* The client handles one reply per call; take the others already in
+     * the socket now rather than after another trip through epoll. */
+    if (events & ZOOKEEPER_READ) {
+        char c;
+        for (int i = 0; i < 64 && zk->zh && zk->state == ZK_CONNECTED &&
+                        recv((int)fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 1; i++)
+            zookeeper_process(zk->zh, ZOOKEEPER_READ);
+    }
     zk->in_process = false;
     /* Readable and still connected: the server spoke (an EOF would have
      * disconnected us), so the session was alive at `now`. */
@@ -801,15 +825,19 @@ static void zk_close_handle(struct zk *zk)
 
 static void on_session_event(zhandle_t *zh, int type, int state, const char *path, void *ctx);
 
-/* Starts a new session; when the handle cannot even be made (no host name
- * resolves), tries again every second, as in any other outage. */
-static void zk_connect(struct zk *zk)
+/*
+ * Opens a handle: a new session, or the session `id` again. When the handle
+ * cannot even be made (no host name resolves), the restart timer tries a new
+ * session in a second, as in any other outage.
+ */
+static void zk_open(struct zk *zk, const clientid_t *id)
 {
     struct timeval tv = { 1, 0 };
 
     zk->state = ZK_CONNECTING;
     zk->zh = zookeeper_init(zk->settings->zk_hosts, on_session_event,
-                            (int)zk->settings->zk_session_timeout_ms, NULL, zk, 0);
+                            id ? zk_timeout_ms(zk) : (int)zk->settings->zk_session_timeout_ms,
+                            id, zk, 0);
     if (!zk->zh) {
         log_error("zk: cannot start a session with '%s': %s; retrying",
                   zk->settings->zk_hosts, strerror(errno));
@@ -817,6 +845,9 @@ static void zk_connect(struct zk *zk)
         evtimer_add(zk->restart, &tv);
         return;
     }
+    /* Resolve host names when connecting, not on every zookeeper_interest()
+     * (the default), which costs several system calls per request. */
+    zoo_set_servers_resolution_delay(zk->zh, -1);
     zk_rearm(zk);
 }
 
@@ -837,7 +868,7 @@ static void on_stalled(evutil_socket_t fd, short what, void *arg)
 
     if (zk->state != ZK_CONNECTING || !zk->zh)
         return;
-    log_warn("zk: no session handshake within %d ms; reconnecting", zk_timeout_ms(zk) / 4);
+    log_warn("zk: no session handshake within %d ms; reconnecting", zk_handshake_limit_ms(zk));
     if (resume)
         id = *zoo_client_id(zk->zh);
     zk_close_handle(zk);      /* pending requests complete with ZCLOSING */
@@ -848,15 +879,7 @@ static void on_stalled(evutil_socket_t fd, short what, void *arg)
             zl->gen++;
             zl->step = ZL_IDLE;
         }
-    zk->zh = zookeeper_init(zk->settings->zk_hosts, on_session_event, zk_timeout_ms(zk),
-                            resume ? &id : NULL, zk, 0);
-    if (!zk->zh) {
-        log_error("zk: cannot reopen the session: %s", strerror(errno));
-        zk->state = ZK_EXPIRED;
-        event_active(zk->restart, 0, 0);
-        return;
-    }
-    zk_rearm(zk);
+    zk_open(zk, resume ? &id : NULL);
 }
 
 /* The session expired: everything it owned in ZooKeeper is gone. */
@@ -885,7 +908,7 @@ static void on_restart(evutil_socket_t fd, short what, void *arg)
         }
     }
     zk->outstanding = 0;
-    zk_connect(zk);
+    zk_open(zk, NULL);
 }
 
 static void on_session_event(zhandle_t *zh, int type, int state, const char *path, void *ctx)
@@ -1055,6 +1078,7 @@ struct backend *zk_backend_new(struct event_base *base, const struct settings *s
     zoo_set_log_stream(stderr);
     zoo_set_debug_level(log_get_level() >= LOG_LVL_DEBUG ? ZOO_LOG_LEVEL_WARN : 0);
     zk->io = event_new(base, -1, 0, on_io, zk);
+    zk->io_fd = -1;
     zk->kick = event_new(base, -1, 0, on_kick, zk);
     zk->lost_timer = evtimer_new(base, on_lost_timer, zk);
     zk->restart = evtimer_new(base, on_restart, zk);
@@ -1064,7 +1088,7 @@ struct backend *zk_backend_new(struct event_base *base, const struct settings *s
         zk_backend_free(&zk->be);
         return NULL;
     }
-    zk_connect(zk);
+    zk_open(zk, NULL);
     log_info("zk: daemon id %s, connecting to %s, root %s", zk->daemon_id, s->zk_hosts,
              zk->root);
     return &zk->be;
