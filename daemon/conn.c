@@ -13,6 +13,7 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,7 @@ struct conn {
     struct zk_query *query;        /* STATUS in distributed mode: ZooKeeper's answer pending */
     char status_name[PROTO_NAME_MAX + 1]; /* the name that query is about */
     struct event *linger_timer;    /* owned; armed in CONN_LINGER */
+    struct event *hangup;          /* owned; EV_CLOSED, armed in CONN_WAITING (may be NULL) */
     uint64_t id;
     TAILQ_ENTRY(conn) link;        /* srv->conns */
     char peer[64];
@@ -64,12 +66,40 @@ static struct conn *conn_of(struct locks_client *lc)
     return (struct conn *)((char *)lc - offsetof(struct conn, lc));
 }
 
+static void conn_on_hangup(evutil_socket_t fd, short what, void *arg);
+
+/*
+ * While a connection waits, its later requests stay unread and reading
+ * stops once INPUT_SLACK bytes are buffered, so a hang-up could go unseen
+ * and leave a wait queued for a client that is gone. EV_CLOSED (epoll's
+ * EPOLLRDHUP) reports the peer's FIN without reading what is pending. (A
+ * FIN queued behind more unsent bytes than our socket buffer takes cannot
+ * arrive until we read; the peer's kernel resets such a socket in time.)
+ */
+static void conn_watch_hangup(struct conn *c, bool on)
+{
+    if (!on) {
+        if (c->hangup)
+            event_del(c->hangup);
+        return;
+    }
+    if (!c->hangup && (event_base_get_features(c->srv->base) & EV_FEATURE_EARLY_CLOSE))
+        c->hangup = event_new(c->srv->base, bufferevent_getfd(c->bev), EV_CLOSED,
+                              conn_on_hangup, c);
+    if (c->hangup)
+        event_add(c->hangup, NULL);
+}
+
 static void conn_set_state(struct conn *c, enum conn_state to)
 {
     if (c->state == to)
         return;
     log_debug("conn %llu: going from %s to %s", (unsigned long long)c->id,
               state_names[c->state], state_names[to]);
+    if (c->state == CONN_WAITING)
+        conn_watch_hangup(c, false);
+    else if (to == CONN_WAITING)
+        conn_watch_hangup(c, true);
     c->state = to;
 }
 
@@ -386,6 +416,14 @@ static void conn_on_read(struct bufferevent *bev, void *arg)
     conn_process(c);
 }
 
+static void conn_on_hangup(evutil_socket_t fd, short what, void *arg)
+{
+    struct conn *c = arg;
+
+    log_debug("conn %llu (%s): hung up while waiting", (unsigned long long)c->id, c->peer);
+    conn_free(c);
+}
+
 static void conn_on_linger_timeout(evutil_socket_t fd, short what, void *arg)
 {
     conn_free(arg);
@@ -484,6 +522,8 @@ void conn_free(struct conn *c)
     c->srv->nconns--;
     if (c->linger_timer)
         event_free(c->linger_timer);
+    if (c->hangup)
+        event_free(c->hangup);
     bufferevent_free(c->bev);
     free(c);
 }

@@ -195,6 +195,21 @@ static void zk_arm_retry(struct zk *zk)
         evtimer_add(zk->retry, &tv);
 }
 
+/* Starts a request step: its context, or NULL (parked, retried later) when
+ * out of memory. */
+static struct zcall *zl_begin(struct zlock *zl, enum zl_step step)
+{
+    struct zcall *c = zcall_new(zl);
+
+    if (!c) {
+        zl->step = ZL_IDLE;
+        zk_arm_retry(zl->zk);
+        return NULL;
+    }
+    zl->step = step;
+    return c;
+}
+
 /* Called after every zoo_a* call: counts it, or parks the zlock if it failed. */
 static bool zk_sent(struct zlock *zl, struct zcall *c, int rc, const char *what)
 {
@@ -329,19 +344,15 @@ static void zl_create(struct zlock *zl)
 {
     struct zk *zk = zl->zk;
     char prefix[512], data[256];
-    struct zcall *c = zcall_new(zl);
+    struct zcall *c = zl_begin(zl, ZL_CREATING);
 
-    if (!c) {
-        zl->step = ZL_IDLE;
-        zk_arm_retry(zk);
+    if (!c)
         return;
-    }
     /* The daemon id and request id make the node findable if the reply is lost. */
     snprintf(prefix, sizeof(prefix), "%s/%s-%llu-", zl->parent, zk->daemon_id,
              (unsigned long long)zl->id);
     snprintf(data, sizeof(data), "daemon=%s client=%s", zk->daemon_id,
              zl->lock ? lock_peer(zl->lock) : "-");
-    zl->step = ZL_CREATING;
     zl->create_attempts++;
     zk_sent(zl, c,
             zoo_acreate(zk->zh, prefix, data, (int)strlen(data), &ZOO_OPEN_ACL_UNSAFE,
@@ -378,15 +389,11 @@ static void on_found(int rc, const struct String_vector *children, const void *d
 
 static void zl_find_lost_create(struct zlock *zl)
 {
-    struct zcall *c = zcall_new(zl);
+    struct zcall *c = zl_begin(zl, ZL_FINDING);
 
-    if (!c) {
-        zl->step = ZL_IDLE;
-        zk_arm_retry(zl->zk);
-        return;
-    }
-    zl->step = ZL_FINDING;
-    zk_sent(zl, c, zoo_aget_children(zl->zk->zh, zl->parent, 0, on_found, c), "getChildren");
+    if (c)
+        zk_sent(zl, c, zoo_aget_children(zl->zk->zh, zl->parent, 0, on_found, c),
+                "getChildren");
 }
 
 /* ------------------------------------------------------- list and watch */
@@ -435,10 +442,9 @@ static void zl_watch(struct zlock *zl, const char *predecessor)
 {
     struct zk *zk = zl->zk;
     char path[512];
-    struct zcall *c = zcall_new(zl), *w = malloc(sizeof(*w));
+    struct zcall *w = malloc(sizeof(*w)), *c = w ? zl_begin(zl, ZL_WATCHING) : NULL;
 
-    if (!c || !w) {
-        free(c);
+    if (!c) {
         free(w);
         zl->step = ZL_IDLE;
         zk_arm_retry(zk);
@@ -448,7 +454,6 @@ static void zl_watch(struct zlock *zl, const char *predecessor)
     c->watch = w;
     TAILQ_INSERT_TAIL(&zk->watches, w, link);
     snprintf(path, sizeof(path), "%s/%s", zl->parent, predecessor);
-    zl->step = ZL_WATCHING;
     log_debug("zk: %s waits for %s", zl->node, path);
     if (!zk_sent(zl, c, zoo_awget(zk->zh, path, on_watch_event, w, on_predecessor_read, c),
                  "getData")) {
@@ -523,16 +528,11 @@ static void on_listed(int rc, const struct String_vector *children, const struct
 
 static void zl_list(struct zlock *zl)
 {
-    struct zcall *c = zcall_new(zl);
+    struct zcall *c = zl_begin(zl, ZL_LISTING);
 
-    if (!c) {
-        zl->step = ZL_IDLE;
-        zk_arm_retry(zl->zk);
-        return;
-    }
-    zl->step = ZL_LISTING;
-    zk_sent(zl, c, zoo_aget_children2(zl->zk->zh, zl->parent, 0, on_listed, c),
-            "getChildren");
+    if (c)
+        zk_sent(zl, c, zoo_aget_children2(zl->zk->zh, zl->parent, 0, on_listed, c),
+                "getChildren");
 }
 
 /* ---------------------------------------------------------------- delete */
@@ -558,14 +558,10 @@ static void on_deleted(int rc, const void *data)
 
 static void zl_delete(struct zlock *zl)
 {
-    struct zcall *c = zcall_new(zl);
+    struct zcall *c = zl_begin(zl, ZL_DELETING);
 
-    if (!c) {
-        zl->step = ZL_IDLE;
-        zk_arm_retry(zl->zk);
+    if (!c)
         return;
-    }
-    zl->step = ZL_DELETING;
     log_debug("zk: deleting %s", zl->node);
     zk_sent(zl, c, zoo_adelete(zl->zk->zh, zl->node, -1, on_deleted, c), "delete");
 }

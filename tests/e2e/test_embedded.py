@@ -414,6 +414,26 @@ class WaitTests(SharedDaemonCase):
         # Had the lock gone to the dead waiter, w2 would never get it.
         self.granted(w2, n)
 
+    def test_waiter_hanging_up_behind_unread_input_is_dropped(self):
+        # Behind a waiting LOCK the daemon buffers only ~64 KiB of later
+        # requests, then stops reading; it must still notice the hang-up and
+        # drop the wait at once, not when the lock is released.
+        n = self.name()
+        h, w = self.connect(), self.connect()
+        self.lock(h, n)
+        self.queue(w, n)
+        # 100 KB: past the ~65 KB the daemon reads, within what the kernel
+        # buffers, so the FIN can arrive (TCP queues it behind unsent data).
+        w.send(b"PING\n" * 20000)
+        w.close()
+        self.d.wait_closed(w)                    # while h still holds the lock
+        with self.d.client() as c:
+            c.send("STATS\n")
+            waiters = [l for l in iter(c.line, "END") if l.startswith("STAT waiters ")]
+        self.assertEqual(waiters, ["STAT waiters 0"])
+        self.unlock(h, n)
+        self.assert_free(n)
+
     def test_only_waiter_disconnect_leaves_lock_free(self):
         n = self.name()
         h, w = self.connect(), self.connect()
