@@ -103,9 +103,28 @@ static void conn_set_state(struct conn *c, enum conn_state to)
     c->state = to;
 }
 
+/*
+ * Queues a reply line. When nothing is queued ahead of it, it is sent at
+ * once: through the bufferevent, every one-line reply would cost enabling
+ * and disabling write interest and another loop iteration.
+ */
 static void conn_write(struct conn *c, const char *buf, int len)
 {
-    if (len < 0 || bufferevent_write(c->bev, buf, (size_t)len) < 0)
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    ssize_t sent = 0;
+
+    if (len < 0) {
+        log_error("conn %llu: reply too long", (unsigned long long)c->id);
+        return;
+    }
+    if (evbuffer_get_length(out) == 0) {
+        sent = send(bufferevent_getfd(c->bev), buf, (size_t)len, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (sent == len)
+            return;
+        if (sent < 0)
+            sent = 0;        /* EAGAIN, or an error the bufferevent will report */
+    }
+    if (evbuffer_add(out, buf + sent, (size_t)(len - sent)) < 0)
         log_error("conn %llu: cannot queue a reply", (unsigned long long)c->id);
 }
 
@@ -129,6 +148,9 @@ static void conn_begin_close(struct conn *c)
 {
     locks_client_release_all(c->srv->locks, &c->lc);
     conn_set_state(c, CONN_CLOSING);
+    /* The last reply may have gone out directly: no write will call back. */
+    if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+        bufferevent_trigger(c->bev, EV_WRITE, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
 }
 
 static void reply_lock_result(struct conn *c, enum proto_cmd cmd, const char *name,

@@ -234,6 +234,9 @@ out:
     if (started) {
         locks_shutdown(d.locks);
         server_stop(&d.srv);
+        /* Deferred bufferevent callbacks of closed connections hold their
+         * last references: let them run (their callbacks are unset). */
+        event_base_loop(d.base, EVLOOP_NONBLOCK);
     }
     for (int i = 0; i < 3; i++)
         if (sig_ev[i])
