@@ -835,6 +835,7 @@ class DistributedTest(DistributedBase):
         c = self.client(a)
         self.assertRegex(c.request("TRYLOCK x"), r"^ERR UNAVAILABLE ")
         self.assertEqual(c.request("LOCK x 200"), "TIMEOUT x")
+        self.assertRegex(c.request("STATUS x"), r"^ERR UNAVAILABLE ")
         self.assertEqual(c.request("PING"), "PONG")
         y = self.client(a, timeout=scaled(30.0))
         y.send("LOCK y\n")
@@ -989,6 +990,39 @@ class DistributedTest(DistributedBase):
         self.assertEqual((st["zk_sessions"], st["lost"]), ("1", "0"))
         self.assertEqual(holder.request("UNLOCK s"), "OK s")
         self.wait_no_nodes(hosts, port=zk.port, sessions=[a.session])
+
+
+    # 12 --------------------------------------------------------------
+    def test_12_status_shows_the_queue_across_daemons(self):
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A")
+        b = self.start_daemon(hosts, "B")
+        qa, qb = self.client(a), self.client(b)
+        self.assertEqual(qb.request("STATUS q"),
+                         "STATUS q free holder=- token=- since=- waiters=0 queue=0")
+        h = self.client(a)
+        h.send("LOCK q\n")
+        t = int(h.expect_match(r"OK q %s" % TOKEN).group(1))
+        holder = re.escape("%s/%s" % (a.daemon_id, h.local))
+        # Through another daemon: the holder from its node, not its token.
+        self.assertRegex(qb.request("STATUS q"),
+                         r"^STATUS q held holder=%s token=- since=\d+ waiters=0 queue=1$" % holder)
+        w1, w2 = self.client(b), self.client(b)
+        for w in (w1, w2):
+            w.send("LOCK q\n")
+            b.wait_queued(w, "q")
+        self.wait_node(hosts, "q", b)
+        # B queues its clients locally: one node for both of them.
+        self.assertRegex(qb.request("STATUS q"),
+                         r"^STATUS q held holder=%s token=- since=\d+ waiters=2 queue=2$" % holder)
+        self.assertRegex(qa.request("STATUS q"),
+                         r"^STATUS q held holder=%s token=%d since=\d+ waiters=0 queue=2$"
+                         % (holder, t))
+        self.assertEqual(h.request("UNLOCK q"), "OK q")
+        w1.expect_match(r"OK q %s" % TOKEN)
+        self.assertRegex(qb.request("STATUS q"),
+                         r"^STATUS q held holder=%s/%s token=\d+ since=\d+ waiters=1 queue=1$"
+                         % (re.escape(b.daemon_id), re.escape(w1.local)))
 
 
 if __name__ == "__main__":

@@ -906,6 +906,157 @@ class ConcurrencyTests(SharedDaemonCase):
             c.expect("OK %s" % n)
 
 
+# ============================================ STATUS, STATS, HELP, reload
+
+def read_block(c):
+    """Lines up to END (not included)."""
+    lines = []
+    while True:
+        line = c.line()
+        if line == "END":
+            return lines
+        lines.append(line)
+
+
+def stat_map(c):
+    c.send("STATS\n")
+    out = {}
+    for line in read_block(c):
+        m = re.match(r"STAT (\S+) (\S+)$", line)
+        assert m, "not a STAT line: %r" % line
+        out[m.group(1)] = m.group(2)
+    return out
+
+
+class AdminTests(Case):
+    """Commands for operators, on a daemon of the test's own (exact counters)."""
+
+    def setUp(self):
+        self.d = Daemon(name="lockbrokerd-" + self._testMethodName).start()
+        self.addCleanup(self.d.stop)
+        self.daemon_id = self.d.wait_log(r"info daemon id (\S+)$").group(1)
+
+    def test_help_lists_every_command_from_the_table(self):
+        c = self.connect()
+        c.send("help\n")
+        lines = read_block(c)
+        words = [re.match(r"HELP (\S+)", l).group(1) for l in lines]
+        self.assertEqual(words, ["LOCK", "TRYLOCK", "UNLOCK", "PING", "QUIT", "STATUS",
+                                 "STATS", "HELP"])
+        self.assertIn("HELP LOCK <name> [<wait-ms>] - ", lines[0])
+        self.ping(c)                                  # still usable, in order
+
+    def test_stats_counts_what_happened(self):
+        c, w = self.connect(), self.connect()
+        before = stat_map(c)
+        self.assertEqual(before["mode"], "embedded")
+        self.assertRegex(before["version"], r"^\d+\.\d+\.\d+$")
+        self.assertEqual(before["curr_connections"], "2")
+        n = self.name()
+        self.lock(c, n)
+        c.send("LOCK %s\n" % n)                       # re-entrant: not a grant
+        self.granted(c, n)
+        w.send("LOCK %s 1\n" % n)
+        w.expect("TIMEOUT %s" % n)
+        w.send("BOGUS\n")
+        w.expect_match(r"ERR BAD_COMMAND .*")
+        after = stat_map(c)
+        self.assertEqual(int(after["grants"]) - int(before["grants"]), 1)
+        self.assertEqual(int(after["timeouts"]) - int(before["timeouts"]), 1)
+        self.assertEqual(int(after["errors"]) - int(before["errors"]), 1)
+        self.assertEqual(int(after["cmd_lock"]) - int(before["cmd_lock"]), 3)
+        self.assertEqual(int(after["cmd_stats"]) - int(before["cmd_stats"]), 1)
+        self.assertEqual((after["locks_held"], after["waiters"]), ("1", "0"))
+        self.assertEqual(after["total_connections"], "2")
+        self.assertNotIn("zk_state", after)
+
+    def test_status_free_held_and_waiters(self):
+        n = self.name()
+        a, b, q = self.connect(), self.connect(), self.connect()
+        q.send("STATUS %s\n" % n)
+        q.expect("STATUS %s free holder=- token=- since=- waiters=0 queue=0" % n)
+        before_ms = int(time.time() * 1000)
+        tok = self.lock(a, n)
+        after_ms = int(time.time() * 1000)
+        q.send("STATUS %s\n" % n)
+        m = q.expect_match(r"STATUS %s held holder=(\S+) token=(\d+) since=(\d+) "
+                           r"waiters=0 queue=1$" % n)
+        self.assertEqual(m.group(1), "%s/%s" % (self.daemon_id, a.local))
+        self.assertEqual(int(m.group(2)), tok)
+        self.assertTrue(before_ms - 1000 <= int(m.group(3)) <= after_ms + 1000)
+        self.queue(b, n)
+        q.send("status %s\n" % n)
+        q.expect_match(r"STATUS %s held holder=\S+ token=%d since=\d+ waiters=1 queue=2$"
+                       % (n, tok))
+        a.close()
+        self.granted(b, n)
+        q.send("STATUS %s\n" % n)
+        q.expect_match(r"STATUS %s held holder=%s/%s token=\d+ since=\d+ waiters=0 queue=1$"
+                       % (n, re.escape(self.daemon_id), re.escape(b.local)))
+
+    def test_status_errors(self):
+        c = self.connect()
+        c.send("STATUS\nSTATUS a b\nSTATUS bad/name\n")
+        c.expect_match(r"ERR BAD_ARGS .*")
+        c.expect_match(r"ERR BAD_ARGS .*")
+        c.expect_match(r"ERR BAD_NAME .*")
+        self.ping(c)
+
+
+class ReloadTests(Case):
+    """SIGHUP re-reads the file: log level and limits now, the rest on restart."""
+
+    def start(self, text):
+        d = Daemon(config=text, verbose=False, name="lockbrokerd-" + self._testMethodName)
+        d.start()
+        self.addCleanup(d.stop)
+        return d
+
+    def rewrite(self, d, text):
+        with open(d.config_path, "w") as f:
+            f.write(text)
+        mark = d.log_mark()
+        d.send_signal(signal.SIGHUP)
+        return mark
+
+    def test_sighup_applies_log_level_and_limits(self):
+        d = self.start("[server]\nmax_locks_per_client = 1\n[log]\nlevel = info\n")
+        c = self.connect(d)
+        self.lock(c, "r1")
+        c.send("LOCK r2\n")
+        c.expect_match(r"ERR LIMIT .*")
+        mark = self.rewrite(d, "[server]\nmax_locks_per_client = 2\n[log]\nlevel = debug\n")
+        d.wait_log(r"reloaded: log level debug, max_clients \d+, max_line 1024, "
+                   r"max_locks_per_client 2", since=mark)
+        self.lock(c, "r2")                            # the held lock was kept
+        c.send("LOCK r3\n")
+        c.expect_match(r"ERR LIMIT .*")
+        probe = self.connect(d)                       # debug lines now appear
+        self.ping(probe)
+        d.wait_log(r"debug conn \d+ \(%s\): open" % re.escape(probe.local), since=mark)
+
+    def test_sighup_with_a_bad_file_keeps_the_running_settings(self):
+        d = self.start("[server]\nmax_locks_per_client = 1\n")
+        c = self.connect(d)
+        self.lock(c, "k1")
+        mark = self.rewrite(d, "[server]\nmax_locks_per_client = lots\n")
+        d.wait_log(r"error reload failed, keeping the running settings: .*lockbrokerd.conf:2: "
+                   r"max_locks_per_client", since=mark)
+        c.send("LOCK k2\n")
+        c.expect_match(r"ERR LIMIT .*")                 # still 1
+        self.ping(c)
+
+    def test_sighup_reports_settings_that_need_a_restart(self):
+        d = self.start("[server]\nmax_line = 300\n")
+        mark = self.rewrite(d, "[server]\nmax_line = 300\nunix_socket = /tmp/lb-reload.sock\n"
+                               "[zookeeper]\nsession_timeout_ms = 5000\n")
+        d.wait_log(r"warn reload: unix_socket or its mode changed; restart", since=mark)
+        d.wait_log(r"warn reload: \[zookeeper\] settings changed; restart", since=mark)
+        d.wait_log(r"reloaded: ", since=mark)
+        self.assertFalse(os.path.exists("/tmp/lb-reload.sock"))
+        self.ping(self.connect(d))
+
+
 # ======================================================= restart, signals
 
 class RestartTests(Case):
