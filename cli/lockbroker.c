@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +32,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "Usage: lockbroker [OPTIONS] run [-w MS] [-g MS] NAME [--] COMMAND [ARGS...]\n"
-        "       lockbroker [OPTIONS] status NAME\n"
+        "       lockbroker [OPTIONS] status [NAME]\n"
         "       lockbroker [OPTIONS] stats\n"
         "       lockbroker [OPTIONS] ping\n"
         "Client of lockbrokerd. `run` holds lock NAME while COMMAND runs, with\n"
@@ -276,21 +277,51 @@ static int cmd_ping(const struct options *o, const struct client_addr *a, struct
     return CLI_EXIT_PROTOCOL;
 }
 
-static int cmd_stats(const struct options *o, const struct client_addr *a, struct client *c)
+/* The STAT values `lockbroker status` (no NAME) summarises. */
+static const char *const summary_keys[] = {
+    "version", "mode", "uptime", "curr_connections", "locks_held", "waiters",
+    "zk_state", "zk_session_id",
+};
+#define NSUMMARY (sizeof(summary_keys) / sizeof(summary_keys[0]))
+
+static void print_summary(const struct client_addr *a, char vals[][64])
+{
+    printf("lockbrokerd %s at %s: %s mode, up %s s, %s connections, %s locks held, "
+           "%s waiting", vals[0], a->spec, vals[1], vals[2], vals[3], vals[4], vals[5]);
+    if (vals[6][0])
+        printf(", ZooKeeper %s (session %s)", vals[6], vals[7]);
+    putchar('\n');
+}
+
+/* STATS: every STAT line, or (summary) one line about the daemon. */
+static int cmd_stats(const struct options *o, const struct client_addr *a, struct client *c,
+                     bool summary)
 {
     struct exchange x;
-    char line[CLIENT_LINE_MAX + 1];
+    char line[CLIENT_LINE_MAX + 1], vals[NSUMMARY][64];
     int rc;
 
+    memset(vals, 0, sizeof(vals));
     if ((rc = exchange_start(&x, o, a, c, "STATS\n")))
         return rc;
     for (;;) {
         if ((rc = exchange_line(&x, line, sizeof(line))))
             return rc;
-        if (strcmp(line, "END") == 0)
+        if (strcmp(line, "END") == 0) {
+            if (summary)
+                print_summary(a, vals);
             return CLI_EXIT_OK;
+        }
         if (strncmp(line, "STAT ", 5) == 0) {
-            puts(line);
+            const char *key = line + 5, *val = strchr(key, ' ');
+            if (!summary) {
+                puts(line);
+                continue;
+            }
+            for (size_t i = 0; val && i < NSUMMARY; i++)
+                if (strlen(summary_keys[i]) == (size_t)(val - key) &&
+                    strncmp(key, summary_keys[i], (size_t)(val - key)) == 0)
+                    snprintf(vals[i], sizeof(vals[i]), "%s", val + 1);
             continue;
         }
         if (strncmp(line, "ERR ", 4) == 0)
@@ -394,16 +425,17 @@ int main(int argc, char **argv)
         fflush(stdout);
         return run_command(&ro);
     }
-    if (strcmp(sub, "status") == 0) {
+    if (strcmp(sub, "status") == 0 && nrest > 0) {
         if (nrest != 1)
-            return usage_error("%s", nrest ? "status: expected one lock NAME" : "status: missing lock NAME");
+            return usage_error("%s", "status: expected one lock NAME, or none");
         if ((rc = check_name(rest[0])) != 0)
             return rc;
         rc = cmd_status(&o, &addr, &conn, rest[0]);
     } else {
         if (nrest != 0)
             return usage_error("unexpected argument '%s'", rest[0]);
-        rc = strcmp(sub, "stats") == 0 ? cmd_stats(&o, &addr, &conn) : cmd_ping(&o, &addr, &conn);
+        rc = strcmp(sub, "ping") == 0 ? cmd_ping(&o, &addr, &conn)
+                                      : cmd_stats(&o, &addr, &conn, strcmp(sub, "status") == 0);
     }
     client_close(&conn);
     return finish_stdout(rc);

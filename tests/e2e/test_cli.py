@@ -520,8 +520,7 @@ class ErrorTests(DaemonCase):
             (["ping", "-H"], r"option -H needs an argument"),
             (["-H", addr, "ping", "extra"], r"unexpected argument 'extra'"),
             (["-H", addr, "stats", "extra"], r"unexpected argument 'extra'"),
-            (["-H", addr, "status"], r"status: missing lock NAME"),
-            (["-H", addr, "status", "a", "b"], r"status: expected one lock NAME"),
+            (["-H", addr, "status", "a", "b"], r"status: expected one lock NAME, or none"),
             (["-H", addr, "run"], r"run: missing lock NAME"),
             (["-H", addr, "run", "n"], r"run n: missing COMMAND"),
             (["-H", addr, "run", "n", "--"], r"run n: missing COMMAND"),
@@ -583,15 +582,16 @@ class InfoTests(DaemonCase):
         self.assertNotIn("END", lines)
 
     def test_status_against_the_daemon(self):
-        # The daemon may or may not implement STATUS yet: either it answers a
-        # STATUS line, or the client says clearly that it does not know it.
         n = self.name()
         p = self.lb(self.hp() + ["status", n])
-        if p.rc == 0:
-            self.assertRegex(p.out, r"(^|\n)STATUS %s (free|held)\b[^\n]*\n$" % re.escape(n))
-        else:
-            self.assert_exit(p, EXIT_PROTOCOL, r"the broker at .* does not support STATUS "
-                             r"\(it replied: ERR BAD_COMMAND", stdout="")
+        self.assertEqual(p.rc, 0, p.err)
+        self.assertEqual(p.out, "STATUS %s free holder=- token=- since=- waiters=0 queue=0\n" % n)
+
+    def test_status_without_a_name_summarises_the_daemon(self):
+        p = self.lb(self.hp() + ["status"])
+        self.assertEqual(p.rc, 0, p.err)
+        self.assertRegex(p.out, r"^lockbrokerd \d+\.\d+\.\d+ at \S+: embedded mode, up \d+ s, "
+                                r"\d+ connections, \d+ locks held, \d+ waiting\n$")
 
 
 # ================================================================ addresses
