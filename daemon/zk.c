@@ -613,8 +613,8 @@ static void zk_acquire(void *impl, struct lock *l, bool try)
     if (!zl || !(zl->parent = malloc(plen))) {
         free(zl);
         log_error("zk: out of memory acquiring %s", lock_name(l));
-        if (try)
-            locks_backend_unavailable(l);   /* a waiter waits for the retry below */
+        /* Nothing would ever retry: fail the request rather than let it hang. */
+        locks_backend_unavailable(l);
         return;
     }
     snprintf(zl->parent, plen, "%s/locks/%s", zk->root, lock_name(l));
@@ -935,8 +935,9 @@ static void on_session_event(zhandle_t *zh, int type, int state, const char *pat
         if (zk->state == ZK_CONNECTED)
             log_warn("zk: disconnected from ZooKeeper; reconnecting");
         zk->state = ZK_CONNECTING;
-        /* The session may expire 2/3 of its timeout after we last heard from
-         * the server (it had the remaining third to expire it); count from then. */
+        /* The server expires the session a full timeout after it last heard
+         * from us; we presume it lost 2/3 of a timeout after we last heard
+         * from the server, leaving a third for delays on either side. */
         if (zk->session_id && !evtimer_pending(zk->lost_timer, NULL)) {
             gettimeofday(&now, NULL);
             deadline = zk->last_heard;
