@@ -1025,6 +1025,100 @@ class DistributedTest(DistributedBase):
                          % (re.escape(b.daemon_id), re.escape(w1.local)))
 
 
+    # 13 --------------------------------------------------------------
+    def test_13_lost_create_reply_leaves_no_orphan(self):
+        """The server creates the node but its reply never arrives: the daemon
+        cannot know the node exists, and an orphan of its live session would
+        block the lock for good. After reconnecting it must find its node by
+        name, adopt it, and end with exactly one."""
+        zk = self.own_server(name="zk-lostcreate")
+        zk.start()
+        proxy = ReplyDroppingProxy(zk.port)
+        self.addCleanup(proxy.close)
+        a = self.start_daemon(proxy.hosts, "A", SESSION_MS)
+        b = self.start_daemon(zk.connect_string, "B", SESSION_MS)
+        hb = self.client(b)
+        hb.send("LOCK lc\n")                  # the parent exists: A's create succeeds
+        hb.expect_match(r"OK lc %s" % TOKEN)
+        mark = a.log_mark()
+        proxy.drop_replies()                   # on A's current connection
+
+        def a_nodes():
+            kids = lock_nodes(zk.connect_string, self.root).get("lc", [])
+            return [k for k in kids if k.startswith(a.daemon_id + "-")]
+        c = self.client(a, timeout=scaled(30.0))
+        c.send("LOCK lc\n")
+        a.wait_queued(c, "lc")
+        self.wait_zk(lambda: len(a_nodes()) == 1, scaled(10.0), "A's create to reach the server")
+        a.wait_log(r"zk: disconnected from ZooKeeper", scaled(15.0), since=mark)
+        a.wait_log(r"zk: found \S+, whose create reply was lost", scaled(15.0), since=mark)
+        self.assertIsNone(a.find_log(SESSION_RE, mark), "the session should have survived")
+        self.assertTrue(c.silent(), "A granted while B holds the lock")
+        self.assertEqual(len(a_nodes()), 1, a_nodes())
+        self.assertEqual(hb.request("UNLOCK lc"), "OK lc")
+        c.expect_match(r"OK lc %s" % TOKEN)     # the adopted node, first in line now
+        self.assertEqual(len(a_nodes()), 1, a_nodes())
+        self.assertEqual(c.request("UNLOCK lc"), "OK lc")
+        self.wait_no_nodes(zk.connect_string, port=zk.port, sessions=[a.session, b.session])
+
+
+class ReplyDroppingProxy:
+    """A loopback TCP proxy to a ZooKeeper server that can swallow the
+    server's replies on the connections open at the time (requests still get
+    through): a reply lost on the way, deterministically."""
+
+    def __init__(self, upstream_port):
+        self.upstream = ("127.0.0.1", upstream_port)
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.hosts = "127.0.0.1:%d" % self.listener.getsockname()[1]
+        self.pairs = []                  # [client socket, server socket, dropping]
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+                server = socket.create_connection(self.upstream)
+            except OSError:
+                return
+            pair = [client, server, False]
+            with self.lock:
+                self.pairs.append(pair)
+            threading.Thread(target=self._pump, args=(pair, 0, 1), daemon=True).start()
+            threading.Thread(target=self._pump, args=(pair, 1, 0), daemon=True).start()
+
+    def _pump(self, pair, src, dst):
+        try:
+            while True:
+                data = pair[src].recv(65536)
+                if not data:
+                    break
+                if src == 1 and pair[2]:
+                    continue                 # a server reply, swallowed
+                pair[dst].sendall(data)
+        except OSError:
+            pass
+        for sock in pair[:2]:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def drop_replies(self):
+        with self.lock:
+            for pair in self.pairs:
+                pair[2] = True
+
+    def close(self):
+        self.listener.close()
+        with self.lock:
+            for pair in self.pairs:
+                for sock in pair[:2]:
+                    sock.close()
+
 if __name__ == "__main__":
     if not zk_available():
         sys.stderr.write("test_distributed.py: ZooKeeper not installed; skipping\n")
