@@ -225,14 +225,8 @@ static void free_lock_node(void *p)
     struct lock *l = p;
     struct hold *h;
 
-    while ((h = TAILQ_FIRST(&l->queue))) {
-        TAILQ_REMOVE(&l->queue, h, in_lock);
-        TAILQ_REMOVE(&h->client->holds, h, in_client);
-        h->client->nholds--;
-        if (h->timer)
-            event_free(h->timer);
-        free(h);
-    }
+    while ((h = TAILQ_FIRST(&l->queue)))
+        hold_unlink(h);
     free(l);
 }
 
