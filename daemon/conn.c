@@ -231,7 +231,7 @@ static void reply_stats(struct conn *c)
         evbuffer_add_printf(out, "STAT zk_sessions %llu\n", (unsigned long long)zs.sessions);
         evbuffer_add_printf(out, "STAT zk_reconnects %llu\n", (unsigned long long)zs.reconnects);
         evbuffer_add_printf(out, "STAT zk_outstanding %llu\n", (unsigned long long)zs.outstanding);
-        evbuffer_add_printf(out, "STAT zk_requests %llu\n", (unsigned long long)zs.nodes);
+        evbuffer_add_printf(out, "STAT zk_requests %llu\n", (unsigned long long)zs.requests);
     }
     evbuffer_add(out, "END\n", 4);
 }
@@ -241,7 +241,7 @@ static void reply_status(struct conn *c, const char *name, const struct zk_queue
 {
     struct evbuffer *out = bufferevent_get_output(c->bev);
     struct locks_status ls;
-    char token[24] = "-", since[24] = "-";
+    char since[24] = "-";
     unsigned queue;
 
     if (zi && !zi->ok) {
@@ -251,10 +251,9 @@ static void reply_status(struct conn *c, const char *name, const struct zk_queue
     locks_status(c->srv->locks, name, &ls);
     queue = zi ? zi->queue : (ls.held ? 1 : 0) + ls.waiters;
     if (ls.held) {
-        snprintf(token, sizeof(token), "%llu", (unsigned long long)ls.token);
-        snprintf(since, sizeof(since), "%lld", (long long)ls.since_ms);
-        evbuffer_add_printf(out, "STATUS %s held holder=%s/%s token=%s since=%s waiters=%u queue=%u\n",
-                            name, c->srv->daemon_id, ls.holder, token, since, ls.waiters, queue);
+        evbuffer_add_printf(out, "STATUS %s held holder=%s/%s token=%llu since=%lld waiters=%u "
+                            "queue=%u\n", name, c->srv->daemon_id, ls.holder,
+                            (unsigned long long)ls.token, (long long)ls.since_ms, ls.waiters, queue);
     } else if (zi && zi->queue > 0) {
         /* Held through another daemon (or about to be ours): its token is its own. */
         if (zi->since_ms >= 0)

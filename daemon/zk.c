@@ -1129,5 +1129,5 @@ void zk_backend_stats(struct backend *b, struct zk_stats *out)
     out->sessions = zk->sessions;
     out->reconnects = zk->reconnects;
     out->outstanding = zk->outstanding;
-    out->nodes = zk->nzlocks;
+    out->requests = zk->nzlocks;
 }

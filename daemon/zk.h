@@ -19,7 +19,7 @@ struct zk_stats {
     uint64_t sessions;        /* sessions established (1 + re-creations after expiry) */
     uint64_t reconnects;      /* connections re-established within a session */
     uint64_t outstanding;     /* requests sent and not yet answered */
-    uint64_t nodes;           /* acquisitions and releases this daemon is working on */
+    uint64_t requests;        /* acquisitions and releases this daemon is working on */
 };
 
 /*
