@@ -1,17 +1,24 @@
 /*
  * backend.h - where the lock table gets its locks from.
  *
- * The lock table (locks.c) keeps each name's local FIFO of connections. When
- * the queue's head needs the lock, the table asks the backend; the backend
- * answers through the locks_backend_*() calls in locks.h, possibly before
- * acquire() returns (embedded mode does). Embedded mode grants at once;
- * distributed mode (zk.c) takes a ZooKeeper lock first. Tests use a fake.
+ * The lock table (locks.c) keeps each name's local holders and FIFO of
+ * waiters and decides locally who may go ahead. For every request it lets
+ * through, it asks the backend for the lock on that request's behalf:
+ * embedded mode (backend_embedded.c) grants at once; distributed mode
+ * (zk_*.c) takes a ZooKeeper lock first. Tests use a fake.
  *
- * Contract: between acquire() and the answer (granted / busy / unavailable),
- * or cancel(), the backend owns an acquisition for the lock; between granted
- * and release() or lost, it owns a hold. After cancel(), release(), busy,
- * unavailable or lost, it must not mention the lock again: the table may
- * free it at once.
+ * The interface is complete: the lock table, the connections and main.c
+ * never know which backend runs. Everything a mode adds (STATUS across
+ * daemons, its STATS lines, closing its session) goes through these ops.
+ *
+ * Contract for acquisitions: acquire() answers at once through its return
+ * value (LOCKS_GRANTED with *token, or a refusal), or returns LOCKS_WAITING
+ * and answers later, exactly once, through locks_backend_granted() or
+ * locks_backend_refused() - never from inside acquire(). From acquire() to
+ * that answer, or to cancel(), the backend owns an acquisition for the
+ * hold; between a grant and release() or locks_backend_lost(), it owns a
+ * hold. After cancel(), release(), a refusal or lost, it must not mention
+ * the hold again: the table may free it at once.
  */
 #ifndef LOCKBROKER_BACKEND_H
 #define LOCKBROKER_BACKEND_H
@@ -19,26 +26,64 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-struct lock;
+#include "locks.h"
+
+struct hold;
+
+/* What a backend knows about one name beyond this daemon, for STATUS. */
+struct backend_queue_info {
+    bool ok;                 /* false: the backend could not be asked (outage) */
+    bool global;             /* false: nothing beyond the local table (embedded mode) */
+    unsigned queue;          /* holders and waiters, all daemons */
+    unsigned holders;        /* holds granted, all daemons */
+    enum lock_mode mode;     /* of the earliest request, when queue > 0 */
+    unsigned limit;          /* LOCK_LIMIT only */
+    char holder[256];        /* "<daemon>/<owner>" of the earliest holder, or "-" */
+    int64_t since_ms;        /* when that holder's request was queued, or -1 */
+};
+
+struct backend_query;
+/* Runs exactly once for a pending query, unless it was cancelled first. */
+typedef void (*backend_query_cb)(void *arg, const struct backend_queue_info *info);
+
+/* Receives one statistic: name (lower case, no prefix) and its value. */
+typedef void (*backend_stat_fn)(void *cookie, const char *name, const char *value);
 
 struct backend_ops {
-    const char *name;  /* "embedded", "zookeeper" */
-    /* Get the lock for this daemon. try: answer busy rather than wait. */
-    void (*acquire)(void *impl, struct lock *l, bool try);
-    /* The acquisition is no longer wanted (its waiters left). */
-    void (*cancel)(void *impl, struct lock *l);
+    const char *name;  /* "embedded", "distributed": the STATS mode */
+    /* Get the lock for h (see the contract above). */
+    enum locks_result (*acquire)(void *impl, struct hold *h, uint64_t *token);
+    /* h's acquisition, stored in its backend slot, now serves h: the hold
+     * it was started for left and h, next in line in the same mode, took
+     * its place. */
+    void (*handover)(void *impl, struct hold *h);
+    /* The acquisition is no longer wanted (its request left). */
+    void (*cancel)(void *impl, struct hold *h);
     /* The hold granted earlier is released. */
-    void (*release)(void *impl, struct lock *l);
+    void (*release)(void *impl, struct hold *h);
+    /* Reports the backend's own STATS lines through add(cookie, ...). */
+    void (*stats)(void *impl, backend_stat_fn add, void *cookie);
+    /*
+     * What the backend knows about name. Returns NULL after filling *now
+     * when it can answer at once; otherwise a pending query whose cb(arg,
+     * info) runs later from the loop, and *now is untouched.
+     */
+    struct backend_query *(*query)(void *impl, const char *name, struct backend_queue_info *now,
+                                   backend_query_cb cb, void *arg);
+    /* The query's answer is no longer wanted; cb will not run. */
+    void (*query_cancel)(void *impl, struct backend_query *q);
+    /* Frees the backend; ends its session (and so its holds) first. */
+    void (*free)(void *impl);
 };
 
 struct backend {
     const struct backend_ops *ops;
-    void *impl;        /* owned by whoever built the backend */
+    void *impl;
 };
 
-/* Embedded mode: every acquire is granted at once with the next token. */
-struct backend *backend_embedded_new(void);    /* caller frees with backend_embedded_free */
-void backend_embedded_free(struct backend *b);
+/* Embedded mode: every acquire is granted at once with the next token.
+ * NULL when out of memory; free with b->ops->free(b->impl). */
+struct backend *backend_embedded_new(void);
 
 /* Tokens that only go up, across restarts too: max(last + 1, wall clock in ns). */
 uint64_t token_next(uint64_t *last);

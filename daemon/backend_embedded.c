@@ -1,6 +1,6 @@
 /*
  * backend_embedded.c - embedded mode: this daemon is the only authority, so
- * the head of a local queue gets the lock at once.
+ * a request the lock table lets through is granted at once.
  */
 #include "config.h"
 #include "backend.h"
@@ -27,21 +27,46 @@ uint64_t token_next(uint64_t *last)
     return *last;
 }
 
-static void embedded_acquire(void *impl, struct lock *l, bool try)
+static enum locks_result embedded_acquire(void *impl, struct hold *h, uint64_t *token)
 {
     struct embedded *e = impl;
 
-    locks_backend_granted(l, token_next(&e->last_token));
+    *token = token_next(&e->last_token);
+    return LOCKS_GRANTED;
 }
 
-static void embedded_cancel(void *impl, struct lock *l) { }
-static void embedded_release(void *impl, struct lock *l) { }
+/* Nothing is ever pending or held outside the lock table. */
+static void embedded_forget(void *impl, struct hold *h) { }
+
+static void embedded_stats(void *impl, backend_stat_fn add, void *cookie) { }
+
+/* The lock table is the whole truth: STATUS needs nothing more. */
+static struct backend_query *embedded_query(void *impl, const char *name,
+                                            struct backend_queue_info *now,
+                                            backend_query_cb cb, void *arg)
+{
+    *now = (struct backend_queue_info){ .ok = true, .global = false, .holder = "-",
+                                        .since_ms = -1 };
+    return NULL;
+}
+
+static void embedded_query_cancel(void *impl, struct backend_query *q) { }
+
+static void embedded_free(void *impl)
+{
+    free(impl);
+}
 
 static const struct backend_ops embedded_ops = {
     .name = "embedded",
     .acquire = embedded_acquire,
-    .cancel = embedded_cancel,
-    .release = embedded_release,
+    .handover = embedded_forget,
+    .cancel = embedded_forget,
+    .release = embedded_forget,
+    .stats = embedded_stats,
+    .query = embedded_query,
+    .query_cancel = embedded_query_cancel,
+    .free = embedded_free,
 };
 
 struct backend *backend_embedded_new(void)
@@ -53,9 +78,4 @@ struct backend *backend_embedded_new(void)
     e->be.ops = &embedded_ops;
     e->be.impl = e;
     return &e->be;
-}
-
-void backend_embedded_free(struct backend *b)
-{
-    free(b ? b->impl : NULL);
 }

@@ -25,7 +25,6 @@
 #include "proto.h"
 #include "server.h"
 #include "settings.h"
-#include "zk.h"
 
 enum conn_state {
     CONN_READING,   /* parsing request lines as they arrive */
@@ -49,10 +48,10 @@ static const char *const state_names[] = {
 struct conn {
     struct server *srv;            /* borrowed */
     struct bufferevent *bev;       /* owned; closes the fd */
-    struct locks_client lc;        /* this client's holds, managed by the lock table */
+    struct lock_owner owner;       /* this client's holds, managed by the lock table */
     enum conn_state state;         /* change only through conn_set_state() */
     enum proto_cmd waiting_cmd;    /* LOCK, TRYLOCK or STATUS, valid in CONN_WAITING */
-    struct zk_query *query;        /* STATUS in distributed mode: ZooKeeper's answer pending */
+    struct backend_query *query;   /* STATUS: the backend's answer pending, or NULL */
     char status_name[PROTO_NAME_MAX + 1]; /* the name that query is about */
     struct event *linger_timer;    /* owned; armed in CONN_LINGER */
     struct event *hangup;          /* owned; EV_CLOSED, armed in CONN_WAITING (may be NULL) */
@@ -61,9 +60,9 @@ struct conn {
     char peer[64];
 };
 
-static struct conn *conn_of(struct locks_client *lc)
+static struct conn *conn_of(struct lock_owner *o)
 {
-    return (struct conn *)((char *)lc - offsetof(struct conn, lc));
+    return (struct conn *)((char *)o - offsetof(struct conn, owner));
 }
 
 static void conn_on_hangup(evutil_socket_t fd, short what, void *arg);
@@ -146,7 +145,7 @@ static void reply_word(struct conn *c, const char *word, const char *name, size_
 /* Releases everything and queues the last reply; conn_on_write closes. */
 static void conn_begin_close(struct conn *c)
 {
-    locks_client_release_all(c->srv->locks, &c->lc);
+    locks_owner_release_all(c->srv->locks, &c->owner);
     conn_set_state(c, CONN_CLOSING);
     /* The last reply may have gone out directly: no write will call back. */
     if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
@@ -184,12 +183,19 @@ static void reply_lock_result(struct conn *c, enum proto_cmd cmd, const char *na
     case LOCKS_NOMEM:
         reply_err(c, PROTO_ERR_INTERNAL, "out of memory");
         break;
+    case LOCKS_CONFLICT:
     case LOCKS_WAITING:
     case LOCKS_RELEASED:
     case LOCKS_NOT_HELD:
         reply_err(c, PROTO_ERR_INTERNAL, "unexpected lock table answer");
         break;
     }
+}
+
+/* A backend's statistic as a STAT line; cookie is the output buffer. */
+static void add_backend_stat(void *cookie, const char *name, const char *value)
+{
+    evbuffer_add_printf(cookie, "STAT %s %s\n", name, value);
 }
 
 /* STAT lines, memcached style. */
@@ -222,39 +228,29 @@ static void reply_stats(struct conn *c)
         evbuffer_add_printf(out, "STAT cmd_%s %llu\n", word,
                             (unsigned long long)srv->stats.cmds[i]);
     }
-    if (srv->settings->zk_hosts) {
-        struct zk_stats zs;
-        zk_backend_stats(srv->backend, &zs);
-        evbuffer_add_printf(out, "STAT zk_state %s\n", zs.state);
-        evbuffer_add_printf(out, "STAT zk_session_id 0x%llx\n", (unsigned long long)zs.session_id);
-        evbuffer_add_printf(out, "STAT zk_session_timeout_ms %d\n", zs.negotiated_timeout_ms);
-        evbuffer_add_printf(out, "STAT zk_sessions %llu\n", (unsigned long long)zs.sessions);
-        evbuffer_add_printf(out, "STAT zk_reconnects %llu\n", (unsigned long long)zs.reconnects);
-        evbuffer_add_printf(out, "STAT zk_outstanding %llu\n", (unsigned long long)zs.outstanding);
-        evbuffer_add_printf(out, "STAT zk_requests %llu\n", (unsigned long long)zs.requests);
-    }
+    srv->backend->ops->stats(srv->backend->impl, add_backend_stat, out);
     evbuffer_add(out, "END\n", 4);
 }
 
-/* One STATUS line from this daemon's table and, in distributed mode, ZooKeeper. */
-static void reply_status(struct conn *c, const char *name, const struct zk_queue_info *zi)
+/* One STATUS line from this daemon's table and what the backend knows beyond it. */
+static void reply_status(struct conn *c, const char *name, const struct backend_queue_info *zi)
 {
     struct evbuffer *out = bufferevent_get_output(c->bev);
     struct locks_status ls;
     char since[24] = "-";
     unsigned queue;
 
-    if (zi && !zi->ok) {
+    if (!zi->ok) {
         reply_err(c, PROTO_ERR_UNAVAILABLE, "the lock service is not reachable; retry later");
         return;
     }
     locks_status(c->srv->locks, name, &ls);
-    queue = zi ? zi->queue : (ls.held ? 1 : 0) + ls.waiters;
+    queue = zi->global ? zi->queue : ls.holders + ls.waiters;
     if (ls.held) {
         evbuffer_add_printf(out, "STATUS %s held holder=%s/%s token=%llu since=%lld waiters=%u "
                             "queue=%u\n", name, c->srv->daemon_id, ls.holder,
                             (unsigned long long)ls.token, (long long)ls.since_ms, ls.waiters, queue);
-    } else if (zi && zi->queue > 0) {
+    } else if (zi->global && zi->queue > 0) {
         /* Held through another daemon (or about to be ours): its token is its own. */
         if (zi->since_ms >= 0)
             snprintf(since, sizeof(since), "%lld", (long long)zi->since_ms);
@@ -274,7 +270,7 @@ static void conn_resume(struct conn *c)
     bufferevent_trigger(c->bev, EV_READ, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
 }
 
-static void conn_on_queue_info(void *arg, const struct zk_queue_info *info)
+static void conn_on_queue_info(void *arg, const struct backend_queue_info *info)
 {
     struct conn *c = arg;
 
@@ -296,6 +292,9 @@ static void reply_help(struct conn *c)
 static void handle_request(struct conn *c, const struct proto_req *req)
 {
     char name[PROTO_NAME_MAX + 1];
+    struct backend *be = c->srv->backend;
+    struct backend_queue_info now;
+    struct lock_req lreq;
     enum locks_result r;
     uint64_t token = 0;
 
@@ -313,8 +312,11 @@ static void handle_request(struct conn *c, const struct proto_req *req)
         break;
     case PROTO_CMD_LOCK:
     case PROTO_CMD_TRYLOCK:
-        r = locks_lock(c->srv->locks, &c->lc, name, req->wait_ms,
-                       req->cmd == PROTO_CMD_TRYLOCK, &token);
+        lreq.mode = LOCK_EXCLUSIVE;
+        lreq.limit = 0;
+        lreq.wait_ms = req->wait_ms;
+        lreq.try = req->cmd == PROTO_CMD_TRYLOCK;
+        r = locks_lock(c->srv->locks, &c->owner, name, &lreq, &token);
         if (r == LOCKS_WAITING) {
             c->waiting_cmd = req->cmd;
             conn_set_state(c, CONN_WAITING);
@@ -323,21 +325,21 @@ static void handle_request(struct conn *c, const struct proto_req *req)
         }
         break;
     case PROTO_CMD_UNLOCK:
-        if (locks_unlock(c->srv->locks, &c->lc, name) == LOCKS_RELEASED)
+        if (locks_unlock(c->srv->locks, &c->owner, name) == LOCKS_RELEASED)
             reply_word(c, "OK", name, req->name_len);
         else
             reply_err(c, PROTO_ERR_NOT_HELD, "this connection does not hold that lock");
         break;
     case PROTO_CMD_STATUS:
-        if (!c->srv->settings->zk_hosts) {
-            reply_status(c, name, NULL);
+        /* The backend may have to ask around (ZooKeeper); later lines wait. */
+        c->query = be->ops->query(be->impl, name, &now, conn_on_queue_info, c);
+        if (!c->query) {
+            reply_status(c, name, &now);
             break;
         }
-        /* Ask ZooKeeper for the queue across daemons; later lines wait. */
         memcpy(c->status_name, name, req->name_len + 1);
         c->waiting_cmd = req->cmd;
         conn_set_state(c, CONN_WAITING);
-        c->query = zk_query_queue(c->srv->backend, name, conn_on_queue_info, c);
         break;
     case PROTO_CMD_STATS:
         reply_stats(c);
@@ -397,10 +399,10 @@ static void conn_process(struct conn *c)
 }
 
 /* Lock table callbacks: queue the reply, then parse what waited behind it. */
-static void conn_on_lock_done(struct locks_client *lc, const char *name, enum locks_result r,
+static void conn_on_lock_done(struct lock_owner *o, const char *name, enum locks_result r,
                               uint64_t token)
 {
-    struct conn *c = conn_of(lc);
+    struct conn *c = conn_of(o);
 
     if (c->state != CONN_WAITING) {
         log_error("conn %llu: lock answer while %s", (unsigned long long)c->id,
@@ -411,16 +413,16 @@ static void conn_on_lock_done(struct locks_client *lc, const char *name, enum lo
     conn_resume(c);
 }
 
-static void conn_on_lock_lost(struct locks_client *lc, const char *name, uint64_t token,
+static void conn_on_lock_lost(struct lock_owner *o, const char *name, uint64_t token,
                               const char *reason)
 {
-    struct conn *c = conn_of(lc);
+    struct conn *c = conn_of(o);
     char buf[PROTO_REPLY_MAX];
 
     conn_write(c, buf, proto_fmt_lost(buf, sizeof(buf), name, token, reason));
 }
 
-static const struct locks_client_ops conn_lock_ops = {
+static const struct lock_owner_ops conn_lock_ops = {
     .done = conn_on_lock_done,
     .lost = conn_on_lock_lost,
 };
@@ -507,7 +509,7 @@ struct conn *conn_new(struct server *srv, evutil_socket_t fd, const char *peer)
     c->id = ++srv->next_conn_id;
     c->state = CONN_READING;
     snprintf(c->peer, sizeof(c->peer), "%s", peer);
-    locks_client_init(&c->lc, &conn_lock_ops, c->peer);
+    lock_owner_init(&c->owner, &conn_lock_ops, c->peer);
     bufferevent_setcb(c->bev, conn_on_read, conn_on_write, conn_on_event, c);
     bufferevent_setwatermark(c->bev, EV_READ, 0, srv->settings->max_line + 1 + INPUT_SLACK);
     if (bufferevent_enable(c->bev, EV_READ | EV_WRITE) < 0) {
@@ -533,10 +535,12 @@ void conn_settings_changed(struct server *srv)
 
 void conn_free(struct conn *c)
 {
-    unsigned held = c->lc.nholds;
+    struct backend *be = c->srv->backend;
+    unsigned held = c->owner.nholds;
 
-    zk_query_cancel(c->query);
-    locks_client_release_all(c->srv->locks, &c->lc);
+    if (c->query)
+        be->ops->query_cancel(be->impl, c->query);
+    locks_owner_release_all(c->srv->locks, &c->owner);
     log_debug("conn %llu (%s): closed, %u holds and waits released", (unsigned long long)c->id,
               c->peer, held);
     TAILQ_REMOVE(&c->srv->conns, c, link);

@@ -1,13 +1,16 @@
 /*
  * locks.c - the lock table (see locks.h).
  *
- * Each name has a struct lock with one queue of holds. When the lock is
- * LOCK_HELD, the queue's head is the holder; everything behind it waits in
- * arrival order. When it is LOCK_ACQUIRING, the backend is getting the lock
- * for the queue's head; if that head leaves, the next waiter inherits the
- * acquisition, so a departing waiter costs the backend nothing. Locks exist
- * only while their queue is non-empty. Names are found through a tsearch(3)
- * tree; every queue operation is O(1).
+ * Each name has a struct lock with two lists: `admitted`, the requests let
+ * through locally (HOLD_ACQUIRING while the backend works for them,
+ * HOLD_HELD once granted), and `waiters`, the rest in arrival order.
+ * lock_admit() is the one place that decides who goes through: it moves the
+ * head of the waiters to `admitted` while it fits beside what is there
+ * (lock_fits), and asks the backend for each. When an acquiring request
+ * leaves and the next waiter wants the same mode, that waiter takes over
+ * its acquisition, so a departing waiter costs the backend nothing and the
+ * next keeps its place in line. Locks exist only while a list is non-empty.
+ * Names are found through a tsearch(3) tree; queue operations are O(1).
  */
 #include "config.h"
 #include "locks.h"
@@ -17,38 +20,41 @@
 #include <event2/event.h>
 #include <search.h>
 #include <sys/time.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum lock_state {
-    LOCK_IDLE,       /* no holder, no acquisition: transient, inside lock_next() */
-    LOCK_ACQUIRING,  /* the backend works for the queue's head */
-    LOCK_HELD,       /* the queue's head holds it */
+enum hold_state {
+    HOLD_WAITING,    /* in lock->waiters */
+    HOLD_ACQUIRING,  /* in lock->admitted; the backend works for it */
+    HOLD_HELD,       /* in lock->admitted; granted */
 };
-
-enum hold_state { HOLD_WAITING, HOLD_HELD };
 
 struct hold {
     struct lock *lock;
-    struct locks_client *client;
-    TAILQ_ENTRY(hold) in_lock;     /* the lock's queue */
-    TAILQ_ENTRY(hold) in_client;   /* the client's list */
+    struct lock_owner *owner;
+    TAILQ_ENTRY(hold) in_lock;     /* lock->admitted or lock->waiters, by state */
+    TAILQ_ENTRY(hold) in_owner;    /* the owner's list */
     enum hold_state state;
+    enum lock_mode mode;
+    unsigned weight;               /* share of a LOCK_LIMIT lock's limit; 1 today */
     bool try;                      /* TRYLOCK or LOCK ... 0: never waits behind others */
     uint32_t count;                /* re-entrant depth, >= 1 when HELD */
     uint64_t token;                /* valid when HELD */
     int64_t since_ms;              /* wall-clock time of the grant, valid when HELD */
     struct event *timer;           /* wait deadline, or NULL */
+    void *backend_data;            /* the backend's; the table only moves it on handover */
 };
 
 struct lock {
     const char *name;              /* NUL-terminated; points at name_buf */
     struct locks *table;
-    TAILQ_HEAD(, hold) queue;      /* never empty outside lock_next() */
-    unsigned nqueued;              /* holds in queue */
-    enum lock_state state;
-    bool acquiring_try;            /* the backend acquisition was asked as try */
-    void *backend_data;            /* the backend's; the table never touches it */
+    TAILQ_HEAD(, hold) admitted;   /* ACQUIRING and HELD holds, in admission order */
+    TAILQ_HEAD(, hold) waiters;    /* WAITING holds, in arrival order */
+    unsigned nadmitted, nheld, nwaiters;
+    unsigned weight;               /* sum of the admitted holds' weights */
+    bool semaphore;                /* a LOCK_LIMIT lock; else exclusive and shared mix */
+    unsigned limit;                /* semaphore only: the holders' weight limit */
     char name_buf[];
 };
 
@@ -59,21 +65,32 @@ struct locks {
     bool closing;                  /* locks_shutdown() was called: grant nothing more */
     void *tree;                    /* tsearch root of struct lock * by name */
     struct locks_stats stats;
-    /* While locks_lock() waits for a backend that may answer synchronously,
-     * the answer for that hold is recorded here rather than called back. */
-    struct hold *sync_hold;
-    enum locks_result sync_result;
-    uint64_t sync_token;
 };
 
 #define MAX_DEPTH UINT32_MAX
+#define NAME_COPY 256              /* a lock name (at most 200 bytes) and its NUL */
+
+static const char *const mode_names[LOCK_MODE_COUNT] = { "exclusive", "shared", "limit" };
+
+const char *lock_mode_name(enum lock_mode m)
+{
+    return (unsigned)m < LOCK_MODE_COUNT ? mode_names[m] : "?";
+}
+
+/* " (shared)" for log lines; exclusive lines keep their v1 form. */
+static const char *mode_suffix(enum lock_mode m)
+{
+    static const char *const suffixes[LOCK_MODE_COUNT] = { "", " (shared)", " (limit)" };
+
+    return (unsigned)m < LOCK_MODE_COUNT ? suffixes[m] : "";
+}
 
 static int by_name(const void *a, const void *b)
 {
     return strcmp(((const struct lock *)a)->name, ((const struct lock *)b)->name);
 }
 
-static struct lock *lock_find(struct locks *t, const char *name)
+static struct lock *lock_find(const struct locks *t, const char *name)
 {
     /* tfind compares with by_name, so a key needs only the name. */
     struct lock key = { .name = name };
@@ -82,25 +99,30 @@ static struct lock *lock_find(struct locks *t, const char *name)
     return found ? *(struct lock **)found : NULL;
 }
 
-static struct lock *lock_create(struct locks *t, const char *name)
+static struct lock *lock_create(struct locks *t, const char *name, const struct lock_req *req)
 {
     size_t len = strlen(name);
     struct lock *l = calloc(1, sizeof(*l) + len + 1);
-    void *slot;
 
     if (!l)
         return NULL;
     l->table = t;
-    TAILQ_INIT(&l->queue);
-    l->state = LOCK_IDLE;
+    TAILQ_INIT(&l->admitted);
+    TAILQ_INIT(&l->waiters);
+    l->semaphore = req->mode == LOCK_LIMIT;
+    l->limit = l->semaphore ? req->limit : 0;
     memcpy(l->name_buf, name, len + 1);
     l->name = l->name_buf;
-    slot = tsearch(l, &t->tree, by_name);
-    if (!slot) {
+    if (!tsearch(l, &t->tree, by_name)) {
         free(l);
         return NULL;
     }
     return l;
+}
+
+static bool lock_empty(const struct lock *l)
+{
+    return TAILQ_EMPTY(&l->admitted) && TAILQ_EMPTY(&l->waiters);
 }
 
 static void lock_destroy(struct lock *l)
@@ -109,98 +131,187 @@ static void lock_destroy(struct lock *l)
     free(l);
 }
 
+/* A request in this mode would disagree with the name's current requests. */
+static bool lock_conflicts(const struct lock *l, const struct lock_req *req)
+{
+    if (req->mode == LOCK_LIMIT)
+        return !l->semaphore || l->limit != req->limit;
+    return l->semaphore;
+}
+
+/* A request of this mode and weight can go through beside the admitted ones. */
+static bool lock_fits(const struct lock *l, enum lock_mode mode, unsigned weight)
+{
+    const struct hold *first = TAILQ_FIRST(&l->admitted);
+
+    switch (mode) {
+    case LOCK_EXCLUSIVE:
+        return first == NULL;
+    case LOCK_SHARED:
+        /* Admitted holds are one exclusive, or shared ones only. */
+        return first == NULL || first->mode == LOCK_SHARED;
+    case LOCK_LIMIT:
+        return l->weight + weight <= l->limit;
+    case LOCK_MODE_COUNT:
+        break;
+    }
+    return false;
+}
+
+/* Takes h out of its lists and the counters, and frees it. */
 static void hold_unlink(struct hold *h)
 {
-    struct locks *t = h->lock->table;
+    struct lock *l = h->lock;
+    struct locks *t = l->table;
 
-    if (h->state == HOLD_HELD)
-        t->stats.held--;
-    else
+    switch (h->state) {
+    case HOLD_WAITING:
+        TAILQ_REMOVE(&l->waiters, h, in_lock);
+        l->nwaiters--;
         t->stats.waiting--;
-    TAILQ_REMOVE(&h->lock->queue, h, in_lock);
-    h->lock->nqueued--;
-    TAILQ_REMOVE(&h->client->holds, h, in_client);
-    h->client->nholds--;
+        break;
+    case HOLD_ACQUIRING:
+    case HOLD_HELD:
+        TAILQ_REMOVE(&l->admitted, h, in_lock);
+        l->nadmitted--;
+        l->weight -= h->weight;
+        if (h->state == HOLD_HELD) {
+            l->nheld--;
+            t->stats.held--;
+        } else {
+            t->stats.waiting--;
+        }
+        break;
+    }
+    TAILQ_REMOVE(&h->owner->holds, h, in_owner);
+    h->owner->nholds--;
     if (h->timer)
         event_free(h->timer);
     free(h);
 }
 
-/* Reports the outcome of a waiting request, or records it for locks_lock(). */
-static void hold_report(struct locks *t, bool sync, struct locks_client *c,
-                        const char *name, enum locks_result r, uint64_t token)
+/* Moves a waiting hold into `admitted`. */
+static void hold_admit(struct hold *h)
 {
-    if (sync) {
-        t->sync_result = r;
-        t->sync_token = token;
-        t->sync_hold = NULL;
-        return;
-    }
-    c->ops->done(c, name, r, token);
+    struct lock *l = h->lock;
+
+    TAILQ_REMOVE(&l->waiters, h, in_lock);
+    l->nwaiters--;
+    TAILQ_INSERT_TAIL(&l->admitted, h, in_lock);
+    l->nadmitted++;
+    l->weight += h->weight;
+    h->state = HOLD_ACQUIRING;
 }
 
-/* The lock has no holder and no acquisition: start one for the new head, or free it. */
-static void lock_next(struct lock *l)
+static void hold_grant(struct hold *h, uint64_t token)
 {
-    struct hold *head = TAILQ_FIRST(&l->queue);
+    struct locks *t = h->lock->table;
+    struct timeval now;
 
-    l->state = LOCK_IDLE;
-    if (!head) {
+    gettimeofday(&now, NULL);
+    h->state = HOLD_HELD;
+    h->lock->nheld++;
+    h->count = 1;
+    h->token = token;
+    h->since_ms = (int64_t)now.tv_sec * 1000 + now.tv_usec / 1000;
+    if (h->timer) {
+        event_free(h->timer);
+        h->timer = NULL;
+    }
+    t->stats.waiting--;
+    t->stats.held++;
+    t->stats.grants++;
+    t->stats.grants_by_mode[h->mode]++;
+    log_debug("lock %s: granted to %s, token %llu%s", h->lock->name, h->owner->desc,
+              (unsigned long long)token, mode_suffix(h->mode));
+}
+
+/*
+ * The one place that decides who may go ahead: admits the waiters at the
+ * head while the next one fits, asking the backend for each, then frees the
+ * lock if nothing is left. Outcomes go to the owners' done(), except self's
+ * (the request locks_lock() is answering), which lands in *self_r and
+ * *self_token. The caller must not use l afterwards.
+ */
+static void lock_settle(struct lock *l, struct hold *self, enum locks_result *self_r,
+                        uint64_t *self_token)
+{
+    struct locks *t = l->table;
+    struct hold *h;
+
+    while (!t->closing && (h = TAILQ_FIRST(&l->waiters)) && lock_fits(l, h->mode, h->weight)) {
+        struct lock_owner *o = h->owner;
+        uint64_t token = 0;
+        enum locks_result r;
+
+        hold_admit(h);
+        r = t->backend->ops->acquire(t->backend->impl, h, &token);
+        if (r == LOCKS_WAITING)
+            continue;
+        if (r == LOCKS_GRANTED)
+            hold_grant(h, token);
+        else
+            hold_unlink(h);   /* refused at once: the next waiter may fit now */
+        if (h == self) {
+            *self_r = r;
+            *self_token = token;
+        } else {
+            o->ops->done(o, l->name, r, token);
+        }
+    }
+    if (lock_empty(l))
         lock_destroy(l);
-        return;
-    }
-    if (l->table->closing)
-        return;                    /* waiters stay queued until their connections close */
-    l->state = LOCK_ACQUIRING;
-    l->acquiring_try = head->try;
-    l->table->backend->ops->acquire(l->table->backend->impl, l, head->try);
 }
 
-/* Removes a waiting hold; keeps or cancels the backend acquisition. */
-static void hold_cancel_wait(struct hold *h)
+/* A waiting or acquiring request leaves (timeout, owner gone). */
+static void hold_cancel(struct hold *h)
 {
     struct lock *l = h->lock;
     struct locks *t = l->table;
-    bool was_head = (h == TAILQ_FIRST(&l->queue));
+    struct hold *next = TAILQ_FIRST(&l->waiters);
 
+    if (h->state == HOLD_ACQUIRING) {
+        if (!h->try && next && next->mode == h->mode && next->weight == h->weight &&
+            !t->closing) {
+            /* The next waiter takes over the acquisition and its place in line. */
+            hold_admit(next);
+            TAILQ_REMOVE(&l->admitted, next, in_lock);
+            TAILQ_INSERT_AFTER(&l->admitted, h, next, in_lock);
+            next->backend_data = h->backend_data;
+            h->backend_data = NULL;
+            hold_unlink(h);
+            t->backend->ops->handover(t->backend->impl, next);
+            return;
+        }
+        t->backend->ops->cancel(t->backend->impl, h);
+    }
     hold_unlink(h);
-    if (l->state == LOCK_IDLE && TAILQ_EMPTY(&l->queue)) {
-        lock_destroy(l);           /* only while closing do idle locks have waiters */
-        return;
-    }
-    if (!was_head || l->state != LOCK_ACQUIRING)
-        return;
-    if (TAILQ_EMPTY(&l->queue) || l->acquiring_try) {
-        /* No waiter can inherit it (or a try acquisition would answer busy). */
-        t->backend->ops->cancel(t->backend->impl, l);
-        lock_next(l);
-    }
+    lock_settle(l, NULL, NULL, NULL);
 }
 
-/* Drops a held hold entirely; the next waiter's turn begins. */
+/* A granted hold ends for good: the backend lets go, the next waiters' turn begins. */
 static void hold_release(struct hold *h)
 {
     struct lock *l = h->lock;
     struct locks *t = l->table;
 
+    t->backend->ops->release(t->backend->impl, h);
     hold_unlink(h);
-    l->state = LOCK_IDLE;
-    t->backend->ops->release(t->backend->impl, l);
-    lock_next(l);
+    lock_settle(l, NULL, NULL, NULL);
 }
 
 static void on_wait_timeout(evutil_socket_t fd, short what, void *arg)
 {
     struct hold *h = arg;
     struct locks *t = h->lock->table;
-    struct locks_client *c = h->client;
-    char name[256];
+    struct lock_owner *o = h->owner;
+    char name[NAME_COPY];
 
     snprintf(name, sizeof(name), "%s", h->lock->name);
-    log_debug("lock %s: wait of %s timed out", name, c->peer);
+    log_debug("lock %s: wait of %s timed out", name, o->desc);
     t->stats.timeouts++;
-    hold_cancel_wait(h);
-    c->ops->done(c, name, LOCKS_TIMEOUT, 0);
+    hold_cancel(h);
+    o->ops->done(o, name, LOCKS_TIMEOUT, 0);
 }
 
 struct locks *locks_new(struct event_base *base, struct backend *backend, unsigned max_per_client)
@@ -225,7 +336,7 @@ static void free_lock_node(void *p)
     struct lock *l = p;
     struct hold *h;
 
-    while ((h = TAILQ_FIRST(&l->queue)))
+    while ((h = TAILQ_FIRST(&l->admitted)) || (h = TAILQ_FIRST(&l->waiters)))
         hold_unlink(h);
     free(l);
 }
@@ -238,103 +349,120 @@ void locks_free(struct locks *t)
     free(t);
 }
 
-void locks_client_init(struct locks_client *c, const struct locks_client_ops *ops, const char *peer)
+void lock_owner_init(struct lock_owner *o, const struct lock_owner_ops *ops, const char *desc)
 {
-    TAILQ_INIT(&c->holds);
-    c->nholds = 0;
-    c->ops = ops;
-    c->peer = peer;
+    TAILQ_INIT(&o->holds);
+    o->nholds = 0;
+    o->ops = ops;
+    o->desc = desc;
 }
 
-static struct hold *held_by(struct lock *l, struct locks_client *c)
+/* o's request for l, if any: at most max_locks_per_client holds to look at. */
+static struct hold *owned_hold(const struct lock *l, const struct lock_owner *o)
 {
-    struct hold *head = l ? TAILQ_FIRST(&l->queue) : NULL;
+    struct hold *h;
 
-    return (head && head->state == HOLD_HELD && head->client == c) ? head : NULL;
+    TAILQ_FOREACH(h, &o->holds, in_owner)
+        if (h->lock == l)
+            return h;
+    return NULL;
 }
 
-enum locks_result locks_lock(struct locks *t, struct locks_client *c, const char *name,
-                             int64_t wait_ms, bool try, uint64_t *token)
+/* Starts the wait deadline of h, if it has one. Returns -1 when out of memory. */
+static int hold_arm_timer(struct locks *t, struct hold *h, int64_t wait_ms)
+{
+    struct timeval tv = { wait_ms / 1000, (wait_ms % 1000) * 1000 };
+
+    if (wait_ms <= 0)
+        return 0;
+    h->timer = event_new(t->base, -1, 0, on_wait_timeout, h);
+    if (!h->timer || event_add(h->timer, &tv) < 0) {
+        if (h->timer)
+            event_free(h->timer);
+        h->timer = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+enum locks_result locks_lock(struct locks *t, struct lock_owner *o, const char *name,
+                             const struct lock_req *req, uint64_t *token)
 {
     struct lock *l = lock_find(t, name);
-    struct hold *h = held_by(l, c);
-    bool no_wait = try || wait_ms == 0;
+    struct hold *h = l ? owned_hold(l, o) : NULL;
+    bool no_wait = req->try || req->wait_ms == 0;
+    enum locks_result r = LOCKS_WAITING;
 
+    if (l && lock_conflicts(l, req))
+        return LOCKS_CONFLICT;
     if (h) {
+        /* Re-entrant in the same mode; anything else could deadlock an upgrade. */
+        if (h->state != HOLD_HELD || h->mode != req->mode)
+            return LOCKS_CONFLICT;
         if (h->count == MAX_DEPTH)
             return LOCKS_LIMIT;
         h->count++;
         *token = h->token;
         return LOCKS_GRANTED;
     }
-    if (l && no_wait)
+    /* A request that does not wait never jumps the queue. */
+    if (l && no_wait && (!TAILQ_EMPTY(&l->waiters) || !lock_fits(l, req->mode, 1)))
         return LOCKS_BUSY;
-    if (c->nholds >= t->max_per_client)
+    if (o->nholds >= t->max_per_client)
         return LOCKS_LIMIT;
 
     h = calloc(1, sizeof(*h));
     if (!h)
         return LOCKS_NOMEM;
-    if (!l && !(l = lock_create(t, name))) {
+    if (!l && !(l = lock_create(t, name, req))) {
         free(h);
         return LOCKS_NOMEM;
     }
-    if (wait_ms > 0) {
-        struct timeval tv = { wait_ms / 1000, (wait_ms % 1000) * 1000 };
-        h->timer = event_new(t->base, -1, 0, on_wait_timeout, h);
-        if (!h->timer || event_add(h->timer, &tv) < 0) {
-            if (h->timer)
-                event_free(h->timer);
-            free(h);
-            if (TAILQ_EMPTY(&l->queue))
-                lock_destroy(l);
-            return LOCKS_NOMEM;
-        }
+    if (hold_arm_timer(t, h, req->wait_ms) < 0) {
+        free(h);
+        if (lock_empty(l))
+            lock_destroy(l);
+        return LOCKS_NOMEM;
     }
     h->lock = l;
-    h->client = c;
+    h->owner = o;
     h->state = HOLD_WAITING;
+    h->mode = req->mode;
+    h->weight = 1;
     h->try = no_wait;
-    TAILQ_INSERT_TAIL(&l->queue, h, in_lock);
-    l->nqueued++;
-    TAILQ_INSERT_TAIL(&c->holds, h, in_client);
-    c->nholds++;
+    TAILQ_INSERT_TAIL(&l->waiters, h, in_lock);
+    l->nwaiters++;
+    TAILQ_INSERT_TAIL(&o->holds, h, in_owner);
+    o->nholds++;
     t->stats.waiting++;
 
-    if (l->state == LOCK_IDLE) {
-        t->sync_hold = h;
-        t->sync_result = LOCKS_WAITING;
-        lock_next(l);
-        if (t->sync_hold == NULL) {     /* answered before acquire() returned */
-            *token = t->sync_token;
-            return t->sync_result;
-        }
-        t->sync_hold = NULL;
-    }
-    log_debug("lock %s: %s queued", name, c->peer);
-    return LOCKS_WAITING;
+    lock_settle(l, h, &r, token);
+    if (r == LOCKS_WAITING)
+        log_debug("lock %s: %s queued%s", name, o->desc, mode_suffix(req->mode));
+    return r;
 }
 
-enum locks_result locks_unlock(struct locks *t, struct locks_client *c, const char *name)
+enum locks_result locks_unlock(struct locks *t, struct lock_owner *o, const char *name)
 {
-    struct hold *h = held_by(lock_find(t, name), c);
+    struct lock *l = lock_find(t, name);
+    struct hold *h = l ? owned_hold(l, o) : NULL;
 
-    if (!h)
+    if (!h || h->state != HOLD_HELD)
         return LOCKS_NOT_HELD;
     if (--h->count == 0)
         hold_release(h);
     return LOCKS_RELEASED;
 }
 
-void locks_client_release_all(struct locks *t, struct locks_client *c)
+void locks_owner_release_all(struct locks *t, struct lock_owner *o)
 {
     struct hold *h;
 
-    while ((h = TAILQ_FIRST(&c->holds))) {
+    while ((h = TAILQ_FIRST(&o->holds))) {
         if (h->state == HOLD_HELD)
             hold_release(h);
         else
-            hold_cancel_wait(h);
+            hold_cancel(h);
     }
 }
 
@@ -345,19 +473,26 @@ void locks_get_stats(const struct locks *t, struct locks_stats *out)
 
 void locks_status(const struct locks *t, const char *name, struct locks_status *out)
 {
-    struct lock *l = lock_find((struct locks *)t, name);
-    struct hold *head = l ? TAILQ_FIRST(&l->queue) : NULL;
+    struct lock *l = lock_find(t, name);
+    struct hold *h, *first;
 
     memset(out, 0, sizeof(*out));
-    if (!head)
+    if (!l)
         return;
-    out->held = head->state == HOLD_HELD;
-    out->waiters = l->nqueued - (out->held ? 1 : 0);
-    if (out->held) {
-        out->holder = head->client->peer;
-        out->token = head->token;
-        out->since_ms = head->since_ms;
-    }
+    first = TAILQ_FIRST(&l->admitted) ? TAILQ_FIRST(&l->admitted) : TAILQ_FIRST(&l->waiters);
+    out->mode = first->mode;
+    out->limit = l->limit;
+    out->holders = l->nheld;
+    out->waiters = l->nwaiters + l->nadmitted - l->nheld;
+    TAILQ_FOREACH(h, &l->admitted, in_lock)
+        if (h->state == HOLD_HELD) {
+            out->held = true;
+            out->holder = h->owner->desc;
+            out->token = h->token;
+            out->since_ms = h->since_ms;
+            out->mode = h->mode;
+            break;
+        }
 }
 
 void locks_set_max_per_client(struct locks *t, unsigned max_per_client)
@@ -365,88 +500,61 @@ void locks_set_max_per_client(struct locks *t, unsigned max_per_client)
     t->max_per_client = max_per_client;
 }
 
-const char *lock_name(const struct lock *l) { return l->name; }
+/* ------------------------------------------------------------ for backends */
 
-const char *lock_peer(const struct lock *l)
+const char *hold_name(const struct hold *h) { return h->lock->name; }
+const char *hold_owner_desc(const struct hold *h) { return h->owner->desc; }
+enum lock_mode hold_mode(const struct hold *h) { return h->mode; }
+unsigned hold_limit(const struct hold *h) { return h->mode == LOCK_LIMIT ? h->lock->limit : 0; }
+bool hold_try(const struct hold *h) { return h->try; }
+void *hold_backend_data(const struct hold *h) { return h->backend_data; }
+void hold_set_backend_data(struct hold *h, void *p) { h->backend_data = p; }
+
+void locks_backend_granted(struct hold *h, uint64_t token)
 {
-    struct hold *head = TAILQ_FIRST(&l->queue);
+    struct lock_owner *o = h->owner;
 
-    return head ? head->client->peer : "-";
-}
-
-void *lock_backend_data(const struct lock *l) { return l->backend_data; }
-void lock_set_backend_data(struct lock *l, void *p) { l->backend_data = p; }
-
-void locks_backend_granted(struct lock *l, uint64_t token)
-{
-    struct locks *t = l->table;
-    struct hold *h = TAILQ_FIRST(&l->queue);
-
-    if (l->state != LOCK_ACQUIRING || !h) {
-        log_error("lock %s: backend granted a lock nobody is acquiring", l->name);
+    if (h->state != HOLD_ACQUIRING) {
+        log_error("lock %s: backend granted a request that is not acquiring", h->lock->name);
         return;
     }
-    l->state = LOCK_HELD;
-    h->state = HOLD_HELD;
-    struct timeval now;
-    gettimeofday(&now, NULL);
-    h->count = 1;
-    h->token = token;
-    h->since_ms = (int64_t)now.tv_sec * 1000 + now.tv_usec / 1000;
-    if (h->timer) {
-        event_free(h->timer);
-        h->timer = NULL;
-    }
-    t->stats.waiting--;
-    t->stats.held++;
-    t->stats.grants++;
-    log_debug("lock %s: granted to %s, token %llu", l->name, h->client->peer,
-              (unsigned long long)token);
-    hold_report(t, h == t->sync_hold, h->client, l->name, LOCKS_GRANTED, token);
+    hold_grant(h, token);
+    o->ops->done(o, h->lock->name, LOCKS_GRANTED, token);
 }
 
-/* busy / unavailable: the try head fails; later waiters get a fresh acquisition. */
-static void backend_refused(struct lock *l, enum locks_result r)
+void locks_backend_refused(struct hold *h, enum locks_result r)
 {
-    struct locks *t = l->table;
-    struct hold *h = TAILQ_FIRST(&l->queue);
-    struct locks_client *c;
-    char name[256];
+    struct lock *l = h->lock;
+    struct lock_owner *o = h->owner;
+    char name[NAME_COPY];
 
-    if (l->state != LOCK_ACQUIRING || !h) {
-        log_error("lock %s: backend refused a lock nobody is acquiring", l->name);
+    if (h->state != HOLD_ACQUIRING) {
+        log_error("lock %s: backend refused a request that is not acquiring", l->name);
         return;
     }
-    bool sync = (h == t->sync_hold);
-    c = h->client;
     snprintf(name, sizeof(name), "%s", l->name);
     hold_unlink(h);
-    lock_next(l);
-    hold_report(t, sync, c, name, r, 0);
+    lock_settle(l, NULL, NULL, NULL);
+    o->ops->done(o, name, r, 0);
 }
 
-void locks_backend_busy(struct lock *l) { backend_refused(l, LOCKS_BUSY); }
-void locks_backend_unavailable(struct lock *l) { backend_refused(l, LOCKS_UNAVAILABLE); }
-
-void locks_backend_lost(struct lock *l, const char *reason)
+void locks_backend_lost(struct hold *h, const char *reason)
 {
+    struct lock *l = h->lock;
     struct locks *t = l->table;
-    struct hold *h = TAILQ_FIRST(&l->queue);
-    struct locks_client *c;
-    uint64_t token;
-    char name[256];
+    struct lock_owner *o = h->owner;
+    uint64_t token = h->token;
+    char name[NAME_COPY];
 
-    if (l->state != LOCK_HELD || !h) {
-        log_error("lock %s: backend lost a lock nobody holds", l->name);
+    if (h->state != HOLD_HELD) {
+        log_error("lock %s: backend lost a lock that is not held", l->name);
         return;
     }
-    c = h->client;
-    token = h->token;
     snprintf(name, sizeof(name), "%s", l->name);
-    log_warn("lock %s: lost by %s (token %llu): %s", name, c->peer,
+    log_warn("lock %s: lost by %s (token %llu): %s", name, o->desc,
              (unsigned long long)token, reason);
     t->stats.lost++;
     hold_unlink(h);
-    lock_next(l);
-    c->ops->lost(c, name, token, reason);
+    lock_settle(l, NULL, NULL, NULL);
+    o->ops->lost(o, name, token, reason);
 }

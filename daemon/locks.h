@@ -1,10 +1,17 @@
 /*
- * locks.h - the lock table: per name, the holder and a FIFO of waiters.
+ * locks.h - the lock table: per name, a set of holders and a FIFO of waiters.
  *
- * The table owns every lock and every hold. Clients (connections, or test
- * fakes) own a struct locks_client that lists their holds; the table never
- * keeps a pointer to a client that called locks_client_release_all(). All
- * calls happen on the event loop thread.
+ * A request has a mode (exclusive, shared, or one of at most `limit`
+ * holders of a counting semaphore) and a weight. One function decides who
+ * can be granted: it walks the waiters from the head while the next one fits
+ * beside the holders, and stops at the first that does not (FIFO, so a
+ * shared request behind a waiting exclusive one waits too).
+ *
+ * Requests belong to owners: a struct lock_owner is anything that can be
+ * told "granted / timed out / lost" (a connection today; a lease record
+ * later). The table owns every lock and every hold; it never keeps a pointer
+ * to an owner after locks_owner_release_all(). All calls happen on the event
+ * loop thread.
  */
 #ifndef LOCKBROKER_LOCKS_H
 #define LOCKBROKER_LOCKS_H
@@ -19,39 +26,60 @@ struct lock;
 struct hold;
 struct locks;
 
+enum lock_mode {
+    LOCK_EXCLUSIVE,    /* one holder */
+    LOCK_SHARED,       /* any number of shared holders, no exclusive one */
+    LOCK_LIMIT,        /* a counting semaphore: holders' weights sum to at most limit */
+    LOCK_MODE_COUNT
+};
+
+#define LOCK_LIMIT_MAX 65535
+
+/* What a request asks for. */
+struct lock_req {
+    enum lock_mode mode;
+    unsigned limit;       /* LOCK_LIMIT: 1..LOCK_LIMIT_MAX; otherwise 0 */
+    int64_t wait_ms;      /* -1 waits for ever, 0 never waits, >0 waits that long */
+    bool try;             /* TRYLOCK: busy rather than wait (also implied by wait_ms 0) */
+};
+
 enum locks_result {
     LOCKS_GRANTED,      /* token is set */
-    LOCKS_WAITING,      /* queued; the client's done() reports the outcome later */
+    LOCKS_WAITING,      /* queued; the owner's done() reports the outcome later */
     LOCKS_BUSY,         /* try: held or awaited by someone else */
     LOCKS_TIMEOUT,      /* the wait elapsed first */
-    LOCKS_UNAVAILABLE,  /* try: the backend cannot answer now (ZooKeeper outage) */
-    LOCKS_LIMIT,        /* the client already has max_locks_per_client holds */
+    LOCKS_UNAVAILABLE,  /* the backend cannot answer now (ZooKeeper outage) */
+    LOCKS_CONFLICT,     /* the request's mode or limit disagrees with the name's holders */
+    LOCKS_LIMIT,        /* the owner already has max_locks_per_client holds */
     LOCKS_RELEASED,     /* unlock: done (or one re-entrant hold dropped) */
-    LOCKS_NOT_HELD,     /* unlock: this client does not hold it */
+    LOCKS_NOT_HELD,     /* unlock: this owner does not hold it */
     LOCKS_NOMEM,
 };
 
-struct locks_client;
+struct lock_owner;
 
-struct locks_client_ops {
-    /* A LOCKS_WAITING request finished: GRANTED, TIMEOUT, BUSY or UNAVAILABLE.
-     * Called from the event loop; must not call back into the table. */
-    void (*done)(struct locks_client *c, const char *name, enum locks_result r, uint64_t token);
+struct lock_owner_ops {
+    /* A LOCKS_WAITING request finished: GRANTED, TIMEOUT, BUSY, UNAVAILABLE,
+     * CONFLICT or NOMEM. Called from the event loop; must not call back into
+     * the table. */
+    void (*done)(struct lock_owner *o, const char *name, enum locks_result r, uint64_t token);
     /* The backend lost a held lock; the hold is already gone. Same rule. */
-    void (*lost)(struct locks_client *c, const char *name, uint64_t token, const char *reason);
+    void (*lost)(struct lock_owner *o, const char *name, uint64_t token, const char *reason);
 };
 
-struct locks_client {
+struct lock_owner {
     TAILQ_HEAD(, hold) holds;            /* held and awaited; managed by the table */
     unsigned nholds;                     /* entries in holds */
-    const struct locks_client_ops *ops;
-    const char *peer;                    /* "127.0.0.1:5678", borrowed; for logs and backends */
+    const struct lock_owner_ops *ops;
+    const char *desc;                    /* "127.0.0.1:5678": names the owner in logs,
+                                          * STATUS and ZooKeeper; borrowed */
 };
 
 struct locks_stats {
-    uint64_t held;        /* locks currently held */
-    uint64_t waiting;     /* waits currently queued */
+    uint64_t held;        /* holds currently granted */
+    uint64_t waiting;     /* requests currently queued or being acquired */
     uint64_t grants;      /* total grants, re-entrant ones excluded */
+    uint64_t grants_by_mode[LOCK_MODE_COUNT];
     uint64_t timeouts;
     uint64_t lost;
 };
@@ -63,35 +91,41 @@ struct locks *locks_new(struct event_base *base, struct backend *backend,
  * next waiter (whose connection is about to close anyway). */
 void locks_shutdown(struct locks *t);
 
-/* Frees every lock and hold without calling back any client. */
+/* Frees every lock and hold without calling back any owner. */
 void locks_free(struct locks *t);
 
-void locks_client_init(struct locks_client *c, const struct locks_client_ops *ops,
-                       const char *peer);
+void lock_owner_init(struct lock_owner *o, const struct lock_owner_ops *ops, const char *desc);
+
+/* "exclusive", "shared", "limit"; static. */
+const char *lock_mode_name(enum lock_mode m);
 
 /*
- * Takes `name` (NUL-terminated, already validated) for c. wait_ms: -1 waits
- * for ever, 0 does not wait (answer BUSY, never WAITING unless the backend
- * must be asked first), >0 waits that long. try: TRYLOCK. A lock c already
- * holds is granted again at once with the same token (re-entrant).
+ * Takes `name` (NUL-terminated, already validated) for o as *req says.
+ * A lock o already holds in the same mode is granted again at once with
+ * the same token (re-entrant); in another mode it is LOCKS_CONFLICT, as is
+ * a request whose mode or limit disagrees with the name's current holders
+ * and waiters. Only LOCKS_WAITING is answered later, through o's done().
  */
-enum locks_result locks_lock(struct locks *t, struct locks_client *c, const char *name,
-                             int64_t wait_ms, bool try, uint64_t *token);
+enum locks_result locks_lock(struct locks *t, struct lock_owner *o, const char *name,
+                             const struct lock_req *req, uint64_t *token);
 
-/* Drops one hold of name by c: LOCKS_RELEASED or LOCKS_NOT_HELD. */
-enum locks_result locks_unlock(struct locks *t, struct locks_client *c, const char *name);
+/* Drops one hold of name by o: LOCKS_RELEASED or LOCKS_NOT_HELD. */
+enum locks_result locks_unlock(struct locks *t, struct lock_owner *o, const char *name);
 
-/* Releases every hold and cancels every wait of c, without calling c back. */
-void locks_client_release_all(struct locks *t, struct locks_client *c);
+/* Releases every hold and cancels every wait of o, without calling o back. */
+void locks_owner_release_all(struct locks *t, struct lock_owner *o);
 
 void locks_get_stats(const struct locks *t, struct locks_stats *out);
 
 struct locks_status {
-    bool held;            /* a client of this daemon holds it */
-    const char *holder;   /* its address, borrowed until the table changes; NULL if not held */
-    uint64_t token;       /* valid when held */
-    int64_t since_ms;     /* wall-clock ms of the grant, valid when held */
-    unsigned waiters;     /* local requests queued behind the holder (or acquiring) */
+    bool held;            /* an owner of this daemon holds it */
+    const char *holder;   /* the earliest holder's desc, borrowed until the table changes */
+    uint64_t token;       /* its token, valid when held */
+    int64_t since_ms;     /* wall-clock ms of its grant, valid when held */
+    enum lock_mode mode;  /* valid when held or awaited */
+    unsigned limit;       /* LOCK_LIMIT only */
+    unsigned holders;     /* holds granted here */
+    unsigned waiters;     /* requests queued here or being acquired */
 };
 
 /* What this daemon knows about name (NUL-terminated). */
@@ -100,14 +134,22 @@ void locks_status(const struct locks *t, const char *name, struct locks_status *
 /* New limit for later requests; holds beyond it are kept. */
 void locks_set_max_per_client(struct locks *t, unsigned max_per_client);
 
-/* For backends. */
-const char *lock_name(const struct lock *l);          /* NUL-terminated, lives as long as l */
-const char *lock_peer(const struct lock *l);          /* address of the queue's head client */
-void *lock_backend_data(const struct lock *l);        /* the backend's slot, NULL at first */
-void lock_set_backend_data(struct lock *l, void *p);
-void locks_backend_granted(struct lock *l, uint64_t token);
-void locks_backend_busy(struct lock *l);
-void locks_backend_unavailable(struct lock *l);
-void locks_backend_lost(struct lock *l, const char *reason);
+/*
+ * For backends. A backend acquires and releases on behalf of one hold at a
+ * time (see backend.h); these read what it needs and keep its slot.
+ */
+const char *hold_name(const struct hold *h);          /* the lock's name; lives as long as h */
+const char *hold_owner_desc(const struct hold *h);    /* the owner's desc; borrowed */
+enum lock_mode hold_mode(const struct hold *h);
+unsigned hold_limit(const struct hold *h);            /* LOCK_LIMIT only, else 0 */
+bool hold_try(const struct hold *h);                  /* answer busy rather than wait */
+void *hold_backend_data(const struct hold *h);        /* the backend's slot, NULL at first */
+void hold_set_backend_data(struct hold *h, void *p);
+
+/* Answers to an acquisition the backend left pending, and news of a hold. */
+void locks_backend_granted(struct hold *h, uint64_t token);
+/* r: LOCKS_BUSY, LOCKS_UNAVAILABLE, LOCKS_CONFLICT or LOCKS_NOMEM. */
+void locks_backend_refused(struct hold *h, enum locks_result r);
+void locks_backend_lost(struct hold *h, const char *reason);
 
 #endif

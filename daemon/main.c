@@ -242,10 +242,8 @@ out:
         if (sig_ev[i])
             event_free(sig_ev[i]);
     locks_free(d.locks);
-    if (d.s.zk_hosts)
-        zk_backend_free(backend);
-    else
-        backend_embedded_free(backend);
+    if (backend)
+        backend->ops->free(backend->impl);
     if (d.base)
         event_base_free(d.base);
     settings_free(&d.s);

@@ -60,7 +60,7 @@ struct zk;
 
 struct zlock {
     struct zk *zk;
-    struct lock *lock;         /* the table's lock; NULL once it let go (detached) */
+    struct hold *hold;         /* the table's request; NULL once it let go (detached) */
     TAILQ_ENTRY(zlock) link;   /* zk->zlocks, in creation order */
     uint64_t id;               /* unique within this daemon; part of the node name */
     unsigned gen;              /* bumped by every request; older replies are stale */
@@ -147,16 +147,16 @@ static void zl_free(struct zlock *zl)
     free(zl);
 }
 
-/* The table lets go of the lock; the zlock cleans up after itself. */
-static struct lock *zl_detach(struct zlock *zl)
+/* The table lets go of the request; the zlock cleans up after itself. */
+static struct hold *zl_detach(struct zlock *zl)
 {
-    struct lock *l = zl->lock;
+    struct hold *h = zl->hold;
 
-    if (l) {
-        lock_set_backend_data(l, NULL);
-        zl->lock = NULL;
+    if (h) {
+        hold_set_backend_data(h, NULL);
+        zl->hold = NULL;
     }
-    return l;
+    return h;
 }
 
 static struct zcall *zcall_new(struct zlock *zl)
@@ -228,10 +228,10 @@ static bool zk_sent(struct zlock *zl, struct zcall *c, int rc, const char *what)
 /* A try acquisition cannot be answered now: report it, keep cleaning up. */
 static void zl_try_unavailable(struct zlock *zl)
 {
-    struct lock *l;
+    struct hold *h;
 
-    if (zl->try && (l = zl_detach(zl)))
-        locks_backend_unavailable(l);
+    if (zl->try && (h = zl_detach(zl)))
+        locks_backend_refused(h, LOCKS_UNAVAILABLE);
 }
 
 /* The reply says the connection or session is gone: park until it is back. */
@@ -352,7 +352,7 @@ static void zl_create(struct zlock *zl)
     snprintf(prefix, sizeof(prefix), "%s/%s-%llu-", zl->parent, zk->daemon_id,
              (unsigned long long)zl->id);
     snprintf(data, sizeof(data), "daemon=%s client=%s", zk->daemon_id,
-             zl->lock ? lock_peer(zl->lock) : "-");
+             zl->hold ? hold_owner_desc(zl->hold) : "-");
     zl->create_attempts++;
     zk_sent(zl, c,
             zoo_acreate(zk->zh, prefix, data, (int)strlen(data), &ZOO_OPEN_ACL_UNSAFE,
@@ -469,7 +469,7 @@ static void on_listed(int rc, const struct String_vector *children, const struct
     const char *mine, *pred = NULL;
     long long my_seq, pred_seq = -1;
     bool found = false, lowest = true;
-    struct lock *l;
+    struct hold *h;
 
     if (!zl)
         return;
@@ -506,7 +506,7 @@ static void on_listed(int rc, const struct String_vector *children, const struct
         zl_start(zl);
         return;
     }
-    if (!zl->lock) {
+    if (!zl->hold) {
         zl_delete(zl);
         return;
     }
@@ -514,13 +514,13 @@ static void on_listed(int rc, const struct String_vector *children, const struct
         zl->step = ZL_HELD;
         zl->create_attempts = 0;
         log_debug("zk: %s holds %s, token %lld", zl->node, zl->parent, (long long)stat->pzxid);
-        locks_backend_granted(zl->lock, (uint64_t)stat->pzxid);
+        locks_backend_granted(zl->hold, (uint64_t)stat->pzxid);
         return;
     }
     if (zl->try) {           /* not first: give the place back, answer busy */
-        l = zl_detach(zl);
+        h = zl_detach(zl);
         zl_delete(zl);
-        locks_backend_busy(l);
+        locks_backend_refused(h, LOCKS_BUSY);
         return;
     }
     zl_watch(zl, pred);
@@ -572,18 +572,18 @@ static void zl_start(struct zlock *zl)
     zl->step = ZL_IDLE;
     if (zl->zk->state != ZK_CONNECTED) {
         zl_try_unavailable(zl);
-        if (!zl->lock && !zl->node && !zl->create_uncertain)
+        if (!zl->hold && !zl->node && !zl->create_uncertain)
             zl_free(zl);     /* nothing of it in ZooKeeper */
         return;
     }
     if (zl->node) {
-        if (zl->lock)
+        if (zl->hold)
             zl_list(zl);
         else
             zl_delete(zl);
     } else if (zl->create_uncertain) {
         zl_find_lost_create(zl);
-    } else if (zl->lock) {
+    } else if (zl->hold) {
         zl_create(zl);
     } else {
         zl_free(zl);
@@ -604,35 +604,49 @@ static void zk_resume_all(struct zk *zk)
 
 /* -------------------------------------------------------- backend calls */
 
-static void zk_acquire(void *impl, struct lock *l, bool try)
+static enum locks_result zk_acquire(void *impl, struct hold *h, uint64_t *token)
 {
     struct zk *zk = impl;
-    struct zlock *zl = calloc(1, sizeof(*zl));
-    size_t plen = strlen(zk->root) + strlen("/locks/") + strlen(lock_name(l)) + 1;
+    struct zlock *zl;
+    size_t plen = strlen(zk->root) + strlen("/locks/") + strlen(hold_name(h)) + 1;
 
-    if (!zl || !(zl->parent = malloc(plen))) {
+    /* A try cannot be answered without ZooKeeper: say so now. */
+    if (hold_try(h) && zk->state != ZK_CONNECTED)
+        return LOCKS_UNAVAILABLE;
+    if (!(zl = calloc(1, sizeof(*zl))) || !(zl->parent = malloc(plen))) {
         free(zl);
-        log_error("zk: out of memory acquiring %s", lock_name(l));
+        log_error("zk: out of memory acquiring %s", hold_name(h));
         /* Nothing would ever retry: fail the request rather than let it hang. */
-        locks_backend_unavailable(l);
-        return;
+        return LOCKS_UNAVAILABLE;
     }
-    snprintf(zl->parent, plen, "%s/locks/%s", zk->root, lock_name(l));
+    snprintf(zl->parent, plen, "%s/locks/%s", zk->root, hold_name(h));
     zl->zk = zk;
-    zl->lock = l;
+    zl->hold = h;
     zl->id = ++zk->next_id;
-    zl->try = try;
+    zl->try = hold_try(h);
     tsearch(zl, &zk->by_id, by_id);
     TAILQ_INSERT_TAIL(&zk->zlocks, zl, link);
     zk->nzlocks++;
-    lock_set_backend_data(l, zl);
+    hold_set_backend_data(h, zl);
+    /* Answers come from completions, never from here: a failed send only
+     * parks the zlock for the retry timer. */
     zl_start(zl);
+    return LOCKS_WAITING;
 }
 
-/* cancel and release: the table is done with the lock; take our node back. */
-static void zk_let_go(void *impl, struct lock *l)
+/* The acquisition now serves h (the table moved it into h's slot). */
+static void zk_handover(void *impl, struct hold *h)
 {
-    struct zlock *zl = lock_backend_data(l);
+    struct zlock *zl = hold_backend_data(h);
+
+    if (zl)
+        zl->hold = h;
+}
+
+/* cancel and release: the table is done with the request; take our node back. */
+static void zk_let_go(void *impl, struct hold *h)
+{
+    struct zlock *zl = hold_backend_data(h);
 
     if (!zl)
         return;
@@ -651,15 +665,27 @@ static void zk_let_go(void *impl, struct lock *l)
         zl_start(zl);        /* deletes or frees now, or once connected */
         break;
     default:
-        break;               /* the reply in flight sees lock == NULL */
+        break;               /* the reply in flight sees hold == NULL */
     }
 }
+
+static void zk_stats(void *impl, backend_stat_fn add, void *cookie);
+static struct backend_query *zk_query(void *impl, const char *name,
+                                      struct backend_queue_info *now, backend_query_cb cb,
+                                      void *arg);
+static void zk_query_cancel(void *impl, struct backend_query *q);
+static void zk_free(void *impl);
 
 static const struct backend_ops zk_ops = {
     .name = "distributed",
     .acquire = zk_acquire,
+    .handover = zk_handover,
     .cancel = zk_let_go,
     .release = zk_let_go,
+    .stats = zk_stats,
+    .query = zk_query,
+    .query_cancel = zk_query_cancel,
+    .free = zk_free,
 };
 
 /* ------------------------------------------------ session and event loop */
@@ -778,10 +804,10 @@ static void zk_drop_holds(struct zk *zk, const char *reason)
 
     for (zl = TAILQ_FIRST(&zk->zlocks); zl; zl = next) {
         next = TAILQ_NEXT(zl, link);
-        if (zl->step == ZL_HELD && zl->lock) {
-            struct lock *l = zl_detach(zl);
+        if (zl->step == ZL_HELD && zl->hold) {
+            struct hold *h = zl_detach(zl);
             zl->step = ZL_IDLE;          /* node deleted once connected, if it survived */
-            locks_backend_lost(l, reason);
+            locks_backend_lost(h, reason);
         }
     }
 }
@@ -893,12 +919,12 @@ static void on_restart(evutil_socket_t fd, short what, void *arg)
         zl->node = NULL;
         zl->create_uncertain = false;
         zl->create_attempts = 0;
-        if (!zl->lock) {         /* includes the holds dropped at expiry */
+        if (!zl->hold) {         /* includes the holds dropped at expiry */
             zl_free(zl);
         } else if (zl->try) {
-            struct lock *l = zl_detach(zl);
+            struct hold *h = zl_detach(zl);
             zl_free(zl);
-            locks_backend_unavailable(l);
+            locks_backend_refused(h, LOCKS_UNAVAILABLE);
         } else {
             zl->step = ZL_IDLE;
         }
@@ -963,15 +989,15 @@ static void on_session_event(zhandle_t *zh, int type, int state, const char *pat
 
 /* ------------------------------------------------------- STATUS queries */
 
-struct zk_query {
+struct backend_query {
     struct zk *zk;
-    zk_query_cb cb;            /* NULL once cancelled */
+    backend_query_cb cb;       /* NULL once cancelled */
     void *arg;
-    struct zk_queue_info info;
+    struct backend_queue_info info;
     char parent[512];
 };
 
-static void query_finish(struct zk_query *q, bool ok)
+static void query_finish(struct backend_query *q, bool ok)
 {
     q->zk->outstanding--;
     q->info.ok = ok;
@@ -983,7 +1009,7 @@ static void query_finish(struct zk_query *q, bool ok)
 static void on_query_data(int rc, const char *value, int len, const struct Stat *stat,
                           const void *data)
 {
-    struct zk_query *q = (struct zk_query *)data;
+    struct backend_query *q = (struct backend_query *)data;
     char buf[256], daemon[128] = "-", client[128] = "-";
 
     if (rc == ZOK && value && len > 0) {
@@ -999,7 +1025,7 @@ static void on_query_data(int rc, const char *value, int len, const struct Stat 
 
 static void on_query_children(int rc, const struct String_vector *children, const void *data)
 {
-    struct zk_query *q = (struct zk_query *)data;
+    struct backend_query *q = (struct backend_query *)data;
     const char *first = NULL;
     char path[768];
 
@@ -1012,6 +1038,7 @@ static void on_query_children(int rc, const struct String_vector *children, cons
         return;
     }
     q->info.queue = (unsigned)children->count;
+    q->info.holders = 1;
     for (int i = 0; i < children->count; i++)
         if (!first || seq_of(children->data[i]) < seq_of(first))
             first = children->data[i];
@@ -1021,16 +1048,19 @@ static void on_query_children(int rc, const struct String_vector *children, cons
         query_finish(q, false);
 }
 
-struct zk_query *zk_query_queue(struct backend *b, const char *name, zk_query_cb cb, void *arg)
+static struct backend_query *zk_query(void *impl, const char *name,
+                                      struct backend_queue_info *now, backend_query_cb cb,
+                                      void *arg)
 {
-    static const struct zk_queue_info unavailable = { .ok = false, .holder = "-", .since_ms = -1 };
-    struct zk *zk = b->impl;
-    struct zk_query *q;
+    static const struct backend_queue_info unavailable = {
+        .ok = false, .global = true, .holder = "-", .since_ms = -1
+    };
+    struct zk *zk = impl;
+    struct backend_query *q;
 
-    if (zk->state != ZK_CONNECTED || !(q = calloc(1, sizeof(*q)))) {
-        cb(arg, &unavailable);
+    *now = unavailable;
+    if (zk->state != ZK_CONNECTED || !(q = calloc(1, sizeof(*q))))
         return NULL;
-    }
     q->zk = zk;
     q->cb = cb;
     q->arg = arg;
@@ -1038,7 +1068,6 @@ struct zk_query *zk_query_queue(struct backend *b, const char *name, zk_query_cb
     snprintf(q->parent, sizeof(q->parent), "%s/locks/%s", zk->root, name);
     if (zoo_aget_children(zk->zh, q->parent, 0, on_query_children, q) != ZOK) {
         free(q);
-        cb(arg, &unavailable);
         return NULL;
     }
     zk->outstanding++;
@@ -1046,10 +1075,9 @@ struct zk_query *zk_query_queue(struct backend *b, const char *name, zk_query_cb
     return q;
 }
 
-void zk_query_cancel(struct zk_query *q)
+static void zk_query_cancel(void *impl, struct backend_query *q)
 {
-    if (q)
-        q->cb = NULL;   /* freed by its completion */
+    q->cb = NULL;   /* freed by its completion */
 }
 
 /* ------------------------------------------------------------- lifecycle */
@@ -1082,7 +1110,7 @@ struct backend *zk_backend_new(struct event_base *base, const struct settings *s
     zk->retry = evtimer_new(base, on_retry, zk);
     zk->stalled = evtimer_new(base, on_stalled, zk);
     if (!zk->io || !zk->kick || !zk->lost_timer || !zk->restart || !zk->retry || !zk->stalled) {
-        zk_backend_free(&zk->be);
+        zk_free(zk);
         return NULL;
     }
     zk_open(zk, NULL);
@@ -1091,14 +1119,11 @@ struct backend *zk_backend_new(struct event_base *base, const struct settings *s
     return &zk->be;
 }
 
-void zk_backend_free(struct backend *b)
+static void zk_free(void *impl)
 {
-    struct zk *zk;
+    struct zk *zk = impl;
     struct zlock *zl;
 
-    if (!b)
-        return;
-    zk = b->impl;
     zk->state = ZK_EXPIRED;    /* completions run by zookeeper_close are ignored */
     zk_close_handle(zk);       /* closing the session removes our ephemeral nodes */
     while ((zl = TAILQ_FIRST(&zk->zlocks)))
@@ -1118,16 +1143,25 @@ void zk_backend_free(struct backend *b)
     free(zk);
 }
 
-void zk_backend_stats(struct backend *b, struct zk_stats *out)
+/* STAT lines: zk_state, zk_session_id, ...; zk_requests counts the
+ * acquisitions and releases this daemon is working on. */
+static void zk_stats(void *impl, backend_stat_fn add, void *cookie)
 {
-    struct zk *zk = b->impl;
+    struct zk *zk = impl;
+    char v[32];
 
-    out->state = zk->state == ZK_CONNECTED ? "connected"
-                 : zk->state == ZK_CONNECTING ? "connecting" : "expired";
-    out->session_id = zk->session_id;
-    out->negotiated_timeout_ms = zk->negotiated_ms;
-    out->sessions = zk->sessions;
-    out->reconnects = zk->reconnects;
-    out->outstanding = zk->outstanding;
-    out->requests = zk->nzlocks;
+    add(cookie, "zk_state", zk->state == ZK_CONNECTED ? "connected"
+                            : zk->state == ZK_CONNECTING ? "connecting" : "expired");
+    snprintf(v, sizeof(v), "0x%llx", (unsigned long long)zk->session_id);
+    add(cookie, "zk_session_id", v);
+    snprintf(v, sizeof(v), "%d", zk->negotiated_ms);
+    add(cookie, "zk_session_timeout_ms", v);
+    snprintf(v, sizeof(v), "%llu", (unsigned long long)zk->sessions);
+    add(cookie, "zk_sessions", v);
+    snprintf(v, sizeof(v), "%llu", (unsigned long long)zk->reconnects);
+    add(cookie, "zk_reconnects", v);
+    snprintf(v, sizeof(v), "%llu", (unsigned long long)zk->outstanding);
+    add(cookie, "zk_outstanding", v);
+    snprintf(v, sizeof(v), "%u", zk->nzlocks);
+    add(cookie, "zk_requests", v);
 }

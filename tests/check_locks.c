@@ -29,13 +29,13 @@ enum fake_mode {
     FAKE_UNAVAILABLE,  /* acquire() answers unavailable before returning */
 };
 
-enum call_kind { CALL_ACQUIRE, CALL_CANCEL, CALL_RELEASE };
+enum call_kind { CALL_ACQUIRE, CALL_HANDOVER, CALL_CANCEL, CALL_RELEASE };
 
 struct call {
     enum call_kind kind;
-    struct lock *lock;          /* valid only while the table keeps the lock */
-    char name[NAME_CAP];        /* copied: the lock may be freed after the call */
-    char peer[NAME_CAP];        /* the queue's head at the time of the call */
+    struct hold *hold;          /* valid only while the table keeps the hold */
+    char name[NAME_CAP];        /* copied: the hold may be freed after the call */
+    char peer[NAME_CAP];        /* the hold's owner at the time of the call */
     bool try;
 };
 
@@ -47,47 +47,61 @@ struct fake {
     int ncalls;
 };
 
-static void fake_record(struct fake *f, enum call_kind kind, struct lock *l, bool try)
+static void fake_record(struct fake *f, enum call_kind kind, struct hold *h)
 {
     struct call *c;
 
     ck_assert_int_lt(f->ncalls, MAX_CALLS);
     c = &f->calls[f->ncalls++];
     c->kind = kind;
-    c->lock = l;
-    c->try = try;
-    snprintf(c->name, sizeof(c->name), "%s", lock_name(l));
-    snprintf(c->peer, sizeof(c->peer), "%s", lock_peer(l));
+    c->hold = h;
+    c->try = hold_try(h);
+    snprintf(c->name, sizeof(c->name), "%s", hold_name(h));
+    snprintf(c->peer, sizeof(c->peer), "%s", hold_owner_desc(h));
 }
 
-static void fake_acquire(void *impl, struct lock *l, bool try)
+static enum locks_result fake_acquire(void *impl, struct hold *h, uint64_t *token)
 {
     struct fake *f = impl;
 
-    fake_record(f, CALL_ACQUIRE, l, try);
+    fake_record(f, CALL_ACQUIRE, h);
     switch (f->mode) {
     case FAKE_MANUAL:
         break;
     case FAKE_GRANT:
-        locks_backend_granted(l, ++f->next_token);
-        break;
+        *token = ++f->next_token;
+        return LOCKS_GRANTED;
     case FAKE_BUSY:
-        locks_backend_busy(l);
-        break;
+        return LOCKS_BUSY;
     case FAKE_UNAVAILABLE:
-        locks_backend_unavailable(l);
-        break;
+        return LOCKS_UNAVAILABLE;
     }
+    return LOCKS_WAITING;
 }
 
-static void fake_cancel(void *impl, struct lock *l) { fake_record(impl, CALL_CANCEL, l, false); }
-static void fake_release(void *impl, struct lock *l) { fake_record(impl, CALL_RELEASE, l, false); }
+static void fake_handover(void *impl, struct hold *h) { fake_record(impl, CALL_HANDOVER, h); }
+static void fake_cancel(void *impl, struct hold *h) { fake_record(impl, CALL_CANCEL, h); }
+static void fake_release(void *impl, struct hold *h) { fake_record(impl, CALL_RELEASE, h); }
+static void fake_stats(void *impl, backend_stat_fn add, void *cookie) { }
+static struct backend_query *fake_query(void *impl, const char *name,
+                                        struct backend_queue_info *now, backend_query_cb cb,
+                                        void *arg)
+{
+    return NULL;
+}
+static void fake_query_cancel(void *impl, struct backend_query *q) { }
+static void fake_free(void *impl) { }
 
 static const struct backend_ops fake_ops = {
     .name = "fake",
     .acquire = fake_acquire,
+    .handover = fake_handover,
     .cancel = fake_cancel,
     .release = fake_release,
+    .stats = fake_stats,
+    .query = fake_query,
+    .query_cancel = fake_query_cancel,
+    .free = fake_free,
 };
 
 /* ------------------------------------------------------------ fake clients */
@@ -104,14 +118,14 @@ struct rec {
 };
 
 struct fclient {
-    struct locks_client c;      /* first: the callbacks cast back */
+    struct lock_owner c;        /* first: the callbacks cast back */
     struct rec recs[MAX_RECS];
     int nrecs;
 };
 
 static unsigned seq;
 
-static struct rec *client_record(struct locks_client *c, enum rec_kind kind, const char *name)
+static struct rec *client_record(struct lock_owner *c, enum rec_kind kind, const char *name)
 {
     struct fclient *fc = (struct fclient *)c;
     struct rec *r;
@@ -125,7 +139,7 @@ static struct rec *client_record(struct locks_client *c, enum rec_kind kind, con
     return r;
 }
 
-static void client_done(struct locks_client *c, const char *name, enum locks_result res,
+static void client_done(struct lock_owner *c, const char *name, enum locks_result res,
                         uint64_t token)
 {
     struct rec *r = client_record(c, REC_DONE, name);
@@ -134,7 +148,7 @@ static void client_done(struct locks_client *c, const char *name, enum locks_res
     r->token = token;
 }
 
-static void client_lost(struct locks_client *c, const char *name, uint64_t token,
+static void client_lost(struct lock_owner *c, const char *name, uint64_t token,
                         const char *reason)
 {
     struct rec *r = client_record(c, REC_LOST, name);
@@ -143,7 +157,7 @@ static void client_lost(struct locks_client *c, const char *name, uint64_t token
     snprintf(r->reason, sizeof(r->reason), "%s", reason);
 }
 
-static const struct locks_client_ops client_ops = { .done = client_done, .lost = client_lost };
+static const struct lock_owner_ops client_ops = { .done = client_done, .lost = client_lost };
 
 /* ------------------------------------------------------------ fixtures */
 
@@ -161,7 +175,7 @@ static void clients_init(void)
     seq = 0;
     for (int i = 0; i < 4; i++) {
         memset(all[i], 0, sizeof(*all[i]));
-        locks_client_init(&all[i]->c, &client_ops, peers[i]);
+        lock_owner_init(&all[i]->c, &client_ops, peers[i]);
     }
 }
 
@@ -192,13 +206,16 @@ static void teardown(void)
 {
     locks_free(t);
     t = NULL;
-    backend_embedded_free(embedded);
+    if (embedded)
+        embedded->ops->free(embedded->impl);
     embedded = NULL;
     event_base_free(base);
     base = NULL;
 }
 
 /* ------------------------------------------------------------ helpers */
+
+static const struct lock_req try_req = { .mode = LOCK_EXCLUSIVE, .wait_ms = -1, .try = true };
 
 /* Runs the loop until c has n records; bounded, so a bug fails rather than hangs. */
 static void run_until(struct fclient *c, int n)
@@ -231,14 +248,18 @@ static enum locks_result lock(struct fclient *c, const char *name, int64_t wait_
 {
     uint64_t dummy;
 
-    return locks_lock(t, &c->c, name, wait_ms, false, token ? token : &dummy);
+    struct lock_req req = { .mode = LOCK_EXCLUSIVE, .wait_ms = wait_ms };
+
+    return locks_lock(t, &c->c, name, &req, token ? token : &dummy);
 }
 
 static enum locks_result trylock(struct fclient *c, const char *name)
 {
     uint64_t dummy;
 
-    return locks_lock(t, &c->c, name, -1, true, &dummy);
+    struct lock_req req = { .mode = LOCK_EXCLUSIVE, .wait_ms = -1, .try = true };
+
+    return locks_lock(t, &c->c, name, &req, &dummy);
 }
 
 static void ck_done(const struct fclient *c, int i, const char *name, enum locks_result r)
@@ -288,7 +309,7 @@ START_TEST(grant_free_lock_without_waiting)
     /* wait 0 and TRYLOCK only fail when someone has it. */
     ck_assert_int_eq(lock(&c1, "a", 0, &token), LOCKS_GRANTED);
     ck_assert_uint_gt(token, 0);
-    ck_assert_int_eq(locks_lock(t, &c2.c, "b", -1, true, &token), LOCKS_GRANTED);
+    ck_assert_int_eq(locks_lock(t, &c2.c, "b", &try_req, &token), LOCKS_GRANTED);
     ck_assert_uint_eq(stats().held, 2);
 }
 END_TEST
@@ -299,7 +320,7 @@ START_TEST(reentrant)
 
     ck_assert_int_eq(lock(&c1, "a", -1, &t1), LOCKS_GRANTED);
     ck_assert_int_eq(lock(&c1, "a", 0, &t2), LOCKS_GRANTED);
-    ck_assert_int_eq(locks_lock(t, &c1.c, "a", -1, true, &t3), LOCKS_GRANTED);
+    ck_assert_int_eq(locks_lock(t, &c1.c, "a", &try_req, &t3), LOCKS_GRANTED);
     ck_assert_uint_eq(t2, t1);
     ck_assert_uint_eq(t3, t1);
     ck_assert_uint_eq(c1.c.nholds, 1);
@@ -476,7 +497,7 @@ START_TEST(release_all_holder)
     ck_assert_int_eq(lock(&c2, "a", -1, NULL), LOCKS_WAITING);
     ck_assert_int_eq(lock(&c3, "a", -1, NULL), LOCKS_WAITING);
 
-    locks_client_release_all(t, &c1.c);
+    locks_owner_release_all(t, &c1.c);
     ck_assert_uint_eq(c1.c.nholds, 0);
     ck_assert(TAILQ_EMPTY(&c1.c.holds));
     ck_assert_int_eq(c1.nrecs, 0);                 /* never called back */
@@ -493,7 +514,7 @@ START_TEST(release_all_waiter)
     ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_GRANTED);
     ck_assert_int_eq(lock(&c2, "a", 5, NULL), LOCKS_WAITING);
     ck_assert_int_eq(lock(&c3, "a", -1, NULL), LOCKS_WAITING);
-    locks_client_release_all(t, &c2.c);
+    locks_owner_release_all(t, &c2.c);
     ck_assert_uint_eq(c2.c.nholds, 0);
     ck_assert_uint_eq(stats().waiting, 1);
 
@@ -510,7 +531,7 @@ END_TEST
 
 START_TEST(release_all_idle_client)
 {
-    locks_client_release_all(t, &c1.c);
+    locks_owner_release_all(t, &c1.c);
     ck_assert_uint_eq(c1.c.nholds, 0);
     ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_GRANTED);
 }
@@ -580,8 +601,8 @@ START_TEST(stats_counters)
     ck_assert_uint_eq(st.grants, 3);
     ck_assert_uint_eq(st.timeouts, 1);
 
-    locks_client_release_all(t, &c1.c);
-    locks_client_release_all(t, &c3.c);
+    locks_owner_release_all(t, &c1.c);
+    locks_owner_release_all(t, &c3.c);
     st = stats();
     ck_assert_uint_eq(st.held, 0);
     ck_assert_uint_eq(st.waiting, 0);
@@ -633,11 +654,11 @@ START_TEST(fake_async_grant)
     call = ck_call(0, CALL_ACQUIRE, "a");
     ck_assert(!call->try);
     ck_assert_str_eq(call->peer, "c1");
-    ck_assert_str_eq(lock_name(call->lock), "a");
+    ck_assert_str_eq(hold_name(call->hold), "a");
     ck_assert_uint_eq(stats().waiting, 1);
     ck_assert_uint_eq(stats().held, 0);
 
-    locks_backend_granted(call->lock, 42);
+    locks_backend_granted(call->hold, 42);
     ck_done(&c1, 0, "a", LOCKS_GRANTED);
     ck_assert_uint_eq(c1.recs[0].token, 42);
     ck_assert_uint_eq(stats().waiting, 0);
@@ -722,16 +743,18 @@ END_TEST
 
 START_TEST(fake_head_leaves_next_inherits)
 {
-    struct lock *l;
+    struct hold *l;
 
     ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_WAITING);
     ck_assert_int_eq(lock(&c2, "a", -1, NULL), LOCKS_WAITING);
     ck_assert_int_eq(lock(&c3, "a", -1, NULL), LOCKS_WAITING);
-    l = ck_call(0, CALL_ACQUIRE, "a")->lock;
+    l = ck_call(0, CALL_ACQUIRE, "a")->hold;
 
-    locks_client_release_all(t, &c1.c);
-    ck_assert_int_eq(fake.ncalls, 1);        /* no cancel, no new acquire */
-    ck_assert_str_eq(lock_peer(l), "c2");
+    locks_owner_release_all(t, &c1.c);
+    /* No cancel, no new acquire: the acquisition is handed to c2. */
+    ck_assert_int_eq(fake.ncalls, 2);
+    ck_assert_str_eq(ck_call(1, CALL_HANDOVER, "a")->peer, "c2");
+    l = fake.calls[1].hold;
     ck_assert_int_eq(c1.nrecs, 0);
     ck_assert_uint_eq(stats().waiting, 2);
 
@@ -744,24 +767,24 @@ END_TEST
 
 START_TEST(fake_sole_waiter_leaves_cancels)
 {
-    struct lock *l;
+    struct hold *l;
 
     ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_WAITING);
-    l = ck_call(0, CALL_ACQUIRE, "a")->lock;
-    ck_assert_ptr_null(lock_backend_data(l));
-    lock_set_backend_data(l, &fake);
-    ck_assert_ptr_eq(lock_backend_data(l), &fake);
+    l = ck_call(0, CALL_ACQUIRE, "a")->hold;
+    ck_assert_ptr_null(hold_backend_data(l));
+    hold_set_backend_data(l, &fake);
+    ck_assert_ptr_eq(hold_backend_data(l), &fake);
 
-    locks_client_release_all(t, &c1.c);
+    locks_owner_release_all(t, &c1.c);
     ck_call(1, CALL_CANCEL, "a");
-    ck_assert_ptr_eq(fake.calls[1].lock, l);
+    ck_assert_ptr_eq(fake.calls[1].hold, l);
     ck_assert_int_eq(fake.ncalls, 2);
     ck_assert_int_eq(c1.nrecs, 0);
     ck_assert_uint_eq(stats().waiting, 0);
 
     /* A later request gets a new lock, with a fresh backend slot. */
     ck_assert_int_eq(lock(&c2, "a", -1, NULL), LOCKS_WAITING);
-    ck_assert_ptr_null(lock_backend_data(ck_call(2, CALL_ACQUIRE, "a")->lock));
+    ck_assert_ptr_null(hold_backend_data(ck_call(2, CALL_ACQUIRE, "a")->hold));
 }
 END_TEST
 
@@ -769,9 +792,9 @@ START_TEST(fake_waiter_behind_leaves)
 {
     ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_WAITING);
     ck_assert_int_eq(lock(&c2, "a", -1, NULL), LOCKS_WAITING);
-    locks_client_release_all(t, &c2.c);
+    locks_owner_release_all(t, &c2.c);
     ck_assert_int_eq(fake.ncalls, 1);
-    locks_backend_granted(fake.calls[0].lock, 3);
+    locks_backend_granted(fake.calls[0].hold, 3);
     ck_done(&c1, 0, "a", LOCKS_GRANTED);
     ck_assert_int_eq(c2.nrecs, 0);
 }
@@ -779,15 +802,16 @@ END_TEST
 
 START_TEST(fake_head_times_out_next_inherits)
 {
-    struct lock *l;
+    struct hold *l;
 
     ck_assert_int_eq(lock(&c1, "a", 5, NULL), LOCKS_WAITING);
     ck_assert_int_eq(lock(&c2, "a", -1, NULL), LOCKS_WAITING);
-    l = fake.calls[0].lock;
+    l = fake.calls[0].hold;
     run_until(&c1, 1);
     ck_done(&c1, 0, "a", LOCKS_TIMEOUT);
-    ck_assert_int_eq(fake.ncalls, 1);
-    ck_assert_str_eq(lock_peer(l), "c2");
+    ck_assert_int_eq(fake.ncalls, 2);
+    ck_assert_str_eq(ck_call(1, CALL_HANDOVER, "a")->peer, "c2");
+    l = fake.calls[1].hold;
     locks_backend_granted(l, 5);
     ck_done(&c2, 0, "a", LOCKS_GRANTED);
 }
@@ -808,15 +832,15 @@ END_TEST
 
 START_TEST(fake_try_busy_then_fresh_acquire)
 {
-    struct lock *l;
+    struct hold *l;
 
     ck_assert_int_eq(trylock(&c1, "a"), LOCKS_WAITING);
     ck_assert(ck_call(0, CALL_ACQUIRE, "a")->try);
-    l = fake.calls[0].lock;
+    l = fake.calls[0].hold;
     ck_assert_int_eq(lock(&c2, "a", -1, NULL), LOCKS_WAITING);
     ck_assert_int_eq(lock(&c3, "a", -1, NULL), LOCKS_WAITING);
 
-    locks_backend_busy(l);
+    locks_backend_refused(l, LOCKS_BUSY);
     ck_done(&c1, 0, "a", LOCKS_BUSY);
     ck_assert_uint_eq(c1.c.nholds, 0);
     /* A try answer is no answer for a waiter: ask again, without try. */
@@ -825,7 +849,7 @@ START_TEST(fake_try_busy_then_fresh_acquire)
     ck_assert_str_eq(fake.calls[1].peer, "c2");
     ck_assert_int_eq(c2.nrecs, 0);
 
-    locks_backend_granted(fake.calls[1].lock, 11);
+    locks_backend_granted(fake.calls[1].hold, 11);
     ck_done(&c2, 0, "a", LOCKS_GRANTED);
     ck_assert_int_eq(c3.nrecs, 0);
     ck_assert_uint_eq(stats().waiting, 1);
@@ -836,7 +860,7 @@ START_TEST(fake_try_head_leaves_fresh_acquire)
 {
     ck_assert_int_eq(trylock(&c1, "a"), LOCKS_WAITING);
     ck_assert_int_eq(lock(&c2, "a", -1, NULL), LOCKS_WAITING);
-    locks_client_release_all(t, &c1.c);
+    locks_owner_release_all(t, &c1.c);
     /* The try acquisition could answer busy: cancel it and start over. */
     ck_call(1, CALL_CANCEL, "a");
     ck_call(2, CALL_ACQUIRE, "a");
@@ -849,7 +873,7 @@ END_TEST
 START_TEST(fake_unavailable)
 {
     ck_assert_int_eq(trylock(&c1, "a"), LOCKS_WAITING);
-    locks_backend_unavailable(fake.calls[0].lock);
+    locks_backend_refused(fake.calls[0].hold, LOCKS_UNAVAILABLE);
     ck_done(&c1, 0, "a", LOCKS_UNAVAILABLE);
     ck_assert_uint_eq(c1.recs[0].token, 0);
     ck_assert_uint_eq(c1.c.nholds, 0);
@@ -860,10 +884,10 @@ END_TEST
 
 START_TEST(fake_lost)
 {
-    struct lock *l;
+    struct hold *l;
 
     ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_WAITING);
-    l = fake.calls[0].lock;
+    l = fake.calls[0].hold;
     locks_backend_granted(l, 7);
     ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_GRANTED);   /* depth 2 */
     ck_assert_int_eq(lock(&c2, "a", -1, NULL), LOCKS_WAITING);
@@ -885,7 +909,7 @@ START_TEST(fake_lost)
     ck_assert(!fake.calls[1].try);
     ck_assert_str_eq(fake.calls[1].peer, "c2");
     ck_assert_int_eq(fake.ncalls, 2);
-    locks_backend_granted(fake.calls[1].lock, 8);
+    locks_backend_granted(fake.calls[1].hold, 8);
     ck_done(&c2, 0, "a", LOCKS_GRANTED);
     ck_assert_uint_eq(c2.recs[0].token, 8);
 }
@@ -894,8 +918,8 @@ END_TEST
 START_TEST(fake_lost_sole_holder)
 {
     ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_WAITING);
-    locks_backend_granted(fake.calls[0].lock, 7);
-    locks_backend_lost(fake.calls[0].lock, "zk-disconnected");
+    locks_backend_granted(fake.calls[0].hold, 7);
+    locks_backend_lost(fake.calls[0].hold, "zk-disconnected");
     ck_assert_int_eq(c1.recs[1].kind, REC_LOST);
     ck_assert_str_eq(c1.recs[1].reason, "zk-disconnected");
     ck_assert_int_eq(fake.ncalls, 1);
@@ -908,16 +932,16 @@ END_TEST
 
 START_TEST(fake_answers_out_of_turn_ignored)
 {
-    struct lock *l;
+    struct hold *l;
 
     ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_WAITING);
-    l = fake.calls[0].lock;
+    l = fake.calls[0].hold;
     locks_backend_lost(l, "x");                 /* not held yet */
     ck_assert_int_eq(c1.nrecs, 0);
     locks_backend_granted(l, 1);
     locks_backend_granted(l, 2);                /* already held */
-    locks_backend_busy(l);
-    locks_backend_unavailable(l);
+    locks_backend_refused(l, LOCKS_BUSY);
+    locks_backend_refused(l, LOCKS_UNAVAILABLE);
     ck_assert_int_eq(c1.nrecs, 1);
     ck_assert_uint_eq(c1.recs[0].token, 1);
     ck_assert_uint_eq(stats().held, 1);
@@ -931,18 +955,18 @@ START_TEST(fake_shutdown_grants_nothing)
     uint64_t tok;
 
     ck_assert_int_eq(lock(&c1, "s", -1, &tok), LOCKS_WAITING);
-    locks_backend_granted(fake.calls[0].lock, 5);
+    locks_backend_granted(fake.calls[0].hold, 5);
     ck_assert_int_eq(lock(&c1, "s", -1, &tok), LOCKS_GRANTED);   /* re-entrant */
     ck_assert_int_eq(lock(&c2, "s", -1, NULL), LOCKS_WAITING);
     ck_assert_int_eq(lock(&c3, "s", 50, NULL), LOCKS_WAITING);
     locks_shutdown(t);
-    locks_client_release_all(t, &c1.c);
+    locks_owner_release_all(t, &c1.c);
     ck_call(1, CALL_RELEASE, "s");
     ck_assert_int_eq(fake.ncalls, 2);               /* no acquire for c2 */
     ck_assert_int_eq(stats().held, 0);
     ck_assert_int_eq(stats().waiting, 2);
-    locks_client_release_all(t, &c2.c);
-    locks_client_release_all(t, &c3.c);
+    locks_owner_release_all(t, &c2.c);
+    locks_owner_release_all(t, &c3.c);
     ck_assert_int_eq(stats().waiting, 0);
     run_past_ms(80);                                /* c3's deadline is gone with it */
     ck_assert_int_eq(c2.nrecs, 0);
@@ -954,7 +978,7 @@ END_TEST
 START_TEST(fake_free_with_outstanding)
 {
     ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_WAITING);
-    locks_backend_granted(fake.calls[0].lock, 1);
+    locks_backend_granted(fake.calls[0].hold, 1);
     ck_assert_int_eq(lock(&c2, "a", 60000, NULL), LOCKS_WAITING);
     ck_assert_int_eq(lock(&c3, "b", 60000, NULL), LOCKS_WAITING);   /* acquiring */
     locks_free(t);
