@@ -1,0 +1,89 @@
+/*
+ * zk_int.h - what the three parts of distributed mode share; nothing else
+ * in the daemon includes it.
+ *
+ *   zk_session.c  the backend object, the libevent adapter that drives the
+ *                 single-threaded C client, and the session's lifecycle
+ *   zk_lock.c     the lock recipe: one ZooKeeper node per request
+ *   zk_query.c    read-only queries for STATUS
+ *
+ * Only these files include zookeeper.h. Everything runs on the event loop
+ * thread; completions and watchers run inside zookeeper_process().
+ */
+#ifndef LOCKBROKER_ZK_INT_H
+#define LOCKBROKER_ZK_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/queue.h>
+#include <sys/time.h>
+#include <zookeeper/zookeeper.h>
+
+#include "backend.h"
+
+struct event;
+struct event_base;
+struct settings;
+struct zlock;
+struct zcall;
+
+enum zk_state { ZK_CONNECTING, ZK_CONNECTED, ZK_EXPIRED };
+
+struct zk {
+    struct backend be;
+    struct event_base *base;           /* borrowed */
+    const struct settings *settings;   /* borrowed */
+    zhandle_t *zh;                     /* owned; NULL between sessions */
+    enum zk_state state;
+    struct event *io;                  /* the handle's fd and timeout, re-armed after each process */
+    int io_fd;                         /* what io is registered for, to skip needless re-registering */
+    short io_what;
+    struct event *kick;                /* re-arm once after requests issued outside process */
+    struct event *lost_timer;          /* disconnected too long: holds are presumed lost */
+    struct event *restart;             /* replace an expired handle, outside callbacks */
+    struct event *retry;               /* back-off for zlocks parked after an error */
+    struct event *stalled;             /* a connection attempt got no handshake in time */
+    bool in_process;                   /* inside zookeeper_process(): re-arm after it */
+    bool kicked;
+    struct timeval last_heard;         /* last time the server's socket was readable */
+    int negotiated_ms;
+    int64_t session_id;
+    /* zk_lock.c's bookkeeping */
+    void *by_id;                       /* tsearch tree of struct zlock by id */
+    TAILQ_HEAD(, zlock) zlocks;
+    TAILQ_HEAD(, zcall) watches;       /* watch contexts registered with zh */
+    uint64_t next_id;
+    unsigned nzlocks;
+    uint64_t sessions, reconnects, outstanding;
+    char daemon_id[96];                /* "<host>-<pid>-<random>", unique per daemon run */
+    char root[256];
+};
+
+/* zk_session.c */
+/* Requests were queued: make sure the loop wants to write them. */
+void zk_kick(struct zk *zk);
+/* Something failed: run zk_locks_resume() after a back-off. */
+void zk_arm_retry(struct zk *zk);
+
+/* zk_lock.c: the backend ops for acquisitions (see backend.h). */
+enum locks_result zk_lock_acquire(void *impl, struct hold *h, uint64_t *token);
+void zk_lock_handover(void *impl, struct hold *h);
+void zk_lock_let_go(void *impl, struct hold *h);
+/* Restarts every request that waits for the connection or a retry. */
+void zk_locks_resume(struct zk *zk);
+/* Every held lock is given up with reason; the waiters keep waiting. */
+void zk_locks_drop_held(struct zk *zk, const char *reason);
+/* The handle was closed. session_gone: with its session, so every node
+ * went with it; otherwise the session lives on and only watches are gone. */
+void zk_locks_handle_closed(struct zk *zk, bool session_gone);
+/* Frees every request without calling the table (the daemon is stopping). */
+void zk_locks_free_all(struct zk *zk);
+/* The sequence number ZooKeeper appended to child: its last 10 digits. */
+long long zk_seq_of(const char *child);
+
+/* zk_query.c: the backend ops for STATUS (see backend.h). */
+struct backend_query *zk_query(void *impl, const char *name, struct backend_queue_info *now,
+                               backend_query_cb cb, void *arg);
+void zk_query_cancel(void *impl, struct backend_query *q);
+
+#endif

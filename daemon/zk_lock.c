@@ -1,0 +1,678 @@
+/*
+ * zk_lock.c - distributed mode: the lock recipe.
+ *
+ * The lock table keeps each name's local holders and FIFO of waiters and
+ * asks this backend for the lock on behalf of each request it lets through.
+ * Each such acquisition is a struct zlock: an EPHEMERAL_SEQUENTIAL node
+ * <root>/locks/<name>/<daemon>-<id>-NNNNNNNNNN. The node whose 10-digit
+ * suffix is lowest holds the lock; every other node watches (with a data
+ * watch, which a vanished node cannot leave behind) only the node just
+ * before it. The fencing token is the parent's pzxid from the getChildren
+ * reply that showed our node first.
+ *
+ * A zlock outlives the table's interest in it ("detached", hold == NULL)
+ * until its node is known to be gone: a create whose reply was lost is
+ * looked for by name after reconnecting, and deletes are retried until they
+ * succeed, the node is gone, or the session is.
+ */
+#include "config.h"
+#include "zk_int.h"
+
+#include <search.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "locks.h"
+#include "log.h"
+
+/* How often ancestors may be re-created for one acquisition before we wait
+ * for the retry timer (a container parent can vanish between two calls). */
+#define CREATE_ATTEMPTS 5
+
+enum zl_step {
+    ZL_IDLE,       /* nothing in flight: waiting for a connection or the retry timer */
+    ZL_CREATING,   /* create sent */
+    ZL_FINDING,    /* getChildren sent to find a node whose create reply was lost */
+    ZL_LISTING,    /* getChildren sent: is our node first? */
+    ZL_WATCHING,   /* getData watch on our predecessor sent or set */
+    ZL_HELD,       /* our node is first and the lock table has the grant */
+    ZL_DELETING,   /* delete sent */
+};
+
+struct zlock {
+    struct zk *zk;
+    struct hold *hold;         /* the table's request; NULL once it let go (detached) */
+    TAILQ_ENTRY(zlock) link;   /* zk->zlocks, in creation order */
+    uint64_t id;               /* unique within this daemon; part of the node name */
+    unsigned gen;              /* bumped by every request; older replies are stale */
+    enum zl_step step;
+    bool try;                  /* answer busy instead of waiting */
+    bool create_uncertain;     /* a create was sent and its reply lost */
+    unsigned create_attempts;
+    char *parent;              /* <root>/locks/<name>; malloc'd */
+    char *node;                /* our node's full path once known; malloc'd */
+};
+
+/* Context of one request, or of one watch; freed by its completion / event. */
+struct zcall {
+    struct zk *zk;
+    uint64_t id;               /* the zlock's id, looked up again on completion */
+    unsigned gen;
+    struct zcall *watch;       /* getData only: the watch's context, freed here if unset */
+    TAILQ_ENTRY(zcall) link;   /* zk->watches, for watch contexts only */
+};
+
+static void zl_start(struct zlock *zl);
+static void zl_list(struct zlock *zl);
+static void zl_delete(struct zlock *zl);
+
+/* ------------------------------------------------------------ bookkeeping */
+
+static int by_id(const void *a, const void *b)
+{
+    uint64_t x = ((const struct zlock *)a)->id, y = ((const struct zlock *)b)->id;
+
+    return x < y ? -1 : x > y;
+}
+
+static struct zlock *zl_find(struct zk *zk, uint64_t id)
+{
+    struct zlock key = { .id = id };
+    void *found = tfind(&key, &zk->by_id, by_id);
+
+    return found ? *(struct zlock **)found : NULL;
+}
+
+static void zl_free(struct zlock *zl)
+{
+    struct zk *zk = zl->zk;
+
+    log_debug("zk: request %llu on %s done", (unsigned long long)zl->id, zl->parent);
+    tdelete(zl, &zk->by_id, by_id);
+    TAILQ_REMOVE(&zk->zlocks, zl, link);
+    zk->nzlocks--;
+    free(zl->parent);
+    free(zl->node);
+    free(zl);
+}
+
+/* The table lets go of the request; the zlock cleans up after itself. */
+static struct hold *zl_detach(struct zlock *zl)
+{
+    struct hold *h = zl->hold;
+
+    if (h) {
+        hold_set_backend_data(h, NULL);
+        zl->hold = NULL;
+    }
+    return h;
+}
+
+static struct zcall *zcall_new(struct zlock *zl)
+{
+    struct zcall *c = malloc(sizeof(*c));
+
+    if (!c)
+        return NULL;
+    c->zk = zl->zk;
+    c->id = zl->id;
+    c->gen = ++zl->gen;
+    c->watch = NULL;
+    return c;
+}
+
+/* Frees a request context; returns its zlock if the reply is still wanted. */
+static struct zlock *zcall_done(const void *data)
+{
+    struct zcall *c = (struct zcall *)data;
+    struct zk *zk = c->zk;
+    struct zlock *zl = zl_find(zk, c->id);
+    unsigned gen = c->gen;
+
+    zk->outstanding--;
+    free(c);
+    if (zk->state == ZK_EXPIRED || !zl || zl->gen != gen)
+        return NULL;
+    return zl;
+}
+
+/* Starts a request step: its context, or NULL (parked, retried later) when
+ * out of memory. */
+static struct zcall *zl_begin(struct zlock *zl, enum zl_step step)
+{
+    struct zcall *c = zcall_new(zl);
+
+    if (!c) {
+        zl->step = ZL_IDLE;
+        zk_arm_retry(zl->zk);
+        return NULL;
+    }
+    zl->step = step;
+    return c;
+}
+
+/* Called after every zoo_a* call: counts it, or parks the zlock if it failed. */
+static bool zk_sent(struct zlock *zl, struct zcall *c, int rc, const char *what)
+{
+    if (rc == ZOK) {
+        zl->zk->outstanding++;
+        zk_kick(zl->zk);
+        return true;
+    }
+    free(c);
+    log_warn("zk: %s %s: %s", what, zl->node ? zl->node : zl->parent, zerror(rc));
+    zl->step = ZL_IDLE;
+    zk_arm_retry(zl->zk);
+    return false;
+}
+
+/* A try acquisition cannot be answered now: report it, keep cleaning up. */
+static void zl_try_unavailable(struct zlock *zl)
+{
+    struct hold *h;
+
+    if (zl->try && (h = zl_detach(zl)))
+        locks_backend_refused(h, LOCKS_UNAVAILABLE);
+}
+
+/* The reply says the connection or session is gone: park until it is back. */
+static void zl_park(struct zlock *zl, int rc)
+{
+    zl->step = ZL_IDLE;
+    if (rc != ZCONNECTIONLOSS && rc != ZOPERATIONTIMEOUT && rc != ZSESSIONEXPIRED &&
+        rc != ZCLOSING && rc != ZINVALIDSTATE && rc != ZSESSIONMOVED) {
+        log_error("zk: %s: unexpected error %s; retrying", zl->node ? zl->node : zl->parent,
+                  zerror(rc));
+        zk_arm_retry(zl->zk);
+    }
+    /* Resumed by the next session event, the retry timer or a new session. */
+    zl_try_unavailable(zl);
+}
+
+static const char *basename_of(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+
+    return slash ? slash + 1 : path;
+}
+
+/* The sequence number ZooKeeper appended: the last 10 characters. */
+long long zk_seq_of(const char *child)
+{
+    size_t len = strlen(child);
+
+    return len >= 10 ? strtoll(child + len - 10, NULL, 10) : -1;
+}
+
+/* ---------------------------------------------------------------- create */
+
+static void on_ancestor_created(int rc, const char *value, const void *data)
+{
+    struct zk *zk = (struct zk *)data;
+
+    zk->outstanding--;
+    if (rc != ZOK && rc != ZNODEEXISTS && rc != ZCONNECTIONLOSS && rc != ZCLOSING &&
+        rc != ZSESSIONEXPIRED && rc != ZOPERATIONTIMEOUT)
+        log_warn("zk: creating a parent node: %s", zerror(rc));
+}
+
+/* Sends creates for <root>, <root>/locks (persistent) and the lock's parent
+ * (a container, so that the server removes it once empty). Their replies do
+ * not matter: the create of our node that follows them says it all. */
+static void zk_create_ancestors(struct zk *zk, const char *parent)
+{
+    char path[512];
+
+    for (const char *p = strchr(parent + 1, '/');; p = strchr(p + 1, '/')) {
+        size_t len = p ? (size_t)(p - parent) : strlen(parent);
+        int flags = p ? 0 : ZOO_CONTAINER;
+
+        snprintf(path, sizeof(path), "%.*s", (int)len, parent);
+        if (zoo_acreate(zk->zh, path, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, flags,
+                        on_ancestor_created, zk) == ZOK)
+            zk->outstanding++;
+        if (!p)
+            break;
+    }
+}
+
+static void on_created(int rc, const char *value, const void *data)
+{
+    struct zlock *zl = zcall_done(data);
+
+    if (!zl)
+        return;
+    switch (rc) {
+    case ZOK:
+        zl->node = strdup(value);
+        zl->create_uncertain = false;
+        if (!zl->node) {   /* cannot track it: let the session's end remove it */
+            log_error("zk: out of memory tracking %s", value);
+            zl_try_unavailable(zl);
+            zl->step = ZL_IDLE;
+            return;
+        }
+        log_debug("zk: created %s", zl->node);
+        zl_start(zl);
+        break;
+    case ZNONODE:
+        /* The parent is missing (never made, or an empty container removed). */
+        zl->create_uncertain = false;
+        zl->step = ZL_IDLE;
+        if (zl->create_attempts >= CREATE_ATTEMPTS) {
+            zl->create_attempts = 0;
+            zl_park(zl, rc);
+            return;
+        }
+        zk_create_ancestors(zl->zk, zl->parent);
+        zl_start(zl);
+        break;
+    case ZCONNECTIONLOSS:
+    case ZOPERATIONTIMEOUT:
+    case ZCLOSING:           /* the handle was reopened: whether it went out is unknown */
+        /* The node may exist: look for it by name once connected again. */
+        zl->create_uncertain = true;
+        zl_park(zl, rc);
+        break;
+    default:
+        zl->create_uncertain = false;   /* session gone: so is any node */
+        zl_park(zl, rc);
+        break;
+    }
+}
+
+static void zl_create(struct zlock *zl)
+{
+    struct zk *zk = zl->zk;
+    char prefix[512], data[256];
+    struct zcall *c = zl_begin(zl, ZL_CREATING);
+
+    if (!c)
+        return;
+    /* The daemon id and request id make the node findable if the reply is lost. */
+    snprintf(prefix, sizeof(prefix), "%s/%s-%llu-", zl->parent, zk->daemon_id,
+             (unsigned long long)zl->id);
+    snprintf(data, sizeof(data), "daemon=%s client=%s", zk->daemon_id,
+             zl->hold ? hold_owner_desc(zl->hold) : "-");
+    zl->create_attempts++;
+    zk_sent(zl, c,
+            zoo_acreate(zk->zh, prefix, data, (int)strlen(data), &ZOO_OPEN_ACL_UNSAFE,
+                        ZOO_EPHEMERAL_SEQUENTIAL, on_created, c),
+            "create");
+}
+
+/* ------------------------------------------------ find a lost create's node */
+
+static void on_found(int rc, const struct String_vector *children, const void *data)
+{
+    struct zlock *zl = zcall_done(data);
+    char prefix[128];
+
+    if (!zl)
+        return;
+    if (rc != ZOK && rc != ZNONODE) {
+        zl_park(zl, rc);
+        return;
+    }
+    zl->create_uncertain = false;
+    snprintf(prefix, sizeof(prefix), "%s-%llu-", zl->zk->daemon_id, (unsigned long long)zl->id);
+    for (int i = 0; rc == ZOK && i < children->count; i++) {
+        if (strncmp(children->data[i], prefix, strlen(prefix)) == 0) {
+            size_t len = strlen(zl->parent) + strlen(children->data[i]) + 2;
+            if ((zl->node = malloc(len)))
+                snprintf(zl->node, len, "%s/%s", zl->parent, children->data[i]);
+            log_info("zk: found %s, whose create reply was lost", zl->node);
+            break;
+        }
+    }
+    zl_start(zl);
+}
+
+static void zl_find_lost_create(struct zlock *zl)
+{
+    struct zcall *c = zl_begin(zl, ZL_FINDING);
+
+    if (c)
+        zk_sent(zl, c, zoo_aget_children(zl->zk->zh, zl->parent, 0, on_found, c),
+                "getChildren");
+}
+
+/* ------------------------------------------------------- list and watch */
+
+static void on_watch_event(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+    struct zcall *w = ctx;
+    struct zk *zk = w->zk;
+    struct zlock *zl;
+
+    /* Session events reach every registered watcher and do not remove it. */
+    if (type == ZOO_SESSION_EVENT)
+        return;
+    zl = zl_find(zk, w->id);
+    TAILQ_REMOVE(&zk->watches, w, link);
+    if (zl && zl->gen == w->gen && zl->step == ZL_WATCHING) {
+        log_debug("zk: %s changed; %s looks again", path, zl->node);
+        zl_list(zl);
+    }
+    free(w);
+}
+
+static void on_predecessor_read(int rc, const char *value, int len, const struct Stat *stat,
+                                const void *data)
+{
+    struct zcall *c = (struct zcall *)data;
+    struct zlock *zl;
+
+    /* Without ZOK no watch was registered: its context is ours to free. */
+    if (rc != ZOK && c->watch) {
+        TAILQ_REMOVE(&c->zk->watches, c->watch, link);
+        free(c->watch);
+    }
+    if (!(zl = zcall_done(data)))
+        return;
+    if (rc == ZOK)
+        return;              /* watching; on_watch_event continues */
+    if (rc == ZNONODE) {
+        zl_list(zl);         /* the predecessor went before we could watch it */
+        return;
+    }
+    zl_park(zl, rc);
+}
+
+static void zl_watch(struct zlock *zl, const char *predecessor)
+{
+    struct zk *zk = zl->zk;
+    char path[512];
+    struct zcall *w = malloc(sizeof(*w)), *c = w ? zl_begin(zl, ZL_WATCHING) : NULL;
+
+    if (!c) {
+        free(w);
+        zl->step = ZL_IDLE;
+        zk_arm_retry(zk);
+        return;
+    }
+    *w = *c;
+    c->watch = w;
+    TAILQ_INSERT_TAIL(&zk->watches, w, link);
+    snprintf(path, sizeof(path), "%s/%s", zl->parent, predecessor);
+    log_debug("zk: %s waits for %s", zl->node, path);
+    if (!zk_sent(zl, c, zoo_awget(zk->zh, path, on_watch_event, w, on_predecessor_read, c),
+                 "getData")) {
+        TAILQ_REMOVE(&zk->watches, w, link);
+        free(w);
+    }
+}
+
+static void on_listed(int rc, const struct String_vector *children, const struct Stat *stat,
+                      const void *data)
+{
+    struct zlock *zl = zcall_done(data);
+    const char *mine, *pred = NULL;
+    long long my_seq, pred_seq = -1;
+    bool found = false, lowest = true;
+    struct hold *h;
+
+    if (!zl)
+        return;
+    if (rc == ZNONODE) {     /* the parent, and so our node, is gone */
+        free(zl->node);
+        zl->node = NULL;
+        zl_start(zl);
+        return;
+    }
+    if (rc != ZOK) {
+        zl_park(zl, rc);
+        return;
+    }
+    /* Order by the sequence suffix alone: prefixes differ between daemons. */
+    mine = basename_of(zl->node);
+    my_seq = zk_seq_of(mine);
+    for (int i = 0; i < children->count; i++) {
+        const char *child = children->data[i];
+        long long seq = zk_seq_of(child);
+        if (strcmp(child, mine) == 0) {
+            found = true;
+        } else if (seq < my_seq) {
+            lowest = false;
+            if (seq > pred_seq) {
+                pred_seq = seq;
+                pred = child;
+            }
+        }
+    }
+    if (!found) {            /* our node vanished (session trouble): start over */
+        log_warn("zk: %s is gone; creating a new node", zl->node);
+        free(zl->node);
+        zl->node = NULL;
+        zl_start(zl);
+        return;
+    }
+    if (!zl->hold) {
+        zl_delete(zl);
+        return;
+    }
+    if (lowest) {
+        zl->step = ZL_HELD;
+        zl->create_attempts = 0;
+        log_debug("zk: %s holds %s, token %lld", zl->node, zl->parent, (long long)stat->pzxid);
+        locks_backend_granted(zl->hold, (uint64_t)stat->pzxid);
+        return;
+    }
+    if (zl->try) {           /* not first: give the place back, answer busy */
+        h = zl_detach(zl);
+        zl_delete(zl);
+        locks_backend_refused(h, LOCKS_BUSY);
+        return;
+    }
+    zl_watch(zl, pred);
+}
+
+static void zl_list(struct zlock *zl)
+{
+    struct zcall *c = zl_begin(zl, ZL_LISTING);
+
+    if (c)
+        zk_sent(zl, c, zoo_aget_children2(zl->zk->zh, zl->parent, 0, on_listed, c),
+                "getChildren");
+}
+
+/* ---------------------------------------------------------------- delete */
+
+static void on_deleted(int rc, const void *data)
+{
+    struct zlock *zl = zcall_done(data);
+
+    if (!zl)
+        return;
+    if (rc == ZOK || rc == ZNONODE) {
+        free(zl->node);
+        zl->node = NULL;
+        zl_start(zl);
+        return;
+    }
+    if (rc == ZSESSIONEXPIRED) {   /* the node went with the session */
+        free(zl->node);
+        zl->node = NULL;
+    }
+    zl_park(zl, rc);
+}
+
+static void zl_delete(struct zlock *zl)
+{
+    struct zcall *c = zl_begin(zl, ZL_DELETING);
+
+    if (!c)
+        return;
+    log_debug("zk: deleting %s", zl->node);
+    zk_sent(zl, c, zoo_adelete(zl->zk->zh, zl->node, -1, on_deleted, c), "delete");
+}
+
+/* Decides the next request from what is known, whatever happened before. */
+static void zl_start(struct zlock *zl)
+{
+    zl->step = ZL_IDLE;
+    if (zl->zk->state != ZK_CONNECTED) {
+        zl_try_unavailable(zl);
+        if (!zl->hold && !zl->node && !zl->create_uncertain)
+            zl_free(zl);     /* nothing of it in ZooKeeper */
+        return;
+    }
+    if (zl->node) {
+        if (zl->hold)
+            zl_list(zl);
+        else
+            zl_delete(zl);
+    } else if (zl->create_uncertain) {
+        zl_find_lost_create(zl);
+    } else if (zl->hold) {
+        zl_create(zl);
+    } else {
+        zl_free(zl);
+    }
+}
+
+void zk_locks_resume(struct zk *zk)
+{
+    struct zlock *zl, *next;
+
+    for (zl = TAILQ_FIRST(&zk->zlocks); zl; zl = next) {
+        next = TAILQ_NEXT(zl, link);
+        if (zl->step == ZL_IDLE)
+            zl_start(zl);
+    }
+}
+
+/* ------------------------------------------------------- backend calls */
+
+enum locks_result zk_lock_acquire(void *impl, struct hold *h, uint64_t *token)
+{
+    struct zk *zk = impl;
+    struct zlock *zl;
+    size_t plen = strlen(zk->root) + strlen("/locks/") + strlen(hold_name(h)) + 1;
+
+    /* A try cannot be answered without ZooKeeper: say so now. */
+    if (hold_try(h) && zk->state != ZK_CONNECTED)
+        return LOCKS_UNAVAILABLE;
+    if (!(zl = calloc(1, sizeof(*zl))) || !(zl->parent = malloc(plen))) {
+        free(zl);
+        log_error("zk: out of memory acquiring %s", hold_name(h));
+        /* Nothing would ever retry: fail the request rather than let it hang. */
+        return LOCKS_UNAVAILABLE;
+    }
+    snprintf(zl->parent, plen, "%s/locks/%s", zk->root, hold_name(h));
+    zl->zk = zk;
+    zl->hold = h;
+    zl->id = ++zk->next_id;
+    zl->try = hold_try(h);
+    tsearch(zl, &zk->by_id, by_id);
+    TAILQ_INSERT_TAIL(&zk->zlocks, zl, link);
+    zk->nzlocks++;
+    hold_set_backend_data(h, zl);
+    /* Answers come from completions, never from here: a failed send only
+     * parks the zlock for the retry timer. */
+    zl_start(zl);
+    return LOCKS_WAITING;
+}
+
+/* The acquisition now serves h (the table moved it into h's slot). */
+void zk_lock_handover(void *impl, struct hold *h)
+{
+    struct zlock *zl = hold_backend_data(h);
+
+    if (zl)
+        zl->hold = h;
+}
+
+/* cancel and release: the table is done with the request; take our node back. */
+void zk_lock_let_go(void *impl, struct hold *h)
+{
+    struct zlock *zl = hold_backend_data(h);
+
+    if (!zl)
+        return;
+    zl_detach(zl);
+    switch (zl->step) {
+    case ZL_HELD:
+    case ZL_WATCHING:
+        if (zl->zk->state == ZK_CONNECTED) {
+            zl_delete(zl);   /* also makes the pending watch stale */
+        } else {
+            zl->gen++;
+            zl->step = ZL_IDLE;   /* deleted on reconnection */
+        }
+        break;
+    case ZL_IDLE:
+        zl_start(zl);        /* deletes or frees now, or once connected */
+        break;
+    default:
+        break;               /* the reply in flight sees hold == NULL */
+    }
+}
+
+/* Watch contexts still registered with a handle that went away: no event will come. */
+static void zk_free_watches(struct zk *zk)
+{
+    struct zcall *w;
+
+    while ((w = TAILQ_FIRST(&zk->watches))) {
+        TAILQ_REMOVE(&zk->watches, w, link);
+        free(w);
+    }
+}
+
+void zk_locks_drop_held(struct zk *zk, const char *reason)
+{
+    struct zlock *zl, *next;
+
+    for (zl = TAILQ_FIRST(&zk->zlocks); zl; zl = next) {
+        next = TAILQ_NEXT(zl, link);
+        if (zl->step == ZL_HELD && zl->hold) {
+            struct hold *h = zl_detach(zl);
+            zl->step = ZL_IDLE;          /* node deleted once connected, if it survived */
+            locks_backend_lost(h, reason);
+        }
+    }
+}
+
+void zk_locks_handle_closed(struct zk *zk, bool session_gone)
+{
+    struct zlock *zl, *next;
+
+    zk_free_watches(zk);
+    for (zl = TAILQ_FIRST(&zk->zlocks); zl; zl = next) {
+        next = TAILQ_NEXT(zl, link);
+        if (!session_gone) {
+            /* Watches belonged to the old handle: look again once connected. */
+            if (zl->step == ZL_WATCHING) {
+                zl->gen++;
+                zl->step = ZL_IDLE;
+            }
+            continue;
+        }
+        /* Forget nodes (they went with the session); waiters will queue again. */
+        zl->gen++;
+        free(zl->node);
+        zl->node = NULL;
+        zl->create_uncertain = false;
+        zl->create_attempts = 0;
+        if (!zl->hold) {         /* includes the holds dropped at expiry */
+            zl_free(zl);
+        } else if (zl->try) {
+            struct hold *h = zl_detach(zl);
+            zl_free(zl);
+            locks_backend_refused(h, LOCKS_UNAVAILABLE);
+        } else {
+            zl->step = ZL_IDLE;
+        }
+    }
+}
+
+void zk_locks_free_all(struct zk *zk)
+{
+    struct zlock *zl;
+
+    zk_free_watches(zk);
+    while ((zl = TAILQ_FIRST(&zk->zlocks)))
+        zl_free(zl);
+}

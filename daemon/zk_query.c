@@ -1,0 +1,104 @@
+/*
+ * zk_query.c - distributed mode: what ZooKeeper says about one lock name
+ * across all daemons, for STATUS. Read-only: a getChildren of the name's
+ * parent, then a getData of its first node.
+ */
+#include "config.h"
+#include "zk_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------- STATUS queries */
+
+struct backend_query {
+    struct zk *zk;
+    backend_query_cb cb;       /* NULL once cancelled */
+    void *arg;
+    struct backend_queue_info info;
+    char parent[512];
+};
+
+static void query_finish(struct backend_query *q, bool ok)
+{
+    q->zk->outstanding--;
+    q->info.ok = ok;
+    if (q->cb)
+        q->cb(q->arg, &q->info);
+    free(q);
+}
+
+static void on_query_data(int rc, const char *value, int len, const struct Stat *stat,
+                          const void *data)
+{
+    struct backend_query *q = (struct backend_query *)data;
+    char buf[256], daemon[128] = "-", client[128] = "-";
+
+    if (rc == ZOK && value && len > 0) {
+        /* "daemon=<id> client=<addr>", as zl_create writes it */
+        snprintf(buf, sizeof(buf), "%.*s", len, value);
+        sscanf(buf, "daemon=%127s client=%127s", daemon, client);
+        snprintf(q->info.holder, sizeof(q->info.holder), "%s/%s", daemon, client);
+        q->info.since_ms = stat->ctime;
+    }
+    /* ZNONODE: the holder left between the two reads; report what we saw. */
+    query_finish(q, rc == ZOK || rc == ZNONODE);
+}
+
+static void on_query_children(int rc, const struct String_vector *children, const void *data)
+{
+    struct backend_query *q = (struct backend_query *)data;
+    const char *first = NULL;
+    char path[768];
+
+    if (rc == ZNONODE || (rc == ZOK && children->count == 0)) {
+        query_finish(q, true);
+        return;
+    }
+    if (rc != ZOK || !q->cb) {
+        query_finish(q, rc == ZOK);
+        return;
+    }
+    q->info.queue = (unsigned)children->count;
+    q->info.holders = 1;
+    for (int i = 0; i < children->count; i++)
+        if (!first || zk_seq_of(children->data[i]) < zk_seq_of(first))
+            first = children->data[i];
+    snprintf(path, sizeof(path), "%s/%s", q->parent, first);
+    /* The request's count carries over to the getData. */
+    if (zoo_aget(q->zk->zh, path, 0, on_query_data, q) != ZOK)
+        query_finish(q, false);
+}
+
+struct backend_query *zk_query(void *impl, const char *name,
+                                      struct backend_queue_info *now, backend_query_cb cb,
+                                      void *arg)
+{
+    static const struct backend_queue_info unavailable = {
+        .ok = false, .global = true, .holder = "-", .since_ms = -1
+    };
+    struct zk *zk = impl;
+    struct backend_query *q;
+
+    *now = unavailable;
+    if (zk->state != ZK_CONNECTED || !(q = calloc(1, sizeof(*q))))
+        return NULL;
+    q->zk = zk;
+    q->cb = cb;
+    q->arg = arg;
+    q->info = unavailable;
+    snprintf(q->parent, sizeof(q->parent), "%s/locks/%s", zk->root, name);
+    if (zoo_aget_children(zk->zh, q->parent, 0, on_query_children, q) != ZOK) {
+        free(q);
+        return NULL;
+    }
+    zk->outstanding++;
+    zk_kick(zk);
+    return q;
+}
+
+void zk_query_cancel(void *impl, struct backend_query *q)
+{
+    q->cb = NULL;   /* freed by its completion */
+}

@@ -1,0 +1,390 @@
+/*
+ * zk_session.c - distributed mode: the backend object, the session and the
+ * libevent adapter.
+ *
+ * One session (one zhandle_t of the single-threaded C client) serves every
+ * connection of this daemon; only the zoo_a* calls are used. One event
+ * carries the handle's fd and timeout and is re-armed from
+ * zookeeper_interest() after every zookeeper_process(). This file owns the
+ * session's lifecycle (connect, stall, disconnect, expiry, restart) and
+ * tells the lock recipe (zk_lock.c) what each change means for its nodes.
+ */
+#include "config.h"
+#include "zk.h"
+#include "zk_int.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "settings.h"
+
+/* Back-off before retrying after an unexpected ZooKeeper error. */
+#define RETRY_MS 500
+
+static void zk_stats(void *impl, backend_stat_fn add, void *cookie);
+static void zk_free(void *impl);
+
+static const struct backend_ops zk_ops = {
+    .name = "distributed",
+    .acquire = zk_lock_acquire,
+    .handover = zk_lock_handover,
+    .cancel = zk_lock_let_go,
+    .release = zk_lock_let_go,
+    .stats = zk_stats,
+    .query = zk_query,
+    .query_cancel = zk_query_cancel,
+    .free = zk_free,
+};
+
+/* ------------------------------------------------ session and event loop */
+
+static void on_io(evutil_socket_t fd, short what, void *arg);
+
+/* The session timeout in force: negotiated, or else the one we asked for. */
+static int zk_timeout_ms(const struct zk *zk)
+{
+    return zk->negotiated_ms > 0 ? zk->negotiated_ms : (int)zk->settings->zk_session_timeout_ms;
+}
+
+/* How long a handshake may take: short enough that several attempts fit
+ * in the 2/3 of the session timeout after which holds are presumed lost. */
+static int zk_handshake_limit_ms(const struct zk *zk)
+{
+    int limit = zk_timeout_ms(zk) / 8;
+
+    return limit < 1000 ? 1000 : limit;
+}
+
+static void zk_rearm(struct zk *zk)
+{
+    struct timeval tv = { 0, 0 };
+    int fd = -1, interest = 0, rc;
+    short what = 0;
+
+    if (!zk->zh || zk->state == ZK_EXPIRED)
+        return;
+    rc = zookeeper_interest(zk->zh, &fd, &interest, &tv);
+    if (rc != ZOK) {
+        /* A failed connect attempt: the client tries the next host when called again. */
+        fd = -1;
+        tv.tv_sec = 0;
+        tv.tv_usec = 100 * 1000;
+    }
+    if (fd != -1) {
+        if (interest & ZOOKEEPER_READ)
+            what |= EV_READ;
+        if (interest & ZOOKEEPER_WRITE)
+            what |= EV_WRITE;
+    }
+    /* The fd changes on every reconnect and the interest often; when
+     * neither did, only the timeout is renewed (no epoll_ctl). */
+    if (fd != zk->io_fd || what != zk->io_what ||
+        !event_pending(zk->io, EV_READ | EV_WRITE | EV_TIMEOUT, NULL)) {
+        event_del(zk->io);
+        event_assign(zk->io, zk->base, fd, what | EV_PERSIST, on_io, zk);
+        zk->io_fd = fd;
+        zk->io_what = what;
+    }
+    event_add(zk->io, &tv);
+
+    /* A socket but no session yet: time the handshake (see on_stalled). */
+    if (zk->state == ZK_CONNECTING && fd != -1) {
+        if (!evtimer_pending(zk->stalled, NULL)) {
+            int limit = zk_handshake_limit_ms(zk);
+            struct timeval lt = { limit / 1000, (limit % 1000) * 1000 };
+            evtimer_add(zk->stalled, &lt);
+        }
+    } else {
+        evtimer_del(zk->stalled);
+    }
+}
+
+static void on_io(evutil_socket_t fd, short what, void *arg)
+{
+    struct zk *zk = arg;
+    struct timeval now;
+    int events = 0;
+
+    gettimeofday(&now, NULL);
+    if (what & EV_READ)
+        events |= ZOOKEEPER_READ;
+    if (what & EV_WRITE)
+        events |= ZOOKEEPER_WRITE;
+    zk->in_process = true;
+    zookeeper_process(zk->zh, events);
+    /* The client handles one reply per call; take the others already in
+     * the socket now rather than after another trip through epoll. */
+    if (events & ZOOKEEPER_READ) {
+        char c;
+        for (int i = 0; i < 64 && zk->zh && zk->state == ZK_CONNECTED &&
+                        recv((int)fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 1; i++)
+            zookeeper_process(zk->zh, ZOOKEEPER_READ);
+    }
+    zk->in_process = false;
+    /* Readable and still connected: the server spoke (an EOF would have
+     * disconnected us), so the session was alive at `now`. */
+    if ((what & EV_READ) && zk->state == ZK_CONNECTED)
+        zk->last_heard = now;
+    zk_rearm(zk);
+}
+
+static void on_kick(evutil_socket_t fd, short what, void *arg)
+{
+    struct zk *zk = arg;
+
+    zk->kicked = false;
+    zk_rearm(zk);
+}
+
+void zk_kick(struct zk *zk)
+{
+    if (zk->in_process || zk->kicked)
+        return;              /* on_io re-arms after zookeeper_process */
+    zk->kicked = true;
+    event_active(zk->kick, 0, 0);
+}
+
+static void on_lost_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct zk *zk = arg;
+
+    log_warn("zk: no contact with ZooKeeper for 2/3 of the %d ms session timeout; "
+             "presuming the session lost", zk->negotiated_ms);
+    zk_locks_drop_held(zk, "zk-disconnected");
+}
+
+static void on_retry(evutil_socket_t fd, short what, void *arg)
+{
+    struct zk *zk = arg;
+
+    if (zk->state == ZK_CONNECTED)
+        zk_locks_resume(zk);
+}
+
+/* Closes the handle; pending completions run now, with ZCLOSING. */
+static void zk_close_handle(struct zk *zk)
+{
+    if (!zk->zh)
+        return;
+    event_del(zk->io);
+    zookeeper_close(zk->zh);
+    zk->zh = NULL;
+}
+
+static void on_session_event(zhandle_t *zh, int type, int state, const char *path, void *ctx);
+
+/*
+ * Opens a handle: a new session, or the session `id` again. When the handle
+ * cannot even be made (no host name resolves), the restart timer tries a new
+ * session in a second, as in any other outage.
+ */
+static void zk_open(struct zk *zk, const clientid_t *id)
+{
+    struct timeval tv = { 1, 0 };
+
+    zk->state = ZK_CONNECTING;
+    zk->zh = zookeeper_init(zk->settings->zk_hosts, on_session_event,
+                            id ? zk_timeout_ms(zk) : (int)zk->settings->zk_session_timeout_ms,
+                            id, zk, 0);
+    if (!zk->zh) {
+        log_error("zk: cannot start a session with '%s': %s; retrying",
+                  zk->settings->zk_hosts, strerror(errno));
+        zk->state = ZK_EXPIRED;
+        evtimer_add(zk->restart, &tv);
+        return;
+    }
+    /* Resolve host names when connecting, not on every zookeeper_interest()
+     * (the default), which costs several system calls per request. */
+    zoo_set_servers_resolution_delay(zk->zh, -1);
+    zk_rearm(zk);
+}
+
+/*
+ * A server that accepts connections before it can serve (ZooKeeper does so
+ * while starting) may never answer the handshake; the C client would wait
+ * 2/3 of the session timeout, exactly when we must presume our holds lost.
+ * Instead, reopen the handle with the same session id and password: the
+ * session and its nodes survive (zookeeper_close sends no close request
+ * unless connected), and the client tries the next server or this one again.
+ */
+static void on_stalled(evutil_socket_t fd, short what, void *arg)
+{
+    struct zk *zk = arg;
+    clientid_t id;
+    bool resume = zk->session_id != 0;
+
+    if (zk->state != ZK_CONNECTING || !zk->zh)
+        return;
+    log_warn("zk: no session handshake within %d ms; reconnecting", zk_handshake_limit_ms(zk));
+    if (resume)
+        id = *zoo_client_id(zk->zh);
+    zk_close_handle(zk);      /* pending requests complete with ZCLOSING */
+    zk->outstanding = 0;
+    zk_locks_handle_closed(zk, false);
+    zk_open(zk, resume ? &id : NULL);
+}
+
+/* The session expired: everything it owned in ZooKeeper is gone. */
+static void on_restart(evutil_socket_t fd, short what, void *arg)
+{
+    struct zk *zk = arg;
+
+    zk_close_handle(zk);
+    zk_locks_handle_closed(zk, true);
+    zk->outstanding = 0;
+    zk_open(zk, NULL);
+}
+
+static void on_session_event(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+    struct zk *zk = ctx;
+
+    if (type != ZOO_SESSION_EVENT)
+        return;
+    if (state == ZOO_CONNECTED_STATE) {
+        const clientid_t *id = zoo_client_id(zh);
+        bool same = zk->session_id == id->client_id;
+        zk->state = ZK_CONNECTED;
+        zk->negotiated_ms = zoo_recv_timeout(zh);
+        gettimeofday(&zk->last_heard, NULL);
+        evtimer_del(zk->lost_timer);
+        if (same) {
+            zk->reconnects++;
+        } else {
+            zk->sessions++;
+            zk->session_id = id->client_id;
+        }
+        log_info("zk: %s session 0x%llx, timeout %d ms", same ? "reconnected to" : "new",
+                 (unsigned long long)id->client_id, zk->negotiated_ms);
+        zk_locks_resume(zk);
+    } else if (state == ZOO_CONNECTING_STATE) {
+        struct timeval now, deadline, tv = { 0, 0 };
+        long ms = (long)zk->negotiated_ms * 2 / 3;
+        if (zk->state == ZK_CONNECTED)
+            log_warn("zk: disconnected from ZooKeeper; reconnecting");
+        zk->state = ZK_CONNECTING;
+        /* The server expires the session a full timeout after it last heard
+         * from us; we presume it lost 2/3 of a timeout after we last heard
+         * from the server, leaving a third for delays on either side. */
+        if (zk->session_id && !evtimer_pending(zk->lost_timer, NULL)) {
+            gettimeofday(&now, NULL);
+            deadline = zk->last_heard;
+            deadline.tv_sec += ms / 1000;
+            deadline.tv_usec += (ms % 1000) * 1000;
+            if (deadline.tv_usec >= 1000000) {
+                deadline.tv_sec++;
+                deadline.tv_usec -= 1000000;
+            }
+            if (timercmp(&deadline, &now, >))
+                timersub(&deadline, &now, &tv);
+            evtimer_add(zk->lost_timer, &tv);
+        }
+    } else if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE) {
+        log_warn("zk: session 0x%llx %s", (unsigned long long)zk->session_id,
+                 state == ZOO_EXPIRED_SESSION_STATE ? "expired" : "failed authentication");
+        zk->state = ZK_EXPIRED;
+        evtimer_del(zk->lost_timer);
+        zk_locks_drop_held(zk, "session-expired");
+        event_active(zk->restart, 0, 0);   /* zookeeper_close may not run in a callback */
+    }
+}
+
+void zk_arm_retry(struct zk *zk)
+{
+    struct timeval tv = { 0, RETRY_MS * 1000 };
+
+    if (!evtimer_pending(zk->retry, NULL))
+        evtimer_add(zk->retry, &tv);
+}
+
+
+/* ------------------------------------------------------------- lifecycle */
+
+struct backend *zk_backend_new(struct event_base *base, const struct settings *s,
+                               const char *daemon_id)
+{
+    struct zk *zk = calloc(1, sizeof(*zk));
+
+    if (!zk)
+        return NULL;
+    zk->be.ops = &zk_ops;
+    zk->be.impl = zk;
+    zk->base = base;
+    zk->settings = s;
+    TAILQ_INIT(&zk->zlocks);
+    TAILQ_INIT(&zk->watches);
+    snprintf(zk->root, sizeof(zk->root), "%s", s->zk_root);
+    snprintf(zk->daemon_id, sizeof(zk->daemon_id), "%s", daemon_id);
+
+    /* The client logs every failed connect attempt, several a second during
+     * an outage; our own log reports state changes, so it speaks only in -v. */
+    zoo_set_log_stream(stderr);
+    zoo_set_debug_level(log_get_level() >= LOG_LVL_DEBUG ? ZOO_LOG_LEVEL_WARN : 0);
+    zk->io = event_new(base, -1, 0, on_io, zk);
+    zk->io_fd = -1;
+    zk->kick = event_new(base, -1, 0, on_kick, zk);
+    zk->lost_timer = evtimer_new(base, on_lost_timer, zk);
+    zk->restart = evtimer_new(base, on_restart, zk);
+    zk->retry = evtimer_new(base, on_retry, zk);
+    zk->stalled = evtimer_new(base, on_stalled, zk);
+    if (!zk->io || !zk->kick || !zk->lost_timer || !zk->restart || !zk->retry || !zk->stalled) {
+        zk_free(zk);
+        return NULL;
+    }
+    zk_open(zk, NULL);
+    log_info("zk: daemon id %s, connecting to %s, root %s", zk->daemon_id, s->zk_hosts,
+             zk->root);
+    return &zk->be;
+}
+
+static void zk_free(void *impl)
+{
+    struct zk *zk = impl;
+
+    zk->state = ZK_EXPIRED;    /* completions run by zookeeper_close are ignored */
+    zk_close_handle(zk);       /* closing the session removes our ephemeral nodes */
+    zk_locks_free_all(zk);
+    if (zk->io)
+        event_free(zk->io);
+    if (zk->kick)
+        event_free(zk->kick);
+    if (zk->lost_timer)
+        event_free(zk->lost_timer);
+    if (zk->restart)
+        event_free(zk->restart);
+    if (zk->retry)
+        event_free(zk->retry);
+    if (zk->stalled)
+        event_free(zk->stalled);
+    free(zk);
+}
+
+/* STAT lines: zk_state, zk_session_id, ...; zk_requests counts the
+ * acquisitions and releases this daemon is working on. */
+static void zk_stats(void *impl, backend_stat_fn add, void *cookie)
+{
+    struct zk *zk = impl;
+    char v[32];
+
+    add(cookie, "zk_state", zk->state == ZK_CONNECTED ? "connected"
+                            : zk->state == ZK_CONNECTING ? "connecting" : "expired");
+    snprintf(v, sizeof(v), "0x%llx", (unsigned long long)zk->session_id);
+    add(cookie, "zk_session_id", v);
+    snprintf(v, sizeof(v), "%d", zk->negotiated_ms);
+    add(cookie, "zk_session_timeout_ms", v);
+    snprintf(v, sizeof(v), "%llu", (unsigned long long)zk->sessions);
+    add(cookie, "zk_sessions", v);
+    snprintf(v, sizeof(v), "%llu", (unsigned long long)zk->reconnects);
+    add(cookie, "zk_reconnects", v);
+    snprintf(v, sizeof(v), "%llu", (unsigned long long)zk->outstanding);
+    add(cookie, "zk_outstanding", v);
+    snprintf(v, sizeof(v), "%u", zk->nzlocks);
+    add(cookie, "zk_requests", v);
+}
