@@ -1,5 +1,5 @@
 /*
- * settings.c - defaults, validation and the inih-based loader.
+ * settings.c - the table of settings, validation and the inih-based loader.
  */
 #include "settings.h"
 
@@ -31,32 +31,6 @@ static int replace_str(char **dst, const char *src)
     free(*dst);
     *dst = copy;
     return 0;
-}
-
-int settings_init(struct settings *s)
-{
-    memset(s, 0, sizeof(*s));
-    s->unix_socket_mode = 0660;        /* owner and group; widen it in the file if needed */
-    s->max_clients = 4096;             /* a few MB of buffers at most; raise with ulimit -n */
-    s->max_line = 1024;                /* the longest valid request is ~225 bytes */
-    s->max_locks_per_client = 256;     /* bounds table memory to ~max_clients * 256 holds */
-    s->zk_session_timeout_ms = 10000;  /* a dead daemon's locks go within ~10 s */
-    s->log_level = LOG_LVL_INFO;
-    if (replace_str(&s->listen, SETTINGS_LISTEN_DEFAULT) < 0 ||
-        replace_str(&s->zk_root, "/lockbroker") < 0) {
-        settings_free(s);
-        return -1;
-    }
-    return 0;
-}
-
-void settings_free(struct settings *s)
-{
-    free(s->listen);
-    free(s->unix_socket);
-    free(s->zk_hosts);
-    free(s->zk_root);
-    memset(s, 0, sizeof(*s));
 }
 
 /* Unsigned decimal in [min, max]; the whole string must be digits. */
@@ -168,84 +142,293 @@ static int valid_zk_root(const char *v)
 
 #define SET_ERR(...) (snprintf(err, errlen, __VA_ARGS__), -1)
 
+/* A row's type and the offset of its field. The pointer comparison, never
+ * evaluated, makes a field of another C type than the type implies a
+ * compiler warning ("comparison of distinct pointer types"). */
+#define FIELD(f, ctype) \
+    (offsetof(struct settings, f) + 0 * sizeof(&((struct settings *)0)->f == (ctype *)0))
+#define UINT(f)      SETTING_UINT, FIELD(f, unsigned)
+#define MODE(f)      SETTING_MODE, FIELD(f, unsigned)
+#define LOG_LEVEL(f) SETTING_LOG_LEVEL, FIELD(f, enum log_level)
+#define LISTEN(f)    SETTING_LISTEN, FIELD(f, char *)
+#define PATH(f)      SETTING_PATH, FIELD(f, char *)
+#define ZK_HOSTS(f)  SETTING_ZK_HOSTS, FIELD(f, char *)
+#define ZK_ROOT(f)   SETTING_ZK_ROOT, FIELD(f, char *)
+
+/* struct setting.restart: NULL, or the name a reload warning gives a group. */
+#define ON_SIGHUP    NULL
+#define RESTART_UNIX "unix_socket or its mode"
+#define RESTART_ZK   "[zookeeper] settings"
+
+#define SUN_PATH_MAX (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
+
+/*
+ * Every setting, once. A default is written as in the file and goes through
+ * the same checks as a value read from it. [log] comes first because the
+ * "reloaded:" log line lists rows in this order and has always begun with
+ * the log level.
+ */
+static const struct setting rows[] = {
+    /* section, key, type and field, default, min, max, restart, help */
+    { "log", "level", LOG_LEVEL(log_level), "info", 0, 0, ON_SIGHUP,
+      "error, warn, info or debug (-v means debug)" },
+    { "server", "listen", LISTEN(listen), SETTINGS_LISTEN_DEFAULT, 0, 0, "listen",
+      "TCP address, numeric IP:PORT or [IPv6]:PORT; port 0 picks a free one" },
+    { "server", "unix_socket", PATH(unix_socket), "", 0, SUN_PATH_MAX, RESTART_UNIX,
+      "also listen on this Unix socket; empty: none" },
+    /* owner and group; widen it in the file if needed */
+    { "server", "unix_socket_mode", MODE(unix_socket_mode), "0660", 0, 0777, RESTART_UNIX,
+      "permission bits of the Unix socket, in octal" },
+    /* a few MB of buffers at most; raise with ulimit -n */
+    { "server", "max_clients", UINT(max_clients), "4096", 1, 1000000, ON_SIGHUP,
+      "connections served at once; one more is refused with ERR LIMIT" },
+    /* the longest valid request is ~225 bytes */
+    { "server", "max_line", UINT(max_line), "1024", 256, 1048576, ON_SIGHUP,
+      "longest request line in bytes, LF excluded" },
+    /* bounds table memory to ~max_clients * 256 holds */
+    { "server", "max_locks_per_client", UINT(max_locks_per_client), "256", 1, 1000000,
+      ON_SIGHUP, "locks one connection may hold or wait for at once" },
+    { "zookeeper", "hosts", ZK_HOSTS(zk_hosts), "", 0, 0, RESTART_ZK,
+      "ZooKeeper ensemble, host:port[,host:port...]; empty: embedded mode" },
+    { "zookeeper", "root", ZK_ROOT(zk_root), "/lockbroker", 0, 0, RESTART_ZK,
+      "znode under which lock nodes live" },
+    /* a dead daemon's locks go within ~10 s */
+    { "zookeeper", "session_timeout_ms", UINT(zk_session_timeout_ms), "10000", 1000, 600000,
+      RESTART_ZK, "session timeout asked of ZooKeeper, in ms" },
+};
+
+#define NROWS (sizeof(rows) / sizeof(rows[0]))
+
+const struct setting *settings_row(size_t i)
+{
+    return i < NROWS ? &rows[i] : NULL;
+}
+
+/* How a row's field is stored, whatever its file syntax. */
+enum storage { STORE_UINT, STORE_LEVEL, STORE_STR };
+
+static enum storage storage_of(enum setting_type t)
+{
+    switch (t) {
+    case SETTING_UINT:
+    case SETTING_MODE:
+        return STORE_UINT;
+    case SETTING_LOG_LEVEL:
+        return STORE_LEVEL;
+    case SETTING_LISTEN:
+    case SETTING_PATH:
+    case SETTING_ZK_HOSTS:
+    case SETTING_ZK_ROOT:
+        break;
+    }
+    return STORE_STR;
+}
+
+static void *field_of(struct settings *s, const struct setting *r)
+{
+    return (char *)s + r->offset;
+}
+
+static const void *const_field_of(const struct settings *s, const struct setting *r)
+{
+    return (const char *)s + r->offset;
+}
+
+/* Checks v against the row and stores it. On error *s is unchanged. */
+static int set_row(struct settings *s, const struct setting *r, const char *v, char *err,
+                   size_t errlen)
+{
+    void *field = field_of(s, r);
+    unsigned u;
+
+    switch (r->type) {
+    case SETTING_UINT:
+        if (parse_uint(v, r->min, r->max, &u) < 0)
+            return SET_ERR("%s: '%s' is not an integer from %u to %u", r->key, v, r->min, r->max);
+        *(unsigned *)field = u;
+        return 0;
+    case SETTING_MODE: {
+        char *end;
+        unsigned long m = strtoul(v, &end, 8);
+
+        if (*v < '0' || *v > '7' || *end || m < r->min || m > r->max)
+            return SET_ERR("%s: '%s' is not an octal mode like 0660", r->key, v);
+        *(unsigned *)field = (unsigned)m;
+        return 0;
+    }
+    case SETTING_LOG_LEVEL:
+        for (unsigned i = 0; i < sizeof(level_names) / sizeof(level_names[0]); i++)
+            if (strcasecmp(v, level_names[i]) == 0) {
+                *(enum log_level *)field = (enum log_level)i;
+                return 0;
+            }
+        return SET_ERR("%s: '%s' is not one of error, warn, info, debug", r->key, v);
+    case SETTING_LISTEN:
+        if (!valid_listen(v))
+            return SET_ERR("%s: '%s' is not IP:PORT or [IPv6]:PORT", r->key, v);
+        break;
+    case SETTING_PATH:
+        if (strlen(v) > r->max)
+            return SET_ERR("%s: path longer than %u bytes", r->key, r->max);
+        break;
+    case SETTING_ZK_HOSTS:
+        if (*v && !valid_zk_hosts(v))
+            return SET_ERR("%s: '%s' is not host:port[,host:port...]", r->key, v);
+        break;
+    case SETTING_ZK_ROOT:
+        if (!valid_zk_root(v))
+            return SET_ERR("%s: '%s' is not an absolute ZooKeeper path like /lockbroker",
+                           r->key, v);
+        break;
+    }
+    /* A string type that accepts an empty value means "none" by it. */
+    return replace_str(field, *v ? v : NULL) < 0 ? SET_ERR("out of memory") : 0;
+}
+
+int settings_init(struct settings *s)
+{
+    char err[256];
+
+    memset(s, 0, sizeof(*s));
+    for (size_t i = 0; i < NROWS; i++)
+        if (set_row(s, &rows[i], rows[i].def, err, sizeof(err)) < 0) {
+            settings_free(s);
+            return -1;      /* out of memory: tests/check_conf.c checks every default */
+        }
+    return 0;
+}
+
+void settings_free(struct settings *s)
+{
+    for (size_t i = 0; i < NROWS; i++)
+        if (storage_of(rows[i].type) == STORE_STR)
+            free(*(char **)field_of(s, &rows[i]));
+    memset(s, 0, sizeof(*s));
+}
+
 int settings_set(struct settings *s, const char *section, const char *key,
                  const char *value, char *err, size_t errlen)
 {
-    unsigned u;
+    bool section_known = false;
 
-    if (strcmp(section, "server") == 0) {
-        if (strcmp(key, "listen") == 0) {
-            if (!valid_listen(value))
-                return SET_ERR("listen: '%s' is not IP:PORT or [IPv6]:PORT", value);
-            return replace_str(&s->listen, value) < 0 ? SET_ERR("out of memory") : 0;
-        }
-        if (strcmp(key, "unix_socket") == 0) {
-            if (strlen(value) >= sizeof(((struct sockaddr_un *)0)->sun_path))
-                return SET_ERR("unix_socket: path longer than %zu bytes",
-                               sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
-            return replace_str(&s->unix_socket, *value ? value : NULL) < 0
-                       ? SET_ERR("out of memory") : 0;
-        }
-        if (strcmp(key, "unix_socket_mode") == 0) {
-            char *end;
-            unsigned long m = strtoul(value, &end, 8);
-            if (*value < '0' || *value > '7' || *end || m > 0777)
-                return SET_ERR("unix_socket_mode: '%s' is not an octal mode like 0660", value);
-            s->unix_socket_mode = (unsigned)m;
-            return 0;
-        }
-        if (strcmp(key, "max_clients") == 0) {
-            if (parse_uint(value, 1, 1000000, &u) < 0)
-                return SET_ERR("max_clients: '%s' is not an integer from 1 to 1000000", value);
-            s->max_clients = u;
-            return 0;
-        }
-        if (strcmp(key, "max_line") == 0) {
-            if (parse_uint(value, 256, 1048576, &u) < 0)
-                return SET_ERR("max_line: '%s' is not an integer from 256 to 1048576", value);
-            s->max_line = u;
-            return 0;
-        }
-        if (strcmp(key, "max_locks_per_client") == 0) {
-            if (parse_uint(value, 1, 1000000, &u) < 0)
-                return SET_ERR("max_locks_per_client: '%s' is not an integer from 1 to 1000000",
-                               value);
-            s->max_locks_per_client = u;
-            return 0;
-        }
-    } else if (strcmp(section, "zookeeper") == 0) {
-        if (strcmp(key, "hosts") == 0) {
-            if (*value && !valid_zk_hosts(value))
-                return SET_ERR("hosts: '%s' is not host:port[,host:port...]", value);
-            return replace_str(&s->zk_hosts, *value ? value : NULL) < 0
-                       ? SET_ERR("out of memory") : 0;
-        }
-        if (strcmp(key, "root") == 0) {
-            if (!valid_zk_root(value))
-                return SET_ERR("root: '%s' is not an absolute ZooKeeper path like /lockbroker",
-                               value);
-            return replace_str(&s->zk_root, value) < 0 ? SET_ERR("out of memory") : 0;
-        }
-        if (strcmp(key, "session_timeout_ms") == 0) {
-            if (parse_uint(value, 1000, 600000, &u) < 0)
-                return SET_ERR("session_timeout_ms: '%s' is not an integer from 1000 to 600000",
-                               value);
-            s->zk_session_timeout_ms = u;
-            return 0;
-        }
-    } else if (strcmp(section, "log") == 0) {
-        if (strcmp(key, "level") == 0) {
-            for (unsigned i = 0; i < sizeof(level_names) / sizeof(level_names[0]); i++)
-                if (strcasecmp(value, level_names[i]) == 0) {
-                    s->log_level = (enum log_level)i;
-                    return 0;
-                }
-            return SET_ERR("level: '%s' is not one of error, warn, info, debug", value);
-        }
-    } else {
-        return SET_ERR("unknown section [%s]", section);
+    for (size_t i = 0; i < NROWS; i++) {
+        if (strcmp(rows[i].section, section) != 0)
+            continue;
+        section_known = true;
+        if (strcmp(rows[i].key, key) == 0)
+            return set_row(s, &rows[i], value, err, errlen);
     }
+    if (!section_known)
+        return SET_ERR("unknown section [%s]", section);
     return SET_ERR("unknown key '%s' in [%s]", key, section);
+}
+
+static bool row_equal(const struct setting *r, const struct settings *a, const struct settings *b)
+{
+    const void *fa = const_field_of(a, r), *fb = const_field_of(b, r);
+    const char *sa, *sb;
+
+    switch (storage_of(r->type)) {
+    case STORE_UINT:
+        return *(const unsigned *)fa == *(const unsigned *)fb;
+    case STORE_LEVEL:
+        return *(const enum log_level *)fa == *(const enum log_level *)fb;
+    case STORE_STR:
+        break;
+    }
+    sa = *(char *const *)fa;
+    sb = *(char *const *)fb;
+    return sa == sb || (sa && sb && strcmp(sa, sb) == 0);
+}
+
+/* Exchanges the row's values: a string changes owner without a copy. */
+static void row_swap(const struct setting *r, struct settings *a, struct settings *b)
+{
+    void *fa = field_of(a, r), *fb = field_of(b, r);
+
+    switch (storage_of(r->type)) {
+    case STORE_UINT: {
+        unsigned t = *(unsigned *)fa;
+        *(unsigned *)fa = *(unsigned *)fb;
+        *(unsigned *)fb = t;
+        return;
+    }
+    case STORE_LEVEL: {
+        enum log_level t = *(enum log_level *)fa;
+        *(enum log_level *)fa = *(enum log_level *)fb;
+        *(enum log_level *)fb = t;
+        return;
+    }
+    case STORE_STR: {
+        char *t = *(char **)fa;
+        *(char **)fa = *(char **)fb;
+        *(char **)fb = t;
+        return;
+    }
+    }
+}
+
+void settings_reload(struct settings *live, struct settings *fresh,
+                     void (*needs_restart)(const char *what, void *arg), void *arg)
+{
+    for (size_t i = 0; i < NROWS; i++) {
+        const struct setting *r = &rows[i];
+        bool warned = false;
+
+        if (row_equal(r, live, fresh))
+            continue;
+        if (!r->restart) {
+            row_swap(r, live, fresh);
+            continue;
+        }
+        /* One warning per group: an earlier changed row of it gave it. */
+        for (size_t j = 0; j < i && !warned; j++)
+            warned = rows[j].restart && strcmp(rows[j].restart, r->restart) == 0 &&
+                     !row_equal(&rows[j], live, fresh);
+        if (!warned)
+            needs_restart(r->restart, arg);
+    }
+}
+
+void settings_format_reloadable(const struct settings *s, char *buf, size_t len)
+{
+    size_t used = 0;
+
+    if (len == 0)
+        return;
+    buf[0] = '\0';
+    for (size_t i = 0; i < NROWS && used < len; i++) {
+        const struct setting *r = &rows[i];
+        const void *f = const_field_of(s, r);
+        bool bare = strcmp(r->section, "server") == 0;
+        char value[32];
+        const char *v = value;
+        int n;
+
+        if (r->restart)
+            continue;
+        /* The value as the file would write it. */
+        switch (r->type) {
+        case SETTING_UINT:
+            snprintf(value, sizeof(value), "%u", *(const unsigned *)f);
+            break;
+        case SETTING_MODE:
+            snprintf(value, sizeof(value), "0%03o", *(const unsigned *)f);
+            break;
+        case SETTING_LOG_LEVEL:
+            v = settings_log_level_name(*(const enum log_level *)f);
+            break;
+        case SETTING_LISTEN:
+        case SETTING_PATH:
+        case SETTING_ZK_HOSTS:
+        case SETTING_ZK_ROOT:
+            v = *(char *const *)f ? *(char *const *)f : "(none)";
+            break;
+        }
+        n = snprintf(buf + used, len - used, "%s%s%s%s %s", used ? ", " : "",
+                     bare ? "" : r->section, bare ? "" : " ", r->key, v);
+        used += n > 0 ? (size_t)n : 0;
+    }
 }
 
 /*

@@ -1,9 +1,12 @@
 /*
- * settings.h - every tunable of lockbrokerd in one struct.
+ * settings.h - every tunable of lockbrokerd in one struct, described by one
+ * table row per setting (struct setting, the table is in settings.c).
  *
  * Defaults come from settings_init(); a config file (INI, read with inih)
  * overrides them; command-line flags override the file. Everything is
- * validated here, once, before the daemon starts.
+ * validated here, once, before the daemon starts. Defaults, parsing,
+ * settings_free() and SIGHUP all walk the same rows: a new setting is a
+ * field here and a row there.
  */
 #ifndef LOCKBROKER_SETTINGS_H
 #define LOCKBROKER_SETTINGS_H
@@ -30,7 +33,34 @@ struct settings {
     enum log_level log_level;
 };
 
-/* Fills in the defaults. Returns 0, or -1 when out of memory. */
+/* What a value looks like in the file; it also fixes the C type of the field. */
+enum setting_type {
+    SETTING_UINT,       /* unsigned: decimal digits, from min to max */
+    SETTING_MODE,       /* unsigned: octal permission bits, from min to max */
+    SETTING_LOG_LEVEL,  /* enum log_level: error, warn, info or debug, any case */
+    SETTING_LISTEN,     /* char *: what settings_listen_addr() accepts */
+    SETTING_PATH,       /* char *: at most max bytes; empty means none (NULL) */
+    SETTING_ZK_HOSTS,   /* char *: "host:port[,host:port...]"; empty means none (NULL) */
+    SETTING_ZK_ROOT,    /* char *: absolute znode path, no trailing slash */
+};
+
+/* One setting. Rows live in static storage and never change. */
+struct setting {
+    const char *section;    /* INI section, without brackets */
+    const char *key;        /* unique within its section */
+    enum setting_type type;
+    size_t offset;          /* of its field in struct settings */
+    const char *def;        /* default, written as in the file ("" for none) */
+    unsigned min, max;      /* bounds of UINT and MODE; the longest PATH */
+    const char *restart;    /* NULL: SIGHUP applies it; else how the reload warning
+                             * names it (rows that share the name warn once) */
+    const char *help;       /* one line, for people */
+};
+
+/* The rows in table order: row i, or NULL once i is past the last. */
+const struct setting *settings_row(size_t i);
+
+/* Fills in every row's default. Returns 0, or -1 when out of memory. */
 int settings_init(struct settings *s);
 
 /* Frees the strings owned by s (not s itself). */
@@ -54,6 +84,23 @@ int settings_set(struct settings *s, const char *section, const char *key,
                  const char *value, char *err, size_t errlen);
 
 const char *settings_log_level_name(enum log_level l);
+
+/*
+ * SIGHUP: moves into *live the value of every row that SIGHUP applies and
+ * that differs in *fresh (fresh gets live's old one, so the caller still
+ * settings_free()s fresh and nothing is allocated). For the other rows that
+ * differ, live keeps its value and needs_restart(what, arg) is called once
+ * per distinct row->restart. Both structs are the caller's.
+ */
+void settings_reload(struct settings *live, struct settings *fresh,
+                     void (*needs_restart)(const char *what, void *arg), void *arg);
+
+/*
+ * Writes the rows SIGHUP applies, with their values in s, into buf (len
+ * bytes, always NUL-terminated, cut if short): "log level info,
+ * max_clients 4096, ...". [server] keys go bare, others after their section.
+ */
+void settings_format_reloadable(const struct settings *s, char *buf, size_t len);
 
 struct sockaddr_storage;
 /* Parses "IP:PORT" / "[IPv6]:PORT" (numeric, port 0 allowed) into *ss and

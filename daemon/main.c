@@ -98,40 +98,30 @@ static void raise_fd_limit(struct settings *s)
     }
 }
 
-static bool str_differs(const char *a, const char *b)
+static void warn_restart(const char *what, void *arg)
 {
-    return (a == NULL) != (b == NULL) || (a && strcmp(a, b) != 0);
+    log_warn("reload: %s changed; restart the daemon to apply the change", what);
 }
 
 /* SIGHUP: re-read the file; apply what can change while running. */
 static void reload(struct daemon *d)
 {
     struct settings n;
-    char err[512];
+    char buf[512];
 
-    if (settings_load(&n, &d->opt, err, sizeof(err)) < 0) {
-        log_error("reload failed, keeping the running settings: %s", err);
+    if (settings_load(&n, &d->opt, buf, sizeof(buf)) < 0) {
+        log_error("reload failed, keeping the running settings: %s", buf);
         return;
     }
-    if (str_differs(n.listen, d->s.listen))
-        log_warn("reload: listen changed; restart the daemon to apply it");
-    if (str_differs(n.unix_socket, d->s.unix_socket) || n.unix_socket_mode != d->s.unix_socket_mode)
-        log_warn("reload: unix_socket or its mode changed; restart the daemon to apply it");
-    if (str_differs(n.zk_hosts, d->s.zk_hosts) || str_differs(n.zk_root, d->s.zk_root) ||
-        n.zk_session_timeout_ms != d->s.zk_session_timeout_ms)
-        log_warn("reload: [zookeeper] settings changed; restart the daemon to apply them");
-    d->s.log_level = n.log_level;
-    d->s.max_clients = n.max_clients;
-    d->s.max_line = n.max_line;
-    d->s.max_locks_per_client = n.max_locks_per_client;
+    settings_reload(&d->s, &n, warn_restart, NULL);
     settings_free(&n);
+    /* What start-up applied once from these values is applied again. */
     log_set_level(d->s.log_level);
     raise_fd_limit(&d->s);
     locks_set_max_per_client(d->locks, d->s.max_locks_per_client);
     conn_settings_changed(&d->srv);
-    log_info("reloaded: log level %s, max_clients %u, max_line %u, max_locks_per_client %u",
-             settings_log_level_name(d->s.log_level), d->s.max_clients, d->s.max_line,
-             d->s.max_locks_per_client);
+    settings_format_reloadable(&d->s, buf, sizeof(buf));
+    log_info("reloaded: %s", buf);
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)

@@ -1,7 +1,8 @@
 /*
  * check_conf.c - settings: defaults, every key through the INI loader
  * (strings and files), validation limits, error messages with their line,
- * command-line style settings_set() and the listen address parser.
+ * command-line style settings_set(), the listen address parser, and the
+ * table of rows with the SIGHUP helpers that walk it.
  */
 #include "settings.h"
 
@@ -757,6 +758,133 @@ START_TEST(set_errors_have_no_location)
 }
 END_TEST
 
+/* ------------------------------------------------------------ the table */
+
+START_TEST(table_keys_unique)
+{
+    const struct setting *a, *b;
+
+    for (size_t i = 0; (a = settings_row(i)); i++)
+        for (size_t j = i + 1; (b = settings_row(j)); j++) {
+            ck_assert_msg(strcmp(a->section, b->section) != 0 || strcmp(a->key, b->key) != 0,
+                          "[%s] %s has two rows", a->section, a->key);
+            ck_assert_msg(a->offset != b->offset, "%s and %s share a field", a->key, b->key);
+        }
+    ck_assert_ptr_nonnull(settings_row(0));
+}
+END_TEST
+
+START_TEST(table_defaults_in_range)
+{
+    const struct setting *r;
+
+    for (size_t i = 0; (r = settings_row(i)); i++) {
+        const char *field = (const char *)&s + r->offset;
+
+        /* The file syntax accepts the default... */
+        ck_assert_msg(settings_set(&s, r->section, r->key, r->def, err, sizeof(err)) == 0,
+                      "default of %s refused: %s", r->key, err);
+        /* ...which lies inside the row's bounds... */
+        if (r->type == SETTING_UINT || r->type == SETTING_MODE) {
+            unsigned long v = strtoul(r->def, NULL, r->type == SETTING_MODE ? 8 : 10);
+
+            ck_assert_msg(r->min <= v && v <= r->max, "default of %s out of range", r->key);
+            ck_assert_uint_eq(*(const unsigned *)field, v);
+        } else if (r->type == SETTING_PATH) {
+            ck_assert_uint_le(strlen(r->def), r->max);
+        }
+        /* ...and is what settings_init() left there. */
+        if (r->type != SETTING_UINT && r->type != SETTING_MODE && r->type != SETTING_LOG_LEVEL) {
+            const char *v = *(char *const *)field;
+
+            if (*r->def)
+                ck_assert_str_eq(v, r->def);
+            else
+                ck_assert_ptr_null(v);
+        }
+    }
+    ck_assert_int_eq(s.log_level, LOG_LVL_INFO);
+}
+END_TEST
+
+START_TEST(table_help_is_one_line)
+{
+    const struct setting *r;
+
+    for (size_t i = 0; (r = settings_row(i)); i++) {
+        ck_assert_msg(r->help && *r->help && !strchr(r->help, '\n'), "help of %s", r->key);
+        ck_assert_msg(!r->restart || *r->restart, "restart name of %s", r->key);
+    }
+}
+END_TEST
+
+/* Records settings_reload()'s restart warnings, separated by '|'. */
+static void record_restart(const char *what, void *arg)
+{
+    char *log = arg;
+
+    strcat(log, what);
+    strcat(log, "|");
+}
+
+START_TEST(reload_moves_sighup_rows_only)
+{
+    struct settings fresh;
+    char warned[256] = "";
+
+    ck_assert_int_eq(settings_init(&fresh), 0);
+    ck_assert_int_eq(settings_load_string(&fresh,
+                                          "[server]\nmax_line = 300\nmax_clients = 9\n"
+                                          "unix_socket = /tmp/x\nunix_socket_mode = 0600\n"
+                                          "[zookeeper]\nroot = /other\nsession_timeout_ms = 5000\n"
+                                          "[log]\nlevel = debug\n", "t", err, sizeof(err)), 0);
+    settings_reload(&s, &fresh, record_restart, warned);
+    /* Applied now. */
+    ck_assert_uint_eq(s.max_line, 300);
+    ck_assert_uint_eq(s.max_clients, 9);
+    ck_assert_int_eq(s.log_level, LOG_LVL_DEBUG);
+    /* Kept until a restart, each group named once. */
+    ck_assert_ptr_null(s.unix_socket);
+    ck_assert_uint_eq(s.unix_socket_mode, 0660);
+    ck_assert_str_eq(s.zk_root, "/lockbroker");
+    ck_assert_uint_eq(s.zk_session_timeout_ms, 10000);
+    ck_assert_str_eq(warned, "unix_socket or its mode|[zookeeper] settings|");
+    /* fresh got the old values and is still freed by its owner. */
+    ck_assert_uint_eq(fresh.max_line, 1024);
+    settings_free(&fresh);
+}
+END_TEST
+
+START_TEST(reload_strings_and_no_change)
+{
+    struct settings fresh;
+    char warned[256] = "";
+
+    ck_assert_int_eq(settings_init(&fresh), 0);
+    settings_reload(&s, &fresh, record_restart, warned);
+    ck_assert_str_eq(warned, "");
+    ck_assert_int_eq(settings_set(&fresh, "server", "listen", "[::1]:1", err, sizeof(err)), 0);
+    ck_assert_int_eq(settings_set(&fresh, "zookeeper", "hosts", "a:1", err, sizeof(err)), 0);
+    settings_reload(&s, &fresh, record_restart, warned);
+    ck_assert_str_eq(warned, "listen|[zookeeper] settings|");
+    ck_assert_str_eq(s.listen, "127.0.0.1:7411");
+    ck_assert_ptr_null(s.zk_hosts);
+    settings_free(&fresh);
+}
+END_TEST
+
+START_TEST(format_reloadable)
+{
+    char small[12];
+
+    settings_format_reloadable(&s, err, sizeof(err));
+    ck_assert_str_eq(err, "log level info, max_clients 4096, max_line 1024, "
+                          "max_locks_per_client 256");
+    settings_format_reloadable(&s, small, sizeof(small));
+    ck_assert_str_eq(small, "log level i");     /* cut, but NUL-terminated */
+}
+END_TEST
+
 static Suite *conf_suite(void)
 {
     Suite *su = suite_create("conf");
@@ -836,6 +964,16 @@ static Suite *conf_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, set_like_flags);
     tcase_add_test(tc, set_errors_have_no_location);
+    suite_add_tcase(su, tc);
+
+    tc = tcase_create("table");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, table_keys_unique);
+    tcase_add_test(tc, table_defaults_in_range);
+    tcase_add_test(tc, table_help_is_one_line);
+    tcase_add_test(tc, reload_moves_sighup_rows_only);
+    tcase_add_test(tc, reload_strings_and_no_change);
+    tcase_add_test(tc, format_reloadable);
     suite_add_tcase(su, tc);
     return su;
 }
