@@ -9,12 +9,14 @@
 
 struct proto_cmd_def {
     const char *word;
-    unsigned min_args, max_args;
+    unsigned required;                    /* leading entries of args that must be given */
+    enum proto_arg args[PROTO_ARGS_MAX];  /* the layout; unused entries are PROTO_ARG_END */
     const char *usage, *help;
 };
 
 static const struct proto_cmd_def cmd_defs[PROTO_CMD_COUNT] = {
-#define X(id, word, mina, maxa, usage, help) [PROTO_CMD_##id] = { word, mina, maxa, usage, help },
+#define X(id, word, required, args, usage, help) \
+    [PROTO_CMD_##id] = { word, required, args, usage, help },
     PROTO_COMMANDS(X)
 #undef X
 };
@@ -25,9 +27,9 @@ static const char *const err_codes[PROTO_ERR_COUNT] = {
 #undef X
 };
 
-/* The most tokens any command takes: the word plus two arguments. One more
+/* The most tokens any command takes: the word plus a full layout. One more
  * is collected so that "too many arguments" is detected without counting on. */
-#define MAX_TOKENS 4
+#define MAX_TOKENS (1 + PROTO_ARGS_MAX + 1)
 
 struct token { const char *p; size_t len; };
 
@@ -104,9 +106,43 @@ static enum proto_parse_result fail(struct proto_req *req, enum proto_err err, c
     return PROTO_ERROR;
 }
 
+/* The number of arguments in def's layout. */
+static unsigned layout_len(const struct proto_cmd_def *def)
+{
+    unsigned n = 0;
+
+    while (n < PROTO_ARGS_MAX && def->args[n] != PROTO_ARG_END)
+        n++;
+    return n;
+}
+
+/* Checks one positional argument of kind `arg` and stores it in *req. */
+static enum proto_parse_result parse_arg(enum proto_arg arg, const struct token *t,
+                                         struct proto_req *req)
+{
+    switch (arg) {
+    case PROTO_ARG_NAME:
+        if (!proto_name_valid(t->p, t->len))
+            return fail(req, PROTO_ERR_BAD_NAME,
+                        "names are 1-200 bytes of A-Z a-z 0-9 . _ : @ -, not . or ..");
+        req->name = t->p;
+        req->name_len = t->len;
+        break;
+    case PROTO_ARG_WAIT:
+        req->wait_ms = parse_wait(t);
+        if (req->wait_ms < 0)
+            return fail(req, PROTO_ERR_BAD_ARGS, "wait-ms must be an integer from 0 to 2147483647");
+        break;
+    case PROTO_ARG_END:
+        break;          /* never passed: layout_len() stops before it */
+    }
+    return PROTO_REQUEST;
+}
+
 enum proto_parse_result proto_parse(const char *line, size_t len, struct proto_req *req)
 {
     struct token tok[MAX_TOKENS];
+    const struct proto_cmd_def *def;
     unsigned ntok, nargs;
     int cmd = -1;
 
@@ -127,25 +163,18 @@ enum proto_parse_result proto_parse(const char *line, size_t len, struct proto_r
     if (cmd < 0)
         return fail(req, PROTO_ERR_BAD_COMMAND, "unknown command");
     req->cmd = (enum proto_cmd)cmd;
+    def = &cmd_defs[cmd];
 
+    /* Counts first: "UNLOCK a/b c" is too many arguments, not a bad name. */
     nargs = ntok - 1;
-    if (nargs < cmd_defs[cmd].min_args)
+    if (nargs < def->required)
         return fail(req, PROTO_ERR_BAD_ARGS, "missing argument");
-    if (nargs > cmd_defs[cmd].max_args)
+    if (nargs > layout_len(def))
         return fail(req, PROTO_ERR_BAD_ARGS, "too many arguments");
 
-    if (cmd_defs[cmd].max_args >= 1) {
-        if (!proto_name_valid(tok[1].p, tok[1].len))
-            return fail(req, PROTO_ERR_BAD_NAME,
-                        "names are 1-200 bytes of A-Z a-z 0-9 . _ : @ -, not . or ..");
-        req->name = tok[1].p;
-        req->name_len = tok[1].len;
-    }
-    if (nargs == 2) {
-        req->wait_ms = parse_wait(&tok[2]);
-        if (req->wait_ms < 0)
-            return fail(req, PROTO_ERR_BAD_ARGS, "wait-ms must be an integer from 0 to 2147483647");
-    }
+    for (unsigned i = 0; i < nargs; i++)
+        if (parse_arg(def->args[i], &tok[1 + i], req) != PROTO_REQUEST)
+            return PROTO_ERROR;
     return PROTO_REQUEST;
 }
 

@@ -17,23 +17,41 @@
 #define PROTO_REPLY_MAX 512           /* enough for any single reply line */
 
 /*
- * The command table: X(ID, word, min args, max args, usage, help).
+ * Argument layouts for the command table. A command's arguments are
+ * positional, in the order of its layout; the first `required` of them must be
+ * given, the others may be left off from the end.
+ */
+enum proto_arg {
+    PROTO_ARG_END,    /* ends a layout; unused entries are zero */
+    PROTO_ARG_NAME,   /* a lock name (proto_name_valid) -> name, name_len */
+    PROTO_ARG_WAIT,   /* wait-ms, digits only, 0..PROTO_WAIT_MAX -> wait_ms */
+};
+#define PROTO_ARGS_MAX 4                  /* entries in one layout */
+#define PROTO_ARGS(...) { __VA_ARGS__ }   /* a layout: PROTO_ARGS(PROTO_ARG_NAME, ...) */
+#define PROTO_NO_ARGS { PROTO_ARG_END }
+
+/*
+ * The command table: X(ID, word, required args, argument layout, usage, help).
  * The parser, the HELP reply and the statistics are all generated from it.
  */
 #define PROTO_COMMANDS(X)                                                          \
-    X(LOCK,    "LOCK",    1, 2, "LOCK <name> [<wait-ms>]",                         \
+    X(LOCK,    "LOCK",    1, PROTO_ARGS(PROTO_ARG_NAME, PROTO_ARG_WAIT),            \
+      "LOCK <name> [<wait-ms>]",                                                   \
       "take a lock, waiting up to wait-ms (default: for ever)")                   \
-    X(TRYLOCK, "TRYLOCK", 1, 1, "TRYLOCK <name>", "take a lock only if it is free") \
-    X(UNLOCK,  "UNLOCK",  1, 1, "UNLOCK <name>", "release a lock this connection holds") \
-    X(PING,    "PING",    0, 0, "PING", "answer PONG")                             \
-    X(QUIT,    "QUIT",    0, 0, "QUIT", "answer BYE and close the connection")      \
-    X(STATUS,  "STATUS",  1, 1, "STATUS <name>",                                   \
+    X(TRYLOCK, "TRYLOCK", 1, PROTO_ARGS(PROTO_ARG_NAME),                            \
+      "TRYLOCK <name>", "take a lock only if it is free")                         \
+    X(UNLOCK,  "UNLOCK",  1, PROTO_ARGS(PROTO_ARG_NAME),                            \
+      "UNLOCK <name>", "release a lock this connection holds")                    \
+    X(PING,    "PING",    0, PROTO_NO_ARGS, "PING", "answer PONG")                 \
+    X(QUIT,    "QUIT",    0, PROTO_NO_ARGS, "QUIT", "answer BYE and close the connection") \
+    X(STATUS,  "STATUS",  1, PROTO_ARGS(PROTO_ARG_NAME), "STATUS <name>",           \
       "who holds a lock, with which token, since when, and how many wait")         \
-    X(STATS,   "STATS",   0, 0, "STATS", "counters as STAT <name> <value> lines, then END") \
-    X(HELP,    "HELP",    0, 0, "HELP", "this list as HELP lines, then END")
+    X(STATS,   "STATS",   0, PROTO_NO_ARGS, "STATS",                               \
+      "counters as STAT <name> <value> lines, then END")                          \
+    X(HELP,    "HELP",    0, PROTO_NO_ARGS, "HELP", "this list as HELP lines, then END")
 
 enum proto_cmd {
-#define X(id, word, mina, maxa, usage, help) PROTO_CMD_##id,
+#define X(id, word, required, args, usage, help) PROTO_CMD_##id,
     PROTO_COMMANDS(X)
 #undef X
     PROTO_CMD_COUNT
