@@ -9,12 +9,14 @@
 
 struct proto_cmd_def {
     const char *word;
-    unsigned min_args, max_args;
+    unsigned required;                    /* leading entries of args that must be given */
+    enum proto_arg args[PROTO_ARGS_MAX];  /* the layout; unused entries are PROTO_ARG_END */
     const char *usage, *help;
 };
 
 static const struct proto_cmd_def cmd_defs[PROTO_CMD_COUNT] = {
-#define X(id, word, mina, maxa, usage, help) [PROTO_CMD_##id] = { word, mina, maxa, usage, help },
+#define X(id, word, required, args, usage, help) \
+    [PROTO_CMD_##id] = { word, required, args, usage, help },
     PROTO_COMMANDS(X)
 #undef X
 };
@@ -25,9 +27,30 @@ static const char *const err_codes[PROTO_ERR_COUNT] = {
 #undef X
 };
 
-/* The most tokens any command takes: the word plus two arguments. One more
- * is collected so that "too many arguments" is detected without counting on. */
-#define MAX_TOKENS 4
+/* Options one request may carry: bounds the work per line, with room for
+ * options to come. PROTOCOL.md gives the number. */
+#define MAX_OPTIONS 4
+
+/* The most tokens any command takes: the word, a full layout and the options.
+ * One more is collected so that "too many arguments" is detected without
+ * counting on. */
+#define MAX_TOKENS (1 + PROTO_ARGS_MAX + MAX_OPTIONS + 1)
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+enum opt { OPT_SHARED, OPT_LIMIT, OPT_COUNT };
+
+/* Options of PROTO_ARG_OPTIONS: a bare word, or word=<n> with n in min..max. */
+static const struct opt_def {
+    const char *word;       /* upper case; matched case-insensitively */
+    unsigned min, max;      /* bounds of the value; max 0: the option takes none */
+    const char *bad_value;  /* message for a value missing, malformed or out of range */
+} opt_defs[OPT_COUNT] = {
+    [OPT_SHARED] = { "SHARED", 0, 0, NULL },
+    [OPT_LIMIT]  = { "LIMIT", 1, PROTO_LIMIT_MAX,
+                     "limit must be an integer from 1 to " STR(PROTO_LIMIT_MAX) },
+};
 
 struct token { const char *p; size_t len; };
 
@@ -54,6 +77,8 @@ static unsigned tokenize(const char *s, size_t len, struct token *tok)
     }
     return n;
 }
+
+static int is_letter(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
 
 static int word_equals(const struct token *t, const char *word)
 {
@@ -104,11 +129,121 @@ static enum proto_parse_result fail(struct proto_req *req, enum proto_err err, c
     return PROTO_ERROR;
 }
 
+/* The number of positional arguments in def's layout. */
+static unsigned layout_len(const struct proto_cmd_def *def)
+{
+    unsigned n = 0;
+
+    while (n < PROTO_ARGS_MAX && def->args[n] != PROTO_ARG_END && def->args[n] != PROTO_ARG_OPTIONS)
+        n++;
+    return n;
+}
+
+static int takes_options(const struct proto_cmd_def *def)
+{
+    unsigned n = layout_len(def);
+
+    return n < PROTO_ARGS_MAX && def->args[n] == PROTO_ARG_OPTIONS;
+}
+
+/* The option t names ("shared"; "limit" with or without "=..."), or -1. */
+static int find_option(const struct token *t)
+{
+    for (int i = 0; i < OPT_COUNT; i++) {
+        struct token key = *t;
+        const char *eq = memchr(t->p, '=', t->len);
+
+        if (eq && opt_defs[i].max > 0)
+            key.len = (size_t)(eq - t->p);
+        if (word_equals(&key, opt_defs[i].word))
+            return i;
+    }
+    return -1;
+}
+
+/* Decimal min..max, digits only, of any length; returns -1 when not. */
+static int64_t parse_value(const char *p, size_t len, unsigned min, unsigned max)
+{
+    uint64_t v = 0;
+
+    if (len == 0)
+        return -1;
+    for (size_t i = 0; i < len; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return -1;
+        if (v <= max)           /* stops growing once out of range */
+            v = v * 10 + (uint64_t)(p[i] - '0');
+    }
+    return (v >= min && v <= max) ? (int64_t)v : -1;
+}
+
+/* Checks one option and stores it in *req; *seen has a bit per option given. */
+static enum proto_parse_result parse_option(const struct token *t, unsigned *seen,
+                                            struct proto_req *req)
+{
+    int opt = find_option(t);
+    int64_t value = 0;
+
+    if (opt < 0)
+        return fail(req, PROTO_ERR_BAD_ARGS, "unknown option");
+    if (*seen & (1u << opt))
+        return fail(req, PROTO_ERR_BAD_ARGS, "option given twice");
+    *seen |= 1u << opt;
+
+    if (opt_defs[opt].max > 0) {
+        const char *eq = memchr(t->p, '=', t->len);
+
+        value = eq ? parse_value(eq + 1, (size_t)(t->p + t->len - eq - 1),
+                                 opt_defs[opt].min, opt_defs[opt].max) : -1;
+        if (value < 0)
+            return fail(req, PROTO_ERR_BAD_ARGS, opt_defs[opt].bad_value);
+    }
+
+    switch ((enum opt)opt) {
+    case OPT_SHARED:
+    case OPT_LIMIT:
+        /* Both choose the mode; it is still the default unless the other did. */
+        if (req->mode != PROTO_MODE_EXCLUSIVE)
+            return fail(req, PROTO_ERR_BAD_ARGS, "shared and limit= cannot be combined");
+        req->mode = opt == OPT_SHARED ? PROTO_MODE_SHARED : PROTO_MODE_LIMIT;
+        req->limit = (unsigned)value;
+        break;
+    case OPT_COUNT:
+        break;          /* never: find_option() returns a row */
+    }
+    return PROTO_REQUEST;
+}
+
+/* Checks one positional argument of kind `arg` and stores it in *req. */
+static enum proto_parse_result parse_arg(enum proto_arg arg, const struct token *t,
+                                         struct proto_req *req)
+{
+    switch (arg) {
+    case PROTO_ARG_NAME:
+        if (!proto_name_valid(t->p, t->len))
+            return fail(req, PROTO_ERR_BAD_NAME,
+                        "names are 1-200 bytes of A-Z a-z 0-9 . _ : @ -, not . or ..");
+        req->name = t->p;
+        req->name_len = t->len;
+        break;
+    case PROTO_ARG_WAIT:
+        req->wait_ms = parse_wait(t);
+        if (req->wait_ms < 0)
+            return fail(req, PROTO_ERR_BAD_ARGS, "wait-ms must be an integer from 0 to 2147483647");
+        break;
+    case PROTO_ARG_END:
+    case PROTO_ARG_OPTIONS:
+        break;          /* never passed: layout_len() stops before them */
+    }
+    return PROTO_REQUEST;
+}
+
 enum proto_parse_result proto_parse(const char *line, size_t len, struct proto_req *req)
 {
     struct token tok[MAX_TOKENS];
-    unsigned ntok, nargs;
-    int cmd = -1;
+    const struct proto_cmd_def *def;
+    unsigned ntok, nargs, npos, seen = 0;
+    int cmd = -1, opts;
 
     memset(req, 0, sizeof(*req));
     req->wait_ms = -1;
@@ -127,25 +262,35 @@ enum proto_parse_result proto_parse(const char *line, size_t len, struct proto_r
     if (cmd < 0)
         return fail(req, PROTO_ERR_BAD_COMMAND, "unknown command");
     req->cmd = (enum proto_cmd)cmd;
+    def = &cmd_defs[cmd];
 
+    /*
+     * The shape first, then the arguments: "UNLOCK a/b c" and "LOCK a/b 1 2"
+     * are too many arguments, not bad names. The tokens after the word are
+     * positional arguments, then options; an optional positional argument
+     * that is left off may be followed by options, so an option in its place
+     * ends them ("LOCK a shared"). An option must start with a letter:
+     * anything else there is an extra argument ("LOCK a 1 2", "TRYLOCK a 5").
+     */
     nargs = ntok - 1;
-    if (nargs < cmd_defs[cmd].min_args)
+    opts = takes_options(def);
+    if (nargs < def->required)
         return fail(req, PROTO_ERR_BAD_ARGS, "missing argument");
-    if (nargs > cmd_defs[cmd].max_args)
+    for (npos = 0; npos < nargs && npos < layout_len(def); npos++)
+        if (npos >= def->required && opts && find_option(&tok[1 + npos]) >= 0)
+            break;
+    if (nargs - npos > (opts ? MAX_OPTIONS : 0))
         return fail(req, PROTO_ERR_BAD_ARGS, "too many arguments");
+    for (unsigned i = 1 + npos; i < ntok; i++)
+        if (!is_letter(tok[i].p[0]))
+            return fail(req, PROTO_ERR_BAD_ARGS, "too many arguments");
 
-    if (cmd_defs[cmd].max_args >= 1) {
-        if (!proto_name_valid(tok[1].p, tok[1].len))
-            return fail(req, PROTO_ERR_BAD_NAME,
-                        "names are 1-200 bytes of A-Z a-z 0-9 . _ : @ -, not . or ..");
-        req->name = tok[1].p;
-        req->name_len = tok[1].len;
-    }
-    if (nargs == 2) {
-        req->wait_ms = parse_wait(&tok[2]);
-        if (req->wait_ms < 0)
-            return fail(req, PROTO_ERR_BAD_ARGS, "wait-ms must be an integer from 0 to 2147483647");
-    }
+    for (unsigned i = 0; i < npos; i++)
+        if (parse_arg(def->args[i], &tok[1 + i], req) != PROTO_REQUEST)
+            return PROTO_ERROR;
+    for (unsigned i = 1 + npos; i < ntok; i++)
+        if (parse_option(&tok[i], &seen, req) != PROTO_REQUEST)
+            return PROTO_ERROR;
     return PROTO_REQUEST;
 }
 

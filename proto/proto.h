@@ -13,36 +13,58 @@
 
 #define PROTO_NAME_MAX 200            /* bytes in a lock name */
 #define PROTO_WAIT_MAX 2147483647LL   /* largest wait-ms accepted (~24.8 days) */
+#define PROTO_LIMIT_MAX 65535         /* largest n of the limit=<n> option */
 #define PROTO_LINE_DEFAULT 1024       /* default request line limit, bytes */
 #define PROTO_REPLY_MAX 512           /* enough for any single reply line */
 
 /*
- * The command table: X(ID, word, min args, max args, usage, help).
+ * Argument layouts for the command table. A command's arguments are
+ * positional, in the order of its layout; the first `required` of them must be
+ * given, the others may be left off from the end. A layout that ends in
+ * PROTO_ARG_OPTIONS takes options after them (PROTOCOL.md, "Options").
+ */
+enum proto_arg {
+    PROTO_ARG_END,      /* ends a layout; unused entries are zero */
+    PROTO_ARG_NAME,     /* a lock name (proto_name_valid) -> name, name_len */
+    PROTO_ARG_WAIT,     /* wait-ms, digits only, 0..PROTO_WAIT_MAX -> wait_ms */
+    PROTO_ARG_OPTIONS,  /* last: then options, shared | limit=<n> -> mode, limit */
+};
+#define PROTO_ARGS_MAX 4                  /* entries in one layout */
+#define PROTO_ARGS(...) { __VA_ARGS__ }   /* a layout: PROTO_ARGS(PROTO_ARG_NAME, ...) */
+#define PROTO_NO_ARGS { PROTO_ARG_END }
+
+/*
+ * The command table: X(ID, word, required args, argument layout, usage, help).
  * The parser, the HELP reply and the statistics are all generated from it.
  */
 #define PROTO_COMMANDS(X)                                                          \
-    X(LOCK,    "LOCK",    1, 2, "LOCK <name> [<wait-ms>]",                         \
+    X(LOCK,    "LOCK",    1, PROTO_ARGS(PROTO_ARG_NAME, PROTO_ARG_WAIT, PROTO_ARG_OPTIONS), \
+      "LOCK <name> [<wait-ms>] [shared|limit=<n>]",                                \
       "take a lock, waiting up to wait-ms (default: for ever)")                   \
-    X(TRYLOCK, "TRYLOCK", 1, 1, "TRYLOCK <name>", "take a lock only if it is free") \
-    X(UNLOCK,  "UNLOCK",  1, 1, "UNLOCK <name>", "release a lock this connection holds") \
-    X(PING,    "PING",    0, 0, "PING", "answer PONG")                             \
-    X(QUIT,    "QUIT",    0, 0, "QUIT", "answer BYE and close the connection")      \
-    X(STATUS,  "STATUS",  1, 1, "STATUS <name>",                                   \
+    X(TRYLOCK, "TRYLOCK", 1, PROTO_ARGS(PROTO_ARG_NAME, PROTO_ARG_OPTIONS),         \
+      "TRYLOCK <name> [shared|limit=<n>]", "take a lock only if it is free")      \
+    X(UNLOCK,  "UNLOCK",  1, PROTO_ARGS(PROTO_ARG_NAME),                            \
+      "UNLOCK <name>", "release a lock this connection holds")                    \
+    X(PING,    "PING",    0, PROTO_NO_ARGS, "PING", "answer PONG")                 \
+    X(QUIT,    "QUIT",    0, PROTO_NO_ARGS, "QUIT", "answer BYE and close the connection") \
+    X(STATUS,  "STATUS",  1, PROTO_ARGS(PROTO_ARG_NAME), "STATUS <name>",           \
       "who holds a lock, with which token, since when, and how many wait")         \
-    X(STATS,   "STATS",   0, 0, "STATS", "counters as STAT <name> <value> lines, then END") \
-    X(HELP,    "HELP",    0, 0, "HELP", "this list as HELP lines, then END")
+    X(STATS,   "STATS",   0, PROTO_NO_ARGS, "STATS",                               \
+      "counters as STAT <name> <value> lines, then END")                          \
+    X(HELP,    "HELP",    0, PROTO_NO_ARGS, "HELP", "this list as HELP lines, then END")
 
 enum proto_cmd {
-#define X(id, word, mina, maxa, usage, help) PROTO_CMD_##id,
+#define X(id, word, required, args, usage, help) PROTO_CMD_##id,
     PROTO_COMMANDS(X)
 #undef X
     PROTO_CMD_COUNT
 };
 
-/* Error codes of `ERR <CODE> <text>` replies: X(ID). */
+/* Error codes of `ERR <CODE> <text>` replies: X(ID). New codes go at the end.
+ * proto_parse() returns only BAD_COMMAND, BAD_ARGS and BAD_NAME. */
 #define PROTO_ERRORS(X) \
     X(BAD_COMMAND) X(BAD_ARGS) X(BAD_NAME) X(LINE_TOO_LONG) \
-    X(NOT_HELD) X(LIMIT) X(UNAVAILABLE) X(INTERNAL)
+    X(NOT_HELD) X(LIMIT) X(UNAVAILABLE) X(INTERNAL) X(CONFLICT)
 
 enum proto_err {
 #define X(id) PROTO_ERR_##id,
@@ -50,6 +72,9 @@ enum proto_err {
 #undef X
     PROTO_ERR_COUNT
 };
+
+/* How a LOCK or TRYLOCK wants the lock (PROTOCOL.md, "Options"). */
+enum proto_mode { PROTO_MODE_EXCLUSIVE, PROTO_MODE_SHARED, PROTO_MODE_LIMIT };
 
 enum proto_parse_result {
     PROTO_REQUEST,  /* *req describes a well-formed request */
@@ -62,6 +87,8 @@ struct proto_req {
     const char *name;     /* points into the parsed line; NOT NUL-terminated */
     size_t name_len;      /* 1..PROTO_NAME_MAX when cmd takes a name */
     int64_t wait_ms;      /* LOCK only: -1 = wait for ever, else 0..PROTO_WAIT_MAX */
+    enum proto_mode mode; /* LOCK/TRYLOCK: EXCLUSIVE unless an option says otherwise */
+    unsigned limit;       /* PROTO_MODE_LIMIT: 1..PROTO_LIMIT_MAX; otherwise 0 */
     enum proto_err err;   /* valid when the parse result is PROTO_ERROR */
     const char *errmsg;   /* static string; valid when PROTO_ERROR */
 };
@@ -78,7 +105,7 @@ enum proto_parse_result proto_parse(const char *line, size_t len,
 int proto_name_valid(const char *name, size_t len);
 
 const char *proto_cmd_word(enum proto_cmd cmd);   /* "LOCK"; static */
-const char *proto_cmd_usage(enum proto_cmd cmd);  /* "LOCK <name> [<wait-ms>]"; static */
+const char *proto_cmd_usage(enum proto_cmd cmd);  /* "TRYLOCK <name> [shared|limit=<n>]"; static */
 const char *proto_cmd_help(enum proto_cmd cmd);   /* one line of explanation; static */
 const char *proto_err_code(enum proto_err err);   /* "BAD_NAME"; static */
 

@@ -28,6 +28,21 @@
         ck_assert_uint_gt(strlen(req.errmsg), 0);                      \
     } while (0)
 
+/* Parses a literal that must fail with error `code` and message `msg`. */
+#define ck_error_msg(lit, code, msg)                                   \
+    do {                                                               \
+        ck_error(lit, code);                                           \
+        ck_assert_str_eq(req.errmsg, msg);                             \
+    } while (0)
+
+/* The messages of the option errors (PROTOCOL.md, "Options"). */
+#define MSG_TOO_MANY "too many arguments"
+#define MSG_UNKNOWN "unknown option"
+#define MSG_TWICE "option given twice"
+#define MSG_BOTH "shared and limit= cannot be combined"
+#define MSG_LIMIT "limit must be an integer from 1 to 65535"
+#define MSG_WAIT "wait-ms must be an integer from 0 to 2147483647"
+
 /* A formatter call must return the length of `want` and write exactly it. */
 #define ck_fmt(call, want)                                             \
     do {                                                               \
@@ -415,6 +430,308 @@ START_TEST(req_reset_between_parses)
 }
 END_TEST
 
+/* ------------------------------------------------------------ options */
+
+START_TEST(mode_default_exclusive)
+{
+    struct proto_req req;
+
+    ck_request("LOCK a", PROTO_CMD_LOCK);
+    ck_assert_int_eq(req.mode, PROTO_MODE_EXCLUSIVE);
+    ck_assert_uint_eq(req.limit, 0);
+    ck_request("LOCK a 5", PROTO_CMD_LOCK);
+    ck_assert_int_eq(req.mode, PROTO_MODE_EXCLUSIVE);
+    ck_request("TRYLOCK a", PROTO_CMD_TRYLOCK);
+    ck_assert_int_eq(req.mode, PROTO_MODE_EXCLUSIVE);
+    ck_assert_uint_eq(req.limit, 0);
+}
+END_TEST
+
+START_TEST(lock_shared)
+{
+    struct proto_req req;
+
+    ck_request("LOCK a shared", PROTO_CMD_LOCK);
+    ck_name("a");
+    ck_assert_int_eq(req.wait_ms, -1);
+    ck_assert_int_eq(req.mode, PROTO_MODE_SHARED);
+    ck_assert_uint_eq(req.limit, 0);
+    ck_request("LOCK a 1500 shared", PROTO_CMD_LOCK);
+    ck_name("a");
+    ck_assert_int_eq(req.wait_ms, 1500);
+    ck_assert_int_eq(req.mode, PROTO_MODE_SHARED);
+    ck_request("LOCK a 0 shared", PROTO_CMD_LOCK);
+    ck_assert_int_eq(req.wait_ms, 0);
+    ck_assert_int_eq(req.mode, PROTO_MODE_SHARED);
+}
+END_TEST
+
+START_TEST(lock_limit)
+{
+    struct proto_req req;
+
+    ck_request("LOCK a limit=3", PROTO_CMD_LOCK);
+    ck_name("a");
+    ck_assert_int_eq(req.wait_ms, -1);
+    ck_assert_int_eq(req.mode, PROTO_MODE_LIMIT);
+    ck_assert_uint_eq(req.limit, 3);
+    ck_request("LOCK a 250 limit=3", PROTO_CMD_LOCK);
+    ck_assert_int_eq(req.wait_ms, 250);
+    ck_assert_int_eq(req.mode, PROTO_MODE_LIMIT);
+    ck_assert_uint_eq(req.limit, 3);
+    ck_request("LOCK a limit=007", PROTO_CMD_LOCK);    /* digits only, like wait-ms */
+    ck_assert_uint_eq(req.limit, 7);
+}
+END_TEST
+
+START_TEST(trylock_options)
+{
+    struct proto_req req;
+
+    ck_request("TRYLOCK a shared", PROTO_CMD_TRYLOCK);
+    ck_name("a");
+    ck_assert_int_eq(req.wait_ms, -1);
+    ck_assert_int_eq(req.mode, PROTO_MODE_SHARED);
+    ck_request("TRYLOCK jobs:42 limit=2", PROTO_CMD_TRYLOCK);
+    ck_name("jobs:42");
+    ck_assert_int_eq(req.mode, PROTO_MODE_LIMIT);
+    ck_assert_uint_eq(req.limit, 2);
+}
+END_TEST
+
+START_TEST(options_case_insensitive)
+{
+    struct proto_req req;
+
+    ck_request("LOCK a SHARED", PROTO_CMD_LOCK);
+    ck_assert_int_eq(req.mode, PROTO_MODE_SHARED);
+    ck_request("lock a 5 Shared", PROTO_CMD_LOCK);
+    ck_assert_int_eq(req.mode, PROTO_MODE_SHARED);
+    ck_request("TRYLOCK a sHaReD", PROTO_CMD_TRYLOCK);
+    ck_assert_int_eq(req.mode, PROTO_MODE_SHARED);
+    ck_request("LOCK a LIMIT=4", PROTO_CMD_LOCK);
+    ck_assert_int_eq(req.mode, PROTO_MODE_LIMIT);
+    ck_assert_uint_eq(req.limit, 4);
+    ck_request("trylock a Limit=9", PROTO_CMD_TRYLOCK);
+    ck_assert_uint_eq(req.limit, 9);
+    /* The name stays case-sensitive: "SHARED" in its place is a name. */
+    ck_request("LOCK SHARED shared", PROTO_CMD_LOCK);
+    ck_name("SHARED");
+    ck_assert_int_eq(req.mode, PROTO_MODE_SHARED);
+}
+END_TEST
+
+START_TEST(options_separators)
+{
+    struct proto_req req;
+
+    ck_request("  LOCK\ta \t 10\t\tshared \t\r", PROTO_CMD_LOCK);
+    ck_name("a");
+    ck_assert_int_eq(req.wait_ms, 10);
+    ck_assert_int_eq(req.mode, PROTO_MODE_SHARED);
+    ck_request("TRYLOCK a limit=5\r", PROTO_CMD_TRYLOCK);
+    ck_assert_uint_eq(req.limit, 5);              /* the CR is not part of the value */
+    ck_error_msg("TRYLOCK a limit=5\r\r", PROTO_ERR_BAD_ARGS, MSG_LIMIT);
+    ck_error_msg("LOCK a shared\0", PROTO_ERR_BAD_ARGS, MSG_WAIT);
+    ck_error_msg("LOCK a 1 shared\0", PROTO_ERR_BAD_ARGS, MSG_UNKNOWN);
+    /* len bounds the line: the option past it is not seen. */
+    ck_assert_int_eq(proto_parse("LOCK a shared", 6, &req), PROTO_REQUEST);
+    ck_assert_int_eq(req.mode, PROTO_MODE_EXCLUSIVE);
+}
+END_TEST
+
+START_TEST(limit_bounds)
+{
+    struct proto_req req;
+
+    ck_request("LOCK a limit=1", PROTO_CMD_LOCK);
+    ck_assert_int_eq(req.mode, PROTO_MODE_LIMIT);
+    ck_assert_uint_eq(req.limit, 1);
+    ck_request("LOCK a limit=65535", PROTO_CMD_LOCK);
+    ck_assert_uint_eq(req.limit, PROTO_LIMIT_MAX);
+    ck_assert_uint_eq(req.limit, 65535);
+    ck_error_msg("LOCK a limit=0", PROTO_ERR_BAD_ARGS, MSG_LIMIT);
+    ck_error_msg("LOCK a limit=00", PROTO_ERR_BAD_ARGS, MSG_LIMIT);
+    ck_error_msg("LOCK a limit=65536", PROTO_ERR_BAD_ARGS, MSG_LIMIT);
+    ck_error_msg("TRYLOCK a limit=655350", PROTO_ERR_BAD_ARGS, MSG_LIMIT);
+    ck_error_msg("LOCK a limit=4294967297", PROTO_ERR_BAD_ARGS, MSG_LIMIT);      /* 2^32 + 1 */
+    ck_error_msg("LOCK a limit=18446744073709551617", PROTO_ERR_BAD_ARGS, MSG_LIMIT);
+    ck_error_msg("LOCK a limit=99999999999999999999999999", PROTO_ERR_BAD_ARGS, MSG_LIMIT);
+}
+END_TEST
+
+START_TEST(limit_malformed)
+{
+    struct proto_req req;
+
+    ck_error_msg("LOCK a limit=", PROTO_ERR_BAD_ARGS, MSG_LIMIT);
+    ck_error_msg("LOCK a limit", PROTO_ERR_BAD_ARGS, MSG_LIMIT);
+    ck_error_msg("LOCK a limit=+5", PROTO_ERR_BAD_ARGS, MSG_LIMIT);
+    ck_error_msg("LOCK a limit=-5", PROTO_ERR_BAD_ARGS, MSG_LIMIT);
+    ck_error_msg("LOCK a limit=5x", PROTO_ERR_BAD_ARGS, MSG_LIMIT);
+    ck_error_msg("LOCK a limit=0x10", PROTO_ERR_BAD_ARGS, MSG_LIMIT);
+    ck_error_msg("LOCK a limit=1.5", PROTO_ERR_BAD_ARGS, MSG_LIMIT);
+    ck_error_msg("LOCK a limit= 5", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);  /* "5" is no option */
+    ck_error_msg("LOCK a limit==5", PROTO_ERR_BAD_ARGS, MSG_LIMIT);
+    ck_error_msg("LOCK a limit=5=5", PROTO_ERR_BAD_ARGS, MSG_LIMIT);
+    ck_error_msg("LOCK a 5 limit=five", PROTO_ERR_BAD_ARGS, MSG_LIMIT);
+    ck_error_msg("TRYLOCK a limit=", PROTO_ERR_BAD_ARGS, MSG_LIMIT);
+}
+END_TEST
+
+START_TEST(option_unknown)
+{
+    struct proto_req req;
+
+    ck_error_msg("LOCK a 5 exclusive", PROTO_ERR_BAD_ARGS, MSG_UNKNOWN);
+    ck_error_msg("LOCK a 5 x", PROTO_ERR_BAD_ARGS, MSG_UNKNOWN);
+    ck_error_msg("TRYLOCK a bogus", PROTO_ERR_BAD_ARGS, MSG_UNKNOWN);
+    ck_error_msg("TRYLOCK a shared=1", PROTO_ERR_BAD_ARGS, MSG_UNKNOWN);
+    ck_error_msg("TRYLOCK a sharedx", PROTO_ERR_BAD_ARGS, MSG_UNKNOWN);
+    ck_error_msg("TRYLOCK a limits=2", PROTO_ERR_BAD_ARGS, MSG_UNKNOWN);
+    ck_error_msg("TRYLOCK a ttl=5", PROTO_ERR_BAD_ARGS, MSG_UNKNOWN);
+    ck_error_msg("LOCK a 5 shared bogus", PROTO_ERR_BAD_ARGS, MSG_UNKNOWN);
+}
+END_TEST
+
+START_TEST(wait_slot_word_is_bad_wait)
+{
+    struct proto_req req;
+
+    /* Right after the name of a LOCK, a word that is no option is a bad
+     * wait-ms, as it was before options existed. */
+    ck_error_msg("LOCK ok x", PROTO_ERR_BAD_ARGS, MSG_WAIT);
+    ck_error_msg("LOCK a ten", PROTO_ERR_BAD_ARGS, MSG_WAIT);
+    ck_error_msg("LOCK a exclusive", PROTO_ERR_BAD_ARGS, MSG_WAIT);
+    ck_error_msg("LOCK a shared=1", PROTO_ERR_BAD_ARGS, MSG_WAIT);
+    ck_error_msg("LOCK a 5x shared", PROTO_ERR_BAD_ARGS, MSG_WAIT);
+}
+END_TEST
+
+START_TEST(option_twice)
+{
+    struct proto_req req;
+
+    ck_error_msg("LOCK a shared shared", PROTO_ERR_BAD_ARGS, MSG_TWICE);
+    ck_error_msg("LOCK a 5 shared SHARED", PROTO_ERR_BAD_ARGS, MSG_TWICE);
+    ck_error_msg("TRYLOCK a limit=2 limit=2", PROTO_ERR_BAD_ARGS, MSG_TWICE);
+    ck_error_msg("LOCK a limit=2 limit=3", PROTO_ERR_BAD_ARGS, MSG_TWICE);
+    ck_error_msg("LOCK a limit=2 limit=0", PROTO_ERR_BAD_ARGS, MSG_TWICE);
+}
+END_TEST
+
+START_TEST(shared_with_limit)
+{
+    struct proto_req req;
+
+    ck_error_msg("LOCK a shared limit=2", PROTO_ERR_BAD_ARGS, MSG_BOTH);
+    ck_error_msg("LOCK a limit=2 shared", PROTO_ERR_BAD_ARGS, MSG_BOTH);
+    ck_error_msg("LOCK a 10 shared limit=2", PROTO_ERR_BAD_ARGS, MSG_BOTH);
+    ck_error_msg("TRYLOCK a LIMIT=2 Shared", PROTO_ERR_BAD_ARGS, MSG_BOTH);
+    /* Left to right: the first bad option is reported. */
+    ck_error_msg("LOCK a shared limit=0", PROTO_ERR_BAD_ARGS, MSG_LIMIT);
+}
+END_TEST
+
+START_TEST(number_where_option_expected)
+{
+    struct proto_req req;
+
+    /* The messages these had before options existed. */
+    ck_error_msg("TRYLOCK a 5", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    ck_error_msg("TRYLOCK a 1", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    ck_error_msg("LOCK a 1 2", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    ck_error_msg("LOCK a 1 2 3 4 5 6", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    /* wait-ms only right after the name. */
+    ck_error_msg("LOCK a shared 5", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    ck_error_msg("LOCK a 1 shared 2", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    ck_error_msg("TRYLOCK a shared 5", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    /* Anything that does not start with a letter. */
+    ck_error_msg("LOCK a 1 +shared", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    ck_error_msg("TRYLOCK a =5", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    ck_error_msg("TRYLOCK a \xc3\xa9", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    /* The shape is checked before the arguments, as before options. */
+    ck_error_msg("LOCK a/b 1 2", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    ck_error_msg("TRYLOCK a/b 5", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    ck_error_msg("LOCK a 5x 2", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+}
+END_TEST
+
+START_TEST(options_checked_after_name_and_wait)
+{
+    struct proto_req req;
+
+    ck_error("LOCK a/b shared", PROTO_ERR_BAD_NAME);
+    ck_error("LOCK a/b 5 bogus", PROTO_ERR_BAD_NAME);
+    ck_error("TRYLOCK . limit=0", PROTO_ERR_BAD_NAME);
+    ck_error_msg("LOCK a 2147483648 limit=0", PROTO_ERR_BAD_ARGS, MSG_WAIT);
+}
+END_TEST
+
+START_TEST(options_not_taken)
+{
+    struct proto_req req;
+
+    /* Commands without options answer as they did before options existed. */
+    ck_error_msg("UNLOCK a shared", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    ck_error_msg("UNLOCK a limit=2", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    ck_error_msg("STATUS a shared", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    ck_error_msg("PING shared", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    ck_error_msg("QUIT limit=1", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    ck_error_msg("STATS shared", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    ck_error_msg("HELP shared", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    ck_error_msg("UNLOCK a/b shared", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    /* "shared" where the name goes is a name. */
+    ck_request("UNLOCK shared", PROTO_CMD_UNLOCK);
+    ck_name("shared");
+    ck_assert_int_eq(req.mode, PROTO_MODE_EXCLUSIVE);
+    ck_request("LOCK shared", PROTO_CMD_LOCK);
+    ck_name("shared");
+    ck_assert_int_eq(req.mode, PROTO_MODE_EXCLUSIVE);
+}
+END_TEST
+
+START_TEST(options_bounded)
+{
+    struct proto_req req;
+    char line[4096];
+    int n;
+
+    /* At most 4 options; beyond that, too many arguments before any is read. */
+    ck_error_msg("LOCK a shared x x x x", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    ck_error_msg("LOCK a 5 shared x x x x", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    ck_error_msg("TRYLOCK a shared shared shared shared shared", PROTO_ERR_BAD_ARGS,
+                 MSG_TOO_MANY);
+    /* Up to 4, they are read left to right. */
+    ck_error_msg("TRYLOCK a shared x x x", PROTO_ERR_BAD_ARGS, MSG_UNKNOWN);
+    ck_error_msg("LOCK a 5 shared shared x x", PROTO_ERR_BAD_ARGS, MSG_TWICE);
+    /* A long line of options is cut short. */
+    n = snprintf(line, sizeof(line), "LOCK a");
+    while (n + 8 < (int)sizeof(line))
+        n += snprintf(line + n, sizeof(line) - (size_t)n, " shared");
+    ck_assert_int_eq(proto_parse(line, (size_t)n, &req), PROTO_ERROR);
+    ck_assert_int_eq(req.err, PROTO_ERR_BAD_ARGS);
+    ck_assert_str_eq(req.errmsg, MSG_TOO_MANY);
+}
+END_TEST
+
+START_TEST(options_reset_between_parses)
+{
+    struct proto_req req;
+
+    ck_request("LOCK a limit=5", PROTO_CMD_LOCK);
+    ck_request("LOCK b", PROTO_CMD_LOCK);
+    ck_assert_int_eq(req.mode, PROTO_MODE_EXCLUSIVE);
+    ck_assert_uint_eq(req.limit, 0);
+    ck_request("TRYLOCK a shared", PROTO_CMD_TRYLOCK);
+    ck_request("LOCK a limit=2", PROTO_CMD_LOCK);
+    ck_assert_int_eq(req.mode, PROTO_MODE_LIMIT);
+    ck_assert_uint_eq(req.limit, 2);
+    ck_request("TRYLOCK a shared", PROTO_CMD_TRYLOCK);
+    ck_assert_uint_eq(req.limit, 0);
+}
+END_TEST
+
 /* ------------------------------------------------------------ tables */
 
 START_TEST(cmd_words)
@@ -432,7 +749,8 @@ END_TEST
 
 START_TEST(cmd_usage_and_help)
 {
-    ck_assert_str_eq(proto_cmd_usage(PROTO_CMD_LOCK), "LOCK <name> [<wait-ms>]");
+    ck_assert_str_eq(proto_cmd_usage(PROTO_CMD_LOCK), "LOCK <name> [<wait-ms>] [shared|limit=<n>]");
+    ck_assert_str_eq(proto_cmd_usage(PROTO_CMD_TRYLOCK), "TRYLOCK <name> [shared|limit=<n>]");
     ck_assert_str_eq(proto_cmd_usage(PROTO_CMD_PING), "PING");
     ck_assert_str_eq(proto_cmd_usage(PROTO_CMD_COUNT), "?");
     ck_assert_str_eq(proto_cmd_help(PROTO_CMD_COUNT), "?");
@@ -479,6 +797,7 @@ START_TEST(err_codes)
     ck_assert_str_eq(proto_err_code(PROTO_ERR_LIMIT), "LIMIT");
     ck_assert_str_eq(proto_err_code(PROTO_ERR_UNAVAILABLE), "UNAVAILABLE");
     ck_assert_str_eq(proto_err_code(PROTO_ERR_INTERNAL), "INTERNAL");
+    ck_assert_str_eq(proto_err_code(PROTO_ERR_CONFLICT), "CONFLICT");
     ck_assert_str_eq(proto_err_code(PROTO_ERR_COUNT), "INTERNAL");
 }
 END_TEST
@@ -516,6 +835,7 @@ START_TEST(fmt_err)
                          "this connection does not hold that lock"),
            "ERR NOT_HELD this connection does not hold that lock\n");
     ck_fmt(proto_fmt_err(buf, sizeof(buf), PROTO_ERR_LINE_TOO_LONG, "x"), "ERR LINE_TOO_LONG x\n");
+    ck_fmt(proto_fmt_err(buf, sizeof(buf), PROTO_ERR_CONFLICT, "x"), "ERR CONFLICT x\n");
 }
 END_TEST
 
@@ -617,6 +937,26 @@ static Suite *proto_suite(void)
     tcase_add_test(tc, name_valid_direct);
     tcase_add_test(tc, name_points_into_line);
     tcase_add_test(tc, req_reset_between_parses);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("options");
+    tcase_add_test(tc, mode_default_exclusive);
+    tcase_add_test(tc, lock_shared);
+    tcase_add_test(tc, lock_limit);
+    tcase_add_test(tc, trylock_options);
+    tcase_add_test(tc, options_case_insensitive);
+    tcase_add_test(tc, options_separators);
+    tcase_add_test(tc, limit_bounds);
+    tcase_add_test(tc, limit_malformed);
+    tcase_add_test(tc, option_unknown);
+    tcase_add_test(tc, wait_slot_word_is_bad_wait);
+    tcase_add_test(tc, option_twice);
+    tcase_add_test(tc, shared_with_limit);
+    tcase_add_test(tc, number_where_option_expected);
+    tcase_add_test(tc, options_checked_after_name_and_wait);
+    tcase_add_test(tc, options_not_taken);
+    tcase_add_test(tc, options_bounded);
+    tcase_add_test(tc, options_reset_between_parses);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("tables");
