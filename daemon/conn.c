@@ -152,6 +152,25 @@ static void conn_begin_close(struct conn *c)
         bufferevent_trigger(c->bev, EV_WRITE, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
 }
 
+/* Says how the name is in use, as far as this daemon knows. */
+static void reply_conflict(struct conn *c, const char *name)
+{
+    struct locks_status ls;
+    char text[128];
+
+    locks_status(c->srv->locks, name, &ls);
+    if (ls.holders + ls.waiters == 0)   /* only another daemon knows (distributed mode) */
+        snprintf(text, sizeof(text), "the lock is held or awaited in another mode or with "
+                 "another limit");
+    else if (ls.mode == LOCK_LIMIT)
+        snprintf(text, sizeof(text), "the lock is in use with limit=%u; every holder and "
+                 "waiter must ask for the same limit", ls.limit);
+    else
+        snprintf(text, sizeof(text), "the lock is in use without limit=; a semaphore needs "
+                 "a name that is not in use as a lock");
+    reply_err(c, PROTO_ERR_CONFLICT, text);
+}
+
 static void reply_lock_result(struct conn *c, enum proto_cmd cmd, const char *name,
                               enum locks_result r, uint64_t token)
 {
@@ -184,6 +203,12 @@ static void reply_lock_result(struct conn *c, enum proto_cmd cmd, const char *na
         reply_err(c, PROTO_ERR_INTERNAL, "out of memory");
         break;
     case LOCKS_CONFLICT:
+        reply_conflict(c, name);
+        break;
+    case LOCKS_MODE_HELD:
+        reply_err(c, PROTO_ERR_CONFLICT, "this connection holds that lock in another mode; "
+                  "UNLOCK it first (no upgrade or downgrade)");
+        break;
     case LOCKS_WAITING:
     case LOCKS_RELEASED:
     case LOCKS_NOT_HELD:
@@ -217,6 +242,9 @@ static void reply_stats(struct conn *c)
     evbuffer_add_printf(out, "STAT locks_held %llu\n", (unsigned long long)ls.held);
     evbuffer_add_printf(out, "STAT waiters %llu\n", (unsigned long long)ls.waiting);
     evbuffer_add_printf(out, "STAT grants %llu\n", (unsigned long long)ls.grants);
+    for (int m = 0; m < LOCK_MODE_COUNT; m++)
+        evbuffer_add_printf(out, "STAT grants_%s %llu\n", lock_mode_name((enum lock_mode)m),
+                            (unsigned long long)ls.grants_by_mode[m]);
     evbuffer_add_printf(out, "STAT timeouts %llu\n", (unsigned long long)ls.timeouts);
     evbuffer_add_printf(out, "STAT lost %llu\n", (unsigned long long)ls.lost);
     evbuffer_add_printf(out, "STAT errors %llu\n", (unsigned long long)srv->stats.errors);
@@ -237,8 +265,9 @@ static void reply_status(struct conn *c, const char *name, const struct backend_
 {
     struct evbuffer *out = bufferevent_get_output(c->bev);
     struct locks_status ls;
-    char since[24] = "-";
-    unsigned queue;
+    char since[24] = "-", mode[48] = "";
+    unsigned queue, holders;
+    enum lock_mode m;
 
     if (!zi->ok) {
         reply_err(c, PROTO_ERR_UNAVAILABLE, "the lock service is not reachable; retry later");
@@ -246,19 +275,29 @@ static void reply_status(struct conn *c, const char *name, const struct backend_
     }
     locks_status(c->srv->locks, name, &ls);
     queue = zi->global ? zi->queue : ls.holders + ls.waiters;
+    holders = zi->global ? zi->holders : ls.holders;
+    /* The mode of whoever is first, here or across daemons; exclusive
+     * lines keep their v1 form, the others end in mode= and holders=. */
+    m = zi->global && zi->queue > 0 ? zi->mode : ls.mode;
+    if (m == LOCK_SHARED)
+        snprintf(mode, sizeof(mode), " mode=shared holders=%u", holders);
+    else if (m == LOCK_LIMIT)
+        snprintf(mode, sizeof(mode), " mode=limit limit=%u holders=%u",
+                 zi->global && zi->queue > 0 ? zi->limit : ls.limit, holders);
     if (ls.held) {
         evbuffer_add_printf(out, "STATUS %s held holder=%s/%s token=%llu since=%lld waiters=%u "
-                            "queue=%u\n", name, c->srv->daemon_id, ls.holder,
-                            (unsigned long long)ls.token, (long long)ls.since_ms, ls.waiters, queue);
-    } else if (zi->global && zi->queue > 0) {
+                            "queue=%u%s\n", name, c->srv->daemon_id, ls.holder,
+                            (unsigned long long)ls.token, (long long)ls.since_ms, ls.waiters,
+                            queue, mode);
+    } else if (zi->global && zi->holders > 0) {
         /* Held through another daemon (or about to be ours): its token is its own. */
         if (zi->since_ms >= 0)
             snprintf(since, sizeof(since), "%lld", (long long)zi->since_ms);
-        evbuffer_add_printf(out, "STATUS %s held holder=%s token=- since=%s waiters=%u queue=%u\n",
-                            name, zi->holder, since, ls.waiters, queue);
+        evbuffer_add_printf(out, "STATUS %s held holder=%s token=- since=%s waiters=%u "
+                            "queue=%u%s\n", name, zi->holder, since, ls.waiters, queue, mode);
     } else {
-        evbuffer_add_printf(out, "STATUS %s free holder=- token=- since=- waiters=%u queue=%u\n",
-                            name, ls.waiters, queue);
+        evbuffer_add_printf(out, "STATUS %s free holder=- token=- since=- waiters=%u queue=%u%s\n",
+                            name, ls.waiters, queue, mode);
     }
 }
 
@@ -312,8 +351,9 @@ static void handle_request(struct conn *c, const struct proto_req *req)
         break;
     case PROTO_CMD_LOCK:
     case PROTO_CMD_TRYLOCK:
-        lreq.mode = LOCK_EXCLUSIVE;
-        lreq.limit = 0;
+        lreq.mode = req->mode == PROTO_MODE_SHARED ? LOCK_SHARED
+                    : req->mode == PROTO_MODE_LIMIT ? LOCK_LIMIT : LOCK_EXCLUSIVE;
+        lreq.limit = req->limit;
         lreq.wait_ms = req->wait_ms;
         lreq.try = req->cmd == PROTO_CMD_TRYLOCK;
         r = locks_lock(c->srv->locks, &c->owner, name, &lreq, &token);

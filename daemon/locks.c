@@ -393,11 +393,11 @@ enum locks_result locks_lock(struct locks *t, struct lock_owner *o, const char *
     bool no_wait = req->try || req->wait_ms == 0;
     enum locks_result r = LOCKS_WAITING;
 
-    if (l && lock_conflicts(l, req))
-        return LOCKS_CONFLICT;
     if (h) {
         /* Re-entrant in the same mode; anything else could deadlock an upgrade. */
-        if (h->state != HOLD_HELD || h->mode != req->mode)
+        if (h->mode != req->mode || lock_conflicts(l, req))
+            return LOCKS_MODE_HELD;
+        if (h->state != HOLD_HELD)
             return LOCKS_CONFLICT;
         if (h->count == MAX_DEPTH)
             return LOCKS_LIMIT;
@@ -405,6 +405,8 @@ enum locks_result locks_lock(struct locks *t, struct lock_owner *o, const char *
         *token = h->token;
         return LOCKS_GRANTED;
     }
+    if (l && lock_conflicts(l, req))
+        return LOCKS_CONFLICT;
     /* A request that does not wait never jumps the queue. */
     if (l && no_wait && (!TAILQ_EMPTY(&l->waiters) || !lock_fits(l, req->mode, 1)))
         return LOCKS_BUSY;

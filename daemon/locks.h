@@ -50,6 +50,7 @@ enum locks_result {
     LOCKS_TIMEOUT,      /* the wait elapsed first */
     LOCKS_UNAVAILABLE,  /* the backend cannot answer now (ZooKeeper outage) */
     LOCKS_CONFLICT,     /* the request's mode or limit disagrees with the name's holders */
+    LOCKS_MODE_HELD,    /* the owner holds the name in another mode (no upgrades) */
     LOCKS_LIMIT,        /* the owner already has max_locks_per_client holds */
     LOCKS_RELEASED,     /* unlock: done (or one re-entrant hold dropped) */
     LOCKS_NOT_HELD,     /* unlock: this owner does not hold it */
@@ -101,10 +102,11 @@ const char *lock_mode_name(enum lock_mode m);
 
 /*
  * Takes `name` (NUL-terminated, already validated) for o as *req says.
- * A lock o already holds in the same mode is granted again at once with
- * the same token (re-entrant); in another mode it is LOCKS_CONFLICT, as is
- * a request whose mode or limit disagrees with the name's current holders
- * and waiters. Only LOCKS_WAITING is answered later, through o's done().
+ * A lock o already holds in the same mode (and limit) is granted again at
+ * once with the same token (re-entrant); in another mode it is
+ * LOCKS_MODE_HELD. A request whose mode or limit disagrees with the name's
+ * current holders and waiters is LOCKS_CONFLICT. Only LOCKS_WAITING is
+ * answered later, through o's done().
  */
 enum locks_result locks_lock(struct locks *t, struct lock_owner *o, const char *name,
                              const struct lock_req *req, uint64_t *token);

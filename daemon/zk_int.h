@@ -80,6 +80,15 @@ void zk_locks_handle_closed(struct zk *zk, bool session_gone);
 void zk_locks_free_all(struct zk *zk);
 /* The sequence number ZooKeeper appended to child: its last 10 digits. */
 long long zk_seq_of(const char *child);
+/* What a lock node asks for, from the tag in its name. */
+struct zkind {
+    enum lock_mode mode;
+    unsigned limit;            /* LOCK_LIMIT only */
+};
+struct zkind zk_kind_of(const char *child);
+/* Semaphores of one limit are one class, read/write locks the other:
+ * requests of different classes never hold a name together. */
+bool zk_same_class(struct zkind a, struct zkind b);
 
 /* zk_query.c: the backend ops for STATUS (see backend.h). */
 struct backend_query *zk_query(void *impl, const char *name, struct backend_queue_info *now,

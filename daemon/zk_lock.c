@@ -48,6 +48,10 @@ struct zlock {
     unsigned gen;              /* bumped by every request; older replies are stale */
     enum zl_step step;
     bool try;                  /* answer busy instead of waiting */
+    enum lock_mode mode;       /* what the request asks for; part of the node name */
+    unsigned limit;            /* LOCK_LIMIT only */
+    bool waited;               /* it watched before being granted */
+    bool data_stale;           /* the node's data names an owner that left (handover) */
     bool create_uncertain;     /* a create was sent and its reply lost */
     unsigned create_attempts;
     char *parent;              /* <root>/locks/<name>; malloc'd */
@@ -65,6 +69,7 @@ struct zcall {
 
 static void zl_start(struct zlock *zl);
 static void zl_list(struct zlock *zl);
+static void zl_list_watching(struct zlock *zl);
 static void zl_delete(struct zlock *zl);
 
 /* ------------------------------------------------------------ bookkeeping */
@@ -205,6 +210,86 @@ long long zk_seq_of(const char *child)
     return len >= 10 ? strtoll(child + len - 10, NULL, 10) : -1;
 }
 
+/*
+ * "<daemon>-<id>-<tag>-<seq>": tag "shared", "limit<n>" or "excl". Nodes
+ * of daemons older than lock modes have no tag (the field before the
+ * sequence is their numeric id): they are exclusive, as is anything
+ * unknown, which can only make this daemon wait longer, never grant more.
+ */
+struct zkind zk_kind_of(const char *child)
+{
+    struct zkind k = { LOCK_EXCLUSIVE, 0 };
+    size_t len = strlen(child);
+    const char *end, *tag;
+    char *stop;
+    unsigned long n;
+
+    if (len < 12 || child[len - 11] != '-')
+        return k;
+    end = child + len - 11;
+    for (tag = end; tag > child && tag[-1] != '-'; tag--)
+        ;
+    if (end - tag == 6 && strncmp(tag, "shared", 6) == 0) {
+        k.mode = LOCK_SHARED;
+    } else if (end - tag > 5 && strncmp(tag, "limit", 5) == 0 && tag[5] >= '1' &&
+               tag[5] <= '9') {
+        n = strtoul(tag + 5, &stop, 10);
+        if (stop == end && n <= LOCK_LIMIT_MAX) {
+            k.mode = LOCK_LIMIT;
+            k.limit = (unsigned)n;
+        }
+    }
+    return k;
+}
+
+/* Semaphores of one limit are one class, read/write locks the other:
+ * requests of different classes never hold a name together. */
+bool zk_same_class(struct zkind a, struct zkind b)
+{
+    if ((a.mode == LOCK_LIMIT) != (b.mode == LOCK_LIMIT))
+        return false;
+    return a.mode != LOCK_LIMIT || a.limit == b.limit;
+}
+
+/* Completion of a write nobody waits for (a node's data): only counted. */
+static void on_data_written(int rc, const struct Stat *stat, const void *data)
+{
+    struct zk *zk = (struct zk *)data;
+
+    zk->outstanding--;
+    if (rc != ZOK && rc != ZNONODE)
+        log_debug("zk: writing a node's data: %s", zerror(rc));
+}
+
+/* "daemon=<id> client=<owner>": who a node is for, read by STATUS. */
+static void zl_format_data(const struct zlock *zl, char *buf, size_t len)
+{
+    snprintf(buf, len, "daemon=%s client=%s", zl->zk->daemon_id,
+             zl->hold ? hold_owner_desc(zl->hold) : "-");
+}
+
+/*
+ * Rewrites our node's data with the current owner. A data watch on the
+ * node fires, so this also wakes the waiter behind it, which is how a
+ * semaphore's next waiter learns that it is now the first one. Sent
+ * without a zcall: nothing waits for the reply, and the zlock's
+ * generation (which keeps a pending watch valid) must not change.
+ */
+static void zl_write_data(struct zlock *zl)
+{
+    struct zk *zk = zl->zk;
+    char data[256];
+
+    if (!zl->node || zk->state != ZK_CONNECTED)
+        return;
+    zl_format_data(zl, data, sizeof(data));
+    zl->data_stale = false;
+    if (zoo_aset(zk->zh, zl->node, data, (int)strlen(data), -1, on_data_written, zk) == ZOK) {
+        zk->outstanding++;
+        zk_kick(zk);
+    }
+}
+
 /* ---------------------------------------------------------------- create */
 
 static void on_ancestor_created(int rc, const char *value, const void *data)
@@ -254,6 +339,8 @@ static void on_created(int rc, const char *value, const void *data)
             return;
         }
         log_debug("zk: created %s", zl->node);
+        if (zl->data_stale)
+            zl_write_data(zl);
         zl_start(zl);
         break;
     case ZNONODE:
@@ -285,16 +372,22 @@ static void on_created(int rc, const char *value, const void *data)
 static void zl_create(struct zlock *zl)
 {
     struct zk *zk = zl->zk;
-    char prefix[512], data[256];
+    char prefix[512], tag[16], data[256];
     struct zcall *c = zl_begin(zl, ZL_CREATING);
 
     if (!c)
         return;
-    /* The daemon id and request id make the node findable if the reply is lost. */
-    snprintf(prefix, sizeof(prefix), "%s/%s-%llu-", zl->parent, zk->daemon_id,
-             (unsigned long long)zl->id);
-    snprintf(data, sizeof(data), "daemon=%s client=%s", zk->daemon_id,
-             zl->hold ? hold_owner_desc(zl->hold) : "-");
+    if (zl->mode == LOCK_LIMIT)
+        snprintf(tag, sizeof(tag), "limit%u", zl->limit);
+    else
+        snprintf(tag, sizeof(tag), "%s", zl->mode == LOCK_SHARED ? "shared" : "excl");
+    /* The daemon id and request id make the node findable if the reply is
+     * lost; the tag tells every daemon what the node asks for. */
+    snprintf(prefix, sizeof(prefix), "%s/%s-%llu-%s-", zl->parent, zk->daemon_id,
+             (unsigned long long)zl->id, tag);
+    zl->data_stale = false;
+    zl->waited = false;
+    zl_format_data(zl, data, sizeof(data));
     zl->create_attempts++;
     zk_sent(zl, c,
             zoo_acreate(zk->zh, prefix, data, (int)strlen(data), &ZOO_OPEN_ACL_UNSAFE,
@@ -323,6 +416,8 @@ static void on_found(int rc, const struct String_vector *children, const void *d
             if ((zl->node = malloc(len)))
                 snprintf(zl->node, len, "%s/%s", zl->parent, children->data[i]);
             log_info("zk: found %s, whose create reply was lost", zl->node);
+            if (zl->data_stale)
+                zl_write_data(zl);
             break;
         }
     }
@@ -353,7 +448,11 @@ static void on_watch_event(zhandle_t *zh, int type, int state, const char *path,
     TAILQ_REMOVE(&zk->watches, w, link);
     if (zl && zl->gen == w->gen && zl->step == ZL_WATCHING) {
         log_debug("zk: %s changed; %s looks again", path, zl->node);
-        zl_list(zl);
+        /* A semaphore's waiter may be first now: that listing must watch. */
+        if (zl->mode == LOCK_LIMIT)
+            zl_list_watching(zl);
+        else
+            zl_list(zl);
     }
     free(w);
 }
@@ -380,40 +479,150 @@ static void on_predecessor_read(int rc, const char *value, int len, const struct
     zl_park(zl, rc);
 }
 
-static void zl_watch(struct zlock *zl, const char *predecessor)
+/*
+ * Starts a request step that also sets a watch: the request's context,
+ * whose `watch` is the watch's own context (registered in zk->watches), or
+ * NULL (parked, retried later) when out of memory.
+ */
+static struct zcall *zl_begin_watched(struct zlock *zl, enum zl_step step)
 {
-    struct zk *zk = zl->zk;
-    char path[512];
-    struct zcall *w = malloc(sizeof(*w)), *c = w ? zl_begin(zl, ZL_WATCHING) : NULL;
+    struct zcall *w = malloc(sizeof(*w)), *c = w ? zl_begin(zl, step) : NULL;
 
     if (!c) {
         free(w);
         zl->step = ZL_IDLE;
-        zk_arm_retry(zk);
-        return;
+        zk_arm_retry(zl->zk);
+        return NULL;
     }
     *w = *c;
     c->watch = w;
-    TAILQ_INSERT_TAIL(&zk->watches, w, link);
-    snprintf(path, sizeof(path), "%s/%s", zl->parent, predecessor);
-    log_debug("zk: %s waits for %s", zl->node, path);
-    if (!zk_sent(zl, c, zoo_awget(zk->zh, path, on_watch_event, w, on_predecessor_read, c),
-                 "getData")) {
-        TAILQ_REMOVE(&zk->watches, w, link);
+    TAILQ_INSERT_TAIL(&zl->zk->watches, w, link);
+    return c;
+}
+
+/* zk_sent() for a watched request: an unsent request sets no watch. */
+static void zl_sent_watched(struct zlock *zl, struct zcall *c, int rc, const char *what)
+{
+    struct zcall *w = c->watch;
+
+    if (!zk_sent(zl, c, rc, what)) {
+        TAILQ_REMOVE(&zl->zk->watches, w, link);
         free(w);
     }
+}
+
+static void zl_watch(struct zlock *zl, const char *predecessor)
+{
+    struct zk *zk = zl->zk;
+    char path[512];
+    struct zcall *c = zl_begin_watched(zl, ZL_WATCHING);
+
+    if (!c)
+        return;
+    snprintf(path, sizeof(path), "%s/%s", zl->parent, predecessor);
+    log_debug("zk: %s waits for %s", zl->node, path);
+    zl_sent_watched(zl, c, zoo_awget(zk->zh, path, on_watch_event, c->watch,
+                                     on_predecessor_read, c), "getData");
+}
+
+/* What one listing of the parent says about our node. */
+struct zview {
+    bool found;                /* our node is among the children */
+    bool lowest_other_class;   /* the first node is of another class than ours */
+    unsigned below;            /* nodes before ours */
+    const char *pred;          /* the node just before ours, or NULL */
+    const char *blocker;       /* the last node before ours that is not shared, or NULL */
+};
+
+static void zl_view(const struct zlock *zl, const struct String_vector *children,
+                    struct zview *v)
+{
+    const char *mine = basename_of(zl->node), *lowest = NULL;
+    long long my_seq = zk_seq_of(mine), pred_seq = -1, blocker_seq = -1;
+    struct zkind me = { zl->mode, zl->limit };
+
+    memset(v, 0, sizeof(*v));
+    /* Order by the sequence suffix alone: prefixes differ between daemons. */
+    for (int i = 0; i < children->count; i++) {
+        const char *child = children->data[i];
+        long long seq = zk_seq_of(child);
+
+        if (!lowest || seq < zk_seq_of(lowest))
+            lowest = child;
+        if (strcmp(child, mine) == 0) {
+            v->found = true;
+        } else if (seq < my_seq) {
+            v->below++;
+            if (seq > pred_seq) {
+                pred_seq = seq;
+                v->pred = child;
+            }
+            if (seq > blocker_seq && zk_kind_of(child).mode != LOCK_SHARED) {
+                blocker_seq = seq;
+                v->blocker = child;
+            }
+        }
+    }
+    v->lowest_other_class = lowest && strcmp(lowest, mine) != 0 &&
+                            !zk_same_class(zk_kind_of(lowest), me);
+}
+
+/*
+ * Who may hold, over every node before ours whatever its class:
+ * exclusive - no node before it; shared - no node before it but shared
+ * ones; limit=n - fewer than n nodes before it. A node whose first node is
+ * of another class is refused (CONFLICT), so classes never hold together.
+ */
+static bool zl_may_hold(const struct zlock *zl, const struct zview *v)
+{
+    switch (zl->mode) {
+    case LOCK_SHARED:
+        return v->blocker == NULL;
+    case LOCK_LIMIT:
+        return v->below < zl->limit;
+    default:
+        return v->below == 0;
+    }
+}
+
+/* Waits for the one change that can let us in (no herd): the node just
+ * before ours goes (exclusive), the last non-shared one before ours goes
+ * (shared); for a semaphore's first waiter, any node before it goes. */
+static void zl_wait(struct zlock *zl, const struct zview *v, bool children_watched)
+{
+    zl->waited = true;
+    if (zl->mode == LOCK_LIMIT && v->below == zl->limit) {
+        /* First in line: any holder's departure lets us in. The listing
+         * that showed this must itself have set the watch, or a departure
+         * between the two would go unnoticed. */
+        if (children_watched) {
+            zl->step = ZL_WATCHING;
+            log_debug("zk: %s waits for one of %u holders", zl->node, zl->limit);
+        } else {
+            zl_list_watching(zl);
+        }
+        return;
+    }
+    /* A later semaphore waiter watches its predecessor, which rewrites its
+     * own data once granted (see zl_write_data): then this one is first. */
+    zl_watch(zl, zl->mode == LOCK_SHARED ? v->blocker : v->pred);
 }
 
 static void on_listed(int rc, const struct String_vector *children, const struct Stat *stat,
                       const void *data)
 {
-    struct zlock *zl = zcall_done(data);
-    const char *mine, *pred = NULL;
-    long long my_seq, pred_seq = -1;
-    bool found = false, lowest = true;
+    const struct zcall *c = data;
+    bool children_watched = rc == ZOK && c->watch;
+    struct zlock *zl;
+    struct zview v;
     struct hold *h;
 
-    if (!zl)
+    /* Without ZOK no watch was registered: its context is ours to free. */
+    if (rc != ZOK && c->watch) {
+        TAILQ_REMOVE(&c->zk->watches, c->watch, link);
+        free(c->watch);
+    }
+    if (!(zl = zcall_done(data)))
         return;
     if (rc == ZNONODE) {     /* the parent, and so our node, is gone */
         free(zl->node);
@@ -425,23 +634,8 @@ static void on_listed(int rc, const struct String_vector *children, const struct
         zl_park(zl, rc);
         return;
     }
-    /* Order by the sequence suffix alone: prefixes differ between daemons. */
-    mine = basename_of(zl->node);
-    my_seq = zk_seq_of(mine);
-    for (int i = 0; i < children->count; i++) {
-        const char *child = children->data[i];
-        long long seq = zk_seq_of(child);
-        if (strcmp(child, mine) == 0) {
-            found = true;
-        } else if (seq < my_seq) {
-            lowest = false;
-            if (seq > pred_seq) {
-                pred_seq = seq;
-                pred = child;
-            }
-        }
-    }
-    if (!found) {            /* our node vanished (session trouble): start over */
+    zl_view(zl, children, &v);
+    if (!v.found) {          /* our node vanished (session trouble): start over */
         log_warn("zk: %s is gone; creating a new node", zl->node);
         free(zl->node);
         zl->node = NULL;
@@ -452,10 +646,19 @@ static void on_listed(int rc, const struct String_vector *children, const struct
         zl_delete(zl);
         return;
     }
-    if (lowest) {
+    if (v.lowest_other_class) {   /* another daemon uses the name in another mode */
+        h = zl_detach(zl);
+        zl_delete(zl);
+        locks_backend_refused(h, LOCKS_CONFLICT);
+        return;
+    }
+    if (zl_may_hold(zl, &v)) {
         zl->step = ZL_HELD;
         zl->create_attempts = 0;
         log_debug("zk: %s holds %s, token %lld", zl->node, zl->parent, (long long)stat->pzxid);
+        /* A semaphore's next waiter watches this node: tell it it is first now. */
+        if (zl->mode == LOCK_LIMIT && zl->waited)
+            zl_write_data(zl);
         locks_backend_granted(zl->hold, (uint64_t)stat->pzxid);
         return;
     }
@@ -465,7 +668,7 @@ static void on_listed(int rc, const struct String_vector *children, const struct
         locks_backend_refused(h, LOCKS_BUSY);
         return;
     }
-    zl_watch(zl, pred);
+    zl_wait(zl, &v, children_watched);
 }
 
 static void zl_list(struct zlock *zl)
@@ -475,6 +678,16 @@ static void zl_list(struct zlock *zl)
     if (c)
         zk_sent(zl, c, zoo_aget_children2(zl->zk->zh, zl->parent, 0, on_listed, c),
                 "getChildren");
+}
+
+/* Lists with a child watch; on_listed decides whether to keep waiting on it. */
+static void zl_list_watching(struct zlock *zl)
+{
+    struct zcall *c = zl_begin_watched(zl, ZL_LISTING);
+
+    if (c)
+        zl_sent_watched(zl, c, zoo_awget_children2(zl->zk->zh, zl->parent, on_watch_event,
+                                                   c->watch, on_listed, c), "getChildren");
 }
 
 /* ---------------------------------------------------------------- delete */
@@ -565,6 +778,8 @@ enum locks_result zk_lock_acquire(void *impl, struct hold *h, uint64_t *token)
     zl->hold = h;
     zl->id = ++zk->next_id;
     zl->try = hold_try(h);
+    zl->mode = hold_mode(h);
+    zl->limit = hold_limit(h);
     tsearch(zl, &zk->by_id, by_id);
     TAILQ_INSERT_TAIL(&zk->zlocks, zl, link);
     zk->nzlocks++;
@@ -580,8 +795,13 @@ void zk_lock_handover(void *impl, struct hold *h)
 {
     struct zlock *zl = hold_backend_data(h);
 
-    if (zl)
-        zl->hold = h;
+    if (!zl)
+        return;
+    zl->hold = h;
+    /* The node's data names the owner that left; STATUS on every daemon
+     * reads it. Rewritten now, or once the node is known. */
+    zl->data_stale = true;
+    zl_write_data(zl);
 }
 
 /* cancel and release: the table is done with the request; take our node back. */

@@ -46,6 +46,39 @@ static void on_query_data(int rc, const char *value, int len, const struct Stat 
     query_finish(q, rc == ZOK || rc == ZNONODE);
 }
 
+/*
+ * How many nodes hold the name, by the rules of zk_lock.c: the first node
+ * decides the mode; exclusive - the first; shared - the shared nodes before
+ * the first that is not; limit=n - the first n of its class. *mode and
+ * *limit are the first node's.
+ */
+static unsigned holders_of(const struct String_vector *children, const char *first,
+                           enum lock_mode *mode, unsigned *limit)
+{
+    struct zkind k = zk_kind_of(first);
+    long long bound = -1;      /* shared: the first non-shared node's sequence */
+    unsigned n = 0;
+
+    *mode = k.mode;
+    *limit = k.limit;
+    if (k.mode == LOCK_EXCLUSIVE)
+        return 1;
+    for (int i = 0; i < children->count; i++) {
+        long long seq = zk_seq_of(children->data[i]);
+        if (k.mode == LOCK_SHARED && zk_kind_of(children->data[i]).mode != LOCK_SHARED &&
+            (bound < 0 || seq < bound))
+            bound = seq;
+    }
+    for (int i = 0; i < children->count; i++) {
+        struct zkind c = zk_kind_of(children->data[i]);
+        if (k.mode == LOCK_SHARED)
+            n += bound < 0 || zk_seq_of(children->data[i]) < bound;
+        else
+            n += zk_same_class(c, k);
+    }
+    return k.mode == LOCK_LIMIT && n > k.limit ? k.limit : n;
+}
+
 static void on_query_children(int rc, const struct String_vector *children, const void *data)
 {
     struct backend_query *q = (struct backend_query *)data;
@@ -61,10 +94,10 @@ static void on_query_children(int rc, const struct String_vector *children, cons
         return;
     }
     q->info.queue = (unsigned)children->count;
-    q->info.holders = 1;
     for (int i = 0; i < children->count; i++)
         if (!first || zk_seq_of(children->data[i]) < zk_seq_of(first))
             first = children->data[i];
+    q->info.holders = holders_of(children, first, &q->info.mode, &q->info.limit);
     snprintf(path, sizeof(path), "%s/%s", q->parent, first);
     /* The request's count carries over to the getData. */
     if (zoo_aget(q->zk->zh, path, 0, on_query_data, q) != ZOK)

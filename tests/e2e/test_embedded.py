@@ -943,7 +943,7 @@ class AdminTests(Case):
         words = [re.match(r"HELP (\S+)", l).group(1) for l in lines]
         self.assertEqual(words, ["LOCK", "TRYLOCK", "UNLOCK", "PING", "QUIT", "STATUS",
                                  "STATS", "HELP"])
-        self.assertIn("HELP LOCK <name> [<wait-ms>] - ", lines[0])
+        self.assertIn("HELP LOCK <name> [<wait-ms>] [shared|limit=<n>] - ", lines[0])
         self.ping(c)                                  # still usable, in order
 
     def test_stats_counts_what_happened(self):
