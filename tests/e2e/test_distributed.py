@@ -1062,6 +1062,230 @@ class DistributedTest(DistributedBase):
         self.wait_no_nodes(zk.connect_string, port=zk.port, sessions=[a.session, b.session])
 
 
+def queued(d, client, name):
+    """Waits for the daemon's debug line saying that client's request for
+    name is queued, whatever its mode (" (shared)", " (limit)")."""
+    return d.wait_log(r"lock %s: %s queued(?: \((?:shared|limit)\))?$"
+                      % (re.escape(name), re.escape(client.local)), since=client.mark)
+
+
+class ModeWorker(Worker):
+    """A Worker whose LOCK carries an option: "", "shared" or "limit=<n>"."""
+
+    def __init__(self, load, client, tag, names, iterations, option):
+        super().__init__(load, client, tag, names, iterations)
+        self.option = option
+
+    def lock_next(self):
+        if self.left is not None and self.left <= 0:
+            self.state = "done"
+            return
+        self.name = self.load.rng.choice(self.names)
+        self.state = "locking"
+        self.client.send("LOCK %s %s\n" % (self.name, self.option) if self.option
+                         else "LOCK %s\n" % self.name)
+
+
+class ModeLoad(LockLoad):
+    """LockLoad for mixed modes. Per name it checks, at every grant, that the
+    holders fit together (one exclusive; shared ones only; at most n of a
+    limit=n semaphore) and counts the most it saw at once; and that an
+    exclusive grant's token exceeds every earlier token of the name, a
+    shared one every earlier exclusive token (proto/PROTOCOL.md)."""
+
+    def __init__(self, daemons, seed, hold_pings=2):
+        super().__init__(daemons, seed, hold_pings)
+        self.holders = {}          # name -> [Worker] holding it now
+        self.most = {}             # name -> most holders seen at once
+        self.last_excl = {}        # name -> highest exclusive token so far
+
+    def add(self, client, tag, names, iterations, option="", start=True):
+        w = ModeWorker(self, client, tag, names, iterations, option)
+        self.sel.register(client.sock, selectors.EVENT_READ, w)
+        self.workers.append(w)
+        if start:
+            w.lock_next()
+        return w
+
+    def granted(self, w):
+        now = self.holders.setdefault(w.name, [])
+        for other in now:
+            ok = (w.option == other.option == "shared" or
+                  (w.option.startswith("limit=") and w.option == other.option))
+            if not ok:
+                self.fail("%s: %r (%s) granted while %r (%s) holds it"
+                          % (w.name, w, w.option or "exclusive", other,
+                             other.option or "exclusive"))
+        if w.option.startswith("limit=") and len(now) >= int(w.option[6:]):
+            self.fail("%s: %r granted beyond %s: holders %r" % (w.name, w, w.option, now))
+        last = self.last_token.get(w.name)
+        last_excl = self.last_excl.get(w.name)
+        if w.option == "" and last is not None and w.token <= last:
+            self.fail("exclusive token for %s did not exceed %d: %d (%r)"
+                      % (w.name, last, w.token, w))
+        if w.option == "shared" and last_excl is not None and w.token <= last_excl:
+            self.fail("shared token for %s did not exceed the exclusive %d: %d (%r)"
+                      % (w.name, last_excl, w.token, w))
+        now.append(w)
+        self.most[w.name] = max(self.most.get(w.name, 0), len(now))
+        self.last_token[w.name] = max(w.token, last or 0)
+        if w.option == "":
+            self.last_excl[w.name] = w.token
+        self.grants.append((w.name, w.token, w))
+
+    def clear_holder(self, w):
+        now = self.holders.get(w.name, [])
+        if w not in now:
+            self.fail("%r releases %s, held by %r" % (w, w.name, now))
+        now.remove(w)
+
+
+@dump_on_failure
+class ModesTest(DistributedBase):
+    """Shared locks and semaphores across daemons (issue: lock modes)."""
+
+    def test_readers_share_writers_exclude_no_reader_jumps_a_writer(self):
+        hosts = self.zk.connect_string
+        a, b, c = (self.start_daemon(hosts, n) for n in ("A", "B", "C"))
+        r1, r2 = self.client(a), self.client(b)
+        t1 = int(r1.request("LOCK rw shared").split()[2])
+        t2 = int(r2.request("LOCK rw 5000 shared").split()[2])    # readers share
+        q = self.client(c)
+        self.assertRegex(q.request("STATUS rw"), r"^STATUS rw held holder=%s/%s token=- "
+                         r"since=\d+ waiters=0 queue=2 mode=shared holders=2$"
+                         % (re.escape(a.daemon_id), re.escape(r1.local)))
+        self.assertEqual(q.request("TRYLOCK rw"), "BUSY rw")
+        w = self.client(c)
+        w.send("LOCK rw\n")                    # a writer waits for both readers
+        queued(c, w, "rw")
+        self.wait_node(hosts, "rw", c)
+        r3 = self.client(a)
+        r3.send("LOCK rw shared\n")            # a reader behind the waiting writer waits
+        queued(a, r3, "rw")
+        self.wait_node(hosts, "rw", a, count=2)
+        self.assertEqual(self.client(b).request("TRYLOCK rw shared"), "BUSY rw")
+        self.assertEqual(r1.request("UNLOCK rw"), "OK rw")
+        self.assertTrue(w.silent(), "the writer was granted while a reader holds")
+        self.assertEqual(r2.request("UNLOCK rw"), "OK rw")
+        tw = int(w.expect_match(r"OK rw %s" % TOKEN).group(1))
+        self.assertGreater(tw, max(t1, t2))
+        self.assertTrue(r3.silent(), "a reader jumped the writer")
+        self.assertRegex(q.request("STATUS rw"), r"^STATUS rw held holder=%s/%s token=\d+ "
+                         r"since=\d+ waiters=0 queue=2$" % (re.escape(c.daemon_id),
+                                                            re.escape(w.local)))
+        self.assertEqual(w.request("UNLOCK rw"), "OK rw")
+        t3 = int(r3.expect_match(r"OK rw %s" % TOKEN).group(1))
+        self.assertGreater(t3, tw)
+        self.assertEqual(r3.request("UNLOCK rw"), "OK rw")
+        for d in (a, b, c):
+            st = stats(d)
+            self.assertEqual(int(st["grants"]), int(st["grants_exclusive"]) +
+                             int(st["grants_shared"]) + int(st["grants_limit"]), d.name)
+        self.assertEqual(stats(c)["grants_exclusive"], "1")
+        self.assertEqual(stats(a)["grants_shared"], "2")
+        self.wait_no_nodes(hosts)
+
+    def test_semaphore_bound_under_churn(self):
+        hosts = self.zk.connect_string
+        daemons = [self.start_daemon(hosts, "lb%d" % i) for i in range(3)]
+        load = ModeLoad(daemons, seed=7)
+        self.addCleanup(load.close)
+        per_daemon, iterations, limit = 4, 15, 3
+        for d in daemons:
+            for _ in range(per_daemon):
+                w = load.add(self.client(d), d.name, ["slots"], iterations, "limit=%d" % limit)
+                # Holders hold on until the bound has been reached once, so
+                # that reaching it does not depend on timing.
+                w.keep_holding = lambda: load.most.get("slots", 0) < limit
+        load.run_until(load.all_done, scaled(120.0))
+        self.assertEqual(len(load.grants), len(daemons) * per_daemon * iterations)
+        # 12 clients on 3 slots: the bound was reached, never passed.
+        self.assertEqual(load.most["slots"], limit)
+        for d in daemons:
+            st = stats(d)
+            self.assertEqual(int(st["grants_limit"]), per_daemon * iterations, d.name)
+            self.assertEqual(int(st["lost"]), 0, d.name)
+            self.assert_no_trouble(d)
+        self.wait_no_nodes(hosts)
+
+    def test_mixed_readers_and_writers_under_churn(self):
+        hosts = self.zk.connect_string
+        daemons = [self.start_daemon(hosts, "lb%d" % i) for i in range(2)]
+        load = ModeLoad(daemons, seed=11)
+        self.addCleanup(load.close)
+        for d in daemons:
+            for i in range(6):
+                load.add(self.client(d), d.name, ["mix"], 12, "" if i % 3 == 0 else "shared")
+        load.run_until(load.all_done, scaled(120.0))
+        self.assertEqual(len(load.grants), 2 * 6 * 12)
+        self.wait_no_nodes(hosts)
+
+    def test_conflicting_modes_across_daemons(self):
+        hosts = self.zk.connect_string
+        a, b = self.start_daemon(hosts, "A"), self.start_daemon(hosts, "B")
+        h = self.client(a)
+        h.request("LOCK cf limit=2")
+        c = self.client(b)
+        for req in ("LOCK cf 2000", "LOCK cf shared", "TRYLOCK cf limit=3"):
+            self.assertRegex(c.request(req), r"^ERR CONFLICT the lock is held or awaited in "
+                             r"another mode or with another limit$", req)
+        self.assertRegex(c.request("LOCK cf limit=2"), r"^OK cf \d+$")   # same limit: in
+        self.wait_node(hosts, "cf", b)
+        self.assertEqual(c.request("UNLOCK cf"), "OK cf")
+        self.assertEqual(h.request("UNLOCK cf"), "OK cf")
+        self.wait_no_nodes(hosts)
+
+    def test_kill_9_frees_a_daemons_semaphore_and_shared_holds(self):
+        hosts = self.zk.connect_string
+        a, b = self.start_daemon(hosts, "A"), self.start_daemon(hosts, "B")
+        for n in range(2):
+            self.client(a).request("LOCK k9s limit=2")
+        self.client(a).request("LOCK k9r shared")
+        wait_ms = SESSION_MS + MARGIN_MS
+        ws = self.client(b, timeout=scaled(wait_ms / 1000.0 + 10))
+        wr = self.client(b, timeout=scaled(wait_ms / 1000.0 + 10))
+        ws.send("LOCK k9s %d limit=2\n" % wait_ms)
+        wr.send("LOCK k9r %d\n" % wait_ms)
+        queued(b, ws, "k9s")
+        queued(b, wr, "k9r")
+        self.wait_node(hosts, "k9s", b)
+        self.wait_node(hosts, "k9r", b)
+        self.assertTrue(ws.silent() and wr.silent(), "B granted while A holds")
+        a.killed = True
+        a.send_signal(signal.SIGKILL)
+        self.assertEqual(a.wait_exit(), -signal.SIGKILL)
+        ws.expect_match(r"OK k9s %s" % TOKEN)
+        wr.expect_match(r"OK k9r %s" % TOKEN)
+        self.assertEqual(ws.request("UNLOCK k9s"), "OK k9s")
+        self.assertEqual(wr.request("UNLOCK k9r"), "OK k9r")
+        self.wait_no_nodes(hosts)
+
+    def test_inherited_node_names_the_client_that_waits(self):
+        """A waiter that leaves while its node is being acquired hands the
+        node to the next local waiter: STATUS on another daemon must then
+        name that waiter, not the one that left."""
+        hosts = self.zk.connect_string
+        a, b = self.start_daemon(hosts, "A"), self.start_daemon(hosts, "B")
+        h = self.client(a)
+        h.request("LOCK ho")
+        w1, w2 = self.client(b), self.client(b)
+        w1.send("LOCK ho\n")
+        queued(b, w1, "ho")
+        w2.send("LOCK ho\n")
+        queued(b, w2, "ho")
+        self.wait_node(hosts, "ho", b)
+        w1.close()
+        b.wait_closed(w1)
+        self.assertEqual(h.request("UNLOCK ho"), "OK ho")
+        w2.expect_match(r"OK ho %s" % TOKEN)
+        self.wait_node(hosts, "ho", b)
+        self.assertRegex(self.client(a).request("STATUS ho"),
+                         r"^STATUS ho held holder=%s/%s token=- since=\d+ waiters=0 queue=1$"
+                         % (re.escape(b.daemon_id), re.escape(w2.local)))
+        self.assertEqual(w2.request("UNLOCK ho"), "OK ho")
+        self.wait_no_nodes(hosts)
+
+
 class ReplyDroppingProxy:
     """A loopback TCP proxy to a ZooKeeper server that can swallow the
     server's replies on the connections open at the time (requests still get
