@@ -152,16 +152,19 @@ static void conn_begin_close(struct conn *c)
         bufferevent_trigger(c->bev, EV_WRITE, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
 }
 
-/* Says how the name is in use, as far as this daemon knows. */
-static void reply_conflict(struct conn *c, const char *name)
+/*
+ * Says how the name is in use. The lock table answers a conflict at once;
+ * one answered later came from the backend: another daemon's request.
+ */
+static void reply_conflict(struct conn *c, const char *name, bool at_once)
 {
     struct locks_status ls;
     char text[128];
 
     locks_status(c->srv->locks, name, &ls);
-    if (ls.holders + ls.waiters == 0)   /* only another daemon knows (distributed mode) */
-        snprintf(text, sizeof(text), "the lock is held or awaited in another mode or with "
-                 "another limit");
+    if (!at_once)
+        snprintf(text, sizeof(text), "the lock is held or awaited through another daemon "
+                 "in another mode or with another limit");
     else if (ls.mode == LOCK_LIMIT)
         snprintf(text, sizeof(text), "the lock is in use with limit=%u; every holder and "
                  "waiter must ask for the same limit", ls.limit);
@@ -171,8 +174,9 @@ static void reply_conflict(struct conn *c, const char *name)
     reply_err(c, PROTO_ERR_CONFLICT, text);
 }
 
+/* at_once: the lock table answered the request itself, not a callback later. */
 static void reply_lock_result(struct conn *c, enum proto_cmd cmd, const char *name,
-                              enum locks_result r, uint64_t token)
+                              enum locks_result r, uint64_t token, bool at_once)
 {
     char buf[PROTO_REPLY_MAX];
     size_t len = strlen(name);
@@ -203,7 +207,7 @@ static void reply_lock_result(struct conn *c, enum proto_cmd cmd, const char *na
         reply_err(c, PROTO_ERR_INTERNAL, "out of memory");
         break;
     case LOCKS_CONFLICT:
-        reply_conflict(c, name);
+        reply_conflict(c, name, at_once);
         break;
     case LOCKS_MODE_HELD:
         reply_err(c, PROTO_ERR_CONFLICT, "this connection holds that lock in another mode; "
@@ -361,7 +365,7 @@ static void handle_request(struct conn *c, const struct proto_req *req)
             c->waiting_cmd = req->cmd;
             conn_set_state(c, CONN_WAITING);
         } else {
-            reply_lock_result(c, req->cmd, name, r, token);
+            reply_lock_result(c, req->cmd, name, r, token, true);
         }
         break;
     case PROTO_CMD_UNLOCK:
@@ -449,7 +453,7 @@ static void conn_on_lock_done(struct lock_owner *o, const char *name, enum locks
                   state_names[c->state]);
         return;
     }
-    reply_lock_result(c, c->waiting_cmd, name, r, token);
+    reply_lock_result(c, c->waiting_cmd, name, r, token, false);
     conn_resume(c);
 }
 

@@ -732,6 +732,8 @@ static void zl_start(struct zlock *zl)
         return;
     }
     if (zl->node) {
+        if (zl->data_stale && zl->hold)
+            zl_write_data(zl);   /* a handover while disconnected */
         if (zl->hold)
             zl_list(zl);
         else

@@ -1227,8 +1227,9 @@ class ModesTest(DistributedBase):
         h.request("LOCK cf limit=2")
         c = self.client(b)
         for req in ("LOCK cf 2000", "LOCK cf shared", "TRYLOCK cf limit=3"):
-            self.assertRegex(c.request(req), r"^ERR CONFLICT the lock is held or awaited in "
-                             r"another mode or with another limit$", req)
+            self.assertRegex(c.request(req), r"^ERR CONFLICT the lock is held or awaited "
+                             r"through another daemon in another mode or with another "
+                             r"limit$", req)
         self.assertRegex(c.request("LOCK cf limit=2"), r"^OK cf \d+$")   # same limit: in
         self.wait_node(hosts, "cf", b)
         self.assertEqual(c.request("UNLOCK cf"), "OK cf")
