@@ -50,7 +50,6 @@ struct zlock {
     bool try;                  /* answer busy instead of waiting */
     enum lock_mode mode;       /* what the request asks for; part of the node name */
     unsigned limit;            /* LOCK_LIMIT only */
-    bool waited;               /* it watched before being granted */
     bool data_stale;           /* the node's data names an owner that left (handover) */
     bool create_uncertain;     /* a create was sent and its reply lost */
     unsigned create_attempts;
@@ -386,7 +385,6 @@ static void zl_create(struct zlock *zl)
     snprintf(prefix, sizeof(prefix), "%s/%s-%llu-%s-", zl->parent, zk->daemon_id,
              (unsigned long long)zl->id, tag);
     zl->data_stale = false;
-    zl->waited = false;
     zl_format_data(zl, data, sizeof(data));
     zl->create_attempts++;
     zk_sent(zl, c,
@@ -530,6 +528,7 @@ struct zview {
     bool found;                /* our node is among the children */
     bool lowest_other_class;   /* the first node is of another class than ours */
     unsigned below;            /* nodes before ours */
+    unsigned after;            /* nodes after ours */
     const char *pred;          /* the node just before ours, or NULL */
     const char *blocker;       /* the last node before ours that is not shared, or NULL */
 };
@@ -551,7 +550,9 @@ static void zl_view(const struct zlock *zl, const struct String_vector *children
             lowest = child;
         if (strcmp(child, mine) == 0) {
             v->found = true;
-        } else if (seq < my_seq) {
+        } else if (seq > my_seq) {
+            v->after++;
+        } else {
             v->below++;
             if (seq > pred_seq) {
                 pred_seq = seq;
@@ -590,7 +591,6 @@ static bool zl_may_hold(const struct zlock *zl, const struct zview *v)
  * (shared); for a semaphore's first waiter, any node before it goes. */
 static void zl_wait(struct zlock *zl, const struct zview *v, bool children_watched)
 {
-    zl->waited = true;
     if (zl->mode == LOCK_LIMIT && v->below == zl->limit) {
         /* First in line: any holder's departure lets us in. The listing
          * that showed this must itself have set the watch, or a departure
@@ -656,8 +656,10 @@ static void on_listed(int rc, const struct String_vector *children, const struct
         zl->step = ZL_HELD;
         zl->create_attempts = 0;
         log_debug("zk: %s holds %s, token %lld", zl->node, zl->parent, (long long)stat->pzxid);
-        /* A semaphore's next waiter watches this node: tell it it is first now. */
-        if (zl->mode == LOCK_LIMIT && zl->waited)
+        /* The semaphore waiter after ours may have seen this node waiting
+         * and watch it: tell it that it may be first now. Whoever lists
+         * after this listing sees this node holding and needs no word. */
+        if (zl->mode == LOCK_LIMIT && v.after > 0)
             zl_write_data(zl);
         locks_backend_granted(zl->hold, (uint64_t)stat->pzxid);
         return;
