@@ -141,6 +141,23 @@ static struct zlock *zcall_done(const void *data)
     return zl;
 }
 
+static void watch_forget(struct zk *zk, struct zcall *w)
+{
+    TAILQ_REMOVE(&zk->watches, w, link);
+    free(w);
+}
+
+/* zcall_done() for a watched request: without ZOK no watch was
+ * registered, and its context is freed too. */
+static struct zlock *zcall_done_watched(const void *data, int rc)
+{
+    const struct zcall *c = data;
+
+    if (rc != ZOK && c->watch)
+        watch_forget(c->zk, c->watch);
+    return zcall_done(data);
+}
+
 /* Starts a request step: its context, or NULL (parked, retried later) when
  * out of memory. */
 static struct zcall *zl_begin(struct zlock *zl, enum zl_step step)
@@ -169,6 +186,36 @@ static bool zk_sent(struct zlock *zl, struct zcall *c, int rc, const char *what)
     zl->step = ZL_IDLE;
     zk_arm_retry(zl->zk);
     return false;
+}
+
+/*
+ * Starts a request step that also sets a watch: the request's context,
+ * whose `watch` is the watch's own context (registered in zk->watches), or
+ * NULL (parked, retried later) when out of memory.
+ */
+static struct zcall *zl_begin_watched(struct zlock *zl, enum zl_step step)
+{
+    struct zcall *w = malloc(sizeof(*w)), *c = w ? zl_begin(zl, step) : NULL;
+
+    if (!c) {
+        free(w);
+        zl->step = ZL_IDLE;
+        zk_arm_retry(zl->zk);
+        return NULL;
+    }
+    *w = *c;
+    c->watch = w;
+    TAILQ_INSERT_TAIL(&zl->zk->watches, w, link);
+    return c;
+}
+
+/* zk_sent() for a watched request: an unsent request sets no watch. */
+static void zl_sent_watched(struct zlock *zl, struct zcall *c, int rc, const char *what)
+{
+    struct zcall *w = c->watch;
+
+    if (!zk_sent(zl, c, rc, what))
+        watch_forget(zl->zk, w);
 }
 
 /* A try acquisition cannot be answered now: report it, keep cleaning up. */
@@ -443,7 +490,7 @@ static void on_watch_event(zhandle_t *zh, int type, int state, const char *path,
     if (type == ZOO_SESSION_EVENT)
         return;
     zl = zl_find(zk, w->id);
-    TAILQ_REMOVE(&zk->watches, w, link);
+    TAILQ_REMOVE(&zk->watches, w, link);   /* a watch fires once */
     if (zl && zl->gen == w->gen && zl->step == ZL_WATCHING) {
         log_debug("zk: %s changed; %s looks again", path, zl->node);
         /* A semaphore's waiter may be first now: that listing must watch. */
@@ -458,15 +505,9 @@ static void on_watch_event(zhandle_t *zh, int type, int state, const char *path,
 static void on_predecessor_read(int rc, const char *value, int len, const struct Stat *stat,
                                 const void *data)
 {
-    struct zcall *c = (struct zcall *)data;
-    struct zlock *zl;
+    struct zlock *zl = zcall_done_watched(data, rc);
 
-    /* Without ZOK no watch was registered: its context is ours to free. */
-    if (rc != ZOK && c->watch) {
-        TAILQ_REMOVE(&c->zk->watches, c->watch, link);
-        free(c->watch);
-    }
-    if (!(zl = zcall_done(data)))
+    if (!zl)
         return;
     if (rc == ZOK)
         return;              /* watching; on_watch_event continues */
@@ -475,38 +516,6 @@ static void on_predecessor_read(int rc, const char *value, int len, const struct
         return;
     }
     zl_park(zl, rc);
-}
-
-/*
- * Starts a request step that also sets a watch: the request's context,
- * whose `watch` is the watch's own context (registered in zk->watches), or
- * NULL (parked, retried later) when out of memory.
- */
-static struct zcall *zl_begin_watched(struct zlock *zl, enum zl_step step)
-{
-    struct zcall *w = malloc(sizeof(*w)), *c = w ? zl_begin(zl, step) : NULL;
-
-    if (!c) {
-        free(w);
-        zl->step = ZL_IDLE;
-        zk_arm_retry(zl->zk);
-        return NULL;
-    }
-    *w = *c;
-    c->watch = w;
-    TAILQ_INSERT_TAIL(&zl->zk->watches, w, link);
-    return c;
-}
-
-/* zk_sent() for a watched request: an unsent request sets no watch. */
-static void zl_sent_watched(struct zlock *zl, struct zcall *c, int rc, const char *what)
-{
-    struct zcall *w = c->watch;
-
-    if (!zk_sent(zl, c, rc, what)) {
-        TAILQ_REMOVE(&zl->zk->watches, w, link);
-        free(w);
-    }
 }
 
 static void zl_watch(struct zlock *zl, const char *predecessor)
@@ -611,18 +620,13 @@ static void zl_wait(struct zlock *zl, const struct zview *v, bool children_watch
 static void on_listed(int rc, const struct String_vector *children, const struct Stat *stat,
                       const void *data)
 {
-    const struct zcall *c = data;
-    bool children_watched = rc == ZOK && c->watch;
-    struct zlock *zl;
+    /* A listing that set a child watch (zl_list_watching) succeeded. */
+    bool children_watched = rc == ZOK && ((const struct zcall *)data)->watch;
+    struct zlock *zl = zcall_done_watched(data, rc);
     struct zview v;
     struct hold *h;
 
-    /* Without ZOK no watch was registered: its context is ours to free. */
-    if (rc != ZOK && c->watch) {
-        TAILQ_REMOVE(&c->zk->watches, c->watch, link);
-        free(c->watch);
-    }
-    if (!(zl = zcall_done(data)))
+    if (!zl)
         return;
     if (rc == ZNONODE) {     /* the parent, and so our node, is gone */
         free(zl->node);

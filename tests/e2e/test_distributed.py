@@ -176,6 +176,7 @@ class Worker:
         self.keep_holding = None   # callable: while true, hold on (PING again)
         self.token = None
         self.grants = 0
+        self.option = ""           # LOCK option: "", "shared" or "limit=<n>"
 
     def __repr__(self):
         return "<%s %s %s %s>" % (self.tag, self.client.local, self.state, self.name)
@@ -186,7 +187,8 @@ class Worker:
             return
         self.name = self.load.rng.choice(self.names)
         self.state = "locking"
-        self.client.send("LOCK %s\n" % self.name)
+        self.client.send("LOCK %s %s\n" % (self.name, self.option) if self.option
+                         else "LOCK %s\n" % self.name)
 
     def holding_on(self):
         return self.keep_holding is not None and self.keep_holding()
@@ -246,8 +248,9 @@ class LockLoad:
         self.last_token = {}       # name -> last token granted
         self.grants = []           # (name, token, worker) in grant order
 
-    def add(self, client, tag, names, iterations, start=True):
+    def add(self, client, tag, names, iterations, start=True, option=""):
         w = Worker(self, client, tag, names, iterations)
+        w.option = option
         self.sel.register(client.sock, selectors.EVENT_READ, w)
         self.workers.append(w)
         if start:
@@ -1069,23 +1072,6 @@ def queued(d, client, name):
                       % (re.escape(name), re.escape(client.local)), since=client.mark)
 
 
-class ModeWorker(Worker):
-    """A Worker whose LOCK carries an option: "", "shared" or "limit=<n>"."""
-
-    def __init__(self, load, client, tag, names, iterations, option):
-        super().__init__(load, client, tag, names, iterations)
-        self.option = option
-
-    def lock_next(self):
-        if self.left is not None and self.left <= 0:
-            self.state = "done"
-            return
-        self.name = self.load.rng.choice(self.names)
-        self.state = "locking"
-        self.client.send("LOCK %s %s\n" % (self.name, self.option) if self.option
-                         else "LOCK %s\n" % self.name)
-
-
 class ModeLoad(LockLoad):
     """LockLoad for mixed modes. Per name it checks, at every grant, that the
     holders fit together (one exclusive; shared ones only; at most n of a
@@ -1098,14 +1084,6 @@ class ModeLoad(LockLoad):
         self.holders = {}          # name -> [Worker] holding it now
         self.most = {}             # name -> most holders seen at once
         self.last_excl = {}        # name -> highest exclusive token so far
-
-    def add(self, client, tag, names, iterations, option="", start=True):
-        w = ModeWorker(self, client, tag, names, iterations, option)
-        self.sel.register(client.sock, selectors.EVENT_READ, w)
-        self.workers.append(w)
-        if start:
-            w.lock_next()
-        return w
 
     def granted(self, w):
         now = self.holders.setdefault(w.name, [])
@@ -1193,7 +1171,8 @@ class ModesTest(DistributedBase):
         per_daemon, iterations, limit = 4, 15, 3
         for d in daemons:
             for _ in range(per_daemon):
-                w = load.add(self.client(d), d.name, ["slots"], iterations, "limit=%d" % limit)
+                w = load.add(self.client(d), d.name, ["slots"], iterations,
+                             option="limit=%d" % limit)
                 # Holders hold on until the bound has been reached once, so
                 # that reaching it does not depend on timing.
                 w.keep_holding = lambda: load.most.get("slots", 0) < limit
@@ -1215,7 +1194,8 @@ class ModesTest(DistributedBase):
         self.addCleanup(load.close)
         for d in daemons:
             for i in range(6):
-                load.add(self.client(d), d.name, ["mix"], 12, "" if i % 3 == 0 else "shared")
+                load.add(self.client(d), d.name, ["mix"], 12,
+                         option="" if i % 3 == 0 else "shared")
         load.run_until(load.all_done, scaled(120.0))
         self.assertEqual(len(load.grants), 2 * 6 * 12)
         self.wait_no_nodes(hosts)
