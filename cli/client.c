@@ -366,5 +366,7 @@ enum cli_exit client_err_exit(const char *line)
         return CLI_EXIT_BAD_NAME;
     if (starts_with_word(line, "ERR UNAVAILABLE") || starts_with_word(line, "ERR LIMIT"))
         return CLI_EXIT_UNAVAILABLE;
+    if (starts_with_word(line, "ERR CONFLICT"))
+        return CLI_EXIT_CONFLICT;
     return CLI_EXIT_PROTOCOL;
 }

@@ -14,11 +14,13 @@
 /*
  * Exit statuses of lockbroker itself. `run` otherwise exits with the
  * command's status (128+N when signal N killed it). The 120s are rarely
- * used by commands; 124-127 follow timeout(1) and the shells. Keep this
- * table, usage() in lockbroker.c and cli/lockbroker.1 in step.
+ * used by commands; 124-127 follow timeout(1) and the shells; new codes
+ * are taken downwards from 119. Keep this table, usage() in lockbroker.c
+ * and cli/lockbroker.1 in step.
  */
 enum cli_exit {
     CLI_EXIT_OK          = 0,
+    CLI_EXIT_CONFLICT    = 119, /* run: ERR CONFLICT, the lock is in use in another mode or limit */
     CLI_EXIT_LOST        = 120, /* run: the lock was lost while the command ran */
     CLI_EXIT_UNAVAILABLE = 121, /* broker unreachable, connection closed, no reply, ERR UNAVAILABLE/LIMIT */
     CLI_EXIT_BAD_NAME    = 122, /* invalid lock name (checked here, or ERR BAD_NAME) */
@@ -106,8 +108,8 @@ void client_close(struct client *c);
 
 /*
  * The exit status for an `ERR <CODE> ...` reply: BAD_NAME -> CLI_EXIT_BAD_NAME,
- * UNAVAILABLE and LIMIT -> CLI_EXIT_UNAVAILABLE, anything else (other codes,
- * or a line that is not ERR) -> CLI_EXIT_PROTOCOL.
+ * UNAVAILABLE and LIMIT -> CLI_EXIT_UNAVAILABLE, CONFLICT -> CLI_EXIT_CONFLICT,
+ * anything else (other codes, or a line that is not ERR) -> CLI_EXIT_PROTOCOL.
  */
 enum cli_exit client_err_exit(const char *line);
 

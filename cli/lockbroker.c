@@ -25,13 +25,16 @@ struct options {
     int64_t wait_ms;       /* -w; -1 = not given (wait for ever) */
     int64_t grace_ms;      /* -g */
     int64_t io_ms;         /* -t */
-    int run_only_given;    /* -w or -g was given */
+    int shared;            /* -s */
+    unsigned limit;        /* -n, 1..PROTO_LIMIT_MAX; 0 = not given */
+    int run_only_given;    /* -w, -g, -s or -n was given */
 };
 
 static void usage(FILE *f)
 {
     fprintf(f,
-        "Usage: lockbroker [OPTIONS] run [-w MS] [-g MS] NAME [--] COMMAND [ARGS...]\n"
+        "Usage: lockbroker [OPTIONS] run [-w MS] [-g MS] [-s | -n N] NAME [--]\n"
+        "                  COMMAND [ARGS...]\n"
         "       lockbroker [OPTIONS] status [NAME]\n"
         "       lockbroker [OPTIONS] stats\n"
         "       lockbroker [OPTIONS] ping\n"
@@ -47,11 +50,17 @@ static void usage(FILE *f)
         "                        milliseconds (default: wait for ever)\n"
         "  -g, --grace MS        run: after the lock is lost, SIGKILL the command MS\n"
         "                        milliseconds after SIGTERM (default %d; 0: at once)\n"
+        "  -s, --shared          run: take the lock shared: shared holders run together,\n"
+        "                        an exclusive holder (a run without -s or -n) alone\n"
+        "  -n, --limit N         run: take one of N slots (1-65535) of a semaphore; every\n"
+        "                        holder and waiter of NAME must give the same N\n"
         "  -t, --timeout MS      connect and reply timeout (default %d)\n"
         "  -h, --help            show this help\n"
         "  -V, --version         show the version\n"
         "SIGINT, SIGTERM and SIGHUP are passed on to COMMAND's process group.\n"
         "Exit status: COMMAND's (run), 0 (other subcommands), or\n"
+        "  119  run: the lock is in use in another mode or with another limit\n"
+        "       (ERR CONFLICT)\n"
         "  120  the lock was lost while COMMAND ran (LOST, or the connection dropped);\n"
         "       COMMAND was terminated\n"
         "  121  the broker is unreachable or unavailable (cannot connect, connection\n"
@@ -91,6 +100,26 @@ static int parse_ms(const char *s, int64_t min, int64_t *out)
     return 0;
 }
 
+/* The number of holders of a semaphore, 1..PROTO_LIMIT_MAX. Returns 0, or -1. */
+static int parse_limit(const char *s, unsigned *out)
+{
+    unsigned v = 0;
+
+    if (*s == '\0')
+        return -1;
+    for (const char *p = s; *p; p++) {
+        if (*p < '0' || *p > '9')
+            return -1;
+        v = v * 10 + (unsigned)(*p - '0');
+        if (v > PROTO_LIMIT_MAX)
+            return -1;   /* also stops an overflow */
+    }
+    if (v < 1)
+        return -1;
+    *out = v;
+    return 0;
+}
+
 /* How the user spelled the option getopt just complained about. */
 static const char *option_name(char **argv, int opt)
 {
@@ -116,6 +145,8 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
         { "wait", required_argument, NULL, 'w' },
         { "grace", required_argument, NULL, 'g' },
         { "timeout", required_argument, NULL, 't' },
+        { "shared", no_argument, NULL, 's' },
+        { "limit", required_argument, NULL, 'n' },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
         { NULL, 0, NULL, 0 },
@@ -124,7 +155,7 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
 
     optind = 1;
     opterr = 0;   /* our own messages, with the usage hint */
-    while ((opt = getopt_long(argc, argv, "+:H:U:w:g:t:hV", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "+:H:U:w:g:t:sn:hV", longopts, NULL)) != -1) {
         switch (opt) {
         case 'H': o->host = optarg; break;
         case 'U': o->unix_path = optarg; break;
@@ -138,6 +169,18 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
         case 'g':
             if (parse_ms(optarg, 0, &o->grace_ms) < 0) {
                 *exit_code = usage_error("-g: expected milliseconds from 0 to 2147483647, got '%s'", optarg);
+                return -1;
+            }
+            o->run_only_given = 1;
+            break;
+        case 's':
+            o->shared = 1;
+            o->run_only_given = 1;
+            break;
+        case 'n':
+            if (parse_limit(optarg, &o->limit) < 0) {
+                *exit_code = usage_error("--limit: expected a number of holders from 1 to 65535, "
+                                         "got '%s'", optarg);
                 return -1;
             }
             o->run_only_given = 1;
@@ -400,13 +443,15 @@ int main(int argc, char **argv)
     nrest = argc - optind;
 
     if (strcmp(sub, "run") != 0 && o.run_only_given)
-        return usage_error("%s: -w and -g are options of run", sub);
+        return usage_error("%s: -w, -g, -s and -n are options of run", sub);
+    if (o.shared && o.limit > 0)
+        return usage_error("%s", "--shared and --limit are mutually exclusive");
     if ((rc = resolve_addr(&o, &addr)) != 0)
         return rc;
 
     if (strcmp(sub, "run") == 0) {
         struct run_opts ro = { .addr = &addr, .wait_ms = o.wait_ms, .grace_ms = o.grace_ms,
-                               .io_ms = o.io_ms };
+                               .io_ms = o.io_ms, .shared = o.shared, .limit = o.limit };
 
         if (nrest < 1)
             return usage_error("%s", "run: missing lock NAME");

@@ -74,10 +74,21 @@ static void on_signal(int sig)
 
 /* ------------------------------------------------------------ take the lock */
 
+/* The LOCK option for -s or -n: "shared", "limit=<n>", or "" (exclusive). */
+static void run_mode_option(const struct run_opts *o, char *buf, size_t cap)
+{
+    if (o->shared)
+        snprintf(buf, cap, "shared");
+    else if (o->limit > 0)
+        snprintf(buf, cap, "limit=%u", o->limit);
+    else
+        buf[0] = '\0';
+}
+
 /* Connects and sends LOCK. Returns 0 with the token copied, or an exit status. */
 static int run_lock(const struct run_opts *o, struct client *c, char *token, size_t tokcap)
 {
-    char req[RUN_REPLY_MAX], line[RUN_REPLY_MAX], err[CLIENT_ERR_MAX];
+    char req[RUN_REPLY_MAX], line[RUN_REPLY_MAX], err[CLIENT_ERR_MAX], mode[32];
     int64_t deadline;
     enum client_status st;
     int n;
@@ -86,10 +97,12 @@ static int run_lock(const struct run_opts *o, struct client *c, char *token, siz
         fprintf(stderr, "lockbroker: %s\n", err);
         return CLI_EXIT_UNAVAILABLE;
     }
+    run_mode_option(o, mode, sizeof(mode));
     if (o->wait_ms >= 0)
-        n = snprintf(req, sizeof(req), "LOCK %s %" PRId64 "\n", o->name, o->wait_ms);
+        n = snprintf(req, sizeof(req), "LOCK %s %" PRId64 "%s%s\n", o->name, o->wait_ms,
+                     mode[0] ? " " : "", mode);
     else
-        n = snprintf(req, sizeof(req), "LOCK %s\n", o->name);
+        n = snprintf(req, sizeof(req), "LOCK %s%s%s\n", o->name, mode[0] ? " " : "", mode);
     st = client_send(c, req, (size_t)n, client_now_ms() + o->io_ms, err, sizeof(err));
     if (st == CLIENT_ERROR) {
         fprintf(stderr, "lockbroker: %s: %s\n", o->addr->spec, err);
@@ -133,6 +146,13 @@ static int run_lock(const struct run_opts *o, struct client *c, char *token, siz
         fprintf(stderr, "lockbroker: timed out after %" PRId64 " ms waiting for lock %s\n",
                 o->wait_ms, o->name);
         return CLI_EXIT_TIMEOUT;
+    }
+    if (client_err_exit(line) == CLI_EXIT_CONFLICT) {
+        /* Not a failure of the broker: the name is in use as another kind of lock. */
+        fprintf(stderr, "lockbroker: lock %s is in use in another mode or with another limit; "
+                "cannot take it %s%s (%s: %s)\n", o->name, o->limit > 0 ? "with " : "",
+                mode[0] ? mode : "exclusively", o->addr->spec, line);
+        return CLI_EXIT_CONFLICT;
     }
     if (strncmp(line, "ERR ", 4) == 0) {
         fprintf(stderr, "lockbroker: %s refused LOCK %s: %s\n", o->addr->spec, o->name, line);

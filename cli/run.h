@@ -14,6 +14,9 @@ struct run_opts {
     int64_t wait_ms;                 /* -w: LOCK <name> <wait_ms>; -1 to wait for ever */
     int64_t grace_ms;                /* -g: SIGTERM -> SIGKILL delay after a loss; 0: SIGKILL at once */
     int64_t io_ms;                   /* -t: connect and reply timeout (not the wait for the lock) */
+    int shared;                      /* -s: ask for the lock in shared mode; never with limit */
+    unsigned limit;                  /* -n: 1..PROTO_LIMIT_MAX, a semaphore with that many
+                                        slots; 0: not a semaphore */
     char **argv;                     /* the command, NULL-terminated, argv[0] != NULL */
 };
 

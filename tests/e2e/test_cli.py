@@ -37,6 +37,7 @@ class Daemon(lbharness.Daemon):
                           r"(?: and (.+))?$")
 
 # Exit statuses of lockbroker itself (cli/client.h, lockbroker --help, lockbroker(1)).
+EXIT_CONFLICT = 119
 EXIT_LOST = 120
 EXIT_UNAVAILABLE = 121
 EXIT_BAD_NAME = 122
@@ -368,6 +369,122 @@ class RunTests(DaemonCase):
         other.expect_match(r"OK %s [0-9]+" % re.escape(n))
 
 
+class ModeTests(DaemonCase):
+    """run --shared (a read/write lock) and run --limit N (a semaphore)."""
+
+    # Holds the lock until the test writes a line to its standard input.
+    HOLD = ["sh", "-c", "echo in; read x; echo out"]
+
+    def holder(self, args, n):
+        """Starts `run ARGS n -- HOLD` and returns once its command runs."""
+        p = self.start(self.hp() + ["run"] + args + [n, "--"] + self.HOLD, stdin=subprocess.PIPE)
+        self.assertEqual(p.read_line(), "in")
+        return p
+
+    def release(self, p):
+        """Lets a holder's command finish; asserts a clean exit."""
+        p.write("done\n")
+        p.finish()
+        self.assert_exit(p, 0, stdout="out\n")
+        self.assertEqual(p.err, "")
+
+    def status(self, n):
+        p = self.lb(self.hp() + ["status", n])
+        self.assert_exit(p, 0)
+        return p.out
+
+    def queued(self, mark, n, suffix=""):
+        """Waits for the daemon's debug line saying a LOCK n (with mode suffix) is queued."""
+        self.d.wait_log(r"lock %s: \S+ queued%s$" % (re.escape(n), re.escape(suffix)), since=mark)
+
+    def test_shared_holders_run_together(self):
+        n = self.name()
+        p1 = self.holder(["--shared"], n)
+        # p1's command still waits for its line: p2's runs beside it.
+        p2 = self.holder(["-s"], n)
+        self.assertRegex(self.status(n), r"^STATUS %s held .* mode=shared holders=2\n$"
+                         % re.escape(n))
+        self.release(p1)
+        self.release(p2)
+
+    def test_shared_waits_for_an_exclusive_holder(self):
+        n = self.name()
+        writer = self.holder([], n)
+        mark = self.d.log_mark()
+        reader = self.start(self.hp() + ["run", "--shared", n, "--", "echo", "ran"])
+        self.queued(mark, n, " (shared)")
+        self.assertIsNone(reader.proc.poll())
+        self.release(writer)
+        reader.finish()
+        self.assert_exit(reader, 0, stdout="ran\n")
+
+    def test_exclusive_waits_for_shared_holders(self):
+        n = self.name()
+        readers = [self.holder(["--shared"], n) for _ in range(2)]
+        mark = self.d.log_mark()
+        writer = self.start(self.hp() + ["run", n, "--", "echo", "ran"])
+        self.queued(mark, n)
+        # Waiters are served in order: a reader arriving now queues behind the writer.
+        p = self.lb(self.hp() + ["run", "-w", "0", "--shared", n, "--", "echo", "ran"])
+        self.assert_exit(p, EXIT_TIMEOUT, r"timed out after 0 ms waiting for lock %s$"
+                         % re.escape(n), stdout="")
+        self.release(readers[0])
+        self.assertIsNone(writer.proc.poll())
+        self.release(readers[1])
+        writer.finish()
+        self.assert_exit(writer, 0, stdout="ran\n")
+
+    def test_limit_lets_n_in_and_the_next_waits(self):
+        n = self.name()
+        p1 = self.holder(["--limit", "2"], n)
+        p2 = self.holder(["-n", "2"], n)
+        self.assertRegex(self.status(n), r"^STATUS %s held .* mode=limit limit=2 holders=2\n$"
+                         % re.escape(n))
+        p = self.lb(self.hp() + ["run", "-w", "0", "--limit", "2", n, "--", "echo", "ran"])
+        self.assert_exit(p, EXIT_TIMEOUT, r"timed out after 0 ms waiting for lock %s$"
+                         % re.escape(n), stdout="")
+        mark = self.d.log_mark()
+        p3 = self.start(self.hp() + ["run", "--limit", "2", n, "--", "echo", "ran"])
+        self.queued(mark, n, " (limit)")
+        self.release(p1)
+        p3.finish()
+        self.assert_exit(p3, 0, stdout="ran\n")
+        self.release(p2)
+
+    def test_conflict(self):
+        cases = [
+            # what the connection holds, run's options, how run asked for it
+            ("limit=2", ["--limit", "3"], "with limit=3"),
+            ("limit=2", ["--shared"], "shared"),
+            ("limit=2", [], "exclusively"),
+            ("", ["-n", "2"], "with limit=2"),
+            ("shared", ["--limit", "1"], "with limit=1"),
+        ]
+        for held, args, how in cases:
+            with self.subTest(held=held, args=args):
+                n = self.name()
+                holder = self.client()
+                holder.send("LOCK %s %s\n" % (n, held))
+                holder.expect_match(r"OK %s [0-9]+" % re.escape(n))
+                p = self.lb(self.hp() + ["run"] + args + [n, "--", "echo", "ran"])
+                self.assert_exit(p, EXIT_CONFLICT,
+                                 r"lock %s is in use in another mode or with another limit; "
+                                 r"cannot take it %s \(%s: ERR CONFLICT .+\)$"
+                                 % (re.escape(n), how, re.escape(self.d.listen_addr)),
+                                 stdout="")
+                holder.close()
+
+    def test_same_limit_after_a_conflict(self):
+        n = self.name()
+        holder = self.client()
+        holder.send("LOCK %s limit=2\n" % n)
+        holder.expect_match(r"OK %s [0-9]+" % re.escape(n))
+        p = self.lb(self.hp() + ["run", "--limit", "3", n, "--", "echo", "ran"])
+        self.assertEqual(p.rc, EXIT_CONFLICT)
+        p = self.lb(self.hp() + ["run", "--limit", "2", n, "--", "echo", "ran"])
+        self.assert_exit(p, 0, stdout="ran\n")
+
+
 class SignalTests(DaemonCase):
     """SIGINT, SIGTERM and SIGHUP sent to lockbroker reach the command."""
 
@@ -529,7 +646,25 @@ class ErrorTests(DaemonCase):
             (["-H", addr, "run", "-w", "-1", "n", "true"], r"-w: expected milliseconds"),
             (["-H", addr, "run", "-g", "5s", "n", "true"], r"-g: expected milliseconds"),
             (["-H", addr, "-t", "0", "ping"], r"-t: expected milliseconds"),
-            (["-H", addr, "-w", "5", "ping"], r"ping: -w and -g are options of run"),
+            (["-H", addr, "-w", "5", "ping"], r"ping: -w, -g, -s and -n are options of run"),
+            (["-H", addr, "-s", "ping"], r"ping: -w, -g, -s and -n are options of run"),
+            (["-H", addr, "status", "--limit", "2"], r"status: -w, -g, -s and -n are options"),
+            (["-H", addr, "run", "--limit", "0", "n", "true"],
+             r"--limit: expected a number of holders from 1 to 65535, got '0'"),
+            (["-H", addr, "run", "--limit", "65536", "n", "true"],
+             r"--limit: expected a number of holders from 1 to 65535, got '65536'"),
+            (["-H", addr, "run", "--limit", "abc", "n", "true"],
+             r"--limit: expected a number of holders from 1 to 65535, got 'abc'"),
+            (["-H", addr, "run", "-n", "-1", "n", "true"], r"--limit: expected a number"),
+            (["-H", addr, "run", "-n", "+2", "n", "true"], r"--limit: expected a number"),
+            (["-H", addr, "run", "--limit=", "n", "true"], r"--limit: expected a number"),
+            (["-H", addr, "run", "-n", "99999999999999999999", "n", "true"],
+             r"--limit: expected a number"),
+            (["-H", addr, "run", "--limit"], r"option --limit needs an argument"),
+            (["-H", addr, "run", "--shared", "--limit", "2", "n", "true"],
+             r"--shared and --limit are mutually exclusive"),
+            (["-H", addr, "-n", "2", "run", "-s", "n", "true"],
+             r"--shared and --limit are mutually exclusive"),
             (["-H", addr, "-U", "/tmp/x.sock", "ping"], r"-H and -U are mutually exclusive"),
             (["-H", "localhost", "ping"], r"-H: bad address 'localhost': expected HOST:PORT"),
             (["-H", "::1:7411", "ping"], r"-H: bad address .*\[IPV6\]:PORT"),
@@ -554,7 +689,7 @@ class ErrorTests(DaemonCase):
                 self.assert_exit(p, 0)
                 self.assertEqual(p.err, "")
                 self.assertTrue(p.out.startswith("Usage: lockbroker"), p.out)
-                for code in range(120, 128):
+                for code in range(119, 128):
                     self.assertRegex(p.out, r"\n +%d " % code)
         p = self.lb(["-V"])
         self.assert_exit(p, 0)
@@ -727,8 +862,32 @@ class FakeBrokerTests(Case):
         p.finish()
         self.assert_exit(p, EXIT_TIMEOUT, r"timed out after 1500 ms waiting for lock")
 
+    def test_mode_option_is_sent(self):
+        cases = [
+            ([], "LOCK %s"),
+            (["--shared"], "LOCK %s shared"),
+            (["-s", "-w", "1500"], "LOCK %s 1500 shared"),
+            (["--limit", "3"], "LOCK %s limit=3"),
+            (["-w", "0", "-n", "65535"], "LOCK %s 0 limit=65535"),
+            (["--limit=1"], "LOCK %s limit=1"),
+            (["-n", "007"], "LOCK %s limit=7"),
+        ]
+        for args, request in cases:
+            with self.subTest(args=args):
+                n = self.name()
+                p = self.start(["-H", self.addr, "run"] + args + [n, "--", "echo", "ran"])
+                c = self.accept()
+                c.expect(request % n)
+                c.send("OK %s 42\n" % n)
+                c.expect("UNLOCK %s" % n)
+                c.send("OK %s\n" % n)
+                p.finish()
+                self.assert_exit(p, 0, stdout="ran\n")
+                self.assertEqual(p.err, "")
+
     def test_error_replies_to_lock(self):
         cases = [
+            ("ERR CONFLICT the lock is in use with limit=2", EXIT_CONFLICT),
             ("ERR UNAVAILABLE the lock service is not reachable; retry later", EXIT_UNAVAILABLE),
             ("ERR LIMIT too many clients; try again later", EXIT_UNAVAILABLE),
             ("ERR BAD_NAME names are 1-200 bytes", EXIT_BAD_NAME),
