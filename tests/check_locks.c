@@ -165,15 +165,15 @@ static struct event_base *base;
 static struct fake fake;
 static struct backend *embedded;
 static struct locks *t;
-static struct fclient c1, c2, c3, c4;
+static struct fclient c1, c2, c3, c4, c5, c6;
 
 static void clients_init(void)
 {
-    struct fclient *all[] = { &c1, &c2, &c3, &c4 };
-    static const char *const peers[] = { "c1", "c2", "c3", "c4" };
+    struct fclient *all[] = { &c1, &c2, &c3, &c4, &c5, &c6 };
+    static const char *const peers[] = { "c1", "c2", "c3", "c4", "c5", "c6" };
 
     seq = 0;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 6; i++) {
         memset(all[i], 0, sizeof(*all[i]));
         lock_owner_init(&all[i]->c, &client_ops, peers[i]);
     }
@@ -284,6 +284,54 @@ static struct locks_stats stats(void)
 
     locks_get_stats(t, &st);
     return st;
+}
+
+/* A request in mode m (limit: LOCK_LIMIT's n, else 0). token may be NULL. */
+static enum locks_result lock_as(struct fclient *c, const char *name, enum lock_mode m,
+                                 unsigned limit, int64_t wait_ms, uint64_t *token)
+{
+    struct lock_req req = { .mode = m, .limit = limit, .wait_ms = wait_ms };
+    uint64_t dummy;
+
+    return locks_lock(t, &c->c, name, &req, token ? token : &dummy);
+}
+
+static enum locks_result try_as(struct fclient *c, const char *name, enum lock_mode m,
+                                unsigned limit, uint64_t *token)
+{
+    struct lock_req req = { .mode = m, .limit = limit, .wait_ms = -1, .try = true };
+    uint64_t dummy;
+
+    return locks_lock(t, &c->c, name, &req, token ? token : &dummy);
+}
+
+static struct locks_status status(const char *name)
+{
+    struct locks_status ls;
+
+    locks_status(t, name, &ls);
+    return ls;
+}
+
+/* Call i is kind on name for the client called peer. */
+static const struct call *ck_call_by(int i, enum call_kind kind, const char *name,
+                                     const char *peer)
+{
+    const struct call *c = ck_call(i, kind, name);
+
+    ck_assert_str_eq(c->peer, peer);
+    return c;
+}
+
+static void ck_stats_eq(const struct locks_stats *a, const struct locks_stats *b)
+{
+    ck_assert_uint_eq(a->held, b->held);
+    ck_assert_uint_eq(a->waiting, b->waiting);
+    ck_assert_uint_eq(a->grants, b->grants);
+    for (int m = 0; m < LOCK_MODE_COUNT; m++)
+        ck_assert_uint_eq(a->grants_by_mode[m], b->grants_by_mode[m]);
+    ck_assert_uint_eq(a->timeouts, b->timeouts);
+    ck_assert_uint_eq(a->lost, b->lost);
 }
 
 /* ------------------------------------------------------------ embedded backend */
@@ -991,6 +1039,607 @@ START_TEST(fake_free_with_outstanding)
 }
 END_TEST
 
+/* ------------------------------------------------------------ modes (fake backend) */
+
+/* The "modes" tests: the fake grants inside acquire(), so every decision of
+ * the table is answered at once, with tokens 1, 2, 3... in grant order, and
+ * each acquire / release the table asks for is recorded. */
+static void setup_fake_grant(void)
+{
+    setup_fake();
+    fake.mode = FAKE_GRANT;
+}
+
+START_TEST(modes_shared_granted_together)
+{
+    uint64_t t1 = 0, t2 = 0, t3 = 0;
+    struct locks_status ls;
+
+    ck_assert_int_eq(lock_as(&c1, "r", LOCK_SHARED, 0, -1, &t1), LOCKS_GRANTED);
+    ck_assert_int_eq(lock_as(&c2, "r", LOCK_SHARED, 0, 0, &t2), LOCKS_GRANTED);
+    ck_assert_int_eq(try_as(&c3, "r", LOCK_SHARED, 0, &t3), LOCKS_GRANTED);
+    ck_assert_uint_eq(t1, 1);
+    ck_assert_uint_eq(t2, 2);
+    ck_assert_uint_eq(t3, 3);
+    ck_assert_int_eq(fake.ncalls, 3);
+    ck_call_by(0, CALL_ACQUIRE, "r", "c1");
+    ck_call_by(1, CALL_ACQUIRE, "r", "c2");
+    ck_call_by(2, CALL_ACQUIRE, "r", "c3");
+    ck_assert_int_eq(c1.nrecs + c2.nrecs + c3.nrecs, 0);   /* answered by return values */
+    ls = status("r");
+    ck_assert(ls.held);
+    ck_assert_str_eq(ls.holder, "c1");
+    ck_assert_uint_eq(ls.token, 1);
+    ck_assert_int_eq(ls.mode, LOCK_SHARED);
+    ck_assert_uint_eq(ls.holders, 3);
+    ck_assert_uint_eq(ls.waiters, 0);
+    ck_assert_uint_eq(stats().held, 3);
+    ck_assert_uint_eq(stats().grants_by_mode[LOCK_SHARED], 3);
+
+    /* One reader leaving keeps the others; the earliest left is now named. */
+    ck_assert_int_eq(locks_unlock(t, &c1.c, "r"), LOCKS_RELEASED);
+    ck_call_by(3, CALL_RELEASE, "r", "c1");
+    ls = status("r");
+    ck_assert_str_eq(ls.holder, "c2");
+    ck_assert_uint_eq(ls.token, 2);
+    ck_assert_uint_eq(ls.holders, 2);
+    ck_assert_int_eq(try_as(&c4, "r", LOCK_EXCLUSIVE, 0, NULL), LOCKS_BUSY);
+    ck_assert_int_eq(fake.ncalls, 4);
+}
+END_TEST
+
+START_TEST(modes_exclusive_waits_for_all_shared)
+{
+    ck_assert_int_eq(lock_as(&c1, "r", LOCK_SHARED, 0, -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock_as(&c2, "r", LOCK_SHARED, 0, -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock_as(&c3, "r", LOCK_EXCLUSIVE, 0, -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(fake.ncalls, 2);                  /* not asked for the writer yet */
+    ck_assert_uint_eq(status("r").waiters, 1);
+
+    ck_assert_int_eq(locks_unlock(t, &c2.c, "r"), LOCKS_RELEASED);
+    ck_call_by(2, CALL_RELEASE, "r", "c2");
+    ck_assert_int_eq(fake.ncalls, 3);                  /* c1 still reads */
+    ck_assert_int_eq(c3.nrecs, 0);
+
+    ck_assert_int_eq(locks_unlock(t, &c1.c, "r"), LOCKS_RELEASED);
+    ck_call_by(3, CALL_RELEASE, "r", "c1");
+    ck_call_by(4, CALL_ACQUIRE, "r", "c3");
+    ck_done(&c3, 0, "r", LOCKS_GRANTED);
+    ck_assert_uint_eq(c3.recs[0].token, 3);
+    ck_assert_int_eq(status("r").mode, LOCK_EXCLUSIVE);
+    ck_assert_int_eq(try_as(&c1, "r", LOCK_SHARED, 0, NULL), LOCKS_BUSY);
+}
+END_TEST
+
+START_TEST(modes_shared_behind_waiting_exclusive_waits)
+{
+    ck_assert_int_eq(lock_as(&c1, "r", LOCK_SHARED, 0, -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock_as(&c2, "r", LOCK_EXCLUSIVE, 0, -1, NULL), LOCKS_WAITING);
+    /* It would fit beside c1, but the writer came first. */
+    ck_assert_int_eq(lock_as(&c3, "r", LOCK_SHARED, 0, -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(fake.ncalls, 1);
+    ck_assert_uint_eq(status("r").holders, 1);
+    ck_assert_uint_eq(status("r").waiters, 2);
+
+    ck_assert_int_eq(locks_unlock(t, &c1.c, "r"), LOCKS_RELEASED);
+    ck_call_by(2, CALL_ACQUIRE, "r", "c2");
+    ck_done(&c2, 0, "r", LOCKS_GRANTED);
+    ck_assert_int_eq(c3.nrecs, 0);
+    ck_assert_int_eq(fake.ncalls, 3);
+
+    ck_assert_int_eq(locks_unlock(t, &c2.c, "r"), LOCKS_RELEASED);
+    ck_call_by(4, CALL_ACQUIRE, "r", "c3");
+    ck_done(&c3, 0, "r", LOCKS_GRANTED);
+    ck_assert_uint_gt(c3.recs[0].token, c2.recs[0].token);
+}
+END_TEST
+
+START_TEST(modes_shared_run_granted_at_exclusive_release)
+{
+    uint64_t t1 = 0;
+
+    ck_assert_int_eq(lock_as(&c1, "r", LOCK_EXCLUSIVE, 0, -1, &t1), LOCKS_GRANTED);
+    ck_assert_int_eq(lock_as(&c2, "r", LOCK_SHARED, 0, -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock_as(&c3, "r", LOCK_SHARED, 0, -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock_as(&c4, "r", LOCK_EXCLUSIVE, 0, -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock_as(&c5, "r", LOCK_SHARED, 0, -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock_as(&c6, "r", LOCK_SHARED, 0, -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(fake.ncalls, 1);
+
+    /* The two readers at the head go together, and no further. */
+    ck_assert_int_eq(locks_unlock(t, &c1.c, "r"), LOCKS_RELEASED);
+    ck_assert_int_eq(fake.ncalls, 4);
+    ck_call_by(1, CALL_RELEASE, "r", "c1");
+    ck_call_by(2, CALL_ACQUIRE, "r", "c2");
+    ck_call_by(3, CALL_ACQUIRE, "r", "c3");
+    ck_done(&c2, 0, "r", LOCKS_GRANTED);
+    ck_done(&c3, 0, "r", LOCKS_GRANTED);
+    ck_assert_uint_lt(c2.recs[0].seq, c3.recs[0].seq);
+    ck_assert_uint_gt(c2.recs[0].token, t1);
+    ck_assert_uint_gt(c3.recs[0].token, c2.recs[0].token);
+    ck_assert_int_eq(c4.nrecs + c5.nrecs + c6.nrecs, 0);
+    ck_assert_uint_eq(status("r").holders, 2);
+    ck_assert_uint_eq(status("r").waiters, 3);
+
+    ck_assert_int_eq(locks_unlock(t, &c3.c, "r"), LOCKS_RELEASED);
+    ck_assert_int_eq(c4.nrecs, 0);
+    ck_assert_int_eq(locks_unlock(t, &c2.c, "r"), LOCKS_RELEASED);
+    ck_done(&c4, 0, "r", LOCKS_GRANTED);
+    ck_assert_int_eq(c5.nrecs + c6.nrecs, 0);
+
+    /* And the two readers behind the second writer, at its release. */
+    ck_assert_int_eq(locks_unlock(t, &c4.c, "r"), LOCKS_RELEASED);
+    ck_done(&c5, 0, "r", LOCKS_GRANTED);
+    ck_done(&c6, 0, "r", LOCKS_GRANTED);
+    ck_assert_uint_gt(c5.recs[0].token, c4.recs[0].token);
+    ck_assert_uint_gt(c6.recs[0].token, c5.recs[0].token);
+    ck_assert_uint_eq(stats().waiting, 0);
+    ck_assert_uint_eq(stats().held, 2);
+    ck_assert_uint_eq(stats().grants_by_mode[LOCK_SHARED], 4);
+    ck_assert_uint_eq(stats().grants_by_mode[LOCK_EXCLUSIVE], 2);
+}
+END_TEST
+
+START_TEST(modes_limit_grants_n_queues_the_next)
+{
+    struct locks_status ls;
+    uint64_t t3 = 0;
+
+    ck_assert_int_eq(lock_as(&c1, "s", LOCK_LIMIT, 3, -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock_as(&c2, "s", LOCK_LIMIT, 3, 0, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(try_as(&c3, "s", LOCK_LIMIT, 3, &t3), LOCKS_GRANTED);
+    ck_assert_int_eq(lock_as(&c4, "s", LOCK_LIMIT, 3, -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock_as(&c5, "s", LOCK_LIMIT, 3, -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(fake.ncalls, 3);
+    ls = status("s");
+    ck_assert(ls.held);
+    ck_assert_int_eq(ls.mode, LOCK_LIMIT);
+    ck_assert_uint_eq(ls.limit, 3);
+    ck_assert_uint_eq(ls.holders, 3);
+    ck_assert_uint_eq(ls.waiters, 2);
+    ck_assert_str_eq(ls.holder, "c1");
+
+    /* One out, one in: the first waiter only. */
+    ck_assert_int_eq(locks_unlock(t, &c2.c, "s"), LOCKS_RELEASED);
+    ck_call_by(3, CALL_RELEASE, "s", "c2");
+    ck_call_by(4, CALL_ACQUIRE, "s", "c4");
+    ck_assert_int_eq(fake.ncalls, 5);
+    ck_done(&c4, 0, "s", LOCKS_GRANTED);
+    ck_assert_uint_gt(c4.recs[0].token, t3);
+    ck_assert_int_eq(c5.nrecs, 0);
+    ck_assert_uint_eq(status("s").holders, 3);
+
+    /* Closing a holder lets the next in too. */
+    locks_owner_release_all(t, &c1.c);
+    ck_done(&c5, 0, "s", LOCKS_GRANTED);
+    ck_assert_uint_eq(status("s").holders, 3);
+    ck_assert_uint_eq(status("s").waiters, 0);
+    ck_assert_uint_eq(stats().grants_by_mode[LOCK_LIMIT], 5);
+
+    /* limit=1 is an exclusive lock by another name. */
+    ck_assert_int_eq(lock_as(&c1, "one", LOCK_LIMIT, 1, -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock_as(&c2, "one", LOCK_LIMIT, 1, -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(locks_unlock(t, &c1.c, "one"), LOCKS_RELEASED);
+    ck_done(&c2, 0, "one", LOCKS_GRANTED);
+}
+END_TEST
+
+START_TEST(modes_conflicts_change_nothing)
+{
+    struct locks_stats before, after;
+    struct locks_status s_before, s_after;
+    int calls;
+
+    ck_assert_int_eq(lock_as(&c1, "s", LOCK_LIMIT, 2, -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock_as(&c1, "x", LOCK_EXCLUSIVE, 0, -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock_as(&c1, "r", LOCK_SHARED, 0, -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock_as(&c2, "x", LOCK_EXCLUSIVE, 0, -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock_as(&c2, "s", LOCK_LIMIT, 2, -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock_as(&c4, "s", LOCK_LIMIT, 2, 60000, NULL), LOCKS_WAITING);
+    before = stats();
+    s_before = status("s");
+    calls = fake.ncalls;
+
+    /* Another limit, on a name in use as a semaphore (holders and a waiter). */
+    ck_assert_int_eq(lock_as(&c3, "s", LOCK_LIMIT, 3, -1, NULL), LOCKS_CONFLICT);
+    ck_assert_int_eq(lock_as(&c3, "s", LOCK_LIMIT, 1, 0, NULL), LOCKS_CONFLICT);
+    ck_assert_int_eq(try_as(&c3, "s", LOCK_LIMIT, 65535, NULL), LOCKS_CONFLICT);
+    /* A lock's mode on a semaphore's name. */
+    ck_assert_int_eq(lock_as(&c3, "s", LOCK_EXCLUSIVE, 0, -1, NULL), LOCKS_CONFLICT);
+    ck_assert_int_eq(lock_as(&c3, "s", LOCK_SHARED, 0, 100, NULL), LOCKS_CONFLICT);
+    ck_assert_int_eq(try_as(&c3, "s", LOCK_SHARED, 0, NULL), LOCKS_CONFLICT);
+    /* A semaphore on a lock's name, held exclusively (and awaited) or shared. */
+    ck_assert_int_eq(lock_as(&c3, "x", LOCK_LIMIT, 2, -1, NULL), LOCKS_CONFLICT);
+    ck_assert_int_eq(try_as(&c3, "x", LOCK_LIMIT, 1, NULL), LOCKS_CONFLICT);
+    ck_assert_int_eq(lock_as(&c3, "r", LOCK_LIMIT, 1, -1, NULL), LOCKS_CONFLICT);
+    ck_assert_int_eq(lock_as(&c3, "r", LOCK_LIMIT, 5, 0, NULL), LOCKS_CONFLICT);
+
+    ck_assert_int_eq(fake.ncalls, calls);
+    after = stats();
+    ck_stats_eq(&after, &before);
+    ck_assert_uint_eq(c3.c.nholds, 0);
+    ck_assert(TAILQ_EMPTY(&c3.c.holds));
+    ck_assert_int_eq(c1.nrecs + c2.nrecs + c3.nrecs + c4.nrecs, 0);
+    s_after = status("s");
+    ck_assert_uint_eq(s_after.holders, s_before.holders);
+    ck_assert_uint_eq(s_after.waiters, s_before.waiters);
+    ck_assert_uint_eq(s_after.limit, 2);
+    ck_assert_uint_eq(status("x").waiters, 1);
+    ck_assert_uint_eq(status("r").holders, 1);
+    ck_assert_int_eq(status("r").mode, LOCK_SHARED);
+
+    /* The queues are as they were: the waiters next, in order. */
+    ck_assert_int_eq(locks_unlock(t, &c1.c, "s"), LOCKS_RELEASED);
+    ck_done(&c4, 0, "s", LOCKS_GRANTED);
+    ck_assert_int_eq(locks_unlock(t, &c1.c, "x"), LOCKS_RELEASED);
+    ck_done(&c2, 0, "x", LOCKS_GRANTED);
+    ck_assert_int_eq(c3.nrecs, 0);
+    /* A refused request left no timer behind either. */
+    run_past_ms(120);
+    ck_assert_int_eq(c3.nrecs, 0);
+
+    /* Once nobody uses a name, any mode and limit may have it. */
+    ck_assert_int_eq(locks_unlock(t, &c1.c, "r"), LOCKS_RELEASED);
+    ck_assert_int_eq(lock_as(&c3, "r", LOCK_LIMIT, 5, -1, NULL), LOCKS_GRANTED);
+    ck_assert_uint_eq(status("r").limit, 5);
+}
+END_TEST
+
+START_TEST(modes_mode_held_for_another_mode_of_own_hold)
+{
+    struct locks_stats before, after;
+    uint64_t tok = 0;
+
+    ck_assert_int_eq(lock_as(&c1, "x", LOCK_EXCLUSIVE, 0, -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock_as(&c1, "r", LOCK_SHARED, 0, -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock_as(&c2, "r", LOCK_SHARED, 0, -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock_as(&c1, "s", LOCK_LIMIT, 2, -1, NULL), LOCKS_GRANTED);
+    before = stats();
+
+    /* No upgrade, no downgrade, whether it would have to wait or not. */
+    ck_assert_int_eq(lock_as(&c1, "x", LOCK_SHARED, 0, -1, &tok), LOCKS_MODE_HELD);
+    ck_assert_int_eq(try_as(&c1, "x", LOCK_SHARED, 0, &tok), LOCKS_MODE_HELD);
+    ck_assert_int_eq(lock_as(&c1, "x", LOCK_LIMIT, 2, -1, &tok), LOCKS_MODE_HELD);
+    ck_assert_int_eq(lock_as(&c1, "r", LOCK_EXCLUSIVE, 0, -1, &tok), LOCKS_MODE_HELD);
+    ck_assert_int_eq(lock_as(&c1, "r", LOCK_EXCLUSIVE, 0, 0, &tok), LOCKS_MODE_HELD);
+    ck_assert_int_eq(lock_as(&c1, "r", LOCK_LIMIT, 1, -1, &tok), LOCKS_MODE_HELD);
+    ck_assert_int_eq(lock_as(&c1, "s", LOCK_EXCLUSIVE, 0, -1, &tok), LOCKS_MODE_HELD);
+    ck_assert_int_eq(lock_as(&c1, "s", LOCK_SHARED, 0, -1, &tok), LOCKS_MODE_HELD);
+    /* The same mode with another limit is not a re-entry either. */
+    ck_assert_int_eq(lock_as(&c1, "s", LOCK_LIMIT, 3, -1, &tok), LOCKS_MODE_HELD);
+
+    ck_assert_int_eq(fake.ncalls, 4);
+    after = stats();
+    ck_stats_eq(&after, &before);
+    ck_assert_uint_eq(c1.c.nholds, 3);
+    ck_assert_int_eq(c1.nrecs, 0);
+    ck_assert_uint_eq(status("s").limit, 2);
+
+    /* No depth was added: one UNLOCK each releases. */
+    ck_assert_int_eq(locks_unlock(t, &c1.c, "x"), LOCKS_RELEASED);
+    ck_assert_int_eq(locks_unlock(t, &c1.c, "r"), LOCKS_RELEASED);
+    ck_assert_int_eq(locks_unlock(t, &c1.c, "s"), LOCKS_RELEASED);
+    ck_assert_int_eq(fake.ncalls, 7);
+    ck_assert_uint_eq(c1.c.nholds, 0);
+    ck_assert_int_eq(try_as(&c3, "x", LOCK_EXCLUSIVE, 0, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(try_as(&c3, "s", LOCK_SHARED, 0, NULL), LOCKS_GRANTED);
+}
+END_TEST
+
+START_TEST(modes_reentrant_same_mode)
+{
+    uint64_t tr = 0, ts = 0, tok = 0;
+
+    ck_assert_int_eq(lock_as(&c1, "r", LOCK_SHARED, 0, -1, &tr), LOCKS_GRANTED);
+    ck_assert_int_eq(lock_as(&c2, "r", LOCK_EXCLUSIVE, 0, -1, NULL), LOCKS_WAITING);
+    /* Again, not behind the waiting writer (which would deadlock). */
+    ck_assert_int_eq(lock_as(&c1, "r", LOCK_SHARED, 0, -1, &tok), LOCKS_GRANTED);
+    ck_assert_uint_eq(tok, tr);
+    tok = 0;
+    ck_assert_int_eq(lock_as(&c1, "r", LOCK_SHARED, 0, 0, &tok), LOCKS_GRANTED);
+    ck_assert_uint_eq(tok, tr);
+    tok = 0;
+    ck_assert_int_eq(try_as(&c1, "r", LOCK_SHARED, 0, &tok), LOCKS_GRANTED);
+    ck_assert_uint_eq(tok, tr);
+
+    ck_assert_int_eq(lock_as(&c3, "s", LOCK_LIMIT, 1, -1, &ts), LOCKS_GRANTED);
+    ck_assert_int_eq(lock_as(&c4, "s", LOCK_LIMIT, 1, -1, NULL), LOCKS_WAITING);
+    tok = 0;
+    ck_assert_int_eq(lock_as(&c3, "s", LOCK_LIMIT, 1, -1, &tok), LOCKS_GRANTED);
+    ck_assert_uint_eq(tok, ts);
+
+    ck_assert_int_eq(fake.ncalls, 2);
+    ck_assert_uint_eq(stats().grants, 2);
+    ck_assert_uint_eq(stats().grants_by_mode[LOCK_SHARED], 1);
+    ck_assert_uint_eq(stats().grants_by_mode[LOCK_LIMIT], 1);
+    ck_assert_uint_eq(stats().held, 2);
+    ck_assert_uint_eq(c1.c.nholds, 1);
+    ck_assert_uint_eq(status("r").holders, 1);
+
+    /* Counted: four holds of r, two of s. */
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(locks_unlock(t, &c1.c, "r"), LOCKS_RELEASED);
+    ck_assert_int_eq(c2.nrecs, 0);
+    ck_assert_int_eq(locks_unlock(t, &c1.c, "r"), LOCKS_RELEASED);
+    ck_done(&c2, 0, "r", LOCKS_GRANTED);
+    ck_assert_int_eq(locks_unlock(t, &c3.c, "s"), LOCKS_RELEASED);
+    ck_assert_int_eq(c4.nrecs, 0);
+    ck_assert_int_eq(locks_unlock(t, &c3.c, "s"), LOCKS_RELEASED);
+    ck_done(&c4, 0, "s", LOCKS_GRANTED);
+    ck_assert_int_eq(locks_unlock(t, &c1.c, "r"), LOCKS_NOT_HELD);
+}
+END_TEST
+
+START_TEST(modes_try_busy_when_not_fitting_or_awaited)
+{
+    struct locks_stats before, after;
+    int calls;
+
+    /* Fits and nobody waits: granted at once. */
+    ck_assert_int_eq(lock_as(&c1, "r", LOCK_SHARED, 0, -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(try_as(&c2, "r", LOCK_SHARED, 0, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock_as(&c3, "r", LOCK_SHARED, 0, 0, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock_as(&c1, "s", LOCK_LIMIT, 2, -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(try_as(&c2, "s", LOCK_LIMIT, 2, NULL), LOCKS_GRANTED);
+    before = stats();
+    calls = fake.ncalls;
+
+    /* Does not fit. */
+    ck_assert_int_eq(try_as(&c4, "r", LOCK_EXCLUSIVE, 0, NULL), LOCKS_BUSY);
+    ck_assert_int_eq(lock_as(&c4, "r", LOCK_EXCLUSIVE, 0, 0, NULL), LOCKS_BUSY);
+    ck_assert_int_eq(try_as(&c4, "s", LOCK_LIMIT, 2, NULL), LOCKS_BUSY);
+    ck_assert_int_eq(lock_as(&c4, "s", LOCK_LIMIT, 2, 0, NULL), LOCKS_BUSY);
+    ck_assert_int_eq(fake.ncalls, calls);
+    after = stats();
+    ck_stats_eq(&after, &before);
+
+    /* Fits beside the readers, but a writer waits. */
+    ck_assert_int_eq(lock_as(&c5, "r", LOCK_EXCLUSIVE, 0, -1, NULL), LOCKS_WAITING);
+    before = stats();
+    ck_assert_int_eq(try_as(&c4, "r", LOCK_SHARED, 0, NULL), LOCKS_BUSY);
+    ck_assert_int_eq(lock_as(&c4, "r", LOCK_SHARED, 0, 0, NULL), LOCKS_BUSY);
+    ck_assert_int_eq(fake.ncalls, calls);
+    after = stats();
+    ck_stats_eq(&after, &before);
+    ck_assert_uint_eq(c4.c.nholds, 0);
+    ck_assert_int_eq(c4.nrecs, 0);
+    ck_assert_uint_eq(status("r").waiters, 1);
+}
+END_TEST
+
+START_TEST(modes_release_all_mixed)
+{
+    ck_assert_int_eq(lock_as(&c4, "w", LOCK_EXCLUSIVE, 0, -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock_as(&c1, "x", LOCK_EXCLUSIVE, 0, -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock_as(&c1, "x", LOCK_EXCLUSIVE, 0, -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock_as(&c1, "r", LOCK_SHARED, 0, -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock_as(&c1, "s", LOCK_LIMIT, 1, -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock_as(&c1, "w", LOCK_EXCLUSIVE, 0, 60000, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock_as(&c2, "r", LOCK_SHARED, 0, -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock_as(&c2, "x", LOCK_SHARED, 0, -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock_as(&c3, "x", LOCK_SHARED, 0, -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock_as(&c3, "s", LOCK_LIMIT, 1, -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock_as(&c5, "r", LOCK_EXCLUSIVE, 0, -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock_as(&c6, "w", LOCK_SHARED, 0, -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(fake.ncalls, 5);
+    ck_assert_uint_eq(stats().held, 5);
+    ck_assert_uint_eq(stats().waiting, 6);
+
+    locks_owner_release_all(t, &c1.c);
+    ck_assert_uint_eq(c1.c.nholds, 0);
+    ck_assert(TAILQ_EMPTY(&c1.c.holds));
+    ck_assert_int_eq(c1.nrecs, 0);
+    /* x (depth 2 did not matter): both readers at once. */
+    ck_call_by(5, CALL_RELEASE, "x", "c1");
+    ck_call_by(6, CALL_ACQUIRE, "x", "c2");
+    ck_call_by(7, CALL_ACQUIRE, "x", "c3");
+    /* r: c2 still reads, the writer waits. */
+    ck_call_by(8, CALL_RELEASE, "r", "c1");
+    /* s: the next holder. */
+    ck_call_by(9, CALL_RELEASE, "s", "c1");
+    ck_call_by(10, CALL_ACQUIRE, "s", "c3");
+    /* w: the wait was only queued here, nothing to tell the backend. */
+    ck_assert_int_eq(fake.ncalls, 11);
+    ck_assert_int_eq(c2.nrecs, 1);
+    ck_done(&c2, 0, "x", LOCKS_GRANTED);
+    ck_assert_int_eq(c3.nrecs, 2);
+    ck_done(&c3, 0, "x", LOCKS_GRANTED);
+    ck_done(&c3, 1, "s", LOCKS_GRANTED);
+    ck_assert_int_eq(c4.nrecs + c5.nrecs + c6.nrecs, 0);
+    ck_assert_uint_eq(stats().held, 5);        /* w c4, r c2, x c2 c3, s c3 */
+    ck_assert_uint_eq(stats().waiting, 2);     /* r c5, w c6 */
+    ck_assert_uint_eq(status("w").waiters, 1);
+
+    /* c1's cancelled wait takes nothing when w is free; its deadline is gone. */
+    ck_assert_int_eq(locks_unlock(t, &c4.c, "w"), LOCKS_RELEASED);
+    ck_done(&c6, 0, "w", LOCKS_GRANTED);
+    ck_assert_int_eq(locks_unlock(t, &c2.c, "r"), LOCKS_RELEASED);
+    ck_done(&c5, 0, "r", LOCKS_GRANTED);
+    ck_assert_int_eq(c1.nrecs, 0);
+    ck_assert_uint_eq(stats().waiting, 0);
+}
+END_TEST
+
+START_TEST(modes_stats_grants_by_mode)
+{
+    struct locks_stats st;
+
+    ck_assert_int_eq(lock_as(&c1, "x", LOCK_EXCLUSIVE, 0, -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock_as(&c1, "x", LOCK_EXCLUSIVE, 0, -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock_as(&c1, "r", LOCK_SHARED, 0, -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock_as(&c2, "r", LOCK_SHARED, 0, -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(try_as(&c2, "r", LOCK_SHARED, 0, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock_as(&c3, "s", LOCK_LIMIT, 3, -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock_as(&c4, "s", LOCK_LIMIT, 3, -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock_as(&c5, "s", LOCK_LIMIT, 3, -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock_as(&c6, "s", LOCK_LIMIT, 3, -1, NULL), LOCKS_WAITING);
+    /* Refusals are no grants. */
+    ck_assert_int_eq(try_as(&c2, "x", LOCK_EXCLUSIVE, 0, NULL), LOCKS_BUSY);
+    ck_assert_int_eq(lock_as(&c2, "s", LOCK_LIMIT, 4, -1, NULL), LOCKS_CONFLICT);
+    ck_assert_int_eq(lock_as(&c1, "r", LOCK_EXCLUSIVE, 0, -1, NULL), LOCKS_MODE_HELD);
+    st = stats();
+    ck_assert_uint_eq(st.grants_by_mode[LOCK_EXCLUSIVE], 1);
+    ck_assert_uint_eq(st.grants_by_mode[LOCK_SHARED], 2);
+    ck_assert_uint_eq(st.grants_by_mode[LOCK_LIMIT], 3);
+    ck_assert_uint_eq(st.grants, 6);
+    ck_assert_uint_eq(st.held, 6);
+    ck_assert_uint_eq(st.waiting, 1);
+
+    /* A waiter's grant counts when it happens. */
+    ck_assert_int_eq(locks_unlock(t, &c4.c, "s"), LOCKS_RELEASED);
+    ck_done(&c6, 0, "s", LOCKS_GRANTED);
+    st = stats();
+    ck_assert_uint_eq(st.grants_by_mode[LOCK_LIMIT], 4);
+    ck_assert_uint_eq(st.grants, 7);
+    ck_assert_uint_eq(st.grants, st.grants_by_mode[LOCK_EXCLUSIVE] +
+                      st.grants_by_mode[LOCK_SHARED] + st.grants_by_mode[LOCK_LIMIT]);
+}
+END_TEST
+
+START_TEST(modes_timed_out_writer_lets_readers_in)
+{
+    ck_assert_int_eq(lock_as(&c1, "r", LOCK_SHARED, 0, -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock_as(&c2, "r", LOCK_EXCLUSIVE, 0, 5, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock_as(&c3, "r", LOCK_SHARED, 0, -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock_as(&c4, "r", LOCK_SHARED, 0, -1, NULL), LOCKS_WAITING);
+    run_until(&c2, 1);
+    ck_done(&c2, 0, "r", LOCKS_TIMEOUT);
+    /* The readers behind it fit beside c1 now. */
+    ck_done(&c3, 0, "r", LOCKS_GRANTED);
+    ck_done(&c4, 0, "r", LOCKS_GRANTED);
+    ck_assert_uint_eq(status("r").holders, 3);
+    ck_assert_uint_eq(stats().waiting, 0);
+    ck_assert_uint_eq(stats().timeouts, 1);
+}
+END_TEST
+
+/* ------------------------------------------------------------ modes, answered later */
+
+START_TEST(fake_shared_admitted_together)
+{
+    ck_assert_int_eq(lock_as(&c1, "r", LOCK_SHARED, 0, -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock_as(&c2, "r", LOCK_SHARED, 0, -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock_as(&c3, "r", LOCK_SHARED, 0, -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock_as(&c4, "r", LOCK_EXCLUSIVE, 0, -1, NULL), LOCKS_WAITING);
+    /* Asked for the three readers at once, not for the writer. */
+    ck_assert_int_eq(fake.ncalls, 3);
+    ck_call_by(0, CALL_ACQUIRE, "r", "c1");
+    ck_call_by(1, CALL_ACQUIRE, "r", "c2");
+    ck_call_by(2, CALL_ACQUIRE, "r", "c3");
+    ck_assert_uint_eq(stats().waiting, 4);
+
+    /* Answered in any order. */
+    locks_backend_granted(fake.calls[1].hold, 11);
+    locks_backend_granted(fake.calls[0].hold, 12);
+    locks_backend_granted(fake.calls[2].hold, 13);
+    ck_done(&c1, 0, "r", LOCKS_GRANTED);
+    ck_done(&c2, 0, "r", LOCKS_GRANTED);
+    ck_done(&c3, 0, "r", LOCKS_GRANTED);
+    ck_assert_uint_eq(c2.recs[0].token, 11);
+    ck_assert_int_eq(c4.nrecs, 0);
+    ck_assert_uint_eq(stats().held, 3);
+    ck_assert_uint_eq(stats().waiting, 1);
+}
+END_TEST
+
+START_TEST(fake_conflict_with_awaited_name)
+{
+    /* Not held yet, only being acquired: its mode counts all the same. */
+    ck_assert_int_eq(lock_as(&c1, "s", LOCK_LIMIT, 2, -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock_as(&c2, "s", LOCK_EXCLUSIVE, 0, -1, NULL), LOCKS_CONFLICT);
+    ck_assert_int_eq(lock_as(&c2, "s", LOCK_LIMIT, 3, -1, NULL), LOCKS_CONFLICT);
+    ck_assert_int_eq(lock_as(&c1, "x", LOCK_EXCLUSIVE, 0, -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock_as(&c2, "x", LOCK_LIMIT, 1, -1, NULL), LOCKS_CONFLICT);
+    ck_assert_int_eq(fake.ncalls, 2);
+    ck_assert_uint_eq(c2.c.nholds, 0);
+    ck_assert_uint_eq(stats().waiting, 2);
+}
+END_TEST
+
+START_TEST(fake_limit_acquiring_handed_over)
+{
+    struct hold *h;
+
+    ck_assert_int_eq(lock_as(&c1, "s", LOCK_LIMIT, 2, -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock_as(&c2, "s", LOCK_LIMIT, 2, -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock_as(&c3, "s", LOCK_LIMIT, 2, -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock_as(&c4, "s", LOCK_LIMIT, 2, -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(fake.ncalls, 2);                  /* c1 and c2 are being acquired */
+    locks_backend_granted(fake.calls[0].hold, 5);
+    ck_done(&c1, 0, "s", LOCKS_GRANTED);
+    hold_set_backend_data(fake.calls[1].hold, &fake);
+
+    /* c2 leaves while acquiring: c3, next in line, takes over its acquisition. */
+    locks_owner_release_all(t, &c2.c);
+    ck_assert_int_eq(fake.ncalls, 3);
+    h = ck_call_by(2, CALL_HANDOVER, "s", "c3")->hold;
+    ck_assert_ptr_eq(hold_backend_data(h), &fake);
+    ck_assert_int_eq(hold_limit(h), 2);
+    ck_assert_int_eq(hold_mode(h), LOCK_LIMIT);
+    ck_assert_int_eq(c2.nrecs + c3.nrecs + c4.nrecs, 0);
+    ck_assert_uint_eq(stats().waiting, 2);
+    ck_assert_uint_eq(status("s").waiters, 2);
+
+    locks_backend_granted(h, 6);
+    ck_done(&c3, 0, "s", LOCKS_GRANTED);
+    ck_assert_uint_eq(c3.recs[0].token, 6);
+    ck_assert_int_eq(c4.nrecs, 0);
+    ck_assert_uint_eq(status("s").holders, 2);
+    ck_assert_int_eq(fake.ncalls, 3);
+}
+END_TEST
+
+START_TEST(fake_shared_acquiring_leaves_cancelled)
+{
+    /* Next in line is a writer: the reader's acquisition is cancelled and
+     * the writer asked for afresh; the reader behind the writer waits. */
+    ck_assert_int_eq(lock_as(&c1, "r", LOCK_SHARED, 0, -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock_as(&c2, "r", LOCK_EXCLUSIVE, 0, -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock_as(&c3, "r", LOCK_SHARED, 0, -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(fake.ncalls, 1);
+    locks_owner_release_all(t, &c1.c);
+    ck_call_by(1, CALL_CANCEL, "r", "c1");
+    ck_call_by(2, CALL_ACQUIRE, "r", "c2");
+    ck_assert_int_eq(fake.ncalls, 3);
+    ck_assert_int_eq(c1.nrecs + c2.nrecs + c3.nrecs, 0);
+    locks_backend_granted(fake.calls[2].hold, 7);
+    ck_done(&c2, 0, "r", LOCKS_GRANTED);
+    ck_assert_int_eq(c3.nrecs, 0);
+
+    /* Another reader is being acquired beside it: cancelled, nothing else. */
+    ck_assert_int_eq(lock_as(&c4, "q", LOCK_SHARED, 0, -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock_as(&c5, "q", LOCK_SHARED, 0, -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock_as(&c6, "q", LOCK_EXCLUSIVE, 0, -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(fake.ncalls, 5);
+    locks_owner_release_all(t, &c4.c);
+    ck_call_by(5, CALL_CANCEL, "q", "c4");
+    ck_assert_int_eq(fake.ncalls, 6);
+    locks_backend_granted(fake.calls[4].hold, 8);
+    ck_done(&c5, 0, "q", LOCKS_GRANTED);
+    ck_assert_int_eq(locks_unlock(t, &c5.c, "q"), LOCKS_RELEASED);
+    ck_call_by(6, CALL_RELEASE, "q", "c5");
+    ck_call_by(7, CALL_ACQUIRE, "q", "c6");
+}
+END_TEST
+
+START_TEST(fake_exclusive_acquiring_leaves_readers_admitted)
+{
+    /* A writer leaving while acquiring lets the readers behind it in, each
+     * with its own acquisition (no handover across modes). */
+    ck_assert_int_eq(lock_as(&c1, "r", LOCK_EXCLUSIVE, 0, 5, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock_as(&c2, "r", LOCK_SHARED, 0, -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock_as(&c3, "r", LOCK_SHARED, 0, -1, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock_as(&c4, "r", LOCK_EXCLUSIVE, 0, -1, NULL), LOCKS_WAITING);
+    run_until(&c1, 1);
+    ck_done(&c1, 0, "r", LOCKS_TIMEOUT);
+    ck_call_by(1, CALL_CANCEL, "r", "c1");
+    ck_call_by(2, CALL_ACQUIRE, "r", "c2");
+    ck_call_by(3, CALL_ACQUIRE, "r", "c3");
+    ck_assert_int_eq(fake.ncalls, 4);
+    ck_assert_uint_eq(stats().waiting, 3);
+}
+END_TEST
+
 static Suite *locks_suite(void)
 {
     Suite *s = suite_create("locks");
@@ -1039,6 +1688,27 @@ static Suite *locks_suite(void)
     tcase_add_test(tc, fake_answers_out_of_turn_ignored);
     tcase_add_test(tc, fake_free_with_outstanding);
     tcase_add_test(tc, fake_shutdown_grants_nothing);
+    tcase_add_test(tc, fake_shared_admitted_together);
+    tcase_add_test(tc, fake_conflict_with_awaited_name);
+    tcase_add_test(tc, fake_limit_acquiring_handed_over);
+    tcase_add_test(tc, fake_shared_acquiring_leaves_cancelled);
+    tcase_add_test(tc, fake_exclusive_acquiring_leaves_readers_admitted);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("modes");
+    tcase_add_checked_fixture(tc, setup_fake_grant, teardown);
+    tcase_add_test(tc, modes_shared_granted_together);
+    tcase_add_test(tc, modes_exclusive_waits_for_all_shared);
+    tcase_add_test(tc, modes_shared_behind_waiting_exclusive_waits);
+    tcase_add_test(tc, modes_shared_run_granted_at_exclusive_release);
+    tcase_add_test(tc, modes_limit_grants_n_queues_the_next);
+    tcase_add_test(tc, modes_conflicts_change_nothing);
+    tcase_add_test(tc, modes_mode_held_for_another_mode_of_own_hold);
+    tcase_add_test(tc, modes_reentrant_same_mode);
+    tcase_add_test(tc, modes_try_busy_when_not_fitting_or_awaited);
+    tcase_add_test(tc, modes_release_all_mixed);
+    tcase_add_test(tc, modes_stats_grants_by_mode);
+    tcase_add_test(tc, modes_timed_out_writer_lets_readers_in);
     suite_add_tcase(s, tc);
     return s;
 }

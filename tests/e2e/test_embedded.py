@@ -11,8 +11,10 @@ No test sleeps to synchronise: each waits for a reply, for a daemon log line
 
 import concurrent.futures
 import os
+import random
 import re
 import resource
+import select
 import selectors
 import signal
 import socket
@@ -36,6 +38,16 @@ ERR_NOT_HELD = "ERR NOT_HELD this connection does not hold that lock"
 ERR_LINE_TOO_LONG = "ERR LINE_TOO_LONG request lines are limited to %d bytes"
 ERR_LIMIT_LOCKS = "ERR LIMIT this connection already holds or awaits %d locks"
 ERR_LIMIT_CLIENTS = "ERR LIMIT too many clients; try again later"
+ERR_OPT_UNKNOWN = "ERR BAD_ARGS unknown option"
+ERR_OPT_TWICE = "ERR BAD_ARGS option given twice"
+ERR_OPT_BOTH = "ERR BAD_ARGS shared and limit= cannot be combined"
+ERR_OPT_LIMIT = "ERR BAD_ARGS limit must be an integer from 1 to 65535"
+ERR_CONFLICT_LIMIT = ("ERR CONFLICT the lock is in use with limit=%d; every holder and waiter "
+                      "must ask for the same limit")
+ERR_CONFLICT_LOCK = ("ERR CONFLICT the lock is in use without limit=; a semaphore needs a name "
+                     "that is not in use as a lock")
+ERR_MODE_HELD = ("ERR CONFLICT this connection holds that lock in another mode; UNLOCK it first "
+                 "(no upgrade or downgrade)")
 
 MAX_LINE = 1024
 U64_MAX = 2 ** 64 - 1
@@ -1055,6 +1067,437 @@ class ReloadTests(Case):
         d.wait_log(r"reloaded: ", since=mark)
         self.assertFalse(os.path.exists("/tmp/lb-reload.sock"))
         self.ping(self.connect(d))
+
+
+# ================================================================== modes
+
+class ModeTests(SharedDaemonCase):
+    """LOCK/TRYLOCK with shared or limit=<n> (daemon/locks.c decides, daemon/conn.c answers)."""
+
+    def take(self, c, name, opt, wait=None):
+        """LOCK name [wait] opt that must be granted at once; returns the token."""
+        c.send("LOCK %s%s %s\n" % (name, "" if wait is None else " %d" % wait, opt))
+        return self.granted(c, name)
+
+    def queue_as(self, c, name, opt=""):
+        """Sends LOCK name opt ("", "shared", "limit=<n>") that must wait, and
+        waits for the daemon's "queued" line, which ends in " (shared)" or
+        " (limit)" for those modes."""
+        d = c.daemon or self.d
+        suffix = "" if not opt else " (shared)" if opt.lower() == "shared" else " (limit)"
+        mark = d.log_mark()
+        c.send(("LOCK %s %s" % (name, opt)).rstrip() + "\n")
+        d.wait_log(r"lock %s: %s queued%s$" % (re.escape(name), re.escape(c.local),
+                                               re.escape(suffix)), since=mark)
+
+    def assert_silent(self, *clients):
+        self.barrier()
+        for c in clients:
+            self.assertTrue(c.silent(), "%r answered out of turn" % c)
+
+    def test_readers_share(self):
+        n = self.name()
+        r1, r2, r3, o = (self.connect() for _ in range(4))
+        t1 = self.take(r1, n, "shared")
+        t2 = self.take(r2, n, "SHARED", wait=0)
+        r3.send("TRYLOCK %s Shared\n" % n)
+        t3 = self.granted(r3, n)
+        self.assertLess(t1, t2)
+        self.assertLess(t2, t3)
+        o.send("TRYLOCK %s\nLOCK %s 0\n" % (n, n))
+        o.expect("BUSY %s" % n, "TIMEOUT %s" % n)
+        for c in (r1, r2):
+            self.unlock(c, n)
+        self.assert_busy(n)                     # r3 still reads
+        self.unlock(r3, n)
+        self.assert_free(n)
+
+    def test_writer_waits_for_readers_and_readers_behind_it_wait(self):
+        n = self.name()
+        r1, r2, w, r3, o = (self.connect() for _ in range(5))
+        self.take(r1, n, "shared")
+        self.take(r2, n, "shared")
+        self.queue_as(w, n)
+        # r3 would fit beside r1 and r2, but the writer asked first.
+        self.queue_as(r3, n, "shared")
+        o.send("TRYLOCK %s shared\nLOCK %s 0 shared\n" % (n, n))
+        o.expect("BUSY %s" % n, "TIMEOUT %s" % n)
+        self.unlock(r1, n)
+        self.assert_silent(w, r3)
+        self.unlock(r2, n)
+        tw = self.granted(w, n)
+        self.assert_silent(r3)
+        self.unlock(w, n)
+        self.assertGreater(self.granted(r3, n), tw)
+
+    def test_readers_behind_writer_granted_together(self):
+        n = self.name()
+        h, r1, r2, r3, w, r4 = (self.connect() for _ in range(6))
+        th = self.lock(h, n)
+        for r in (r1, r2, r3):
+            self.queue_as(r, n, "shared")
+        self.queue_as(w, n)
+        self.queue_as(r4, n, "shared")
+        self.unlock(h, n)                       # one UNLOCK lets all three in
+        toks = [self.granted(r, n) for r in (r1, r2, r3)]
+        self.assertEqual(toks, sorted(set(toks)))
+        self.assertGreater(toks[0], th)
+        self.assert_silent(w, r4)
+        self.unlock(r1, n)
+        self.unlock(r2, n)
+        self.assert_silent(w, r4)
+        self.unlock(r3, n)
+        tw = self.granted(w, n)
+        self.assert_silent(r4)
+        self.unlock(w, n)
+        self.assertGreater(self.granted(r4, n), tw)
+
+    def test_semaphore_bound_never_exceeded_under_churn(self):
+        # 8 connections cycle LOCK limit=3 / UNLOCK (some pipelined, some
+        # LOCK ... 0, some closing instead of UNLOCK). Holders are counted from
+        # the replies: a grant is counted when read, a release when sent, so
+        # the count is never above the daemon's and must never pass 3.
+        n = self.name()
+        limit, grants_wanted = 3, 1000
+        rng = random.Random(1)
+        conns = [self.connect() for _ in range(8)]
+        state = {c: "idle" for c in conns}
+        holding = peak = grants = 0
+        tokens = set()
+        deadline = time.monotonic() + scaled(60)
+        while grants < grants_wanted:
+            for c in conns:
+                if state[c] == "idle":
+                    c.send("LOCK %s%s limit=%d\n" % (n, " 0" if rng.random() < 0.2 else "", limit))
+                    state[c] = "waiting"
+            holders = [c for c in conns if state[c] == "holding"]
+            waiting = any(s == "waiting" for s in state.values())
+            # Release when full or nobody waits (so that replies keep coming);
+            # at random too, once the bound was reached.
+            if holders and (holding == limit or not waiting or
+                            (peak == limit and rng.random() < 0.3)):
+                c = rng.choice(holders)
+                holding -= 1
+                roll = rng.random()
+                if roll < 0.15:
+                    c.close()
+                    del state[c]
+                    conns.remove(c)
+                    new = self.connect()
+                    conns.append(new)
+                    state[new] = "idle"
+                elif roll < 0.45:
+                    c.send("UNLOCK %s\nLOCK %s limit=%d\n" % (n, n, limit))
+                    state[c] = "relocking"
+                else:
+                    c.send("UNLOCK %s\n" % n)
+                    state[c] = "unlocking"
+                continue
+            left = deadline - time.monotonic()
+            self.assertGreater(left, 0, "stalled after %d grants: %r" % (grants, state))
+            readable, _, _ = select.select([c.sock for c in conns], [], [], left)
+            self.assertTrue(readable, "no reply within the deadline; %d grants, %r"
+                            % (grants, state))
+            for c in [c for c in conns if c.sock in readable]:
+                self.assertTrue(c._fill(time.monotonic() + TIMEOUT))
+                self.assertFalse(c.eof, "%r closed" % c)
+                while b"\n" in c.buf:
+                    raw, c.buf = c.buf.split(b"\n", 1)
+                    line = raw.decode("latin-1")
+                    m = re.fullmatch(r"OK %s ([0-9]+)" % re.escape(n), line)
+                    if m:
+                        self.assertEqual(state[c], "waiting", line)
+                        state[c] = "holding"
+                        holding += 1
+                        grants += 1
+                        peak = max(peak, holding)
+                        self.assertLessEqual(holding, limit, "more holders than limit=3")
+                        tok = int(m.group(1))
+                        self.assertNotIn(tok, tokens)
+                        tokens.add(tok)
+                    elif line == "OK %s" % n:
+                        self.assertIn(state[c], ("unlocking", "relocking"), line)
+                        state[c] = "idle" if state[c] == "unlocking" else "waiting"
+                    elif line == "TIMEOUT %s" % n:
+                        self.assertEqual(state[c], "waiting", line)
+                        state[c] = "idle"
+                    else:
+                        self.fail("%r: unexpected reply %r" % (c, line))
+        self.assertEqual(peak, limit)
+        # Closing every connection releases every hold and cancels every wait:
+        # the name is free, and may be used with another limit.
+        for c in conns:
+            c.close()
+            self.d.wait_closed(c)
+        q = self.connect()
+        q.send("STATUS %s\nTRYLOCK %s limit=5\n" % (n, n))
+        q.expect("STATUS %s free holder=- token=- since=- waiters=0 queue=0" % n)
+        self.assertGreater(self.granted(q, n), max(tokens))
+
+    def test_conflict_replies(self):
+        s, x, r = self.name("s"), self.name("x"), self.name("r")
+        a, b = self.connect(), self.connect()
+        ts = self.take(a, s, "limit=3")
+        self.lock(a, x)
+        self.take(a, r, "shared")
+        on_semaphore = ERR_CONFLICT_LIMIT % 3
+        cases = [
+            ("LOCK %s limit=2" % s, on_semaphore),          # another limit
+            ("TRYLOCK %s limit=4" % s, on_semaphore),
+            ("LOCK %s 0 limit=65535" % s, on_semaphore),
+            ("LOCK %s" % s, on_semaphore),                  # a lock's mode on a semaphore
+            ("LOCK %s shared" % s, on_semaphore),
+            ("TRYLOCK %s" % s, on_semaphore),
+            ("LOCK %s limit=3" % x, ERR_CONFLICT_LOCK),      # a semaphore on a lock
+            ("TRYLOCK %s limit=1" % x, ERR_CONFLICT_LOCK),
+            ("LOCK %s limit=2" % r, ERR_CONFLICT_LOCK),
+            ("LOCK %s 0 limit=2" % r, ERR_CONFLICT_LOCK),
+        ]
+        b.send("".join(req + "\n" for req, _ in cases))
+        for req, err in cases:
+            got = b.line()
+            self.assertEqual(got, err, "request %r" % req)
+        # Nothing changed: b holds nothing, a's holds are as they were.
+        b.send("UNLOCK %s\nUNLOCK %s\nUNLOCK %s\nSTATUS %s\n" % (s, x, r, s))
+        b.expect(ERR_NOT_HELD, ERR_NOT_HELD, ERR_NOT_HELD)
+        b.expect_match(r"STATUS %s held holder=\S+ token=%d since=\d+ waiters=0 queue=1 "
+                       r"mode=limit limit=3 holders=1" % (re.escape(s), ts))
+        self.take(b, s, "limit=3")
+        b.send("TRYLOCK %s shared\nTRYLOCK %s\n" % (r, x))
+        self.granted(b, r)
+        b.expect("BUSY %s" % x)
+        a.close()
+        self.d.wait_closed(a)
+        self.unlock(b, s)
+        self.unlock(b, r)
+        # Free names take any mode again.
+        b.send("LOCK %s shared\nLOCK %s limit=2\nLOCK %s\n" % (s, x, r))
+        for n in (s, x, r):
+            self.granted(b, n)
+
+    def test_reentrant_per_mode(self):
+        r, s, x = self.name("r"), self.name("s"), self.name("x")
+        a, w, v = self.connect(), self.connect(), self.connect()
+        tr = self.take(a, r, "shared")
+        self.queue_as(w, r)                     # a writer waits ...
+        a.send("LOCK %s shared\nTRYLOCK %s SHARED\nLOCK %s 0 shared\n" % (r, r, r))
+        for _ in range(3):                      # ... and a's re-entry does not queue behind it
+            self.assertEqual(self.granted(a, r), tr)
+        ts = self.take(a, s, "limit=1")
+        self.queue_as(v, s, "limit=1")
+        a.send("LOCK %s limit=1\nTRYLOCK %s limit=1\n" % (s, s))
+        for _ in range(2):
+            self.assertEqual(self.granted(a, s), ts)
+        tx = self.lock(a, x)
+        a.send("LOCK %s\n" % x)
+        self.assertEqual(self.granted(a, x), tx)
+        # Another mode of its own hold, or another limit: no upgrade, no downgrade.
+        held_elsewise = ["LOCK %s" % r, "TRYLOCK %s limit=2" % r, "LOCK %s shared" % x,
+                         "LOCK %s 0 limit=1" % x, "LOCK %s" % s, "TRYLOCK %s shared" % s,
+                         "LOCK %s limit=2" % s]
+        a.send("".join(req + "\n" for req in held_elsewise))
+        for req in held_elsewise:
+            self.assertEqual(a.line(), ERR_MODE_HELD, "request %r" % req)
+        # Counted: four holds of r, three of s, two of x.
+        for _ in range(3):
+            self.unlock(a, r)
+        for _ in range(2):
+            self.unlock(a, s)
+        self.unlock(a, x)
+        self.assert_silent(w, v)
+        self.assert_busy(x)
+        self.unlock(a, r)
+        self.assertGreater(self.granted(w, r), tr)
+        self.unlock(a, s)
+        self.assertGreater(self.granted(v, s), ts)
+        self.unlock(a, x)
+        self.assert_free(x)
+        a.send("UNLOCK %s\n" % r)
+        a.expect(ERR_NOT_HELD)
+
+    def test_tokens_increase_across_modes_in_grant_order(self):
+        n = self.name()
+        a, b, c, d = (self.connect() for _ in range(4))
+        toks = [self.lock(a, n)]
+        self.queue_as(b, n, "shared")
+        self.queue_as(c, n, "shared")
+        self.queue_as(d, n)
+        self.unlock(a, n)
+        toks += [self.granted(b, n), self.granted(c, n)]   # together, in queue order
+        self.queue_as(a, n, "shared")
+        self.unlock(b, n)
+        self.unlock(c, n)
+        toks.append(self.granted(d, n))
+        self.unlock(d, n)
+        toks.append(self.granted(a, n))
+        b.send("TRYLOCK %s shared\n" % n)
+        toks.append(self.granted(b, n))
+        self.unlock(a, n)
+        self.unlock(b, n)
+        # The same name as a semaphore, once free.
+        toks.append(self.take(c, n, "limit=2"))
+        toks.append(self.take(d, n, "limit=2"))
+        self.queue_as(a, n, "limit=2")
+        self.unlock(c, n)
+        toks.append(self.granted(a, n))
+        self.unlock(d, n)
+        self.unlock(a, n)
+        toks.append(self.assert_free(n))
+        self.assertEqual(len(toks), 10)
+        self.assertEqual(toks, sorted(set(toks)), toks)
+
+    def test_status_lines(self):
+        did = self.d.wait_log(r"info daemon id (\S+)$").group(1)
+        n, s, x = self.name("n"), self.name("s"), self.name("x")
+        r1, r2, w, q = (self.connect() for _ in range(4))
+
+        def status(name, regex):
+            q.send("STATUS %s\n" % name)
+            return q.expect_match(regex)
+
+        def holder(c):
+            return re.escape("%s/%s" % (did, c.local))
+
+        status(n, r"STATUS %s free holder=- token=- since=- waiters=0 queue=0" % n)
+        t1 = self.take(r1, n, "shared")
+        t2 = self.take(r2, n, "shared")
+        status(n, r"STATUS %s held holder=%s token=%d since=\d+ waiters=0 queue=2 "
+                  r"mode=shared holders=2" % (n, holder(r1), t1))
+        self.queue_as(w, n)
+        status(n, r"STATUS %s held holder=%s token=%d since=\d+ waiters=1 queue=3 "
+                  r"mode=shared holders=2" % (n, holder(r1), t1))
+        self.unlock(r1, n)
+        status(n, r"STATUS %s held holder=%s token=%d since=\d+ waiters=1 queue=2 "
+                  r"mode=shared holders=1" % (n, holder(r2), t2))
+        self.unlock(r2, n)
+        tw = self.granted(w, n)
+        # An exclusive holder: the line keeps its v1 form.
+        status(n, r"STATUS %s held holder=%s token=%d since=\d+ waiters=0 queue=1"
+                  % (n, holder(w), tw))
+        self.queue_as(r1, n, "shared")
+        status(n, r"STATUS %s held holder=%s token=%d since=\d+ waiters=1 queue=2"
+                  % (n, holder(w), tw))
+        self.unlock(w, n)
+        self.granted(r1, n)
+        self.unlock(r1, n)
+        status(n, r"STATUS %s free holder=- token=- since=- waiters=0 queue=0" % n)
+
+        sems = [self.connect() for _ in range(4)]
+        ts = self.take(sems[0], s, "limit=3")
+        status(s, r"STATUS %s held holder=%s token=%d since=\d+ waiters=0 queue=1 "
+                  r"mode=limit limit=3 holders=1" % (s, holder(sems[0]), ts))
+        self.take(sems[1], s, "limit=3")
+        self.take(sems[2], s, "limit=3")
+        self.queue_as(sems[3], s, "limit=3")
+        status(s, r"STATUS %s held holder=%s token=%d since=\d+ waiters=1 queue=4 "
+                  r"mode=limit limit=3 holders=3" % (s, holder(sems[0]), ts))
+        for c in sems[:3]:
+            c.close()
+        self.granted(sems[3], s)
+        for c in sems[:3]:
+            self.d.wait_closed(c)
+        status(s, r"STATUS %s held holder=%s token=\d+ since=\d+ waiters=0 queue=1 "
+                  r"mode=limit limit=3 holders=1" % (s, holder(sems[3])))
+        sems[3].close()
+        self.d.wait_closed(sems[3])
+        status(s, r"STATUS %s free holder=- token=- since=- waiters=0 queue=0" % s)
+        status(x, r"STATUS %s free holder=- token=- since=- waiters=0 queue=0" % x)
+
+    def test_stats_grants_by_mode(self):
+        with Daemon(name="lockbrokerd-" + self._testMethodName) as d:
+            x, r, s = self.name("x"), self.name("r"), self.name("s")
+            a, b, c, e = (self.connect(d) for _ in range(4))
+            before = stat_map(e)
+            self.assertEqual([before["grants" + m] for m in ("", "_exclusive", "_shared",
+                                                             "_limit")], ["0"] * 4)
+            self.lock(a, x)
+            a.send("LOCK %s\n" % x)                   # re-entrant: not a grant
+            self.granted(a, x)
+            self.take(a, r, "shared")
+            self.take(b, r, "shared")
+            b.send("TRYLOCK %s shared\n" % r)         # re-entrant
+            self.granted(b, r)
+            self.take(a, s, "limit=2")
+            self.take(b, s, "limit=2")
+            self.queue_as(c, s, "limit=2")
+            e.send("LOCK %s limit=3\nTRYLOCK %s\n" % (s, x))
+            e.expect(ERR_CONFLICT_LIMIT % 2, "BUSY %s" % x)
+            e.send("STATS\n")
+            lines = read_block(e)
+            i = lines.index("STAT grants 5")
+            self.assertEqual(lines[i:i + 4], ["STAT grants 5", "STAT grants_exclusive 1",
+                                              "STAT grants_shared 2", "STAT grants_limit 2"])
+            self.assertIn("STAT locks_held 5", lines)
+            self.assertIn("STAT waiters 1", lines)
+            self.assertIn("STAT errors 1", lines)
+            self.unlock(a, s)
+            self.granted(c, s)
+            after = stat_map(e)
+            self.assertEqual([after["grants" + m] for m in ("", "_exclusive", "_shared",
+                                                            "_limit")], ["6", "1", "2", "3"])
+            self.assertEqual((after["locks_held"], after["waiters"]), ("5", "0"))
+
+    def test_disconnect_of_shared_holder_lets_writer_in(self):
+        n = self.name()
+        r1, r2, w = self.connect(), self.connect(), self.connect()
+        self.take(r1, n, "shared")
+        self.take(r2, n, "shared")
+        self.queue_as(w, n)
+        r1.close()
+        self.d.wait_closed(r1)
+        self.assert_silent(w)                   # r2 still reads
+        r2.close()
+        self.granted(w, n)
+
+    def test_disconnect_of_semaphore_holder_lets_waiter_in(self):
+        n = self.name()
+        a, b, c, e = (self.connect() for _ in range(4))
+        self.take(a, n, "limit=2")
+        self.take(b, n, "limit=2")
+        self.queue_as(c, n, "limit=2")
+        self.queue_as(e, n, "limit=2")
+        a.send("QUIT\n")
+        a.expect("BYE")
+        self.granted(c, n)
+        self.assert_silent(e)
+        b.close()
+        self.granted(e, n)
+
+    def test_disconnect_of_waiting_writer_lets_readers_behind_it_in(self):
+        n = self.name()
+        r1, w, r2, r3 = (self.connect() for _ in range(4))
+        t1 = self.take(r1, n, "shared")
+        self.queue_as(w, n)
+        self.queue_as(r2, n, "shared")
+        self.queue_as(r3, n, "shared")
+        w.close()
+        self.assertGreater(self.granted(r2, n), t1)
+        self.granted(r3, n)
+        self.unlock(r1, n)
+
+    def test_bad_options(self):
+        c = self.connect()
+        n = self.name()
+        cases = [
+            ("LOCK %s shared limit=2", ERR_OPT_BOTH),
+            ("LOCK %s limit=2 shared", ERR_OPT_BOTH),
+            ("TRYLOCK %s shared limit=2", ERR_OPT_BOTH),
+            ("LOCK %s limit=0", ERR_OPT_LIMIT),
+            ("LOCK %s 10 limit=65536", ERR_OPT_LIMIT),
+            ("TRYLOCK %s limit=", ERR_OPT_LIMIT),
+            ("LOCK %s limit", ERR_OPT_LIMIT),
+            # Right after LOCK's name an unknown word is a bad wait-ms (PROTOCOL.md).
+            ("LOCK %s bogus=1", ERR_BAD_WAIT),
+            ("LOCK %s 10 bogus=1", ERR_OPT_UNKNOWN),
+            ("TRYLOCK %s bogus=1", ERR_OPT_UNKNOWN),
+            ("LOCK %s shared shared", ERR_OPT_TWICE),
+            ("UNLOCK %s shared", ERR_TOO_MANY),
+        ]
+        for req, err in cases:
+            c.send(req % n + "\n")
+            self.assertEqual(c.line(), err, "request %r" % req)
+        self.ping(c)
+        self.assert_free(n)                     # nothing was locked
 
 
 # ======================================================= restart, signals
