@@ -374,6 +374,10 @@ static void handle_request(struct conn *c, const struct proto_req *req)
         else
             reply_err(c, PROTO_ERR_NOT_HELD, "this connection does not hold that lock");
         break;
+    case PROTO_CMD_RENEW:
+        /* Parsed already; leases are not implemented in the daemon yet. */
+        reply_err(c, PROTO_ERR_BAD_COMMAND, "not supported yet");
+        break;
     case PROTO_CMD_STATUS:
         /* The backend may have to ask around (ZooKeeper); later lines wait. */
         c->query = be->ops->query(be->impl, name, &now, conn_on_queue_info, c);

@@ -39,7 +39,7 @@ static const char *const err_codes[PROTO_ERR_COUNT] = {
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
-enum opt { OPT_SHARED, OPT_LIMIT, OPT_COUNT };
+enum opt { OPT_SHARED, OPT_LIMIT, OPT_TTL, OPT_COUNT };
 
 /* Options of PROTO_ARG_OPTIONS: a bare word, or word=<n> with n in min..max. */
 static const struct opt_def {
@@ -50,7 +50,13 @@ static const struct opt_def {
     [OPT_SHARED] = { "SHARED", 0, 0, NULL },
     [OPT_LIMIT]  = { "LIMIT", 1, PROTO_LIMIT_MAX,
                      "limit must be an integer from 1 to " STR(PROTO_LIMIT_MAX) },
+    /* Spelt out: STR() would keep the LL of PROTO_TTL_MAX (see the assertion below). */
+    [OPT_TTL]    = { "TTL", PROTO_TTL_MIN, PROTO_TTL_MAX,
+                     "ttl must be an integer from 100 to 86400000" },
 };
+
+_Static_assert(PROTO_TTL_MIN == 100 && PROTO_TTL_MAX == 86400000,
+               "the ttl messages spell out the bounds");
 
 struct token { const char *p; size_t len; };
 
@@ -120,6 +126,25 @@ static int64_t parse_wait(const struct token *t)
         v = v * 10 + (t->p[i] - '0');
     }
     return v <= PROTO_WAIT_MAX ? v : -1;
+}
+
+/* Decimal 0..UINT64_MAX, 1 to 20 digits only, into *v; returns -1 when not. */
+static int parse_token(const struct token *t, uint64_t *v)
+{
+    *v = 0;
+    if (t->len == 0 || t->len > 20)
+        return -1;
+    for (size_t i = 0; i < t->len; i++) {
+        unsigned d;
+
+        if (t->p[i] < '0' || t->p[i] > '9')
+            return -1;
+        d = (unsigned)(t->p[i] - '0');
+        if (*v > (UINT64_MAX - d) / 10)
+            return -1;  /* 18446744073709551616 and up */
+        *v = *v * 10 + d;
+    }
+    return 0;
 }
 
 static enum proto_parse_result fail(struct proto_req *req, enum proto_err err, const char *msg)
@@ -208,6 +233,9 @@ static enum proto_parse_result parse_option(const struct token *t, unsigned *see
         req->mode = opt == OPT_SHARED ? PROTO_MODE_SHARED : PROTO_MODE_LIMIT;
         req->limit = (unsigned)value;
         break;
+    case OPT_TTL:
+        req->ttl_ms = value;
+        break;
     case OPT_COUNT:
         break;          /* never: find_option() returns a row */
     }
@@ -218,6 +246,9 @@ static enum proto_parse_result parse_option(const struct token *t, unsigned *see
 static enum proto_parse_result parse_arg(enum proto_arg arg, const struct token *t,
                                          struct proto_req *req)
 {
+    uint64_t token;
+    int64_t ttl_ms;
+
     switch (arg) {
     case PROTO_ARG_NAME:
         if (!proto_name_valid(t->p, t->len))
@@ -230,6 +261,18 @@ static enum proto_parse_result parse_arg(enum proto_arg arg, const struct token 
         req->wait_ms = parse_wait(t);
         if (req->wait_ms < 0)
             return fail(req, PROTO_ERR_BAD_ARGS, "wait-ms must be an integer from 0 to 2147483647");
+        break;
+    case PROTO_ARG_TOKEN:
+        if (parse_token(t, &token) < 0)
+            return fail(req, PROTO_ERR_BAD_ARGS, "token must be an unsigned 64-bit integer");
+        req->token = token;
+        req->has_token = 1;
+        break;
+    case PROTO_ARG_TTL:
+        ttl_ms = parse_value(t->p, t->len, PROTO_TTL_MIN, PROTO_TTL_MAX);
+        if (ttl_ms < 0)
+            return fail(req, PROTO_ERR_BAD_ARGS, "ttl-ms must be an integer from 100 to 86400000");
+        req->ttl_ms = ttl_ms;
         break;
     case PROTO_ARG_END:
     case PROTO_ARG_OPTIONS:
@@ -265,7 +308,7 @@ enum proto_parse_result proto_parse(const char *line, size_t len, struct proto_r
     def = &cmd_defs[cmd];
 
     /*
-     * The shape first, then the arguments: "UNLOCK a/b c" and "LOCK a/b 1 2"
+     * The shape first, then the arguments: "UNLOCK a/b 1 2" and "LOCK a/b 1 2"
      * are too many arguments, not bad names. The tokens after the word are
      * positional arguments, then options; an optional positional argument
      * that is left off may be followed by options, so an option in its place

@@ -14,6 +14,8 @@
 #define PROTO_NAME_MAX 200            /* bytes in a lock name */
 #define PROTO_WAIT_MAX 2147483647LL   /* largest wait-ms accepted (~24.8 days) */
 #define PROTO_LIMIT_MAX 65535         /* largest n of the limit=<n> option */
+#define PROTO_TTL_MIN 100LL           /* bounds of ttl=<ms> and RENEW's ttl-ms: */
+#define PROTO_TTL_MAX 86400000LL      /*   0.1 s to 24 h */
 #define PROTO_LINE_DEFAULT 1024       /* default request line limit, bytes */
 #define PROTO_REPLY_MAX 512           /* enough for any single reply line */
 
@@ -27,7 +29,9 @@ enum proto_arg {
     PROTO_ARG_END,      /* ends a layout; unused entries are zero */
     PROTO_ARG_NAME,     /* a lock name (proto_name_valid) -> name, name_len */
     PROTO_ARG_WAIT,     /* wait-ms, digits only, 0..PROTO_WAIT_MAX -> wait_ms */
-    PROTO_ARG_OPTIONS,  /* last: then options, shared | limit=<n> -> mode, limit */
+    PROTO_ARG_TOKEN,    /* a token, digits only, 0..UINT64_MAX -> token, has_token */
+    PROTO_ARG_TTL,      /* ttl-ms, digits only, PROTO_TTL_MIN..MAX -> ttl_ms */
+    PROTO_ARG_OPTIONS,  /* last: then options, shared | limit=<n> | ttl=<ms> */
 };
 #define PROTO_ARGS_MAX 4                  /* entries in one layout */
 #define PROTO_ARGS(...) { __VA_ARGS__ }   /* a layout: PROTO_ARGS(PROTO_ARG_NAME, ...) */
@@ -39,12 +43,14 @@ enum proto_arg {
  */
 #define PROTO_COMMANDS(X)                                                          \
     X(LOCK,    "LOCK",    1, PROTO_ARGS(PROTO_ARG_NAME, PROTO_ARG_WAIT, PROTO_ARG_OPTIONS), \
-      "LOCK <name> [<wait-ms>] [shared|limit=<n>]",                                \
+      "LOCK <name> [<wait-ms>] [shared|limit=<n>] [ttl=<ms>]",                     \
       "take a lock, waiting up to wait-ms (default: for ever)")                   \
     X(TRYLOCK, "TRYLOCK", 1, PROTO_ARGS(PROTO_ARG_NAME, PROTO_ARG_OPTIONS),         \
-      "TRYLOCK <name> [shared|limit=<n>]", "take a lock only if it is free")      \
-    X(UNLOCK,  "UNLOCK",  1, PROTO_ARGS(PROTO_ARG_NAME),                            \
-      "UNLOCK <name>", "release a lock this connection holds")                    \
+      "TRYLOCK <name> [shared|limit=<n>] [ttl=<ms>]", "take a lock only if it is free") \
+    X(UNLOCK,  "UNLOCK",  1, PROTO_ARGS(PROTO_ARG_NAME, PROTO_ARG_TOKEN),           \
+      "UNLOCK <name> [<token>]", "release a lock this connection holds")          \
+    X(RENEW,   "RENEW",   3, PROTO_ARGS(PROTO_ARG_NAME, PROTO_ARG_TOKEN, PROTO_ARG_TTL), \
+      "RENEW <name> <token> <ttl-ms>", "extend a lease: it now ends ttl-ms from now") \
     X(PING,    "PING",    0, PROTO_NO_ARGS, "PING", "answer PONG")                 \
     X(QUIT,    "QUIT",    0, PROTO_NO_ARGS, "QUIT", "answer BYE and close the connection") \
     X(STATUS,  "STATUS",  1, PROTO_ARGS(PROTO_ARG_NAME), "STATUS <name>",           \
@@ -89,6 +95,9 @@ struct proto_req {
     int64_t wait_ms;      /* LOCK only: -1 = wait for ever, else 0..PROTO_WAIT_MAX */
     enum proto_mode mode; /* LOCK/TRYLOCK: EXCLUSIVE unless an option says otherwise */
     unsigned limit;       /* PROTO_MODE_LIMIT: 1..PROTO_LIMIT_MAX; otherwise 0 */
+    int64_t ttl_ms;       /* LOCK/TRYLOCK ttl=, RENEW's ttl-ms: 0 = none, else PROTO_TTL_MIN..MAX */
+    int has_token;        /* UNLOCK with a token, and RENEW: 1 */
+    uint64_t token;       /* valid when has_token */
     enum proto_err err;   /* valid when the parse result is PROTO_ERROR */
     const char *errmsg;   /* static string; valid when PROTO_ERROR */
 };
@@ -105,7 +114,7 @@ enum proto_parse_result proto_parse(const char *line, size_t len,
 int proto_name_valid(const char *name, size_t len);
 
 const char *proto_cmd_word(enum proto_cmd cmd);   /* "LOCK"; static */
-const char *proto_cmd_usage(enum proto_cmd cmd);  /* "TRYLOCK <name> [shared|limit=<n>]"; static */
+const char *proto_cmd_usage(enum proto_cmd cmd);  /* "UNLOCK <name> [<token>]"; static */
 const char *proto_cmd_help(enum proto_cmd cmd);   /* one line of explanation; static */
 const char *proto_err_code(enum proto_err err);   /* "BAD_NAME"; static */
 

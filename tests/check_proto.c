@@ -42,6 +42,9 @@
 #define MSG_BOTH "shared and limit= cannot be combined"
 #define MSG_LIMIT "limit must be an integer from 1 to 65535"
 #define MSG_WAIT "wait-ms must be an integer from 0 to 2147483647"
+#define MSG_TTL "ttl must be an integer from 100 to 86400000"
+#define MSG_TTL_MS "ttl-ms must be an integer from 100 to 86400000"
+#define MSG_TOKEN "token must be an unsigned 64-bit integer"
 
 /* A formatter call must return the length of `want` and write exactly it. */
 #define ck_fmt(call, want)                                             \
@@ -589,7 +592,7 @@ START_TEST(option_unknown)
     ck_error_msg("TRYLOCK a shared=1", PROTO_ERR_BAD_ARGS, MSG_UNKNOWN);
     ck_error_msg("TRYLOCK a sharedx", PROTO_ERR_BAD_ARGS, MSG_UNKNOWN);
     ck_error_msg("TRYLOCK a limits=2", PROTO_ERR_BAD_ARGS, MSG_UNKNOWN);
-    ck_error_msg("TRYLOCK a ttl=5", PROTO_ERR_BAD_ARGS, MSG_UNKNOWN);
+    ck_error_msg("TRYLOCK a ttl=5", PROTO_ERR_BAD_ARGS, MSG_TTL);   /* an option now */
     ck_error_msg("LOCK a 5 shared bogus", PROTO_ERR_BAD_ARGS, MSG_UNKNOWN);
 }
 END_TEST
@@ -673,14 +676,16 @@ START_TEST(options_not_taken)
     struct proto_req req;
 
     /* Commands without options answer as they did before options existed. */
-    ck_error_msg("UNLOCK a shared", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
-    ck_error_msg("UNLOCK a limit=2", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    /* UNLOCK's second argument is a token, so these are bad tokens. */
+    ck_error_msg("UNLOCK a shared", PROTO_ERR_BAD_ARGS, MSG_TOKEN);
+    ck_error_msg("UNLOCK a limit=2", PROTO_ERR_BAD_ARGS, MSG_TOKEN);
     ck_error_msg("STATUS a shared", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
     ck_error_msg("PING shared", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
     ck_error_msg("QUIT limit=1", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
     ck_error_msg("STATS shared", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
     ck_error_msg("HELP shared", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
-    ck_error_msg("UNLOCK a/b shared", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    ck_error("UNLOCK a/b shared", PROTO_ERR_BAD_NAME);    /* the shape fits: name first */
+    ck_error_msg("RENEW a 1 100 shared", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
     /* "shared" where the name goes is a name. */
     ck_request("UNLOCK shared", PROTO_CMD_UNLOCK);
     ck_name("shared");
@@ -732,6 +737,288 @@ START_TEST(options_reset_between_parses)
 }
 END_TEST
 
+/* ------------------------------------------------------------ leases */
+
+START_TEST(ttl_none_by_default)
+{
+    struct proto_req req;
+
+    ck_request("LOCK a", PROTO_CMD_LOCK);
+    ck_assert_int_eq(req.ttl_ms, 0);
+    ck_assert_int_eq(req.has_token, 0);
+    ck_request("LOCK a 5 shared", PROTO_CMD_LOCK);
+    ck_assert_int_eq(req.ttl_ms, 0);
+    ck_request("TRYLOCK a limit=2", PROTO_CMD_TRYLOCK);
+    ck_assert_int_eq(req.ttl_ms, 0);
+}
+END_TEST
+
+START_TEST(ttl_option)
+{
+    struct proto_req req;
+
+    ck_request("LOCK a ttl=30000", PROTO_CMD_LOCK);
+    ck_name("a");
+    ck_assert_int_eq(req.wait_ms, -1);           /* an option in wait-ms's place */
+    ck_assert_int_eq(req.mode, PROTO_MODE_EXCLUSIVE);
+    ck_assert_int_eq(req.ttl_ms, 30000);
+    ck_assert_int_eq(req.has_token, 0);
+    ck_request("LOCK a 0 ttl=500", PROTO_CMD_LOCK);
+    ck_assert_int_eq(req.wait_ms, 0);
+    ck_assert_int_eq(req.ttl_ms, 500);
+    ck_request("TRYLOCK jobs:42 ttl=1000", PROTO_CMD_TRYLOCK);
+    ck_name("jobs:42");
+    ck_assert_int_eq(req.ttl_ms, 1000);
+    ck_request("lock a TTL=200", PROTO_CMD_LOCK);
+    ck_assert_int_eq(req.ttl_ms, 200);
+    ck_request("TRYLOCK a Ttl=00300\r", PROTO_CMD_TRYLOCK);   /* digits only, like limit= */
+    ck_assert_int_eq(req.ttl_ms, 300);
+    /* "ttl" where the name goes is a name. */
+    ck_request("LOCK ttl ttl=100", PROTO_CMD_LOCK);
+    ck_name("ttl");
+    ck_assert_int_eq(req.ttl_ms, 100);
+}
+END_TEST
+
+START_TEST(ttl_bounds)
+{
+    struct proto_req req;
+
+    ck_error_msg("LOCK a ttl=99", PROTO_ERR_BAD_ARGS, MSG_TTL);
+    ck_request("LOCK a ttl=100", PROTO_CMD_LOCK);
+    ck_assert_int_eq(req.ttl_ms, PROTO_TTL_MIN);
+    ck_assert_int_eq(req.ttl_ms, 100);
+    ck_request("LOCK a ttl=86400000", PROTO_CMD_LOCK);
+    ck_assert_int_eq(req.ttl_ms, PROTO_TTL_MAX);
+    ck_assert_int_eq(req.ttl_ms, 86400000);
+    ck_error_msg("LOCK a ttl=86400001", PROTO_ERR_BAD_ARGS, MSG_TTL);
+    ck_error_msg("TRYLOCK a ttl=99", PROTO_ERR_BAD_ARGS, MSG_TTL);
+    ck_request("TRYLOCK a ttl=100", PROTO_CMD_TRYLOCK);
+    ck_assert_int_eq(req.ttl_ms, 100);
+    ck_request("TRYLOCK a ttl=86400000", PROTO_CMD_TRYLOCK);
+    ck_assert_int_eq(req.ttl_ms, 86400000);
+    ck_error_msg("TRYLOCK a ttl=86400001", PROTO_ERR_BAD_ARGS, MSG_TTL);
+    ck_error_msg("LOCK a ttl=0", PROTO_ERR_BAD_ARGS, MSG_TTL);
+    ck_error_msg("LOCK a ttl=4294967396", PROTO_ERR_BAD_ARGS, MSG_TTL);     /* 2^32 + 100 */
+    ck_error_msg("LOCK a ttl=18446744073709551716", PROTO_ERR_BAD_ARGS, MSG_TTL);
+    ck_error_msg("LOCK a ttl=99999999999999999999999999", PROTO_ERR_BAD_ARGS, MSG_TTL);
+}
+END_TEST
+
+START_TEST(ttl_malformed)
+{
+    struct proto_req req;
+
+    ck_error_msg("LOCK a ttl=", PROTO_ERR_BAD_ARGS, MSG_TTL);
+    ck_error_msg("LOCK a ttl", PROTO_ERR_BAD_ARGS, MSG_TTL);
+    ck_error_msg("LOCK a 5 ttl=", PROTO_ERR_BAD_ARGS, MSG_TTL);
+    ck_error_msg("TRYLOCK a ttl=", PROTO_ERR_BAD_ARGS, MSG_TTL);
+    ck_error_msg("LOCK a ttl=1e3", PROTO_ERR_BAD_ARGS, MSG_TTL);
+    ck_error_msg("LOCK a ttl=+100", PROTO_ERR_BAD_ARGS, MSG_TTL);
+    ck_error_msg("LOCK a ttl=-100", PROTO_ERR_BAD_ARGS, MSG_TTL);
+    ck_error_msg("LOCK a ttl=100ms", PROTO_ERR_BAD_ARGS, MSG_TTL);
+    ck_error_msg("LOCK a ttl=0x100", PROTO_ERR_BAD_ARGS, MSG_TTL);
+    ck_error_msg("LOCK a ttl=100.5", PROTO_ERR_BAD_ARGS, MSG_TTL);
+    ck_error_msg("LOCK a ttl==100", PROTO_ERR_BAD_ARGS, MSG_TTL);
+    ck_error_msg("LOCK a ttl= 100", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);  /* "100" is no option */
+    ck_error_msg("LOCK a ttls=100", PROTO_ERR_BAD_ARGS, MSG_WAIT);      /* no option: wait-ms */
+    ck_error_msg("LOCK a 5 ttls=100", PROTO_ERR_BAD_ARGS, MSG_UNKNOWN);
+    ck_error_msg("TRYLOCK a ttl=100\r\r", PROTO_ERR_BAD_ARGS, MSG_TTL);
+}
+END_TEST
+
+START_TEST(ttl_with_mode)
+{
+    struct proto_req req;
+
+    /* ttl= combines with shared or limit=, in either order. */
+    ck_request("LOCK a shared ttl=1000", PROTO_CMD_LOCK);
+    ck_assert_int_eq(req.mode, PROTO_MODE_SHARED);
+    ck_assert_int_eq(req.ttl_ms, 1000);
+    ck_request("LOCK a ttl=1000 shared", PROTO_CMD_LOCK);
+    ck_assert_int_eq(req.wait_ms, -1);
+    ck_assert_int_eq(req.mode, PROTO_MODE_SHARED);
+    ck_assert_int_eq(req.ttl_ms, 1000);
+    ck_request("LOCK a limit=3 ttl=2000", PROTO_CMD_LOCK);
+    ck_assert_int_eq(req.mode, PROTO_MODE_LIMIT);
+    ck_assert_uint_eq(req.limit, 3);
+    ck_assert_int_eq(req.ttl_ms, 2000);
+    ck_request("LOCK a ttl=2000 limit=3", PROTO_CMD_LOCK);
+    ck_assert_int_eq(req.mode, PROTO_MODE_LIMIT);
+    ck_assert_uint_eq(req.limit, 3);
+    ck_assert_int_eq(req.ttl_ms, 2000);
+    ck_request("LOCK a 250 ttl=100 shared", PROTO_CMD_LOCK);
+    ck_assert_int_eq(req.wait_ms, 250);
+    ck_assert_int_eq(req.mode, PROTO_MODE_SHARED);
+    ck_assert_int_eq(req.ttl_ms, 100);
+    ck_request("TRYLOCK a shared ttl=100", PROTO_CMD_TRYLOCK);
+    ck_assert_int_eq(req.mode, PROTO_MODE_SHARED);
+    ck_assert_int_eq(req.ttl_ms, 100);
+    ck_request("TRYLOCK a ttl=86400000 limit=65535", PROTO_CMD_TRYLOCK);
+    ck_assert_int_eq(req.mode, PROTO_MODE_LIMIT);
+    ck_assert_uint_eq(req.limit, 65535);
+    ck_assert_int_eq(req.ttl_ms, 86400000);
+    /* ttl= does not lift the rule that shared and limit= exclude each other. */
+    ck_error_msg("LOCK a shared ttl=100 limit=2", PROTO_ERR_BAD_ARGS, MSG_BOTH);
+    ck_error_msg("LOCK a ttl=100 limit=2 shared", PROTO_ERR_BAD_ARGS, MSG_BOTH);
+    /* Left to right: the first bad option is reported. */
+    ck_error_msg("LOCK a ttl=99 limit=0", PROTO_ERR_BAD_ARGS, MSG_TTL);
+    ck_error_msg("LOCK a limit=0 ttl=99", PROTO_ERR_BAD_ARGS, MSG_LIMIT);
+    ck_error_msg("LOCK a shared ttl=1 bogus", PROTO_ERR_BAD_ARGS, MSG_TTL);
+    ck_error_msg("LOCK a ttl=100 bogus", PROTO_ERR_BAD_ARGS, MSG_UNKNOWN);
+    /* Still at most 4 options, and a number after them is too many. */
+    ck_error_msg("LOCK a 5 shared ttl=100 x x x", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    ck_error_msg("LOCK a ttl=100 5", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+}
+END_TEST
+
+START_TEST(ttl_twice)
+{
+    struct proto_req req;
+
+    ck_error_msg("LOCK a ttl=100 ttl=100", PROTO_ERR_BAD_ARGS, MSG_TWICE);
+    ck_error_msg("LOCK a ttl=100 ttl=200", PROTO_ERR_BAD_ARGS, MSG_TWICE);
+    ck_error_msg("LOCK a ttl=100 ttl=5", PROTO_ERR_BAD_ARGS, MSG_TWICE);
+    ck_error_msg("TRYLOCK a ttl=100 shared TTL=100", PROTO_ERR_BAD_ARGS, MSG_TWICE);
+    ck_error_msg("LOCK a 5 limit=2 ttl=100 ttl=100", PROTO_ERR_BAD_ARGS, MSG_TWICE);
+}
+END_TEST
+
+START_TEST(unlock_token)
+{
+    struct proto_req req;
+
+    ck_request("UNLOCK a", PROTO_CMD_UNLOCK);
+    ck_assert_int_eq(req.has_token, 0);
+    ck_assert_uint_eq(req.token, 0);
+    ck_request("UNLOCK a 0", PROTO_CMD_UNLOCK);
+    ck_name("a");
+    ck_assert_int_eq(req.has_token, 1);
+    ck_assert_uint_eq(req.token, 0);
+    ck_request("UNLOCK backup 1795315654736114539", PROTO_CMD_UNLOCK);
+    ck_name("backup");
+    ck_assert_int_eq(req.has_token, 1);
+    ck_assert_uint_eq(req.token, 1795315654736114539ULL);
+    ck_request("UNLOCK a 18446744073709551615", PROTO_CMD_UNLOCK);
+    ck_assert_int_eq(req.has_token, 1);
+    ck_assert_uint_eq(req.token, UINT64_MAX);
+    ck_request("UNLOCK a 00000000000000000042", PROTO_CMD_UNLOCK);     /* 20 digits */
+    ck_assert_uint_eq(req.token, 42);
+    ck_request("unlock a\t7\r", PROTO_CMD_UNLOCK);
+    ck_assert_uint_eq(req.token, 7);
+    ck_assert_int_eq(req.ttl_ms, 0);
+    ck_assert_int_eq(req.wait_ms, -1);
+}
+END_TEST
+
+START_TEST(unlock_token_bad)
+{
+    struct proto_req req;
+
+    ck_error_msg("UNLOCK a 18446744073709551616", PROTO_ERR_BAD_ARGS, MSG_TOKEN);  /* 2^64 */
+    ck_error_msg("UNLOCK a 18446744073709551619", PROTO_ERR_BAD_ARGS, MSG_TOKEN);
+    ck_error_msg("UNLOCK a 99999999999999999999", PROTO_ERR_BAD_ARGS, MSG_TOKEN);  /* 20 digits */
+    ck_error_msg("UNLOCK a 000000000000000000042", PROTO_ERR_BAD_ARGS, MSG_TOKEN); /* 21 digits */
+    ck_error_msg("UNLOCK a 100000000000000000000", PROTO_ERR_BAD_ARGS, MSG_TOKEN);
+    ck_error_msg("UNLOCK a b", PROTO_ERR_BAD_ARGS, MSG_TOKEN);
+    ck_error_msg("UNLOCK a -1", PROTO_ERR_BAD_ARGS, MSG_TOKEN);
+    ck_error_msg("UNLOCK a +1", PROTO_ERR_BAD_ARGS, MSG_TOKEN);
+    ck_error_msg("UNLOCK a 1x", PROTO_ERR_BAD_ARGS, MSG_TOKEN);
+    ck_error_msg("UNLOCK a 0x10", PROTO_ERR_BAD_ARGS, MSG_TOKEN);
+    ck_error_msg("UNLOCK a 1.0", PROTO_ERR_BAD_ARGS, MSG_TOKEN);
+    ck_error_msg("UNLOCK a 1\0", PROTO_ERR_BAD_ARGS, MSG_TOKEN);
+    ck_error_msg("UNLOCK a 1\r\r", PROTO_ERR_BAD_ARGS, MSG_TOKEN);
+    /* Still too many beyond the token, checked before the arguments. */
+    ck_error_msg("UNLOCK a b c", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    ck_error_msg("UNLOCK a 1 2", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    ck_error_msg("UNLOCK a/b 1 2", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    ck_error_msg("UNLOCK a 1 shared", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    /* Left to right: the name first. */
+    ck_error("UNLOCK a/b 5", PROTO_ERR_BAD_NAME);
+    ck_error("UNLOCK a/b x", PROTO_ERR_BAD_NAME);
+}
+END_TEST
+
+START_TEST(renew)
+{
+    struct proto_req req;
+
+    ck_request("RENEW a 5 100", PROTO_CMD_RENEW);
+    ck_name("a");
+    ck_assert_int_eq(req.has_token, 1);
+    ck_assert_uint_eq(req.token, 5);
+    ck_assert_int_eq(req.ttl_ms, 100);
+    ck_assert_int_eq(req.wait_ms, -1);
+    ck_assert_int_eq(req.mode, PROTO_MODE_EXCLUSIVE);
+    ck_request("RENEW jobs:42 0 86400000", PROTO_CMD_RENEW);
+    ck_name("jobs:42");
+    ck_assert_uint_eq(req.token, 0);
+    ck_assert_int_eq(req.ttl_ms, 86400000);
+    ck_request("RENEW a 18446744073709551615 30000\r", PROTO_CMD_RENEW);
+    ck_assert_uint_eq(req.token, UINT64_MAX);
+    ck_assert_int_eq(req.ttl_ms, 30000);
+    ck_request("renew a 1 100", PROTO_CMD_RENEW);
+    ck_request("ReNeW\ta \t1\t 0100 ", PROTO_CMD_RENEW);
+    ck_assert_int_eq(req.ttl_ms, 100);
+}
+END_TEST
+
+START_TEST(renew_bad)
+{
+    struct proto_req req;
+
+    ck_error_msg("RENEW", PROTO_ERR_BAD_ARGS, "missing argument");
+    ck_error_msg("RENEW a", PROTO_ERR_BAD_ARGS, "missing argument");
+    ck_error_msg("RENEW a 5", PROTO_ERR_BAD_ARGS, "missing argument");
+    ck_error_msg("RENEW a/b 5", PROTO_ERR_BAD_ARGS, "missing argument");  /* shape first */
+    ck_error_msg("RENEW a 5 100 200", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    ck_error_msg("RENEW a/b 5 100 200", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    ck_error("RENEW a/b 5 100", PROTO_ERR_BAD_NAME);
+    ck_error("RENEW . x 1", PROTO_ERR_BAD_NAME);
+    ck_error_msg("RENEW a x 100", PROTO_ERR_BAD_ARGS, MSG_TOKEN);
+    ck_error_msg("RENEW a x 99", PROTO_ERR_BAD_ARGS, MSG_TOKEN);          /* left to right */
+    ck_error_msg("RENEW a -5 100", PROTO_ERR_BAD_ARGS, MSG_TOKEN);
+    ck_error_msg("RENEW a 18446744073709551616 100", PROTO_ERR_BAD_ARGS, MSG_TOKEN);
+    ck_error_msg("RENEW a 000000000000000000005 100", PROTO_ERR_BAD_ARGS, MSG_TOKEN);
+    ck_error_msg("RENEW a 5 99", PROTO_ERR_BAD_ARGS, MSG_TTL_MS);
+    ck_error_msg("RENEW a 5 0", PROTO_ERR_BAD_ARGS, MSG_TTL_MS);
+    ck_error_msg("RENEW a 5 86400001", PROTO_ERR_BAD_ARGS, MSG_TTL_MS);
+    ck_error_msg("RENEW a 5 99999999999999999999999", PROTO_ERR_BAD_ARGS, MSG_TTL_MS);
+    ck_error_msg("RENEW a 5 1e3", PROTO_ERR_BAD_ARGS, MSG_TTL_MS);
+    ck_error_msg("RENEW a 5 +100", PROTO_ERR_BAD_ARGS, MSG_TTL_MS);
+    ck_error_msg("RENEW a 5 ttl=100", PROTO_ERR_BAD_ARGS, MSG_TTL_MS);    /* no options */
+    ck_error_msg("RENEW a 5 shared", PROTO_ERR_BAD_ARGS, MSG_TTL_MS);
+    ck_error_msg("RENEW a 5 100 shared", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    ck_error_msg("RENEW a 5 100 ttl=100", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    ck_error("RENEWS a 5 100", PROTO_ERR_BAD_COMMAND);
+    ck_error("RENE a 5 100", PROTO_ERR_BAD_COMMAND);
+}
+END_TEST
+
+START_TEST(lease_fields_reset_between_parses)
+{
+    struct proto_req req;
+
+    ck_request("RENEW a 5 1000", PROTO_CMD_RENEW);
+    ck_request("UNLOCK a", PROTO_CMD_UNLOCK);
+    ck_assert_int_eq(req.has_token, 0);
+    ck_assert_uint_eq(req.token, 0);
+    ck_assert_int_eq(req.ttl_ms, 0);
+    ck_request("LOCK a ttl=500", PROTO_CMD_LOCK);
+    ck_request("LOCK a", PROTO_CMD_LOCK);
+    ck_assert_int_eq(req.ttl_ms, 0);
+    ck_request("UNLOCK a 9", PROTO_CMD_UNLOCK);
+    ck_request("TRYLOCK a", PROTO_CMD_TRYLOCK);
+    ck_assert_int_eq(req.has_token, 0);
+    ck_assert_uint_eq(req.token, 0);
+    /* A token or ttl-ms that fails is not stored. */
+    ck_error("UNLOCK a 18446744073709551616", PROTO_ERR_BAD_ARGS);
+    ck_assert_int_eq(req.has_token, 0);
+    ck_error("RENEW a 5 99", PROTO_ERR_BAD_ARGS);
+    ck_assert_int_eq(req.ttl_ms, 0);
+}
+END_TEST
+
 /* ------------------------------------------------------------ tables */
 
 START_TEST(cmd_words)
@@ -739,6 +1026,7 @@ START_TEST(cmd_words)
     ck_assert_str_eq(proto_cmd_word(PROTO_CMD_LOCK), "LOCK");
     ck_assert_str_eq(proto_cmd_word(PROTO_CMD_TRYLOCK), "TRYLOCK");
     ck_assert_str_eq(proto_cmd_word(PROTO_CMD_UNLOCK), "UNLOCK");
+    ck_assert_str_eq(proto_cmd_word(PROTO_CMD_RENEW), "RENEW");
     ck_assert_str_eq(proto_cmd_word(PROTO_CMD_PING), "PING");
     ck_assert_str_eq(proto_cmd_word(PROTO_CMD_QUIT), "QUIT");
     ck_assert_str_eq(proto_cmd_word(PROTO_CMD_STATS), "STATS");
@@ -749,8 +1037,16 @@ END_TEST
 
 START_TEST(cmd_usage_and_help)
 {
-    ck_assert_str_eq(proto_cmd_usage(PROTO_CMD_LOCK), "LOCK <name> [<wait-ms>] [shared|limit=<n>]");
-    ck_assert_str_eq(proto_cmd_usage(PROTO_CMD_TRYLOCK), "TRYLOCK <name> [shared|limit=<n>]");
+    ck_assert_str_eq(proto_cmd_usage(PROTO_CMD_LOCK),
+                     "LOCK <name> [<wait-ms>] [shared|limit=<n>] [ttl=<ms>]");
+    ck_assert_str_eq(proto_cmd_usage(PROTO_CMD_TRYLOCK),
+                     "TRYLOCK <name> [shared|limit=<n>] [ttl=<ms>]");
+    ck_assert_str_eq(proto_cmd_usage(PROTO_CMD_UNLOCK), "UNLOCK <name> [<token>]");
+    ck_assert_str_eq(proto_cmd_usage(PROTO_CMD_RENEW), "RENEW <name> <token> <ttl-ms>");
+    ck_assert_str_eq(proto_cmd_help(PROTO_CMD_RENEW),
+                     "extend a lease: it now ends ttl-ms from now");
+    /* HELP lists RENEW right after UNLOCK. */
+    ck_assert_int_eq(PROTO_CMD_RENEW, PROTO_CMD_UNLOCK + 1);
     ck_assert_str_eq(proto_cmd_usage(PROTO_CMD_PING), "PING");
     ck_assert_str_eq(proto_cmd_usage(PROTO_CMD_COUNT), "?");
     ck_assert_str_eq(proto_cmd_help(PROTO_CMD_COUNT), "?");
@@ -768,7 +1064,7 @@ START_TEST(cmd_words_parse_back)
 {
     /* Every word in the table parses as its own command, with its minimum
      * number of arguments. */
-    static const char *const args[] = { "", " x", " x 1" };
+    static const char *const args[] = { "", " x", " x 1", " x 1 100" };
     static const unsigned min_args[PROTO_CMD_COUNT] = {
 #define X(id, word, mina, maxa, usage, help) [PROTO_CMD_##id] = mina,
         PROTO_COMMANDS(X)
@@ -957,6 +1253,20 @@ static Suite *proto_suite(void)
     tcase_add_test(tc, options_not_taken);
     tcase_add_test(tc, options_bounded);
     tcase_add_test(tc, options_reset_between_parses);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("leases");
+    tcase_add_test(tc, ttl_none_by_default);
+    tcase_add_test(tc, ttl_option);
+    tcase_add_test(tc, ttl_bounds);
+    tcase_add_test(tc, ttl_malformed);
+    tcase_add_test(tc, ttl_with_mode);
+    tcase_add_test(tc, ttl_twice);
+    tcase_add_test(tc, unlock_token);
+    tcase_add_test(tc, unlock_token_bad);
+    tcase_add_test(tc, renew);
+    tcase_add_test(tc, renew_bad);
+    tcase_add_test(tc, lease_fields_reset_between_parses);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("tables");

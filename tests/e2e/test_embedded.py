@@ -587,7 +587,7 @@ class ErrorTests(SharedDaemonCase):
     def test_bad_args_too_many(self):
         c = self.connect()
         n = self.name()
-        for req in ("PING x", "QUIT now", "TRYLOCK %s 10" % n, "UNLOCK %s %s" % (n, n),
+        for req in ("PING x", "QUIT now", "TRYLOCK %s 10" % n, "UNLOCK %s %s %s" % (n, n, n),
                     "LOCK %s 1 2" % n, "LOCK %s 1 2 3 4 5 6" % n, "PING a b c d e"):
             self.expect_error(c, req, ERR_TOO_MANY)
         # "QUIT now" did not close, and nothing was locked.
@@ -953,9 +953,9 @@ class AdminTests(Case):
         c.send("help\n")
         lines = read_block(c)
         words = [re.match(r"HELP (\S+)", l).group(1) for l in lines]
-        self.assertEqual(words, ["LOCK", "TRYLOCK", "UNLOCK", "PING", "QUIT", "STATUS",
+        self.assertEqual(words, ["LOCK", "TRYLOCK", "UNLOCK", "RENEW", "PING", "QUIT", "STATUS",
                                  "STATS", "HELP"])
-        self.assertIn("HELP LOCK <name> [<wait-ms>] [shared|limit=<n>] - ", lines[0])
+        self.assertIn("HELP LOCK <name> [<wait-ms>] [shared|limit=<n>] [ttl=<ms>] - ", lines[0])
         self.ping(c)                                  # still usable, in order
 
     def test_stats_counts_what_happened(self):
