@@ -188,6 +188,9 @@ static const struct setting rows[] = {
     /* bounds table memory to ~max_clients * 256 holds */
     { "server", "max_locks_per_client", UINT(max_locks_per_client), "256", 1, 1000000,
       ON_SIGHUP, "locks one connection may hold or wait for at once" },
+    /* a lease costs well under 1 KB: ~10 MB at most */
+    { "server", "max_leases", UINT(max_leases), "10000", 1, 1000000, ON_SIGHUP,
+      "leases (LOCK ... ttl=) held or awaited through this daemon, all clients together" },
     { "zookeeper", "hosts", ZK_HOSTS(zk_hosts), "", 0, 0, RESTART_ZK,
       "ZooKeeper ensemble, host:port[,host:port...]; empty: embedded mode" },
     { "zookeeper", "root", ZK_ROOT(zk_root), "/lockbroker", 0, 0, RESTART_ZK,
@@ -195,6 +198,10 @@ static const struct setting rows[] = {
     /* a dead daemon's locks go within ~10 s */
     { "zookeeper", "session_timeout_ms", UINT(zk_session_timeout_ms), "10000", 1000, 600000,
       RESTART_ZK, "session timeout asked of ZooKeeper, in ms" },
+    /* NTP keeps clocks within milliseconds; a second covers a VM's hiccups */
+    { "zookeeper", "lease_skew_ms", UINT(zk_lease_skew_ms), "1000", 0, 3600000, RESTART_ZK,
+      "how far daemons' clocks may disagree: a lease is removed by another daemon only "
+      "this long after its end" },
 };
 
 #define NROWS (sizeof(rows) / sizeof(rows[0]))

@@ -25,10 +25,12 @@ struct settings {
     unsigned max_clients;       /* connections served at once; more are refused */
     unsigned max_line;          /* longest request line in bytes, LF excluded */
     unsigned max_locks_per_client; /* locks held plus awaited by one connection */
+    unsigned max_leases;        /* leases held or awaited through this daemon, all clients */
     /* [zookeeper] */
     char *zk_hosts;             /* "host:port,..." or NULL for embedded mode; malloc'd */
     char *zk_root;              /* znode prefix, "/lockbroker"; malloc'd, never NULL */
     unsigned zk_session_timeout_ms; /* requested; the server may negotiate another */
+    unsigned zk_lease_skew_ms;  /* how far apart daemons' clocks may be, for lease ends */
     /* [log] */
     enum log_level log_level;
 };

@@ -46,6 +46,10 @@ struct backend_query;
 /* Runs exactly once for a pending query, unless it was cancelled first. */
 typedef void (*backend_query_cb)(void *arg, const struct backend_queue_info *info);
 
+struct backend_lease_op;
+/* Answer to a pending lease_op: LOCKS_RELEASED (done) or LOCKS_NOT_HELD. */
+typedef void (*backend_lease_cb)(void *arg, enum locks_result r);
+
 /* Receives one statistic: name (lower case, no prefix) and its value. */
 typedef void (*backend_stat_fn)(void *cookie, const char *name, const char *value);
 
@@ -72,6 +76,21 @@ struct backend_ops {
                                    backend_query_cb cb, void *arg);
     /* The query's answer is no longer wanted; cb will not run. */
     void (*query_cancel)(void *impl, struct backend_query *q);
+    /*
+     * Leases (lease.h). ends_leases: the backend ends each lease at its ttl
+     * itself and every renewal goes through lease_op (distributed mode,
+     * where any daemon may renew or end a lease); false: lease.c's timers
+     * end them. lease_op releases (ttl_ms 0) or renews for ttl_ms the lease
+     * of name with token that lease.c does not hold here. It answers
+     * LOCKS_RELEASED or LOCKS_NOT_HELD at once, or LOCKS_WAITING with
+     * *pending set and later, exactly once unless cancelled, through cb.
+     */
+    bool ends_leases;
+    enum locks_result (*lease_op)(void *impl, const char *name, uint64_t token, int64_t ttl_ms,
+                                  backend_lease_cb cb, void *arg,
+                                  struct backend_lease_op **pending);
+    /* The lease_op's answer is no longer wanted; cb will not run. */
+    void (*lease_op_cancel)(void *impl, struct backend_lease_op *op);
     /* Frees the backend; ends its session (and so its holds) first. */
     void (*free)(void *impl);
 };

@@ -52,6 +52,16 @@ static struct backend_query *embedded_query(void *impl, const char *name,
 
 static void embedded_query_cancel(void *impl, struct backend_query *q) { }
 
+/* Every lease lives in lease.c: one it does not know is not held. */
+static enum locks_result embedded_lease_op(void *impl, const char *name, uint64_t token,
+                                           int64_t ttl_ms, backend_lease_cb cb, void *arg,
+                                           struct backend_lease_op **pending)
+{
+    return LOCKS_NOT_HELD;
+}
+
+static void embedded_lease_op_cancel(void *impl, struct backend_lease_op *op) { }
+
 static void embedded_free(void *impl)
 {
     free(impl);
@@ -66,6 +76,9 @@ static const struct backend_ops embedded_ops = {
     .stats = embedded_stats,
     .query = embedded_query,
     .query_cancel = embedded_query_cancel,
+    .ends_leases = false,
+    .lease_op = embedded_lease_op,
+    .lease_op_cancel = embedded_lease_op_cancel,
     .free = embedded_free,
 };
 

@@ -22,6 +22,7 @@
 #include "backend.h"
 #include "locks.h"
 #include "log.h"
+#include "lease.h"
 #include "proto.h"
 #include "server.h"
 #include "settings.h"
@@ -50,9 +51,11 @@ struct conn {
     struct bufferevent *bev;       /* owned; closes the fd */
     struct lock_owner owner;       /* this client's holds, managed by the lock table */
     enum conn_state state;         /* change only through conn_set_state() */
-    enum proto_cmd waiting_cmd;    /* LOCK, TRYLOCK or STATUS, valid in CONN_WAITING */
+    enum proto_cmd waiting_cmd;    /* LOCK, TRYLOCK, UNLOCK, RENEW or STATUS, in CONN_WAITING */
     struct backend_query *query;   /* STATUS: the backend's answer pending, or NULL */
-    char status_name[PROTO_NAME_MAX + 1]; /* the name that query is about */
+    struct lease *lease;           /* LOCK ... ttl=: the lease being acquired, or NULL */
+    struct backend_lease_op *lease_op; /* UNLOCK/RENEW by token: the answer pending, or NULL */
+    char status_name[PROTO_NAME_MAX + 1]; /* the name that query or lease_op is about */
     struct event *linger_timer;    /* owned; armed in CONN_LINGER */
     struct event *hangup;          /* owned; EV_CLOSED, armed in CONN_WAITING (may be NULL) */
     uint64_t id;
@@ -142,10 +145,28 @@ static void reply_word(struct conn *c, const char *word, const char *name, size_
     conn_write(c, buf, proto_fmt_word_name(buf, sizeof(buf), word, name, len));
 }
 
+/* Cancels what the connection waits for and releases what it holds (not
+ * its leases, which belong to no connection). */
+static void conn_release_all(struct conn *c)
+{
+    struct backend *be = c->srv->backend;
+
+    if (c->query)
+        be->ops->query_cancel(be->impl, c->query);
+    c->query = NULL;
+    if (c->lease)
+        leases_cancel(c->srv->leases, c->lease);
+    c->lease = NULL;
+    if (c->lease_op)
+        leases_op_cancel(c->srv->leases, c->lease_op);
+    c->lease_op = NULL;
+    locks_owner_release_all(c->srv->locks, &c->owner);
+}
+
 /* Releases everything and queues the last reply; conn_on_write closes. */
 static void conn_begin_close(struct conn *c)
 {
-    locks_owner_release_all(c->srv->locks, &c->owner);
+    conn_release_all(c);
     conn_set_state(c, CONN_CLOSING);
     /* The last reply may have gone out directly: no write will call back. */
     if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
@@ -233,6 +254,7 @@ static void reply_stats(struct conn *c)
     struct evbuffer *out = bufferevent_get_output(c->bev);
     const struct server *srv = c->srv;
     struct locks_stats ls;
+    struct leases_stats lst;
 
     locks_get_stats(srv->locks, &ls);
     evbuffer_add_printf(out, "STAT version %s\n", PACKAGE_VERSION);
@@ -260,6 +282,11 @@ static void reply_stats(struct conn *c)
         evbuffer_add_printf(out, "STAT cmd_%s %llu\n", word,
                             (unsigned long long)srv->stats.cmds[i]);
     }
+    leases_get_stats(srv->leases, &lst);
+    evbuffer_add_printf(out, "STAT leases %llu\n", (unsigned long long)lst.current);
+    evbuffer_add_printf(out, "STAT leases_granted %llu\n", (unsigned long long)lst.granted);
+    evbuffer_add_printf(out, "STAT leases_released %llu\n", (unsigned long long)lst.released);
+    evbuffer_add_printf(out, "STAT leases_expired %llu\n", (unsigned long long)lst.expired);
     srv->backend->ops->stats(srv->backend->impl, add_backend_stat, out);
     evbuffer_add(out, "END\n", 4);
 }
@@ -313,6 +340,35 @@ static void conn_resume(struct conn *c)
     bufferevent_trigger(c->bev, EV_READ, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
 }
 
+/* UNLOCK <name> <token> of a lease, or RENEW. */
+static void reply_lease_op(struct conn *c, const char *name, enum locks_result r)
+{
+    switch (r) {
+    case LOCKS_RELEASED:
+        reply_word(c, "OK", name, strlen(name));
+        break;
+    case LOCKS_NOT_HELD:
+        reply_err(c, PROTO_ERR_NOT_HELD, "no lease of that name with that token: the token "
+                  "is wrong, or the lease ended");
+        break;
+    case LOCKS_UNAVAILABLE:
+        reply_err(c, PROTO_ERR_UNAVAILABLE, "the lock service is not reachable; retry later");
+        break;
+    default:
+        reply_err(c, PROTO_ERR_INTERNAL, "out of memory");
+        break;
+    }
+}
+
+static void conn_on_lease_op(void *arg, enum locks_result r)
+{
+    struct conn *c = arg;
+
+    c->lease_op = NULL;
+    reply_lease_op(c, c->status_name, r);
+    conn_resume(c);
+}
+
 static void conn_on_queue_info(void *arg, const struct backend_queue_info *info)
 {
     struct conn *c = arg;
@@ -340,6 +396,7 @@ static void handle_request(struct conn *c, const struct proto_req *req)
     struct lock_req lreq;
     enum locks_result r;
     uint64_t token = 0;
+    char text[96];
 
     c->srv->stats.cmds[req->cmd]++;
     memcpy(name, req->name ? req->name : "", req->name_len);
@@ -360,23 +417,44 @@ static void handle_request(struct conn *c, const struct proto_req *req)
         lreq.limit = req->limit;
         lreq.wait_ms = req->wait_ms;
         lreq.try = req->cmd == PROTO_CMD_TRYLOCK;
-        r = locks_lock(c->srv->locks, &c->owner, name, &lreq, &token);
+        lreq.ttl_ms = req->ttl_ms;
+        if (lreq.ttl_ms > 0)
+            r = leases_lock(c->srv->leases, &c->owner, name, &lreq, &token, &c->lease);
+        else
+            r = locks_lock(c->srv->locks, &c->owner, name, &lreq, &token);
         if (r == LOCKS_WAITING) {
             c->waiting_cmd = req->cmd;
             conn_set_state(c, CONN_WAITING);
+        } else if (r == LOCKS_LIMIT && lreq.ttl_ms > 0) {
+            snprintf(text, sizeof(text), "%u leases are held or awaited through this daemon",
+                     c->srv->settings->max_leases);
+            reply_err(c, PROTO_ERR_LIMIT, text);
         } else {
             reply_lock_result(c, req->cmd, name, r, token, true);
         }
         break;
     case PROTO_CMD_UNLOCK:
-        if (locks_unlock(c->srv->locks, &c->owner, name) == LOCKS_RELEASED)
-            reply_word(c, "OK", name, req->name_len);
-        else
-            reply_err(c, PROTO_ERR_NOT_HELD, "this connection does not hold that lock");
-        break;
+        /* With a token: this connection's own hold with that token, or a lease. */
+        if (!req->has_token || (locks_owner_token(c->srv->locks, &c->owner, name, &token) &&
+                                token == req->token)) {
+            if (locks_unlock(c->srv->locks, &c->owner, name) == LOCKS_RELEASED)
+                reply_word(c, "OK", name, req->name_len);
+            else
+                reply_err(c, PROTO_ERR_NOT_HELD, "this connection does not hold that lock");
+            break;
+        }
+        /* fall through */
     case PROTO_CMD_RENEW:
-        /* Parsed already; leases are not implemented in the daemon yet. */
-        reply_err(c, PROTO_ERR_BAD_COMMAND, "not supported yet");
+        r = leases_op(c->srv->leases, name, req->token,
+                      req->cmd == PROTO_CMD_RENEW ? req->ttl_ms : 0, conn_on_lease_op, c,
+                      &c->lease_op);
+        if (r == LOCKS_WAITING) {
+            memcpy(c->status_name, name, req->name_len + 1);
+            c->waiting_cmd = req->cmd;
+            conn_set_state(c, CONN_WAITING);
+        } else {
+            reply_lease_op(c, name, r);
+        }
         break;
     case PROTO_CMD_STATUS:
         /* The backend may have to ask around (ZooKeeper); later lines wait. */
@@ -457,6 +535,7 @@ static void conn_on_lock_done(struct lock_owner *o, const char *name, enum locks
                   state_names[c->state]);
         return;
     }
+    c->lease = NULL;     /* answered: a granted lease is on its own now */
     reply_lock_result(c, c->waiting_cmd, name, r, token, false);
     conn_resume(c);
 }
@@ -583,12 +662,9 @@ void conn_settings_changed(struct server *srv)
 
 void conn_free(struct conn *c)
 {
-    struct backend *be = c->srv->backend;
     unsigned held = c->owner.nholds;
 
-    if (c->query)
-        be->ops->query_cancel(be->impl, c->query);
-    locks_owner_release_all(c->srv->locks, &c->owner);
+    conn_release_all(c);
     log_debug("conn %llu (%s): closed, %u holds and waits released", (unsigned long long)c->id,
               c->peer, held);
     TAILQ_REMOVE(&c->srv->conns, c, link);

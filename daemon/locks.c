@@ -39,6 +39,7 @@ struct hold {
     enum lock_mode mode;
     unsigned weight;               /* share of a LOCK_LIMIT lock's limit; 1 today */
     bool try;                      /* TRYLOCK or LOCK ... 0: never waits behind others */
+    int64_t ttl_ms;                /* > 0: a lease's (the owner is a lease record) */
     uint32_t count;                /* re-entrant depth, >= 1 when HELD */
     uint64_t token;                /* valid when HELD */
     int64_t since_ms;              /* wall-clock time of the grant, valid when HELD */
@@ -272,7 +273,7 @@ static void hold_cancel(struct hold *h)
 
     if (h->state == HOLD_ACQUIRING) {
         if (!h->try && next && next->mode == h->mode && next->weight == h->weight &&
-            !t->closing) {
+            next->ttl_ms == h->ttl_ms && !t->closing) {
             /* The next waiter takes over the acquisition and its place in line. */
             hold_admit(next);
             TAILQ_REMOVE(&l->admitted, next, in_lock);
@@ -432,6 +433,7 @@ enum locks_result locks_lock(struct locks *t, struct lock_owner *o, const char *
     h->mode = req->mode;
     h->weight = 1;
     h->try = no_wait;
+    h->ttl_ms = req->ttl_ms;
     TAILQ_INSERT_TAIL(&l->waiters, h, in_lock);
     l->nwaiters++;
     TAILQ_INSERT_TAIL(&o->holds, h, in_owner);
@@ -442,6 +444,18 @@ enum locks_result locks_lock(struct locks *t, struct lock_owner *o, const char *
     if (r == LOCKS_WAITING)
         log_debug("lock %s: %s queued%s", name, o->desc, mode_suffix(req->mode));
     return r;
+}
+
+bool locks_owner_token(const struct locks *t, const struct lock_owner *o, const char *name,
+                       uint64_t *token)
+{
+    struct lock *l = lock_find(t, name);
+    struct hold *h = l ? owned_hold(l, o) : NULL;
+
+    if (!h || h->state != HOLD_HELD)
+        return false;
+    *token = h->token;
+    return true;
 }
 
 enum locks_result locks_unlock(struct locks *t, struct lock_owner *o, const char *name)
@@ -509,6 +523,7 @@ const char *hold_owner_desc(const struct hold *h) { return h->owner->desc; }
 enum lock_mode hold_mode(const struct hold *h) { return h->mode; }
 unsigned hold_limit(const struct hold *h) { return h->mode == LOCK_LIMIT ? h->lock->limit : 0; }
 bool hold_try(const struct hold *h) { return h->try; }
+int64_t hold_ttl_ms(const struct hold *h) { return h->ttl_ms; }
 void *hold_backend_data(const struct hold *h) { return h->backend_data; }
 void hold_set_backend_data(struct hold *h, void *p) { h->backend_data = p; }
 

@@ -41,6 +41,7 @@ struct lock_req {
     unsigned limit;       /* LOCK_LIMIT: 1..LOCK_LIMIT_MAX; otherwise 0 */
     int64_t wait_ms;      /* -1 waits for ever, 0 never waits, >0 waits that long */
     bool try;             /* TRYLOCK: busy rather than wait (also implied by wait_ms 0) */
+    int64_t ttl_ms;       /* > 0: a lease (see lease.h), ending ttl_ms after its grant */
 };
 
 enum locks_result {
@@ -111,6 +112,10 @@ const char *lock_mode_name(enum lock_mode m);
 enum locks_result locks_lock(struct locks *t, struct lock_owner *o, const char *name,
                              const struct lock_req *req, uint64_t *token);
 
+/* The token of o's granted hold of name: true and *token, or false. */
+bool locks_owner_token(const struct locks *t, const struct lock_owner *o, const char *name,
+                       uint64_t *token);
+
 /* Drops one hold of name by o: LOCKS_RELEASED or LOCKS_NOT_HELD. */
 enum locks_result locks_unlock(struct locks *t, struct lock_owner *o, const char *name);
 
@@ -145,6 +150,7 @@ const char *hold_owner_desc(const struct hold *h);    /* the owner's desc; borro
 enum lock_mode hold_mode(const struct hold *h);
 unsigned hold_limit(const struct hold *h);            /* LOCK_LIMIT only, else 0 */
 bool hold_try(const struct hold *h);                  /* answer busy rather than wait */
+int64_t hold_ttl_ms(const struct hold *h);            /* > 0: a lease's time to live */
 void *hold_backend_data(const struct hold *h);        /* the backend's slot, NULL at first */
 void hold_set_backend_data(struct hold *h, void *p);
 

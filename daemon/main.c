@@ -17,6 +17,7 @@
 
 #include "backend.h"
 #include "conn.h"
+#include "lease.h"
 #include "locks.h"
 #include "log.h"
 #include "server.h"
@@ -40,6 +41,7 @@ struct daemon {
     struct event_base *base;
     struct server srv;
     struct locks *locks;
+    struct leases *leases;
     char id[96];               /* server_make_daemon_id() */
 };
 
@@ -119,6 +121,7 @@ static void reload(struct daemon *d)
     log_set_level(d->s.log_level);
     raise_fd_limit(&d->s);
     locks_set_max_per_client(d->locks, d->s.max_locks_per_client);
+    leases_set_max(d->leases, d->s.max_leases);
     conn_settings_changed(&d->srv);
     settings_format_reloadable(&d->s, buf, sizeof(buf));
     log_info("reloaded: %s", buf);
@@ -194,11 +197,12 @@ int main(int argc, char **argv)
     }
     server_make_daemon_id(d.id, sizeof(d.id));
     backend = d.s.zk_hosts ? zk_backend_new(d.base, &d.s, d.id) : backend_embedded_new();
-    if (!backend || !(d.locks = locks_new(d.base, backend, d.s.max_locks_per_client))) {
+    if (!backend || !(d.locks = locks_new(d.base, backend, d.s.max_locks_per_client)) ||
+        !(d.leases = leases_new(d.base, d.locks, backend, d.s.max_leases))) {
         log_error("out of memory");
         goto out;
     }
-    if (server_start(&d.srv, d.base, &d.s, d.locks, backend, d.id) < 0)
+    if (server_start(&d.srv, d.base, &d.s, d.locks, d.leases, backend, d.id) < 0)
         goto out;
     started = true;
     for (int i = 0; i < 3; i++) {
@@ -232,6 +236,7 @@ out:
         if (sig_ev[i])
             event_free(sig_ev[i]);
     locks_free(d.locks);
+    leases_free(d.leases);
     if (backend)
         backend->ops->free(backend->impl);
     if (d.base)

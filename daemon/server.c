@@ -156,12 +156,14 @@ static int listen_unix(struct server *srv)
 }
 
 int server_start(struct server *srv, struct event_base *base, const struct settings *s,
-                 struct locks *locks, struct backend *backend, const char *daemon_id)
+                 struct locks *locks, struct leases *leases, struct backend *backend,
+                 const char *daemon_id)
 {
     memset(srv, 0, sizeof(*srv));
     srv->base = base;
     srv->settings = s;
     srv->locks = locks;
+    srv->leases = leases;
     srv->backend = backend;
     srv->daemon_id = daemon_id;
     srv->started = time(NULL);

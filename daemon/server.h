@@ -16,6 +16,7 @@ struct event_base;
 struct evconnlistener;
 struct settings;
 struct locks;
+struct leases;
 struct backend;
 struct conn;
 
@@ -30,6 +31,7 @@ struct server {
     struct event_base *base;           /* borrowed */
     const struct settings *settings;   /* borrowed */
     struct locks *locks;               /* borrowed */
+    struct leases *leases;             /* borrowed */
     struct backend *backend;           /* borrowed */
     struct evconnlistener *tcp;        /* owned; NULL once stopped */
     struct evconnlistener *unix_sock;  /* owned; NULL when not configured */
@@ -44,7 +46,8 @@ struct server {
 
 /* Binds the listeners. Returns 0, or -1 after logging why. */
 int server_start(struct server *srv, struct event_base *base, const struct settings *s,
-                 struct locks *locks, struct backend *backend, const char *daemon_id);
+                 struct locks *locks, struct leases *leases, struct backend *backend,
+                 const char *daemon_id);
 
 /* Writes "<host>-<pid>-<random hex>" into buf: unique for each run of a daemon. */
 void server_make_daemon_id(char *buf, size_t len);

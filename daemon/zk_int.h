@@ -54,6 +54,10 @@ struct zk {
     TAILQ_HEAD(, zcall) watches;       /* watch contexts registered with zh */
     uint64_t next_id;
     unsigned nzlocks;
+    /* zk_lease.c's bookkeeping */
+    void *lease_nodes;                 /* tsearch tree of tracked lease nodes by path */
+    bool swept;                        /* the start-up sweep ran */
+    uint64_t leases_removed;           /* expired lease nodes this daemon removed */
     uint64_t sessions, reconnects, outstanding;
     char daemon_id[96];                /* "<host>-<pid>-<random>", unique per daemon run */
     char root[256];
@@ -84,11 +88,29 @@ long long zk_seq_of(const char *child);
 struct zkind {
     enum lock_mode mode;
     unsigned limit;            /* LOCK_LIMIT only */
+    bool lease;                /* a lease's persistent node (tag ends in ".lease") */
 };
 struct zkind zk_kind_of(const char *child);
 /* Semaphores of one limit are one class, read/write locks the other:
  * requests of different classes never hold a name together. */
 bool zk_same_class(struct zkind a, struct zkind b);
+
+/* Wall-clock milliseconds since the epoch: what lease deadlines are in. */
+int64_t zk_now_ms(void);
+
+/* zk_lease.c: leases in ZooKeeper (see the comment there). */
+/* Makes sure the lease node at path is removed once it has expired
+ * (lease_skew_ms after its deadline), unless it is renewed or removed
+ * first. path is copied. */
+void zk_lease_track(struct zk *zk, const char *path);
+/* The backend op (backend.h): release or renew a lease by its token. */
+enum locks_result zk_lease_op(void *impl, const char *name, uint64_t token, int64_t ttl_ms,
+                              backend_lease_cb cb, void *arg, struct backend_lease_op **pending);
+void zk_lease_op_cancel(void *impl, struct backend_lease_op *op);
+/* A new session: look for expired leases under the root, once per daemon run. */
+void zk_lease_sweep(struct zk *zk);
+/* Frees the lease bookkeeping (the daemon is stopping). */
+void zk_lease_free_all(struct zk *zk);
 
 /* zk_query.c: the backend ops for STATUS (see backend.h). */
 struct backend_query *zk_query(void *impl, const char *name, struct backend_queue_info *now,

@@ -38,6 +38,10 @@ enum zl_step {
     ZL_WATCHING,   /* getData watch on our predecessor sent or set */
     ZL_HELD,       /* our node is first and the lock table has the grant */
     ZL_DELETING,   /* delete sent */
+    /* leases (see "leases" below) */
+    ZL_CONVERTING, /* our ephemeral node holds while a lease node replaces it */
+    ZL_CHECKING,   /* getData watch on our lease node sent */
+    ZL_LEASED,     /* our lease node exists and is watched; the table has the grant */
 };
 
 struct zlock {
@@ -53,6 +57,11 @@ struct zlock {
     bool data_stale;           /* the node's data names an owner that left (handover) */
     bool create_uncertain;     /* a create was sent and its reply lost */
     unsigned create_attempts;
+    int64_t ttl_ms;            /* > 0: the request is for a lease */
+    bool lease;                /* our node is (to be) a persistent lease node */
+    bool create_sent;          /* lease: its node is created once, never again */
+    bool granted;              /* lease: the table has the grant */
+    uint64_t ephemeral_id;     /* lease: the zlock whose node holds until ours exists */
     char *parent;              /* <root>/locks/<name>; malloc'd */
     char *node;                /* our node's full path once known; malloc'd */
 };
@@ -70,6 +79,7 @@ static void zl_start(struct zlock *zl);
 static void zl_list(struct zlock *zl);
 static void zl_list_watching(struct zlock *zl);
 static void zl_delete(struct zlock *zl);
+static void zl_lease_check(struct zlock *zl);
 
 /* ------------------------------------------------------------ bookkeeping */
 
@@ -93,6 +103,14 @@ static void zl_free(struct zlock *zl)
     struct zk *zk = zl->zk;
 
     log_debug("zk: request %llu on %s done", (unsigned long long)zl->id, zl->parent);
+    /* The conversion this lease zlock was for holds nothing any more. */
+    if (zl->ephemeral_id) {
+        struct zlock *eph = zl_find(zk, zl->ephemeral_id);
+        if (eph && eph->step == ZL_CONVERTING) {
+            eph->step = ZL_IDLE;
+            zk_arm_retry(zk);
+        }
+    }
     tdelete(zl, &zk->by_id, by_id);
     TAILQ_REMOVE(&zk->zlocks, zl, link);
     zk->nzlocks--;
@@ -257,14 +275,15 @@ long long zk_seq_of(const char *child)
 }
 
 /*
- * "<daemon>-<id>-<tag>-<seq>": tag "shared", "limit<n>" or "excl". Nodes
+ * "<daemon>-<id>-<tag>-<seq>": tag "shared", "limit<n>" or "excl", followed
+ * by ".lease" on a lease's persistent node. Nodes
  * of daemons older than lock modes have no tag (the field before the
  * sequence is their numeric id): they are exclusive, as is anything
  * unknown, which can only make this daemon wait longer, never grant more.
  */
 struct zkind zk_kind_of(const char *child)
 {
-    struct zkind k = { LOCK_EXCLUSIVE, 0 };
+    struct zkind k = { LOCK_EXCLUSIVE, 0, false };
     size_t len = strlen(child);
     const char *end, *tag;
     char *stop;
@@ -275,6 +294,10 @@ struct zkind zk_kind_of(const char *child)
     end = child + len - 11;
     for (tag = end; tag > child && tag[-1] != '-'; tag--)
         ;
+    if (end - tag > 6 && strncmp(end - 6, ".lease", 6) == 0) {
+        k.lease = true;
+        end -= 6;
+    }
     if (end - tag == 6 && strncmp(tag, "shared", 6) == 0) {
         k.mode = LOCK_SHARED;
     } else if (end - tag > 5 && strncmp(tag, "limit", 5) == 0 && tag[5] >= '1' &&
@@ -310,8 +333,13 @@ static void on_data_written(int rc, const struct Stat *stat, const void *data)
 /* "daemon=<id> client=<owner>": who a node is for, read by STATUS. */
 static void zl_format_data(const struct zlock *zl, char *buf, size_t len)
 {
-    snprintf(buf, len, "daemon=%s client=%s", zl->zk->daemon_id,
-             zl->hold ? hold_owner_desc(zl->hold) : "-");
+    int n = snprintf(buf, len, "daemon=%s client=%s", zl->zk->daemon_id,
+                     zl->hold ? hold_owner_desc(zl->hold) : "-");
+
+    /* A lease's end, as wall-clock ms: what any daemon may remove it by. */
+    if (zl->lease && n > 0 && (size_t)n < len)
+        snprintf(buf + n, len - (size_t)n, " deadline=%lld",
+                 (long long)(zk_now_ms() + zl->ttl_ms));
 }
 
 /*
@@ -418,15 +446,18 @@ static void on_created(int rc, const char *value, const void *data)
 static void zl_create(struct zlock *zl)
 {
     struct zk *zk = zl->zk;
-    char prefix[512], tag[16], data[256];
+    char prefix[512], data[256];
     struct zcall *c = zl_begin(zl, ZL_CREATING);
 
     if (!c)
         return;
+    char tag[24];
+
     if (zl->mode == LOCK_LIMIT)
-        snprintf(tag, sizeof(tag), "limit%u", zl->limit);
+        snprintf(tag, sizeof(tag), "limit%u%s", zl->limit, zl->lease ? ".lease" : "");
     else
-        snprintf(tag, sizeof(tag), "%s", zl->mode == LOCK_SHARED ? "shared" : "excl");
+        snprintf(tag, sizeof(tag), "%s%s", zl->mode == LOCK_SHARED ? "shared" : "excl",
+                 zl->lease ? ".lease" : "");
     /* The daemon id and request id make the node findable if the reply is
      * lost; the tag tells every daemon what the node asks for. */
     snprintf(prefix, sizeof(prefix), "%s/%s-%llu-%s-", zl->parent, zk->daemon_id,
@@ -434,9 +465,12 @@ static void zl_create(struct zlock *zl)
     zl->data_stale = false;
     zl_format_data(zl, data, sizeof(data));
     zl->create_attempts++;
+    zl->create_sent = true;
+    /* A lease outlives this daemon's session: its node is persistent. */
     zk_sent(zl, c,
             zoo_acreate(zk->zh, prefix, data, (int)strlen(data), &ZOO_OPEN_ACL_UNSAFE,
-                        ZOO_EPHEMERAL_SEQUENTIAL, on_created, c),
+                        zl->lease ? ZOO_PERSISTENT_SEQUENTIAL : ZOO_EPHEMERAL_SEQUENTIAL,
+                        on_created, c),
             "create");
 }
 
@@ -491,7 +525,9 @@ static void on_watch_event(zhandle_t *zh, int type, int state, const char *path,
         return;
     zl = zl_find(zk, w->id);
     TAILQ_REMOVE(&zk->watches, w, link);   /* a watch fires once */
-    if (zl && zl->gen == w->gen && zl->step == ZL_WATCHING) {
+    if (zl && zl->gen == w->gen && zl->step == ZL_LEASED) {
+        zl_lease_check(zl);  /* renewed, or gone */
+    } else if (zl && zl->gen == w->gen && zl->step == ZL_WATCHING) {
         log_debug("zk: %s changed; %s looks again", path, zl->node);
         /* A semaphore's waiter may be first now: that listing must watch. */
         if (zl->mode == LOCK_LIMIT)
@@ -535,28 +571,48 @@ static void zl_watch(struct zlock *zl, const char *predecessor)
 /* What one listing of the parent says about our node. */
 struct zview {
     bool found;                /* our node is among the children */
-    bool lowest_other_class;   /* the first node is of another class than ours */
+    bool first_other_class;    /* the first holder is of another class than ours */
     unsigned below;            /* nodes before ours */
     unsigned after;            /* nodes after ours */
+    unsigned leases_after;     /* lease nodes after ours */
     const char *pred;          /* the node just before ours, or NULL */
     const char *blocker;       /* the last node before ours that is not shared, or NULL */
+    const char *lease;         /* the first lease node, or NULL */
+    const char *lease_blocker; /* the first lease node that is not shared, or NULL */
 };
 
+/*
+ * Reads one listing of the parent. A lease node is a holder wherever it
+ * sits: it replaced an ephemeral node that was first in line when it was
+ * created (zl_convert), so waiters queued behind that one may come before
+ * it. Every lease node seen is handed to the janitor (zk_lease.c).
+ */
 static void zl_view(const struct zlock *zl, const struct String_vector *children,
                     struct zview *v)
 {
     const char *mine = basename_of(zl->node), *lowest = NULL;
     long long my_seq = zk_seq_of(mine), pred_seq = -1, blocker_seq = -1;
-    struct zkind me = { zl->mode, zl->limit };
+    struct zkind me = { zl->mode, zl->limit, false };
+    char path[512];
 
     memset(v, 0, sizeof(*v));
     /* Order by the sequence suffix alone: prefixes differ between daemons. */
     for (int i = 0; i < children->count; i++) {
         const char *child = children->data[i];
         long long seq = zk_seq_of(child);
+        struct zkind k = zk_kind_of(child);
 
         if (!lowest || seq < zk_seq_of(lowest))
             lowest = child;
+        if (k.lease && strcmp(child, mine) != 0) {
+            if (!v->lease || seq < zk_seq_of(v->lease))
+                v->lease = child;
+            if (k.mode != LOCK_SHARED && (!v->lease_blocker || seq < zk_seq_of(v->lease_blocker)))
+                v->lease_blocker = child;
+            v->leases_after += seq > my_seq;
+            snprintf(path, sizeof(path), "%s/%s", zl->parent, child);
+            zk_lease_track(zl->zk, path);
+        }
         if (strcmp(child, mine) == 0) {
             v->found = true;
         } else if (seq > my_seq) {
@@ -567,43 +623,50 @@ static void zl_view(const struct zlock *zl, const struct String_vector *children
                 pred_seq = seq;
                 v->pred = child;
             }
-            if (seq > blocker_seq && zk_kind_of(child).mode != LOCK_SHARED) {
+            if (seq > blocker_seq && k.mode != LOCK_SHARED) {
                 blocker_seq = seq;
                 v->blocker = child;
             }
         }
     }
-    v->lowest_other_class = lowest && strcmp(lowest, mine) != 0 &&
-                            !zk_same_class(zk_kind_of(lowest), me);
+    /* The class of the name is its first holder's: a lease if any. */
+    if (v->lease)
+        lowest = v->lease;
+    v->first_other_class = lowest && strcmp(lowest, mine) != 0 &&
+                           !zk_same_class(zk_kind_of(lowest), me);
 }
 
 /*
- * Who may hold, over every node before ours whatever its class:
- * exclusive - no node before it; shared - no node before it but shared
- * ones; limit=n - fewer than n nodes before it. A node whose first node is
- * of another class is refused (CONFLICT), so classes never hold together.
+ * Who may hold, over every node before ours whatever its class, and every
+ * lease node: exclusive - no node before it and no lease; shared - no node
+ * before it but shared ones, no lease but shared ones; limit=n - fewer than
+ * n nodes before it and leases after it. A node whose first holder is of
+ * another class is refused (CONFLICT), so classes never hold together.
  */
 static bool zl_may_hold(const struct zlock *zl, const struct zview *v)
 {
     switch (zl->mode) {
     case LOCK_SHARED:
-        return v->blocker == NULL;
+        return v->blocker == NULL && v->lease_blocker == NULL;
     case LOCK_LIMIT:
-        return v->below < zl->limit;
+        return v->below + v->leases_after < zl->limit;
     default:
-        return v->below == 0;
+        return v->below == 0 && v->lease == NULL;
     }
 }
 
 /* Waits for the one change that can let us in (no herd): the node just
  * before ours goes (exclusive), the last non-shared one before ours goes
- * (shared); for a semaphore's first waiter, any node before it goes. */
+ * (shared), then the leases that still hold; for a semaphore's first
+ * waiter, any holder goes. */
 static void zl_wait(struct zlock *zl, const struct zview *v, bool children_watched)
 {
-    if (zl->mode == LOCK_LIMIT && v->below == zl->limit) {
-        /* First in line: any holder's departure lets us in. The listing
-         * that showed this must itself have set the watch, or a departure
-         * between the two would go unnoticed. */
+    if (zl->mode == LOCK_LIMIT && (v->below + v->leases_after == zl->limit ||
+                                   v->leases_after > 0)) {
+        /* First in line (or behind leases, which may sit anywhere): any
+         * holder's departure may let us in. The listing that showed this
+         * must itself have set the watch, or a departure between the two
+         * would go unnoticed. */
         if (children_watched) {
             zl->step = ZL_WATCHING;
             log_debug("zk: %s waits for one of %u holders", zl->node, zl->limit);
@@ -614,8 +677,13 @@ static void zl_wait(struct zlock *zl, const struct zview *v, bool children_watch
     }
     /* A later semaphore waiter watches its predecessor, which rewrites its
      * own data once granted (see zl_write_data): then this one is first. */
-    zl_watch(zl, zl->mode == LOCK_SHARED ? v->blocker : v->pred);
+    if (zl->mode == LOCK_SHARED)
+        zl_watch(zl, v->blocker ? v->blocker : v->lease_blocker);
+    else
+        zl_watch(zl, v->pred ? v->pred : v->lease);
 }
+
+static void zl_convert(struct zlock *zl);
 
 static void on_listed(int rc, const struct String_vector *children, const struct Stat *stat,
                       const void *data)
@@ -650,10 +718,14 @@ static void on_listed(int rc, const struct String_vector *children, const struct
         zl_delete(zl);
         return;
     }
-    if (v.lowest_other_class) {   /* another daemon uses the name in another mode */
+    if (v.first_other_class) {    /* another daemon uses the name in another mode */
         h = zl_detach(zl);
         zl_delete(zl);
         locks_backend_refused(h, LOCKS_CONFLICT);
+        return;
+    }
+    if (zl_may_hold(zl, &v) && zl->ttl_ms > 0) {
+        zl_convert(zl);      /* a lease: a persistent node takes over from ours */
         return;
     }
     if (zl_may_hold(zl, &v)) {
@@ -710,7 +782,7 @@ static void on_deleted(int rc, const void *data)
         zl_start(zl);
         return;
     }
-    if (rc == ZSESSIONEXPIRED) {   /* the node went with the session */
+    if (rc == ZSESSIONEXPIRED && !zl->lease) {   /* the node went with the session */
         free(zl->node);
         zl->node = NULL;
     }
@@ -727,10 +799,137 @@ static void zl_delete(struct zlock *zl)
     zk_sent(zl, c, zoo_adelete(zl->zk->zh, zl->node, -1, on_deleted, c), "delete");
 }
 
+/* ---------------------------------------------------------------- leases */
+
+/*
+ * A lease must outlive this daemon's session, so it cannot be an ephemeral
+ * node. A lease request queues like any other, with an ephemeral node; once
+ * that node may hold, zl_convert() hands the hold to a new zlock that
+ * creates a persistent lease node ("...<tag>.lease-<seq>", its deadline in
+ * its data) and deletes the ephemeral node only once the lease node
+ * exists. A lease node holds wherever it sits (zl_view), so nobody gets
+ * in between. The token is the lease node's czxid: created after the
+ * grant, it exceeds every earlier token, and a later grant happens after
+ * its delete. The lease node is created once: if that create's outcome is
+ * lost and the node is not found afterwards, the request fails rather
+ * than create a lease that no longer follows a holding node.
+ */
+
+static struct zlock *zl_new(struct zk *zk, struct hold *h, const char *parent);
+
+/* The ephemeral node that held for the conversion is no longer needed. */
+static void zl_release_ephemeral(struct zlock *zl)
+{
+    struct zlock *eph = zl->ephemeral_id ? zl_find(zl->zk, zl->ephemeral_id) : NULL;
+
+    zl->ephemeral_id = 0;
+    if (eph && eph->step == ZL_CONVERTING)
+        zl_start(eph);       /* detached: deletes its node */
+}
+
+static void zl_convert(struct zlock *zl)
+{
+    struct hold *h = zl->hold;
+    struct zlock *lz = zl_new(zl->zk, h, zl->parent);
+
+    if (!lz) {               /* cannot track a lease: give the place back */
+        zl_detach(zl);
+        zl_delete(zl);
+        locks_backend_refused(h, LOCKS_NOMEM);
+        return;
+    }
+    lz->lease = true;
+    lz->try = false;         /* decided: the ephemeral node may hold */
+    lz->ephemeral_id = zl->id;
+    zl->hold = NULL;         /* h's slot now holds lz */
+    zl->step = ZL_CONVERTING;
+    zl->gen++;
+    log_debug("zk: %s holds %s for a lease", zl->node, zl->parent);
+    zl_start(lz);
+}
+
+/* The lease node is gone, or could not be made: end the request. */
+static void zl_lease_gone(struct zlock *zl, const char *why)
+{
+    struct hold *h = zl_detach(zl);
+    bool granted = zl->granted;
+
+    free(zl->node);
+    zl->node = NULL;
+    zl_release_ephemeral(zl);
+    zl_free(zl);
+    if (h && granted)
+        locks_backend_lost(h, why);
+    else if (h)
+        locks_backend_refused(h, LOCKS_UNAVAILABLE);
+}
+
+static void on_lease_read(int rc, const char *value, int len, const struct Stat *stat,
+                          const void *data)
+{
+    struct zlock *zl = zcall_done_watched(data, rc);
+
+    if (!zl)
+        return;
+    if (rc == ZNONODE) {     /* released through another daemon, or expired */
+        log_debug("zk: lease %s is gone", zl->node);
+        zl_lease_gone(zl, "lease-ended");
+        return;
+    }
+    if (rc != ZOK) {
+        zl_park(zl, rc);
+        return;
+    }
+    zl->step = ZL_LEASED;    /* watching: a renewal or the node's end wakes us */
+    zk_lease_track(zl->zk, zl->node);
+    zl_release_ephemeral(zl);
+    if (!zl->hold) {         /* its request left meanwhile */
+        zl_delete(zl);
+        return;
+    }
+    if (zl->hold && !zl->granted) {
+        zl->granted = true;
+        log_debug("zk: lease %s holds %s, token %lld", zl->node, zl->parent,
+                  (long long)stat->czxid);
+        locks_backend_granted(zl->hold, (uint64_t)stat->czxid);
+    }
+}
+
+/* Reads our lease node (its czxid is the token) and watches it. */
+static void zl_lease_check(struct zlock *zl)
+{
+    struct zcall *c = zl_begin_watched(zl, ZL_CHECKING);
+
+    if (c)
+        zl_sent_watched(zl, c, zoo_awget(zl->zk->zh, zl->node, on_watch_event, c->watch,
+                                         on_lease_read, c), "getData");
+}
+
+/* zl_start() for a lease zlock. */
+static void zl_lease_start(struct zlock *zl)
+{
+    if (zl->node) {
+        if (zl->hold)
+            zl_lease_check(zl);
+        else
+            zl_delete(zl);
+    } else if (zl->create_uncertain) {
+        zl_find_lost_create(zl);
+    } else if (zl->hold && !zl->create_sent) {
+        zl_create(zl);
+    } else {
+        zl_lease_gone(zl, "lease-ended");
+    }
+}
+
 /* Decides the next request from what is known, whatever happened before. */
 static void zl_start(struct zlock *zl)
 {
     zl->step = ZL_IDLE;
+    if (zl->zk->state == ZK_CONNECTED && zl->lease) {
+        zl_lease_start(zl);
+        return;
+    }
     if (zl->zk->state != ZK_CONNECTED) {
         zl_try_unavailable(zl);
         if (!zl->hold && !zl->node && !zl->create_uncertain)
@@ -766,32 +965,47 @@ void zk_locks_resume(struct zk *zk)
 
 /* ------------------------------------------------------- backend calls */
 
-enum locks_result zk_lock_acquire(void *impl, struct hold *h, uint64_t *token)
+/* A zlock for h, in h's backend slot; parent is copied. NULL when out of memory. */
+static struct zlock *zl_new(struct zk *zk, struct hold *h, const char *parent)
 {
-    struct zk *zk = impl;
-    struct zlock *zl;
-    size_t plen = strlen(zk->root) + strlen("/locks/") + strlen(hold_name(h)) + 1;
+    struct zlock *zl = calloc(1, sizeof(*zl));
 
-    /* A try cannot be answered without ZooKeeper: say so now. */
-    if (hold_try(h) && zk->state != ZK_CONNECTED)
-        return LOCKS_UNAVAILABLE;
-    if (!(zl = calloc(1, sizeof(*zl))) || !(zl->parent = malloc(plen))) {
+    if (!zl || !(zl->parent = strdup(parent))) {
         free(zl);
         log_error("zk: out of memory acquiring %s", hold_name(h));
-        /* Nothing would ever retry: fail the request rather than let it hang. */
-        return LOCKS_UNAVAILABLE;
+        return NULL;
     }
-    snprintf(zl->parent, plen, "%s/locks/%s", zk->root, hold_name(h));
     zl->zk = zk;
     zl->hold = h;
     zl->id = ++zk->next_id;
     zl->try = hold_try(h);
     zl->mode = hold_mode(h);
     zl->limit = hold_limit(h);
-    tsearch(zl, &zk->by_id, by_id);
+    zl->ttl_ms = hold_ttl_ms(h);
+    if (!tsearch(zl, &zk->by_id, by_id)) {
+        free(zl->parent);
+        free(zl);
+        return NULL;
+    }
     TAILQ_INSERT_TAIL(&zk->zlocks, zl, link);
     zk->nzlocks++;
     hold_set_backend_data(h, zl);
+    return zl;
+}
+
+enum locks_result zk_lock_acquire(void *impl, struct hold *h, uint64_t *token)
+{
+    struct zk *zk = impl;
+    struct zlock *zl;
+    char parent[512];
+
+    /* A try cannot be answered without ZooKeeper: say so now. */
+    if (hold_try(h) && zk->state != ZK_CONNECTED)
+        return LOCKS_UNAVAILABLE;
+    snprintf(parent, sizeof(parent), "%s/locks/%s", zk->root, hold_name(h));
+    /* Nothing would ever retry: fail the request rather than let it hang. */
+    if (!(zl = zl_new(zk, h, parent)))
+        return LOCKS_UNAVAILABLE;
     /* Answers come from completions, never from here: a failed send only
      * parks the zlock for the retry timer. */
     zl_start(zl);
@@ -823,6 +1037,7 @@ void zk_lock_let_go(void *impl, struct hold *h)
     switch (zl->step) {
     case ZL_HELD:
     case ZL_WATCHING:
+    case ZL_LEASED:
         if (zl->zk->state == ZK_CONNECTED) {
             zl_delete(zl);   /* also makes the pending watch stale */
         } else {
@@ -872,14 +1087,20 @@ void zk_locks_handle_closed(struct zk *zk, bool session_gone)
         next = TAILQ_NEXT(zl, link);
         if (!session_gone) {
             /* Watches belonged to the old handle: look again once connected. */
-            if (zl->step == ZL_WATCHING) {
+            if (zl->step == ZL_WATCHING || zl->step == ZL_LEASED) {
                 zl->gen++;
                 zl->step = ZL_IDLE;
             }
             continue;
         }
-        /* Forget nodes (they went with the session); waiters will queue again. */
         zl->gen++;
+        if (zl->lease) {
+            /* A lease node is persistent: it is still there (or its create
+             * may have gone through). Look again once connected. */
+            zl->step = ZL_IDLE;
+            continue;
+        }
+        /* Forget nodes (they went with the session); waiters will queue again. */
         free(zl->node);
         zl->node = NULL;
         zl->create_uncertain = false;

@@ -40,6 +40,9 @@ static const struct backend_ops zk_ops = {
     .stats = zk_stats,
     .query = zk_query,
     .query_cancel = zk_query_cancel,
+    .ends_leases = true,
+    .lease_op = zk_lease_op,
+    .lease_op_cancel = zk_lease_op_cancel,
     .free = zk_free,
 };
 
@@ -264,6 +267,7 @@ static void on_session_event(zhandle_t *zh, int type, int state, const char *pat
         log_info("zk: %s session 0x%llx, timeout %d ms", same ? "reconnected to" : "new",
                  (unsigned long long)id->client_id, zk->negotiated_ms);
         zk_locks_resume(zk);
+        zk_lease_sweep(zk);
     } else if (state == ZOO_CONNECTING_STATE) {
         struct timeval now, deadline, tv = { 0, 0 };
         long ms = (long)zk->negotiated_ms * 2 / 3;
@@ -351,6 +355,7 @@ static void zk_free(void *impl)
     zk->state = ZK_EXPIRED;    /* completions run by zookeeper_close are ignored */
     zk_close_handle(zk);       /* closing the session removes our ephemeral nodes */
     zk_locks_free_all(zk);
+    zk_lease_free_all(zk);
     if (zk->io)
         event_free(zk->io);
     if (zk->kick)
@@ -387,4 +392,6 @@ static void zk_stats(void *impl, backend_stat_fn add, void *cookie)
     add(cookie, "zk_outstanding", v);
     snprintf(v, sizeof(v), "%u", zk->nzlocks);
     add(cookie, "zk_requests", v);
+    snprintf(v, sizeof(v), "%llu", (unsigned long long)zk->leases_removed);
+    add(cookie, "zk_leases_removed", v);
 }

@@ -879,7 +879,7 @@ START_TEST(format_reloadable)
 
     settings_format_reloadable(&s, err, sizeof(err));
     ck_assert_str_eq(err, "log level info, max_clients 4096, max_line 1024, "
-                          "max_locks_per_client 256");
+                          "max_locks_per_client 256, max_leases 10000");
     settings_format_reloadable(&s, small, sizeof(small));
     ck_assert_str_eq(small, "log level i");     /* cut, but NUL-terminated */
 }

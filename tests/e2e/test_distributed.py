@@ -84,9 +84,9 @@ def zk_available():
     return True
 
 
-def zk_config(hosts, root, session_ms=SESSION_MS):
-    return ("[zookeeper]\nhosts = %s\nroot = %s\nsession_timeout_ms = %d\n"
-            % (hosts, root, session_ms))
+def zk_config(hosts, root, session_ms=SESSION_MS, extra=""):
+    return ("[zookeeper]\nhosts = %s\nroot = %s\nsession_timeout_ms = %d\n%s"
+            % (hosts, root, session_ms, extra))
 
 
 def stats(daemon):
@@ -391,8 +391,9 @@ class DistributedBase(unittest.TestCase):
         self.addCleanup(cleanup)
         return s
 
-    def start_daemon(self, hosts, name, session_ms=SESSION_MS, root=None, wait_session=True):
-        d = Daemon(config=zk_config(hosts, root or self.root, session_ms), name=name)
+    def start_daemon(self, hosts, name, session_ms=SESSION_MS, root=None, wait_session=True,
+                     extra=""):
+        d = Daemon(config=zk_config(hosts, root or self.root, session_ms, extra), name=name)
         d.start()
         self._daemons.append(d)
         self.addCleanup(self._stop_daemon, d)
@@ -1264,6 +1265,136 @@ class ModesTest(DistributedBase):
                          r"^STATUS ho held holder=%s/%s token=- since=\d+ waiters=0 queue=1$"
                          % (re.escape(b.daemon_id), re.escape(w2.local)))
         self.assertEqual(w2.request("UNLOCK ho"), "OK ho")
+        self.wait_no_nodes(hosts)
+
+
+SKEW = "lease_skew_ms = 200\n"
+
+
+def lease_nodes(hosts, root, name):
+    return [k for k in lock_nodes(hosts, root).get(name, []) if ".lease-" in k]
+
+
+@dump_on_failure
+class LeasesTest(DistributedBase):
+    """Leases (LOCK ... ttl=) across daemons: persistent nodes that outlive
+    the connection and the daemon that granted them."""
+
+    def lease(self, d, name, ttl_ms, extra=""):
+        c = self.client(d)
+        m = re.fullmatch(r"OK %s %s" % (re.escape(name), TOKEN),
+                         c.request("LOCK %s ttl=%d%s" % (name, ttl_ms, extra)))
+        self.assertIsNotNone(m)
+        c.close()                              # a lease outlives its connection
+        return int(m.group(1))
+
+    def test_taken_on_one_daemon_released_on_another(self):
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A", extra=SKEW)
+        b = self.start_daemon(hosts, "B", extra=SKEW)
+        t = self.lease(a, "l1", 600000)
+        self.assertEqual(len(lease_nodes(hosts, self.root, "l1")), 1)
+        q = self.client(b)
+        self.assertEqual(q.request("TRYLOCK l1"), "BUSY l1")
+        self.assertEqual(q.request("TRYLOCK l1 shared"), "BUSY l1")
+        self.assertRegex(q.request("STATUS l1"), r"^STATUS l1 held holder=%s/lease:\S+ "
+                         % re.escape(a.daemon_id))
+        self.assertRegex(q.request("UNLOCK l1 %d" % (t + 1)), r"^ERR NOT_HELD ")
+        self.assertRegex(q.request("RENEW l1 %d 1000" % (t + 1)), r"^ERR NOT_HELD ")
+        self.assertEqual(q.request("RENEW l1 %d 600000" % t), "OK l1")
+        w = self.client(a)
+        w.send("LOCK l1\n")                    # a waiter on the granting daemon
+        queued(a, w, "l1")
+        self.assertEqual(q.request("UNLOCK l1 %d" % t), "OK l1")
+        self.assertRegex(q.request("UNLOCK l1 %d" % t), r"^ERR NOT_HELD ")
+        tw = int(w.expect_match(r"OK l1 %s" % TOKEN).group(1))
+        self.assertGreater(tw, t)
+        self.assertEqual(w.request("UNLOCK l1"), "OK l1")
+        self.wait_no_nodes(hosts)
+
+    def test_expiry_and_renewal(self):
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A", extra=SKEW)
+        b = self.start_daemon(hosts, "B", extra=SKEW)
+        t = self.lease(a, "l2", 1000)
+        w = self.client(b, timeout=scaled(30.0))
+        w.send("LOCK l2 20000\n")              # granted once the lease expires
+        tw = int(w.expect_match(r"OK l2 %s" % TOKEN).group(1))
+        self.assertGreater(tw, t)
+        self.assertEqual(w.request("UNLOCK l2"), "OK l2")
+        self.assertRegex(self.client(a).request("UNLOCK l2 %d" % t), r"^ERR NOT_HELD ")
+        # Renewed through the other daemon, a lease outlives its first ttl:
+        # a 3 s wait behind a 1 s lease renewed to 10 minutes times out.
+        t = self.lease(a, "l3", 1000)
+        self.assertEqual(self.client(b).request("RENEW l3 %d 600000" % t), "OK l3")
+        self.assertEqual(self.client(b, timeout=scaled(20.0)).request("LOCK l3 3000"),
+                         "TIMEOUT l3")
+        self.assertEqual(self.client(a).request("UNLOCK l3 %d" % t), "OK l3")
+        self.wait_no_nodes(hosts)
+
+    def test_outlives_a_killed_daemon_until_its_ttl(self):
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A", extra=SKEW)
+        b = self.start_daemon(hosts, "B", extra=SKEW)
+        ttl = SESSION_MS + 4000
+        t = self.lease(a, "k9l", ttl)
+        w = self.client(b, timeout=scaled(ttl / 1000.0 + 30))
+        w.send("LOCK k9l %d\n" % (ttl + 20000))
+        queued(b, w, "k9l")
+        self.wait_node(hosts, "k9l", b)
+        a.killed = True
+        a.send_signal(signal.SIGKILL)
+        self.assertEqual(a.wait_exit(), -signal.SIGKILL)
+        # A's session ends (its ephemeral nodes go); its lease does not.
+        port = self.zk.port
+        self.wait_zk(lambda: not zkharness.ephemerals(port).get(a.session),
+                     scaled(SESSION_MS / 1000.0 + 10), "A's session to expire")
+        self.assertEqual(len(lease_nodes(hosts, self.root, "k9l")), 1)
+        tw = int(w.expect_match(r"OK k9l %s" % TOKEN).group(1))   # then, at its ttl
+        self.assertGreater(tw, t)
+        self.assertEqual(w.request("UNLOCK k9l"), "OK k9l")
+        self.wait_no_nodes(hosts)
+        self.assertGreaterEqual(int(stats(b)["zk_leases_removed"]), 1)
+
+    def test_shared_and_semaphore_leases(self):
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A", extra=SKEW)
+        b = self.start_daemon(hosts, "B", extra=SKEW)
+        t1 = self.lease(a, "ls", 600000, " shared")
+        t2 = self.lease(b, "ls", 600000, " shared")
+        self.assertNotEqual(t1, t2)            # lease tokens name one lease each
+        q = self.client(b)
+        self.assertEqual(q.request("TRYLOCK ls"), "BUSY ls")
+        self.assertRegex(q.request("TRYLOCK ls shared"), r"^OK ls \d+$")
+        self.assertEqual(q.request("UNLOCK ls"), "OK ls")
+        s1 = self.lease(a, "lsem", 600000, " limit=2")
+        s2 = self.lease(b, "lsem", 600000, " limit=2")
+        self.assertEqual(q.request("TRYLOCK lsem limit=2"), "BUSY lsem")
+        self.assertEqual(q.request("UNLOCK lsem %d" % s1), "OK lsem")
+        self.assertRegex(q.request("TRYLOCK lsem limit=2"), r"^OK lsem \d+$")
+        self.assertEqual(q.request("UNLOCK lsem"), "OK lsem")
+        for name, tok in (("ls", t1), ("ls", t2), ("lsem", s2)):
+            self.assertEqual(self.client(a).request("UNLOCK %s %d" % (name, tok)), "OK " + name)
+        self.wait_no_nodes(hosts)
+
+    def test_zookeeper_restart_with_a_lease_held(self):
+        zk = self.own_server(name="zk-leaserestart", max_session_ms=MAX_SESSION_MS)
+        zk.start()
+        hosts = zk.connect_string
+        a = self.start_daemon(hosts, "A", LONG_SESSION_MS, extra=SKEW)
+        b = self.start_daemon(hosts, "B", LONG_SESSION_MS, extra=SKEW)
+        t = self.lease(a, "lz", 600000)
+        mark = b.log_mark()
+        zk.stop()
+        b.wait_log(r"zk: disconnected from ZooKeeper", since=mark)
+        zk.start()
+        b.wait_log(r"zk: (?:reconnected to|new) session", scaled(30.0), since=mark)
+        self.assertEqual(len(lease_nodes(hosts, self.root, "lz")), 1)
+        q = self.client(b, timeout=scaled(20.0))
+        self.assertEqual(q.request("TRYLOCK lz"), "BUSY lz")
+        self.assertEqual(q.request("UNLOCK lz %d" % t), "OK lz")
+        self.assertRegex(q.request("TRYLOCK lz"), r"^OK lz \d+$")
+        self.assertEqual(q.request("UNLOCK lz"), "OK lz")
         self.wait_no_nodes(hosts)
 
 

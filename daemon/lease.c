@@ -1,0 +1,260 @@
+/*
+ * lease.c - holds that belong to no connection (see lease.h).
+ *
+ * Each lease is a struct lease: a lock owner with one hold, in `all`, and
+ * once granted also in a tsearch(3) tree by (token, name), so that UNLOCK
+ * and RENEW find it by what the client knows. Whatever ends a lease
+ * (UNLOCK, expiry, the backend losing it, the requester leaving first)
+ * goes through lease_end(), which releases the hold through the lock table
+ * and frees the record.
+ */
+#include "config.h"
+#include "lease.h"
+#include "backend.h"
+#include "log.h"
+
+#include <event2/event.h>
+#include <search.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/queue.h>
+
+struct lease {
+    struct lock_owner owner;       /* first: owner callbacks cast back */
+    struct leases *set;
+    struct lock_owner *requester;  /* waits for the answer; NULL once it has it */
+    TAILQ_ENTRY(lease) link;       /* set->all */
+    struct event *expiry;          /* owned; embedded mode's end, armed once granted */
+    bool granted;                  /* in set->by_token */
+    uint64_t token;                /* valid once granted */
+    int64_t ttl_ms;                /* as asked for, until the first grant */
+    char desc[96];                 /* "lease:<taker's address>"; the owner's desc */
+    char name[256];                /* a lock name (at most 200 bytes) */
+};
+
+struct leases {
+    struct event_base *base;       /* borrowed */
+    struct locks *locks;           /* borrowed */
+    struct backend *backend;       /* borrowed */
+    TAILQ_HEAD(, lease) all;
+    void *by_token;                /* tsearch root: granted leases by (token, name) */
+    unsigned max;
+    struct leases_stats stats;
+};
+
+static int by_token(const void *a, const void *b)
+{
+    const struct lease *x = a, *y = b;
+
+    if (x->token != y->token)
+        return x->token < y->token ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+static struct lease *lease_find(struct leases *ls, const char *name, uint64_t token)
+{
+    struct lease key;
+    void *found;
+
+    key.token = token;
+    snprintf(key.name, sizeof(key.name), "%s", name);
+    found = tfind(&key, &ls->by_token, by_token);
+    return found ? *(struct lease **)found : NULL;
+}
+
+/* Frees the record; the table must no longer hold anything for it. */
+static void lease_free(struct lease *le)
+{
+    struct leases *ls = le->set;
+
+    if (le->granted)
+        tdelete(le, &ls->by_token, by_token);
+    TAILQ_REMOVE(&ls->all, le, link);
+    ls->stats.current--;
+    if (le->expiry)
+        event_free(le->expiry);
+    free(le);
+}
+
+/* Ends the lease: its hold is released (the next waiters' turn) and it is freed. */
+static void lease_end(struct lease *le)
+{
+    locks_owner_release_all(le->set->locks, &le->owner);
+    lease_free(le);
+}
+
+static void on_expiry(evutil_socket_t fd, short what, void *arg)
+{
+    struct lease *le = arg;
+
+    log_info("lease %s (token %llu) expired", le->name, (unsigned long long)le->token);
+    le->set->stats.expired++;
+    lease_end(le);
+}
+
+/* Embedded mode: (re)arms the end of the lease. Returns -1 when out of memory. */
+static int lease_arm(struct lease *le, int64_t ttl_ms)
+{
+    struct timeval tv = { ttl_ms / 1000, (ttl_ms % 1000) * 1000 };
+
+    if (le->set->backend->ops->ends_leases)
+        return 0;
+    if (!le->expiry && !(le->expiry = evtimer_new(le->set->base, on_expiry, le)))
+        return -1;
+    return evtimer_add(le->expiry, &tv);
+}
+
+/* The hold is granted: the lease becomes findable by its token and starts ticking. */
+static enum locks_result lease_granted(struct lease *le, uint64_t token, int64_t ttl_ms)
+{
+    struct leases *ls = le->set;
+
+    le->token = token;
+    if (lease_arm(le, ttl_ms) < 0 || !tsearch(le, &ls->by_token, by_token)) {
+        log_error("lease %s: out of memory", le->name);
+        lease_end(le);
+        return LOCKS_NOMEM;
+    }
+    le->granted = true;
+    ls->stats.granted++;
+    log_debug("lease %s: granted to %s, token %llu, ttl %lld ms", le->name, le->desc,
+              (unsigned long long)token, (long long)ttl_ms);
+    return LOCKS_GRANTED;
+}
+
+static struct lease *lease_of(struct lock_owner *o)
+{
+    return (struct lease *)o;
+}
+
+/* The table answers the lease's pending request: pass it to the requester. */
+static void lease_on_done(struct lock_owner *o, const char *name, enum locks_result r,
+                          uint64_t token)
+{
+    struct lease *le = lease_of(o);
+    struct lock_owner *req = le->requester;
+
+    le->requester = NULL;
+    if (r == LOCKS_GRANTED) {
+        r = lease_granted(le, token, le->ttl_ms);
+    } else {
+        lease_free(le);      /* refused or timed out: the table holds nothing for it */
+    }
+    if (req)
+        req->ops->done(req, name, r, r == LOCKS_GRANTED ? token : 0);
+}
+
+/* The backend says the lease is gone (ended through another daemon, or
+ * its node removed): nobody to tell. */
+static void lease_on_lost(struct lock_owner *o, const char *name, uint64_t token,
+                          const char *reason)
+{
+    struct lease *le = lease_of(o);
+
+    log_info("lease %s (token %llu) ended: %s", name, (unsigned long long)token, reason);
+    lease_free(le);
+}
+
+static const struct lock_owner_ops lease_ops = {
+    .done = lease_on_done,
+    .lost = lease_on_lost,
+};
+
+struct leases *leases_new(struct event_base *base, struct locks *t, struct backend *backend,
+                          unsigned max)
+{
+    struct leases *ls = calloc(1, sizeof(*ls));
+
+    if (!ls)
+        return NULL;
+    ls->base = base;
+    ls->locks = t;
+    ls->backend = backend;
+    ls->max = max;
+    TAILQ_INIT(&ls->all);
+    return ls;
+}
+
+void leases_free(struct leases *ls)
+{
+    struct lease *le;
+
+    if (!ls)
+        return;
+    while ((le = TAILQ_FIRST(&ls->all)))
+        lease_free(le);
+    free(ls);
+}
+
+void leases_set_max(struct leases *ls, unsigned max)
+{
+    ls->max = max;
+}
+
+void leases_get_stats(const struct leases *ls, struct leases_stats *out)
+{
+    *out = ls->stats;
+}
+
+enum locks_result leases_lock(struct leases *ls, struct lock_owner *requester, const char *name,
+                              const struct lock_req *req, uint64_t *token,
+                              struct lease **pending)
+{
+    struct lease *le;
+    enum locks_result r;
+
+    if (ls->stats.current >= ls->max)
+        return LOCKS_LIMIT;
+    if (!(le = calloc(1, sizeof(*le))))
+        return LOCKS_NOMEM;
+    le->set = ls;
+    snprintf(le->name, sizeof(le->name), "%s", name);
+    snprintf(le->desc, sizeof(le->desc), "lease:%s", requester->desc);
+    lock_owner_init(&le->owner, &lease_ops, le->desc);
+    le->ttl_ms = req->ttl_ms;
+    TAILQ_INSERT_TAIL(&ls->all, le, link);
+    ls->stats.current++;
+
+    r = locks_lock(ls->locks, &le->owner, name, req, token);
+    if (r == LOCKS_WAITING) {
+        le->requester = requester;
+        *pending = le;
+        return r;
+    }
+    if (r == LOCKS_GRANTED)
+        return lease_granted(le, *token, req->ttl_ms);
+    lease_free(le);
+    return r;
+}
+
+void leases_cancel(struct leases *ls, struct lease *pending)
+{
+    pending->requester = NULL;
+    lease_end(pending);
+}
+
+enum locks_result leases_op(struct leases *ls, const char *name, uint64_t token, int64_t ttl_ms,
+                            void (*cb)(void *arg, enum locks_result r), void *arg,
+                            struct backend_lease_op **pending)
+{
+    struct backend *be = ls->backend;
+    struct lease *le = lease_find(ls, name, token);
+
+    if (le && ttl_ms == 0) {
+        log_debug("lease %s (token %llu) released", name, (unsigned long long)token);
+        ls->stats.released++;
+        lease_end(le);
+        return LOCKS_RELEASED;
+    }
+    if (le && !be->ops->ends_leases)
+        return lease_arm(le, ttl_ms) < 0 ? LOCKS_NOMEM : LOCKS_RELEASED;
+    /* Granted elsewhere, or a renewal the backend must make durable. */
+    return be->ops->lease_op(be->impl, name, token, ttl_ms, cb, arg, pending);
+}
+
+void leases_op_cancel(struct leases *ls, struct backend_lease_op *pending)
+{
+    ls->backend->ops->lease_op_cancel(ls->backend->impl, pending);
+}

@@ -1,0 +1,76 @@
+/*
+ * lease.h - holds that belong to no connection: LOCK ... ttl=<ms>.
+ *
+ * A lease is a lock owner of its own (see locks.h) with exactly one hold.
+ * The connection that asks for it waits for the answer like any LOCK;
+ * once granted, the hold outlives that connection and ends on UNLOCK with
+ * its token (from any connection), or when its ttl elapses without a
+ * RENEW. An ending lease is not announced: its taker may be long gone.
+ *
+ * In embedded mode this module's timers end leases. In distributed mode
+ * the backend does (backend.h, ends_leases), because a lease must outlive
+ * the daemon that granted it and any daemon may renew or end it; this
+ * module then keeps only the leases held through this daemon's table.
+ * All calls happen on the event loop thread.
+ */
+#ifndef LOCKBROKER_LEASE_H
+#define LOCKBROKER_LEASE_H
+
+#include <stdint.h>
+
+#include "locks.h"
+
+struct event_base;
+struct backend;
+struct backend_lease_op;
+struct lease;
+struct leases;
+
+struct leases_stats {
+    uint64_t current;     /* leases held or being acquired through this daemon */
+    uint64_t granted;     /* since start */
+    uint64_t expired;     /* ended by their ttl here (embedded mode) */
+    uint64_t released;    /* ended by UNLOCK <name> <token> here */
+};
+
+/* base, t and backend are borrowed and must outlive the set. NULL when out of memory. */
+struct leases *leases_new(struct event_base *base, struct locks *t, struct backend *backend,
+                          unsigned max);
+
+/* Frees every lease record. Call after locks_free(): the table no longer
+ * mentions them, and no owner is called back. */
+void leases_free(struct leases *ls);
+
+/* New daemon-wide cap for later requests; leases beyond it are kept. */
+void leases_set_max(struct leases *ls, unsigned max);
+
+void leases_get_stats(const struct leases *ls, struct leases_stats *out);
+
+/*
+ * Asks for name (NUL-terminated, valid) as a lease; req->ttl_ms > 0.
+ * LOCKS_LIMIT when max leases exist. LOCKS_WAITING: *pending is the lease
+ * being acquired, and the outcome reaches requester's done() later (the
+ * token of a granted lease, or a refusal); until then, if the requester
+ * goes away, it must call leases_cancel(). Otherwise answers at once, like
+ * locks_lock().
+ */
+enum locks_result leases_lock(struct leases *ls, struct lock_owner *requester, const char *name,
+                              const struct lock_req *req, uint64_t *token,
+                              struct lease **pending);
+
+/* The requester of a pending lease left: its wait is cancelled, the lease freed. */
+void leases_cancel(struct leases *ls, struct lease *pending);
+
+/*
+ * Ends (ttl_ms 0) or renews for ttl_ms the lease of name with token:
+ * LOCKS_RELEASED (done) or LOCKS_NOT_HELD (wrong or expired token) at
+ * once, or LOCKS_WAITING with *pending set while the backend asks around
+ * (distributed mode); the answer then reaches cb(arg, r) exactly once,
+ * unless leases_op_cancel() is called first.
+ */
+enum locks_result leases_op(struct leases *ls, const char *name, uint64_t token, int64_t ttl_ms,
+                            void (*cb)(void *arg, enum locks_result r), void *arg,
+                            struct backend_lease_op **pending);
+void leases_op_cancel(struct leases *ls, struct backend_lease_op *pending);
+
+#endif
