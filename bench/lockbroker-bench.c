@@ -7,7 +7,8 @@
  * record: cycles per second, grant latency percentiles (LOCK sent -> OK
  * received, from a log-linear histogram), fairness, errors, and, given the
  * daemon's pid and the ZooKeeper hosts, the daemon's CPU time and the
- * ZooKeeper writes per cycle.
+ * ZooKeeper writes per cycle. With -m, every LOCK and TRYLOCK asks for a
+ * lock mode (shared, or limit=N) instead of an exclusive lock.
  *
  * Replies on a connection come in request order, so each connection keeps a
  * ring of the requests it has outstanding and matches every reply line with
@@ -69,6 +70,7 @@ struct req {
 /* One cycle in flight on a connection (a pipelining slot). */
 struct slot {
     unsigned name;             /* index of the name this cycle works on */
+    bool held;                 /* shared and limit modes: granted, UNLOCK not sent yet */
 };
 
 enum bc_state {
@@ -105,6 +107,7 @@ struct name_state {
     unsigned depth;            /* re-entrant holds by holder */
     uint64_t last_token;       /* of the latest grant, by last_holder */
     int last_holder;
+    unsigned holders;          /* shared and limit modes: connections holding it */
 };
 
 struct bench {
@@ -119,6 +122,10 @@ struct bench {
     const char *zk_hosts;
     enum out_mode out;
     char prefix[64];
+    char mode[16];             /* "exclusive", "shared" or "limit=N", for the record */
+    char mode_word[16];        /* appended to LOCK / TRYLOCK: "" (exclusive), " shared",
+                                  " limit=N" */
+    unsigned max_holders;      /* connections that may hold a name at once; 0: any */
 
     struct event_base *base;
     struct sockaddr_storage addr;
@@ -236,7 +243,8 @@ static void bc_stage(struct bconn *c, enum req_kind kind, unsigned slot)
         n = snprintf(c->obuf + c->olen, LINE_MAX_BYTES, "PING\n");
     } else {
         name_fmt(c->b, c, slot, c->slots[slot].name, name, sizeof(name));
-        n = snprintf(c->obuf + c->olen, LINE_MAX_BYTES, "%s %s\n", words[kind], name);
+        n = snprintf(c->obuf + c->olen, LINE_MAX_BYTES, "%s %s%s\n", words[kind], name,
+                     kind == REQ_UNLOCK ? "" : c->b->mode_word);
     }
     c->olen += (size_t)n;
     r = &c->ring[(c->head + c->count) % c->ring_cap];
@@ -354,6 +362,39 @@ static void check_unlock_sent(struct bench *b, struct bconn *c, unsigned name)
         ns->holder = 0;
 }
 
+/* How many of c's slots hold name: a pipelining connection may hold a name
+ * through several slots (re-entrant grants), and counts as one holder. */
+static unsigned slots_holding(const struct bconn *c, unsigned name)
+{
+    unsigned n = 0;
+
+    for (unsigned s = 0; s < c->b->pipeline; s++)
+        if (c->slots[s].held && c->slots[s].name == name)
+            n++;
+    return n;
+}
+
+/* Shared and limit modes: several connections hold a name together, at most
+ * max_holders of them (any number when shared). Holds that share a name may get
+ * equal tokens, in any order (proto/PROTOCOL.md, "Fencing tokens"), so
+ * tokens are not checked here. */
+static void check_grant_shared(struct bench *b, struct bconn *c, unsigned slot, unsigned name)
+{
+    struct name_state *ns = &b->names[name];
+
+    if (slots_holding(c, name) == 0 && ++ns->holders > b->max_holders && b->max_holders)
+        b->violations++;
+    c->slots[slot].held = true;
+}
+
+static void check_unlock_sent_shared(struct bench *b, struct bconn *c, unsigned slot,
+                                     unsigned name)
+{
+    c->slots[slot].held = false;
+    if (slots_holding(c, name) == 0)
+        b->names[name].holders--;
+}
+
 static uint64_t parse_token(const char *line, size_t len)
 {
     const char *sp = memrchr(line, ' ', len);
@@ -388,9 +429,12 @@ static void wl_reply(struct bconn *c, const struct req *r, const char *line, siz
                 histo_record(&b->lat, now - r->t_sent);
             if (b->wl == WL_HOT)
                 fairness_on_grant(b, c, r->t_sent);
-            if (shared_names(b)) {
+            if (shared_names(b) && !b->mode_word[0]) {
                 check_grant(b, c, name, parse_token(line, len));
                 check_unlock_sent(b, c, name);   /* the UNLOCK goes out in this batch */
+            } else if (shared_names(b)) {
+                check_grant_shared(b, c, slot, name);
+                check_unlock_sent_shared(b, c, slot, name);
             }
             bc_stage(c, REQ_UNLOCK, slot);
         } else if (r->kind == REQ_TRYLOCK && starts(line, len, "BUSY")) {
@@ -500,6 +544,7 @@ static void report_load(struct bench *b)
     out_str("tool", "lockbroker-bench");
     out_str("workload", workload_names[b->wl]);
     out_str("target", target);
+    out_str("mode", b->mode);
     out_u64("conns", b->nconns);
     out_u64("pipeline", b->pipeline);
     out_u64("names", b->wl == WL_DISTINCT ? (uint64_t)b->nconns * b->pipeline
@@ -515,7 +560,8 @@ static void report_load(struct bench *b)
         out_u64("max_bypass", b->max_bypass);
     if (shared_names(b)) {
         out_u64("mutex_violations", b->violations);
-        out_u64("token_regressions", b->regressions);
+        if (!b->mode_word[0])
+            out_u64("token_regressions", b->regressions);
     }
     out_u64("errors", b->errors);
     out_u64("lost", b->lost);
@@ -1037,6 +1083,11 @@ static void usage(FILE *f)
 "                             and per cancel (needs --pid)\n"
 "                   idle      -c idle connections: daemon memory per connection\n"
 "                             (needs --pid)\n"
+"  -m MODE        exclusive (default), shared, or limit=N (N from 1 to 65535):\n"
+"                 the lock mode every LOCK and TRYLOCK asks for (distinct, hot,\n"
+"                 zipf, trylock). mutex_violations counts grants that left more\n"
+"                 connections holding a name than the mode allows (1, any, N);\n"
+"                 token_regressions is checked in exclusive mode only.\n"
 "  -c N           connections (default 50)\n"
 "  -d SECONDS     measured duration (default 10; per phase in waiters mode)\n"
 "  -w SECONDS     warm-up before measuring (default 2)\n"
@@ -1064,6 +1115,28 @@ static int parse_uint(const char *s, unsigned *v, unsigned min)
     if (!*s || *end || x < min || x > 10000000)
         return -1;
     *v = (unsigned)x;
+    return 0;
+}
+
+/* -m MODE: sets the mode's name, its option word and how many may hold a name. */
+static int parse_mode(struct bench *b, const char *s)
+{
+    unsigned n;
+
+    if (strcmp(s, "exclusive") == 0) {
+        b->mode_word[0] = '\0';
+        b->max_holders = 1;
+    } else if (strcmp(s, "shared") == 0) {
+        snprintf(b->mode_word, sizeof(b->mode_word), " shared");
+        b->max_holders = 0;
+    } else if (strncmp(s, "limit=", 6) == 0 && s[6] >= '0' && s[6] <= '9' &&
+               parse_uint(s + 6, &n, 1) == 0 && n <= 65535) {
+        snprintf(b->mode_word, sizeof(b->mode_word), " limit=%u", n);
+        b->max_holders = n;
+    } else {
+        return -1;
+    }
+    snprintf(b->mode, sizeof(b->mode), "%s", b->mode_word[0] ? b->mode_word + 1 : s);
     return 0;
 }
 
@@ -1104,8 +1177,9 @@ int main(int argc, char **argv)
     b->zipf_s = 1.0;
     b->out = OUT_TABLE;
     snprintf(b->prefix, sizeof(b->prefix), "lb%d-", (int)getpid());
+    parse_mode(b, "exclusive");
 
-    while ((opt = getopt_long(argc, argv, "H:W:c:d:w:n:s:p:o:h", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "H:W:m:c:d:w:n:s:p:o:h", longopts, NULL)) != -1) {
         switch (opt) {
         case 'H': hostport = optarg; break;
         case 'W': {
@@ -1120,6 +1194,10 @@ int main(int argc, char **argv)
             b->wl = (enum workload)i;
             break;
         }
+        case 'm':
+            if (parse_mode(b, optarg) < 0)
+                goto bad;
+            break;
         case 'c':
             if (parse_uint(optarg, &b->nconns, 1) < 0)
                 goto bad;
@@ -1185,6 +1263,10 @@ bad:
         return 2;
     }
     if (b->wl == WL_WAITERS || b->wl == WL_IDLE) {
+        if (b->mode_word[0]) {
+            fprintf(stderr, "lockbroker-bench: -m only for distinct, hot, zipf and trylock\n");
+            return 2;
+        }
         b->pipeline = 1;
         if (b->pid <= 0) {
             fprintf(stderr, "lockbroker-bench: -W %s needs --pid\n", workload_names[b->wl]);
