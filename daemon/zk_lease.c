@@ -315,6 +315,9 @@ struct backend_lease_op {
     unsigned attempts;
     unsigned pending;          /* reads in flight for the current attempt */
     bool matched;              /* the current attempt found the node */
+    bool writing;              /* its delete or setData is in flight */
+    bool trouble;              /* a read failed for another reason than ZNONODE */
+    enum locks_result result;  /* when matched and not writing */
     char parent[512];
 };
 
@@ -333,6 +336,7 @@ static void on_op_written(int rc, const void *data)
     struct backend_lease_op *op = (struct backend_lease_op *)data;
 
     op->zk->outstanding--;
+    op->writing = false;
     if (rc == ZOK)
         op_finish(op, LOCKS_RELEASED);
     else if (rc == ZNONODE)
@@ -360,35 +364,39 @@ static void on_op_read(int rc, const char *value, int len, const struct Stat *st
 
     zk->outstanding--;
     op->pending--;
+    op->trouble |= rc != ZOK && rc != ZNONODE;
     if (rc == ZOK && (uint64_t)stat->czxid == op->token && !op->matched) {
         op->matched = true;
+        op->result = LOCKS_NOT_HELD;
         deadline = deadline_of(value, len);
-        if (!op->cb || deadline < 0 || deadline < zk_now_ms()) {
-            free(ctx);       /* cancelled, or expired: it is not held any more */
-            op_finish(op, LOCKS_NOT_HELD);
-            return;
-        }
-        if (op->ttl_ms == 0) {
-            wrc = zoo_adelete(zk->zh, path, stat->version, on_op_written, op);
-        } else {
-            /* Same data, a new deadline. */
-            snprintf(buf, sizeof(buf), "%.*s", len, value);
-            if ((p = strstr(buf, " deadline=")))
-                *p = '\0';
-            snprintf(buf + strlen(buf), sizeof(buf) - strlen(buf), " deadline=%lld",
-                     (long long)(zk_now_ms() + op->ttl_ms));
-            wrc = zoo_aset(zk->zh, path, buf, (int)strlen(buf), stat->version, on_op_set, op);
-        }
-        if (wrc == ZOK) {
-            zk->outstanding++;
-            zk_kick(zk);
+        /* Cancelled, or expired (not held any more, node or not): done. */
+        if (op->cb && deadline >= 0 && deadline >= zk_now_ms()) {
+            if (op->ttl_ms == 0) {
+                wrc = zoo_adelete(zk->zh, path, stat->version, on_op_written, op);
+            } else {
+                /* Same data, a new deadline. */
+                snprintf(buf, sizeof(buf), "%.*s", len, value);
+                if ((p = strstr(buf, " deadline=")))
+                    *p = '\0';
+                snprintf(buf + strlen(buf), sizeof(buf) - strlen(buf), " deadline=%lld",
+                         (long long)(zk_now_ms() + op->ttl_ms));
+                wrc = zoo_aset(zk->zh, path, buf, (int)strlen(buf), stat->version, on_op_set,
+                               op);
+            }
+            if (wrc == ZOK) {
+                op->writing = true;
+                zk->outstanding++;
+                zk_kick(zk);
+            } else {
+                op->result = LOCKS_UNAVAILABLE;
+            }
         }
     }
     free(ctx);
-    if (wrc != ZOK)
-        op_finish(op, LOCKS_UNAVAILABLE);
-    else if (op->pending == 0 && !op->matched)
-        op_finish(op, LOCKS_NOT_HELD);
+    /* Every read is answered before the write sent after one of them. */
+    if (op->pending == 0 && !op->writing)
+        op_finish(op, op->matched ? op->result
+                      : op->trouble ? LOCKS_UNAVAILABLE : LOCKS_NOT_HELD);
 }
 
 static void on_op_listed(int rc, const struct String_vector *children, const void *data)
@@ -406,7 +414,7 @@ static void on_op_listed(int rc, const struct String_vector *children, const voi
         return;
     }
     /* Read every lease node of the name: its czxid is its token. */
-    op->matched = false;
+    op->matched = op->trouble = false;
     op->pending = 1;         /* held until every read is sent */
     for (int i = 0; i < children->count; i++) {
         size_t len = strlen(op->parent) + strlen(children->data[i]) + 2;
@@ -424,7 +432,7 @@ static void on_op_listed(int rc, const struct String_vector *children, const voi
         }
     }
     zk_kick(zk);
-    if (--op->pending == 0 && !op->matched)
+    if (--op->pending == 0)  /* no lease node at all */
         op_finish(op, LOCKS_NOT_HELD);
 }
 

@@ -94,9 +94,12 @@ static void on_query_children(int rc, const struct String_vector *children, cons
         return;
     }
     q->info.queue = (unsigned)children->count;
-    for (int i = 0; i < children->count; i++)
-        if (!first || zk_seq_of(children->data[i]) < zk_seq_of(first))
-            first = children->data[i];
+    /* The first holder: a lease node wherever it sits (zk_lock.c), else the first node. */
+    for (int pass = 0; pass < 2 && !first; pass++)
+        for (int i = 0; i < children->count; i++)
+            if ((pass == 1 || zk_kind_of(children->data[i]).lease) &&
+                (!first || zk_seq_of(children->data[i]) < zk_seq_of(first)))
+                first = children->data[i];
     q->info.holders = holders_of(children, first, &q->info.mode, &q->info.limit);
     snprintf(path, sizeof(path), "%s/%s", q->parent, first);
     /* The request's count carries over to the getData. */
