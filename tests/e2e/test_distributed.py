@@ -1356,6 +1356,25 @@ class LeasesTest(DistributedBase):
         self.wait_no_nodes(hosts)
         self.assertGreaterEqual(int(stats(b)["zk_leases_removed"]), 1)
 
+    def test_expired_lease_with_nobody_waiting_is_removed(self):
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A", extra=SKEW)
+        self.lease(a, "lone", 300)             # its own daemon's janitor removes it
+        self.wait_no_nodes(hosts)
+        # A lease whose daemon died, with nobody queued: a daemon that starts
+        # later finds it (start-up sweep) and removes it after its deadline.
+        self.lease(a, "orphan", SESSION_MS + 2000)
+        a.killed = True
+        a.send_signal(signal.SIGKILL)
+        self.assertEqual(a.wait_exit(), -signal.SIGKILL)
+        port = self.zk.port
+        self.wait_zk(lambda: not zkharness.ephemerals(port).get(a.session),
+                     scaled(SESSION_MS / 1000.0 + 10), "A's session to expire")
+        self.assertEqual(len(lease_nodes(hosts, self.root, "orphan")), 1)
+        c = self.start_daemon(hosts, "C", extra=SKEW)
+        self.wait_no_nodes(hosts, timeout=scaled(20.0))
+        self.assertEqual(stats(c)["zk_leases_removed"], "1")
+
     def test_shared_and_semaphore_leases(self):
         hosts = self.zk.connect_string
         a = self.start_daemon(hosts, "A", extra=SKEW)
