@@ -91,6 +91,14 @@ struct backend_ops {
                                   struct backend_lease_op **pending);
     /* The lease_op's answer is no longer wanted; cb will not run. */
     void (*lease_op_cancel)(void *impl, struct backend_lease_op *op);
+    /*
+     * Called before each request is answered. A backend that may have lost
+     * holds while the event loop did not run (a stopped process, a paused
+     * VM) tells their owners now (lost), so that the first thing a holder
+     * hears after such a stall is LOST, never an answer that assumes the
+     * hold. Cheap: a clock read.
+     */
+    void (*before_request)(void *impl);
     /* Frees the backend; ends its session (and so its holds) first. */
     void (*free)(void *impl);
 };

@@ -40,6 +40,9 @@ static void embedded_forget(void *impl, struct hold *h) { }
 
 static void embedded_stats(void *impl, backend_stat_fn add, void *cookie) { }
 
+/* Nothing can be lost behind the daemon's back. */
+static void embedded_before_request(void *impl) { }
+
 /* The lock table is the whole truth: STATUS needs nothing more. */
 static struct backend_query *embedded_query(void *impl, const char *name,
                                             struct backend_queue_info *now,
@@ -79,6 +82,7 @@ static const struct backend_ops embedded_ops = {
     .ends_leases = false,
     .lease_op = embedded_lease_op,
     .lease_op_cancel = embedded_lease_op_cancel,
+    .before_request = embedded_before_request,
     .free = embedded_free,
 };
 

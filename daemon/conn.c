@@ -399,6 +399,7 @@ static void handle_request(struct conn *c, const struct proto_req *req)
     char text[96];
 
     c->srv->stats.cmds[req->cmd]++;
+    be->ops->before_request(be->impl);
     memcpy(name, req->name ? req->name : "", req->name_len);
     name[req->name_len] = '\0';
 

@@ -45,7 +45,8 @@ struct zk {
     struct event *stalled;             /* a connection attempt got no handshake in time */
     bool in_process;                   /* inside zookeeper_process(): re-arm after it */
     bool kicked;
-    struct timeval last_heard;         /* last time the server's socket was readable */
+    int64_t heard_ms;                  /* monotonic ms when the server last spoke (0: never) */
+    bool barrier;                      /* after a stall: resume nothing until a sync returns */
     int negotiated_ms;
     int64_t session_id;
     /* zk_lock.c's bookkeeping */
@@ -73,8 +74,12 @@ void zk_arm_retry(struct zk *zk);
 enum locks_result zk_lock_acquire(void *impl, struct hold *h, uint64_t *token);
 void zk_lock_handover(void *impl, struct hold *h);
 void zk_lock_let_go(void *impl, struct hold *h);
-/* Restarts every request that waits for the connection or a retry. */
+/* Restarts every request that waits for the connection or a retry
+ * (nothing while zk->barrier is set). */
 void zk_locks_resume(struct zk *zk);
+/* The event loop stalled: replies to reads in flight may be stale. Makes
+ * them ignored and their requests wait for zk_locks_resume(). */
+void zk_locks_forget_reads(struct zk *zk);
 /* Every held lock is given up with reason; the waiters keep waiting. */
 void zk_locks_drop_held(struct zk *zk, const char *reason);
 /* The handle was closed. session_gone: with its session, so every node

@@ -956,11 +956,26 @@ void zk_locks_resume(struct zk *zk)
 {
     struct zlock *zl, *next;
 
+    if (zk->barrier)
+        return;
     for (zl = TAILQ_FIRST(&zk->zlocks); zl; zl = next) {
         next = TAILQ_NEXT(zl, link);
         if (zl->step == ZL_IDLE)
             zl_start(zl);
     }
+}
+
+void zk_locks_forget_reads(struct zk *zk)
+{
+    struct zlock *zl;
+
+    /* Writes stay in flight: their outcome says where our nodes are. */
+    TAILQ_FOREACH(zl, &zk->zlocks, link)
+        if (zl->step == ZL_LISTING || zl->step == ZL_WATCHING || zl->step == ZL_CHECKING ||
+            zl->step == ZL_LEASED) {
+            zl->gen++;
+            zl->step = ZL_IDLE;
+        }
 }
 
 /* ------------------------------------------------------- backend calls */

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -30,6 +31,7 @@
 
 static void zk_stats(void *impl, backend_stat_fn add, void *cookie);
 static void zk_free(void *impl);
+static void zk_before_request(void *impl);
 
 static const struct backend_ops zk_ops = {
     .name = "distributed",
@@ -43,6 +45,7 @@ static const struct backend_ops zk_ops = {
     .ends_leases = true,
     .lease_op = zk_lease_op,
     .lease_op_cancel = zk_lease_op_cancel,
+    .before_request = zk_before_request,
     .free = zk_free,
 };
 
@@ -109,13 +112,70 @@ static void zk_rearm(struct zk *zk)
     }
 }
 
+/* Milliseconds on a clock that a changed system time does not move. */
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void on_barrier(int rc, const char *value, const void *data)
+{
+    struct zk *zk = (struct zk *)data;
+
+    zk->outstanding--;
+    zk->barrier = false;
+    if (zk->state == ZK_CONNECTED)
+        zk_locks_resume(zk);
+}
+
+/*
+ * The server expires our session a timeout after it last heard from us;
+ * we presume it lost 2/3 of a timeout after we last heard from it (see
+ * on_session_event). Normally the lost timer does that, but when the
+ * event loop itself did not run (SIGSTOP, a paused VM), requests and
+ * replies that were waiting would be handled before the timer: check the
+ * clock first. Past the limit, holds are lost now (LOST goes out before
+ * any reply), replies to reads already in the socket are stale, and
+ * nothing is resumed until a sync, sent now, comes back: whatever is read
+ * after it is fresh.
+ */
+static void zk_check_stall(struct zk *zk)
+{
+    int64_t now = mono_ms(), silent = now - zk->heard_ms;
+
+    if (!zk->session_id || !zk->heard_ms || silent <= (int64_t)zk_timeout_ms(zk) * 2 / 3)
+        return;
+    /* Disconnected, the lost timer is due too: only a silence while
+     * connected is news. */
+    if (zk->state == ZK_CONNECTED)
+        log_warn("zk: nothing heard from ZooKeeper for %lld ms, past 2/3 of the %d ms "
+                 "session timeout (was this process stopped?); presuming the session lost",
+                 (long long)silent, zk_timeout_ms(zk));
+    zk->heard_ms = now;
+    zk_locks_drop_held(zk, "zk-disconnected");
+    zk_locks_forget_reads(zk);
+    if (zk->zh && !zk->barrier && zoo_async(zk->zh, "/", on_barrier, zk) == ZOK) {
+        zk->barrier = true;
+        zk->outstanding++;
+        zk_kick(zk);
+    }
+}
+
+static void zk_before_request(void *impl)
+{
+    zk_check_stall(impl);
+}
+
 static void on_io(evutil_socket_t fd, short what, void *arg)
 {
     struct zk *zk = arg;
-    struct timeval now;
+    int64_t now = mono_ms();
     int events = 0;
 
-    gettimeofday(&now, NULL);
+    zk_check_stall(zk);      /* before anything read now is believed */
     if (what & EV_READ)
         events |= ZOOKEEPER_READ;
     if (what & EV_WRITE)
@@ -134,7 +194,7 @@ static void on_io(evutil_socket_t fd, short what, void *arg)
     /* Readable and still connected: the server spoke (an EOF would have
      * disconnected us), so the session was alive at `now`. */
     if ((what & EV_READ) && zk->state == ZK_CONNECTED)
-        zk->last_heard = now;
+        zk->heard_ms = now;
     zk_rearm(zk);
 }
 
@@ -256,7 +316,7 @@ static void on_session_event(zhandle_t *zh, int type, int state, const char *pat
         bool same = zk->session_id == id->client_id;
         zk->state = ZK_CONNECTED;
         zk->negotiated_ms = zoo_recv_timeout(zh);
-        gettimeofday(&zk->last_heard, NULL);
+        zk->heard_ms = mono_ms();
         evtimer_del(zk->lost_timer);
         if (same) {
             zk->reconnects++;
@@ -269,8 +329,8 @@ static void on_session_event(zhandle_t *zh, int type, int state, const char *pat
         zk_locks_resume(zk);
         zk_lease_sweep(zk);
     } else if (state == ZOO_CONNECTING_STATE) {
-        struct timeval now, deadline, tv = { 0, 0 };
-        long ms = (long)zk->negotiated_ms * 2 / 3;
+        int64_t left = zk->heard_ms + (int64_t)zk->negotiated_ms * 2 / 3 - mono_ms();
+        struct timeval tv = { 0, 0 };
         if (zk->state == ZK_CONNECTED)
             log_warn("zk: disconnected from ZooKeeper; reconnecting");
         zk->state = ZK_CONNECTING;
@@ -278,16 +338,10 @@ static void on_session_event(zhandle_t *zh, int type, int state, const char *pat
          * from us; we presume it lost 2/3 of a timeout after we last heard
          * from the server, leaving a third for delays on either side. */
         if (zk->session_id && !evtimer_pending(zk->lost_timer, NULL)) {
-            gettimeofday(&now, NULL);
-            deadline = zk->last_heard;
-            deadline.tv_sec += ms / 1000;
-            deadline.tv_usec += (ms % 1000) * 1000;
-            if (deadline.tv_usec >= 1000000) {
-                deadline.tv_sec++;
-                deadline.tv_usec -= 1000000;
+            if (left > 0) {
+                tv.tv_sec = left / 1000;
+                tv.tv_usec = (left % 1000) * 1000;
             }
-            if (timercmp(&deadline, &now, >))
-                timersub(&deadline, &now, &tv);
             evtimer_add(zk->lost_timer, &tv);
         }
     } else if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE) {

@@ -642,6 +642,32 @@ class DistributedTest(DistributedBase):
         note("LOST reason %s" % lost.group(1))
         self.wait_no_nodes(hosts)
 
+    def test_04b_request_sent_during_a_stall_is_answered_after_lost(self):
+        """A request that reached a stopped daemon is answered only after the
+        LOST of a hold the stall cost: the first thing the holder hears."""
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A")
+        b = self.start_daemon(hosts, "B")
+        holder = self.client(a, timeout=scaled(15.0))
+        t_a = int(holder.request("LOCK sx").split()[2])
+        wait_ms = SESSION_MS + MARGIN_MS
+        waiter = self.client(b, timeout=scaled(wait_ms / 1000.0 + 10))
+        waiter.send("LOCK sx %d\n" % wait_ms)
+        b.wait_queued(waiter, "sx")
+        self.wait_node(hosts, "sx", b)
+        a.send_signal(signal.SIGSTOP)
+        try:
+            m = waiter.expect_match(r"(OK|TIMEOUT) sx(?: %s)?" % TOKEN)
+            self.assertEqual(m.group(1), "OK", "the stopped daemon's node outlived its session")
+            holder.send("UNLOCK sx\nPING\n")   # waits in A's socket
+        finally:
+            a.send_signal(signal.SIGCONT)
+        self.assertRegex(holder.line(), r"^LOST sx %d (zk-disconnected|session-expired)$" % t_a)
+        self.assertEqual(holder.line(), "ERR NOT_HELD this connection does not hold that lock")
+        self.assertEqual(holder.line(), "PONG")
+        self.assertEqual(waiter.request("UNLOCK sx"), "OK sx")
+        self.wait_no_nodes(hosts)
+
     # 5 ---------------------------------------------------------------
     def test_05_zookeeper_restart_within_session_timeout(self):
         zk = self.own_server(name="zk-restart", max_session_ms=MAX_SESSION_MS)
