@@ -15,17 +15,18 @@
  * Exit statuses of lockbroker itself. `run` otherwise exits with the
  * command's status (128+N when signal N killed it). The 120s are rarely
  * used by commands; 124-127 follow timeout(1) and the shells; new codes
- * are taken downwards from 119. Keep this table, usage() in lockbroker.c
+ * are taken downwards from 117. Keep this table, usage() in lockbroker.c
  * and cli/lockbroker.1 in step.
  */
 enum cli_exit {
     CLI_EXIT_OK          = 0,
-    CLI_EXIT_CONFLICT    = 119, /* run: ERR CONFLICT, the lock is in use in another mode or limit */
+    CLI_EXIT_NOT_HELD    = 118, /* renew, release: ERR NOT_HELD (wrong token, or the lease ended) */
+    CLI_EXIT_CONFLICT    = 119, /* run, lease: ERR CONFLICT, the lock is in use in another mode/limit */
     CLI_EXIT_LOST        = 120, /* run: the lock was lost while the command ran */
     CLI_EXIT_UNAVAILABLE = 121, /* broker unreachable, connection closed, no reply, ERR UNAVAILABLE/LIMIT */
     CLI_EXIT_BAD_NAME    = 122, /* invalid lock name (checked here, or ERR BAD_NAME) */
     CLI_EXIT_PROTOCOL    = 123, /* unexpected reply (ERR BAD_COMMAND, ERR INTERNAL, ...) */
-    CLI_EXIT_TIMEOUT     = 124, /* run -w: the lock was not granted in time */
+    CLI_EXIT_TIMEOUT     = 124, /* run -w, lease -w: the lock was not granted in time */
     CLI_EXIT_USAGE       = 125, /* bad command line, or lockbroker itself failed */
     CLI_EXIT_CANNOT_EXEC = 126, /* run: the command was found but could not be executed */
     CLI_EXIT_NOT_FOUND   = 127, /* run: the command was not found */

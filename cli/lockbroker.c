@@ -1,12 +1,13 @@
 /*
  * lockbroker.c - the command-line client of lockbrokerd: options, address,
- * and the subcommands run, status, stats and ping.
+ * and the subcommands run, lease, renew, release, status, stats and ping.
  */
 #include "config.h"
 
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +28,8 @@ struct options {
     int64_t io_ms;         /* -t */
     int shared;            /* -s */
     unsigned limit;        /* -n, 1..PROTO_LIMIT_MAX; 0 = not given */
-    int run_only_given;    /* -w, -g, -s or -n was given */
+    int lock_opts_given;   /* -w, -s or -n was given (run and lease) */
+    int grace_given;       /* -g was given (run only) */
 };
 
 static void usage(FILE *f)
@@ -35,31 +37,40 @@ static void usage(FILE *f)
     fprintf(f,
         "Usage: lockbroker [OPTIONS] run [-w MS] [-g MS] [-s | -n N] NAME [--]\n"
         "                  COMMAND [ARGS...]\n"
+        "       lockbroker [OPTIONS] lease [-w MS] [-s | -n N] NAME TTL\n"
+        "       lockbroker [OPTIONS] renew NAME TOKEN TTL\n"
+        "       lockbroker [OPTIONS] release NAME TOKEN\n"
         "       lockbroker [OPTIONS] status [NAME]\n"
         "       lockbroker [OPTIONS] stats\n"
         "       lockbroker [OPTIONS] ping\n"
         "Client of lockbrokerd. `run` holds lock NAME while COMMAND runs, with\n"
         "LOCKBROKER_NAME, LOCKBROKER_TOKEN (the fencing token) and LOCKBROKER_ADDR in its\n"
         "environment, and exits with its status (128+N if signal N killed it).\n"
+        "`lease` takes lock NAME as a lease, which outlives lockbroker, and prints its\n"
+        "TOKEN. The lease ends TTL milliseconds (100-86400000) after the grant or the\n"
+        "latest `renew`, or when `release` ends it.\n"
         "Options go before or after the subcommand, but before NAME.\n"
         "  -H, --host HOST:PORT  broker address: IPv4, [IPv6]:PORT or a host name\n"
         "  -U, --unix PATH       broker Unix socket\n"
         "                        (default: $LOCKBROKER_ADDR, HOST:PORT or unix:PATH or\n"
         "                        /PATH; else %s)\n"
-        "  -w, --wait MS         run: give up if the lock is not granted within MS\n"
+        "  -w, --wait MS         run, lease: give up if the lock is not granted within MS\n"
         "                        milliseconds (default: wait for ever)\n"
         "  -g, --grace MS        run: after the lock is lost, SIGKILL the command MS\n"
         "                        milliseconds after SIGTERM (default %d; 0: at once)\n"
-        "  -s, --shared          run: take the lock shared: shared holders run together,\n"
-        "                        an exclusive holder (a run without -s or -n) alone\n"
-        "  -n, --limit N         run: take one of N slots (1-65535) of a semaphore; every\n"
-        "                        holder and waiter of NAME must give the same N\n"
+        "  -s, --shared          run, lease: take the lock shared: shared holders run\n"
+        "                        together, an exclusive holder (without -s or -n) alone\n"
+        "  -n, --limit N         run, lease: take one of N slots (1-65535) of a\n"
+        "                        semaphore; every holder and waiter of NAME must give\n"
+        "                        the same N\n"
         "  -t, --timeout MS      connect and reply timeout (default %d)\n"
         "  -h, --help            show this help\n"
         "  -V, --version         show the version\n"
         "SIGINT, SIGTERM and SIGHUP are passed on to COMMAND's process group.\n"
         "Exit status: COMMAND's (run), 0 (other subcommands), or\n"
-        "  119  run: the lock is in use in another mode or with another limit\n"
+        "  118  renew, release: the lease is not held (ERR NOT_HELD): wrong TOKEN, or\n"
+        "       it expired or was released\n"
+        "  119  run, lease: the lock is in use in another mode or with another limit\n"
         "       (ERR CONFLICT)\n"
         "  120  the lock was lost while COMMAND ran (LOST, or the connection dropped);\n"
         "       COMMAND was terminated\n"
@@ -67,7 +78,7 @@ static void usage(FILE *f)
         "       closed, no reply, ERR UNAVAILABLE, ERR LIMIT)\n"
         "  122  invalid lock name\n"
         "  123  unexpected reply from the broker (e.g. it does not know STATUS)\n"
-        "  124  run -w: timed out waiting for the lock\n"
+        "  124  run -w, lease -w: timed out waiting for the lock\n"
         "  125  usage error, or lockbroker itself failed\n"
         "  126  COMMAND was found but cannot be executed\n"
         "  127  COMMAND was not found\n",
@@ -96,6 +107,35 @@ static int parse_ms(const char *s, int64_t min, int64_t *out)
     }
     if (v < min || v > PROTO_WAIT_MAX)
         return -1;
+    *out = v;
+    return 0;
+}
+
+/* A lease's ttl: decimal milliseconds, PROTO_TTL_MIN..PROTO_TTL_MAX. Returns 0, or -1. */
+static int parse_ttl(const char *s, int64_t *out)
+{
+    int64_t v;
+
+    if (parse_ms(s, PROTO_TTL_MIN, &v) < 0 || v > PROTO_TTL_MAX)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* A fencing token: 1-20 decimal digits, at most 2^64 - 1. Returns 0, or -1. */
+static int parse_token(const char *s, uint64_t *out)
+{
+    uint64_t v = 0;
+
+    if (*s == '\0' || strlen(s) > 20)
+        return -1;
+    for (const char *p = s; *p; p++) {
+        unsigned d = (unsigned)(*p - '0');
+
+        if (*p < '0' || *p > '9' || v > (UINT64_MAX - d) / 10)
+            return -1;
+        v = v * 10 + d;
+    }
     *out = v;
     return 0;
 }
@@ -164,18 +204,18 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
                 *exit_code = usage_error("-w: expected milliseconds from 0 to 2147483647, got '%s'", optarg);
                 return -1;
             }
-            o->run_only_given = 1;
+            o->lock_opts_given = 1;
             break;
         case 'g':
             if (parse_ms(optarg, 0, &o->grace_ms) < 0) {
                 *exit_code = usage_error("-g: expected milliseconds from 0 to 2147483647, got '%s'", optarg);
                 return -1;
             }
-            o->run_only_given = 1;
+            o->grace_given = 1;
             break;
         case 's':
             o->shared = 1;
-            o->run_only_given = 1;
+            o->lock_opts_given = 1;
             break;
         case 'n':
             if (parse_limit(optarg, &o->limit) < 0) {
@@ -183,7 +223,7 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
                                          "got '%s'", optarg);
                 return -1;
             }
-            o->run_only_given = 1;
+            o->lock_opts_given = 1;
             break;
         case 't':
             if (parse_ms(optarg, 1, &o->io_ms) < 0) {
@@ -401,6 +441,107 @@ static int cmd_status(const struct options *o, const struct client_addr *a, stru
     }
 }
 
+/* ------------------------------------------------ lease, renew, release */
+
+/* UNLOCK <name> <token> on c, when the token could not be handed on. Returns 0 or -1. */
+static int lease_abandon(struct client *c, const struct run_opts *ro, const char *token)
+{
+    char req[PROTO_NAME_MAX + 64], ok[PROTO_NAME_MAX + 8], line[PROTO_REPLY_MAX],
+         err[CLIENT_ERR_MAX];
+    int64_t deadline = client_now_ms() + ro->io_ms;
+
+    snprintf(req, sizeof(req), "UNLOCK %s %s\n", ro->name, token);
+    snprintf(ok, sizeof(ok), "OK %s", ro->name);
+    if (client_send(c, req, strlen(req), deadline, err, sizeof(err)) != CLIENT_OK ||
+        client_read_line(c, line, sizeof(line), deadline, err, sizeof(err)) != CLIENT_OK)
+        return -1;
+    return strcmp(line, ok) == 0 ? 0 : -1;
+}
+
+/*
+ * lease: LOCK <name> ... ttl=<ms>, then the token alone on stdout. The
+ * lease outlives the connection. A token that cannot be written is a lease
+ * nobody could renew or release: it is released at once.
+ */
+static int cmd_lease(const struct run_opts *ro, struct client *c)
+{
+    char token[32];
+    int rc, e;
+
+    if ((rc = run_lock(ro, c, token, sizeof(token))) != 0)
+        return rc;
+    signal(SIGPIPE, SIG_IGN);   /* a closed stdout is an error to handle, not death */
+    if (printf("%s\n", token) >= 0 && fflush(stdout) == 0)
+        return CLI_EXIT_OK;
+    e = errno;
+    if (lease_abandon(c, ro, token) == 0)
+        fprintf(stderr, "lockbroker: cannot write the token to standard output: %s; "
+                "lease %s released\n", strerror(e), ro->name);
+    else
+        fprintf(stderr, "lockbroker: cannot write the token to standard output: %s; "
+                "cannot release lease %s either: it ends in %" PRId64 " ms\n",
+                strerror(e), ro->name, ro->ttl_ms);
+    return CLI_EXIT_USAGE;
+}
+
+/*
+ * renew (ttl_ms > 0): RENEW <name> <token> <ttl_ms>; release (ttl_ms 0):
+ * UNLOCK <name> <token>. Both answer `OK <name>`, or ERR NOT_HELD when no
+ * lease of that name has that token.
+ */
+static int cmd_lease_op(const struct options *o, const struct client_addr *a, struct client *c,
+                        const char *name, uint64_t token, int64_t ttl_ms)
+{
+    struct exchange x;
+    const char *verb = ttl_ms > 0 ? "RENEW" : "UNLOCK";
+    char req[PROTO_NAME_MAX + 64], ok[PROTO_NAME_MAX + 8], line[CLIENT_LINE_MAX + 1];
+    int rc;
+
+    if (ttl_ms > 0)
+        snprintf(req, sizeof(req), "RENEW %s %" PRIu64 " %" PRId64 "\n", name, token, ttl_ms);
+    else
+        snprintf(req, sizeof(req), "UNLOCK %s %" PRIu64 "\n", name, token);
+    if ((rc = exchange_start(&x, o, a, c, req)) || (rc = exchange_line(&x, line, sizeof(line))))
+        return rc;
+    snprintf(ok, sizeof(ok), "OK %s", name);
+    if (strcmp(line, ok) == 0)
+        return CLI_EXIT_OK;
+    if (strncmp(line, "ERR NOT_HELD", 12) == 0 && (line[12] == ' ' || line[12] == '\0')) {
+        fprintf(stderr, "lockbroker: cannot %s lease %s: it is not held with token %" PRIu64
+                ": the token is wrong, or the lease expired or was released (%s: %s)\n",
+                ttl_ms > 0 ? "renew" : "release", name, token, a->spec, line);
+        return CLI_EXIT_NOT_HELD;
+    }
+    if (strncmp(line, "ERR ", 4) == 0)
+        return report_err(&x, verb, line);
+    fprintf(stderr, "lockbroker: unexpected reply to %s %s: %s\n", verb, name, line);
+    return CLI_EXIT_PROTOCOL;
+}
+
+/* TTL from the command line, or a usage error (reported). */
+static int check_ttl(const char *sub, const char *arg, int64_t *ttl_ms)
+{
+    char msg[512];
+
+    if (parse_ttl(arg, ttl_ms) == 0)
+        return 0;
+    snprintf(msg, sizeof(msg), "%s: TTL: expected milliseconds from %lld to %lld, got '%s'",
+             sub, (long long)PROTO_TTL_MIN, (long long)PROTO_TTL_MAX, arg);
+    return usage_error("%s", msg);
+}
+
+/* TOKEN from the command line, or a usage error (reported). */
+static int check_token(const char *sub, const char *arg, uint64_t *token)
+{
+    char msg[512];
+
+    if (parse_token(arg, token) == 0)
+        return 0;
+    snprintf(msg, sizeof(msg), "%s: TOKEN: expected the token `lockbroker lease` printed, "
+             "an unsigned 64-bit decimal integer, got '%s'", sub, arg);
+    return usage_error("%s", msg);
+}
+
 /* ------------------------------------------------------------------ main */
 
 /* Flushes stdout; a write error (full disk, closed pipe) is a failure. */
@@ -411,6 +552,19 @@ static int finish_stdout(int rc)
         return rc == CLI_EXIT_OK ? CLI_EXIT_USAGE : rc;
     }
     return rc;
+}
+
+static const char *const subcommands[] = {
+    "run", "lease", "renew", "release", "status", "stats", "ping",
+};
+#define NSUBCOMMANDS (sizeof(subcommands) / sizeof(subcommands[0]))
+
+static bool subcommand_known(const char *sub)
+{
+    for (size_t i = 0; i < NSUBCOMMANDS; i++)
+        if (strcmp(sub, subcommands[i]) == 0)
+            return true;
+    return false;
 }
 
 int main(int argc, char **argv)
@@ -427,7 +581,8 @@ int main(int argc, char **argv)
     if (parse_options(argc, argv, &o, &rc) != 0)
         return finish_stdout(rc);
     if (optind >= argc)
-        return usage_error("%s", "missing subcommand: run, status, stats or ping");
+        return usage_error("%s", "missing subcommand: run, lease, renew, release, status, "
+                           "stats or ping");
     sub = argv[optind];
     argv += optind;
     argc -= optind;
@@ -435,15 +590,19 @@ int main(int argc, char **argv)
         usage(stdout);
         return finish_stdout(CLI_EXIT_OK);
     }
-    if (strcmp(sub, "run") && strcmp(sub, "status") && strcmp(sub, "stats") && strcmp(sub, "ping"))
+    if (!subcommand_known(sub))
         return usage_error("unknown subcommand '%s'", sub);
     if (parse_options(argc, argv, &o, &rc) != 0)
         return finish_stdout(rc);
     rest = argv + optind;
     nrest = argc - optind;
 
-    if (strcmp(sub, "run") != 0 && o.run_only_given)
-        return usage_error("%s: -w, -g, -s and -n are options of run", sub);
+    if (strcmp(sub, "run") != 0 && strcmp(sub, "lease") != 0 &&
+        (o.lock_opts_given || o.grace_given))
+        return usage_error("%s: -w, -g, -s and -n are options of run (-w, -s and -n also of "
+                           "lease)", sub);
+    if (strcmp(sub, "lease") == 0 && o.grace_given)
+        return usage_error("%s", "lease: -g is an option of run");
     if (o.shared && o.limit > 0)
         return usage_error("%s", "--shared and --limit are mutually exclusive");
     if ((rc = resolve_addr(&o, &addr)) != 0)
@@ -470,7 +629,36 @@ int main(int argc, char **argv)
         fflush(stdout);
         return run_command(&ro);
     }
-    if (strcmp(sub, "status") == 0 && nrest > 0) {
+    if (strcmp(sub, "lease") == 0) {
+        struct run_opts ro = { .addr = &addr, .wait_ms = o.wait_ms, .io_ms = o.io_ms,
+                               .shared = o.shared, .limit = o.limit };
+
+        if (nrest < 2)
+            return usage_error("%s", "lease: expected NAME TTL");
+        if (nrest > 2)
+            return usage_error("unexpected argument '%s'", rest[2]);
+        ro.name = rest[0];
+        if ((rc = check_name(ro.name)) != 0 || (rc = check_ttl(sub, rest[1], &ro.ttl_ms)) != 0)
+            return rc;
+        rc = cmd_lease(&ro, &conn);   /* it has flushed stdout, or given up on it */
+        client_close(&conn);
+        return rc;
+    }
+    if (strcmp(sub, "renew") == 0 || strcmp(sub, "release") == 0) {
+        int renew = strcmp(sub, "renew") == 0;
+        int64_t ttl_ms = 0;
+        uint64_t token = 0;
+
+        if (nrest < 2 + renew)
+            return usage_error("%s", renew ? "renew: expected NAME TOKEN TTL"
+                                           : "release: expected NAME TOKEN");
+        if (nrest > 2 + renew)
+            return usage_error("unexpected argument '%s'", rest[2 + renew]);
+        if ((rc = check_name(rest[0])) != 0 || (rc = check_token(sub, rest[1], &token)) != 0 ||
+            (renew && (rc = check_ttl(sub, rest[2], &ttl_ms)) != 0))
+            return rc;
+        rc = cmd_lease_op(&o, &addr, &conn, rest[0], token, ttl_ms);
+    } else if (strcmp(sub, "status") == 0 && nrest > 0) {
         if (nrest != 1)
             return usage_error("%s", "status: expected one lock NAME, or none");
         if ((rc = check_name(rest[0])) != 0)

@@ -85,10 +85,9 @@ static void run_mode_option(const struct run_opts *o, char *buf, size_t cap)
         buf[0] = '\0';
 }
 
-/* Connects and sends LOCK. Returns 0 with the token copied, or an exit status. */
-static int run_lock(const struct run_opts *o, struct client *c, char *token, size_t tokcap)
+int run_lock(const struct run_opts *o, struct client *c, char *token, size_t tokcap)
 {
-    char req[RUN_REPLY_MAX], line[RUN_REPLY_MAX], err[CLIENT_ERR_MAX], mode[32];
+    char req[RUN_REPLY_MAX], line[RUN_REPLY_MAX], err[CLIENT_ERR_MAX], mode[32], wait[32], ttl[32];
     int64_t deadline;
     enum client_status st;
     int n;
@@ -98,11 +97,13 @@ static int run_lock(const struct run_opts *o, struct client *c, char *token, siz
         return CLI_EXIT_UNAVAILABLE;
     }
     run_mode_option(o, mode, sizeof(mode));
+    wait[0] = ttl[0] = '\0';
     if (o->wait_ms >= 0)
-        n = snprintf(req, sizeof(req), "LOCK %s %" PRId64 "%s%s\n", o->name, o->wait_ms,
-                     mode[0] ? " " : "", mode);
-    else
-        n = snprintf(req, sizeof(req), "LOCK %s%s%s\n", o->name, mode[0] ? " " : "", mode);
+        snprintf(wait, sizeof(wait), " %" PRId64, o->wait_ms);
+    if (o->ttl_ms > 0)
+        snprintf(ttl, sizeof(ttl), " ttl=%" PRId64, o->ttl_ms);
+    n = snprintf(req, sizeof(req), "LOCK %s%s%s%s%s\n", o->name, wait, mode[0] ? " " : "", mode,
+                 ttl);
     st = client_send(c, req, (size_t)n, client_now_ms() + o->io_ms, err, sizeof(err));
     if (st == CLIENT_ERROR) {
         fprintf(stderr, "lockbroker: %s: %s\n", o->addr->spec, err);

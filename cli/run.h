@@ -1,5 +1,6 @@
 /*
- * run.h - `lockbroker run`: hold a lock while a command runs.
+ * run.h - `lockbroker run`: hold a lock while a command runs; run_lock()
+ * also takes the leases of `lockbroker lease`.
  */
 #ifndef LOCKBROKER_CLI_RUN_H
 #define LOCKBROKER_CLI_RUN_H
@@ -17,8 +18,20 @@ struct run_opts {
     int shared;                      /* -s: ask for the lock in shared mode; never with limit */
     unsigned limit;                  /* -n: 1..PROTO_LIMIT_MAX, a semaphore with that many
                                         slots; 0: not a semaphore */
-    char **argv;                     /* the command, NULL-terminated, argv[0] != NULL */
+    int64_t ttl_ms;                  /* lease: ttl=<ms>, PROTO_TTL_MIN..PROTO_TTL_MAX;
+                                        0 for run (the connection holds the lock) */
+    char **argv;                     /* run: the command, NULL-terminated, argv[0] != NULL */
 };
+
+/*
+ * Connects to o->addr and sends `LOCK <name> [<wait_ms>] [shared|limit=<n>]
+ * [ttl=<ttl_ms>]` (o->grace_ms and o->argv are not used). Returns 0 once
+ * granted, with the decimal token copied to token (tokcap bytes) and c
+ * still connected; otherwise a CLI_EXIT_* status, having printed a one-line
+ * reason on stderr. The caller closes c in both cases. Used by run and by
+ * `lockbroker lease`.
+ */
+int run_lock(const struct run_opts *o, struct client *c, char *token, size_t tokcap);
 
 /*
  * Takes the lock, runs the command in its own process group with

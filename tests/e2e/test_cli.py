@@ -37,6 +37,7 @@ class Daemon(lbharness.Daemon):
                           r"(?: and (.+))?$")
 
 # Exit statuses of lockbroker itself (cli/client.h, lockbroker --help, lockbroker(1)).
+EXIT_NOT_HELD = 118
 EXIT_CONFLICT = 119
 EXIT_LOST = 120
 EXIT_UNAVAILABLE = 121
@@ -485,6 +486,200 @@ class ModeTests(DaemonCase):
         self.assert_exit(p, 0, stdout="ran\n")
 
 
+class LeaseTests(DaemonCase):
+    """lease, renew and release: holds that outlive the lockbroker that took them."""
+
+    def lease(self, n, ttl="60000", args=()):
+        """Runs `lease ARGS n ttl`; asserts success and returns the token (an int)."""
+        p = self.lb(self.hp() + ["lease"] + list(args) + [n, ttl])
+        self.assert_exit(p, 0)
+        self.assertEqual(p.err, "")
+        self.assertRegex(p.out, r"^[0-9]+\n$")
+        return int(p.out)
+
+    def release(self, n, token):
+        p = self.lb(self.hp() + ["release", n, str(token)])
+        self.assert_exit(p, 0, stdout="")
+        self.assertEqual(p.err, "")
+
+    def trylock(self, n):
+        """The reply to TRYLOCK n on a connection that then closes."""
+        c = self.client()
+        reply = c.request("TRYLOCK %s" % n)
+        c.close()
+        return reply
+
+    def not_held(self, p, what, n, token):
+        self.assert_exit(p, EXIT_NOT_HELD,
+                         r"cannot %s lease %s: it is not held with token %d: the token is wrong, "
+                         r"or the lease expired or was released \(%s: ERR NOT_HELD .*\)$"
+                         % (what, re.escape(n), token, re.escape(self.d.listen_addr)), stdout="")
+
+    def test_lease_is_held_after_lockbroker_exits_until_released(self):
+        n = self.name()
+        token = self.lease(n)
+        self.assertEqual(self.trylock(n), "BUSY %s" % n)
+        self.release(n, token)
+        self.assertRegex(self.trylock(n), r"^OK %s [0-9]+$" % re.escape(n))
+        # Released: the token is no longer good for anything.
+        p = self.lb(self.hp() + ["release", n, str(token)])
+        self.not_held(p, "release", n, token)
+
+    def test_release_with_a_wrong_token(self):
+        n = self.name()
+        token = self.lease(n)
+        for wrong in (token + 1, 1, 18446744073709551615):
+            with self.subTest(token=wrong):
+                p = self.lb(self.hp() + ["release", n, str(wrong)])
+                self.not_held(p, "release", n, wrong)
+        self.assertEqual(self.trylock(n), "BUSY %s" % n)
+        p = self.lb(self.hp() + ["renew", n, str(token + 1), "60000"])
+        self.not_held(p, "renew", n, token + 1)
+        self.release(n, token)
+
+    def test_renew_then_release(self):
+        n = self.name()
+        token = self.lease(n)
+        p = self.lb(self.hp() + ["renew", n, str(token), "60000"])
+        self.assert_exit(p, 0, stdout="")
+        self.assertEqual(p.err, "")
+        self.assertEqual(self.trylock(n), "BUSY %s" % n)
+        self.release(n, token)
+        p = self.lb(self.hp() + ["renew", n, str(token), "60000"])
+        self.not_held(p, "renew", n, token)
+
+    def test_renew_extends_the_lease(self):
+        # Renewed at once for a minute, a lease of `ttl` ms is still held
+        # twice its ttl later: a waiter for that long times out.
+        n = self.name()
+        ttl = int(scaled(1.0) * 1000)
+        token = self.lease(n, str(ttl))
+        p = self.lb(self.hp() + ["renew", n, str(token), "60000"])
+        self.assert_exit(p, 0, stdout="")
+        p = self.lb(self.hp() + ["lease", "-w", str(2 * ttl), n, "60000"])
+        self.assert_exit(p, EXIT_TIMEOUT, r"timed out after %d ms waiting for lock %s$"
+                         % (2 * ttl, re.escape(n)), stdout="")
+        self.release(n, token)
+
+    def test_lease_wait_0_on_a_held_name(self):
+        n = self.name()
+        token = self.lease(n)
+        p = self.lb(self.hp() + ["lease", "-w", "0", n, "60000"])
+        self.assert_exit(p, EXIT_TIMEOUT, r"timed out after 0 ms waiting for lock %s$"
+                         % re.escape(n), stdout="")
+        self.release(n, token)
+        # Held by a connection, too.
+        holder = self.client()
+        holder.send("LOCK %s\n" % n)
+        holder.expect_match(r"OK %s [0-9]+" % re.escape(n))
+        p = self.lb(self.hp() + ["lease", "-w", "0", n, "60000"])
+        self.assert_exit(p, EXIT_TIMEOUT, r"timed out after 0 ms waiting for lock", stdout="")
+
+    def test_expired_lease_goes_to_a_waiter(self):
+        n = self.name()
+        mark = self.d.log_mark()
+        token = self.lease(n, "300")
+        # The waiter is granted when the lease expires: that grant is the event awaited.
+        later = self.lease(n, "60000", ["-w", str(int(scaled(5.0) * 1000))])
+        self.assertGreater(later, token)
+        self.d.wait_log(r"lease %s \(token %d\) expired" % (re.escape(n), token), since=mark)
+        for args in (["renew", n, str(token), "60000"], ["release", n, str(token)]):
+            with self.subTest(args=args):
+                p = self.lb(self.hp() + args)
+                self.not_held(p, args[0], n, token)
+        self.release(n, later)
+
+    def test_shared_and_limit_leases(self):
+        n = self.name()
+        tokens = [self.lease(n, args=["--shared"]), self.lease(n, args=["-s", "-w", "0"])]
+        self.assertRegex(self.lb(self.hp() + ["status", n]).out,
+                         r"^STATUS %s held .* mode=shared holders=2\n$" % re.escape(n))
+        p = self.lb(self.hp() + ["lease", "-n", "2", n, "60000"])
+        self.assert_exit(p, EXIT_CONFLICT, r"lock %s is in use in another mode or with another "
+                         r"limit; cannot take it with limit=2 " % re.escape(n), stdout="")
+        for token in tokens:
+            self.release(n, token)
+        m = self.name()
+        tokens = [self.lease(m, args=["-n", "2"]) for _ in range(2)]
+        p = self.lb(self.hp() + ["lease", "-w", "0", "-n", "2", m, "60000"])
+        self.assert_exit(p, EXIT_TIMEOUT, r"timed out after 0 ms waiting for lock", stdout="")
+        for token in tokens:
+            self.release(m, token)
+
+    def test_unwritable_token_releases_the_lease(self):
+        # Nobody could renew or release a lease whose token was lost.
+        n = self.name()
+        r, w = os.pipe()
+        os.close(r)
+        try:
+            p = subprocess.run([client_path()] + self.hp() + ["lease", n, "60000"], stdout=w,
+                               stderr=subprocess.PIPE, env=clean_env(), timeout=RUN_TIMEOUT)
+        finally:
+            os.close(w)
+        self.assertEqual(p.returncode, EXIT_USAGE, p.stderr)
+        self.assertRegex(p.stderr.decode(), r"^lockbroker: cannot write the token to standard "
+                         r"output: .*; lease %s released\n$" % re.escape(n))
+        self.assertRegex(self.trylock(n), r"^OK %s [0-9]+$" % re.escape(n))
+
+    def test_largest_token_is_sent(self):
+        n = self.name()
+        p = self.lb(self.hp() + ["renew", n, "18446744073709551615", "100"])
+        self.not_held(p, "renew", n, 18446744073709551615)
+
+    def test_bad_name(self):
+        for args in (["lease", "a/b", "1000"], ["renew", "a/b", "1", "1000"],
+                     ["release", "a/b", "1"], ["release", "", "1"]):
+            with self.subTest(args=args):
+                p = self.lb(self.hp() + args)
+                self.assert_exit(p, EXIT_BAD_NAME, r"invalid lock name '", stdout="")
+
+    def test_usage_errors(self):
+        ttl = r"%s: TTL: expected milliseconds from 100 to 86400000, got '%s'"
+        tok = r"%s: TOKEN: expected the token `lockbroker lease` printed, an unsigned 64-bit " \
+              r"decimal integer, got '%s'"
+        cases = [
+            (["lease", "n", "99"], ttl % ("lease", "99")),
+            (["lease", "n", "86400001"], ttl % ("lease", "86400001")),
+            (["lease", "n", "abc"], ttl % ("lease", "abc")),
+            (["lease", "n", ""], ttl % ("lease", "")),
+            (["lease", "n", "+100"], ttl % ("lease", r"\+100")),
+            (["lease", "n", "1e3"], ttl % ("lease", "1e3")),
+            (["lease", "n", "-1"], ttl % ("lease", "-1")),
+            (["renew", "n", "1", "99"], ttl % ("renew", "99")),
+            (["renew", "n", "1", "86400001"], ttl % ("renew", "86400001")),
+            (["renew", "n", "1", "abc"], ttl % ("renew", "abc")),
+            (["renew", "n", "x", "1000"], tok % ("renew", "x")),
+            (["release", "n", "x"], tok % ("release", "x")),
+            (["release", "n", ""], tok % ("release", "")),
+            (["release", "n", "+1"], tok % ("release", r"\+1")),
+            (["release", "n", "1.0"], tok % ("release", r"1\.0")),
+            (["release", "n", "18446744073709551616"], tok % ("release", "18446744073709551616")),
+            (["release", "n", "1" * 21], tok % ("release", "1" * 21)),
+            (["lease"], r"lease: expected NAME TTL"),
+            (["lease", "n"], r"lease: expected NAME TTL"),
+            (["lease", "n", "1000", "extra"], r"unexpected argument 'extra'"),
+            (["renew"], r"renew: expected NAME TOKEN TTL"),
+            (["renew", "n", "1"], r"renew: expected NAME TOKEN TTL"),
+            (["renew", "n", "1", "1000", "extra"], r"unexpected argument 'extra'"),
+            (["release"], r"release: expected NAME TOKEN"),
+            (["release", "n"], r"release: expected NAME TOKEN"),
+            (["release", "n", "1", "extra"], r"unexpected argument 'extra'"),
+            (["lease", "-g", "100", "n", "1000"], r"lease: -g is an option of run"),
+            (["lease", "-s", "-n", "2", "n", "1000"],
+             r"--shared and --limit are mutually exclusive"),
+            (["lease", "-w", "soon", "n", "1000"], r"-w: expected milliseconds"),
+            (["renew", "-w", "5", "n", "1", "1000"],
+             r"renew: -w, -g, -s and -n are options of run \(-w, -s and -n also of lease\)"),
+            (["-s", "release", "n", "1"],
+             r"release: -w, -g, -s and -n are options of run"),
+        ]
+        for args, err in cases:
+            with self.subTest(args=args):
+                p = self.lb(self.hp() + args)
+                self.assert_exit(p, EXIT_USAGE, err + r".* \(lockbroker --help for usage\)$",
+                                 stdout="")
+
+
 class SignalTests(DaemonCase):
     """SIGINT, SIGTERM and SIGHUP sent to lockbroker reach the command."""
 
@@ -598,7 +793,8 @@ class ErrorTests(DaemonCase):
     def test_unreachable_broker(self):
         port = free_port()
         n = self.name()
-        for args in (["ping"], ["stats"], ["status", n], ["run", n, "--", "echo", "ran"]):
+        for args in (["ping"], ["stats"], ["status", n], ["run", n, "--", "echo", "ran"],
+                     ["lease", n, "1000"], ["renew", n, "1", "1000"], ["release", n, "1"]):
             with self.subTest(args=args):
                 p = self.lb(["-H", "127.0.0.1:%d" % port] + args)
                 self.assert_exit(p, EXIT_UNAVAILABLE,
@@ -689,7 +885,7 @@ class ErrorTests(DaemonCase):
                 self.assert_exit(p, 0)
                 self.assertEqual(p.err, "")
                 self.assertTrue(p.out.startswith("Usage: lockbroker"), p.out)
-                for code in range(119, 128):
+                for code in range(118, 128):
                     self.assertRegex(p.out, r"\n +%d " % code)
         p = self.lb(["-V"])
         self.assert_exit(p, 0)
@@ -907,6 +1103,100 @@ class FakeBrokerTests(Case):
                 c.send(reply + "\n")
                 p.finish()
                 self.assert_exit(p, rc, r".*%s" % re.escape(reply), stdout="")
+
+    def test_lease_requests_are_sent(self):
+        cases = [
+            (["%(n)s", "30000"], "LOCK %(n)s ttl=30000"),
+            (["-w", "1500", "--shared", "%(n)s", "100"], "LOCK %(n)s 1500 shared ttl=100"),
+            (["-n", "3", "%(n)s", "86400000"], "LOCK %(n)s limit=3 ttl=86400000"),
+            (["-w", "0", "%(n)s", "0100"], "LOCK %(n)s 0 ttl=100"),
+        ]
+        for args, request in cases:
+            with self.subTest(args=args):
+                n = self.name()
+                p = self.start(["-H", self.addr, "lease"] + [a % {"n": n} for a in args])
+                c = self.accept()
+                c.expect(request % {"n": n})
+                c.send("OK %s 18446744073709551615\n" % n)
+                # lockbroker leaves without UNLOCK: the lease is not the connection's.
+                c.expect_eof()
+                p.finish()
+                self.assert_exit(p, 0, stdout="18446744073709551615\n")
+                self.assertEqual(p.err, "")
+
+    def test_renew_and_release_requests_are_sent(self):
+        cases = [
+            (["renew", "%(n)s", "42", "30000"], "RENEW %(n)s 42 30000"),
+            (["renew", "%(n)s", "007", "0100"], "RENEW %(n)s 7 100"),
+            (["release", "%(n)s", "18446744073709551615"], "UNLOCK %(n)s 18446744073709551615"),
+            (["release", "%(n)s", "0"], "UNLOCK %(n)s 0"),
+        ]
+        for args, request in cases:
+            with self.subTest(args=args):
+                n = self.name()
+                p = self.start(["-H", self.addr] + [a % {"n": n} for a in args])
+                c = self.accept()
+                c.expect(request % {"n": n})
+                c.send("OK %s\n" % n)
+                p.finish()
+                self.assert_exit(p, 0, stdout="")
+                self.assertEqual(p.err, "")
+
+    def test_error_replies_to_lease(self):
+        cases = [
+            ("ERR LIMIT 10000 leases are held or awaited through this daemon", EXIT_UNAVAILABLE),
+            ("ERR CONFLICT the lock is in use with limit=2", EXIT_CONFLICT),
+            ("ERR UNAVAILABLE the lock service is not reachable; retry later", EXIT_UNAVAILABLE),
+            ("ERR BAD_ARGS too many arguments", EXIT_PROTOCOL),
+            ("TIMEOUT %(n)s", EXIT_TIMEOUT),
+            ("OK %(n)s", EXIT_PROTOCOL),
+            ("OK %(n)s -1", EXIT_PROTOCOL),
+        ]
+        for reply, rc in cases:
+            with self.subTest(reply=reply):
+                n = self.name()
+                reply = reply % {"n": n}
+                p = self.start(["-H", self.addr, "lease", "-w", "1000", n, "1000"])
+                c = self.accept()
+                c.expect("LOCK %s 1000 ttl=1000" % n)
+                c.send(reply + "\n")
+                p.finish()
+                self.assert_exit(p, rc, stdout="")
+                if rc == EXIT_TIMEOUT:
+                    self.assertRegex(p.err, r"^lockbroker: timed out after 1000 ms waiting")
+                else:
+                    self.assert_exit(p, rc, r".*%s" % re.escape(reply))
+
+    def test_error_replies_to_renew_and_release(self):
+        cases = [
+            ("ERR NOT_HELD no lease of that name with that token", EXIT_NOT_HELD),
+            ("ERR UNAVAILABLE the lock service is not reachable; retry later", EXIT_UNAVAILABLE),
+            ("ERR BAD_ARGS bad token", EXIT_PROTOCOL),
+            ("ERR NOT_HELDX odd", EXIT_PROTOCOL),
+            ("OK other-name", EXIT_PROTOCOL),
+            ("OK %(n)s 42", EXIT_PROTOCOL),
+        ]
+        for sub, extra, verb in (("renew", ["1000"], "RENEW"), ("release", [], "UNLOCK")):
+            for reply, rc in cases:
+                with self.subTest(sub=sub, reply=reply):
+                    n = self.name()
+                    reply = reply % {"n": n}
+                    p = self.start(["-H", self.addr, sub, n, "42"] + extra)
+                    c = self.accept()
+                    c.expect(" ".join([verb, n, "42"] + extra))
+                    c.send(reply + "\n")
+                    p.finish()
+                    self.assert_exit(p, rc, r".*%s" % re.escape(reply), stdout="")
+
+    def test_renew_closed_without_a_reply(self):
+        n = self.name()
+        p = self.start(["-H", self.addr, "renew", n, "42", "1000"])
+        c = self.accept()
+        c.expect("RENEW %s 42 1000" % n)
+        c.close()
+        p.finish()
+        self.assert_exit(p, EXIT_UNAVAILABLE, r"127\.0\.0\.1:\d+ closed the connection before "
+                         r"replying$", stdout="")
 
     def test_closed_before_the_grant(self):
         n = self.name()
