@@ -49,6 +49,13 @@ ERR_CONFLICT_LOCK = ("ERR CONFLICT the lock is in use without limit=; a semaphor
 ERR_MODE_HELD = ("ERR CONFLICT this connection holds that lock in another mode; UNLOCK it first "
                  "(no upgrade or downgrade)")
 
+ERR_LEASE_NOT_HELD = ("ERR NOT_HELD no lease of that name with that token: the token is wrong, "
+                      "or the lease ended")
+ERR_LIMIT_LEASES = "ERR LIMIT %d leases are held or awaited through this daemon"
+ERR_BAD_TTL = "ERR BAD_ARGS ttl must be an integer from 100 to 86400000"
+ERR_BAD_TTL_MS = "ERR BAD_ARGS ttl-ms must be an integer from 100 to 86400000"
+ERR_BAD_TOKEN = "ERR BAD_ARGS token must be an unsigned 64-bit integer"
+
 MAX_LINE = 1024
 U64_MAX = 2 ** 64 - 1
 
@@ -1500,6 +1507,412 @@ class ModeTests(SharedDaemonCase):
             self.assertEqual(c.line(), err, "request %r" % req)
         self.ping(c)
         self.assert_free(n)                     # nothing was locked
+
+
+# ================================================================= leases
+
+class LeaseTests(SharedDaemonCase):
+    """LOCK/TRYLOCK ... ttl=<ms>, UNLOCK <name> <token>, RENEW (daemon/lease.c
+    keeps the leases, daemon/conn.c answers). A lease's expiry is waited for
+    with a LOCK <name> <wait-ms> that is granted when it happens, or with the
+    daemon's "expired" log line; never with a sleep."""
+
+    # A ttl that ends soon, and a wait that outlasts it (stretched under valgrind).
+    SHORT_TTL = max(100, int(scaled(0.3) * 1000))
+    LONG_WAIT = int(scaled(1.0) * 1000)
+
+    def lease(self, c, name, opts="", ttl=600000, cmd="LOCK"):
+        """<cmd> name [opts] ttl=<ttl> that must be granted at once; returns the token."""
+        c.send("%s %s %sttl=%d\n" % (cmd, name, opts + " " if opts else "", ttl))
+        return self.granted(c, name)
+
+    def queue_lease(self, c, name, opts="", ttl=600000, suffix=""):
+        """Sends LOCK name [opts] ttl=<ttl> that must wait, and waits for the
+        daemon's "lock NAME: lease:PEER queued" line (suffix: " (shared)", ...)."""
+        d = c.daemon or self.d
+        mark = d.log_mark()
+        c.send("LOCK %s %sttl=%d\n" % (name, opts + " " if opts else "", ttl))
+        d.wait_log(r"lock %s: lease:%s queued%s$" % (re.escape(name), re.escape(c.local),
+                                                      re.escape(suffix)), since=mark)
+
+    def end_lease(self, name, token):
+        """UNLOCK name token from a fresh connection."""
+        with self.d.client() as c:
+            c.send("UNLOCK %s %d\n" % (name, token))
+            c.expect("OK %s" % name)
+
+    def log_index(self, regex, since=0):
+        """Index of the first daemon log line from since on matching regex, or -1."""
+        rx = re.compile(regex)
+        for i, line in enumerate(list(self.d.lines)[since:], since):
+            if rx.search(line):
+                return i
+        return -1
+
+    def status(self, c, name):
+        c.send("STATUS %s\n" % name)
+        return c.line()
+
+    def daemon_id(self):
+        return self.d.find_log(r"info daemon id (\S+)$").group(1)
+
+    def test_grant_logged_and_status_names_the_lease(self):
+        n = self.name()
+        a, q = self.connect(), self.connect()
+        mark = self.d.log_mark()
+        tok = self.lease(a, n, ttl=600000)
+        self.d.wait_log(r"debug lease %s: granted to lease:%s, token %d, ttl 600000 ms$"
+                        % (re.escape(n), re.escape(a.local), tok), since=mark)
+        self.assertRegex(self.status(q, n),
+                         r"^STATUS %s held holder=%s/lease:%s token=%d since=\d+ waiters=0 "
+                         r"queue=1$" % (re.escape(n), re.escape(self.daemon_id()),
+                                        re.escape(a.local), tok))
+        self.end_lease(n, tok)
+        self.assertEqual(self.status(q, n),
+                         "STATUS %s free holder=- token=- since=- waiters=0 queue=0" % n)
+
+    def test_lease_outlives_its_connection(self):
+        n, m = self.name(), self.name("quit")
+        a, b = self.connect(), self.connect()
+        tok = self.lease(a, n)
+        a.close()
+        self.d.wait_closed(a)
+        self.assert_busy(n)
+        # QUIT ends the connection, not its leases, either.
+        tq = self.lease(b, m, cmd="TRYLOCK")
+        b.send("QUIT\n")
+        b.expect("BYE")
+        b.expect_eof()
+        self.assert_busy(m)
+        self.end_lease(n, tok)
+        self.end_lease(m, tq)
+        self.assert_free(n)
+        self.assert_free(m)
+
+    def test_release_from_another_connection(self):
+        n = self.name()
+        a, b, w = self.connect(), self.connect(), self.connect()
+        tok = self.lease(a, n)
+        self.queue(w, n)
+        b.send("UNLOCK %s %d\n" % (n, tok))
+        b.expect("OK %s" % n)
+        self.assertGreater(self.granted(w, n), tok)
+        self.unlock(w, n)
+        # The taking connection may end its lease by token too.
+        t2 = self.lease(a, n)
+        self.assertGreater(t2, tok)
+        a.send("UNLOCK %s %d\n" % (n, t2))
+        a.expect("OK %s" % n)
+        self.assert_free(n)
+
+    def test_wrong_token(self):
+        n, other = self.name(), self.name("other")
+        a, b = self.connect(), self.connect()
+        tok = self.lease(a, n)
+        for req in ("UNLOCK %s %d" % (n, tok + 1), "UNLOCK %s %d" % (n, tok - 1),
+                    "UNLOCK %s 0" % n, "UNLOCK %s %d" % (other, tok),
+                    "RENEW %s %d 1000" % (n, tok + 1), "RENEW %s %d 1000" % (other, tok)):
+            for c in (a, b):
+                c.send(req + "\n")
+                self.assertEqual(c.line(), ERR_LEASE_NOT_HELD, "request %r" % req)
+        self.assert_busy(n)
+        self.end_lease(n, tok)
+        # An ended lease's token is wrong from now on.
+        b.send("UNLOCK %s %d\nRENEW %s %d 1000\n" % (n, tok, n, tok))
+        b.expect(ERR_LEASE_NOT_HELD, ERR_LEASE_NOT_HELD)
+        self.assert_free(n)
+
+    def test_unlock_without_token_does_not_end_a_lease(self):
+        n = self.name()
+        a, b = self.connect(), self.connect()
+        tok = self.lease(a, n)
+        a.send("UNLOCK %s\n" % n)
+        a.expect(ERR_NOT_HELD)
+        b.send("UNLOCK %s\n" % n)
+        b.expect(ERR_NOT_HELD)
+        self.assert_busy(n)
+        self.end_lease(n, tok)
+        self.assert_free(n)
+
+    def test_own_hold_unlock_with_token(self):
+        n = self.name()
+        a, b = self.connect(), self.connect()
+        tok = self.lock(a, n)
+        a.send("UNLOCK %s %d\n" % (n, tok + 1))      # not its token, and no such lease
+        a.expect(ERR_LEASE_NOT_HELD)
+        b.send("UNLOCK %s %d\n" % (n, tok))          # its token, but not b's hold
+        b.expect(ERR_LEASE_NOT_HELD)
+        b.send("RENEW %s %d 1000\n" % (n, tok))      # a connection's hold is no lease
+        b.expect(ERR_LEASE_NOT_HELD)
+        self.assert_busy(n)
+        a.send("UNLOCK %s %d\n" % (n, tok))
+        a.expect("OK %s" % n)
+        self.assert_free(n)
+        # Re-entrant: one hold per UNLOCK, with the token as without.
+        tok = self.lock(a, n)
+        self.assertEqual(self.lock(a, n), tok)
+        a.send("UNLOCK %s %d\n" % (n, tok))
+        a.expect("OK %s" % n)
+        self.assert_busy(n)
+        a.send("UNLOCK %s %d\n" % (n, tok))
+        a.expect("OK %s" % n)
+        self.assert_free(n)
+
+    def test_renew_keeps_the_lease_past_its_first_ttl(self):
+        n = self.name()
+        a, b, w = self.connect(), self.connect(), self.connect()
+        tok = self.lease(a, n, ttl=self.SHORT_TTL)
+        b.send("RENEW %s %d 600000\n" % (n, tok))       # from any connection
+        b.expect("OK %s" % n)
+        # The wait outlasts the first ttl: had RENEW not worked, w would get it.
+        w.send("LOCK %s %d\n" % (n, self.LONG_WAIT))
+        w.expect("TIMEOUT %s" % n)
+        self.assertEqual(self.log_index(r"lease %s \(token %d\) expired" % (re.escape(n), tok)),
+                         -1)
+        a.send("RENEW %s %d 600000\n" % (n, tok))       # the same token, again
+        a.expect("OK %s" % n)
+        self.end_lease(n, tok)
+        self.assert_free(n)
+
+    def test_renew_shortens_the_lease(self):
+        n = self.name()
+        a, w = self.connect(), self.connect()
+        tok = self.lease(a, n, ttl=86400000)
+        a.send("RENEW %s %d %d\n" % (n, tok, self.SHORT_TTL))
+        a.expect("OK %s" % n)
+        w.send("LOCK %s %d\n" % (n, int(scaled(5.0) * 1000)))
+        self.assertGreater(self.granted(w, n, timeout=scaled(10.0)), tok)
+
+    def test_expiry_grants_the_next_waiter(self):
+        n = self.name()
+        a, w, b = self.connect(), self.connect(), self.connect()
+        mark = self.d.log_mark()
+        tok = self.lease(a, n, ttl=self.SHORT_TTL)
+        a.close()                                        # nobody to tell of the end
+        self.queue(w, n, "LOCK %s %d" % (n, int(scaled(5.0) * 1000)))
+        t2 = self.granted(w, n, timeout=scaled(10.0))
+        self.assertGreater(t2, tok)
+        # The reply can overtake the daemon's log: wait for the grant's line,
+        # then the expiry must be logged before it.
+        grant_rx = r"lock %s: granted to %s, token %d$" % (re.escape(n), re.escape(w.local), t2)
+        self.d.wait_log(grant_rx, since=mark)
+        expired = self.log_index(r"info lease %s \(token %d\) expired$" % (re.escape(n), tok),
+                                 mark)
+        self.assertNotEqual(expired, -1, self.d.log_tail())
+        self.assertLess(expired, self.log_index(grant_rx, mark))
+        # The ended lease's token is not held any more.
+        b.send("UNLOCK %s %d\nRENEW %s %d 1000\n" % (n, tok, n, tok))
+        b.expect(ERR_LEASE_NOT_HELD, ERR_LEASE_NOT_HELD)
+        self.assert_busy(n)
+        self.unlock(w, n)
+
+    def test_expired_lease_granted_to_a_waiting_lease(self):
+        n = self.name()
+        a, b, w = self.connect(), self.connect(), self.connect()
+        tok = self.lease(a, n, ttl=self.SHORT_TTL)
+        self.queue_lease(b, n, ttl=self.SHORT_TTL)
+        t2 = self.granted(b, n, timeout=scaled(10.0))
+        self.assertGreater(t2, tok)
+        # b's lease has a ttl of its own, from its grant on.
+        w.send("LOCK %s %d\n" % (n, int(scaled(5.0) * 1000)))
+        self.assertGreater(self.granted(w, n, timeout=scaled(10.0)), t2)
+        self.d.wait_log(r"lease %s \(token %d\) expired$" % (re.escape(n), t2))
+
+    def test_waiting_lease_request_cancelled_by_closing(self):
+        n = self.name()
+        h, a, w = self.connect(), self.connect(), self.connect()
+        self.lock(h, n)
+        self.queue_lease(a, n)
+        self.queue(w, n)
+        a.close()
+        self.d.wait_closed(a)
+        self.unlock(h, n)
+        # Had the lease been granted after all, w would wait for ever.
+        self.granted(w, n)
+        q = self.connect()
+        self.assertRegex(self.status(q, n), r"^STATUS %s held holder=\S+/%s token=\d+ "
+                         r"since=\d+ waiters=0 queue=1$" % (re.escape(n), re.escape(w.local)))
+        self.unlock(w, n)
+        self.assert_free(n)
+
+    def test_lease_awaited_by_the_holder_itself_is_cancelled_at_close(self):
+        # The connection waits (for ever) for a lease of a name it holds
+        # itself; closing must cancel that wait before releasing its hold, or
+        # the lease would be granted to nobody and keep the name.
+        n = self.name()
+        a, q = self.connect(), self.connect()
+        leases = int(stat_map(q)["leases"])
+        self.lock(a, n)
+        self.queue_lease(a, n)
+        self.assertEqual(int(stat_map(q)["leases"]), leases + 1)
+        a.close()
+        self.d.wait_closed(a)
+        self.assert_free(n)
+        self.assertEqual(int(stat_map(q)["leases"]), leases)
+
+    def test_waiting_lease_request_times_out(self):
+        n = self.name()
+        h, a = self.connect(), self.connect()
+        self.lock(h, n)
+        a.send("LOCK %s 50 ttl=600000\nTRYLOCK %s ttl=600000\nLOCK %s 0 ttl=600000\n"
+               % (n, n, n))
+        a.expect("TIMEOUT %s" % n, "BUSY %s" % n, "TIMEOUT %s" % n)
+        self.unlock(h, n)
+        self.assert_free(n)
+
+    def test_not_reentrant(self):
+        n, s = self.name(), self.name("shared")
+        a = self.connect()
+        tok = self.lease(a, n)
+        a.send("TRYLOCK %s ttl=600000\nLOCK %s 0 ttl=600000\n" % (n, n))
+        a.expect("BUSY %s" % n, "TIMEOUT %s" % n)
+        # The connection's own lock is not the lease's either.
+        a.send("TRYLOCK %s\n" % n)
+        a.expect("BUSY %s" % n)
+        self.end_lease(n, tok)
+        self.lock(a, n)
+        a.send("TRYLOCK %s ttl=600000\n" % n)
+        a.expect("BUSY %s" % n)
+        self.unlock(a, n)
+        # Shared leases fit together: a second one is another lease, another token.
+        t1 = self.lease(a, s, "shared")
+        t2 = self.lease(a, s, "shared")
+        self.assertGreater(t2, t1)
+        self.end_lease(s, t1)
+        self.end_lease(s, t2)
+        self.assert_free(s)
+
+    def test_shared_and_limit_leases(self):
+        s, p = self.name("s"), self.name("p")
+        a, b, c, x, q = (self.connect() for _ in range(5))
+        r1 = self.lease(a, s, "shared")
+        r2 = self.lease(b, s, "shared", cmd="TRYLOCK")
+        self.assertRegex(self.status(q, s), r"^STATUS %s held holder=\S+/lease:%s token=%d "
+                         r"since=\d+ waiters=0 queue=2 mode=shared holders=2$"
+                         % (re.escape(s), re.escape(a.local), r1))
+        x.send("TRYLOCK %s\n" % s)
+        x.expect("BUSY %s" % s)
+        self.queue(x, s)                                 # a writer waits for both leases
+        self.end_lease(s, r1)
+        self.assertTrue(x.silent())
+        self.end_lease(s, r2)
+        self.assertGreater(self.granted(x, s), r2)
+        self.unlock(x, s)
+
+        l1 = self.lease(a, p, "limit=2")
+        l2 = self.lease(b, p, "limit=2 ", cmd="TRYLOCK")
+        c.send("TRYLOCK %s limit=2 ttl=600000\nLOCK %s limit=3 ttl=600000\n" % (p, p))
+        c.expect("BUSY %s" % p, ERR_CONFLICT_LIMIT % 2)
+        self.queue_lease(c, p, "limit=2", suffix=" (limit)")
+        self.end_lease(p, l1)
+        l3 = self.granted(c, p)
+        self.assertGreater(l3, l2)
+        self.assertRegex(self.status(q, p), r"^STATUS %s held .* mode=limit limit=2 holders=2$"
+                         % re.escape(p))
+        self.end_lease(p, l2)
+        self.end_lease(p, l3)
+        self.assert_free(p)
+
+    def test_bad_args(self):
+        c = self.connect()
+        n = self.name()
+        cases = [
+            ("LOCK %s ttl=99", ERR_BAD_TTL),
+            ("TRYLOCK %s ttl=99", ERR_BAD_TTL),
+            ("LOCK %s 10 ttl=86400001", ERR_BAD_TTL),
+            ("LOCK %s shared ttl=", ERR_BAD_TTL),
+            ("LOCK %s ttl=100 ttl=200", ERR_OPT_TWICE),
+            ("RENEW %s", ERR_MISSING),
+            ("RENEW %s 5", ERR_MISSING),
+            ("RENEW", ERR_MISSING),
+            ("RENEW %s 5 99", ERR_BAD_TTL_MS),
+            ("RENEW %s 5 ttl=100", ERR_BAD_TTL_MS),
+            ("RENEW %s x 100", ERR_BAD_TOKEN),
+            ("RENEW %s 5 100 shared", ERR_TOO_MANY),
+            ("UNLOCK %s 5 6", ERR_TOO_MANY),
+            ("UNLOCK %s 18446744073709551616", ERR_BAD_TOKEN),
+        ]
+        for req, err in cases:
+            c.send((req % n if "%s" in req else req) + "\n")
+            self.assertEqual(c.line(), err, "request %r" % req)
+        self.ping(c)
+        self.assert_free(n)                     # nothing was locked
+
+    def test_max_leases(self):
+        conf = "[server]\nmax_leases = 2\n"
+        with Daemon(config=conf, name="lockbrokerd-" + self._testMethodName) as d:
+            self.d = d                          # for queue(), end_lease(), ...
+            x, y = self.name("x"), self.name("y")
+            a, b, c = self.connect(d), self.connect(d), self.connect(d)
+            t1 = self.lease(a, x)
+            self.queue_lease(b, x)              # awaited leases count too
+            c.send("LOCK %s ttl=600000\nTRYLOCK %s ttl=600000\n" % (y, y))
+            c.expect(ERR_LIMIT_LEASES % 2, ERR_LIMIT_LEASES % 2)
+            self.lock(c, y)                     # a connection's lock is no lease
+            self.unlock(c, y)
+            self.end_lease(x, t1)
+            t2 = self.granted(b, x)
+            t3 = self.lease(c, y)
+            c.send("LOCK %s ttl=600000\n" % self.name("z"))
+            c.expect(ERR_LIMIT_LEASES % 2)
+            self.end_lease(x, t2)
+            # Lease requests that end without a lease give their place back.
+            self.lock(a, x)
+            b.send("TRYLOCK %s ttl=600000\nLOCK %s 20 ttl=600000\n" % (x, x))
+            b.expect("BUSY %s" % x, "TIMEOUT %s" % x)
+            self.queue_lease(b, x)
+            c.send("LOCK %s ttl=600000\n" % self.name("z"))
+            c.expect(ERR_LIMIT_LEASES % 2)
+            b.close()
+            d.wait_closed(b)
+            self.lease(c, x + "-2", ttl=self.SHORT_TTL)
+            c.send("LOCK %s ttl=600000\n" % self.name("z"))
+            c.expect(ERR_LIMIT_LEASES % 2)
+            # ... and so do expired ones.
+            d.wait_log(r"lease %s \(token \d+\) expired$" % re.escape(x + "-2"))
+            self.lease(c, self.name("z"))
+
+            # SIGHUP applies a new cap; the leases held are kept.
+            with open(d.config_path, "w") as f:
+                f.write("[server]\nmax_leases = 3\n")
+            mark = d.log_mark()
+            d.send_signal(signal.SIGHUP)
+            d.wait_log(r"reloaded: .*max_leases 3", since=mark)
+            self.lease(c, self.name("w"))
+            c.send("LOCK %s ttl=600000\n" % self.name("v"))
+            c.expect(ERR_LIMIT_LEASES % 3)
+            self.end_lease(y, t3)
+            self.lease(c, self.name("v"))
+            stats = stat_map(c)
+            self.assertEqual(stats["leases"], "3")
+
+    def test_stats_counters(self):
+        with Daemon(name="lockbrokerd-" + self._testMethodName) as d:
+            self.d = d
+            a, b, e = self.connect(d), self.connect(d), self.connect(d)
+            before = stat_map(e)
+            self.assertEqual([before[k] for k in ("leases", "leases_granted", "leases_released",
+                                                  "leases_expired")], ["0"] * 4)
+            r, x, h = self.name("released"), self.name("expired"), self.name("held")
+            tr = self.lease(a, r)
+            self.end_lease(r, tr)
+            tx = self.lease(a, x, ttl=self.SHORT_TTL)
+            a.send("RENEW %s %d %d\n" % (x, tx, self.SHORT_TTL))
+            a.expect("OK %s" % x)
+            self.lease(a, h)
+            self.queue_lease(b, h)              # awaited
+            # Refusals are no leases.
+            e.send("TRYLOCK %s ttl=600000\nUNLOCK %s 1\nLOCK %s limit=2 ttl=600000\n"
+                   % (h, h, h))
+            e.expect("BUSY %s" % h, ERR_LEASE_NOT_HELD, ERR_CONFLICT_LOCK)
+            d.wait_log(r"info lease %s \(token %d\) expired$" % (re.escape(x), tx))
+            after = stat_map(e)
+            self.assertEqual([after[k] for k in ("leases", "leases_granted", "leases_released",
+                                                 "leases_expired")], ["2", "3", "1", "1"])
+            self.assertEqual((after["locks_held"], after["waiters"]), ("1", "1"))
+            self.assertEqual(after["cmd_renew"], "1")
+            self.assertEqual(after["cmd_unlock"], "2")
+            self.assertEqual(after["errors"], "2")
 
 
 # ======================================================= restart, signals
