@@ -94,27 +94,30 @@ static void on_expiry(evutil_socket_t fd, short what, void *arg)
     lease_end(le);
 }
 
-/* Embedded mode: (re)arms the end of the lease. Returns -1 when out of memory. */
+/* Embedded mode: (re)arms the end of the lease (le->expiry exists). */
 static int lease_arm(struct lease *le, int64_t ttl_ms)
 {
     struct timeval tv = { ttl_ms / 1000, (ttl_ms % 1000) * 1000 };
 
     if (le->set->backend->ops->ends_leases)
         return 0;
-    if (!le->expiry && !(le->expiry = evtimer_new(le->set->base, on_expiry, le)))
-        return -1;
     return evtimer_add(le->expiry, &tv);
 }
 
-/* The hold is granted: the lease becomes findable by its token and starts ticking. */
+/*
+ * The hold is granted: the lease becomes findable by its token and starts
+ * ticking. May run inside a lock table callback, so a lease that cannot be
+ * kept is ended from the loop (its timer, due now), not from here.
+ */
 static enum locks_result lease_granted(struct lease *le, uint64_t token, int64_t ttl_ms)
 {
     struct leases *ls = le->set;
+    struct timeval now = { 0, 0 };
 
     le->token = token;
     if (lease_arm(le, ttl_ms) < 0 || !tsearch(le, &ls->by_token, by_token)) {
-        log_error("lease %s: out of memory", le->name);
-        lease_end(le);
+        log_error("lease %s: out of memory; ending it", le->name);
+        evtimer_add(le->expiry, &now);
         return LOCKS_NOMEM;
     }
     le->granted = true;
@@ -209,6 +212,11 @@ enum locks_result leases_lock(struct leases *ls, struct lock_owner *requester, c
         return LOCKS_LIMIT;
     if (!(le = calloc(1, sizeof(*le))))
         return LOCKS_NOMEM;
+    /* Made now, so that nothing needs memory once the lease is granted. */
+    if (!(le->expiry = evtimer_new(ls->base, on_expiry, le))) {
+        free(le);
+        return LOCKS_NOMEM;
+    }
     le->set = ls;
     snprintf(le->name, sizeof(le->name), "%s", name);
     snprintf(le->desc, sizeof(le->desc), "lease:%s", requester->desc);
