@@ -1314,6 +1314,15 @@ class LeasesTest(DistributedBase):
         c.close()                              # a lease outlives its connection
         return int(m.group(1))
 
+    def kill_until_session_ends(self, d):
+        """kill -9 of d, then waits until the shared server dropped its session."""
+        d.killed = True
+        d.send_signal(signal.SIGKILL)
+        self.assertEqual(d.wait_exit(), -signal.SIGKILL)
+        port = self.zk.port
+        self.wait_zk(lambda: not zkharness.ephemerals(port).get(d.session),
+                     scaled(SESSION_MS / 1000.0 + 10), "%s's session to expire" % d.name)
+
     def test_taken_on_one_daemon_released_on_another(self):
         hosts = self.zk.connect_string
         a = self.start_daemon(hosts, "A", extra=SKEW)
@@ -1368,13 +1377,8 @@ class LeasesTest(DistributedBase):
         w.send("LOCK k9l %d\n" % (ttl + 20000))
         queued(b, w, "k9l")
         self.wait_node(hosts, "k9l", b)
-        a.killed = True
-        a.send_signal(signal.SIGKILL)
-        self.assertEqual(a.wait_exit(), -signal.SIGKILL)
-        # A's session ends (its ephemeral nodes go); its lease does not.
-        port = self.zk.port
-        self.wait_zk(lambda: not zkharness.ephemerals(port).get(a.session),
-                     scaled(SESSION_MS / 1000.0 + 10), "A's session to expire")
+        self.kill_until_session_ends(a)
+        # A's session ended (its ephemeral nodes went); its lease did not.
         self.assertEqual(len(lease_nodes(hosts, self.root, "k9l")), 1)
         tw = int(w.expect_match(r"OK k9l %s" % TOKEN).group(1))   # then, at its ttl
         self.assertGreater(tw, t)
@@ -1390,12 +1394,7 @@ class LeasesTest(DistributedBase):
         # A lease whose daemon died, with nobody queued: a daemon that starts
         # later finds it (start-up sweep) and removes it after its deadline.
         self.lease(a, "orphan", SESSION_MS + 2000)
-        a.killed = True
-        a.send_signal(signal.SIGKILL)
-        self.assertEqual(a.wait_exit(), -signal.SIGKILL)
-        port = self.zk.port
-        self.wait_zk(lambda: not zkharness.ephemerals(port).get(a.session),
-                     scaled(SESSION_MS / 1000.0 + 10), "A's session to expire")
+        self.kill_until_session_ends(a)
         self.assertEqual(len(lease_nodes(hosts, self.root, "orphan")), 1)
         c = self.start_daemon(hosts, "C", extra=SKEW)
         self.wait_no_nodes(hosts, timeout=scaled(20.0))
