@@ -99,6 +99,11 @@ struct backend_ops {
      * hold. Cheap: a clock read.
      */
     void (*before_request)(void *impl);
+    /* Since when (monotonic ms, as locks.h's locks_mono_ms()) the backend
+     * cannot serve requests (a ZooKeeper outage), or 0 when it can. A wait
+     * that ends while it could not serve at any time is UNAVAILABLE, not
+     * a timeout: nobody holds the lock as far as anyone knows. */
+    int64_t (*unreachable_since)(void *impl);
     /* Frees the backend; ends its session (and so its holds) first. */
     void (*free)(void *impl);
 };

@@ -43,6 +43,11 @@ static void embedded_stats(void *impl, backend_stat_fn add, void *cookie) { }
 /* Nothing can be lost behind the daemon's back. */
 static void embedded_before_request(void *impl) { }
 
+static int64_t embedded_unreachable_since(void *impl)
+{
+    return 0;
+}
+
 /* The lock table is the whole truth: STATUS needs nothing more. */
 static struct backend_query *embedded_query(void *impl, const char *name,
                                             struct backend_queue_info *now,
@@ -83,6 +88,7 @@ static const struct backend_ops embedded_ops = {
     .lease_op = embedded_lease_op,
     .lease_op_cancel = embedded_lease_op_cancel,
     .before_request = embedded_before_request,
+    .unreachable_since = embedded_unreachable_since,
     .free = embedded_free,
 };
 

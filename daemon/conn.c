@@ -213,11 +213,8 @@ static void reply_lock_result(struct conn *c, enum proto_cmd cmd, const char *na
         reply_word(c, "TIMEOUT", name, len);
         break;
     case LOCKS_UNAVAILABLE:
-        /* LOCK <name> 0 during an outage simply did not get the lock in time. */
-        if (cmd == PROTO_CMD_LOCK)
-            reply_word(c, "TIMEOUT", name, len);
-        else
-            reply_err(c, PROTO_ERR_UNAVAILABLE, "the lock service is not reachable; retry later");
+        /* Not somebody's hold: the daemon could not ask (ZooKeeper outage). */
+        reply_err(c, PROTO_ERR_UNAVAILABLE, "the lock service is not reachable; retry later");
         break;
     case LOCKS_LIMIT:
         snprintf(buf, sizeof(buf), "this connection already holds or awaits %u locks",

@@ -20,6 +20,7 @@
 #include <event2/event.h>
 #include <search.h>
 #include <sys/time.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,7 @@ struct hold {
     uint32_t count;                /* re-entrant depth, >= 1 when HELD */
     uint64_t token;                /* valid when HELD */
     int64_t since_ms;              /* wall-clock time of the grant, valid when HELD */
+    int64_t asked_ms;              /* monotonic time of the request */
     struct event *timer;           /* wait deadline, or NULL */
     void *backend_data;            /* the backend's; the table only moves it on handover */
 };
@@ -72,6 +74,14 @@ struct locks {
 #define NAME_COPY 256              /* a lock name (at most 200 bytes) and its NUL */
 
 static const char *const mode_names[LOCK_MODE_COUNT] = { "exclusive", "shared", "limit" };
+
+int64_t locks_mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 const char *lock_mode_name(enum lock_mode m)
 {
@@ -306,13 +316,17 @@ static void on_wait_timeout(evutil_socket_t fd, short what, void *arg)
     struct hold *h = arg;
     struct locks *t = h->lock->table;
     struct lock_owner *o = h->owner;
+    int64_t down = t->backend->ops->unreachable_since(t->backend->impl);
+    /* Unreachable since before the request: an outage, not somebody's hold. */
+    enum locks_result r = down && down <= h->asked_ms ? LOCKS_UNAVAILABLE : LOCKS_TIMEOUT;
     char name[NAME_COPY];
 
     snprintf(name, sizeof(name), "%s", h->lock->name);
-    log_debug("lock %s: wait of %s timed out", name, o->desc);
+    log_debug("lock %s: wait of %s timed out%s", name, o->desc,
+              r == LOCKS_UNAVAILABLE ? " (the lock service was unreachable all along)" : "");
     t->stats.timeouts++;
     hold_cancel(h);
-    o->ops->done(o, name, LOCKS_TIMEOUT, 0);
+    o->ops->done(o, name, r, 0);
 }
 
 struct locks *locks_new(struct event_base *base, struct backend *backend, unsigned max_per_client)
@@ -434,6 +448,7 @@ enum locks_result locks_lock(struct locks *t, struct lock_owner *o, const char *
     h->weight = 1;
     h->try = no_wait;
     h->ttl_ms = req->ttl_ms;
+    h->asked_ms = locks_mono_ms();
     TAILQ_INSERT_TAIL(&l->waiters, h, in_lock);
     l->nwaiters++;
     TAILQ_INSERT_TAIL(&o->holds, h, in_owner);

@@ -98,6 +98,9 @@ void locks_free(struct locks *t);
 
 void lock_owner_init(struct lock_owner *o, const struct lock_owner_ops *ops, const char *desc);
 
+/* Milliseconds on the monotonic clock. */
+int64_t locks_mono_ms(void);
+
 /* "exclusive", "shared", "limit"; static. */
 const char *lock_mode_name(enum lock_mode m);
 

@@ -43,6 +43,10 @@ struct zk {
     struct event *restart;             /* replace an expired handle, outside callbacks */
     struct event *retry;               /* back-off for zlocks parked after an error */
     struct event *stalled;             /* a connection attempt got no handshake in time */
+    struct event *down_report;         /* says, calmly, that ZooKeeper is unreachable */
+    int64_t down_since_ms;             /* monotonic ms since not connected; 0 when connected */
+    unsigned down_reports;             /* reports of the current outage so far */
+    bool unresolved;                   /* the last handle could not be made (no host resolves) */
     bool in_process;                   /* inside zookeeper_process(): re-arm after it */
     bool kicked;
     int64_t heard_ms;                  /* monotonic ms when the server last spoke (0: never) */

@@ -32,6 +32,7 @@
 static void zk_stats(void *impl, backend_stat_fn add, void *cookie);
 static void zk_free(void *impl);
 static void zk_before_request(void *impl);
+static int64_t zk_unreachable_since(void *impl);
 
 static const struct backend_ops zk_ops = {
     .name = "distributed",
@@ -46,6 +47,7 @@ static const struct backend_ops zk_ops = {
     .lease_op = zk_lease_op,
     .lease_op_cancel = zk_lease_op_cancel,
     .before_request = zk_before_request,
+    .unreachable_since = zk_unreachable_since,
     .free = zk_free,
 };
 
@@ -169,6 +171,69 @@ static void zk_before_request(void *impl)
     zk_check_stall(impl);
 }
 
+static int64_t zk_unreachable_since(void *impl)
+{
+    struct zk *zk = impl;
+
+    return zk->state == ZK_CONNECTED ? 0 : zk->down_since_ms;
+}
+
+/* First report of an outage after this long, then one a minute. */
+#define DOWN_REPORT_FIRST_MS 5000
+#define DOWN_REPORT_EVERY_MS 60000
+
+static void arm_down_report(struct zk *zk, int ms)
+{
+    struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+
+    evtimer_add(zk->down_report, &tv);
+}
+
+/*
+ * Says once, in words, that ZooKeeper cannot be reached and what clients
+ * see meanwhile, then once a minute; the C client's own per-attempt lines
+ * are only shown with -v.
+ */
+static void on_down_report(evutil_socket_t fd, short what, void *arg)
+{
+    struct zk *zk = arg;
+    long long secs = (long long)((mono_ms() - zk->down_since_ms) / 1000);
+
+    if (zk->state == ZK_CONNECTED)
+        return;
+    if (zk->down_reports++ == 0)
+        log_warn("zk: cannot reach ZooKeeper at %s (%s); LOCK waits, TRYLOCK, STATUS and a "
+                 "wait that ends meanwhile answer ERR UNAVAILABLE", zk->settings->zk_hosts,
+                 zk->unresolved ? "none of its host names resolves"
+                                : "no server accepts a session");
+    else
+        log_warn("zk: still cannot reach ZooKeeper at %s, for %lld s now (%s)",
+                 zk->settings->zk_hosts, secs,
+                 zk->unresolved ? "no host name resolves" : "no server answers");
+    arm_down_report(zk, DOWN_REPORT_EVERY_MS);
+}
+
+/* The connection is gone or not there yet: from now on, requests wait. */
+static void zk_went_down(struct zk *zk)
+{
+    if (zk->down_since_ms)
+        return;
+    zk->down_since_ms = mono_ms();
+    zk->down_reports = 0;
+    arm_down_report(zk, DOWN_REPORT_FIRST_MS);
+}
+
+static void zk_came_up(struct zk *zk)
+{
+    if (zk->down_reports)
+        log_info("zk: ZooKeeper reachable again after %lld s",
+                 (long long)((mono_ms() - zk->down_since_ms) / 1000));
+    zk->down_since_ms = 0;
+    zk->down_reports = 0;
+    zk->unresolved = false;
+    evtimer_del(zk->down_report);
+}
+
 static void on_io(evutil_socket_t fd, short what, void *arg)
 {
     struct zk *zk = arg;
@@ -253,12 +318,17 @@ static void zk_open(struct zk *zk, const clientid_t *id)
     struct timeval tv = { 1, 0 };
 
     zk->state = ZK_CONNECTING;
+    zk_went_down(zk);
     zk->zh = zookeeper_init(zk->settings->zk_hosts, on_session_event,
                             id ? zk_timeout_ms(zk) : (int)zk->settings->zk_session_timeout_ms,
                             id, zk, 0);
     if (!zk->zh) {
-        log_error("zk: cannot start a session with '%s': %s; retrying",
-                  zk->settings->zk_hosts, strerror(errno));
+        /* The hosts were checked at start-up: what fails is resolving
+         * them (or memory). The down report says so once a minute. */
+        if (!zk->unresolved)
+            log_debug("zk: cannot make a handle for '%s': %s; retrying every second",
+                      zk->settings->zk_hosts, strerror(errno));
+        zk->unresolved = true;
         zk->state = ZK_EXPIRED;
         evtimer_add(zk->restart, &tv);
         return;
@@ -315,6 +385,7 @@ static void on_session_event(zhandle_t *zh, int type, int state, const char *pat
         const clientid_t *id = zoo_client_id(zh);
         bool same = zk->session_id == id->client_id;
         zk->state = ZK_CONNECTED;
+        zk_came_up(zk);
         zk->negotiated_ms = zoo_recv_timeout(zh);
         zk->heard_ms = mono_ms();
         evtimer_del(zk->lost_timer);
@@ -334,6 +405,7 @@ static void on_session_event(zhandle_t *zh, int type, int state, const char *pat
         if (zk->state == ZK_CONNECTED)
             log_warn("zk: disconnected from ZooKeeper; reconnecting");
         zk->state = ZK_CONNECTING;
+        zk_went_down(zk);
         /* The server expires the session a full timeout after it last heard
          * from us; we presume it lost 2/3 of a timeout after we last heard
          * from the server, leaving a third for delays on either side. */
@@ -348,6 +420,7 @@ static void on_session_event(zhandle_t *zh, int type, int state, const char *pat
         log_warn("zk: session 0x%llx %s", (unsigned long long)zk->session_id,
                  state == ZOO_EXPIRED_SESSION_STATE ? "expired" : "failed authentication");
         zk->state = ZK_EXPIRED;
+        zk_went_down(zk);
         evtimer_del(zk->lost_timer);
         zk_locks_drop_held(zk, "session-expired");
         event_active(zk->restart, 0, 0);   /* zookeeper_close may not run in a callback */
@@ -392,7 +465,9 @@ struct backend *zk_backend_new(struct event_base *base, const struct settings *s
     zk->restart = evtimer_new(base, on_restart, zk);
     zk->retry = evtimer_new(base, on_retry, zk);
     zk->stalled = evtimer_new(base, on_stalled, zk);
-    if (!zk->io || !zk->kick || !zk->lost_timer || !zk->restart || !zk->retry || !zk->stalled) {
+    zk->down_report = evtimer_new(base, on_down_report, zk);
+    if (!zk->io || !zk->kick || !zk->lost_timer || !zk->restart || !zk->retry || !zk->stalled ||
+        !zk->down_report) {
         zk_free(zk);
         return NULL;
     }
@@ -422,6 +497,8 @@ static void zk_free(void *impl)
         event_free(zk->retry);
     if (zk->stalled)
         event_free(zk->stalled);
+    if (zk->down_report)
+        event_free(zk->down_report);
     free(zk);
 }
 

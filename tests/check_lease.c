@@ -95,6 +95,7 @@ static void fake_lease_op_cancel(void *impl, struct backend_lease_op *op)
 }
 
 static void fake_free(void *impl) { }
+static int64_t fake_unreachable_since(void *impl) { return 0; }
 
 static const struct backend_ops fake_ops = {
     .name = "fake",
@@ -108,6 +109,7 @@ static const struct backend_ops fake_ops = {
     .ends_leases = false,
     .lease_op = fake_lease_op,
     .lease_op_cancel = fake_lease_op_cancel,
+    .unreachable_since = fake_unreachable_since,
     .free = fake_free,
 };
 

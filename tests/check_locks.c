@@ -91,6 +91,7 @@ static struct backend_query *fake_query(void *impl, const char *name,
 }
 static void fake_query_cancel(void *impl, struct backend_query *q) { }
 static void fake_free(void *impl) { }
+static int64_t fake_unreachable_since(void *impl) { return 0; }
 
 static const struct backend_ops fake_ops = {
     .name = "fake",
@@ -101,6 +102,7 @@ static const struct backend_ops fake_ops = {
     .stats = fake_stats,
     .query = fake_query,
     .query_cancel = fake_query_cancel,
+    .unreachable_since = fake_unreachable_since,
     .free = fake_free,
 };
 
