@@ -191,6 +191,22 @@ static const struct setting rows[] = {
     /* a lease costs well under 1 KB: ~10 MB at most */
     { "server", "max_leases", UINT(max_leases), "10000", 1, 1000000, ON_SIGHUP,
       "leases (LOCK ... ttl=) held or awaited through this daemon, all clients together" },
+    /* A client host that dies sends no FIN: without probes its locks would
+     * stay held for the kernel's 2 h + 9 * 75 s. 30 + 3 * 10 s: within a minute. */
+    { "server", "tcp_keepalive_idle_s", UINT(tcp_keepalive_idle_s), "30", 1, 32767, ON_SIGHUP,
+      "seconds a TCP client may be silent before the kernel probes it" },
+    { "server", "tcp_keepalive_interval_s", UINT(tcp_keepalive_interval_s), "10", 1, 32767,
+      ON_SIGHUP, "seconds between unanswered keepalive probes" },
+    { "server", "tcp_keepalive_count", UINT(tcp_keepalive_count), "3", 1, 127, ON_SIGHUP,
+      "unanswered keepalive probes after which the connection is closed" },
+    /* Keepalive probes only a connection with nothing in flight; a reply left
+     * unacknowledged would be retransmitted for ~15 min. When it is not 0, Linux
+     * ends a probed connection by this instead of by the count (at the first
+     * probe this long after the peer was last heard): it matches idle +
+     * interval * count. */
+    { "server", "tcp_user_timeout_ms", UINT(tcp_user_timeout_ms), "60000", 0, 86400000,
+      ON_SIGHUP, "ms sent data may stay unacknowledged before the connection is closed; "
+      "0: the kernel's default" },
     { "zookeeper", "hosts", ZK_HOSTS(zk_hosts), "", 0, 0, RESTART_ZK,
       "ZooKeeper ensemble, host:port[,host:port...]; empty: embedded mode" },
     { "zookeeper", "root", ZK_ROOT(zk_root), "/lockbroker", 0, 0, RESTART_ZK,

@@ -26,6 +26,10 @@ struct settings {
     unsigned max_line;          /* longest request line in bytes, LF excluded */
     unsigned max_locks_per_client; /* locks held plus awaited by one connection */
     unsigned max_leases;        /* leases held or awaited through this daemon, all clients */
+    unsigned tcp_keepalive_idle_s;     /* silence before an accepted TCP peer is probed */
+    unsigned tcp_keepalive_interval_s; /* between unanswered probes */
+    unsigned tcp_keepalive_count;      /* unanswered probes that end the connection */
+    unsigned tcp_user_timeout_ms;      /* unacknowledged data that ends it; 0: kernel's */
     /* [zookeeper] */
     char *zk_hosts;             /* "host:port,..." or NULL for embedded mode; malloc'd */
     char *zk_root;              /* znode prefix, "/lockbroker"; malloc'd, never NULL */

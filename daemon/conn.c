@@ -13,6 +13,7 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -58,6 +59,7 @@ struct conn {
     char status_name[PROTO_NAME_MAX + 1]; /* the name that query or lease_op is about */
     struct event *linger_timer;    /* owned; armed in CONN_LINGER */
     struct event *hangup;          /* owned; EV_CLOSED, armed in CONN_WAITING (may be NULL) */
+    int send_err;                  /* errno of a failed direct send, for the close; 0: none */
     uint64_t id;
     TAILQ_ENTRY(conn) link;        /* srv->conns */
     char peer[64];
@@ -123,8 +125,13 @@ static void conn_write(struct conn *c, const char *buf, int len)
         sent = send(bufferevent_getfd(c->bev), buf, (size_t)len, MSG_DONTWAIT | MSG_NOSIGNAL);
         if (sent == len)
             return;
-        if (sent < 0)
-            sent = 0;        /* EAGAIN, or an error the bufferevent will report */
+        if (sent < 0) {
+            /* EAGAIN, or an error the bufferevent will see as EOF: the send
+             * took the socket's error (ETIMEDOUT...), so keep it for the log. */
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && !c->send_err)
+                c->send_err = errno;
+            sent = 0;
+        }
     }
     if (evbuffer_add(out, buf + sent, (size_t)(len - sent)) < 0)
         log_error("conn %llu: cannot queue a reply", (unsigned long long)c->id);
@@ -605,15 +612,36 @@ static void conn_on_write(struct bufferevent *bev, void *arg)
     }
 }
 
+/*
+ * Why the kernel ended a connection, for the log. ETIMEDOUT: keepalive
+ * probes or sent data went unanswered for as long as the tcp_keepalive_* and
+ * tcp_user_timeout_ms settings allow. Such a timeout reports instead the
+ * last ICMP error seen meanwhile (EHOSTUNREACH once ARP gave up on the host).
+ */
+static bool peer_stopped_answering(int err)
+{
+    return err == ETIMEDOUT || err == EHOSTUNREACH || err == ENETUNREACH || err == EHOSTDOWN;
+}
+
 static void conn_on_event(struct bufferevent *bev, short what, void *arg)
 {
     struct conn *c = arg;
+    int err = EVUTIL_SOCKET_ERROR();    /* before anything else can change errno */
 
-    if (what & BEV_EVENT_ERROR)
+    if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
+        return;
+    /* A failed direct send took the error: the bufferevent then reads EOF. */
+    if (c->send_err) {
+        err = c->send_err;
+        what |= BEV_EVENT_ERROR;
+    }
+    if ((what & BEV_EVENT_ERROR) && peer_stopped_answering(err))
+        log_info("conn %llu (%s): peer stopped answering (keepalive/user timeout), closing: %s",
+                 (unsigned long long)c->id, c->peer, evutil_socket_error_to_string(err));
+    else if (what & BEV_EVENT_ERROR)
         log_debug("conn %llu (%s): socket error: %s", (unsigned long long)c->id, c->peer,
-                  evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
-    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
-        conn_free(c);
+                  evutil_socket_error_to_string(err));
+    conn_free(c);
 }
 
 struct conn *conn_new(struct server *srv, evutil_socket_t fd, const char *peer)

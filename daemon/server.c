@@ -41,6 +41,47 @@ void server_format_addr(const struct sockaddr *sa, char *buf, size_t len)
     }
 }
 
+/*
+ * Options of an accepted TCP connection. A client host that loses power or
+ * its network sends no FIN: keepalive probes find it when the connection is
+ * idle, the user timeout when a reply stays unacknowledged. Either way the
+ * kernel reports an error (conn.c logs it in words) and the connection
+ * closes, releasing its locks. An option that cannot be set keeps the
+ * kernel's default; the client is served all the same.
+ */
+static void tcp_tune(struct server *srv, evutil_socket_t fd, const char *peer)
+{
+    const struct settings *s = srv->settings;
+    const struct {
+        int level, name;
+        int value;
+        const char *what;
+    } opts[] = {
+        /* Replies are single small lines: never hold them back for Nagle. */
+        { IPPROTO_TCP, TCP_NODELAY, 1, "TCP_NODELAY" },
+        { SOL_SOCKET, SO_KEEPALIVE, 1, "SO_KEEPALIVE" },
+        { IPPROTO_TCP, TCP_KEEPIDLE, (int)s->tcp_keepalive_idle_s, "TCP_KEEPIDLE" },
+        { IPPROTO_TCP, TCP_KEEPINTVL, (int)s->tcp_keepalive_interval_s, "TCP_KEEPINTVL" },
+        { IPPROTO_TCP, TCP_KEEPCNT, (int)s->tcp_keepalive_count, "TCP_KEEPCNT" },
+        { IPPROTO_TCP, TCP_USER_TIMEOUT, (int)s->tcp_user_timeout_ms, "TCP_USER_TIMEOUT" },
+    };
+
+    for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++) {
+        if (setsockopt(fd, opts[i].level, opts[i].name, &opts[i].value,
+                       sizeof(opts[i].value)) == 0)
+            continue;
+        /* The same failure would repeat for every client: warn once. */
+        if (!srv->sockopt_warned)
+            log_warn("%s: setting %s to %d: %s; serving it with the kernel's default "
+                     "(further failures are logged at debug level)", peer, opts[i].what,
+                     opts[i].value, strerror(errno));
+        else
+            log_debug("%s: setting %s to %d: %s", peer, opts[i].what, opts[i].value,
+                      strerror(errno));
+        srv->sockopt_warned = true;
+    }
+}
+
 static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
                       int salen, void *arg)
 {
@@ -58,11 +99,8 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
         evutil_closesocket(fd);
         return;
     }
-    if (sa->sa_family != AF_UNIX) {
-        int one = 1;
-        /* Replies are single small lines: never hold them back for Nagle. */
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    }
+    if (sa->sa_family != AF_UNIX)
+        tcp_tune(srv, fd, peer);
     if (!conn_new(srv, fd, peer))
         log_error("cannot serve %s: out of memory", peer);
 }

@@ -4,6 +4,7 @@
 #ifndef LOCKBROKER_SERVER_H
 #define LOCKBROKER_SERVER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stddef.h>
 #include <sys/queue.h>
@@ -42,6 +43,7 @@ struct server {
     time_t started;
     char listen_addr[64];              /* the bound TCP address, port resolved */
     const char *daemon_id;             /* borrowed; names this daemon to clients and in ZooKeeper */
+    bool sockopt_warned;               /* a TCP option failed once: later failures log at debug */
 };
 
 /* Binds the listeners. Returns 0, or -1 after logging why. */

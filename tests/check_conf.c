@@ -64,6 +64,11 @@ START_TEST(defaults)
     ck_assert_uint_eq(s.max_clients, 4096);
     ck_assert_uint_eq(s.max_line, 1024);
     ck_assert_uint_eq(s.max_locks_per_client, 256);
+    /* A dead client host is noticed within a minute: 30 + 3 * 10 s. */
+    ck_assert_uint_eq(s.tcp_keepalive_idle_s, 30);
+    ck_assert_uint_eq(s.tcp_keepalive_interval_s, 10);
+    ck_assert_uint_eq(s.tcp_keepalive_count, 3);
+    ck_assert_uint_eq(s.tcp_user_timeout_ms, 60000);
     ck_assert_ptr_null(s.zk_hosts);
     ck_assert_str_eq(s.zk_root, "/lockbroker");
     ck_assert_uint_eq(s.zk_session_timeout_ms, 10000);
@@ -183,7 +188,8 @@ START_TEST(sample_file_is_defaults)
 
     snprintf(path, sizeof(path), "%s/conf/lockbrokerd.conf", srcdir ? srcdir : ".");
     ck_assert_int_eq(settings_init(&d), 0);
-    s.max_line = 5000;                    /* so that the file has to set it back */
+    s.max_line = 5000;                    /* so that the file has to set them back */
+    s.tcp_user_timeout_ms = 1;
     ck_assert_msg(settings_load_file(&s, path, err, sizeof(err)) == 0, "%s", err);
     ck_assert_str_eq(s.listen, d.listen);
     ck_assert_ptr_null(s.unix_socket);
@@ -191,6 +197,10 @@ START_TEST(sample_file_is_defaults)
     ck_assert_uint_eq(s.max_clients, d.max_clients);
     ck_assert_uint_eq(s.max_line, d.max_line);
     ck_assert_uint_eq(s.max_locks_per_client, d.max_locks_per_client);
+    ck_assert_uint_eq(s.tcp_keepalive_idle_s, d.tcp_keepalive_idle_s);
+    ck_assert_uint_eq(s.tcp_keepalive_interval_s, d.tcp_keepalive_interval_s);
+    ck_assert_uint_eq(s.tcp_keepalive_count, d.tcp_keepalive_count);
+    ck_assert_uint_eq(s.tcp_user_timeout_ms, d.tcp_user_timeout_ms);
     ck_assert_ptr_null(s.zk_hosts);
     ck_assert_str_eq(s.zk_root, d.zk_root);
     ck_assert_uint_eq(s.zk_session_timeout_ms, d.zk_session_timeout_ms);
@@ -879,7 +889,9 @@ START_TEST(format_reloadable)
 
     settings_format_reloadable(&s, err, sizeof(err));
     ck_assert_str_eq(err, "log level info, max_clients 4096, max_line 1024, "
-                          "max_locks_per_client 256, max_leases 10000");
+                          "max_locks_per_client 256, max_leases 10000, "
+                          "tcp_keepalive_idle_s 30, tcp_keepalive_interval_s 10, "
+                          "tcp_keepalive_count 3, tcp_user_timeout_ms 60000");
     settings_format_reloadable(&s, small, sizeof(small));
     ck_assert_str_eq(small, "log level i");     /* cut, but NUL-terminated */
 }

@@ -15,7 +15,9 @@ Nothing here sleeps to synchronise: callers wait for a reply line, a log line
 """
 
 import atexit
+import ctypes
 import errno
+import itertools
 import os
 import re
 import select
@@ -104,11 +106,14 @@ def parse_hostport(text):
 
 _live_daemons = weakref.WeakSet()
 _temp_dirs = []
+_live_namespaces = set()
 
 
 def _cleanup_at_exit():
     for d in list(_live_daemons):
         d.kill()
+    for ns in list(_live_namespaces):
+        ns.delete()
     for path in _temp_dirs:
         shutil.rmtree(path, ignore_errors=True)
 
@@ -588,3 +593,130 @@ def can_bind(host):
         raise
     finally:
         s.close()
+
+
+# ------------------------------------------------------------------ a client host that dies
+
+class NetNamespaceUnavailable(Exception):
+    """This machine cannot give us a network namespace (not root, no iproute2,
+    no namespace support in a container)."""
+
+
+class NetNamespace:
+    """A network namespace joined to this one by a veth pair: a stand-in for
+    a client host whose network can be cut without a FIN or a RST.
+
+        ns = NetNamespace()          # NetNamespaceUnavailable if it cannot be
+        d = Daemon(listen=ns.host_ip + ":0")
+        c = ns.client(d)             # a Client whose socket lives in the namespace
+        ns.cut()                     # its packets vanish from now on
+        ns.delete()
+
+    The pair has addresses 10.X.Y.1 (this side, host_ip) and 10.X.Y.2 (the
+    namespace, ns_ip) in a /30 no interface here uses yet: nothing leaves the
+    machine. Needs root and iproute2's `ip`.
+    """
+
+    CLONE_NEWNET = 0x40000000
+    _serial = itertools.count()
+
+    def __init__(self):
+        if os.geteuid() != 0:
+            raise NetNamespaceUnavailable("not root")
+        if not shutil.which("ip"):
+            raise NetNamespaceUnavailable("no ip command (iproute2)")
+        tag = "lb%05d%02x" % (os.getpid() % 100000, next(self._serial) % 256)
+        self.name = tag                     # interface names: at most 15 bytes
+        self.host_if = tag + "h"
+        self.ns_if = tag + "n"
+        self.host_ip, self.ns_ip = self._free_subnet()
+        self._made = False
+        _live_namespaces.add(self)
+        try:
+            self._ip("netns", "add", self.name)
+            self._made = True
+            self._ip("link", "add", self.host_if, "type", "veth", "peer", "name", self.ns_if)
+            self._ip("link", "set", self.ns_if, "netns", self.name)
+            self._ip("addr", "add", self.host_ip + "/30", "dev", self.host_if)
+            self._ip("link", "set", self.host_if, "up")
+            self._ip("-n", self.name, "addr", "add", self.ns_ip + "/30", "dev", self.ns_if)
+            self._ip("-n", self.name, "link", "set", self.ns_if, "up")
+        except NetNamespaceUnavailable:
+            self.delete()
+            raise
+
+    @staticmethod
+    def _ip(*args):
+        p = subprocess.run(["ip"] + list(args), stdin=subprocess.DEVNULL, capture_output=True)
+        if p.returncode != 0:
+            raise NetNamespaceUnavailable("ip %s: %s" % (" ".join(args),
+                                                         p.stderr.decode(errors="replace").strip()))
+        return p.stdout.decode(errors="replace")
+
+    @classmethod
+    def _free_subnet(cls):
+        """Two addresses of a 10.x.y.z/30 that no address here is in."""
+        used = cls._ip("-o", "-4", "addr", "show")
+        for i in range(1000):
+            a, b, c = 200 + (os.getpid() + i) % 55, (os.getpid() * 7 + i) % 256, (i % 64) * 4
+            prefix = "10.%d.%d." % (a, b)
+            if prefix not in used:
+                return prefix + str(c + 1), prefix + str(c + 2)
+        raise NetNamespaceUnavailable("no free 10.x.y.0/24 found")
+
+    @staticmethod
+    def _setns(fd):
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.setns(fd, NetNamespace.CLONE_NEWNET) != 0:
+            return ctypes.get_errno()
+        return 0
+
+    def _enter(self):
+        """Switches this thread into the namespace; returns the fd to come back by."""
+        back = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+        try:
+            fd = os.open("/run/netns/" + self.name, os.O_RDONLY)
+        except OSError:
+            os.close(back)
+            raise
+        try:
+            e = self._setns(fd)
+        finally:
+            os.close(fd)
+        if e:
+            os.close(back)
+            raise NetNamespaceUnavailable("setns: %s" % os.strerror(e))
+        return back
+
+    def client(self, daemon, timeout=None):
+        """A Client connected from inside the namespace to daemon (TCP)."""
+        mark = daemon.log_mark()
+        back = self._enter()
+        try:
+            # A socket stays in the namespace it was made in.
+            c = Client.tcp(daemon.host, daemon.port, family=daemon.family, timeout=timeout)
+        finally:
+            e = self._setns(back)
+            os.close(back)
+            if e:
+                raise RuntimeError("cannot return from network namespace %s: %s; later "
+                                   "tests would run inside it" % (self.name, os.strerror(e)))
+        c.daemon = daemon
+        c.mark = mark
+        return c
+
+    def cut(self):
+        """Takes the namespace's end of the pair down: every packet to or from
+        it is dropped from now on, and nothing tells the other side."""
+        self._ip("-n", self.name, "link", "set", self.ns_if, "down")
+
+    def delete(self):
+        """Removes the pair and the namespace (idempotent)."""
+        if not self._made:
+            return
+        self._made = False
+        subprocess.run(["ip", "link", "del", self.host_if], stdin=subprocess.DEVNULL,
+                       capture_output=True)
+        subprocess.run(["ip", "netns", "del", self.name], stdin=subprocess.DEVNULL,
+                       capture_output=True)
+        _live_namespaces.discard(self)

@@ -16,9 +16,11 @@ import re
 import resource
 import select
 import selectors
+import shutil
 import signal
 import socket
 import stat
+import subprocess
 import sys
 import threading
 import time
@@ -2086,6 +2088,130 @@ class IPv6Tests(Case):
             self.granted(b, n)
 
 
+# ================================================================== dead peers
+
+def ss_seconds(text):
+    """ss's spelling of a timer ("119min", "1min30sec", "29sec", "5.123ms", "668ms")
+    in seconds."""
+    m = re.fullmatch(r"(?:(\d+)min)?(?:(\d+)(?:sec|\.))?(?:(\d+)ms)?", text)
+    if not m or not text:
+        raise ValueError("not an ss timer: %r" % text)
+    minutes, secs, ms = (int(g or 0) for g in m.groups())
+    return minutes * 60 + secs + ms / 1000.0
+
+
+class KeepaliveTests(Case):
+    """Accepted TCP connections carry the configured keepalive (daemon/server.c,
+    tcp_tune), seen from outside with ss. The kernel's default would show
+    timer:(keepalive,119min,0)."""
+
+    def setUp(self):
+        if not shutil.which("ss"):
+            self.skipTest("no ss command (iproute2) to read the keepalive timer")
+
+    def keepalive_timer(self, d, c):
+        """Seconds until the keepalive timer of the daemon's end of c fires."""
+        port = c.sock.getsockname()[1]
+        out = subprocess.run(["ss", "-tnoH", "state", "established",
+                              "( sport = :%d and dport = :%d )" % (d.port, port)],
+                             capture_output=True, text=True, timeout=TIMEOUT).stdout
+        m = re.search(r"timer:\(keepalive,([^,]+),\d+\)", out)
+        self.assertTrue(m, "no keepalive timer on the daemon's end of %s:\n%s" % (c.local, out))
+        return ss_seconds(m.group(1))
+
+    def test_default_keepalive_is_30s(self):
+        with Daemon(name="lockbrokerd-keepalive") as d:
+            c = self.connect(d)
+            self.ping(c)
+            self.assertLessEqual(self.keepalive_timer(d, c), 30)
+
+    def test_sighup_applies_to_new_connections(self):
+        d = Daemon(config="[server]\ntcp_keepalive_idle_s = 7\n", verbose=False,
+                   name="lockbrokerd-keepalive-reload").start()
+        self.addCleanup(d.stop)
+        old = self.connect(d)
+        self.ping(old)
+        self.assertLessEqual(self.keepalive_timer(d, old), 7)
+        with open(d.config_path, "w") as f:
+            f.write("[server]\ntcp_keepalive_idle_s = 600\n")
+        mark = d.log_mark()
+        d.send_signal(signal.SIGHUP)
+        d.wait_log(r"reloaded: .*, tcp_keepalive_idle_s 600, tcp_keepalive_interval_s 10, "
+                   r"tcp_keepalive_count 3, tcp_user_timeout_ms 60000$", since=mark)
+        new = self.connect(d)
+        self.ping(new)
+        self.assertGreater(self.keepalive_timer(d, new), 60)
+        self.assertLessEqual(self.keepalive_timer(d, old), 7)      # keeps its own
+
+
+class DeadPeerTests(Case):
+    """A client host that dies without a FIN or RST (power, network) loses its
+    locks once keepalive or the user timeout gives up on it, not hours later.
+
+    The client lives in a network namespace joined by a veth pair
+    (lbharness.NetNamespace); taking its end of the pair down drops every
+    packet silently, as a dead host would. Needs root; skipped otherwise."""
+
+    def setUp(self):
+        try:
+            self.ns = lbharness.NetNamespace()
+        except lbharness.NetNamespaceUnavailable as e:
+            self.skipTest("cannot make a network namespace to play a dead client host: %s" % e)
+        self.addCleanup(self.ns.delete)
+
+    def start(self, text):
+        d = Daemon(config=text, listen=self.ns.host_ip + ":0",
+                   name="lockbrokerd-" + self._testMethodName).start()
+        self.addCleanup(d.stop)
+        return d
+
+    def dead_client(self, d):
+        try:
+            c = self.ns.client(d)
+        except lbharness.NetNamespaceUnavailable as e:
+            self.skipTest("cannot open a socket in the network namespace: %s" % e)
+        self.addCleanup(c.close)
+        return c
+
+    def wait_gone(self, d, c, mark):
+        """The daemon says the peer stopped answering, then closes it."""
+        d.wait_log(r" \(%s\): peer stopped answering \(keepalive/user timeout\), closing: "
+                   % re.escape(c.local), timeout=scaled(30), since=mark)
+        d.wait_closed(c)
+
+    def test_silent_holder_is_dropped_by_keepalive(self):
+        # No user timeout: keepalive alone, 1 s idle + 2 probes 1 s apart.
+        d = self.start("[server]\ntcp_keepalive_idle_s = 1\ntcp_keepalive_interval_s = 1\n"
+                       "tcp_keepalive_count = 2\ntcp_user_timeout_ms = 0\n")
+        dead, alive, n = self.dead_client(d), self.connect(d), self.name()
+        self.lock(dead, n)
+        alive.send("TRYLOCK %s\n" % n)
+        alive.expect("BUSY %s" % n)
+        mark = d.log_mark()
+        self.ns.cut()
+        self.wait_gone(d, dead, mark)
+        d.wait_log(r"\(%s\): closed, 1 holds and waits released" % re.escape(dead.local),
+                   since=mark)
+        alive.send("TRYLOCK %s\n" % n)
+        self.granted(alive, n)
+
+    def test_unacknowledged_grant_is_dropped_by_user_timeout(self):
+        # Keepalive never probes a connection with data in flight, and is an
+        # hour away here: only the user timeout can end this one.
+        d = self.start("[server]\ntcp_keepalive_idle_s = 3600\ntcp_user_timeout_ms = 2000\n")
+        alive, n = self.connect(d), self.name()
+        self.lock(alive, n)
+        dead = self.dead_client(d)
+        self.queue(dead, n)
+        mark = d.log_mark()
+        self.ns.cut()
+        self.unlock(alive, n)                   # "OK" goes to dead, never acknowledged
+        d.wait_log(r"lock %s: granted to %s" % (re.escape(n), re.escape(dead.local)), since=mark)
+        self.wait_gone(d, dead, mark)
+        alive.send("TRYLOCK %s\n" % n)
+        self.granted(alive, n)
+
+
 # ===================================================== config and flags
 
 GOOD_CONFIG = """\
@@ -2097,6 +2223,10 @@ unix_socket_mode = 0600
 max_clients = 100
 max_line = 2048
 max_locks_per_client = 10
+tcp_keepalive_idle_s = 60
+tcp_keepalive_interval_s = 5
+tcp_keepalive_count = 9
+tcp_user_timeout_ms = 0
 
 [zookeeper]
 hosts =
@@ -2141,6 +2271,12 @@ class ConfigTests(Case):
          "listen: 'localhost:7411' is not IP:PORT or [IPv6]:PORT"),
         ("[server]\nlisten = 127.0.0.1\n", 2, "listen"),
         ("[server]\nunix_socket_mode = 0999\n", 2, "unix_socket_mode"),
+        ("[server]\ntcp_keepalive_idle_s = 0\n", 2,
+         "tcp_keepalive_idle_s: '0' is not an integer from 1 to 32767"),
+        ("[server]\ntcp_keepalive_interval_s = 32768\n", 2, "tcp_keepalive_interval_s"),
+        ("[server]\ntcp_keepalive_count = 128\n", 2,
+         "tcp_keepalive_count: '128' is not an integer from 1 to 127"),
+        ("[server]\ntcp_user_timeout_ms = 86400001\n", 2, "tcp_user_timeout_ms"),
         ("[server]\nunix_socket = /%s/lb.sock\n" % ("d" * 120), 2, "unix_socket"),
         ("\n\n[bogus]\nkey = 1\n", 4, "unknown section [bogus]"),
         ("[zookeeper]\nsession_timeout_ms = 999\n", 2, "session_timeout_ms"),
