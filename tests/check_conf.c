@@ -197,6 +197,7 @@ START_TEST(sample_file_is_defaults)
     ck_assert_uint_eq(s.max_clients, d.max_clients);
     ck_assert_uint_eq(s.max_line, d.max_line);
     ck_assert_uint_eq(s.max_locks_per_client, d.max_locks_per_client);
+    ck_assert_uint_eq(s.max_leases, d.max_leases);
     ck_assert_uint_eq(s.tcp_keepalive_idle_s, d.tcp_keepalive_idle_s);
     ck_assert_uint_eq(s.tcp_keepalive_interval_s, d.tcp_keepalive_interval_s);
     ck_assert_uint_eq(s.tcp_keepalive_count, d.tcp_keepalive_count);
@@ -204,6 +205,7 @@ START_TEST(sample_file_is_defaults)
     ck_assert_ptr_null(s.zk_hosts);
     ck_assert_str_eq(s.zk_root, d.zk_root);
     ck_assert_uint_eq(s.zk_session_timeout_ms, d.zk_session_timeout_ms);
+    ck_assert_uint_eq(s.zk_lease_skew_ms, d.zk_lease_skew_ms);
     ck_assert_int_eq(s.log_level, d.log_level);
     settings_free(&d);
 }

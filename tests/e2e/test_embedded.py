@@ -2223,6 +2223,7 @@ unix_socket_mode = 0600
 max_clients = 100
 max_line = 2048
 max_locks_per_client = 10
+max_leases = 50
 tcp_keepalive_idle_s = 60
 tcp_keepalive_interval_s = 5
 tcp_keepalive_count = 9
@@ -2232,6 +2233,7 @@ tcp_user_timeout_ms = 0
 hosts =
 root = /lockbroker-test
 session_timeout_ms = 5000
+lease_skew_ms = 250
 
 [log]
 level = debug
