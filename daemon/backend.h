@@ -39,6 +39,7 @@ struct backend_queue_info {
     enum lock_mode mode;     /* of the earliest request, when queue > 0 */
     unsigned limit;          /* LOCK_LIMIT only */
     char holder[256];        /* "<daemon>/<owner>" of the earliest holder, or "-" */
+    char label[128];         /* its CLIENT label when it asked, or "" */
     int64_t since_ms;        /* when that holder's request was queued, or -1 */
 };
 

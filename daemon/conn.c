@@ -63,6 +63,7 @@ struct conn {
     uint64_t id;
     TAILQ_ENTRY(conn) link;        /* srv->conns */
     char peer[64];
+    char label[PROTO_LABEL_MAX + 1]; /* CLIENT <label>; owner.label points here once set */
 };
 
 static struct conn *conn_of(struct lock_owner *o)
@@ -300,7 +301,8 @@ static void reply_status(struct conn *c, const char *name, const struct backend_
 {
     struct evbuffer *out = bufferevent_get_output(c->bev);
     struct locks_status ls;
-    char since[24] = "-", mode[48] = "";
+    char since[24] = "-", mode[48 + PROTO_LABEL_MAX + 8] = "";
+    const char *label;
     unsigned queue, holders;
     enum lock_mode m;
 
@@ -319,6 +321,10 @@ static void reply_status(struct conn *c, const char *name, const struct backend_
     else if (m == LOCK_LIMIT)
         snprintf(mode, sizeof(mode), " mode=limit limit=%u holders=%u",
                  zi->global && zi->queue > 0 ? zi->limit : ls.limit, holders);
+    /* The holder's CLIENT label comes last, when it has one. */
+    label = ls.held ? ls.label : zi->global && zi->holders > 0 && zi->label[0] ? zi->label : NULL;
+    if (label)
+        snprintf(mode + strlen(mode), sizeof(mode) - strlen(mode), " label=%s", label);
     if (ls.held) {
         evbuffer_add_printf(out, "STATUS %s held holder=%s/%s token=%llu since=%lld waiters=%u "
                             "queue=%u%s\n", name, c->srv->daemon_id, ls.holder,
@@ -380,6 +386,53 @@ static void conn_on_queue_info(void *arg, const struct backend_queue_info *info)
     c->query = NULL;
     reply_status(c, c->status_name, info);
     conn_resume(c);
+}
+
+/* The most LOCK lines one LOCKS reply carries (its output is not bounded otherwise). */
+#define LOCKS_LINES_MAX 10000
+
+struct locks_reply {
+    struct conn *c;
+    unsigned lines, more;
+};
+
+static bool add_locks_line(void *arg, const char *name, const struct locks_status *st)
+{
+    struct locks_reply *lr = arg;
+    struct evbuffer *out = bufferevent_get_output(lr->c->bev);
+    char mode[24], holder[200] = "-", token[24] = "-", since[24] = "-";
+
+    if (lr->lines == LOCKS_LINES_MAX) {
+        lr->more++;
+        return true;         /* counted, not listed */
+    }
+    lr->lines++;
+    if (st->mode == LOCK_LIMIT)
+        snprintf(mode, sizeof(mode), "limit=%u", st->limit);
+    else
+        snprintf(mode, sizeof(mode), "%s", lock_mode_name(st->mode));
+    if (st->held) {
+        snprintf(holder, sizeof(holder), "%s/%s", lr->c->srv->daemon_id, st->holder);
+        snprintf(token, sizeof(token), "%llu", (unsigned long long)st->token);
+        snprintf(since, sizeof(since), "%lld", (long long)st->since_ms);
+    }
+    evbuffer_add_printf(out, "LOCK %s %s holder=%s label=%s token=%s since=%s holders=%u "
+                        "waiters=%u\n", name, mode, holder,
+                        st->held && st->label ? st->label : "-", token, since, st->holders,
+                        st->waiters);
+    return true;
+}
+
+/* LOCKS [<glob>]: what this daemon's table holds and awaits, by name. */
+static void reply_locks(struct conn *c, const char *glob)
+{
+    struct locks_reply lr = { c, 0, 0 };
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+
+    locks_each(c->srv->locks, glob[0] ? glob : NULL, add_locks_line, &lr);
+    if (lr.more)
+        evbuffer_add_printf(out, "MORE %u\n", lr.more);
+    evbuffer_add(out, "END\n", 4);
 }
 
 static void reply_help(struct conn *c)
@@ -474,6 +527,16 @@ static void handle_request(struct conn *c, const struct proto_req *req)
         break;
     case PROTO_CMD_STATS:
         reply_stats(c);
+        break;
+    case PROTO_CMD_LOCKS:
+        reply_locks(c, name);
+        break;
+    case PROTO_CMD_CLIENT:
+        memcpy(c->label, req->label, req->label_len);
+        c->label[req->label_len] = '\0';
+        c->owner.label = c->label;
+        log_debug("conn %llu (%s): label %s", (unsigned long long)c->id, c->peer, c->label);
+        conn_write(c, "OK\n", 3);
         break;
     case PROTO_CMD_HELP:
         reply_help(c);

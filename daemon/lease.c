@@ -12,6 +12,7 @@
 #include "lease.h"
 #include "backend.h"
 #include "log.h"
+#include "proto.h"
 
 #include <event2/event.h>
 #include <search.h>
@@ -31,6 +32,7 @@ struct lease {
     uint64_t token;                /* valid once granted */
     int64_t ttl_ms;                /* as asked for, until the first grant */
     char desc[96];                 /* "lease:<taker's address>"; the owner's desc */
+    char label[PROTO_LABEL_MAX + 1]; /* the taker's CLIENT label then, or "" */
     char name[256];                /* a lock name (at most 200 bytes) */
 };
 
@@ -221,6 +223,10 @@ enum locks_result leases_lock(struct leases *ls, struct lock_owner *requester, c
     snprintf(le->name, sizeof(le->name), "%s", name);
     snprintf(le->desc, sizeof(le->desc), "lease:%s", requester->desc);
     lock_owner_init(&le->owner, &lease_ops, le->desc);
+    if (requester->label) {
+        snprintf(le->label, sizeof(le->label), "%s", requester->label);
+        le->owner.label = le->label;
+    }
     le->ttl_ms = req->ttl_ms;
     TAILQ_INSERT_TAIL(&ls->all, le, link);
     ls->stats.current++;

@@ -18,6 +18,7 @@
 #include "log.h"
 
 #include <event2/event.h>
+#include <fnmatch.h>
 #include <search.h>
 #include <sys/time.h>
 #include <time.h>
@@ -370,6 +371,7 @@ void lock_owner_init(struct lock_owner *o, const struct lock_owner_ops *ops, con
     o->nholds = 0;
     o->ops = ops;
     o->desc = desc;
+    o->label = NULL;
 }
 
 /* o's request for l, if any: at most max_locks_per_client holds to look at. */
@@ -519,11 +521,44 @@ void locks_status(const struct locks *t, const char *name, struct locks_status *
         if (h->state == HOLD_HELD) {
             out->held = true;
             out->holder = h->owner->desc;
+            out->label = h->owner->label;
             out->token = h->token;
             out->since_ms = h->since_ms;
             out->mode = h->mode;
             break;
         }
+}
+
+struct each_ctx {
+    const struct locks *t;
+    const char *glob;
+    bool (*cb)(void *arg, const char *name, const struct locks_status *st);
+    void *arg;
+    bool stop;
+};
+
+static void each_visit(const void *node, VISIT which, void *closure)
+{
+    struct each_ctx *e = closure;
+    const struct lock *l = *(struct lock *const *)node;
+    struct locks_status st;
+
+    /* In name order: a node between its subtrees, or a leaf. */
+    if (e->stop || (which != postorder && which != leaf))
+        return;
+    if (e->glob && fnmatch(e->glob, l->name, 0) != 0)
+        return;
+    locks_status(e->t, l->name, &st);
+    e->stop = !e->cb(e->arg, l->name, &st);
+}
+
+void locks_each(const struct locks *t, const char *glob,
+                bool (*cb)(void *arg, const char *name, const struct locks_status *st),
+                void *arg)
+{
+    struct each_ctx e = { t, glob, cb, arg, false };
+
+    twalk_r(t->tree, each_visit, &e);
 }
 
 void locks_set_max_per_client(struct locks *t, unsigned max_per_client)
@@ -535,6 +570,7 @@ void locks_set_max_per_client(struct locks *t, unsigned max_per_client)
 
 const char *hold_name(const struct hold *h) { return h->lock->name; }
 const char *hold_owner_desc(const struct hold *h) { return h->owner->desc; }
+const char *hold_label(const struct hold *h) { return h->owner->label; }
 enum lock_mode hold_mode(const struct hold *h) { return h->mode; }
 unsigned hold_limit(const struct hold *h) { return h->mode == LOCK_LIMIT ? h->lock->limit : 0; }
 bool hold_try(const struct hold *h) { return h->try; }

@@ -75,6 +75,8 @@ struct lock_owner {
     const struct lock_owner_ops *ops;
     const char *desc;                    /* "127.0.0.1:5678": names the owner in logs,
                                           * STATUS and ZooKeeper; borrowed */
+    const char *label;                   /* CLIENT <label> for requests made from now
+                                          * on, or NULL; borrowed */
 };
 
 struct locks_stats {
@@ -130,6 +132,7 @@ void locks_get_stats(const struct locks *t, struct locks_stats *out);
 struct locks_status {
     bool held;            /* an owner of this daemon holds it */
     const char *holder;   /* the earliest holder's desc, borrowed until the table changes */
+    const char *label;    /* its label, or NULL; borrowed likewise */
     uint64_t token;       /* its token, valid when held */
     int64_t since_ms;     /* wall-clock ms of its grant, valid when held */
     enum lock_mode mode;  /* valid when held or awaited */
@@ -141,6 +144,15 @@ struct locks_status {
 /* What this daemon knows about name (NUL-terminated). */
 void locks_status(const struct locks *t, const char *name, struct locks_status *out);
 
+/*
+ * Calls cb(arg, name, st) for each lock whose name matches glob (fnmatch;
+ * NULL: every lock), in name order, until cb returns false. The table must
+ * not change meanwhile.
+ */
+void locks_each(const struct locks *t, const char *glob,
+                bool (*cb)(void *arg, const char *name, const struct locks_status *st),
+                void *arg);
+
 /* New limit for later requests; holds beyond it are kept. */
 void locks_set_max_per_client(struct locks *t, unsigned max_per_client);
 
@@ -150,6 +162,7 @@ void locks_set_max_per_client(struct locks *t, unsigned max_per_client);
  */
 const char *hold_name(const struct hold *h);          /* the lock's name; lives as long as h */
 const char *hold_owner_desc(const struct hold *h);    /* the owner's desc; borrowed */
+const char *hold_label(const struct hold *h);         /* its owner's label then, or NULL */
 enum lock_mode hold_mode(const struct hold *h);
 unsigned hold_limit(const struct hold *h);            /* LOCK_LIMIT only, else 0 */
 bool hold_try(const struct hold *h);                  /* answer busy rather than wait */

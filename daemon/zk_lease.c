@@ -55,7 +55,7 @@ int64_t zk_now_ms(void)
 /* The deadline in a lease node's data, or -1. */
 static int64_t deadline_of(const char *value, int len)
 {
-    char buf[320];
+    char buf[512];
     const char *p;
 
     if (!value || len <= 0)
@@ -359,7 +359,7 @@ static void on_op_read(int rc, const char *value, int len, const struct Stat *st
     const char *path = (const char *)(ctx + 1);
     struct zk *zk = op->zk;
     int64_t deadline;
-    char buf[320], *p;
+    char buf[512], *p;
     int wrc = ZOK;
 
     zk->outstanding--;

@@ -333,8 +333,10 @@ static void on_data_written(int rc, const struct Stat *stat, const void *data)
 /* "daemon=<id> client=<owner>": who a node is for, read by STATUS. */
 static void zl_format_data(const struct zlock *zl, char *buf, size_t len)
 {
-    int n = snprintf(buf, len, "daemon=%s client=%s", zl->zk->daemon_id,
-                     zl->hold ? hold_owner_desc(zl->hold) : "-");
+    const char *label = zl->hold ? hold_label(zl->hold) : NULL;
+    int n = snprintf(buf, len, "daemon=%s client=%s%s%s", zl->zk->daemon_id,
+                     zl->hold ? hold_owner_desc(zl->hold) : "-", label ? " label=" : "",
+                     label ? label : "");
 
     /* A lease's end, as wall-clock ms: what any daemon may remove it by. */
     if (zl->lease && n > 0 && (size_t)n < len)
@@ -352,7 +354,7 @@ static void zl_format_data(const struct zlock *zl, char *buf, size_t len)
 static void zl_write_data(struct zlock *zl)
 {
     struct zk *zk = zl->zk;
-    char data[256];
+    char data[512];
 
     if (!zl->node || zk->state != ZK_CONNECTED)
         return;
@@ -446,7 +448,7 @@ static void on_created(int rc, const char *value, const void *data)
 static void zl_create(struct zlock *zl)
 {
     struct zk *zk = zl->zk;
-    char prefix[512], data[256];
+    char prefix[512], data[512];
     struct zcall *c = zl_begin(zl, ZL_CREATING);
 
     if (!c)

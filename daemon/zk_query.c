@@ -33,12 +33,15 @@ static void on_query_data(int rc, const char *value, int len, const struct Stat 
                           const void *data)
 {
     struct backend_query *q = (struct backend_query *)data;
-    char buf[256], daemon[128] = "-", client[128] = "-";
+    char buf[512], daemon[128] = "-", client[128] = "-";
+    const char *label;
 
     if (rc == ZOK && value && len > 0) {
-        /* "daemon=<id> client=<addr>", as zl_create writes it */
+        /* "daemon=<id> client=<addr>[ label=<label>]...", as zl_format_data writes it */
         snprintf(buf, sizeof(buf), "%.*s", len, value);
         sscanf(buf, "daemon=%127s client=%127s", daemon, client);
+        if ((label = strstr(buf, " label=")))
+            sscanf(label, " label=%127s", q->info.label);
         snprintf(q->info.holder, sizeof(q->info.holder), "%s/%s", daemon, client);
         q->info.since_ms = stat->ctime;
     }

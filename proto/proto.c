@@ -274,6 +274,28 @@ static enum proto_parse_result parse_arg(enum proto_arg arg, const struct token 
             return fail(req, PROTO_ERR_BAD_ARGS, "ttl-ms must be an integer from 100 to 86400000");
         req->ttl_ms = ttl_ms;
         break;
+    case PROTO_ARG_LABEL:
+        if (t->len > PROTO_LABEL_MAX)
+            return fail(req, PROTO_ERR_BAD_ARGS,
+                        "a label is 1-100 printable bytes without spaces");
+        for (size_t i = 0; i < t->len; i++)
+            if (t->p[i] < 0x21 || t->p[i] > 0x7e)
+                return fail(req, PROTO_ERR_BAD_ARGS,
+                            "a label is 1-100 printable bytes without spaces");
+        req->label = t->p;
+        req->label_len = t->len;
+        break;
+    case PROTO_ARG_GLOB:
+        if (t->len > PROTO_NAME_MAX)
+            return fail(req, PROTO_ERR_BAD_ARGS, "a pattern is 1-200 bytes of name characters "
+                        "and * ? [ ] !");
+        for (size_t i = 0; i < t->len; i++)
+            if (!proto_name_valid(&t->p[i], 1) && (!t->p[i] || !strchr("*?[]!.", t->p[i])))
+                return fail(req, PROTO_ERR_BAD_ARGS, "a pattern is 1-200 bytes of name "
+                            "characters and * ? [ ] !");
+        req->name = t->p;
+        req->name_len = t->len;
+        break;
     case PROTO_ARG_END:
     case PROTO_ARG_OPTIONS:
         break;          /* never passed: layout_len() stops before them */

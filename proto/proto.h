@@ -18,6 +18,7 @@
 #define PROTO_TTL_MAX 86400000LL      /*   0.1 s to 24 h */
 #define PROTO_LINE_DEFAULT 1024       /* default request line limit, bytes */
 #define PROTO_REPLY_MAX 512           /* enough for any single reply line */
+#define PROTO_LABEL_MAX 100           /* bytes in a CLIENT label */
 
 /*
  * Argument layouts for the command table. A command's arguments are
@@ -31,6 +32,8 @@ enum proto_arg {
     PROTO_ARG_WAIT,     /* wait-ms, digits only, 0..PROTO_WAIT_MAX -> wait_ms */
     PROTO_ARG_TOKEN,    /* a token, digits only, 0..UINT64_MAX -> token, has_token */
     PROTO_ARG_TTL,      /* ttl-ms, digits only, PROTO_TTL_MIN..MAX -> ttl_ms */
+    PROTO_ARG_LABEL,    /* 1..PROTO_LABEL_MAX printable non-space bytes -> label */
+    PROTO_ARG_GLOB,     /* a name pattern: name bytes and * ? [ ] ! -> name, name_len */
     PROTO_ARG_OPTIONS,  /* last: then options, shared | limit=<n> | ttl=<ms> */
 };
 #define PROTO_ARGS_MAX 4                  /* entries in one layout */
@@ -55,6 +58,10 @@ enum proto_arg {
     X(QUIT,    "QUIT",    0, PROTO_NO_ARGS, "QUIT", "answer BYE and close the connection") \
     X(STATUS,  "STATUS",  1, PROTO_ARGS(PROTO_ARG_NAME), "STATUS <name>",           \
       "who holds a lock, with which token, since when, and how many wait")         \
+    X(LOCKS,   "LOCKS",   0, PROTO_ARGS(PROTO_ARG_GLOB), "LOCKS [<glob>]",          \
+      "the locks held or awaited on this daemon, a LOCK line each, then END")     \
+    X(CLIENT,  "CLIENT",  1, PROTO_ARGS(PROTO_ARG_LABEL), "CLIENT <label>",         \
+      "name this connection in STATUS and LOCKS (label=) for its later locks")    \
     X(STATS,   "STATS",   0, PROTO_NO_ARGS, "STATS",                               \
       "counters as STAT <name> <value> lines, then END")                          \
     X(HELP,    "HELP",    0, PROTO_NO_ARGS, "HELP", "this list as HELP lines, then END")
@@ -98,6 +105,8 @@ struct proto_req {
     int64_t ttl_ms;       /* LOCK/TRYLOCK ttl=, RENEW's ttl-ms: 0 = none, else PROTO_TTL_MIN..MAX */
     int has_token;        /* UNLOCK with a token, and RENEW: 1 */
     uint64_t token;       /* valid when has_token */
+    const char *label;    /* CLIENT: points into the line; NOT NUL-terminated */
+    size_t label_len;     /* 1..PROTO_LABEL_MAX */
     enum proto_err err;   /* valid when the parse result is PROTO_ERROR */
     const char *errmsg;   /* static string; valid when PROTO_ERROR */
 };

@@ -260,7 +260,7 @@ START_TEST(bad_command)
     struct proto_req req;
 
     ck_error("HELLO", PROTO_ERR_BAD_COMMAND);
-    ck_error("LOCKS a", PROTO_ERR_BAD_COMMAND);
+    ck_error("LOCKED a", PROTO_ERR_BAD_COMMAND);   /* LOCKS is a command: a word matches whole */
     ck_error("LOC a", PROTO_ERR_BAD_COMMAND);
     ck_error("PINGPING", PROTO_ERR_BAD_COMMAND);
     ck_error("\xc3\xa9", PROTO_ERR_BAD_COMMAND);
@@ -1060,6 +1060,46 @@ START_TEST(cmd_usage_and_help)
 }
 END_TEST
 
+START_TEST(client_label)
+{
+    struct proto_req req;
+    static const char label[] = "ops@db1:4242:pg_dump";
+    char longest[160];
+
+    ck_request("CLIENT ops@db1:4242:pg_dump", PROTO_CMD_CLIENT);
+    ck_assert_uint_eq(req.label_len, strlen(label));
+    ck_assert_int_eq(memcmp(req.label, label, req.label_len), 0);
+    ck_request("client x", PROTO_CMD_CLIENT);
+    snprintf(longest, sizeof(longest), "CLIENT %0100d", 7);       /* 100 bytes */
+    ck_assert_int_eq(proto_parse(longest, strlen(longest), &req), PROTO_REQUEST);
+    ck_assert_uint_eq(req.label_len, 100);
+    snprintf(longest, sizeof(longest), "CLIENT %0101d", 7);       /* 101 bytes */
+    ck_assert_int_eq(proto_parse(longest, strlen(longest), &req), PROTO_ERROR);
+    ck_assert_str_eq(req.errmsg, "a label is 1-100 printable bytes without spaces");
+    ck_error_msg("CLIENT", PROTO_ERR_BAD_ARGS, "missing argument");
+    ck_error_msg("CLIENT a b", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    ck_error_msg("CLIENT caf\xc3\xa9", PROTO_ERR_BAD_ARGS,
+                 "a label is 1-100 printable bytes without spaces");
+    ck_assert_int_eq(proto_parse("CLIENT a\0b", 10, &req), PROTO_ERROR);
+}
+END_TEST
+
+START_TEST(locks_glob)
+{
+    struct proto_req req;
+
+    ck_request("LOCKS", PROTO_CMD_LOCKS);
+    ck_assert_uint_eq(req.name_len, 0);
+    ck_request("LOCKS deploy-*", PROTO_CMD_LOCKS);
+    ck_assert_uint_eq(req.name_len, 8);
+    ck_request("locks job[0-9]?.x", PROTO_CMD_LOCKS);
+    ck_request("LOCKS [!a]*", PROTO_CMD_LOCKS);
+    ck_error("LOCKS a/b", PROTO_ERR_BAD_ARGS);
+    ck_error("LOCKS a b", PROTO_ERR_BAD_ARGS);
+    ck_assert_int_eq(proto_parse("LOCKS a\0*", 9, &req), PROTO_ERROR);
+}
+END_TEST
+
 START_TEST(cmd_words_parse_back)
 {
     /* Every word in the table parses as its own command, with its minimum
@@ -1273,6 +1313,8 @@ static Suite *proto_suite(void)
     tcase_add_test(tc, cmd_words);
     tcase_add_test(tc, cmd_usage_and_help);
     tcase_add_test(tc, cmd_words_parse_back);
+    tcase_add_test(tc, client_label);
+    tcase_add_test(tc, locks_glob);
     tcase_add_test(tc, err_codes);
     suite_add_tcase(s, tc);
 

@@ -1275,6 +1275,19 @@ class ModesTest(DistributedBase):
         self.assertEqual(wr.request("UNLOCK k9r"), "OK k9r")
         self.wait_no_nodes(hosts)
 
+    def test_label_shown_on_every_daemon(self):
+        hosts = self.zk.connect_string
+        a, b = self.start_daemon(hosts, "A"), self.start_daemon(hosts, "B")
+        h = self.client(a)
+        self.assertEqual(h.request("CLIENT deploy@ci:77:make"), "OK")
+        self.assertRegex(h.request("LOCK lb shared"), r"^OK lb \d+$")
+        self.assertRegex(self.client(b).request("STATUS lb"),
+                         r"^STATUS lb held holder=%s/%s token=- since=\d+ waiters=0 queue=1 "
+                         r"mode=shared holders=1 label=deploy@ci:77:make$"
+                         % (re.escape(a.daemon_id), re.escape(h.local)))
+        self.assertEqual(h.request("UNLOCK lb"), "OK lb")
+        self.wait_no_nodes(hosts)
+
     def test_inherited_node_names_the_client_that_waits(self):
         """A waiter that leaves while its node is being acquired hands the
         node to the next local waiter: STATUS on another daemon must then

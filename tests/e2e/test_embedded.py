@@ -963,7 +963,7 @@ class AdminTests(Case):
         lines = read_block(c)
         words = [re.match(r"HELP (\S+)", l).group(1) for l in lines]
         self.assertEqual(words, ["LOCK", "TRYLOCK", "UNLOCK", "RENEW", "PING", "QUIT", "STATUS",
-                                 "STATS", "HELP"])
+                                 "LOCKS", "CLIENT", "STATS", "HELP"])
         self.assertIn("HELP LOCK <name> [<wait-ms>] [shared|limit=<n>] [ttl=<ms>] - ", lines[0])
         self.ping(c)                                  # still usable, in order
 
@@ -1014,6 +1014,34 @@ class AdminTests(Case):
         q.send("STATUS %s\n" % n)
         q.expect_match(r"STATUS %s held holder=%s/%s token=\d+ since=\d+ waiters=0 queue=1$"
                        % (n, re.escape(self.daemon_id), re.escape(b.local)))
+
+    def test_client_label_in_status_and_locks(self):
+        n = self.name()
+        a, b, q = self.connect(), self.connect(), self.connect()
+        a.send("CLIENT ops@db1:4242:pg_dump\n")
+        a.expect("OK")
+        tok = self.lock(a, n)
+        self.queue(b, n)
+        q.send("STATUS %s\n" % n)
+        m = q.expect_match(r"STATUS %s held holder=%s/%s token=%d since=(\d+) waiters=1 "
+                           r"queue=2 label=ops@db1:4242:pg_dump$"
+                           % (n, re.escape(self.daemon_id), re.escape(a.local), tok))
+        # LOCKS: one line per lock held or awaited here, by name, then END.
+        q.send("LOCKS %s*\n" % n)
+        self.assertEqual(q.line(), "LOCK %s exclusive holder=%s/%s label=ops@db1:4242:pg_dump "
+                         "token=%d since=%s holders=1 waiters=1"
+                         % (n, self.daemon_id, a.local, tok, m.group(1)))
+        self.assertEqual(q.line(), "END")
+        q.send("LOCKS %s-nothing-*\n" % n)
+        self.assertEqual(q.line(), "END")
+        # A label is 1-100 printable bytes without spaces.
+        for bad in ("CLIENT", "CLIENT a b", "CLIENT " + "x" * 101):
+            q.send(bad + "\n")
+            self.assertRegex(q.line(), r"^ERR BAD_ARGS ", bad)
+        q.send("CLIENT " + "x" * 100 + "\n")
+        q.expect("OK")
+        q.send("LOCKS a/b\n")
+        self.assertRegex(q.line(), r"^ERR BAD_ARGS a pattern is ")
 
     def test_status_errors(self):
         c = self.connect()
