@@ -3,9 +3,11 @@
  *
  * Request lines are parsed straight out of the bufferevent's input buffer.
  * Replies go out strictly in request order: while a LOCK waits, later lines
- * stay unparsed in the input buffer (the way redis blocks a client on BLPOP),
- * and input is bounded by a read watermark, so a client that keeps sending
- * meets TCP back-pressure instead of growing our memory.
+ * stay unparsed in the input buffer (the way redis blocks a client on BLPOP).
+ * Input is bounded by a read watermark: a client that keeps sending while its
+ * replies go unread meets TCP back-pressure instead of growing our memory.
+ * A waiting client is read on, so that its hang-up is seen, and one that
+ * sends more than the bound behind its waiting request is closed.
  */
 #include "config.h"
 #include "conn.h"
@@ -30,7 +32,8 @@
 
 enum conn_state {
     CONN_READING,   /* parsing request lines as they arrive */
-    CONN_WAITING,   /* a lock request is queued; later lines wait unparsed */
+    CONN_WAITING,   /* a request awaits its answer; later lines wait unparsed, up to
+                       conn_input_max() bytes */
     CONN_DRAINING,  /* OUTPUT_MAX bytes of replies unread: parse nothing until they go */
     CONN_CLOSING,   /* locks released, last reply queued: shut down once it is written */
     CONN_LINGER,    /* write side shut: discard input until EOF so the reply is not reset */
@@ -42,7 +45,7 @@ static const char *const state_names[] = {
 
 /* Replies a client may leave unread before we stop parsing its requests. */
 #define OUTPUT_MAX (64 * 1024)
-/* Input buffered beyond the longest line; beyond it the kernel holds the rest. */
+/* Input buffered beyond the longest line (see conn_input_max()). */
 #define INPUT_SLACK (64 * 1024)
 /* How long a closing connection may keep sending before we just close. */
 #define LINGER_SECONDS 2
@@ -58,7 +61,6 @@ struct conn {
     struct backend_lease_op *lease_op; /* UNLOCK/RENEW by token: the answer pending, or NULL */
     char status_name[PROTO_NAME_MAX + 1]; /* the name that query or lease_op is about */
     struct event *linger_timer;    /* owned; armed in CONN_LINGER */
-    struct event *hangup;          /* owned; EV_CLOSED, armed in CONN_WAITING (may be NULL) */
     int send_err;                  /* errno of a failed direct send, for the close; 0: none */
     uint64_t id;
     TAILQ_ENTRY(conn) link;        /* srv->conns */
@@ -71,28 +73,19 @@ static struct conn *conn_of(struct lock_owner *o)
     return (struct conn *)((char *)o - offsetof(struct conn, owner));
 }
 
-static void conn_on_hangup(evutil_socket_t fd, short what, void *arg);
-
 /*
- * While a connection waits, its later requests stay unread and reading
- * stops once INPUT_SLACK bytes are buffered, so a hang-up could go unseen
- * and leave a wait queued for a client that is gone. EV_CLOSED (epoll's
- * EPOLLRDHUP) reports the peer's FIN without reading what is pending. (A
- * FIN queued behind more unsent bytes than our socket buffer takes cannot
- * arrive until we read; the peer's kernel resets such a socket in time.)
+ * Unparsed input a connection may buffer: the longest request line with its
+ * LF, plus INPUT_SLACK (PROTOCOL.md, Transport). The read watermark is one
+ * byte more, so that a waiting connection that sends more is read and seen.
  */
-static void conn_watch_hangup(struct conn *c, bool on)
+static size_t conn_input_max(const struct server *srv)
 {
-    if (!on) {
-        if (c->hangup)
-            event_del(c->hangup);
-        return;
-    }
-    if (!c->hangup && (event_base_get_features(c->srv->base) & EV_FEATURE_EARLY_CLOSE))
-        c->hangup = event_new(c->srv->base, bufferevent_getfd(c->bev), EV_CLOSED,
-                              conn_on_hangup, c);
-    if (c->hangup)
-        event_add(c->hangup, NULL);
+    return (size_t)srv->settings->max_line + 1 + INPUT_SLACK;
+}
+
+static void conn_set_watermark(struct conn *c)
+{
+    bufferevent_setwatermark(c->bev, EV_READ, 0, conn_input_max(c->srv) + 1);
 }
 
 static void conn_set_state(struct conn *c, enum conn_state to)
@@ -101,10 +94,6 @@ static void conn_set_state(struct conn *c, enum conn_state to)
         return;
     log_debug("conn %llu: going from %s to %s", (unsigned long long)c->id,
               state_names[c->state], state_names[to]);
-    if (c->state == CONN_WAITING)
-        conn_watch_hangup(c, false);
-    else if (to == CONN_WAITING)
-        conn_watch_hangup(c, true);
     c->state = to;
 }
 
@@ -546,6 +535,28 @@ static void handle_request(struct conn *c, const struct proto_req *req)
     }
 }
 
+/*
+ * A waiting connection is read on: were it left unread, a client that hung
+ * up behind more requests than the socket buffers take would never be seen
+ * to go, and its locks would stay held. What it may send meanwhile is
+ * bounded; past the bound it is closed, its locks released, its wait
+ * cancelled. The ERR line takes the place of the waiting request's answer.
+ */
+static void conn_check_waiting_input(struct conn *c)
+{
+    size_t max = conn_input_max(c->srv);
+    char text[96];
+
+    if (c->state != CONN_WAITING || evbuffer_get_length(bufferevent_get_input(c->bev)) <= max)
+        return;
+    snprintf(text, sizeof(text), "requests sent behind a waiting one are limited to %zu bytes",
+             max);
+    log_info("conn %llu (%s): more than %zu bytes sent behind a waiting request, closing",
+             (unsigned long long)c->id, c->peer, max);
+    reply_err(c, PROTO_ERR_LIMIT, text);
+    conn_begin_close(c);
+}
+
 /* Parses and answers complete lines while the state allows it. */
 static void conn_process(struct conn *c)
 {
@@ -590,6 +601,7 @@ static void conn_process(struct conn *c)
         }
         evbuffer_drain(in, eol.pos + 1);
     }
+    conn_check_waiting_input(c);
 }
 
 /* Lock table callbacks: queue the reply, then parse what waited behind it. */
@@ -632,14 +644,6 @@ static void conn_on_read(struct bufferevent *bev, void *arg)
         return;
     }
     conn_process(c);
-}
-
-static void conn_on_hangup(evutil_socket_t fd, short what, void *arg)
-{
-    struct conn *c = arg;
-
-    log_debug("conn %llu (%s): hung up while waiting", (unsigned long long)c->id, c->peer);
-    conn_free(c);
 }
 
 static void conn_on_linger_timeout(evutil_socket_t fd, short what, void *arg)
@@ -727,7 +731,7 @@ struct conn *conn_new(struct server *srv, evutil_socket_t fd, const char *peer)
     snprintf(c->peer, sizeof(c->peer), "%s", peer);
     lock_owner_init(&c->owner, &conn_lock_ops, c->peer);
     bufferevent_setcb(c->bev, conn_on_read, conn_on_write, conn_on_event, c);
-    bufferevent_setwatermark(c->bev, EV_READ, 0, srv->settings->max_line + 1 + INPUT_SLACK);
+    conn_set_watermark(c);
     if (bufferevent_enable(c->bev, EV_READ | EV_WRITE) < 0) {
         bufferevent_free(c->bev);
         free(c);
@@ -744,9 +748,13 @@ void conn_settings_changed(struct server *srv)
 {
     struct conn *c;
 
-    TAILQ_FOREACH(c, &srv->conns, link)
-        if (c->state != CONN_LINGER)
-            bufferevent_setwatermark(c->bev, EV_READ, 0, srv->settings->max_line + 1 + INPUT_SLACK);
+    TAILQ_FOREACH(c, &srv->conns, link) {
+        if (c->state == CONN_LINGER)
+            continue;
+        conn_set_watermark(c);
+        /* A smaller max_line may leave a waiting connection past the bound. */
+        conn_check_waiting_input(c);
+    }
 }
 
 void conn_free(struct conn *c)
@@ -760,8 +768,6 @@ void conn_free(struct conn *c)
     c->srv->nconns--;
     if (c->linger_timer)
         event_free(c->linger_timer);
-    if (c->hangup)
-        event_free(c->hangup);
     bufferevent_free(c->bev);
     free(c);
 }

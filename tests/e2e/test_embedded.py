@@ -40,6 +40,7 @@ ERR_NOT_HELD = "ERR NOT_HELD this connection does not hold that lock"
 ERR_LINE_TOO_LONG = "ERR LINE_TOO_LONG request lines are limited to %d bytes"
 ERR_LIMIT_LOCKS = "ERR LIMIT this connection already holds or awaits %d locks"
 ERR_LIMIT_CLIENTS = "ERR LIMIT too many clients; try again later"
+ERR_LIMIT_INPUT = "ERR LIMIT requests sent behind a waiting one are limited to %d bytes"
 ERR_OPT_UNKNOWN = "ERR BAD_ARGS unknown option"
 ERR_OPT_TWICE = "ERR BAD_ARGS option given twice"
 ERR_OPT_BOTH = "ERR BAD_ARGS shared and limit= cannot be combined"
@@ -85,6 +86,34 @@ def run_parallel(fn, jobs, workers=4):
             return e
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
         return list(pool.map(call, jobs))
+
+
+def pings(nbytes):
+    """Exactly nbytes of requests: PINGs, then blank lines (no reply).
+    Returns (bytes, number of PINGs)."""
+    return b"PING\n" * (nbytes // 5) + b"\n" * (nbytes % 5), nbytes // 5
+
+
+def tcp_queues(c):
+    """(bytes c has not yet handed over, bytes the daemon has not yet read) on
+    c's TCP connection over IPv4, from /proc/net/tcp; None if not found."""
+    cport, dport = c.sock.getsockname()[1], c.sock.getpeername()[1]
+    sent = unread = None
+    try:
+        with open("/proc/net/tcp") as f:
+            next(f)
+            for line in f:
+                fields = line.split()
+                local = int(fields[1].split(":")[1], 16)
+                remote = int(fields[2].split(":")[1], 16)
+                tx, rx = (int(x, 16) for x in fields[4].split(":"))
+                if (local, remote) == (cport, dport):
+                    sent = tx
+                elif (local, remote) == (dport, cport):
+                    unread = rx
+    except OSError:
+        return None
+    return None if sent is None or unread is None else (sent, unread)
 
 
 def srcdir():
@@ -156,6 +185,37 @@ class Case(unittest.TestCase):
         """Sends a LOCK that must wait, and waits until the daemon says it is queued."""
         c.send((req or "LOCK %s" % name) + "\n")
         (c.daemon or self.d).wait_queued(c, name)
+
+    def wait_read_by_daemon(self, c):
+        """Waits until the daemon has read everything c sent. The kernel has
+        no event for that: this polls c's send queue and the daemon's receive
+        queue until both are empty."""
+        deadline = time.monotonic() + TIMEOUT
+        while True:
+            q = tcp_queues(c)
+            if q is None:
+                self.skipTest("no /proc/net/tcp entry for the connection")
+            if q == (0, 0):
+                return
+            self.assertLess(time.monotonic(), deadline, "the daemon left %r unread" % (q,))
+            time.sleep(0.005)
+
+    def expect_bytes(self, c, want, timeout=None):
+        """Reads exactly len(want) bytes and compares (without splitting lines,
+        which is slow for megabytes)."""
+        got = bytearray()
+        deadline = time.monotonic() + (timeout or TIMEOUT)
+        while len(got) < len(want):
+            if c.buf:
+                take = c.buf[:len(want) - len(got)]
+                got += take
+                c.buf = c.buf[len(take):]
+                continue
+            self.assertFalse(c.eof, "EOF after %d bytes: %r" % (len(got), bytes(got[-200:])))
+            self.assertTrue(c._fill(deadline), "stalled after %d bytes" % len(got))
+        if bytes(got) != want:
+            i = next(i for i in range(len(want)) if got[i] != want[i])
+            self.fail("replies differ at byte %d: %r" % (i, bytes(got[i:i + 200])))
 
 
 class SharedDaemonCase(Case):
@@ -436,16 +496,14 @@ class WaitTests(SharedDaemonCase):
         self.granted(w2, n)
 
     def test_waiter_hanging_up_behind_unread_input_is_dropped(self):
-        # Behind a waiting LOCK the daemon buffers only ~64 KiB of later
-        # requests, then stops reading; it must still notice the hang-up and
-        # drop the wait at once, not when the lock is released.
+        # Behind a waiting LOCK the daemon reads on (up to its bound, see
+        # InputBoundTests), so it notices the hang-up behind 60 KB of later
+        # requests and drops the wait at once, not when the lock is released.
         n = self.name()
         h, w = self.connect(), self.connect()
         self.lock(h, n)
         self.queue(w, n)
-        # 100 KB: past the ~65 KB the daemon reads, within what the kernel
-        # buffers, so the FIN can arrive (TCP queues it behind unsent data).
-        w.send(b"PING\n" * 20000)
+        w.send(b"PING\n" * 12000)
         w.close()
         self.d.wait_closed(w)                    # while h still holds the lock
         with self.d.client() as c:
@@ -566,6 +624,146 @@ class PipelineTests(SharedDaemonCase):
         finally:
             t.join(scaled(30))
         self.assertEqual(errors, [])
+
+
+# ======================================================= input behind a wait
+
+class InputBoundTests(SharedDaemonCase):
+    """PROTOCOL.md, Transport: behind a request that waits, a client may send
+    max_line + 1 + 65536 bytes; one byte more and it gets ERR LIMIT and is
+    closed, its locks released. Without a waiting request, sending a lot is
+    only ever met by back-pressure."""
+
+    BOUND = MAX_LINE + 1 + 65536
+
+    def holder_waiting(self, a, b):
+        """x holds a and waits for b, which y holds. Returns (x, y)."""
+        x, y = self.connect(), self.connect()
+        self.lock(x, a)
+        self.lock(y, b)
+        self.queue(x, b)
+        return x, y
+
+    def assert_released(self, a, b, y):
+        """Another client's LOCK a <10 s> is granted and a is then free; b is
+        still y's, with nobody waiting."""
+        wait = int(scaled(10000))
+        with self.d.client() as z:
+            z.send("LOCK %s %d\n" % (a, wait))
+            self.granted(z, a, timeout=wait / 1000 + TIMEOUT)
+            self.unlock(z, a)
+            z.send("STATUS %s\nSTATUS %s\n" % (a, b))
+            z.expect("STATUS %s free holder=- token=- since=- waiters=0 queue=0" % a)
+            z.expect_match(r"STATUS %s held holder=\S+/%s token=\d+ since=\d+ waiters=0 queue=1"
+                           % (re.escape(b), re.escape(y.local)))
+
+    def test_holder_closing_after_200kb_behind_a_wait_releases(self):
+        # 200 KB behind the waiting LOCK, then close. Had the daemon stopped
+        # reading x, the FIN would stay queued behind unread bytes (x's kernel
+        # in FIN-WAIT-1) and x would keep a until b came its way.
+        a, b = self.name("a"), self.name("b")
+        x, y = self.holder_waiting(a, b)
+        x.send(b"PING\n" * 40000)
+        x.close()
+        self.assert_released(a, b, y)
+        self.d.wait_closed(x)
+
+    def test_waiter_sending_past_the_bound_gets_err_then_eof(self):
+        a, b = self.name("a"), self.name("b")
+        x, y = self.holder_waiting(a, b)
+        x.send(b"PING\n" * 40000)
+        x.expect(ERR_LIMIT_INPUT % self.BOUND)
+        x.expect_eof()
+        self.assert_released(a, b, y)
+        self.unlock(y, b)
+        self.assert_free(b)
+
+    def test_exactly_the_bound_behind_a_wait_is_answered(self):
+        a, b = self.name("a"), self.name("b")
+        x, y = self.holder_waiting(a, b)
+        payload, count = pings(self.BOUND)
+        x.send(payload)
+        self.wait_read_by_daemon(x)
+        self.unlock(y, b)
+        self.granted(x, b)
+        self.expect_bytes(x, b"PONG\n" * count)
+        self.ping(x)
+        self.assert_busy(a)
+
+    def test_one_byte_past_the_bound_behind_a_wait(self):
+        a, b = self.name("a"), self.name("b")
+        x, y = self.holder_waiting(a, b)
+        x.send(pings(self.BOUND)[0])
+        self.wait_read_by_daemon(x)
+        self.assertTrue(x.silent(), "answered before the bound was passed")
+        x.send(b"\n")
+        x.expect(ERR_LIMIT_INPUT % self.BOUND)
+        x.expect_eof()
+        self.assert_released(a, b, y)
+
+    def test_bound_counts_from_the_waiting_request(self):
+        # Requests before the waiting LOCK, in the same send, do not count.
+        a, b = self.name("a"), self.name("b")
+        x, y = self.connect(), self.connect()
+        self.lock(x, a)
+        self.lock(y, b)
+        before, n1 = pings(20000)
+        after, n2 = pings(self.BOUND)
+        x.send(before + ("LOCK %s\n" % b).encode() + after)
+        self.d.wait_queued(x, b)
+        self.wait_read_by_daemon(x)
+        self.unlock(y, b)
+        self.expect_bytes(x, b"PONG\n" * n1)
+        self.granted(x, b)
+        self.expect_bytes(x, b"PONG\n" * n2)
+        self.ping(x)
+
+    def test_10000_pipelined_pings_without_a_wait(self):
+        c = self.connect()
+        c.send(b"PING\n" * 10000)
+        self.expect_bytes(c, b"PONG\n" * 10000)
+        self.ping(c)
+
+    def test_unread_replies_are_back_pressure_not_an_error(self):
+        # 40000 HELPs (200 KB) unread: more replies (about 25 MB) than the
+        # kernel buffers, so the daemon stops parsing (draining) and then
+        # reading; far more than the bound is left unparsed, with no request
+        # waiting: no error, everything is answered once the client reads.
+        with self.d.client() as h:
+            h.send("HELP\n")
+            help_reply = ("\n".join(read_block(h) + ["END"]) + "\n").encode()
+        c = self.connect()
+        m = self.d.wait_log(r"conn (\d+) \(%s\): open" % re.escape(c.local), since=c.mark)
+        count = 40000
+        errors = []
+
+        def sender():
+            try:
+                c.sock.sendall(b"HELP\n" * count)
+            except OSError as e:
+                errors.append(e)
+
+        t = threading.Thread(target=sender)
+        t.start()
+        try:
+            self.d.wait_log(r"conn %s: going from reading to draining$" % m.group(1),
+                            timeout=scaled(30), since=c.mark)
+            # The daemon then reads up to its bound and stops: bytes wait in
+            # its socket's receive queue.
+            deadline = time.monotonic() + scaled(30)
+            while True:
+                q = tcp_queues(c)
+                if q is None:
+                    self.skipTest("no /proc/net/tcp entry for the connection")
+                if q[1] > 0:
+                    break
+                self.assertLess(time.monotonic(), deadline, "the daemon read everything")
+                time.sleep(0.005)
+            self.expect_bytes(c, help_reply * count, timeout=scaled(60))
+        finally:
+            t.join(scaled(60))
+        self.assertEqual(errors, [])
+        self.ping(c)
 
 
 # =================================================================== errors
@@ -802,6 +1000,21 @@ class LimitTests(Case):
         for i in range(3):
             self.lock(a, self.name("a%d" % i))
             self.lock(b, self.name("b%d" % i))
+
+    def test_input_bound_follows_max_line(self):
+        # Behind a waiting request: max_line + 1 + 65536 bytes, here 65837.
+        n = self.name()
+        h, w = self.connect(), self.connect()
+        self.lock(h, n)
+        self.queue(w, n)
+        w.send(pings(65837)[0])
+        self.wait_read_by_daemon(w)
+        self.assertTrue(w.silent(), "answered before the bound was passed")
+        w.send(b"\n")
+        w.expect(ERR_LIMIT_INPUT % 65837)
+        w.expect_eof()
+        self.unlock(h, n)
+        self.assert_free(n)
 
     def test_configured_max_line(self):
         c = self.connect()
@@ -1083,6 +1296,24 @@ class ReloadTests(Case):
         probe = self.connect(d)                       # debug lines now appear
         self.ping(probe)
         d.wait_log(r"debug conn \d+ \(%s\): open" % re.escape(probe.local), since=mark)
+
+    def test_sighup_lowering_max_line_closes_a_waiter_past_the_new_bound(self):
+        # 66000 bytes behind a waiting LOCK: within the bound for max_line
+        # 1024 (66561), past it for max_line 256 (65793).
+        d = Daemon(config="[server]\nmax_line = 1024\n",
+                   name="lockbrokerd-" + self._testMethodName).start()
+        self.addCleanup(d.stop)
+        h, w = self.connect(d), self.connect(d)
+        self.lock(h, "m")
+        self.queue(w, "m")
+        w.send(pings(66000)[0])
+        self.wait_read_by_daemon(w)
+        self.assertTrue(w.silent(), "answered before the bound was passed")
+        self.rewrite(d, "[server]\nmax_line = 256\n")
+        w.expect(ERR_LIMIT_INPUT % 65793)
+        w.expect_eof()
+        self.unlock(h, "m")
+        self.assert_free("m", d)
 
     def test_sighup_with_a_bad_file_keeps_the_running_settings(self):
         d = self.start("[server]\nmax_locks_per_client = 1\n")
