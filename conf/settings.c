@@ -3,7 +3,9 @@
  */
 #include "settings.h"
 
+#include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <stdbool.h>
 #include <ini.h>
@@ -13,7 +15,9 @@
 #include <strings.h>
 #include <event2/util.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 static const char *const level_names[] = { "error", "warn", "info", "debug" };
 
@@ -87,6 +91,24 @@ static int valid_listen(const char *v)
     int len;
 
     return settings_listen_addr(v, &ss, &len) == 0;
+}
+
+/* A host name and a valid port, such as "localhost:7411": what
+ * settings_listen_addr() refuses because it looks up no names. Sets *port. */
+static bool is_name_and_port(const char *v, unsigned *port)
+{
+    const char *colon = strrchr(v, ':');
+    bool letter = false;
+
+    if (!colon || colon == v)
+        return false;
+    for (const char *p = v; p < colon; p++) {
+        if (isalpha((unsigned char)*p))
+            letter = true;
+        else if (!isdigit((unsigned char)*p) && *p != '.' && *p != '-')
+            return false;
+    }
+    return letter && parse_uint(colon + 1, 0, 65535, port) == 0;
 }
 
 /* "host:port[,host:port...]": what zookeeper_init takes, without a chroot
@@ -287,9 +309,15 @@ static int set_row(struct settings *s, const struct setting *r, const char *v, c
             }
         return SET_ERR("%s: '%s' is not one of error, warn, info, debug", r->key, v);
     case SETTING_LISTEN:
-        if (!valid_listen(v))
-            return SET_ERR("%s: '%s' is not IP:PORT or [IPv6]:PORT", r->key, v);
-        break;
+        if (valid_listen(v))
+            break;
+        if (is_name_and_port(v, &u) && strncasecmp(v, "localhost:", 10) == 0)
+            return SET_ERR("%s: '%s': host names are not accepted; use 127.0.0.1:%u or "
+                           "[::1]:%u", r->key, v, u, u);
+        if (is_name_and_port(v, &u))
+            return SET_ERR("%s: '%s': host names are not accepted; use a numeric IP:PORT "
+                           "or [IPv6]:PORT", r->key, v);
+        return SET_ERR("%s: '%s' is not IP:PORT or [IPv6]:PORT", r->key, v);
     case SETTING_PATH:
         if (strlen(v) > r->max)
             return SET_ERR("%s: path longer than %u bytes", r->key, r->max);
@@ -464,10 +492,66 @@ struct load_ctx {
     struct settings *s;
     FILE *f;            /* the input: a file, or else... */
     const char *rest;   /* ...what is left of a string */
+    int read_errno;     /* why reading the file failed, or 0 */
     int line;           /* lines handed to inih so far */
+    bool after_key;     /* a "key = value" line since the last section line:
+                         * inih then takes an indented line as more value */
     int err_line;       /* the line of msg */
     char msg[256];      /* the first value error, without location */
 };
+
+/* The first of chars in s, or the start of an inline comment (';' after a
+ * space or tab), or the end of s: where inih's own search stops. */
+static const char *find_or_comment(const char *s, const char *chars)
+{
+    bool was_space = false;
+
+    while (*s && !strchr(chars, *s) && !(was_space && *s == ';')) {
+        was_space = isspace((unsigned char)*s);
+        s++;
+    }
+    return s;
+}
+
+/*
+ * Looks at a line as inih's ini_parse_stream() will, far enough to find one
+ * that is neither blank, a comment, a section, more value for the key above
+ * (indented), nor "key = value". inih calls that a syntax error, or splits
+ * "listen 127.0.0.1:7411" at the ':' into the unknown key "listen
+ * 127.0.0.1": this says that '=' is missing instead. Returns false for
+ * such a line, with the message in ctx.
+ */
+static bool check_line(struct load_ctx *ctx, const char *line)
+{
+    const char *start = line, *end;
+
+    if (ctx->line == 1 && strncmp(start, "\xEF\xBB\xBF", 3) == 0)
+        start += 3;                     /* a UTF-8 byte order mark */
+    while (isspace((unsigned char)*start))
+        start++;
+    if (!*start || *start == ';' || *start == '#')
+        return true;
+    if (ctx->after_key && start > line)
+        return true;
+    if (*start == '[') {
+        if (*find_or_comment(start + 1, "]") == ']')
+            ctx->after_key = false;
+        return true;                    /* without ']' inih says syntax error */
+    }
+    end = find_or_comment(start, "=");
+    if (*end == '=') {
+        ctx->after_key = true;
+        return true;
+    }
+    while (end > start && isspace((unsigned char)end[-1]))
+        end--;
+    if (!ctx->msg[0]) {
+        snprintf(ctx->msg, sizeof(ctx->msg), "'%.*s' has no '=' (write key = value)",
+                 (int)(end - start), start);
+        ctx->err_line = ctx->line;
+    }
+    return false;
+}
 
 /* fgets()-like reader for ini_parse_stream(). A line longer than inih's
  * buffer would be split in two silently; it is reported as an error instead. */
@@ -482,8 +566,11 @@ static char *read_line(char *buf, int size, void *stream)
         size_t n;
         int ch;
 
-        if (!fgets(buf, size, ctx->f))
-            return NULL;
+        if (!fgets(buf, size, ctx->f)) {
+            if (ferror(ctx->f))
+                ctx->read_errno = errno ? errno : EIO;
+            return NULL;                /* inih takes either for the end */
+        }
         n = strlen(buf);
         if (n == (size_t)size - 1 && buf[n - 1] != '\n' && (ch = getc(ctx->f)) != EOF) {
             too_long = true;
@@ -508,13 +595,12 @@ static char *read_line(char *buf, int size, void *stream)
         }
     }
     ctx->line++;
-    if (too_long) {
-        if (!ctx->msg[0]) {
-            snprintf(ctx->msg, sizeof(ctx->msg), "line longer than %d bytes", size - 2);
-            ctx->err_line = ctx->line;
-        }
-        snprintf(buf, (size_t)size, "[\n");   /* a syntax error on this line */
+    if (too_long && !ctx->msg[0]) {
+        snprintf(ctx->msg, sizeof(ctx->msg), "line longer than %d bytes", size - 2);
+        ctx->err_line = ctx->line;
     }
+    if (too_long || !check_line(ctx, buf))
+        snprintf(buf, (size_t)size, "[\n");   /* a syntax error on this line */
     return buf;
 }
 
@@ -535,14 +621,45 @@ static int on_ini_value(void *user, const char *section, const char *key, const 
 
 static int report(int rc, const struct load_ctx *ctx, const char *source, char *err, size_t errlen)
 {
+    if (ctx->read_errno)            /* the rest of the file was never seen */
+        return SET_ERR("%s: cannot read: %s", source, strerror(ctx->read_errno));
     if (rc == 0)
         return 0;
-    if (rc == -1)
-        return SET_ERR("%s: cannot open: %s", source, strerror(errno));
     if (rc == -2)
         return SET_ERR("%s: out of memory", source);
     return SET_ERR("%s:%d: %s", source, rc,
                    ctx->msg[0] && ctx->err_line == rc ? ctx->msg : "syntax error");
+}
+
+/* Opens path for reading if it is a regular file. Returns the stream, or
+ * NULL with "PATH: why" in err. */
+static FILE *open_regular(const char *path, char *err, size_t errlen)
+{
+    struct stat st;
+    FILE *f;
+    int fd, e;
+
+    /* O_NONBLOCK: a FIFO is refused below, not waited on for a writer. A
+     * directory opens, and reads as an empty file, with no settings. */
+    if ((fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)) < 0 || fstat(fd, &st) < 0) {
+        e = errno;
+        if (fd >= 0)
+            close(fd);
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(e));
+        return NULL;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        snprintf(err, errlen, "%s: %s", path,
+                 S_ISDIR(st.st_mode) ? "is a directory" : "is not a regular file");
+        return NULL;
+    }
+    if (!(f = fdopen(fd, "r"))) {
+        e = errno;
+        close(fd);
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(e));
+    }
+    return f;
 }
 
 int settings_load_file(struct settings *s, const char *path, char *err, size_t errlen)
@@ -550,8 +667,8 @@ int settings_load_file(struct settings *s, const char *path, char *err, size_t e
     struct load_ctx ctx = { .s = s };
     int rc;
 
-    if (!(ctx.f = fopen(path, "r")))
-        return report(-1, &ctx, path, err, errlen);
+    if (!(ctx.f = open_regular(path, err, errlen)))
+        return -1;
     rc = ini_parse_stream(read_line, &ctx, on_ini_value, &ctx);
     fclose(ctx.f);
     return report(rc, &ctx, path, err, errlen);

@@ -75,7 +75,11 @@ void settings_free(struct settings *s);
 /*
  * Applies an INI file / string over *s. On error returns -1 and writes
  * "FILE:LINE: what" into err (errlen bytes); `source` names the input in that
- * message. Unknown sections or keys and bad values are errors.
+ * message. Unknown sections or keys, bad values and lines without '=' are
+ * errors; of a key given twice, the later line wins. A path that is not a
+ * regular file (a directory, a FIFO) is an error "PATH: is a directory",
+ * and so is one that cannot be opened or read. On error *s may hold some of
+ * the file's values: the caller frees it.
  */
 int settings_load_file(struct settings *s, const char *path, char *err, size_t errlen);
 int settings_load_string(struct settings *s, const char *text, const char *source,

@@ -48,10 +48,10 @@ struct daemon {
 static void usage(FILE *f)
 {
     fprintf(f,
-            "Usage: lockbrokerd [-c FILE] [-l HOST:PORT] [-z HOSTS] [-t] [-v] [-h] [-V]\n"
+            "Usage: lockbrokerd [-c FILE] [-l IP:PORT] [-z HOSTS] [-t] [-v] [-h] [-V]\n"
             "  -c FILE       read settings from FILE (INI; see lockbrokerd.conf(5))\n"
-            "  -l HOST:PORT  listen on this address (default %s; [::1]:7411 for IPv6;\n"
-            "                port 0 picks a free port)\n"
+            "  -l IP:PORT    listen on this numeric address (default %s;\n"
+            "                [::1]:7411 for IPv6; port 0 picks a free port)\n"
             "  -z HOSTS      ZooKeeper ensemble, host:port[,host:port...] (distributed mode)\n"
             "  -t            check the configuration and exit\n"
             "  -v            log at debug level\n"

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -161,10 +162,14 @@ START_TEST(load_syntax_variants)
 }
 END_TEST
 
+/* Documented in lockbrokerd.conf(5): of a key given twice, the later line wins. */
 START_TEST(load_later_value_wins)
 {
     load_ok("[server]\nmax_clients = 5\nmax_clients = 6\n");
     ck_assert_uint_eq(s.max_clients, 6);
+    load_ok("[server]\nlisten = 127.0.0.1:1\n[log]\nlevel = warn\n[server]\n"
+            "listen = 127.0.0.1:2\n");
+    ck_assert_str_eq(s.listen, "127.0.0.1:2");
 }
 END_TEST
 
@@ -259,8 +264,55 @@ END_TEST
 
 START_TEST(syntax_error)
 {
-    load_fails("[server]\nthis line has no equals sign\n", "t:2: syntax error");
-    load_fails("[server]\nmax_line\n", "t:2: syntax error");
+    load_fails("[server]\nmax_line = 300\n[log\n", "t:3: syntax error");
+    load_fails("[server] x\n[log]] ; y\n[\n", "t:3: syntax error");
+}
+END_TEST
+
+/* inih calls a line without '=' a syntax error, or splits it at a ':' into
+ * an unknown key ("listen 127.0.0.1" for "listen 127.0.0.1:7411"). */
+START_TEST(line_without_equals)
+{
+    load_fails("[server]\nlisten 127.0.0.1\n",
+               "t:2: 'listen 127.0.0.1' has no '=' (write key = value)");
+    load_fails("[server]\nmax_clients = 5\nlisten 127.0.0.1:7411\n",
+               "t:3: 'listen 127.0.0.1:7411' has no '=' (write key = value)");
+    load_fails("[server]\nlisten: 127.0.0.1:7411\n",
+               "t:2: 'listen: 127.0.0.1:7411' has no '=' (write key = value)");
+    load_fails("[server]\nthis line has no equals sign\n",
+               "t:2: 'this line has no equals sign' has no '=' (write key = value)");
+    /* Without the comment, the CR and the spaces around it. */
+    load_fails("[server]\r\n  max_line\t ; = 300\r\n",
+               "t:2: 'max_line' has no '=' (write key = value)");
+    load_fails("\xEF\xBB\xBFmax_line\n", "t:1: 'max_line' has no '=' (write key = value)");
+    /* Indented right after a section line: not more value for a key. */
+    load_fails("[server]\nmax_line = 300\n[log]\n  level debug\n",
+               "t:4: 'level debug' has no '=' (write key = value)");
+    /* An '=' anywhere before a comment makes a key line. */
+    load_fails("[server]\nlisten 127.0.0.1 = 7411\n",
+               "t:2: unknown key 'listen 127.0.0.1' in [server]");
+    ck_assert_str_eq(s.listen, "127.0.0.1:7411");
+}
+END_TEST
+
+/* The first of a bad value and a line without '=' is the one reported. */
+START_TEST(line_without_equals_order)
+{
+    load_fails("[server]\nmax_line = 5\nlisten 1\n",
+               "t:2: max_line: '5' is not an integer from 256 to 1048576");
+    load_fails("[server]\nlisten 1\nmax_line = 5\n",
+               "t:2: 'listen 1' has no '=' (write key = value)");
+    load_fails("[server\nlisten 1\n", "t:1: syntax error");
+}
+END_TEST
+
+/* Blank lines, comments and more value for the key above (indented) need no '='. */
+START_TEST(lines_that_need_no_equals)
+{
+    load_ok("\n  \n; a\n# b\n  ; c\n[server]\nmax_line = 300\n\n  ; d\n");
+    ck_assert_uint_eq(s.max_line, 300);
+    load_ok("[server]\nmax_clients = 5\n\n  6\n");
+    ck_assert_uint_eq(s.max_clients, 6);
 }
 END_TEST
 
@@ -269,7 +321,7 @@ END_TEST
 START_TEST(syntax_error_before_bad_value)
 {
     load_fails("[server\nmax_line = 300\n", "t:1: syntax error");
-    load_fails("[server]\njunk\nmax_line = 5\n", "t:2: syntax error");
+    load_fails("[server]\n[junk\nmax_line = 5\n", "t:2: syntax error");
     load_fails("[server]\nmax_line = 5\njunk\n",
                "t:2: max_line: '5' is not an integer from 256 to 1048576");
 }
@@ -548,10 +600,31 @@ START_TEST(listen_rejected)
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         set_fails("server", "listen", bad[i]);
     ck_assert_str_eq(s.listen, "127.0.0.1:7411");
-    set_fails("server", "listen", "localhost:1");
-    ck_assert_str_eq(err, "listen: 'localhost:1' is not IP:PORT or [IPv6]:PORT");
+    set_fails("server", "listen", "nonsense");
+    ck_assert_str_eq(err, "listen: 'nonsense' is not IP:PORT or [IPv6]:PORT");
+    set_fails("server", "listen", "localhost:99999");
+    ck_assert_str_eq(err, "listen: 'localhost:99999' is not IP:PORT or [IPv6]:PORT");
     load_fails("[server]\n\nlisten = 127.0.0.1\n",
                "t:3: listen: '127.0.0.1' is not IP:PORT or [IPv6]:PORT");
+}
+END_TEST
+
+/* No name is looked up for listening: say so, and what to write instead. */
+START_TEST(listen_host_name)
+{
+    set_fails("server", "listen", "localhost:7411");
+    ck_assert_str_eq(err, "listen: 'localhost:7411': host names are not accepted; "
+                          "use 127.0.0.1:7411 or [::1]:7411");
+    set_fails("server", "listen", "LocalHost:0");
+    ck_assert_str_eq(err, "listen: 'LocalHost:0': host names are not accepted; "
+                          "use 127.0.0.1:0 or [::1]:0");
+    set_fails("server", "listen", "db-1.example.com:80");
+    ck_assert_str_eq(err, "listen: 'db-1.example.com:80': host names are not accepted; "
+                          "use a numeric IP:PORT or [IPv6]:PORT");
+    load_fails("[server]\nlisten = localhost:7411\n",
+               "t:2: listen: 'localhost:7411': host names are not accepted; "
+               "use 127.0.0.1:7411 or [::1]:7411");
+    ck_assert_str_eq(s.listen, "127.0.0.1:7411");
 }
 END_TEST
 
@@ -707,7 +780,7 @@ START_TEST(load_file_syntax_error_before_bad_value)
     char *path = temp_file("[server]\nmax_clients = 77\nno equals here\nmax_line = 1\n");
     char want[600];
 
-    snprintf(want, sizeof(want), "%s:3: syntax error", path);
+    snprintf(want, sizeof(want), "%s:3: 'no equals here' has no '=' (write key = value)", path);
     ck_assert_int_eq(settings_load_file(&s, path, err, sizeof(err)), -1);
     ck_assert_str_eq(err, want);
     unlink(path);
@@ -737,6 +810,49 @@ START_TEST(load_missing_file)
                      -1);
     ck_assert_str_eq(err, "/nonexistent/lockbrokerd.conf: cannot open: No such file or directory");
     ck_assert_str_eq(s.listen, "127.0.0.1:7411");
+}
+END_TEST
+
+/* Regression: a directory opened and read as an empty file, so
+ * "lockbrokerd -t -c /tmp" said "configuration OK". */
+START_TEST(load_directory)
+{
+    char dir[] = "/tmp/check_conf.XXXXXX", want[600];
+
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(want, sizeof(want), "%s: is a directory", dir);
+    ck_assert_int_eq(settings_load_file(&s, dir, err, sizeof(err)), -1);
+    ck_assert_str_eq(err, want);
+    ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
+START_TEST(load_not_regular_file)
+{
+    char dir[] = "/tmp/check_conf.XXXXXX", fifo[600], want[700];
+
+    ck_assert_int_eq(settings_load_file(&s, "/dev/null", err, sizeof(err)), -1);
+    ck_assert_str_eq(err, "/dev/null: is not a regular file");
+    /* Refused without waiting for a writer. */
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    snprintf(want, sizeof(want), "%s: is not a regular file", fifo);
+    ck_assert_int_eq(settings_load_file(&s, fifo, err, sizeof(err)), -1);
+    ck_assert_str_eq(err, want);
+    unlink(fifo);
+    rmdir(dir);
+}
+END_TEST
+
+/* A read error is not the end of the file. */
+START_TEST(load_read_error)
+{
+    /* A regular file whose first read fails (EIO: nothing is mapped at 0). */
+    if (access("/proc/self/mem", R_OK) != 0)
+        return;
+    ck_assert_int_eq(settings_load_file(&s, "/proc/self/mem", err, sizeof(err)), -1);
+    ck_assert_str_eq(err, "/proc/self/mem: cannot read: Input/output error");
 }
 END_TEST
 
@@ -930,6 +1046,9 @@ static Suite *conf_suite(void)
     tcase_add_test(tc, bad_value_names_its_line);
     tcase_add_test(tc, first_error_reported);
     tcase_add_test(tc, syntax_error);
+    tcase_add_test(tc, line_without_equals);
+    tcase_add_test(tc, line_without_equals_order);
+    tcase_add_test(tc, lines_that_need_no_equals);
     tcase_add_test(tc, syntax_error_before_bad_value);
     tcase_add_test(tc, long_line_is_an_error);
     tcase_add_test(tc, continuation_line_error);
@@ -956,6 +1075,7 @@ static Suite *conf_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, listen_accepted);
     tcase_add_test(tc, listen_rejected);
+    tcase_add_test(tc, listen_host_name);
     tcase_add_test(tc, listen_too_long);
     tcase_add_test(tc, listen_addr_ipv4);
     tcase_add_test(tc, listen_addr_ipv6);
@@ -972,6 +1092,9 @@ static Suite *conf_suite(void)
     tcase_add_test(tc, load_file_syntax_error_before_bad_value);
     tcase_add_test(tc, load_file_long_line);
     tcase_add_test(tc, load_missing_file);
+    tcase_add_test(tc, load_directory);
+    tcase_add_test(tc, load_not_regular_file);
+    tcase_add_test(tc, load_read_error);
     suite_add_tcase(su, tc);
 
     tc = tcase_create("flags");

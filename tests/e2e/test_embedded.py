@@ -1326,6 +1326,19 @@ class ReloadTests(Case):
         c.expect_match(r"ERR LIMIT .*")                 # still 1
         self.ping(c)
 
+    def test_sighup_when_the_file_became_a_directory(self):
+        d = self.start("[server]\nmax_locks_per_client = 1\n")
+        os.remove(d.config_path)
+        os.mkdir(d.config_path)
+        mark = d.log_mark()
+        d.send_signal(signal.SIGHUP)
+        d.wait_log(r"error reload failed, keeping the running settings: %s: is a directory"
+                   % re.escape(d.config_path), since=mark)
+        c = self.connect(d)
+        self.lock(c, "k1")
+        c.send("LOCK k2\n")
+        c.expect_match(r"ERR LIMIT .*")                 # still 1
+
     def test_sighup_reports_settings_that_need_a_restart(self):
         d = self.start("[server]\nmax_line = 300\n")
         mark = self.rewrite(d, "[server]\nmax_line = 300\nunix_socket = /tmp/lb-reload.sock\n"
@@ -2529,7 +2542,7 @@ class ConfigTests(Case):
         ("[server]\nmax_locks_per_client = 0\n", 2, "max_locks_per_client"),
         ("[server]\nmax_locks_per_client = 10x\n", 2, "max_locks_per_client"),
         ("[server]\nlisten = localhost:7411\n", 2,
-         "listen: 'localhost:7411' is not IP:PORT or [IPv6]:PORT"),
+         "listen: 'localhost:7411': host names are not accepted; use 127.0.0.1:7411"),
         ("[server]\nlisten = 127.0.0.1\n", 2, "listen"),
         ("[server]\nunix_socket_mode = 0999\n", 2, "unix_socket_mode"),
         ("[server]\ntcp_keepalive_idle_s = 0\n", 2,
@@ -2545,7 +2558,10 @@ class ConfigTests(Case):
         ("[zookeeper]\nroot = /a/../b\n", 2, "root"),
         ("[zookeeper]\nbogus = 1\n", 2, "unknown key 'bogus' in [zookeeper]"),
         ("[log]\nlevel = loud\n", 2, "level: 'loud' is not one of error, warn, info, debug"),
-        ("[server]\nmax_clients = 5\nthis line is not ini\n", 3, "syntax error"),
+        ("[server]\nmax_clients = 5\nthis line is not ini\n", 3,
+         "'this line is not ini' has no '=' (write key = value)"),
+        ("[server]\nlisten 127.0.0.1:7411\n", 2,
+         "'listen 127.0.0.1:7411' has no '=' (write key = value)"),
         ("[server\nmax_clients = 5\n", 1, ""),
         ("[server]\nlisten = 127.0.0.1:0%s\n" % (" " * 300), 2, "longer than"),
     ]
@@ -2576,6 +2592,33 @@ class ConfigTests(Case):
         check_failure_exit(r.returncode)
         self.assertIn("/nonexistent/lockbrokerd.conf", r.stderr)
         self.assertIn("cannot open", r.stderr)
+
+    def test_config_is_a_directory(self):
+        # A directory read as an empty file: -t said "configuration OK".
+        path = lbharness.make_tmpdir()
+        for flags in (["-t"], ["-l", "127.0.0.1:0"]):
+            with self.subTest(flags=flags):
+                r = run_daemon(flags + ["-c", path])
+                check_failure_exit(r.returncode)
+                self.assertIn("lockbrokerd: %s: is a directory\n" % path, r.stderr)
+                self.assertNotIn("configuration OK", r.stdout)
+                self.assertNotIn("ready", r.stderr)
+
+    def test_listen_host_name_flag(self):
+        # No name is looked up for listening; the error says what to write.
+        for flags in (["-t"], []):
+            with self.subTest(flags=flags):
+                r = run_daemon(flags + ["-l", "localhost:7411"])
+                check_failure_exit(r.returncode)
+                self.assertIn("lockbrokerd: listen: 'localhost:7411': host names are not "
+                              "accepted; use 127.0.0.1:7411 or [::1]:7411\n", r.stderr)
+                self.assertNotIn("configuration OK", r.stdout)
+                self.assertNotIn("ready", r.stderr)
+
+    def test_usage_says_ip_port(self):
+        r = run_daemon(["-h"])
+        self.assertIn("-l IP:PORT", r.stdout)
+        self.assertNotIn("HOST:PORT", r.stdout)
 
     def test_bad_listen_flag(self):
         jobs = [(listen, ["-t"]) for listen in (
