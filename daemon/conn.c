@@ -62,6 +62,8 @@ struct conn {
     char status_name[PROTO_NAME_MAX + 1]; /* the name that query or lease_op is about */
     struct event *linger_timer;    /* owned; armed in CONN_LINGER */
     int send_err;                  /* errno of a failed direct send, for the close; 0: none */
+    bool input_ended;              /* the client half-closed: answer what came, then close */
+    char lock_name[PROTO_NAME_MAX + 1]; /* the LOCK waiting in CONN_WAITING */
     uint64_t id;
     TAILQ_ENTRY(conn) link;        /* srv->conns */
     char peer[64];
@@ -331,6 +333,32 @@ static void reply_status(struct conn *c, const char *name, const struct backend_
     }
 }
 
+static void conn_resume(struct conn *c);
+
+/*
+ * After the end of input, a LOCK waiting for this connection ends at once
+ * with TIMEOUT: a lock bound to the connection would be released at the
+ * close that follows, and the client may be gone (a full close looks the
+ * same), so no wait stays queued for it - a lease's included. STATUS and
+ * the other waits are answered when their answer comes.
+ */
+static void conn_end_bound_wait(struct conn *c)
+{
+    if (!c->input_ended || c->state != CONN_WAITING ||
+        (c->waiting_cmd != PROTO_CMD_LOCK && c->waiting_cmd != PROTO_CMD_TRYLOCK))
+        return;
+    if (c->lease) {
+        leases_cancel(c->srv->leases, c->lease);
+        c->lease = NULL;
+    } else if (!locks_cancel_wait(c->srv->locks, &c->owner, c->lock_name)) {
+        return;
+    }
+    log_debug("conn %llu (%s): wait for %s ended by the end of input",
+              (unsigned long long)c->id, c->peer, c->lock_name);
+    reply_word(c, "TIMEOUT", c->lock_name, strlen(c->lock_name));
+    conn_resume(c);
+}
+
 /* The awaited answer is queued: parse the lines that waited behind it. */
 static void conn_resume(struct conn *c)
 {
@@ -471,7 +499,9 @@ static void handle_request(struct conn *c, const struct proto_req *req)
             r = locks_lock(c->srv->locks, &c->owner, name, &lreq, &token);
         if (r == LOCKS_WAITING) {
             c->waiting_cmd = req->cmd;
+            memcpy(c->lock_name, name, req->name_len + 1);
             conn_set_state(c, CONN_WAITING);
+            conn_end_bound_wait(c);
         } else if (r == LOCKS_LIMIT && lreq.ttl_ms > 0) {
             snprintf(text, sizeof(text), "%u leases are held or awaited through this daemon",
                      c->srv->settings->max_leases);
@@ -586,8 +616,12 @@ static void conn_process(struct conn *c)
             conn_begin_close(c);
             break;
         }
-        if (eol.pos < 0)
+        if (eol.pos < 0) {
+            /* Everything that came before the end of input is answered. */
+            if (c->input_ended)
+                conn_begin_close(c);
             break;
+        }
         line = (const char *)evbuffer_pullup(in, eol.pos + 1);
         switch (proto_parse(line, (size_t)eol.pos, &req)) {
         case PROTO_REQUEST:
@@ -663,8 +697,13 @@ static void conn_on_write(struct bufferevent *bev, void *arg)
         break;
     case CONN_CLOSING:
         /* Half-close, then read until the client closes too: closing with
-         * unread input would reset the connection and could lose the reply. */
+         * unread input would reset the connection and could lose the reply.
+         * A client that ended its input already has nothing left to send. */
         shutdown(bufferevent_getfd(bev), SHUT_WR);
+        if (c->input_ended) {
+            conn_free(c);
+            return;
+        }
         conn_set_state(c, CONN_LINGER);
         c->linger_timer = evtimer_new(c->srv->base, conn_on_linger_timeout, c);
         if (!c->linger_timer || evtimer_add(c->linger_timer, &tv) < 0) {
@@ -697,6 +736,18 @@ static void conn_on_event(struct bufferevent *bev, short what, void *arg)
 
     if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
         return;
+    /* End of input (a half-close, `nc -N`): answer what came, then close. */
+    if (!(what & BEV_EVENT_ERROR) && !c->send_err && !c->input_ended &&
+        (c->state == CONN_READING || c->state == CONN_WAITING || c->state == CONN_DRAINING)) {
+        log_debug("conn %llu (%s): end of input; answering what came, then closing",
+                  (unsigned long long)c->id, c->peer);
+        c->input_ended = true;
+        if (c->state == CONN_WAITING)
+            conn_end_bound_wait(c);
+        else if (c->state == CONN_READING)
+            conn_process(c);
+        return;
+    }
     /* A failed direct send took the error: the bufferevent then reads EOF. */
     if (c->send_err) {
         err = c->send_err;

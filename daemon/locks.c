@@ -475,6 +475,17 @@ bool locks_owner_token(const struct locks *t, const struct lock_owner *o, const 
     return true;
 }
 
+bool locks_cancel_wait(struct locks *t, struct lock_owner *o, const char *name)
+{
+    struct lock *l = lock_find(t, name);
+    struct hold *h = l ? owned_hold(l, o) : NULL;
+
+    if (!h || h->state == HOLD_HELD)
+        return false;
+    hold_cancel(h);
+    return true;
+}
+
 enum locks_result locks_unlock(struct locks *t, struct lock_owner *o, const char *name)
 {
     struct lock *l = lock_find(t, name);

@@ -121,6 +121,10 @@ enum locks_result locks_lock(struct locks *t, struct lock_owner *o, const char *
 bool locks_owner_token(const struct locks *t, const struct lock_owner *o, const char *name,
                        uint64_t *token);
 
+/* Cancels o's request for name that is still waiting (or being acquired),
+ * without calling o back. false when o has none. */
+bool locks_cancel_wait(struct locks *t, struct lock_owner *o, const char *name);
+
 /* Drops one hold of name by o: LOCKS_RELEASED or LOCKS_NOT_HELD. */
 enum locks_result locks_unlock(struct locks *t, struct lock_owner *o, const char *name);
 

@@ -1275,6 +1275,23 @@ class ModesTest(DistributedBase):
         self.assertEqual(wr.request("UNLOCK k9r"), "OK k9r")
         self.wait_no_nodes(hosts)
 
+    def test_status_after_end_of_input_is_answered(self):
+        """printf 'STATUS x\\n' | nc -N: the answer comes from ZooKeeper after
+        the client's end of input, and is still sent before the close."""
+        hosts = self.zk.connect_string
+        a, b = self.start_daemon(hosts, "A"), self.start_daemon(hosts, "B")
+        h = self.client(a)
+        self.assertRegex(h.request("LOCK eoi"), r"^OK eoi \d+$")
+        c = self.client(b)
+        c.send("STATUS eoi\nPING\n")
+        c.sock.shutdown(socket.SHUT_WR)
+        self.assertRegex(c.line(), r"^STATUS eoi held holder=%s/%s token=- "
+                         % (re.escape(a.daemon_id), re.escape(h.local)))
+        self.assertEqual(c.line(), "PONG")
+        c.expect_eof()
+        self.assertEqual(h.request("UNLOCK eoi"), "OK eoi")
+        self.wait_no_nodes(hosts)
+
     def test_label_shown_on_every_daemon(self):
         hosts = self.zk.connect_string
         a, b = self.start_daemon(hosts, "A"), self.start_daemon(hosts, "B")

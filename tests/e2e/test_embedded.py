@@ -378,6 +378,43 @@ class BasicTests(SharedDaemonCase):
 
 # ================================================================= waiting
 
+class EndOfInputTests(SharedDaemonCase):
+    """A client that half-closes (nc -N) gets an answer to everything it sent."""
+
+    def test_everything_sent_is_answered_then_closed(self):
+        n = self.name()
+        holder, c = self.connect(), self.connect()
+        self.lock(holder, n)
+        c.send("STATUS %s-free\nLOCK %s-mine\nLOCK %s 60000\nTRYLOCK %s\nUNLOCK %s-mine\n"
+               "PING\nPIN" % (n, n, n, n, n))
+        c.sock.shutdown(socket.SHUT_WR)
+        self.assertEqual(c.line(), "STATUS %s-free free holder=- token=- since=- waiters=0 "
+                         "queue=0" % n)
+        self.assertRegex(c.line(), r"^OK %s-mine \d+$" % n)
+        # A LOCK bound to the connection cannot be of use after its close:
+        # its wait ends at once (PROTOCOL.md, Transport).
+        self.assertEqual(c.line(), "TIMEOUT %s" % n)
+        self.assertEqual(c.line(), "BUSY %s" % n)
+        self.assertEqual(c.line(), "OK %s-mine" % n)
+        self.assertEqual(c.line(), "PONG")
+        c.expect_eof()                            # the unterminated "PIN" is ignored
+        self.assert_free(n + "-mine")
+
+    def test_a_waiting_lease_request_ends_too(self):
+        n = self.name()
+        holder, c = self.connect(), self.connect()
+        self.lock(holder, n)
+        c.send("LOCK %s 60000 ttl=60000\n" % n)
+        self.d.wait_log(r"lock %s: lease:%s queued$" % (re.escape(n), re.escape(c.local)),
+                        since=c.mark)
+        c.sock.shutdown(socket.SHUT_WR)
+        self.assertEqual(c.line(), "TIMEOUT %s" % n)
+        c.expect_eof()
+        holder.send("UNLOCK %s\n" % n)
+        holder.expect("OK %s" % n)
+        self.assert_free(n)                     # nothing was left queued
+
+
 class WaitTests(SharedDaemonCase):
 
     def test_fifo_five_waiters(self):
