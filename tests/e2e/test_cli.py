@@ -113,6 +113,32 @@ def pid_alive(pid):
     return state not in ("Z", "X")
 
 
+def wait_gone(pid, timeout=TIMEOUT):
+    """Waits until pid has ended (a zombie counts as ended); False after timeout.
+    Waits on a pidfd (Linux 5.3) where there is one, else polls /proc."""
+    deadline = lbharness.time.monotonic() + timeout
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        fd = None
+    if fd is not None:
+        try:
+            return bool(select.select([fd], [], [], timeout)[0]) or not pid_alive(pid)
+        finally:
+            os.close(fd)
+    while pid_alive(pid):
+        if lbharness.time.monotonic() >= deadline:
+            return False
+        lbharness.time.sleep(0.01)
+    return True
+
+
+def kill_if_alive(pid):
+    """SIGKILL pid unless it has ended (cleanup after a failure)."""
+    if pid_alive(pid):
+        os.kill(pid, signal.SIGKILL)
+
+
 def children_of(pid):
     """Direct children of pid (Linux /proc), for cleanup after a failure."""
     try:
@@ -368,6 +394,22 @@ class RunTests(DaemonCase):
         other = self.client()
         other.send("TRYLOCK %s\n" % n)
         other.expect_match(r"OK %s [0-9]+" % re.escape(n))
+
+    def test_command_dies_with_a_killed_lockbroker(self):
+        # kill -9 closes lockbroker's connection and the broker frees the
+        # lock: the command gets SIGKILL (parent-death signal) rather than
+        # run on unprotected.
+        n = self.name()
+        mark = self.d.log_mark()
+        p = self.start(self.hp() + ["run", n, "--", "sh", "-c", "echo $$; exec sleep 600"])
+        pid = int(p.read_line())
+        self.addCleanup(kill_if_alive, pid)
+        p.proc.kill()
+        p.proc.wait()
+        self.assertTrue(wait_gone(pid), "the command (pid %d) outlived lockbroker" % pid)
+        self.d.wait_log(r"\): closed, 1 holds and waits released", since=mark)
+        p = self.lb(self.hp() + ["run", "-w", "0", n, "--", "echo", "second"])
+        self.assert_exit(p, 0, stdout="second\n")
 
 
 class ModeTests(DaemonCase):
