@@ -156,8 +156,8 @@ class LbProc:
     not reach it.
     """
 
-    def __init__(self, args, env=None, stdin=subprocess.DEVNULL, **popen):
-        self.argv = [client_path()] + list(args)
+    def __init__(self, args, env=None, stdin=subprocess.DEVNULL, program=None, **popen):
+        self.argv = [program or client_path()] + list(args)
         self.proc = subprocess.Popen(self.argv, stdin=stdin, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE,
                                      env=clean_env() if env is None else env,
@@ -1287,6 +1287,93 @@ class FakeBrokerTests(Case):
         p.finish()
         self.assert_exit(p, EXIT_PROTOCOL, r"127\.0\.0\.1:\d+ refused STATS: ERR INTERNAL",
                          stdout="STAT a 1\n")
+
+
+# ========================================================= README example
+
+README = os.path.normpath(os.path.join(HERE, "..", "..", "README.md"))
+
+# Stands in for the example's ./run-backup.sh: says whether it got the
+# connection (fd 3) and its token, then exits with the status it reads.
+RUN_BACKUP = """#!/bin/sh
+if [ -e /proc/$$/fd/3 ]; then fd3=open; else fd3=closed; fi
+echo "backup $LOCK_TOKEN fd3=$fd3"
+read status
+exit "$status"
+"""
+
+
+@unittest.skipUnless(shutil.which("bash") and os.path.exists(README), "needs bash and README.md")
+class ReadmeBashTests(Case):
+    """The README's bash /dev/tcp example, run as it is printed (but for the
+    port) against the daemon and against a scripted broker."""
+
+    def script(self, port):
+        """Starts the example in a directory with RUN_BACKUP; returns the LbProc."""
+        with open(README) as f:
+            m = re.search(r"```bash\n(#!/bin/bash\n.*?)```", f.read(), re.S)
+        self.assertIsNotNone(m, "no bash example in " + README)
+        text = m.group(1)
+        self.assertIn("/dev/tcp/127.0.0.1/7411", text)
+        tmp = make_tmpdir()
+        for name, content in (("example.sh", text.replace("/dev/tcp/127.0.0.1/7411",
+                                                          "/dev/tcp/127.0.0.1/%d" % port)),
+                              ("run-backup.sh", RUN_BACKUP)):
+            with open(os.path.join(tmp, name), "w") as f:
+                f.write(content)
+            os.chmod(os.path.join(tmp, name), 0o755)
+        return self.start([], program="./example.sh", cwd=tmp, stdin=subprocess.PIPE)
+
+    def fake_broker(self):
+        srv = socket.create_server(("127.0.0.1", 0))
+        self.addCleanup(srv.close)
+        srv.settimeout(TIMEOUT)
+        return srv
+
+    def accept(self, srv):
+        c = Client(srv.accept()[0])
+        self.addCleanup(c.close)
+        return c
+
+    def test_holds_the_lock_around_the_command(self):
+        d = Daemon(name="lockbrokerd-cli-readme").start()
+        self.addCleanup(d.kill)
+        p = self.script(d.port)
+        line = p.read_line()
+        self.assertRegex(line, r"^backup [0-9]+ fd3=closed$")
+        other = d.client()
+        self.addCleanup(other.close)
+        self.assertEqual(other.request("TRYLOCK nightly-backup"), "BUSY nightly-backup")
+        p.write("3\n")
+        p.finish()
+        self.assertEqual((p.rc, p.out, p.err), (3, "", ""))
+        self.assertRegex(other.request("TRYLOCK nightly-backup"), r"^OK nightly-backup [0-9]+$")
+        other.close()
+        d.stop()
+
+    def test_lost_during_the_command_is_a_failure(self):
+        srv = self.fake_broker()
+        p = self.script(srv.getsockname()[1])
+        c = self.accept(srv)
+        c.expect("LOCK nightly-backup 60000")
+        c.send("OK nightly-backup 42\n")
+        self.assertEqual(p.read_line(), "backup 42 fd3=closed")
+        c.send("LOST nightly-backup 42 zk-disconnected\n")
+        p.write("0\n")
+        c.expect("UNLOCK nightly-backup")
+        c.send("ERR NOT_HELD this connection does not hold that lock\n")
+        p.finish()
+        self.assertEqual((p.rc, p.out, p.err), (1, "", "the lock was not held to the end: "
+                                                   "LOST nightly-backup 42 zk-disconnected\n"))
+
+    def test_no_lock_no_command(self):
+        srv = self.fake_broker()
+        p = self.script(srv.getsockname()[1])
+        c = self.accept(srv)
+        c.expect("LOCK nightly-backup 60000")
+        c.send("TIMEOUT nightly-backup\n")
+        p.finish()
+        self.assertEqual((p.rc, p.out, p.err), (1, "", "no lock: TIMEOUT nightly-backup\n"))
 
 
 # ======================================================== ZooKeeper: LOST
