@@ -308,6 +308,11 @@ class RunTests(DaemonCase):
         p = self.lb(self.hp() + ["run", self.name(), "sh", "-c", "exit 5"])
         self.assert_exit(p, 5)
 
+    def test_double_dash_before_a_command_that_starts_with_a_dash(self):
+        # Without --, `-w` here is refused as an option after NAME (ErrorTests).
+        p = self.lb(self.hp() + ["run", self.name(), "--", "-w", "1000", "true"])
+        self.assert_exit(p, EXIT_NOT_FOUND, r"cannot run -w: ", stdout="")
+
     def test_options_after_the_subcommand(self):
         p = self.lb(["run", "-H", self.d.listen_addr, "-w", "1000", self.name(), "--", "true"])
         self.assert_exit(p, 0)
@@ -676,7 +681,8 @@ class LeaseTests(DaemonCase):
                 self.assert_exit(p, EXIT_BAD_NAME, r"invalid lock name '", stdout="")
 
     def test_usage_errors(self):
-        ttl = r"%s: TTL: expected milliseconds from 100 to 86400000, got '%s'"
+        ttl = r"%s: TTL: expected milliseconds, or a time with a unit \(500ms, 60s, 2m, 1h\), " \
+              r"from 100 to 86400000 ms; got '%s'"
         tok = r"%s: TOKEN: expected the token `lockbroker lease` printed, an unsigned 64-bit " \
               r"decimal integer, got '%s'"
         cases = [
@@ -687,6 +693,18 @@ class LeaseTests(DaemonCase):
             (["lease", "n", "+100"], ttl % ("lease", r"\+100")),
             (["lease", "n", "1e3"], ttl % ("lease", "1e3")),
             (["lease", "n", "-1"], ttl % ("lease", "-1")),
+            (["lease", "n", "99ms"], ttl % ("lease", "99ms")),
+            (["lease", "n", "25h"], ttl % ("lease", "25h")),
+            (["lease", "n", "1441m"], ttl % ("lease", "1441m")),
+            (["lease", "n", "86401s"], ttl % ("lease", "86401s")),
+            (["lease", "n", "1.5s"], ttl % ("lease", r"1\.5s")),
+            (["lease", "n", "5 s"], ttl % ("lease", "5 s")),
+            (["lease", "n", "5sec"], ttl % ("lease", "5sec")),
+            (["lease", "n", "5M"], ttl % ("lease", "5M")),
+            (["lease", "n", "s"], ttl % ("lease", "s")),
+            (["renew", "n", "1", "0s"], ttl % ("renew", "0s")),
+            (["renew", "n", "1", "99999999999999999999h"],
+             ttl % ("renew", "99999999999999999999h")),
             (["renew", "n", "1", "99"], ttl % ("renew", "99")),
             (["renew", "n", "1", "86400001"], ttl % ("renew", "86400001")),
             (["renew", "n", "1", "abc"], ttl % ("renew", "abc")),
@@ -714,6 +732,14 @@ class LeaseTests(DaemonCase):
              r"renew: -w, -g, -s and -n are options of run \(-w, -s and -n also of lease\)"),
             (["-s", "release", "n", "1"],
              r"release: -w, -g, -s and -n are options of run"),
+            # Options after NAME are operands to getopt: said so, whatever the count.
+            (["lease", "n", "-w", "1000", "5000"],
+             r"lease: option '-w' after NAME: options go before NAME"),
+            (["lease", "n", "5000", "--shared"],
+             r"lease: option '--shared' after NAME: options go before NAME"),
+            (["renew", "n", "1", "5000", "-t", "1s"],
+             r"renew: option '-t' after NAME: options go before NAME"),
+            (["release", "n", "-H"], r"release: option '-H' after NAME: options go before NAME"),
         ]
         for args, err in cases:
             with self.subTest(args=args):
@@ -882,7 +908,31 @@ class ErrorTests(DaemonCase):
             (["-H", addr, "run", "-w", "soon", "n", "true"], r"-w: expected milliseconds"),
             (["-H", addr, "run", "-w", "2147483648", "n", "true"], r"-w: expected milliseconds"),
             (["-H", addr, "run", "-w", "-1", "n", "true"], r"-w: expected milliseconds"),
-            (["-H", addr, "run", "-g", "5s", "n", "true"], r"-g: expected milliseconds"),
+            (["-H", addr, "run", "-g", "5 s", "n", "true"], r"-g: expected milliseconds"),
+            (["-H", addr, "run", "-w", "2147483648ms", "n", "true"],
+             r"-w: expected milliseconds, or a time with a unit \(500ms, 60s, 2m, 1h\), from 0 to "
+             r"2147483647 ms; got '2147483648ms'"),
+            (["-H", addr, "run", "-w", "597h", "n", "true"], r"-w: expected milliseconds.*'597h'"),
+            (["-H", addr, "run", "-w", "35792m", "n", "true"], r"-w: expected milliseconds"),
+            (["-H", addr, "run", "-w", "99999999999999999999h", "n", "true"],
+             r"-w: expected milliseconds"),
+            (["-H", addr, "run", "-w", "1.5s", "n", "true"], r"-w: expected milliseconds"),
+            (["-H", addr, "run", "-w", "10S", "n", "true"], r"-w: expected milliseconds"),
+            (["-H", addr, "run", "-w", "1d", "n", "true"], r"-w: expected milliseconds"),
+            (["-H", addr, "run", "-w", "ms", "n", "true"], r"-w: expected milliseconds"),
+            (["-H", addr, "run", "-w", "-1s", "n", "true"], r"-w: expected milliseconds"),
+            (["-H", addr, "run", "-w", "", "n", "true"], r"-w: expected milliseconds.*got ''"),
+            (["-H", addr, "-t", "0s", "ping"], r"-t: expected milliseconds.*from 1 to"),
+            (["-H", addr, "-t", "0ms", "ping"], r"-t: expected milliseconds.*from 1 to"),
+            # An option after NAME would be the command; -- says it is one.
+            (["-H", addr, "run", "n", "-w", "1000", "true"],
+             r"run n: '-w' after NAME would be run as the command: options go before NAME, and "
+             r"a COMMAND that starts with '-' needs -- before it"),
+            (["-H", addr, "run", "n", "--shared", "true"], r"run n: '--shared' after NAME"),
+            (["-H", addr, "run", "n", "-", "true"], r"run n: '-' after NAME"),
+            (["-H", addr, "run", "-w", "0", "n", "-1"], r"run n: '-1' after NAME"),
+            (["-H", addr, "status", "n", "-v"],
+             r"status: option '-v' after NAME: options go before NAME"),
             (["-H", addr, "-t", "0", "ping"], r"-t: expected milliseconds"),
             (["-H", addr, "-w", "5", "ping"], r"ping: -w, -g, -s and -n are options of run"),
             (["-H", addr, "-s", "ping"], r"ping: -w, -g, -s and -n are options of run"),
@@ -1145,6 +1195,54 @@ class FakeBrokerTests(Case):
                 c.send(reply + "\n")
                 p.finish()
                 self.assert_exit(p, rc, r".*%s" % re.escape(reply), stdout="")
+
+    def test_durations_with_units(self):
+        # A plain number is milliseconds; ms, s, m and h are units. -g and -t
+        # are not sent, only accepted.
+        cases = [
+            (["-w", "60"], "60"),
+            (["-w", "500ms"], "500"),
+            (["-w", "60s"], "60000"),
+            (["--wait=2m"], "120000"),
+            (["-w", "1h"], "3600000"),
+            (["-w", "0s"], "0"),
+            (["-w", "007s"], "7000"),
+            (["-w", "2147483647ms"], "2147483647"),
+            (["-w", "596h"], "2145600000"),
+            (["-w", "35791m"], "2147460000"),
+            (["-w", "1s", "-g", "2m", "-t", "10s"], "1000"),
+            (["-g", "0s", "--timeout", "1h", "-w", "1500"], "1500"),
+        ]
+        for args, wait in cases:
+            with self.subTest(args=args):
+                n = self.name()
+                p = self.start(["-H", self.addr, "run"] + args + [n, "--", "true"])
+                c = self.accept()
+                c.expect("LOCK %s %s" % (n, wait))
+                c.send("OK %s 42\n" % n)
+                c.expect("UNLOCK %s" % n)
+                c.send("OK %s\n" % n)
+                p.finish()
+                self.assert_exit(p, 0, stdout="")
+                self.assertEqual(p.err, "")
+        cases = [
+            (["lease", "-w", "10s", "%(n)s", "5m"], "LOCK %(n)s 10000 ttl=300000"),
+            (["lease", "%(n)s", "24h"], "LOCK %(n)s ttl=86400000"),
+            (["lease", "%(n)s", "100ms"], "LOCK %(n)s ttl=100"),
+            (["lease", "%(n)s", "1440m"], "LOCK %(n)s ttl=86400000"),
+            (["renew", "%(n)s", "42", "90s"], "RENEW %(n)s 42 90000"),
+            (["renew", "%(n)s", "42", "1h"], "RENEW %(n)s 42 3600000"),
+        ]
+        for args, request in cases:
+            with self.subTest(args=args):
+                n = self.name()
+                p = self.start(["-H", self.addr] + [a % {"n": n} for a in args])
+                c = self.accept()
+                c.expect(request % {"n": n})
+                c.send("OK %s 42\n" % n if args[0] == "lease" else "OK %s\n" % n)
+                p.finish()
+                self.assert_exit(p, 0, stdout="42\n" if args[0] == "lease" else "")
+                self.assertEqual(p.err, "")
 
     def test_lease_requests_are_sent(self):
         cases = [
