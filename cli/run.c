@@ -161,6 +161,14 @@ int run_lock(const struct run_opts *o, struct client *c, char *token, size_t tok
                 mode[0] ? mode : "exclusively", o->addr->spec, line);
         return CLI_EXIT_CONFLICT;
     }
+    if (strncmp(line, "ERR UNAVAILABLE", 15) == 0 && (line[15] == ' ' || line[15] == '\0')) {
+        /* Distributed mode, ZooKeeper out of reach (for the whole of a -w wait, say):
+         * an outage, not somebody holding the lock. */
+        fprintf(stderr, "lockbroker: lock %s not granted: the lock service (ZooKeeper) is "
+                "unreachable from the broker at %s; try again later (%s)\n", o->name,
+                o->addr->spec, line);
+        return CLI_EXIT_UNAVAILABLE;
+    }
     if (strncmp(line, "ERR ", 4) == 0) {
         fprintf(stderr, "lockbroker: %s refused LOCK %s: %s\n", o->addr->spec, o->name, line);
         return client_err_exit(line);

@@ -1244,6 +1244,28 @@ class FakeBrokerTests(Case):
                 self.assert_exit(p, 0, stdout="42\n" if args[0] == "lease" else "")
                 self.assertEqual(p.err, "")
 
+    def test_unavailable_is_not_a_timeout(self):
+        # The daemon answers ERR UNAVAILABLE, not TIMEOUT, to a LOCK whose wait
+        # ended while ZooKeeper was unreachable for all of it: an outage, said
+        # as such, with 121 rather than 124.
+        reply = "ERR UNAVAILABLE the lock service was not reachable during the wait"
+        for args, request in ((["run", "-w", "1500", "%(n)s", "--", "echo", "ran"],
+                               "LOCK %(n)s 1500"),
+                              (["run", "%(n)s", "--", "echo", "ran"], "LOCK %(n)s"),
+                              (["lease", "-w", "1500", "%(n)s", "1m"],
+                               "LOCK %(n)s 1500 ttl=60000")):
+            with self.subTest(args=args):
+                n = self.name()
+                p = self.start(["-H", self.addr] + [a % {"n": n} for a in args])
+                c = self.accept()
+                c.expect(request % {"n": n})
+                c.send(reply + "\n")
+                p.finish()
+                self.assert_exit(p, EXIT_UNAVAILABLE,
+                                 r"lock %s not granted: the lock service \(ZooKeeper\) is "
+                                 r"unreachable from the broker at 127\.0\.0\.1:\d+; try again "
+                                 r"later \(%s\)$" % (re.escape(n), re.escape(reply)), stdout="")
+
     def test_lease_requests_are_sent(self):
         cases = [
             (["%(n)s", "30000"], "LOCK %(n)s ttl=30000"),
