@@ -35,9 +35,9 @@ struct options {
 static void usage(FILE *f)
 {
     fprintf(f,
-        "Usage: lockbroker [OPTIONS] run [-w MS] [-g MS] [-s | -n N] NAME [--]\n"
+        "Usage: lockbroker [OPTIONS] run [-w TIME] [-g TIME] [-s | -n N] NAME [--]\n"
         "                  COMMAND [ARGS...]\n"
-        "       lockbroker [OPTIONS] lease [-w MS] [-s | -n N] NAME TTL\n"
+        "       lockbroker [OPTIONS] lease [-w TIME] [-s | -n N] NAME TTL\n"
         "       lockbroker [OPTIONS] renew NAME TOKEN TTL\n"
         "       lockbroker [OPTIONS] release NAME TOKEN\n"
         "       lockbroker [OPTIONS] status [NAME]\n"
@@ -47,26 +47,32 @@ static void usage(FILE *f)
         "LOCKBROKER_NAME, LOCKBROKER_TOKEN (the fencing token) and LOCKBROKER_ADDR in its\n"
         "environment, and exits with its status (128+N if signal N killed it).\n"
         "`lease` takes lock NAME as a lease, which outlives lockbroker, and prints its\n"
-        "TOKEN. The lease ends TTL milliseconds (100-86400000) after the grant or the\n"
-        "latest `renew`, or when `release` ends it.\n"
-        "Options go before or after the subcommand, but before NAME.\n"
+        "TOKEN. The lease ends TTL (100ms to 24h) after the grant or the latest\n"
+        "`renew`, or when `release` ends it.\n"
+        "TIME and TTL are a number with a unit, ms, s, m or h (500ms, 60s, 2m, 1h), or\n"
+        "a plain number of milliseconds: -w 60 waits 60 ms, -w 60s a minute.\n"
+        "Options go before or after the subcommand, but before NAME. A COMMAND that\n"
+        "starts with '-' needs -- before it.\n"
         "  -H, --host HOST:PORT  broker address: IPv4, [IPv6]:PORT or a host name\n"
         "  -U, --unix PATH       broker Unix socket\n"
         "                        (default: $LOCKBROKER_ADDR, HOST:PORT or unix:PATH or\n"
         "                        /PATH; else %s)\n"
-        "  -w, --wait MS         run, lease: give up if the lock is not granted within MS\n"
-        "                        milliseconds (default: wait for ever)\n"
-        "  -g, --grace MS        run: after the lock is lost, SIGKILL the command MS\n"
-        "                        milliseconds after SIGTERM (default %d; 0: at once)\n"
+        "  -w, --wait TIME       run, lease: give up if the lock is not granted within\n"
+        "                        TIME (0 to 2147483647 ms; 0: only if it is free now;\n"
+        "                        default: wait for ever)\n"
+        "  -g, --grace TIME      run: after the lock is lost, SIGKILL the command TIME\n"
+        "                        after SIGTERM (default %d ms; 0: at once)\n"
         "  -s, --shared          run, lease: take the lock shared: shared holders run\n"
         "                        together, an exclusive holder (without -s or -n) alone\n"
         "  -n, --limit N         run, lease: take one of N slots (1-65535) of a\n"
         "                        semaphore; every holder and waiter of NAME must give\n"
         "                        the same N\n"
-        "  -t, --timeout MS      connect and reply timeout (default %d)\n"
+        "  -t, --timeout TIME    connect and reply timeout (default %d ms)\n"
         "  -h, --help            show this help\n"
         "  -V, --version         show the version\n"
-        "SIGINT, SIGTERM and SIGHUP are passed on to COMMAND's process group.\n"
+        "SIGINT, SIGTERM and SIGHUP are passed on to COMMAND's process group. If\n"
+        "lockbroker is killed, the lock is freed and COMMAND gets SIGKILL (its own\n"
+        "children do not: see lockbroker(1)).\n"
         "Exit status: COMMAND's (run), 0 (other subcommands), or\n"
         "  118  renew, release: the lease is not held (ERR NOT_HELD): wrong TOKEN, or\n"
         "       it expired or was released\n"
@@ -75,7 +81,8 @@ static void usage(FILE *f)
         "  120  the lock was lost while COMMAND ran (LOST, or the connection dropped);\n"
         "       COMMAND was terminated\n"
         "  121  the broker is unreachable or unavailable (cannot connect, connection\n"
-        "       closed, no reply, ERR UNAVAILABLE, ERR LIMIT)\n"
+        "       closed, no reply, ERR LIMIT), or it cannot reach its lock service,\n"
+        "       ZooKeeper (ERR UNAVAILABLE; also when a -w wait ends in an outage)\n"
         "  122  invalid lock name\n"
         "  123  unexpected reply from the broker (e.g. it does not know STATUS)\n"
         "  124  run -w, lease -w: timed out waiting for the lock\n"
@@ -93,33 +100,57 @@ static int usage_error(const char *fmt, const char *arg)
     return CLI_EXIT_USAGE;
 }
 
-/* Decimal milliseconds, min..PROTO_WAIT_MAX. Returns 0, or -1. */
-static int parse_ms(const char *s, int64_t min, int64_t *out)
+/*
+ * A duration: decimal digits and an optional unit, ms (the default), s, m
+ * or h. "60" is 60 ms, as the protocol counts, whatever flock(1) users
+ * expect; "60s" is a minute. Stores milliseconds, min_ms..max_ms, in *out
+ * (max_ms must be below INT64_MAX / 10, so that no step overflows).
+ * Returns 0, or -1.
+ */
+static int parse_duration(const char *s, int64_t min_ms, int64_t max_ms, int64_t *out)
 {
+    static const struct { const char *unit; int64_t ms; } units[] = {
+        { "", 1 }, { "ms", 1 }, { "s", 1000 }, { "m", 60 * 1000 }, { "h", 3600 * 1000 },
+    };
+    const char *p = s;
     int64_t v = 0;
 
-    if (*s == '\0' || strlen(s) > 10)
-        return -1;
-    for (const char *p = s; *p; p++) {
-        if (*p < '0' || *p > '9')
-            return -1;
+    for (; *p >= '0' && *p <= '9'; p++) {
         v = v * 10 + (*p - '0');
+        if (v > max_ms)
+            return -1;   /* too large in any unit; also stops an overflow */
     }
-    if (v < min || v > PROTO_WAIT_MAX)
+    if (p == s)
         return -1;
-    *out = v;
-    return 0;
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+        if (strcmp(p, units[i].unit) != 0)
+            continue;
+        if (v > max_ms / units[i].ms)
+            return -1;
+        v *= units[i].ms;
+        if (v < min_ms)
+            return -1;
+        *out = v;
+        return 0;
+    }
+    return -1;
 }
 
-/* A lease's ttl: decimal milliseconds, PROTO_TTL_MIN..PROTO_TTL_MAX. Returns 0, or -1. */
-static int parse_ttl(const char *s, int64_t *out)
+/*
+ * A duration from the command line (what: "-w", "lease: TTL", ...), or a
+ * usage error (reported) that gives the range and the units.
+ */
+static int check_duration(const char *what, const char *arg, int64_t min_ms, int64_t max_ms,
+                          int64_t *out)
 {
-    int64_t v;
+    char msg[512];
 
-    if (parse_ms(s, PROTO_TTL_MIN, &v) < 0 || v > PROTO_TTL_MAX)
-        return -1;
-    *out = v;
-    return 0;
+    if (parse_duration(arg, min_ms, max_ms, out) == 0)
+        return 0;
+    snprintf(msg, sizeof(msg), "%s: expected milliseconds, or a time with a unit (500ms, 60s, "
+             "2m, 1h), from %lld to %lld ms; got '%s'", what, (long long)min_ms,
+             (long long)max_ms, arg);
+    return usage_error("%s", msg);
 }
 
 /* A fencing token: 1-20 decimal digits, at most 2^64 - 1. Returns 0, or -1. */
@@ -200,17 +231,13 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
         case 'H': o->host = optarg; break;
         case 'U': o->unix_path = optarg; break;
         case 'w':
-            if (parse_ms(optarg, 0, &o->wait_ms) < 0) {
-                *exit_code = usage_error("-w: expected milliseconds from 0 to 2147483647, got '%s'", optarg);
+            if ((*exit_code = check_duration("-w", optarg, 0, PROTO_WAIT_MAX, &o->wait_ms)))
                 return -1;
-            }
             o->lock_opts_given = 1;
             break;
         case 'g':
-            if (parse_ms(optarg, 0, &o->grace_ms) < 0) {
-                *exit_code = usage_error("-g: expected milliseconds from 0 to 2147483647, got '%s'", optarg);
+            if ((*exit_code = check_duration("-g", optarg, 0, PROTO_WAIT_MAX, &o->grace_ms)))
                 return -1;
-            }
             o->grace_given = 1;
             break;
         case 's':
@@ -226,10 +253,8 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
             o->lock_opts_given = 1;
             break;
         case 't':
-            if (parse_ms(optarg, 1, &o->io_ms) < 0) {
-                *exit_code = usage_error("-t: expected milliseconds from 1 to 2147483647, got '%s'", optarg);
+            if ((*exit_code = check_duration("-t", optarg, 1, PROTO_WAIT_MAX, &o->io_ms)))
                 return -1;
-            }
             break;
         case 'h':
             usage(stdout);
@@ -521,13 +546,10 @@ static int cmd_lease_op(const struct options *o, const struct client_addr *a, st
 /* TTL from the command line, or a usage error (reported). */
 static int check_ttl(const char *sub, const char *arg, int64_t *ttl_ms)
 {
-    char msg[512];
+    char what[32];
 
-    if (parse_ttl(arg, ttl_ms) == 0)
-        return 0;
-    snprintf(msg, sizeof(msg), "%s: TTL: expected milliseconds from %lld to %lld, got '%s'",
-             sub, (long long)PROTO_TTL_MIN, (long long)PROTO_TTL_MAX, arg);
-    return usage_error("%s", msg);
+    snprintf(what, sizeof(what), "%s: TTL", sub);
+    return check_duration(what, arg, PROTO_TTL_MIN, PROTO_TTL_MAX, ttl_ms);
 }
 
 /* TOKEN from the command line, or a usage error (reported). */
@@ -543,6 +565,28 @@ static int check_token(const char *sub, const char *arg, uint64_t *token)
 }
 
 /* ------------------------------------------------------------------ main */
+
+/*
+ * The operands after NAME of lease, renew, release and status are numbers:
+ * a word there that looks like an option ("-w", "--wait=1s", not "-1") was
+ * put after NAME, where getopt no longer looks. Returns 0, or a usage error.
+ */
+static int check_no_option_after_name(const char *sub, char **rest, int nrest)
+{
+    char msg[512];
+
+    for (int i = 1; i < nrest; i++) {
+        const char *w = rest[i];
+
+        if (w[0] != '-' || !(w[1] == '-' || (w[1] >= 'a' && w[1] <= 'z') ||
+                             (w[1] >= 'A' && w[1] <= 'Z')))
+            continue;
+        snprintf(msg, sizeof(msg), "%s: option '%s' after NAME: options go before NAME",
+                 sub, w);
+        return usage_error("%s", msg);
+    }
+    return 0;
+}
 
 /* Flushes stdout; a write error (full disk, closed pipe) is a failure. */
 static int finish_stdout(int rc)
@@ -596,6 +640,9 @@ int main(int argc, char **argv)
         return finish_stdout(rc);
     rest = argv + optind;
     nrest = argc - optind;
+    if ((strcmp(sub, "lease") == 0 || strcmp(sub, "renew") == 0 || strcmp(sub, "release") == 0 ||
+         strcmp(sub, "status") == 0) && (rc = check_no_option_after_name(sub, rest, nrest)) != 0)
+        return rc;
 
     if (strcmp(sub, "run") != 0 && strcmp(sub, "lease") != 0 &&
         (o.lock_opts_given || o.grace_given))
@@ -620,6 +667,14 @@ int main(int argc, char **argv)
         if (nrest > 0 && strcmp(rest[0], "--") == 0) {
             rest++;
             nrest--;
+        } else if (nrest > 0 && rest[0][0] == '-') {
+            /* Most likely an option put after NAME: never run it as the command. */
+            char msg[512];
+
+            snprintf(msg, sizeof(msg), "run %s: '%s' after NAME would be run as the command: "
+                     "options go before NAME, and a COMMAND that starts with '-' needs -- "
+                     "before it", ro.name, rest[0]);
+            return usage_error("%s", msg);
         }
         if (nrest < 1)
             return usage_error("run %s: missing COMMAND", ro.name);

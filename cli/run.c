@@ -18,6 +18,12 @@
  * lockbroker is a child subreaper (Linux), so what the command leaves behind
  * becomes its child: after a loss it waits until every process of the
  * command's group has ended before it exits.
+ *
+ * If lockbroker itself is killed (SIGKILL, the OOM killer), the broker frees
+ * the lock when the connection closes; the command gets SIGKILL through its
+ * parent-death signal. That reaches the command's main process only: its
+ * own children, and set-user-ID programs (the kernel clears the setting on
+ * such an exec), are not covered. lockbroker(1) says so.
  */
 #include "config.h"
 
@@ -155,6 +161,14 @@ int run_lock(const struct run_opts *o, struct client *c, char *token, size_t tok
                 mode[0] ? mode : "exclusively", o->addr->spec, line);
         return CLI_EXIT_CONFLICT;
     }
+    if (strncmp(line, "ERR UNAVAILABLE", 15) == 0 && (line[15] == ' ' || line[15] == '\0')) {
+        /* Distributed mode, ZooKeeper out of reach (for the whole of a -w wait, say):
+         * an outage, not somebody holding the lock. */
+        fprintf(stderr, "lockbroker: lock %s not granted: the lock service (ZooKeeper) is "
+                "unreachable from the broker at %s; try again later (%s)\n", o->name,
+                o->addr->spec, line);
+        return CLI_EXIT_UNAVAILABLE;
+    }
     if (strncmp(line, "ERR ", 4) == 0) {
         fprintf(stderr, "lockbroker: %s refused LOCK %s: %s\n", o->addr->spec, o->name, line);
         return client_err_exit(line);
@@ -198,11 +212,27 @@ static int foreground_tty(void)
     return fd;
 }
 
-/* In the child: own process group, the terminal, default signals, exec. Never returns. */
-static void child_exec(const struct run *r, const sigset_t *orig_mask)
+/*
+ * In the child: die with lockbroker, own process group, the terminal,
+ * default signals, exec. Never returns. parent is lockbroker's pid, taken
+ * before fork().
+ */
+static void child_exec(const struct run *r, pid_t parent, const sigset_t *orig_mask)
 {
     struct sigaction dfl;
 
+    /*
+     * If lockbroker dies (kill -9), its connection closes and the broker
+     * frees the lock at once: the command must not run on without it.
+     * SIGKILL, since nobody is left to enforce a grace period. A parent
+     * that died before prctl() took effect is seen by getppid().
+     */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0) {
+        fprintf(stderr, "lockbroker: prctl(PR_SET_PDEATHSIG): %s\n", strerror(errno));
+        _exit(CLI_EXIT_USAGE);
+    }
+    if (getppid() != parent)
+        _exit(CLI_EXIT_LOST);
     setpgid(0, 0);
     if (r->tty >= 0)
         tcsetpgrp(r->tty, getpid());   /* SIGTTOU is blocked: this works from the background */
@@ -432,6 +462,7 @@ int run_command(const struct run_opts *o)
     static struct client conn;   /* 64 KiB buffer: not on the stack */
     struct run r = { .o = o, .conn = &conn, .tty = -1, .state = RUN_HOLDING };
     sigset_t block, orig, during;
+    pid_t parent;
     int rc, wstatus;
 
     rc = run_lock(o, &conn, r.token, sizeof(r.token));
@@ -456,9 +487,10 @@ int run_command(const struct run_opts *o)
         sigaddset(&block, run_signals[i]);
     sigaddset(&block, SIGTTOU);
     sigprocmask(SIG_BLOCK, &block, &orig);
+    parent = getpid();
     r.pid = fork();
     if (r.pid == 0)
-        child_exec(&r, &orig);
+        child_exec(&r, parent, &orig);
     if (r.pid < 0) {
         fprintf(stderr, "lockbroker: fork: %s\n", strerror(errno));
         sigprocmask(SIG_SETMASK, &orig, NULL);

@@ -113,6 +113,32 @@ def pid_alive(pid):
     return state not in ("Z", "X")
 
 
+def wait_gone(pid, timeout=TIMEOUT):
+    """Waits until pid has ended (a zombie counts as ended); False after timeout.
+    Waits on a pidfd (Linux 5.3) where there is one, else polls /proc."""
+    deadline = lbharness.time.monotonic() + timeout
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        fd = None
+    if fd is not None:
+        try:
+            return bool(select.select([fd], [], [], timeout)[0]) or not pid_alive(pid)
+        finally:
+            os.close(fd)
+    while pid_alive(pid):
+        if lbharness.time.monotonic() >= deadline:
+            return False
+        lbharness.time.sleep(0.01)
+    return True
+
+
+def kill_if_alive(pid):
+    """SIGKILL pid unless it has ended (cleanup after a failure)."""
+    if pid_alive(pid):
+        os.kill(pid, signal.SIGKILL)
+
+
 def children_of(pid):
     """Direct children of pid (Linux /proc), for cleanup after a failure."""
     try:
@@ -130,8 +156,8 @@ class LbProc:
     not reach it.
     """
 
-    def __init__(self, args, env=None, stdin=subprocess.DEVNULL, **popen):
-        self.argv = [client_path()] + list(args)
+    def __init__(self, args, env=None, stdin=subprocess.DEVNULL, program=None, **popen):
+        self.argv = [program or client_path()] + list(args)
         self.proc = subprocess.Popen(self.argv, stdin=stdin, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE,
                                      env=clean_env() if env is None else env,
@@ -282,6 +308,11 @@ class RunTests(DaemonCase):
         p = self.lb(self.hp() + ["run", self.name(), "sh", "-c", "exit 5"])
         self.assert_exit(p, 5)
 
+    def test_double_dash_before_a_command_that_starts_with_a_dash(self):
+        # Without --, `-w` here is refused as an option after NAME (ErrorTests).
+        p = self.lb(self.hp() + ["run", self.name(), "--", "-w", "1000", "true"])
+        self.assert_exit(p, EXIT_NOT_FOUND, r"cannot run -w: ", stdout="")
+
     def test_options_after_the_subcommand(self):
         p = self.lb(["run", "-H", self.d.listen_addr, "-w", "1000", self.name(), "--", "true"])
         self.assert_exit(p, 0)
@@ -368,6 +399,22 @@ class RunTests(DaemonCase):
         other = self.client()
         other.send("TRYLOCK %s\n" % n)
         other.expect_match(r"OK %s [0-9]+" % re.escape(n))
+
+    def test_command_dies_with_a_killed_lockbroker(self):
+        # kill -9 closes lockbroker's connection and the broker frees the
+        # lock: the command gets SIGKILL (parent-death signal) rather than
+        # run on unprotected.
+        n = self.name()
+        mark = self.d.log_mark()
+        p = self.start(self.hp() + ["run", n, "--", "sh", "-c", "echo $$; exec sleep 600"])
+        pid = int(p.read_line())
+        self.addCleanup(kill_if_alive, pid)
+        p.proc.kill()
+        p.proc.wait()
+        self.assertTrue(wait_gone(pid), "the command (pid %d) outlived lockbroker" % pid)
+        self.d.wait_log(r"\): closed, 1 holds and waits released", since=mark)
+        p = self.lb(self.hp() + ["run", "-w", "0", n, "--", "echo", "second"])
+        self.assert_exit(p, 0, stdout="second\n")
 
 
 class ModeTests(DaemonCase):
@@ -634,7 +681,8 @@ class LeaseTests(DaemonCase):
                 self.assert_exit(p, EXIT_BAD_NAME, r"invalid lock name '", stdout="")
 
     def test_usage_errors(self):
-        ttl = r"%s: TTL: expected milliseconds from 100 to 86400000, got '%s'"
+        ttl = r"%s: TTL: expected milliseconds, or a time with a unit \(500ms, 60s, 2m, 1h\), " \
+              r"from 100 to 86400000 ms; got '%s'"
         tok = r"%s: TOKEN: expected the token `lockbroker lease` printed, an unsigned 64-bit " \
               r"decimal integer, got '%s'"
         cases = [
@@ -645,6 +693,18 @@ class LeaseTests(DaemonCase):
             (["lease", "n", "+100"], ttl % ("lease", r"\+100")),
             (["lease", "n", "1e3"], ttl % ("lease", "1e3")),
             (["lease", "n", "-1"], ttl % ("lease", "-1")),
+            (["lease", "n", "99ms"], ttl % ("lease", "99ms")),
+            (["lease", "n", "25h"], ttl % ("lease", "25h")),
+            (["lease", "n", "1441m"], ttl % ("lease", "1441m")),
+            (["lease", "n", "86401s"], ttl % ("lease", "86401s")),
+            (["lease", "n", "1.5s"], ttl % ("lease", r"1\.5s")),
+            (["lease", "n", "5 s"], ttl % ("lease", "5 s")),
+            (["lease", "n", "5sec"], ttl % ("lease", "5sec")),
+            (["lease", "n", "5M"], ttl % ("lease", "5M")),
+            (["lease", "n", "s"], ttl % ("lease", "s")),
+            (["renew", "n", "1", "0s"], ttl % ("renew", "0s")),
+            (["renew", "n", "1", "99999999999999999999h"],
+             ttl % ("renew", "99999999999999999999h")),
             (["renew", "n", "1", "99"], ttl % ("renew", "99")),
             (["renew", "n", "1", "86400001"], ttl % ("renew", "86400001")),
             (["renew", "n", "1", "abc"], ttl % ("renew", "abc")),
@@ -672,6 +732,14 @@ class LeaseTests(DaemonCase):
              r"renew: -w, -g, -s and -n are options of run \(-w, -s and -n also of lease\)"),
             (["-s", "release", "n", "1"],
              r"release: -w, -g, -s and -n are options of run"),
+            # Options after NAME are operands to getopt: said so, whatever the count.
+            (["lease", "n", "-w", "1000", "5000"],
+             r"lease: option '-w' after NAME: options go before NAME"),
+            (["lease", "n", "5000", "--shared"],
+             r"lease: option '--shared' after NAME: options go before NAME"),
+            (["renew", "n", "1", "5000", "-t", "1s"],
+             r"renew: option '-t' after NAME: options go before NAME"),
+            (["release", "n", "-H"], r"release: option '-H' after NAME: options go before NAME"),
         ]
         for args, err in cases:
             with self.subTest(args=args):
@@ -840,7 +908,31 @@ class ErrorTests(DaemonCase):
             (["-H", addr, "run", "-w", "soon", "n", "true"], r"-w: expected milliseconds"),
             (["-H", addr, "run", "-w", "2147483648", "n", "true"], r"-w: expected milliseconds"),
             (["-H", addr, "run", "-w", "-1", "n", "true"], r"-w: expected milliseconds"),
-            (["-H", addr, "run", "-g", "5s", "n", "true"], r"-g: expected milliseconds"),
+            (["-H", addr, "run", "-g", "5 s", "n", "true"], r"-g: expected milliseconds"),
+            (["-H", addr, "run", "-w", "2147483648ms", "n", "true"],
+             r"-w: expected milliseconds, or a time with a unit \(500ms, 60s, 2m, 1h\), from 0 to "
+             r"2147483647 ms; got '2147483648ms'"),
+            (["-H", addr, "run", "-w", "597h", "n", "true"], r"-w: expected milliseconds.*'597h'"),
+            (["-H", addr, "run", "-w", "35792m", "n", "true"], r"-w: expected milliseconds"),
+            (["-H", addr, "run", "-w", "99999999999999999999h", "n", "true"],
+             r"-w: expected milliseconds"),
+            (["-H", addr, "run", "-w", "1.5s", "n", "true"], r"-w: expected milliseconds"),
+            (["-H", addr, "run", "-w", "10S", "n", "true"], r"-w: expected milliseconds"),
+            (["-H", addr, "run", "-w", "1d", "n", "true"], r"-w: expected milliseconds"),
+            (["-H", addr, "run", "-w", "ms", "n", "true"], r"-w: expected milliseconds"),
+            (["-H", addr, "run", "-w", "-1s", "n", "true"], r"-w: expected milliseconds"),
+            (["-H", addr, "run", "-w", "", "n", "true"], r"-w: expected milliseconds.*got ''"),
+            (["-H", addr, "-t", "0s", "ping"], r"-t: expected milliseconds.*from 1 to"),
+            (["-H", addr, "-t", "0ms", "ping"], r"-t: expected milliseconds.*from 1 to"),
+            # An option after NAME would be the command; -- says it is one.
+            (["-H", addr, "run", "n", "-w", "1000", "true"],
+             r"run n: '-w' after NAME would be run as the command: options go before NAME, and "
+             r"a COMMAND that starts with '-' needs -- before it"),
+            (["-H", addr, "run", "n", "--shared", "true"], r"run n: '--shared' after NAME"),
+            (["-H", addr, "run", "n", "-", "true"], r"run n: '-' after NAME"),
+            (["-H", addr, "run", "-w", "0", "n", "-1"], r"run n: '-1' after NAME"),
+            (["-H", addr, "status", "n", "-v"],
+             r"status: option '-v' after NAME: options go before NAME"),
             (["-H", addr, "-t", "0", "ping"], r"-t: expected milliseconds"),
             (["-H", addr, "-w", "5", "ping"], r"ping: -w, -g, -s and -n are options of run"),
             (["-H", addr, "-s", "ping"], r"ping: -w, -g, -s and -n are options of run"),
@@ -1104,6 +1196,76 @@ class FakeBrokerTests(Case):
                 p.finish()
                 self.assert_exit(p, rc, r".*%s" % re.escape(reply), stdout="")
 
+    def test_durations_with_units(self):
+        # A plain number is milliseconds; ms, s, m and h are units. -g and -t
+        # are not sent, only accepted.
+        cases = [
+            (["-w", "60"], "60"),
+            (["-w", "500ms"], "500"),
+            (["-w", "60s"], "60000"),
+            (["--wait=2m"], "120000"),
+            (["-w", "1h"], "3600000"),
+            (["-w", "0s"], "0"),
+            (["-w", "007s"], "7000"),
+            (["-w", "2147483647ms"], "2147483647"),
+            (["-w", "596h"], "2145600000"),
+            (["-w", "35791m"], "2147460000"),
+            (["-w", "1s", "-g", "2m", "-t", "10s"], "1000"),
+            (["-g", "0s", "--timeout", "1h", "-w", "1500"], "1500"),
+        ]
+        for args, wait in cases:
+            with self.subTest(args=args):
+                n = self.name()
+                p = self.start(["-H", self.addr, "run"] + args + [n, "--", "true"])
+                c = self.accept()
+                c.expect("LOCK %s %s" % (n, wait))
+                c.send("OK %s 42\n" % n)
+                c.expect("UNLOCK %s" % n)
+                c.send("OK %s\n" % n)
+                p.finish()
+                self.assert_exit(p, 0, stdout="")
+                self.assertEqual(p.err, "")
+        cases = [
+            (["lease", "-w", "10s", "%(n)s", "5m"], "LOCK %(n)s 10000 ttl=300000"),
+            (["lease", "%(n)s", "24h"], "LOCK %(n)s ttl=86400000"),
+            (["lease", "%(n)s", "100ms"], "LOCK %(n)s ttl=100"),
+            (["lease", "%(n)s", "1440m"], "LOCK %(n)s ttl=86400000"),
+            (["renew", "%(n)s", "42", "90s"], "RENEW %(n)s 42 90000"),
+            (["renew", "%(n)s", "42", "1h"], "RENEW %(n)s 42 3600000"),
+        ]
+        for args, request in cases:
+            with self.subTest(args=args):
+                n = self.name()
+                p = self.start(["-H", self.addr] + [a % {"n": n} for a in args])
+                c = self.accept()
+                c.expect(request % {"n": n})
+                c.send("OK %s 42\n" % n if args[0] == "lease" else "OK %s\n" % n)
+                p.finish()
+                self.assert_exit(p, 0, stdout="42\n" if args[0] == "lease" else "")
+                self.assertEqual(p.err, "")
+
+    def test_unavailable_is_not_a_timeout(self):
+        # The daemon answers ERR UNAVAILABLE, not TIMEOUT, to a LOCK whose wait
+        # ended while ZooKeeper was unreachable for all of it: an outage, said
+        # as such, with 121 rather than 124.
+        reply = "ERR UNAVAILABLE the lock service was not reachable during the wait"
+        for args, request in ((["run", "-w", "1500", "%(n)s", "--", "echo", "ran"],
+                               "LOCK %(n)s 1500"),
+                              (["run", "%(n)s", "--", "echo", "ran"], "LOCK %(n)s"),
+                              (["lease", "-w", "1500", "%(n)s", "1m"],
+                               "LOCK %(n)s 1500 ttl=60000")):
+            with self.subTest(args=args):
+                n = self.name()
+                p = self.start(["-H", self.addr] + [a % {"n": n} for a in args])
+                c = self.accept()
+                c.expect(request % {"n": n})
+                c.send(reply + "\n")
+                p.finish()
+                self.assert_exit(p, EXIT_UNAVAILABLE,
+                                 r"lock %s not granted: the lock service \(ZooKeeper\) is "
+                                 r"unreachable from the broker at 127\.0\.0\.1:\d+; try again "
+                                 r"later \(%s\)$" % (re.escape(n), re.escape(reply)), stdout="")
+
     def test_lease_requests_are_sent(self):
         cases = [
             (["%(n)s", "30000"], "LOCK %(n)s ttl=30000"),
@@ -1245,6 +1407,93 @@ class FakeBrokerTests(Case):
         p.finish()
         self.assert_exit(p, EXIT_PROTOCOL, r"127\.0\.0\.1:\d+ refused STATS: ERR INTERNAL",
                          stdout="STAT a 1\n")
+
+
+# ========================================================= README example
+
+README = os.path.normpath(os.path.join(HERE, "..", "..", "README.md"))
+
+# Stands in for the example's ./run-backup.sh: says whether it got the
+# connection (fd 3) and its token, then exits with the status it reads.
+RUN_BACKUP = """#!/bin/sh
+if [ -e /proc/$$/fd/3 ]; then fd3=open; else fd3=closed; fi
+echo "backup $LOCK_TOKEN fd3=$fd3"
+read status
+exit "$status"
+"""
+
+
+@unittest.skipUnless(shutil.which("bash") and os.path.exists(README), "needs bash and README.md")
+class ReadmeBashTests(Case):
+    """The README's bash /dev/tcp example, run as it is printed (but for the
+    port) against the daemon and against a scripted broker."""
+
+    def script(self, port):
+        """Starts the example in a directory with RUN_BACKUP; returns the LbProc."""
+        with open(README) as f:
+            m = re.search(r"```bash\n(#!/bin/bash\n.*?)```", f.read(), re.S)
+        self.assertIsNotNone(m, "no bash example in " + README)
+        text = m.group(1)
+        self.assertIn("/dev/tcp/127.0.0.1/7411", text)
+        tmp = make_tmpdir()
+        for name, content in (("example.sh", text.replace("/dev/tcp/127.0.0.1/7411",
+                                                          "/dev/tcp/127.0.0.1/%d" % port)),
+                              ("run-backup.sh", RUN_BACKUP)):
+            with open(os.path.join(tmp, name), "w") as f:
+                f.write(content)
+            os.chmod(os.path.join(tmp, name), 0o755)
+        return self.start([], program="./example.sh", cwd=tmp, stdin=subprocess.PIPE)
+
+    def fake_broker(self):
+        srv = socket.create_server(("127.0.0.1", 0))
+        self.addCleanup(srv.close)
+        srv.settimeout(TIMEOUT)
+        return srv
+
+    def accept(self, srv):
+        c = Client(srv.accept()[0])
+        self.addCleanup(c.close)
+        return c
+
+    def test_holds_the_lock_around_the_command(self):
+        d = Daemon(name="lockbrokerd-cli-readme").start()
+        self.addCleanup(d.kill)
+        p = self.script(d.port)
+        line = p.read_line()
+        self.assertRegex(line, r"^backup [0-9]+ fd3=closed$")
+        other = d.client()
+        self.addCleanup(other.close)
+        self.assertEqual(other.request("TRYLOCK nightly-backup"), "BUSY nightly-backup")
+        p.write("3\n")
+        p.finish()
+        self.assertEqual((p.rc, p.out, p.err), (3, "", ""))
+        self.assertRegex(other.request("TRYLOCK nightly-backup"), r"^OK nightly-backup [0-9]+$")
+        other.close()
+        d.stop()
+
+    def test_lost_during_the_command_is_a_failure(self):
+        srv = self.fake_broker()
+        p = self.script(srv.getsockname()[1])
+        c = self.accept(srv)
+        c.expect("LOCK nightly-backup 60000")
+        c.send("OK nightly-backup 42\n")
+        self.assertEqual(p.read_line(), "backup 42 fd3=closed")
+        c.send("LOST nightly-backup 42 zk-disconnected\n")
+        p.write("0\n")
+        c.expect("UNLOCK nightly-backup")
+        c.send("ERR NOT_HELD this connection does not hold that lock\n")
+        p.finish()
+        self.assertEqual((p.rc, p.out, p.err), (1, "", "the lock was not held to the end: "
+                                                   "LOST nightly-backup 42 zk-disconnected\n"))
+
+    def test_no_lock_no_command(self):
+        srv = self.fake_broker()
+        p = self.script(srv.getsockname()[1])
+        c = self.accept(srv)
+        c.expect("LOCK nightly-backup 60000")
+        c.send("TIMEOUT nightly-backup\n")
+        p.finish()
+        self.assertEqual((p.rc, p.out, p.err), (1, "", "no lock: TIMEOUT nightly-backup\n"))
 
 
 # ======================================================== ZooKeeper: LOST
