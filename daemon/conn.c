@@ -63,6 +63,7 @@ struct conn {
     struct event *linger_timer;    /* owned; armed in CONN_LINGER */
     int send_err;                  /* errno of a failed direct send, for the close; 0: none */
     bool input_ended;              /* the client half-closed: answer what came, then close */
+    unsigned released;             /* holds and waits released by conn_begin_close() */
     char lock_name[PROTO_NAME_MAX + 1]; /* the LOCK waiting in CONN_WAITING */
     uint64_t id;
     TAILQ_ENTRY(conn) link;        /* srv->conns */
@@ -165,6 +166,7 @@ static void conn_release_all(struct conn *c)
 /* Releases everything and queues the last reply; conn_on_write closes. */
 static void conn_begin_close(struct conn *c)
 {
+    c->released += c->owner.nholds;     /* for the "closed" log line */
     conn_release_all(c);
     conn_set_state(c, CONN_CLOSING);
     /* The last reply may have gone out directly: no write will call back. */
@@ -810,7 +812,7 @@ void conn_settings_changed(struct server *srv)
 
 void conn_free(struct conn *c)
 {
-    unsigned held = c->owner.nholds;
+    unsigned held = c->owner.nholds + c->released;
 
     conn_release_all(c);
     log_debug("conn %llu (%s): closed, %u holds and waits released", (unsigned long long)c->id,
