@@ -15,11 +15,13 @@
  * Exit statuses of lockbroker itself. `run` otherwise exits with the
  * command's status (128+N when signal N killed it). The 120s are rarely
  * used by commands; 124-127 follow timeout(1) and the shells; new codes
- * are taken downwards from 117. Keep this table, usage() in lockbroker.c
- * and cli/lockbroker.1 in step.
+ * are taken downwards from 117. `status NAME` answers a question with 0 or
+ * 1, as grep(1) and test(1) do; no other failure uses 1. Keep this table,
+ * usage() in lockbroker.c and cli/lockbroker.1 in step.
  */
 enum cli_exit {
     CLI_EXIT_OK          = 0,
+    CLI_EXIT_FREE        = 1,   /* status NAME: the lock is free (0: held) */
     CLI_EXIT_NOT_HELD    = 118, /* renew, release: ERR NOT_HELD (wrong token, or the lease ended) */
     CLI_EXIT_CONFLICT    = 119, /* run, lease: ERR CONFLICT, the lock is in use in another mode/limit */
     CLI_EXIT_LOST        = 120, /* run: the lock was lost while the command ran */

@@ -1,6 +1,6 @@
 /*
  * lockbroker.c - the command-line client of lockbrokerd: options, address,
- * and the subcommands run, lease, renew, release, status, stats and ping.
+ * and the subcommands run, lease, renew, release, status, locks, stats and ping.
  */
 #include "config.h"
 
@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "client.h"
 #include "proto.h"
@@ -30,17 +31,23 @@ struct options {
     unsigned limit;        /* -n, 1..PROTO_LIMIT_MAX; 0 = not given */
     int lock_opts_given;   /* -w, -s or -n was given (run and lease) */
     int grace_given;       /* -g was given (run only) */
+    const char *label;     /* --label (run and lease), checked; NULL: the default */
+    int verbose;           /* -v (run and lease): say what a long wait waits for */
 };
+
+/* Long options without a short form. */
+enum { OPT_LABEL = 256 };
 
 static void usage(FILE *f)
 {
     fprintf(f,
-        "Usage: lockbroker [OPTIONS] run [-w TIME] [-g TIME] [-s | -n N] NAME [--]\n"
-        "                  COMMAND [ARGS...]\n"
-        "       lockbroker [OPTIONS] lease [-w TIME] [-s | -n N] NAME TTL\n"
+        "Usage: lockbroker [OPTIONS] run [-w TIME] [-g TIME] [-s | -n N] [--label L] [-v]\n"
+        "                  NAME [--] COMMAND [ARGS...]\n"
+        "       lockbroker [OPTIONS] lease [-w TIME] [-s | -n N] [--label L] [-v] NAME TTL\n"
         "       lockbroker [OPTIONS] renew NAME TOKEN TTL\n"
         "       lockbroker [OPTIONS] release NAME TOKEN\n"
         "       lockbroker [OPTIONS] status [NAME]\n"
+        "       lockbroker [OPTIONS] locks [GLOB]\n"
         "       lockbroker [OPTIONS] stats\n"
         "       lockbroker [OPTIONS] ping\n"
         "Client of lockbrokerd. `run` holds lock NAME while COMMAND runs, with\n"
@@ -49,6 +56,9 @@ static void usage(FILE *f)
         "`lease` takes lock NAME as a lease, which outlives lockbroker, and prints its\n"
         "TOKEN. The lease ends TTL (100ms to 24h) after the grant or the latest\n"
         "`renew`, or when `release` ends it.\n"
+        "`status NAME` prints the lock's STATUS line and exits 0 if it is held, 1 if\n"
+        "it is free. `locks` lists the locks held or awaited on the broker (those\n"
+        "whose name matches GLOB: * ? [...]), one LOCK line each.\n"
         "TIME and TTL are a number with a unit, ms, s, m or h (500ms, 60s, 2m, 1h), or\n"
         "a plain number of milliseconds: -w 60 waits 60 ms, -w 60s a minute.\n"
         "Options go before or after the subcommand, but before NAME. A COMMAND that\n"
@@ -67,6 +77,12 @@ static void usage(FILE *f)
         "  -n, --limit N         run, lease: take one of N slots (1-65535) of a\n"
         "                        semaphore; every holder and waiter of NAME must give\n"
         "                        the same N\n"
+        "      --label L         run, lease: name this client L in STATUS and LOCKS\n"
+        "                        (1-100 printable characters, no spaces; default:\n"
+        "                        user@host:pid:command, command `lease` for lease)\n"
+        "  -v, --verbose         run, lease: once a wait for the lock passes 1 s, say on\n"
+        "                        stderr who holds it (the default when stderr is a\n"
+        "                        terminal)\n"
         "  -t, --timeout TIME    connect and reply timeout (default %d ms)\n"
         "  -h, --help            show this help\n"
         "  -V, --version         show the version\n"
@@ -74,6 +90,7 @@ static void usage(FILE *f)
         "lockbroker is killed, the lock is freed and COMMAND gets SIGKILL (its own\n"
         "children do not: see lockbroker(1)).\n"
         "Exit status: COMMAND's (run), 0 (other subcommands), or\n"
+        "    1  status NAME: the lock is free (0: it is held)\n"
         "  118  renew, release: the lease is not held (ERR NOT_HELD): wrong TOKEN, or\n"
         "       it expired or was released\n"
         "  119  run, lease: the lock is in use in another mode or with another limit\n"
@@ -84,7 +101,8 @@ static void usage(FILE *f)
         "       closed, no reply, ERR LIMIT), or it cannot reach its lock service,\n"
         "       ZooKeeper (ERR UNAVAILABLE; also when a -w wait ends in an outage)\n"
         "  122  invalid lock name\n"
-        "  123  unexpected reply from the broker (e.g. it does not know STATUS)\n"
+        "  123  unexpected reply from the broker (e.g. it does not know STATUS or\n"
+        "       LOCKS)\n"
         "  124  run -w, lease -w: timed out waiting for the lock\n"
         "  125  usage error, or lockbroker itself failed\n"
         "  126  COMMAND was found but cannot be executed\n"
@@ -191,6 +209,39 @@ static int parse_limit(const char *s, unsigned *out)
     return 0;
 }
 
+/*
+ * Whether label is a valid CLIENT label (1-100 bytes 0x21-0x7e): the
+ * protocol module parses `CLIENT <label>` as the daemon would.
+ */
+static bool label_valid(const char *label)
+{
+    char req[PROTO_LABEL_MAX + 16];
+    struct proto_req r;
+    size_t len = strlen(label);
+    int n;
+
+    if (len == 0 || len > PROTO_LABEL_MAX)
+        return false;
+    n = snprintf(req, sizeof(req), "CLIENT %s", label);
+    return proto_parse(req, (size_t)n, &r) == PROTO_REQUEST && r.cmd == PROTO_CMD_CLIENT &&
+           r.label_len == len;
+}
+
+/* Whether glob is a valid LOCKS pattern (1-200 name bytes and * ? [ ] !), likewise. */
+static bool glob_valid(const char *glob)
+{
+    char req[PROTO_NAME_MAX + 16];
+    struct proto_req r;
+    size_t len = strlen(glob);
+    int n;
+
+    if (len == 0 || len > PROTO_NAME_MAX)
+        return false;
+    n = snprintf(req, sizeof(req), "LOCKS %s", glob);
+    return proto_parse(req, (size_t)n, &r) == PROTO_REQUEST && r.cmd == PROTO_CMD_LOCKS &&
+           r.name_len == len;
+}
+
 /* How the user spelled the option getopt just complained about. */
 static const char *option_name(char **argv, int opt)
 {
@@ -218,6 +269,8 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
         { "timeout", required_argument, NULL, 't' },
         { "shared", no_argument, NULL, 's' },
         { "limit", required_argument, NULL, 'n' },
+        { "label", required_argument, NULL, OPT_LABEL },
+        { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
         { NULL, 0, NULL, 0 },
@@ -226,7 +279,7 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
 
     optind = 1;
     opterr = 0;   /* our own messages, with the usage hint */
-    while ((opt = getopt_long(argc, argv, "+:H:U:w:g:t:sn:hV", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "+:H:U:w:g:t:sn:vhV", longopts, NULL)) != -1) {
         switch (opt) {
         case 'H': o->host = optarg; break;
         case 'U': o->unix_path = optarg; break;
@@ -255,6 +308,17 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
         case 't':
             if ((*exit_code = check_duration("-t", optarg, 1, PROTO_WAIT_MAX, &o->io_ms)))
                 return -1;
+            break;
+        case OPT_LABEL:
+            if (!label_valid(optarg)) {
+                *exit_code = usage_error("--label: expected 1-100 printable ASCII characters "
+                                         "other than space, got '%s'", optarg);
+                return -1;
+            }
+            o->label = optarg;
+            break;
+        case 'v':
+            o->verbose = 1;
             break;
         case 'h':
             usage(stdout);
@@ -439,7 +503,11 @@ static int cmd_stats(const struct options *o, const struct client_addr *a, struc
     }
 }
 
-/* STATUS <name>: prints every line up to and including `STATUS <name> ...`. */
+/*
+ * STATUS <name>: prints every line up to and including `STATUS <name> ...`.
+ * Exits 0 if that says `held`, CLI_EXIT_FREE if `free`, so that scripts can
+ * test it.
+ */
 static int cmd_status(const struct options *o, const struct client_addr *a, struct client *c,
                       const char *name)
 {
@@ -461,8 +529,49 @@ static int cmd_status(const struct options *o, const struct client_addr *a, stru
         if (strncmp(line, "ERR ", 4) == 0)
             return report_err(&x, "STATUS", line);
         puts(line);
-        if (strncmp(line, "STATUS ", 7) == 0)
+        if (strncmp(line, "STATUS ", 7) == 0) {
+            /* STATUS <name> held|free ... */
+            size_t nl = strlen(name);
+            const char *state = line + 7 + nl;
+            bool ours = strncmp(line + 7, name, nl) == 0 && state[0] == ' ';
+
+            if (ours && strncmp(state + 1, "held", 4) == 0 && (state[5] == ' ' || !state[5]))
+                return CLI_EXIT_OK;
+            if (ours && strncmp(state + 1, "free", 4) == 0 && (state[5] == ' ' || !state[5]))
+                return CLI_EXIT_FREE;
+            fprintf(stderr, "lockbroker: unexpected reply to STATUS %s: %s\n", name, line);
+            return CLI_EXIT_PROTOCOL;
+        }
+    }
+}
+
+/*
+ * LOCKS [<glob>]: prints every line before END (the LOCK lines, and MORE
+ * when the daemon left some out) as it comes.
+ */
+static int cmd_locks(const struct options *o, const struct client_addr *a, struct client *c,
+                     const char *glob)
+{
+    struct exchange x;
+    char req[PROTO_NAME_MAX + 16], line[CLIENT_LINE_MAX + 1];
+    int rc;
+
+    snprintf(req, sizeof(req), "LOCKS%s%s\n", glob ? " " : "", glob ? glob : "");
+    if ((rc = exchange_start(&x, o, a, c, req)))
+        return rc;
+    for (;;) {
+        if ((rc = exchange_line(&x, line, sizeof(line))))
+            return rc;
+        if (strcmp(line, "END") == 0)
             return CLI_EXIT_OK;
+        if (strncmp(line, "ERR BAD_COMMAND", 15) == 0 && (line[15] == ' ' || line[15] == '\0')) {
+            fprintf(stderr, "lockbroker: the broker at %s does not support LOCKS "
+                    "(it replied: %s); it needs a newer lockbrokerd\n", a->spec, line);
+            return CLI_EXIT_PROTOCOL;
+        }
+        if (strncmp(line, "ERR ", 4) == 0)
+            return report_err(&x, "LOCKS", line);
+        puts(line);
     }
 }
 
@@ -599,7 +708,7 @@ static int finish_stdout(int rc)
 }
 
 static const char *const subcommands[] = {
-    "run", "lease", "renew", "release", "status", "stats", "ping",
+    "run", "lease", "renew", "release", "status", "locks", "stats", "ping",
 };
 #define NSUBCOMMANDS (sizeof(subcommands) / sizeof(subcommands[0]))
 
@@ -618,15 +727,15 @@ int main(int argc, char **argv)
                          .io_ms = IO_TIMEOUT_DEFAULT_MS };
     struct client_addr addr;
     const char *sub;
-    char **rest;
-    int nrest, rc;
+    char **rest, label[PROTO_LABEL_MAX + 1];
+    int nrest, rc, notice;
 
     /* Options before the subcommand, then the subcommand's own (the same set). */
     if (parse_options(argc, argv, &o, &rc) != 0)
         return finish_stdout(rc);
     if (optind >= argc)
         return usage_error("%s", "missing subcommand: run, lease, renew, release, status, "
-                           "stats or ping");
+                           "locks, stats or ping");
     sub = argv[optind];
     argv += optind;
     argc -= optind;
@@ -648,16 +757,20 @@ int main(int argc, char **argv)
         (o.lock_opts_given || o.grace_given))
         return usage_error("%s: -w, -g, -s and -n are options of run (-w, -s and -n also of "
                            "lease)", sub);
+    if (strcmp(sub, "run") != 0 && strcmp(sub, "lease") != 0 && (o.label || o.verbose))
+        return usage_error("%s: --label and -v are options of run and lease", sub);
     if (strcmp(sub, "lease") == 0 && o.grace_given)
         return usage_error("%s", "lease: -g is an option of run");
     if (o.shared && o.limit > 0)
         return usage_error("%s", "--shared and --limit are mutually exclusive");
     if ((rc = resolve_addr(&o, &addr)) != 0)
         return rc;
+    notice = o.verbose || isatty(STDERR_FILENO);
 
     if (strcmp(sub, "run") == 0) {
         struct run_opts ro = { .addr = &addr, .wait_ms = o.wait_ms, .grace_ms = o.grace_ms,
-                               .io_ms = o.io_ms, .shared = o.shared, .limit = o.limit };
+                               .io_ms = o.io_ms, .shared = o.shared, .limit = o.limit,
+                               .label = o.label, .notice = notice };
 
         if (nrest < 1)
             return usage_error("%s", "run: missing lock NAME");
@@ -681,12 +794,17 @@ int main(int argc, char **argv)
         if ((rc = check_name(ro.name)) != 0)
             return rc;
         ro.argv = rest;
+        if (!ro.label) {
+            run_default_label(label, sizeof(label), rest[0]);
+            ro.label = label;
+        }
         fflush(stdout);
         return run_command(&ro);
     }
     if (strcmp(sub, "lease") == 0) {
         struct run_opts ro = { .addr = &addr, .wait_ms = o.wait_ms, .io_ms = o.io_ms,
-                               .shared = o.shared, .limit = o.limit };
+                               .shared = o.shared, .limit = o.limit, .label = o.label,
+                               .notice = notice };
 
         if (nrest < 2)
             return usage_error("%s", "lease: expected NAME TTL");
@@ -695,6 +813,10 @@ int main(int argc, char **argv)
         ro.name = rest[0];
         if ((rc = check_name(ro.name)) != 0 || (rc = check_ttl(sub, rest[1], &ro.ttl_ms)) != 0)
             return rc;
+        if (!ro.label) {
+            run_default_label(label, sizeof(label), "lease");
+            ro.label = label;
+        }
         rc = cmd_lease(&ro, &conn);   /* it has flushed stdout, or given up on it */
         client_close(&conn);
         return rc;
@@ -719,6 +841,13 @@ int main(int argc, char **argv)
         if ((rc = check_name(rest[0])) != 0)
             return rc;
         rc = cmd_status(&o, &addr, &conn, rest[0]);
+    } else if (strcmp(sub, "locks") == 0) {
+        if (nrest > 1)
+            return usage_error("unexpected argument '%s'", rest[1]);
+        if (nrest == 1 && !glob_valid(rest[0]))
+            return usage_error("locks: GLOB: expected 1-200 characters of lock names "
+                               "(A-Z a-z 0-9 . _ : @ -) and * ? [ ] !, got '%s'", rest[0]);
+        rc = cmd_locks(&o, &addr, &conn, nrest == 1 ? rest[0] : NULL);
     } else {
         if (nrest != 0)
             return usage_error("unexpected argument '%s'", rest[0]);

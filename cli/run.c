@@ -2,6 +2,12 @@
  * run.c - `lockbroker run NAME -- COMMAND`: take a lock, run the command
  * while this connection holds it, release it, exit with the command's status.
  *
+ * The connection is labelled first (`CLIENT user@host:pid:command`, or
+ * --label), so that STATUS and LOCKS say who holds the lock. While the LOCK
+ * waits, a timer in the same poll() asks once, after RUN_NOTICE_MS, who
+ * holds it: on a second connection, since the first answers nothing until
+ * the grant.
+ *
  * While the command runs, one poll() loop watches two descriptors: the
  * connection (a pushed `LOST` line, or the connection closing, means the lock
  * is gone: the command's process group gets SIGTERM, then SIGKILL after the
@@ -33,6 +39,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,7 +47,10 @@
 #include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+
+#include "proto.h"
 
 #define RUN_REPLY_MAX 1024   /* requests, and the replies to LOCK and UNLOCK (OK, TIMEOUT, ERR) */
 
@@ -80,6 +90,32 @@ static void on_signal(int sig)
 
 /* ------------------------------------------------------------ take the lock */
 
+void run_default_label(char *buf, size_t cap, const char *command)
+{
+    char host[256], uid[32];
+    const char *user = NULL, *base = strrchr(command, '/');
+    struct passwd *pw = getpwuid(getuid());
+    size_t i;
+
+    if (pw && pw->pw_name && pw->pw_name[0])
+        user = pw->pw_name;
+    else if ((user = getenv("LOGNAME")) == NULL || user[0] == '\0') {
+        snprintf(uid, sizeof(uid), "%lu", (unsigned long)getuid());
+        user = uid;
+    }
+    if (gethostname(host, sizeof(host)) < 0 || host[0] == '\0')
+        snprintf(host, sizeof(host), "localhost");
+    host[sizeof(host) - 1] = '\0';      /* gethostname need not terminate a cut name */
+    host[strcspn(host, ".")] = '\0';   /* the short name, as hostname -s prints it */
+    base = base && base[1] ? base + 1 : command;
+    snprintf(buf, cap, "%s@%s:%ld:%s", user, host, (long)getpid(), base);
+    /* Sanitise to the protocol's label rules (PROTOCOL.md, "CLIENT and LOCKS"). */
+    for (i = 0; buf[i] && i < PROTO_LABEL_MAX; i++)
+        if ((unsigned char)buf[i] < 0x21 || (unsigned char)buf[i] > 0x7e)
+            buf[i] = '_';
+    buf[i] = '\0';
+}
+
 /* The LOCK option for -s or -n: "shared", "limit=<n>", or "" (exclusive). */
 static void run_mode_option(const struct run_opts *o, char *buf, size_t cap)
 {
@@ -91,12 +127,220 @@ static void run_mode_option(const struct run_opts *o, char *buf, size_t cap)
         buf[0] = '\0';
 }
 
+/*
+ * The notice of a long wait. The LOCK's connection is blocked until the
+ * grant, so a second connection asks `STATUS <name>`, once.
+ */
+enum notice_state {
+    NOTICE_OFF,       /* not wanted, or said already */
+    NOTICE_PENDING,   /* to ask at `at` */
+    NOTICE_ASKING,    /* STATUS sent on c; its reply is due by `at` */
+};
+
+struct notice {
+    enum notice_state state;
+    int64_t at;          /* monotonic ms */
+    struct client *c;    /* the STATUS connection; open only while NOTICE_ASKING */
+};
+
+static void notice_say(const struct run_opts *o, const char *detail)
+{
+    fprintf(stderr, "lockbroker: waiting for lock %s%s\n", o->name, detail);
+}
+
+static void notice_end(struct notice *n)
+{
+    client_close(n->c);
+    n->state = NOTICE_OFF;
+}
+
+/* A failed STATUS: the notice still says what it waits for. */
+static void notice_fail(const struct run_opts *o, struct notice *n, const char *why)
+{
+    char detail[RUN_REPLY_MAX + 32];
+
+    snprintf(detail, sizeof(detail), " (holder unknown: %s)", why);
+    notice_say(o, detail);
+    notice_end(n);
+}
+
+/*
+ * Says what a `STATUS <name> held holder=H token=T since=MS ... [holders=N]
+ * [label=L]` line tells: " (held by H label=L since 2026-11-22 10:00:01, and
+ * N-1 more holders)". Fields it does not know are skipped.
+ */
+static void notice_held(const struct run_opts *o, char *line)
+{
+    char detail[RUN_REPLY_MAX + 128], when[64] = "", more[64] = "";
+    const char *holder = "-", *label = NULL, *state = NULL;
+    char *save = NULL, *w;
+    int i = 0;
+
+    for (w = strtok_r(line, " ", &save); w; w = strtok_r(NULL, " ", &save), i++) {
+        if (i == 2)
+            state = w;
+        else if (strncmp(w, "holder=", 7) == 0)
+            holder = w + 7;
+        else if (strncmp(w, "label=", 6) == 0 && strcmp(w + 6, "-") != 0)
+            label = w + 6;
+        else if (strncmp(w, "since=", 6) == 0 && w[6] >= '0' && w[6] <= '9') {
+            time_t t = (time_t)(strtoll(w + 6, NULL, 10) / 1000);
+            struct tm tm;
+
+            if (localtime_r(&t, &tm))
+                strftime(when, sizeof(when), " since %Y-%m-%d %H:%M:%S", &tm);
+        } else if (strncmp(w, "holders=", 8) == 0) {
+            long h = strtol(w + 8, NULL, 10);
+
+            if (h > 1)
+                snprintf(more, sizeof(more), ", and %ld more holder%s", h - 1, h > 2 ? "s" : "");
+        }
+    }
+    if (state && strcmp(state, "held") == 0)
+        snprintf(detail, sizeof(detail), " (held by %s%s%s%s%s)", holder,
+                 label ? " label=" : "", label ? label : "", when, more);
+    else if (state && strcmp(state, "free") == 0)
+        snprintf(detail, sizeof(detail), " (nobody holds it at the moment)");
+    else
+        detail[0] = '\0';
+    notice_say(o, detail);
+}
+
+/* The wait has passed RUN_NOTICE_MS: connect a second time and send STATUS. */
+static void notice_ask(const struct run_opts *o, struct notice *n)
+{
+    char req[RUN_REPLY_MAX], err[CLIENT_ERR_MAX];
+    int64_t deadline = client_now_ms() + o->io_ms;
+    int len = snprintf(req, sizeof(req), "STATUS %s\n", o->name);
+
+    if (client_connect(n->c, o->addr, deadline, err, sizeof(err)) < 0) {
+        notice_fail(o, n, err);
+        return;
+    }
+    if (client_send(n->c, req, (size_t)len, deadline, err, sizeof(err)) != CLIENT_OK) {
+        notice_fail(o, n, "cannot send STATUS");
+        return;
+    }
+    n->state = NOTICE_ASKING;
+    n->at = deadline;
+}
+
+/* The STATUS connection is readable: say what its reply says, once it is there. */
+static void notice_read(const struct run_opts *o, struct notice *n)
+{
+    char line[RUN_REPLY_MAX], err[CLIENT_ERR_MAX], want[PROTO_NAME_MAX + 16];
+    enum client_status st = client_fill(n->c, err, sizeof(err));
+    int got;
+
+    snprintf(want, sizeof(want), "STATUS %s ", o->name);
+    while ((got = client_pop_line(n->c, line, sizeof(line))) > 0) {
+        if (strncmp(line, want, strlen(want)) == 0) {
+            notice_held(o, line);
+            notice_end(n);
+            return;
+        }
+        if (strncmp(line, "ERR ", 4) == 0) {
+            notice_fail(o, n, line);   /* an outage (ERR UNAVAILABLE), or an old daemon */
+            return;
+        }
+        /* Anything else before the STATUS line is not for us. */
+    }
+    if (got < 0)
+        notice_fail(o, n, "over-long reply to STATUS");
+    else if (st == CLIENT_CLOSED)
+        notice_fail(o, n, "the broker closed the connection");
+    else if (st == CLIENT_ERROR)
+        notice_fail(o, n, err);
+}
+
+/*
+ * Like client_read_line on c, but with the notice's timer and connection
+ * in the same poll().
+ */
+static enum client_status run_wait_reply(const struct run_opts *o, struct client *c,
+                                         char *line, size_t cap, int64_t deadline,
+                                         char *err, size_t errlen)
+{
+    static struct client status_conn;   /* 64 KiB buffer: not on the stack */
+    struct notice n = { .state = o->notice ? NOTICE_PENDING : NOTICE_OFF,
+                        .at = client_now_ms() + RUN_NOTICE_MS, .c = &status_conn };
+    enum client_status st;
+
+    status_conn.fd = -1;
+    for (;;) {
+        int r = client_pop_line(c, line, cap);
+        int64_t now, next;
+
+        if (r > 0) {
+            st = CLIENT_OK;
+            break;
+        }
+        if (r < 0) {
+            snprintf(err, errlen, "reply line longer than %zu bytes", cap - 1);
+            st = CLIENT_ERROR;
+            break;
+        }
+        if ((st = client_fill(c, err, errlen)) != CLIENT_OK)
+            break;
+        if (memchr(c->buf, '\n', c->len))
+            continue;
+        now = client_now_ms();
+        if (deadline >= 0 && now >= deadline) {
+            st = CLIENT_TIMEOUT;
+            break;
+        }
+        if (n.state == NOTICE_PENDING && now >= n.at) {
+            notice_ask(o, &n);
+            continue;
+        }
+        if (n.state == NOTICE_ASKING && now >= n.at) {
+            notice_fail(o, &n, "no reply to STATUS in time");
+            continue;
+        }
+
+        /* Sleep until the reply, the STATUS reply, the deadline or the notice's time. */
+        next = deadline;
+        if (n.state != NOTICE_OFF && (next < 0 || n.at < next))
+            next = n.at;
+        struct pollfd p[2] = {
+            { .fd = c->fd, .events = POLLIN },
+            { .fd = n.state == NOTICE_ASKING ? n.c->fd : -1, .events = POLLIN },
+        };
+        int64_t left = next < 0 ? -1 : next - now;
+
+        if (poll(p, 2, left < 0 ? -1 : left > 1000000 ? 1000000 : (int)left) < 0 &&
+            errno != EINTR) {
+            snprintf(err, errlen, "poll: %s", strerror(errno));
+            st = CLIENT_ERROR;
+            break;
+        }
+        if (n.state == NOTICE_ASKING && p[1].revents)
+            notice_read(o, &n);
+    }
+    client_close(n.c);   /* granted (or failed) before STATUS answered: never mind */
+    return st;
+}
+
+/* The reply to CLIENT: OK, or ERR BAD_COMMAND from a daemon that predates it. */
+static int run_client_reply(const struct run_opts *o, const char *line)
+{
+    if (strcmp(line, "OK") == 0 ||
+        (strncmp(line, "ERR BAD_COMMAND", 15) == 0 && (line[15] == ' ' || line[15] == '\0')))
+        return 0;
+    if (strncmp(line, "ERR ", 4) == 0) {
+        fprintf(stderr, "lockbroker: %s refused CLIENT %s: %s\n", o->addr->spec, o->label, line);
+        return client_err_exit(line);
+    }
+    fprintf(stderr, "lockbroker: unexpected reply to CLIENT %s: %s\n", o->label, line);
+    return CLI_EXIT_PROTOCOL;
+}
+
 int run_lock(const struct run_opts *o, struct client *c, char *token, size_t tokcap)
 {
     char req[RUN_REPLY_MAX], line[RUN_REPLY_MAX], err[CLIENT_ERR_MAX], mode[32], wait[32], ttl[32];
     int64_t deadline;
     enum client_status st;
-    int n;
+    int n = 0, rc;
 
     if (client_connect(c, o->addr, client_now_ms() + o->io_ms, err, sizeof(err)) < 0) {
         fprintf(stderr, "lockbroker: %s\n", err);
@@ -108,17 +352,26 @@ int run_lock(const struct run_opts *o, struct client *c, char *token, size_t tok
         snprintf(wait, sizeof(wait), " %" PRId64, o->wait_ms);
     if (o->ttl_ms > 0)
         snprintf(ttl, sizeof(ttl), " ttl=%" PRId64, o->ttl_ms);
-    n = snprintf(req, sizeof(req), "LOCK %s%s%s%s%s\n", o->name, wait, mode[0] ? " " : "", mode,
-                 ttl);
+    /* CLIENT and LOCK in one write: the label is set before the LOCK is parsed. */
+    if (o->label)
+        n = snprintf(req, sizeof(req), "CLIENT %s\n", o->label);
+    n += snprintf(req + n, sizeof(req) - (size_t)n, "LOCK %s%s%s%s%s\n", o->name, wait,
+                  mode[0] ? " " : "", mode, ttl);
     st = client_send(c, req, (size_t)n, client_now_ms() + o->io_ms, err, sizeof(err));
     if (st == CLIENT_ERROR) {
         fprintf(stderr, "lockbroker: %s: %s\n", o->addr->spec, err);
         return CLI_EXIT_UNAVAILABLE;
     }
+    if (st == CLIENT_OK && o->label) {
+        st = client_read_line(c, line, sizeof(line), client_now_ms() + o->io_ms, err,
+                              sizeof(err));
+        if (st == CLIENT_OK && (rc = run_client_reply(o, line)) != 0)
+            return rc;
+    }
     if (st == CLIENT_OK) {
         /* The broker answers TIMEOUT after wait_ms; allow io_ms on top for the round trip. */
         deadline = o->wait_ms >= 0 ? client_now_ms() + o->wait_ms + o->io_ms : -1;
-        st = client_read_line(c, line, sizeof(line), deadline, err, sizeof(err));
+        st = run_wait_reply(o, c, line, sizeof(line), deadline, err, sizeof(err));
     }
     switch (st) {
     case CLIENT_OK:

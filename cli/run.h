@@ -5,6 +5,7 @@
 #ifndef LOCKBROKER_CLI_RUN_H
 #define LOCKBROKER_CLI_RUN_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "client.h"
@@ -21,11 +22,29 @@ struct run_opts {
     int64_t ttl_ms;                  /* lease: ttl=<ms>, PROTO_TTL_MIN..PROTO_TTL_MAX;
                                         0 for run (the connection holds the lock) */
     char **argv;                     /* run: the command, NULL-terminated, argv[0] != NULL */
+    const char *label;               /* CLIENT <label> sent before LOCK (1..PROTO_LABEL_MAX
+                                        bytes 0x21-0x7e); NULL: no CLIENT */
+    int notice;                      /* say on stderr who holds the lock once the wait
+                                        passes RUN_NOTICE_MS (-v, or stderr is a terminal) */
 };
 
+#define RUN_NOTICE_MS 1000   /* a wait longer than this is worth a word on stderr */
+
 /*
- * Connects to o->addr and sends `LOCK <name> [<wait_ms>] [shared|limit=<n>]
- * [ttl=<ttl_ms>]` (o->grace_ms and o->argv are not used). Returns 0 once
+ * The default CLIENT label, `user@host:pid:command`: the user of getuid()
+ * (else $LOGNAME, else the uid), the short host name, lockbroker's pid and
+ * the basename of command, with every byte outside 0x21-0x7e replaced by
+ * '_', cut to PROTO_LABEL_MAX bytes. buf holds at least PROTO_LABEL_MAX + 1.
+ */
+void run_default_label(char *buf, size_t cap, const char *command);
+
+/*
+ * Connects to o->addr and sends `CLIENT <label>` (if o->label; an older
+ * daemon's ERR BAD_COMMAND to it is ignored), then `LOCK <name> [<wait_ms>]
+ * [shared|limit=<n>] [ttl=<ttl_ms>]` (o->grace_ms and o->argv are not
+ * used). With o->notice, a wait that passes RUN_NOTICE_MS is reported on
+ * stderr once, with the holder a STATUS on a second connection names.
+ * Returns 0 once
  * granted, with the decimal token copied to token (tokcap bytes) and c
  * still connected; otherwise a CLI_EXIT_* status, having printed a one-line
  * reason on stderr. The caller closes c in both cases. Used by run and by
