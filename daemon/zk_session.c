@@ -326,8 +326,8 @@ static void zk_open(struct zk *zk, const clientid_t *id)
         /* The hosts were checked at start-up: what fails is resolving
          * them (or memory). The down report says so once a minute. */
         if (!zk->unresolved)
-            log_debug("zk: cannot make a handle for '%s': %s; retrying every second",
-                      zk->settings->zk_hosts, strerror(errno));
+            log_debug("zk: cannot make a handle for '%s' (no host name resolves?); "
+                      "retrying every second", zk->settings->zk_hosts);
         zk->unresolved = true;
         zk->state = ZK_EXPIRED;
         evtimer_add(zk->restart, &tv);

@@ -939,6 +939,20 @@ class DistributedTest(DistributedBase):
         self.assertEqual(stats(a)["lost"], "1")
         self.wait_no_nodes(hosts, port=zk.port, sessions=[a.session, b.session])
 
+    def test_09b_unresolvable_host_is_reported_calmly(self):
+        """A host name that does not resolve: said once, in words (not an
+        errno every second), and a wait ends with ERR UNAVAILABLE."""
+        a = self.start_daemon("zk-does-not-exist.invalid:2181", "A", wait_session=False)
+        c = self.client(a)
+        self.assertRegex(c.request("LOCK x 100"), r"^ERR UNAVAILABLE ")
+        a.wait_log(r"warn zk: cannot reach ZooKeeper at zk-does-not-exist\.invalid:2181 "
+                   r"\(none of its host names resolves\)", scaled(15.0))
+        # Only the C client's own lines (shown with -v, as here) repeat.
+        self.assertIsNone(a.find_log(r"No such file or directory"))
+        self.assertIsNone(a.find_log(ERROR_RE))
+        self.assertEqual(len(re.findall(r"(?m)^\S+Z \w+ zk: cannot (?:make|reach)",
+                                        a.log_tail(1000))), 2)
+
     # 10 --------------------------------------------------------------
     def test_10_tokens_increase_across_daemons(self):
         hosts = self.zk.connect_string
