@@ -35,6 +35,7 @@ struct settings {
     char *zk_root;              /* znode prefix, "/lockbroker"; malloc'd, never NULL */
     unsigned zk_session_timeout_ms; /* requested; the server may negotiate another */
     unsigned zk_lease_skew_ms;  /* how far apart daemons' clocks may be, for lease ends */
+    unsigned zk_local_handoff;  /* consecutive grants passed among this daemon's clients */
     /* [log] */
     enum log_level log_level;
 };

@@ -64,6 +64,17 @@ struct backend_ops {
     void (*handover)(void *impl, struct hold *h);
     /* The acquisition is no longer wanted (its request left). */
     void (*cancel)(void *impl, struct hold *h);
+    /*
+     * Local handoff: the exclusive hold `from` is released and `to`, the
+     * next waiter on this daemon, exclusive too, may take it over without
+     * the backend letting go. Returns LOCKS_BUSY when the backend would
+     * rather let go (then nothing changed: the table releases `from` as
+     * usual); LOCKS_WAITING when it moved `from`'s backend slot to `to` and
+     * answers later (locks_backend_granted, or refused); or LOCKS_GRANTED
+     * with *token, likewise moved. Never calls the table back from inside.
+     */
+    enum locks_result (*pass_on)(void *impl, struct hold *from, struct hold *to,
+                                 uint64_t *token);
     /* The hold granted earlier is released. */
     void (*release)(void *impl, struct hold *h);
     /* Reports the backend's own STATS lines through add(cookie, ...). */

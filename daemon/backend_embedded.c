@@ -35,6 +35,13 @@ static enum locks_result embedded_acquire(void *impl, struct hold *h, uint64_t *
     return LOCKS_GRANTED;
 }
 
+/* The table's own release and grant are already immediate. */
+static enum locks_result embedded_pass_on(void *impl, struct hold *from, struct hold *to,
+                                          uint64_t *token)
+{
+    return LOCKS_BUSY;
+}
+
 /* Nothing is ever pending or held outside the lock table. */
 static void embedded_forget(void *impl, struct hold *h) { }
 
@@ -80,6 +87,7 @@ static const struct backend_ops embedded_ops = {
     .acquire = embedded_acquire,
     .handover = embedded_forget,
     .cancel = embedded_forget,
+    .pass_on = embedded_pass_on,
     .release = embedded_forget,
     .stats = embedded_stats,
     .query = embedded_query,

@@ -271,6 +271,7 @@ static void reply_stats(struct conn *c)
                             (unsigned long long)ls.grants_by_mode[m]);
     evbuffer_add_printf(out, "STAT timeouts %llu\n", (unsigned long long)ls.timeouts);
     evbuffer_add_printf(out, "STAT lost %llu\n", (unsigned long long)ls.lost);
+    evbuffer_add_printf(out, "STAT local_handoffs %llu\n", (unsigned long long)ls.handoffs);
     evbuffer_add_printf(out, "STAT errors %llu\n", (unsigned long long)srv->stats.errors);
     for (int i = 0; i < PROTO_CMD_COUNT; i++) {
         char word[16];

@@ -306,7 +306,26 @@ static void hold_release(struct hold *h)
 {
     struct lock *l = h->lock;
     struct locks *t = l->table;
+    struct hold *next = TAILQ_FIRST(&l->waiters);
+    uint64_t token = 0;
+    enum locks_result r;
 
+    /* The next waiter here may take an exclusive hold over (local handoff). */
+    if (next && !t->closing && h->mode == LOCK_EXCLUSIVE && next->mode == LOCK_EXCLUSIVE &&
+        h->ttl_ms == 0 && next->ttl_ms == 0 &&
+        ((r = t->backend->ops->pass_on(t->backend->impl, h, next, &token)) == LOCKS_WAITING ||
+         r == LOCKS_GRANTED)) {
+        struct lock_owner *o = next->owner;
+
+        hold_admit(next);
+        hold_unlink(h);
+        t->stats.handoffs++;
+        if (r == LOCKS_GRANTED) {
+            hold_grant(next, token);
+            o->ops->done(o, l->name, LOCKS_GRANTED, token);
+        }
+        return;
+    }
     t->backend->ops->release(t->backend->impl, h);
     hold_unlink(h);
     lock_settle(l, NULL, NULL, NULL);

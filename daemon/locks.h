@@ -86,6 +86,7 @@ struct locks_stats {
     uint64_t grants_by_mode[LOCK_MODE_COUNT];
     uint64_t timeouts;
     uint64_t lost;
+    uint64_t handoffs;    /* holds passed to the next local waiter (distributed mode) */
 };
 
 /* base and backend are borrowed and must outlive the table. NULL when out of memory. */

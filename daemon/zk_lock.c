@@ -42,6 +42,7 @@ enum zl_step {
     ZL_CONVERTING, /* our ephemeral node holds while a lease node replaces it */
     ZL_CHECKING,   /* getData watch on our lease node sent */
     ZL_LEASED,     /* our lease node exists and is watched; the table has the grant */
+    ZL_PASSING,    /* setData sent on our held node: its mzxid is the next local holder's token */
 };
 
 struct zlock {
@@ -62,6 +63,7 @@ struct zlock {
     bool create_sent;          /* lease: its node is created once, never again */
     bool granted;              /* lease: the table has the grant */
     uint64_t ephemeral_id;     /* lease: the zlock whose node holds until ours exists */
+    unsigned handoffs;         /* grants passed on locally with this node so far */
     char *parent;              /* <root>/locks/<name>; malloc'd */
     char *node;                /* our node's full path once known; malloc'd */
 };
@@ -468,6 +470,7 @@ static void zl_create(struct zlock *zl)
     zl_format_data(zl, data, sizeof(data));
     zl->create_attempts++;
     zl->create_sent = true;
+    zl->handoffs = 0;        /* a new node starts a new turn */
     /* A lease outlives this daemon's session: its node is persistent. */
     zk_sent(zl, c,
             zoo_acreate(zk->zh, prefix, data, (int)strlen(data), &ZOO_OPEN_ACL_UNSAFE,
@@ -924,6 +927,77 @@ static void zl_lease_start(struct zlock *zl)
     }
 }
 
+/* --------------------------------------------------------- local handoff */
+
+/*
+ * A holder releases and the next waiter is a client of this daemon: our
+ * node stays first in line and the lock passes on, at most local_handoff
+ * times in a row (then the node goes, and the next local waiter queues
+ * behind the other daemons' waiters). The new holder's token is the mzxid
+ * of a setData on our node: that write comes after every earlier grant
+ * (so its zxid is greater than their tokens), and any later holder
+ * elsewhere is granted after our node's delete (so its token is greater).
+ * The setData also names the new holder in the node's data, for STATUS.
+ */
+static void zl_pass_send(struct zlock *zl);
+
+static void on_passed(int rc, const struct Stat *stat, const void *data)
+{
+    struct zlock *zl = zcall_done(data);
+
+    if (!zl)
+        return;
+    if (rc == ZOK) {
+        zl->step = ZL_HELD;
+        if (!zl->hold) {     /* the new holder left meanwhile */
+            zl_delete(zl);
+            return;
+        }
+        log_debug("zk: %s passed on, token %lld", zl->node, (long long)stat->mzxid);
+        locks_backend_granted(zl->hold, (uint64_t)stat->mzxid);
+        return;
+    }
+    if (rc == ZNONODE) {     /* the node went with the session: queue again */
+        free(zl->node);
+        zl->node = NULL;
+        zl->handoffs = 0;
+        zl_start(zl);
+        return;
+    }
+    zl_park(zl, rc);         /* sent again (zl_start) once connected */
+}
+
+static void zl_pass_send(struct zlock *zl)
+{
+    struct zk *zk = zl->zk;
+    char data[512];
+    struct zcall *c = zl_begin(zl, ZL_PASSING);
+
+    if (!c)
+        return;
+    zl_format_data(zl, data, sizeof(data));
+    zl->data_stale = false;
+    zk_sent(zl, c, zoo_aset(zk->zh, zl->node, data, (int)strlen(data), -1, on_passed, c),
+            "setData");
+}
+
+enum locks_result zk_lock_pass_on(void *impl, struct hold *from, struct hold *to,
+                                  uint64_t *token)
+{
+    struct zk *zk = impl;
+    struct zlock *zl = hold_backend_data(from);
+
+    if (!zl || zl->lease || zl->step != ZL_HELD || zk->state != ZK_CONNECTED ||
+        zl->handoffs >= zk->settings->zk_local_handoff)
+        return LOCKS_BUSY;
+    zl->handoffs++;
+    hold_set_backend_data(from, NULL);
+    zl->hold = to;
+    hold_set_backend_data(to, zl);
+    zl_pass_send(zl);
+    return LOCKS_WAITING;
+}
+
 /* Decides the next request from what is known, whatever happened before. */
 static void zl_start(struct zlock *zl)
 {
@@ -939,9 +1013,11 @@ static void zl_start(struct zlock *zl)
         return;
     }
     if (zl->node) {
-        if (zl->data_stale && zl->hold)
+        if (zl->data_stale && zl->hold && !zl->handoffs)
             zl_write_data(zl);   /* a handover while disconnected */
-        if (zl->hold)
+        if (zl->hold && zl->handoffs)
+            zl_pass_send(zl);    /* a handoff whose token never came: ask again */
+        else if (zl->hold)
             zl_list(zl);
         else
             zl_delete(zl);

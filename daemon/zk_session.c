@@ -39,6 +39,7 @@ static const struct backend_ops zk_ops = {
     .acquire = zk_lock_acquire,
     .handover = zk_lock_handover,
     .cancel = zk_lock_let_go,
+    .pass_on = zk_lock_pass_on,
     .release = zk_lock_let_go,
     .stats = zk_stats,
     .query = zk_query,

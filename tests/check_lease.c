@@ -96,6 +96,11 @@ static void fake_lease_op_cancel(void *impl, struct backend_lease_op *op)
 
 static void fake_free(void *impl) { }
 static int64_t fake_unreachable_since(void *impl) { return 0; }
+static enum locks_result fake_pass_on(void *impl, struct hold *from, struct hold *to,
+                                      uint64_t *token)
+{
+    return LOCKS_BUSY;       /* release and grant through acquire, as before */
+}
 
 static const struct backend_ops fake_ops = {
     .name = "fake",
@@ -110,6 +115,7 @@ static const struct backend_ops fake_ops = {
     .lease_op = fake_lease_op,
     .lease_op_cancel = fake_lease_op_cancel,
     .unreachable_since = fake_unreachable_since,
+    .pass_on = fake_pass_on,
     .free = fake_free,
 };
 

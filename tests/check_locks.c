@@ -92,6 +92,11 @@ static struct backend_query *fake_query(void *impl, const char *name,
 static void fake_query_cancel(void *impl, struct backend_query *q) { }
 static void fake_free(void *impl) { }
 static int64_t fake_unreachable_since(void *impl) { return 0; }
+static enum locks_result fake_pass_on(void *impl, struct hold *from, struct hold *to,
+                                      uint64_t *token)
+{
+    return LOCKS_BUSY;       /* release and grant through acquire, as before */
+}
 
 static const struct backend_ops fake_ops = {
     .name = "fake",
@@ -103,6 +108,7 @@ static const struct backend_ops fake_ops = {
     .query = fake_query,
     .query_cancel = fake_query_cancel,
     .unreachable_since = fake_unreachable_since,
+    .pass_on = fake_pass_on,
     .free = fake_free,
 };
 

@@ -1493,6 +1493,67 @@ class LeasesTest(DistributedBase):
         self.wait_no_nodes(hosts)
 
 
+@dump_on_failure
+class HandoffTest(DistributedBase):
+    """Local handoff ("lock cohorting"): a lock passes among one daemon's
+    clients without going through the ZooKeeper queue, a bounded number of
+    times, with fresh tokens."""
+
+    def test_handoff_keeps_exclusion_tokens_and_fairness(self):
+        hosts = self.zk.connect_string
+        extra = "local_handoff = 4\n"
+        a = self.start_daemon(hosts, "A", extra=extra)
+        b = self.start_daemon(hosts, "B", extra=extra)
+        load = LockLoad([a, b], seed=5, hold_pings=1)
+        self.addCleanup(load.close)
+        for d in (a, b):
+            for _ in range(6):
+                load.add(self.client(d), d.name, ["hot"], 25)
+        # The checker fails on two holders at once and on a token that does
+        # not exceed the one before it in grant order, handoffs included.
+        load.run_until(load.all_done, scaled(120.0))
+        self.assertEqual(len(load.grants), 2 * 6 * 25)
+        handoffs = {d.name: int(stats(d)["local_handoffs"]) for d in (a, b)}
+        self.assertGreater(sum(handoffs.values()), 0, handoffs)
+        # Bounded: while both daemons' clients want the lock (the first half
+        # of the grants, before either side runs out of work), each daemon's
+        # clients get at least a quarter of them.
+        first = load.grants[:len(load.grants) // 2]
+        for d in (a, b):
+            mine = sum(1 for g in first if g[2].tag == d.name)
+            self.assertGreaterEqual(mine, len(first) // 4, (d.name, mine, len(first)))
+        self.wait_no_nodes(hosts)
+
+    def test_no_handoff_when_disabled(self):
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A", extra="local_handoff = 0\n")
+        load = LockLoad([a], seed=6, hold_pings=1)
+        self.addCleanup(load.close)
+        for _ in range(4):
+            load.add(self.client(a), a.name, ["cold"], 10)
+        load.run_until(load.all_done, scaled(60.0))
+        self.assertEqual(stats(a)["local_handoffs"], "0")
+        self.wait_no_nodes(hosts)
+
+    def test_status_elsewhere_names_the_new_holder(self):
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A", extra="local_handoff = 4\n")
+        b = self.start_daemon(hosts, "B")
+        h1, h2 = self.client(a), self.client(a)
+        t1 = int(h1.request("LOCK ho").split()[2])
+        h2.send("LOCK ho\n")
+        queued(a, h2, "ho")
+        self.assertEqual(h1.request("UNLOCK ho"), "OK ho")
+        t2 = int(h2.expect_match(r"OK ho %s" % TOKEN).group(1))
+        self.assertGreater(t2, t1)
+        self.assertEqual(stats(a)["local_handoffs"], "1")
+        self.assertRegex(self.client(b).request("STATUS ho"),
+                         r"^STATUS ho held holder=%s/%s token=- " % (re.escape(a.daemon_id),
+                                                                    re.escape(h2.local)))
+        self.assertEqual(h2.request("UNLOCK ho"), "OK ho")
+        self.wait_no_nodes(hosts)
+
+
 class ReplyDroppingProxy:
     """A loopback TCP proxy to a ZooKeeper server that can swallow the
     server's replies on the connections open at the time (requests still get
