@@ -237,7 +237,7 @@ static const struct setting rows[] = {
     { "zookeeper", "session_timeout_ms", UINT(zk_session_timeout_ms), "10000", 1000, 600000,
       RESTART_ZK, "session timeout asked of ZooKeeper, in ms" },
     /* see docs/PERFORMANCE.md, "Local handoff": most of the gain, a bounded wait elsewhere */
-    { "zookeeper", "local_handoff", UINT(zk_local_handoff), "8", 0, 1000, RESTART_ZK,
+    { "zookeeper", "local_handoff", UINT(zk_local_handoff), "32", 0, 1000, RESTART_ZK,
       "grants of one lock passed among this daemon's clients before its node goes back "
       "to the queue; 0: every grant through ZooKeeper" },
     /* NTP keeps clocks within milliseconds; a second covers a VM's hiccups */

@@ -29,6 +29,8 @@
 /* How often ancestors may be re-created for one acquisition before we wait
  * for the retry timer (a container parent can vanish between two calls). */
 #define CREATE_ATTEMPTS 5
+/* Tokens for local handoffs fetched ahead of need, at most. */
+#define TOKENS_MAX 64
 
 enum zl_step {
     ZL_IDLE,       /* nothing in flight: waiting for a connection or the retry timer */
@@ -42,7 +44,6 @@ enum zl_step {
     ZL_CONVERTING, /* our ephemeral node holds while a lease node replaces it */
     ZL_CHECKING,   /* getData watch on our lease node sent */
     ZL_LEASED,     /* our lease node exists and is watched; the table has the grant */
-    ZL_PASSING,    /* setData sent on our held node: its mzxid is the next local holder's token */
 };
 
 struct zlock {
@@ -64,6 +65,12 @@ struct zlock {
     bool granted;              /* lease: the table has the grant */
     uint64_t ephemeral_id;     /* lease: the zlock whose node holds until ours exists */
     unsigned handoffs;         /* grants passed on locally with this node so far */
+    unsigned epoch;            /* bumped whenever `node` changes: token replies name one */
+    unsigned ahead;            /* local waiters behind the last handoff: tokens worth fetching */
+    unsigned tokens_inflight;  /* setData sent for tokens of handoffs to come, this epoch */
+    unsigned ntokens;          /* tokens received and not used yet, oldest first */
+    uint64_t tokens[TOKENS_MAX];
+    bool awaiting_token;       /* passed on: the hold waits for a token (step HELD) */
     char *parent;              /* <root>/locks/<name>; malloc'd */
     char *node;                /* our node's full path once known; malloc'd */
 };
@@ -78,6 +85,7 @@ struct zcall {
 };
 
 static void zl_start(struct zlock *zl);
+static void zl_node_gone(struct zlock *zl);
 static void zl_list(struct zlock *zl);
 static void zl_list_watching(struct zlock *zl);
 static void zl_delete(struct zlock *zl);
@@ -470,7 +478,6 @@ static void zl_create(struct zlock *zl)
     zl_format_data(zl, data, sizeof(data));
     zl->create_attempts++;
     zl->create_sent = true;
-    zl->handoffs = 0;        /* a new node starts a new turn */
     /* A lease outlives this daemon's session: its node is persistent. */
     zk_sent(zl, c,
             zoo_acreate(zk->zh, prefix, data, (int)strlen(data), &ZOO_OPEN_ACL_UNSAFE,
@@ -702,8 +709,7 @@ static void on_listed(int rc, const struct String_vector *children, const struct
     if (!zl)
         return;
     if (rc == ZNONODE) {     /* the parent, and so our node, is gone */
-        free(zl->node);
-        zl->node = NULL;
+        zl_node_gone(zl);
         zl_start(zl);
         return;
     }
@@ -714,8 +720,7 @@ static void on_listed(int rc, const struct String_vector *children, const struct
     zl_view(zl, children, &v);
     if (!v.found) {          /* our node vanished (session trouble): start over */
         log_warn("zk: %s is gone; creating a new node", zl->node);
-        free(zl->node);
-        zl->node = NULL;
+        zl_node_gone(zl);
         zl_start(zl);
         return;
     }
@@ -782,14 +787,12 @@ static void on_deleted(int rc, const void *data)
     if (!zl)
         return;
     if (rc == ZOK || rc == ZNONODE) {
-        free(zl->node);
-        zl->node = NULL;
+        zl_node_gone(zl);
         zl_start(zl);
         return;
     }
     if (rc == ZSESSIONEXPIRED && !zl->lease) {   /* the node went with the session */
-        free(zl->node);
-        zl->node = NULL;
+        zl_node_gone(zl);
     }
     zl_park(zl, rc);
 }
@@ -859,8 +862,7 @@ static void zl_lease_gone(struct zlock *zl, const char *why)
     struct hold *h = zl_detach(zl);
     bool granted = zl->granted;
 
-    free(zl->node);
-    zl->node = NULL;
+    zl_node_gone(zl);
     zl_release_ephemeral(zl);
     zl_free(zl);
     if (h && granted)
@@ -933,68 +935,160 @@ static void zl_lease_start(struct zlock *zl)
  * A holder releases and the next waiter is a client of this daemon: our
  * node stays first in line and the lock passes on, at most local_handoff
  * times in a row (then the node goes, and the next local waiter queues
- * behind the other daemons' waiters). The new holder's token is the mzxid
- * of a setData on our node: that write comes after every earlier grant
- * (so its zxid is greater than their tokens), and any later holder
- * elsewhere is granted after our node's delete (so its token is greater).
- * The setData also names the new holder in the node's data, for STATUS.
+ * behind the other daemons' waiters). Each new holder's token is the mzxid
+ * of a setData on our node: that write comes after our node became first,
+ * so it exceeds every earlier holder's token; any later holder elsewhere
+ * is granted after our node's delete, so its token exceeds ours; and the
+ * tokens are used in the order their writes were made. So they can be
+ * fetched ahead of need, while the lock is held: a handoff then waits for
+ * nothing. A token fetched and not used is simply never handed out.
  */
-static void zl_pass_send(struct zlock *zl);
 
-static void on_passed(int rc, const struct Stat *stat, const void *data)
+/* Context of a token's setData: names the node (epoch), not a request step. */
+struct tokcall {
+    struct zk *zk;
+    uint64_t id;
+    unsigned epoch;
+};
+
+static void zl_node_gone(struct zlock *zl)
+{
+    free(zl->node);
+    zl->node = NULL;
+    zl->epoch++;             /* token replies for the old node are stale */
+    zl->tokens_inflight = 0;
+    zl->ntokens = 0;
+    zl->handoffs = 0;
+    zl->awaiting_token = false;  /* a waiting holder queues again with a new node */
+}
+
+static void zl_grant_token(struct zlock *zl, uint64_t token)
+{
+    zl->awaiting_token = false;
+    log_debug("zk: %s passed on, token %llu", zl->node, (unsigned long long)token);
+    locks_backend_granted(zl->hold, token);
+}
+
+static void on_token(int rc, const struct Stat *stat, const void *data)
+{
+    struct tokcall *t = (struct tokcall *)data;
+    struct zk *zk = t->zk;
+    struct zlock *zl = zl_find(zk, t->id);
+    bool current = zl && zl->epoch == t->epoch && zk->state != ZK_EXPIRED;
+
+    zk->outstanding--;
+    free(t);
+    if (!current)
+        return;
+    zl->tokens_inflight--;
+    if (rc != ZOK) {
+        /* Node gone with the session, or no connection: a waiting holder
+         * queues again once connected (zl_start). */
+        if (zl->awaiting_token && zl->step == ZL_HELD) {
+            if (rc == ZNONODE || rc == ZSESSIONEXPIRED)
+                zl_node_gone(zl);
+            zl_park(zl, rc);
+        }
+        return;
+    }
+    if (zl->awaiting_token && zl->hold)
+        zl_grant_token(zl, (uint64_t)stat->mzxid);
+    else if (zl->ntokens < TOKENS_MAX)
+        zl->tokens[zl->ntokens++] = (uint64_t)stat->mzxid;
+}
+
+/* Sends setData for tokens until `want` are received or on their way. */
+static void zl_fetch_tokens(struct zlock *zl, unsigned want)
+{
+    struct zk *zk = zl->zk;
+    char data[512];
+
+    if (want > TOKENS_MAX)
+        want = TOKENS_MAX;
+    zl_format_data(zl, data, sizeof(data));
+    while (zl->ntokens + zl->tokens_inflight < want) {
+        struct tokcall *t = malloc(sizeof(*t));
+
+        if (!t)
+            break;
+        t->zk = zk;
+        t->id = zl->id;
+        t->epoch = zl->epoch;
+        if (zoo_aset(zk->zh, zl->node, data, (int)strlen(data), -1, on_token, t) != ZOK) {
+            free(t);
+            break;
+        }
+        zk->outstanding++;
+        zl->tokens_inflight++;
+    }
+    zk_kick(zk);
+}
+
+/*
+ * The turn's handoffs are used up: if another daemon's node waits, ours
+ * goes (delete) and the waiting holder queues again with a new node behind
+ * it; if ours is the only node, nobody waits elsewhere and a new turn
+ * begins at once.
+ */
+static void on_turn_checked(int rc, const struct String_vector *children, const void *data)
 {
     struct zlock *zl = zcall_done(data);
 
     if (!zl)
         return;
-    if (rc == ZOK) {
-        zl->step = ZL_HELD;
-        if (!zl->hold) {     /* the new holder left meanwhile */
-            zl_delete(zl);
-            return;
-        }
-        log_debug("zk: %s passed on, token %lld", zl->node, (long long)stat->mzxid);
-        locks_backend_granted(zl->hold, (uint64_t)stat->mzxid);
+    if (rc != ZOK) {
+        zl_park(zl, rc);     /* zl_start looks again once connected */
         return;
     }
-    if (rc == ZNONODE) {     /* the node went with the session: queue again */
-        free(zl->node);
-        zl->node = NULL;
-        zl->handoffs = 0;
-        zl_start(zl);
+    zl->step = ZL_HELD;
+    if (!zl->hold || children->count != 1) {
+        zl->awaiting_token = false;
+        zl_delete(zl);       /* then zl_start queues the holder again, if any */
         return;
     }
-    zl_park(zl, rc);         /* sent again (zl_start) once connected */
+    zl->handoffs = 1;        /* this handoff opens the new turn */
+    zl_fetch_tokens(zl, 1 + zl->ahead);
 }
 
-static void zl_pass_send(struct zlock *zl)
+static void zl_check_turn(struct zlock *zl)
 {
-    struct zk *zk = zl->zk;
-    char data[512];
-    struct zcall *c = zl_begin(zl, ZL_PASSING);
+    struct zcall *c = zl_begin(zl, ZL_LISTING);
 
-    if (!c)
-        return;
-    zl_format_data(zl, data, sizeof(data));
-    zl->data_stale = false;
-    zk_sent(zl, c, zoo_aset(zk->zh, zl->node, data, (int)strlen(data), -1, on_passed, c),
-            "setData");
+    if (c)
+        zk_sent(zl, c, zoo_aget_children(zl->zk->zh, zl->parent, 0, on_turn_checked, c),
+                "getChildren");
 }
 
 enum locks_result zk_lock_pass_on(void *impl, struct hold *from, struct hold *to,
-                                  uint64_t *token)
+                                  unsigned more, uint64_t *token)
 {
     struct zk *zk = impl;
     struct zlock *zl = hold_backend_data(from);
+    unsigned budget;
 
-    if (!zl || zl->lease || zl->step != ZL_HELD || zk->state != ZK_CONNECTED ||
-        zl->handoffs >= zk->settings->zk_local_handoff)
+    if (!zl || zl->lease || zl->step != ZL_HELD || zl->awaiting_token ||
+        zk->state != ZK_CONNECTED || !zk->settings->zk_local_handoff)
         return LOCKS_BUSY;
-    zl->handoffs++;
     hold_set_backend_data(from, NULL);
     zl->hold = to;
     hold_set_backend_data(to, zl);
-    zl_pass_send(zl);
+    zl->ahead = more;
+    if (zl->handoffs >= zk->settings->zk_local_handoff) {
+        zl->awaiting_token = true;
+        zl_check_turn(zl);
+        return LOCKS_WAITING;
+    }
+    zl->handoffs++;
+    /* Tokens for this handoff and for the waiters behind it, within the budget. */
+    budget = zk->settings->zk_local_handoff - zl->handoffs;
+    zl_fetch_tokens(zl, 1 + (more < budget ? more : budget));
+    if (zl->ntokens > 0) {
+        *token = zl->tokens[0];
+        memmove(zl->tokens, zl->tokens + 1, --zl->ntokens * sizeof(zl->tokens[0]));
+        log_debug("zk: %s passed on, token %llu", zl->node, (unsigned long long)*token);
+        return LOCKS_GRANTED;
+    }
+    zl->awaiting_token = true;   /* the next token's reply grants it */
     return LOCKS_WAITING;
 }
 
@@ -1013,12 +1107,17 @@ static void zl_start(struct zlock *zl)
         return;
     }
     if (zl->node) {
-        if (zl->data_stale && zl->hold && !zl->handoffs)
+        if (zl->data_stale && zl->hold)
             zl_write_data(zl);   /* a handover while disconnected */
-        if (zl->hold && zl->handoffs)
-            zl_pass_send(zl);    /* a handoff whose token never came: ask again */
-        else if (zl->hold)
+        if (zl->hold && zl->awaiting_token &&
+            zl->handoffs >= zl->zk->settings->zk_local_handoff) {
+            zl_check_turn(zl);   /* passed on at the end of a turn: look again */
+        } else if (zl->hold && zl->awaiting_token) {
+            zl->step = ZL_HELD;  /* passed on: fetch the token it still waits for */
+            zl_fetch_tokens(zl, 1);
+        } else if (zl->hold) {
             zl_list(zl);
+        }
         else
             zl_delete(zl);
     } else if (zl->create_uncertain) {
@@ -1163,7 +1262,7 @@ void zk_locks_drop_held(struct zk *zk, const char *reason)
 
     for (zl = TAILQ_FIRST(&zk->zlocks); zl; zl = next) {
         next = TAILQ_NEXT(zl, link);
-        if (zl->step == ZL_HELD && zl->hold) {
+        if (zl->step == ZL_HELD && zl->hold && !zl->awaiting_token) {
             struct hold *h = zl_detach(zl);
             zl->step = ZL_IDLE;          /* node deleted once connected, if it survived */
             locks_backend_lost(h, reason);
@@ -1194,8 +1293,7 @@ void zk_locks_handle_closed(struct zk *zk, bool session_gone)
             continue;
         }
         /* Forget nodes (they went with the session); waiters will queue again. */
-        free(zl->node);
-        zl->node = NULL;
+        zl_node_gone(zl);
         zl->create_uncertain = false;
         zl->create_attempts = 0;
         if (!zl->hold) {         /* includes the holds dropped at expiry */

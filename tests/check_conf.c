@@ -211,6 +211,7 @@ START_TEST(sample_file_is_defaults)
     ck_assert_str_eq(s.zk_root, d.zk_root);
     ck_assert_uint_eq(s.zk_session_timeout_ms, d.zk_session_timeout_ms);
     ck_assert_uint_eq(s.zk_lease_skew_ms, d.zk_lease_skew_ms);
+    ck_assert_uint_eq(s.zk_local_handoff, d.zk_local_handoff);
     ck_assert_int_eq(s.log_level, d.log_level);
     settings_free(&d);
 }

@@ -93,7 +93,7 @@ static void fake_query_cancel(void *impl, struct backend_query *q) { }
 static void fake_free(void *impl) { }
 static int64_t fake_unreachable_since(void *impl) { return 0; }
 static enum locks_result fake_pass_on(void *impl, struct hold *from, struct hold *to,
-                                      uint64_t *token)
+                                      unsigned more, uint64_t *token)
 {
     return LOCKS_BUSY;       /* release and grant through acquire, as before */
 }

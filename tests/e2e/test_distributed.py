@@ -44,6 +44,7 @@ LONG_SESSION_MS = 12000
 MAX_SESSION_MS = 20000
 MARGIN_MS = 3000           # expiry is checked once a tick; plus the hand-over
 TOKEN = r"(\d+)"
+STRICT_FIFO = "local_handoff = 0\n"   # every grant through ZooKeeper's queue
 SESSION_RE = r"zk: new session (0x[0-9a-f]+)"
 # Log lines that must not appear while a hold is supposed to survive.
 # The daemon's own error-level lines ("lock x: backend granted a lock nobody
@@ -498,9 +499,10 @@ class DistributedTest(DistributedBase):
 
     # 2 ---------------------------------------------------------------
     def test_02_fairness_across_daemons(self):
+        # Strict FIFO across daemons: no local handoff (HandoffTest has that).
         hosts = self.zk.connect_string
-        a = self.start_daemon(hosts, "A")
-        b = self.start_daemon(hosts, "B")
+        a = self.start_daemon(hosts, "A", extra=STRICT_FIFO)
+        b = self.start_daemon(hosts, "B", extra=STRICT_FIFO)
         name = "fair"
         n_a = 5
         load = LockLoad([a, b], seed=2, hold_pings=1)
@@ -673,9 +675,10 @@ class DistributedTest(DistributedBase):
         zk = self.own_server(name="zk-restart", max_session_ms=MAX_SESSION_MS)
         zk.start()
         hosts = zk.connect_string
-        a = self.start_daemon(hosts, "A", LONG_SESSION_MS)
-        b = self.start_daemon(hosts, "B", LONG_SESSION_MS)
-        c = self.start_daemon(hosts, "C", LONG_SESSION_MS)
+        # B's waiter queued before A's local one: with strict FIFO it comes first.
+        a = self.start_daemon(hosts, "A", LONG_SESSION_MS, extra=STRICT_FIFO)
+        b = self.start_daemon(hosts, "B", LONG_SESSION_MS, extra=STRICT_FIFO)
+        c = self.start_daemon(hosts, "C", LONG_SESSION_MS, extra=STRICT_FIFO)
         self.assertEqual(stats(a)["zk_session_timeout_ms"], str(LONG_SESSION_MS))
         holder = self.client(a)
         holder.send("LOCK r\n")

@@ -2543,6 +2543,7 @@ hosts =
 root = /lockbroker-test
 session_timeout_ms = 5000
 lease_skew_ms = 250
+local_handoff = 0
 
 [log]
 level = debug
