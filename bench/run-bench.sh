@@ -5,7 +5,11 @@
 # Starts on loopback, with free ports and a temporary directory:
 #   - lockbrokerd in embedded mode,
 #   - a standalone ZooKeeper server (Debian's zookeeper package),
-#   - lockbrokerd in distributed mode against that server,
+#   - lockbrokerd in distributed mode against that server, three times: with
+#     the default settings, with [zookeeper] local_handoff = 0 (every grant
+#     through ZooKeeper), and a second default one for the two-daemon row
+#     (bench/two_daemons_hot.py), plus one per local_handoff value of the
+#     sweep when BENCH_HANDOFF_SWEEP=1,
 #   - redis-server (--save '' --appendonly no), if installed and the Redis
 #     benchmark was built,
 # runs the matrix, prints the table with the ratios the performance targets
@@ -21,10 +25,14 @@
 #                      its transaction log before acknowledging writes)
 #   BENCH_REPEAT       run each pair of rows a target compares this many times,
 #                      alternating, and keep the medians (default 1)
+#   BENCH_HANDOFF_SWEEP 1: also run the one-daemon hot row (16 connections)
+#                      once with local_handoff 8, 16, 32 and 64, and the
+#                      two-daemon row once with local_handoff 0 (default 0: skip)
 #   BENCH_RESULTS      file receiving every run's JSON record
 #                      (default ./bench-results.jsonl)
 #   LOCKBROKERD, LOCKBROKER_BENCH, ZK_RAW_BENCH, REDIS_LOCK_BENCH
 #                      programs (default: under the current build directory)
+#   PYTHON             runs bench/two_daemons_hot.py (default python3)
 #   BENCH_KEEP=1       keep the temporary directory (logs) for inspection
 set -u
 
@@ -39,6 +47,8 @@ LOCKBROKER_BENCH=${LOCKBROKER_BENCH:-$PWD/bench/lockbroker-bench}
 ZK_RAW_BENCH=${ZK_RAW_BENCH:-$PWD/bench/zk_raw_bench}
 REDIS_LOCK_BENCH=${REDIS_LOCK_BENCH:-$PWD/bench/redis_lock_bench}
 RESULTS=${BENCH_RESULTS:-$PWD/bench-results.jsonl}
+PYTHON=${PYTHON:-python3}
+SWEEP=${BENCH_HANDOFF_SWEEP:-0}
 
 for p in "$LOCKBROKERD" "$LOCKBROKER_BENCH" "$ZK_RAW_BENCH"; do
     [ -x "$p" ] || { echo "run-bench: $p is not built (run make)" >&2; exit 1; }
@@ -115,6 +125,13 @@ fourlw() {
     ans=$(timeout 2 cat <&3)
     exec 3<&- 3>&-
     printf '%s' "$ans"
+}
+
+# handoff_conf N: writes a configuration file that sets [zookeeper]
+# local_handoff = N, and prints its name.
+handoff_conf() {
+    printf '[zookeeper]\nlocal_handoff = %s\n' "$1" >"$tmp/handoff-$1.conf"
+    echo "$tmp/handoff-$1.conf"
 }
 
 # Sets ZK_PORT and ZK_PID.
@@ -201,11 +218,35 @@ ZK="127.0.0.1:$ZK_PORT"
 start_lockbrokerd distributed -z "$ZK"
 D_PORT=$LB_PORT D_PID=$LB_PID
 wait_zk_session distributed
+# The same with every grant through ZooKeeper: the local_handoff = 0 row.
+start_lockbrokerd distributed-lh0 -c "$(handoff_conf 0)" -z "$ZK"
+D0_PORT=$LB_PORT D0_PID=$LB_PID
+wait_zk_session distributed-lh0
+# A second daemon with the default settings: the two-daemon row.
+start_lockbrokerd distributed-b -z "$ZK"
+DB2_PORT=$LB_PORT DB2_PID=$LB_PID
+wait_zk_session distributed-b
+declare -A SW_PORT SW_PID
+if [ "$SWEEP" = 1 ]; then
+    for h in 8 16 32 64; do
+        start_lockbrokerd "distributed-lh$h" -c "$(handoff_conf "$h")" -z "$ZK"
+        SW_PORT[$h]=$LB_PORT SW_PID[$h]=$LB_PID
+        wait_zk_session "distributed-lh$h"
+    done
+    # A second local_handoff = 0 daemon: the two-daemon row in strict FIFO.
+    start_lockbrokerd distributed-lh0-b -c "$(handoff_conf 0)" -z "$ZK"
+    D0B2_PORT=$LB_PORT D0B2_PID=$LB_PID
+    wait_zk_session distributed-lh0-b
+fi
 have_redis=0
 start_redis && have_redis=1
 
 EB="$LOCKBROKER_BENCH -H 127.0.0.1:$E_PORT --pid $E_PID"
 DB="$LOCKBROKER_BENCH -H 127.0.0.1:$D_PORT --pid $D_PID --zk $ZK --zk-pid $ZK_PID"
+D0B="$LOCKBROKER_BENCH -H 127.0.0.1:$D0_PORT --pid $D0_PID --zk $ZK --zk-pid $ZK_PID"
+# Both default daemons at once, 6 connections each, on one name.
+TWO="$PYTHON $here/two_daemons_hot.py -H 127.0.0.1:$D_PORT -H 127.0.0.1:$DB2_PORT -c 6
+     --pid $D_PID --pid $DB2_PID --zk $ZK --zk-pid $ZK_PID"
 
 RB="$REDIS_LOCK_BENCH -H 127.0.0.1:${REDIS_PORT:-0} --pid ${REDIS_PID:-0}"
 ZR="$ZK_RAW_BENCH --zk $ZK --zk-pid $ZK_PID"
@@ -256,7 +297,27 @@ pick_median zk-raw-64-1sess
 pick_median zk-raw-64-64sess
 pick_median dist-distinct-64
 run dist-distinct-1  $DB -W distinct -c 1
-run dist-hot-16      $DB -W hot -c 16
+# Local handoff (issue 12): one daemon's 16 connections on one name, with the
+# default local_handoff and with 0, beside the embedded daemon's; and two
+# daemons' clients on one name.
+for i in $(seq "$REPEAT"); do
+    run "emb-hot-16#$i"       $EB -W hot -c 16
+    run "dist-hot-16#$i"      $DB -W hot -c 16
+    run "dist-hot-16-lh0#$i"  $D0B -W hot -c 16
+    run "dist2-hot-6x2#$i"    $TWO
+done
+pick_median emb-hot-16
+pick_median dist-hot-16
+pick_median dist-hot-16-lh0
+pick_median dist2-hot-6x2
+if [ "$SWEEP" = 1 ]; then
+    for h in 8 16 32 64; do
+        run "dist-hot-16-lh$h" $LOCKBROKER_BENCH -H "127.0.0.1:${SW_PORT[$h]}" \
+            --pid "${SW_PID[$h]}" --zk "$ZK" --zk-pid "$ZK_PID" -W hot -c 16
+    done
+    run dist2-hot-6x2-lh0 $PYTHON "$here/two_daemons_hot.py" -H "127.0.0.1:$D0_PORT" \
+        -H "127.0.0.1:$D0B2_PORT" -c 6 --pid "$D0_PID" --pid "$D0B2_PID" --zk "$ZK" --zk-pid "$ZK_PID"
+fi
 
 # --------------------------------------------------------------- the table
 
@@ -282,7 +343,8 @@ row() {   # KEY LABEL
     p999=$(jget "$j" grant_p999_us); [ -n "$p999" ] || p999=$(jget "$j" pair_p999_us)
     cpu=$(jget "$j" daemon_cpu_us_per_cycle); [ -n "$cpu" ] || cpu=-
     zkw=$(jget "$j" zk_writes_per_cycle); [ -n "$zkw" ] || zkw=$(jget "$j" zk_writes_per_pair)
-    [ -n "$zkw" ] || zkw=-
+    [ -n "$zkw" ] && zkw=$(printf '%.2f' "$zkw") || zkw=-
+    [ "$cpu" = - ] || cpu=$(printf '%.2f' "$cpu")
     extra=""
     [ -n "$(jget "$j" max_bypass)" ] && extra="$extra bypass=$(jget "$j" max_bypass)"
     [ -n "$(jget "$j" busy)" ] && [ "$(jget "$j" busy)" != 0 ] && extra="$extra busy=$(jget "$j" busy)"
@@ -291,6 +353,10 @@ row() {   # KEY LABEL
     [ "$(jget "$j" errors)" != 0 ] && extra="$extra errors=$(jget "$j" errors)"
     [ -n "$(jget "$j" mutex_violations)" ] && [ "$(jget "$j" mutex_violations)" != 0 ] &&
         extra="$extra VIOLATIONS=$(jget "$j" mutex_violations)"
+    [ -n "$(jget "$j" token_regressions)" ] && [ "$(jget "$j" token_regressions)" != 0 ] &&
+        extra="$extra TOKEN-REGRESSIONS=$(jget "$j" token_regressions)"
+    [ -n "$(jget "$j" share_0)" ] && extra="$extra shares=$(jget "$j" share_0)/$(jget "$j" share_1)"
+    [ -n "$(jget "$j" max_wait_ms)" ] && extra="$extra maxwait=$(jget "$j" max_wait_ms)ms"
     printf '%-34s %10s %9s %9s %9s %9s %7s %s\n' "$2" "$rate" "$p50" "$p99" "$p999" "$cpu" "$zkw" "$extra"
 }
 
@@ -328,7 +394,14 @@ else
 fi
 row dist-distinct-1   "distributed distinct, 1 conn"
 row dist-distinct-64  "distributed distinct, 64 conns"
+row emb-hot-16        "embedded hot, 16 conns"
 row dist-hot-16       "distributed hot, 16 conns"
+row dist-hot-16-lh0   "distributed hot, 16, handoff=0"
+row dist2-hot-6x2     "2 daemons x 6 conns, hot"
+if [ "$SWEEP" = 1 ]; then
+    for h in 8 16 32 64; do row "dist-hot-16-lh$h" "distributed hot, 16, handoff=$h"; done
+    row dist2-hot-6x2-lh0 "2 daemons x 6 conns, hot, handoff=0"
+fi
 row zk-raw-64-1sess   "raw ZK create+delete, 64/1 session"
 row zk-raw-64-64sess  "raw ZK create+delete, 64/64 sess."
 echo
@@ -341,6 +414,33 @@ printf '%-58s %6s  (target >= 1.00: %s)\n' "embedded distinct 50 / redis lock di
 printf '%-58s %6s  (target >= 0.80: %s)\n' "distributed distinct 64 / raw ZK pairs (${zk_best:-none})" "$rt2" "$(verdict "$rt2" 0.8)"
 rt3=$(ratio "$d64" "$(rate zk-raw-64-1sess)")
 printf '%-58s %6s  (for reference: the daemon uses one session)\n' "distributed distinct 64 / raw ZK pairs on one session" "$rt3"
+rt4=$(ratio "$(rate dist-hot-16)" "$(rate dist-hot-16-lh0)")
+rt5=$(ratio "$(rate dist-hot-16)" "$(rate emb-hot-16)")
+printf '%-58s %6s  (target >= 5.00: %s)\n' "distributed hot 16 / the same with local_handoff=0" "$rt4" "$(verdict "$rt4" 5.0)"
+printf '%-58s %6s  (target >= 0.50: %s)\n' "distributed hot 16 / embedded hot 16" "$rt5" "$(verdict "$rt5" 0.5)"
+# The two-daemon targets hold in every run, not in the median one: the
+# worst figure over the REPEAT runs is the one judged.
+two_share="" two_wait="" two_regr="" two_viol=0
+for i in $(seq "$REPEAT"); do
+    j=${R[dist2-hot-6x2#$i]:-}
+    [ -n "$j" ] || continue
+    two_share=$(awk -v a="$(jget "$j" min_share)" -v b="${two_share:-1}" 'BEGIN { print (a < b) ? a : b }')
+    two_wait=$(awk -v a="$(jget "$j" max_wait_ms)" -v b="${two_wait:-0}" 'BEGIN { print (a > b) ? a : b }')
+    two_regr=$(( ${two_regr:-0} + $(jget "$j" token_regressions) ))
+    two_viol=$(( two_viol + $(jget "$j" mutex_violations) ))
+done
+worst=$([ "$REPEAT" -gt 1 ] && echo " (worst of $REPEAT)")
+all=$([ "$REPEAT" -gt 1 ] && echo " (all $REPEAT)")
+if [ -n "$two_share" ]; then
+    printf '%-58s %6s  (target >= 0.25: %s)\n' "2 daemons x 6, hot: smaller share of grants$worst" \
+        "$two_share" "$(verdict "$two_share" 0.25)"
+    printf '%-58s %6s  (target <= 2000: %s)\n' "2 daemons x 6, hot: longest LOCK wait, ms$worst" \
+        "$two_wait" "$(awk -v w="$two_wait" 'BEGIN { print (w <= 2000) ? "met" : "NOT met" }')"
+    printf '%-58s %6s  (target 0/0: %s)\n' "2 daemons x 6, hot: token regressions/violations$all" \
+        "$two_regr/$two_viol" "$([ "$two_regr" = 0 ] && [ "$two_viol" = 0 ] && echo met || echo "NOT met")"
+else
+    printf '%-58s %6s\n' "2 daemons x 6, hot" "(failed)"
+fi
 if [ -n "${scaling:-}" ]; then
     echo
     printf '%s\n' "$scaling"
@@ -348,4 +448,6 @@ fi
 echo
 echo "cpu us/c: daemon (lockbrokerd, or redis-server) CPU microseconds per cycle, from /proc;"
 echo "zkw/c: ZooKeeper transactions per cycle (zxid delta from srvr); zkcpu: ZooKeeper server CPU per cycle;"
-echo "bypass: most times one hot waiter saw a later LOCK granted first. Raw records: $RESULTS"
+echo "bypass: most times one hot waiter saw a later LOCK granted first; shares: each daemon's share of the"
+echo "grants (two_daemons_hot.py); maxwait: longest LOCK sent -> OK, waits unanswered at the end included."
+echo "Raw records: $RESULTS"
