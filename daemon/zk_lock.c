@@ -997,6 +997,33 @@ static void on_token(int rc, const struct Stat *stat, const void *data)
         zl->tokens[zl->ntokens++] = (uint64_t)stat->mzxid;
 }
 
+/* The oldest token received and not handed out yet; ntokens > 0. */
+static uint64_t zl_take_token(struct zlock *zl)
+{
+    uint64_t token = zl->tokens[0];
+
+    memmove(zl->tokens, zl->tokens + 1, --zl->ntokens * sizeof(zl->tokens[0]));
+    return token;
+}
+
+static void zl_fetch_tokens(struct zlock *zl, unsigned want);
+
+/*
+ * The holder passed on to waits for its token: tokens are handed out in
+ * the order their writes were made, so one received earlier goes first,
+ * and only when none is left does the next reply grant it (on_token).
+ */
+static void zl_serve_waiting(struct zlock *zl, unsigned want)
+{
+    zl->step = ZL_HELD;
+    zl->awaiting_token = true;
+    if (zl->ntokens > 0) {
+        zl_grant_token(zl, zl_take_token(zl));
+        return;
+    }
+    zl_fetch_tokens(zl, want);
+}
+
 /* Sends setData for tokens until `want` are received or on their way. */
 static void zl_fetch_tokens(struct zlock *zl, unsigned want)
 {
@@ -1033,6 +1060,7 @@ static void zl_fetch_tokens(struct zlock *zl, unsigned want)
 static void on_turn_checked(int rc, const struct String_vector *children, const void *data)
 {
     struct zlock *zl = zcall_done(data);
+    unsigned budget;
 
     if (!zl)
         return;
@@ -1047,7 +1075,8 @@ static void on_turn_checked(int rc, const struct String_vector *children, const 
         return;
     }
     zl->handoffs = 1;        /* this handoff opens the new turn */
-    zl_fetch_tokens(zl, 1 + zl->ahead);
+    budget = zl->zk->settings->zk_local_handoff - 1;
+    zl_serve_waiting(zl, 1 + (zl->ahead < budget ? zl->ahead : budget));
 }
 
 static void zl_check_turn(struct zlock *zl)
@@ -1083,8 +1112,7 @@ enum locks_result zk_lock_pass_on(void *impl, struct hold *from, struct hold *to
     budget = zk->settings->zk_local_handoff - zl->handoffs;
     zl_fetch_tokens(zl, 1 + (more < budget ? more : budget));
     if (zl->ntokens > 0) {
-        *token = zl->tokens[0];
-        memmove(zl->tokens, zl->tokens + 1, --zl->ntokens * sizeof(zl->tokens[0]));
+        *token = zl_take_token(zl);
         log_debug("zk: %s passed on, token %llu", zl->node, (unsigned long long)*token);
         return LOCKS_GRANTED;
     }
@@ -1113,8 +1141,7 @@ static void zl_start(struct zlock *zl)
             zl->handoffs >= zl->zk->settings->zk_local_handoff) {
             zl_check_turn(zl);   /* passed on at the end of a turn: look again */
         } else if (zl->hold && zl->awaiting_token) {
-            zl->step = ZL_HELD;  /* passed on: fetch the token it still waits for */
-            zl_fetch_tokens(zl, 1);
+            zl_serve_waiting(zl, 1);   /* passed on: the token it still waits for */
         } else if (zl->hold) {
             zl_list(zl);
         }

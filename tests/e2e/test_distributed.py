@@ -1527,6 +1527,21 @@ class HandoffTest(DistributedBase):
             self.assertGreaterEqual(mine, len(first) // 4, (d.name, mine, len(first)))
         self.wait_no_nodes(hosts)
 
+    def test_more_local_waiters_than_handoffs_and_waiters_dwindling(self):
+        """Tokens fetched ahead outlive a turn: they must still be handed out
+        oldest first (tokens increase), and a holder waiting for one must be
+        served even when enough were fetched already (no hang)."""
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A", extra="local_handoff = 2\n")
+        load = LockLoad([a], seed=9, hold_pings=0)
+        self.addCleanup(load.close)
+        for i in range(12):
+            load.add(self.client(a), a.name, ["turns"], 3 if i < 9 else 40)
+        load.run_until(load.all_done, scaled(120.0))
+        self.assertEqual(len(load.grants), 9 * 3 + 3 * 40)
+        self.assertGreater(int(stats(a)["local_handoffs"]), 0)
+        self.wait_no_nodes(hosts)
+
     def test_no_handoff_when_disabled(self):
         hosts = self.zk.connect_string
         a = self.start_daemon(hosts, "A", extra="local_handoff = 0\n")
