@@ -521,6 +521,7 @@ class Soak:
         self.ens = None
         self.driver = None
         self.fault_counts = collections.Counter()
+        self.wedges = 0
         self.fault_failures = collections.Counter()
 
     def say(self, msg):
@@ -567,11 +568,52 @@ class Soak:
 
     # -- health
 
-    def healthy(self, timeout=60.0):
-        """Waits for a quorum and every daemon connected; returns seconds."""
+    def zk_serves(self, timeout):
+        """True once a new session can be made and a node created (the
+        servers' modes alone do not say that ZooKeeper commits anything)."""
+        import zkharness
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with zkharness.ZkClient(self.ens.connect_string, timeout_ms=4000,
+                                        connect_timeout=2.0) as c:
+                    c.create(self.root + "-probe", b"", zkharness.EPHEMERAL)
+                return True
+            except zkharness.ZkNodeExists:
+                return True            # an earlier probe's session is closing
+            except Exception:  # noqa: BLE001 - "not yet"
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.5)
+
+    def unwedge(self, since):
+        """ZooKeeper has a leader and followers but makes no session: keep
+        thread dumps (SIGQUIT: into each zookeeper.out), then restart every
+        server on its data directory."""
+        self.log.emit("zk_wedged", phase="start", since=since,
+                      modes={s.myid: s.serving_mode() for s in self.ens.servers})
+        self.say("ZooKeeper serves no session although it has a quorum: thread dumps in "
+                 "zk/s*/zookeeper.out, restarting the ensemble")
+        for s in self.ens.servers:
+            if s.alive():
+                os.kill(s.pid, signal.SIGQUIT)
+        time.sleep(2.0)
+        self.ens.stop(grace=10.0)
+        self.ens.start(timeout=120.0)
+        if not self.zk_serves(60.0):
+            raise RuntimeError("ZooKeeper still makes no session after a restart")
+        self.wedges += 1
+        self.log.emit("zk_wedged", phase="end", leader=self.ens.leader().myid)
+
+    def healthy(self, timeout=60.0, since=None):
+        """Waits for a quorum that serves and every daemon connected;
+        returns seconds. A quorum that serves nobody for 30 s is restarted."""
         t0 = time.monotonic()
         deadline = t0 + timeout
         self.ens.wait_quorum(timeout)
+        if not self.zk_serves(30.0):
+            self.unwedge(t0 if since is None else since)
+            deadline = time.monotonic() + timeout
         while True:
             states = []
             for d in self.daemons:
@@ -639,8 +681,9 @@ class Soak:
         if kind == "zk-quorum-freeze":
             two = rng.sample(self.ens.servers, 2)
             secs = rng.uniform(2.0, 6.0)
+            leader = self.ens.leader()
             log.emit("fault", kind=kind, phase="start", zk=[s.myid for s in two],
-                     secs=round(secs, 3))
+                     secs=round(secs, 3), leader=leader.myid if leader else None)
             for s in two:
                 s.pause()
             time.sleep(secs)
@@ -675,7 +718,7 @@ class Soak:
         n = 0
         while time.monotonic() < until:
             if not order:
-                order = list(FAULT_KINDS)
+                order = list(self.args.faults)
                 self.rng.shuffle(order)
             kind = order.pop()
             n += 1
@@ -683,7 +726,7 @@ class Soak:
             try:
                 what = self.fault(kind)
                 self.fault_counts[kind] += 1
-                rec = self.healthy(90.0)
+                rec = self.healthy(90.0, since=t0)
                 self.log.emit("healthy", kind=kind, secs=round(rec, 3))
                 self.say("fault %d %s %s; healthy %.1fs later (%.0fs in all)"
                          % (n, kind, what, rec, time.monotonic() - t0))
@@ -693,7 +736,7 @@ class Soak:
                 self.say("fault %d %s FAILED: %r; recovering" % (n, kind, e))
                 self.recover()
                 try:
-                    self.healthy(120.0)
+                    self.healthy(120.0, since=t0)
                 except Exception as e2:  # noqa: BLE001
                     self.say("still unhealthy: %r" % e2)
                     raise
@@ -735,6 +778,7 @@ class Soak:
         t_start = time.monotonic()
         self.log.emit("run", phase="start", seed=a.seed, minutes=a.minutes, clients=a.clients,
                       names=self.names, shared=a.shared, session_ms=self.session_ms,
+                      faults=a.faults,
                       margin=a.margin, root=self.root, argv=sys.argv)
         self.say("seed %d, %g minutes, %d clients on %d names, session %d ms, out %s"
                  % (a.seed, a.minutes, a.clients, len(self.names), self.session_ms, self.out))
@@ -748,9 +792,12 @@ class Soak:
             time.sleep(min(10.0, a.minutes * 60.0 / 10))   # a calm start
             self.nemesis(until)
             self.log.emit("nemesis", phase="done", faults=dict(self.fault_counts),
-                          failures=dict(self.fault_failures))
+                          failures=dict(self.fault_failures), zk_wedged=self.wedges)
             self.healthy(120.0)
             self.say("nemesis done: %s; stopping clients" % dict(self.fault_counts))
+        except BaseException as e:
+            self.log.emit("run", phase="aborted", error=repr(e))
+            raise
         finally:
             if self.driver is not None:
                 self.driver.request_stop()
@@ -834,6 +881,19 @@ def check(events_path, margin=None, out_path=None, quiet=False):
         margin = run.get("margin", 10.0)
     t_first = events[0]["t"] if events else 0.0
     t_last = events[-1]["t"] if events else 0.0
+
+    # Times when ZooKeeper served no one although it had a quorum (a
+    # "zk_wedged" start until the ensemble served again), as [(t0, t1)].
+    wedges = []
+    wedge_start = None
+    for e in events:
+        if e["ev"] == "zk_wedged" and e.get("phase") == "start":
+            wedge_start = e.get("since", e["t"])
+        elif e["ev"] == "zk_wedged" and e.get("phase") == "end" and wedge_start is not None:
+            wedges.append((wedge_start, e["t"]))
+            wedge_start = None
+    if wedge_start is not None:
+        wedges.append((wedge_start, float("inf")))
 
     # Freezes of daemons: d -> [(stopped_t, continued_t)]
     freezes = collections.defaultdict(list)
@@ -1129,6 +1189,8 @@ def check(events_path, margin=None, out_path=None, quiet=False):
     # ---- unanswered requests
     unanswered = []
     answered_late = []
+    endless = []               # LOCK without wait-ms over NO_WAIT_LIMIT + margin
+    endless_wedged = 0         # ... while the ensemble was wedged (see below)
     for req in requests:
         limit = margin
         if req["kind"] == "LOCK":
@@ -1147,6 +1209,14 @@ def check(events_path, margin=None, out_path=None, quiet=False):
                ("reply" if req["reply_t"] is not None else "end of log"),
                "fault": fault_at(req["t"])}
         rec["timeline"] = timeline(events, times, (req["c"],), req["t"] - 0.5, req["t"] + 3.0)
+        if req["kind"] == "LOCK" and req["wait"] is None:
+            # Nothing bounds such a wait but the holders ahead of it and
+            # ZooKeeper; one that spans a wedged ensemble proves nothing.
+            if any(x < end and req["t"] < y for x, y in wedges):
+                endless_wedged += 1
+            else:
+                endless.append(rec)
+            continue
         (answered_late if req["reply_t"] is not None else unanswered).append(rec)
 
     # ---- nodes, daemons
@@ -1184,6 +1254,7 @@ def check(events_path, margin=None, out_path=None, quiet=False):
         "token_order": len(token_viol),
         "unanswered": len(unanswered),
         "answered_after_deadline": len(answered_late),
+        "endless_lock_over_limit": len(endless),
         "early_timeout": len(anomalies["early_timeout"]),
         "not_held_without_lost": len(anomalies["not_held_without_lost"]),
         "unlock_ok_after_lost": len(anomalies["unlock_ok_after_lost"]),
@@ -1218,6 +1289,10 @@ def check(events_path, margin=None, out_path=None, quiet=False):
                      "earliest_s": _r(min(early), 4) if early else None,
                      "early_within_tolerance": sum(1 for x in early if -EARLY_OK <= x < 0)},
         "requests": len(requests),
+        "zk_wedged": [[_r(x), _r(y) if y != float("inf") else None] for x, y in wedges],
+        "endless_lock_over_limit_while_wedged": endless_wedged,
+        "aborted": next((e.get("error") for e in events if e["ev"] == "run"
+                         and e.get("phase") == "aborted"), None),
         "errors": dict(errors),
         "lost": dict(lost_reasons),
         "lost_after_unlock_sent": lost_after_unlock,
@@ -1250,6 +1325,7 @@ def check(events_path, margin=None, out_path=None, quiet=False):
             "token_order": token_viol[:20],
             "unanswered": unanswered[:20],
             "answered_after_deadline": answered_late[:20],
+            "endless_lock_over_limit": endless[:20],
             "anomalies": {k: v[:20] for k, v in anomalies.items()},
             "lock_nodes_left": left,
         },
@@ -1289,6 +1365,12 @@ def print_summary(s):
                               r["session_ms"], s["duration_s"] or 0))
     w("faults: %s%s\n" % (", ".join("%s %d" % kv for kv in sorted(s["faults"].items())),
                           ("; FAILED " + str(s["fault_failures"])) if s["fault_failures"] else ""))
+    if s["zk_wedged"]:
+        w("ZooKeeper wedged (quorum, but no session could be made) %d times: %s; LOCKs "
+          "without wait-ms pending through it: %d\n"
+          % (len(s["zk_wedged"]), s["zk_wedged"], s["endless_lock_over_limit_while_wedged"]))
+    if s["aborted"]:
+        w("RUN ABORTED: %s\n" % s["aborted"])
     h = s["holds"]
     w("holds: %d (%s); ended by %s; hold avg %ss max %ss\n" % (
         h["total"], ", ".join("%s %d" % (n, v["holds"]) for n, v in h["per_name"].items()),
@@ -1335,9 +1417,15 @@ def main(argv=None):
     p.add_argument("--margin", type=float, default=10.0,
                    help="seconds beyond wait-ms before a request counts as unanswered")
     p.add_argument("--out", default="soak-out", help="directory for logs and summary")
+    p.add_argument("--faults", default=",".join(FAULT_KINDS),
+                   help="comma-separated fault kinds (default: all of %s)" % ", ".join(FAULT_KINDS))
     p.add_argument("--check", metavar="EVENTS",
                    help="only run the checker on a saved events.jsonl")
     a = p.parse_args(argv)
+    a.faults = [f.strip() for f in a.faults.split(",") if f.strip()]
+    bad = [f for f in a.faults if f not in FAULT_KINDS]
+    if bad or not a.faults:
+        p.error("unknown fault kinds %s (known: %s)" % (bad, ", ".join(FAULT_KINDS)))
     if a.check:
         out = os.path.join(os.path.dirname(os.path.abspath(a.check)), "summary.json")
         s = check(a.check, margin=a.margin, out_path=out)
@@ -1353,10 +1441,18 @@ def main(argv=None):
         raise SystemExit(128 + signum)
     signal.signal(signal.SIGTERM, on_term)
     soak = Soak(a)
-    events = soak.run()
+    aborted = False
+    try:
+        soak.run()
+    except BaseException:  # noqa: BLE001 - check what was logged anyway
+        import traceback
+        traceback.print_exc()
+        aborted = True
     out = os.path.join(soak.out, "summary.json")
-    s = check(events, margin=a.margin, out_path=out)
+    s = check(os.path.join(soak.out, "events.jsonl"), margin=a.margin, out_path=out)
     print("logs and summary.json in %s" % soak.out)
+    if aborted:
+        return 2
     return 1 if s["violations_total"] else 0
 
 
