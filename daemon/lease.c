@@ -103,6 +103,7 @@ static int lease_arm(struct lease *le, int64_t ttl_ms)
 
     if (le->set->backend->ops->ends_leases)
         return 0;
+    event_base_update_cache_time(le->set->base);   /* from now, not the loop's start */
     return evtimer_add(le->expiry, &tv);
 }
 

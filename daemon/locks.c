@@ -412,6 +412,9 @@ static int hold_arm_timer(struct locks *t, struct hold *h, int64_t wait_ms)
 
     if (wait_ms <= 0)
         return 0;
+    /* The loop's cached time may be from before this request arrived (a busy
+     * iteration): a deadline counted from it would end the wait early. */
+    event_base_update_cache_time(t->base);
     h->timer = event_new(t->base, -1, 0, on_wait_timeout, h);
     if (!h->timer || event_add(h->timer, &tv) < 0) {
         if (h->timer)
