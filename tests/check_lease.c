@@ -12,6 +12,7 @@
 #include "locks.h"
 #include "lease.h"
 #include "backend.h"
+#include "fake_backend_stubs.h"
 #include "log.h"
 
 #include <check.h>
@@ -71,14 +72,6 @@ static enum locks_result fake_acquire(void *impl, struct hold *h, uint64_t *toke
 static void fake_handover(void *impl, struct hold *h) { }
 static void fake_cancel(void *impl, struct hold *h) { ((struct fake *)impl)->ncancels++; }
 static void fake_release(void *impl, struct hold *h) { ((struct fake *)impl)->nreleases++; }
-static void fake_stats(void *impl, backend_stat_fn add, void *cookie) { }
-static struct backend_query *fake_query(void *impl, const char *name,
-                                        struct backend_queue_info *now, backend_query_cb cb,
-                                        void *arg)
-{
-    return NULL;
-}
-static void fake_query_cancel(void *impl, struct backend_query *q) { }
 
 /* Like the embedded backend: a lease lease.c does not know is not held. */
 static enum locks_result fake_lease_op(void *impl, const char *name, uint64_t token,
@@ -94,13 +87,6 @@ static void fake_lease_op_cancel(void *impl, struct backend_lease_op *op)
     ck_abort_msg("nothing is ever pending");
 }
 
-static void fake_free(void *impl) { }
-static int64_t fake_unreachable_since(void *impl) { return 0; }
-static enum locks_result fake_pass_on(void *impl, struct hold *from, struct hold *to,
-                                      unsigned more, uint64_t *token)
-{
-    return LOCKS_BUSY;       /* release and grant through acquire, as before */
-}
 
 static const struct backend_ops fake_ops = {
     .name = "fake",

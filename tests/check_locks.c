@@ -8,6 +8,7 @@
  */
 #include "locks.h"
 #include "backend.h"
+#include "fake_backend_stubs.h"
 #include "log.h"
 
 #include <check.h>
@@ -82,21 +83,6 @@ static enum locks_result fake_acquire(void *impl, struct hold *h, uint64_t *toke
 static void fake_handover(void *impl, struct hold *h) { fake_record(impl, CALL_HANDOVER, h); }
 static void fake_cancel(void *impl, struct hold *h) { fake_record(impl, CALL_CANCEL, h); }
 static void fake_release(void *impl, struct hold *h) { fake_record(impl, CALL_RELEASE, h); }
-static void fake_stats(void *impl, backend_stat_fn add, void *cookie) { }
-static struct backend_query *fake_query(void *impl, const char *name,
-                                        struct backend_queue_info *now, backend_query_cb cb,
-                                        void *arg)
-{
-    return NULL;
-}
-static void fake_query_cancel(void *impl, struct backend_query *q) { }
-static void fake_free(void *impl) { }
-static int64_t fake_unreachable_since(void *impl) { return 0; }
-static enum locks_result fake_pass_on(void *impl, struct hold *from, struct hold *to,
-                                      unsigned more, uint64_t *token)
-{
-    return LOCKS_BUSY;       /* release and grant through acquire, as before */
-}
 
 static const struct backend_ops fake_ops = {
     .name = "fake",
