@@ -163,6 +163,12 @@ static void conn_release_all(struct conn *c)
     locks_owner_release_all(c->srv->locks, &c->owner);
 }
 
+/* ZooKeeper (distributed mode) could not be asked. */
+static void reply_unavailable(struct conn *c)
+{
+    reply_err(c, PROTO_ERR_UNAVAILABLE, "the lock service is not reachable; retry later");
+}
+
 /* Releases everything and queues the last reply; conn_on_write closes. */
 static void conn_begin_close(struct conn *c)
 {
@@ -215,7 +221,7 @@ static void reply_lock_result(struct conn *c, enum proto_cmd cmd, const char *na
         break;
     case LOCKS_UNAVAILABLE:
         /* Not somebody's hold: the daemon could not ask (ZooKeeper outage). */
-        reply_err(c, PROTO_ERR_UNAVAILABLE, "the lock service is not reachable; retry later");
+        reply_unavailable(c);
         break;
     case LOCKS_LIMIT:
         snprintf(buf, sizeof(buf), "this connection already holds or awaits %u locks",
@@ -301,7 +307,7 @@ static void reply_status(struct conn *c, const char *name, const struct backend_
     enum lock_mode m;
 
     if (!zi->ok) {
-        reply_err(c, PROTO_ERR_UNAVAILABLE, "the lock service is not reachable; retry later");
+        reply_unavailable(c);
         return;
     }
     locks_status(c->srv->locks, name, &ls);
@@ -382,7 +388,7 @@ static void reply_lease_op(struct conn *c, const char *name, enum locks_result r
                   "is wrong, or the lease ended");
         break;
     case LOCKS_UNAVAILABLE:
-        reply_err(c, PROTO_ERR_UNAVAILABLE, "the lock service is not reachable; retry later");
+        reply_unavailable(c);
         break;
     default:
         reply_err(c, PROTO_ERR_INTERNAL, "out of memory");

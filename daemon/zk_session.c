@@ -13,16 +13,15 @@
 #include "zk.h"
 #include "zk_int.h"
 
-#include <errno.h>
 #include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "locks.h"
 #include "log.h"
 #include "settings.h"
 
@@ -115,15 +114,6 @@ static void zk_rearm(struct zk *zk)
     }
 }
 
-/* Milliseconds on a clock that a changed system time does not move. */
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void on_barrier(int rc, const char *value, const void *data)
 {
     struct zk *zk = (struct zk *)data;
@@ -147,7 +137,7 @@ static void on_barrier(int rc, const char *value, const void *data)
  */
 static void zk_check_stall(struct zk *zk)
 {
-    int64_t now = mono_ms(), silent = now - zk->heard_ms;
+    int64_t now = locks_mono_ms(), silent = now - zk->heard_ms;
 
     if (!zk->session_id || !zk->heard_ms || silent <= (int64_t)zk_timeout_ms(zk) * 2 / 3)
         return;
@@ -198,7 +188,7 @@ static void arm_down_report(struct zk *zk, int ms)
 static void on_down_report(evutil_socket_t fd, short what, void *arg)
 {
     struct zk *zk = arg;
-    long long secs = (long long)((mono_ms() - zk->down_since_ms) / 1000);
+    long long secs = (long long)((locks_mono_ms() - zk->down_since_ms) / 1000);
 
     if (zk->state == ZK_CONNECTED)
         return;
@@ -219,7 +209,7 @@ static void zk_went_down(struct zk *zk)
 {
     if (zk->down_since_ms)
         return;
-    zk->down_since_ms = mono_ms();
+    zk->down_since_ms = locks_mono_ms();
     zk->down_reports = 0;
     arm_down_report(zk, DOWN_REPORT_FIRST_MS);
 }
@@ -228,7 +218,7 @@ static void zk_came_up(struct zk *zk)
 {
     if (zk->down_reports)
         log_info("zk: ZooKeeper reachable again after %lld s",
-                 (long long)((mono_ms() - zk->down_since_ms) / 1000));
+                 (long long)((locks_mono_ms() - zk->down_since_ms) / 1000));
     zk->down_since_ms = 0;
     zk->down_reports = 0;
     zk->unresolved = false;
@@ -238,7 +228,7 @@ static void zk_came_up(struct zk *zk)
 static void on_io(evutil_socket_t fd, short what, void *arg)
 {
     struct zk *zk = arg;
-    int64_t now = mono_ms();
+    int64_t now = locks_mono_ms();
     int events = 0;
 
     zk_check_stall(zk);      /* before anything read now is believed */
@@ -388,7 +378,7 @@ static void on_session_event(zhandle_t *zh, int type, int state, const char *pat
         zk->state = ZK_CONNECTED;
         zk_came_up(zk);
         zk->negotiated_ms = zoo_recv_timeout(zh);
-        zk->heard_ms = mono_ms();
+        zk->heard_ms = locks_mono_ms();
         evtimer_del(zk->lost_timer);
         if (same) {
             zk->reconnects++;
@@ -401,7 +391,7 @@ static void on_session_event(zhandle_t *zh, int type, int state, const char *pat
         zk_locks_resume(zk);
         zk_lease_sweep(zk);
     } else if (state == ZOO_CONNECTING_STATE) {
-        int64_t left = zk->heard_ms + (int64_t)zk->negotiated_ms * 2 / 3 - mono_ms();
+        int64_t left = zk->heard_ms + (int64_t)zk->negotiated_ms * 2 / 3 - locks_mono_ms();
         struct timeval tv = { 0, 0 };
         if (zk->state == ZK_CONNECTED)
             log_warn("zk: disconnected from ZooKeeper; reconnecting");
