@@ -11,7 +11,8 @@
 #
 # Exit 77 (automake: SKIP) when LB_TEST_DEB=0, when dpkg-buildpackage, dh or
 # lintian is not installed (apt-get install debhelper lintian), or when the
-# source tree is not a git work tree (a release tarball, and so distcheck).
+# source tree is not the top of a git work tree (a release tarball, and so
+# distcheck).
 # LB_KEEP_DEB=DIR keeps the built package in DIR.
 set -eu
 
@@ -23,8 +24,11 @@ for tool in dpkg-buildpackage dpkg-deb dh lintian git; do
     command -v "$tool" >/dev/null 2>&1 || skip "$tool not found"
 done
 [ -d "$srcdir/debian" ] || skip "$srcdir has no debian/ directory"
-git -C "$srcdir" rev-parse --is-inside-work-tree >/dev/null 2>&1 ||
-    skip "$srcdir is not a git work tree"
+# distcheck unpacks the tarball inside the work tree, in an ignored directory:
+# only the top of a work tree counts.
+top=$(git -C "$srcdir" rev-parse --show-toplevel 2>/dev/null || true)
+[ -n "$top" ] && [ "$(cd "$top" && pwd -P)" = "$(cd "$srcdir" && pwd -P)" ] ||
+    skip "$srcdir is not the top of a git work tree"
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/lbdeb.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
@@ -101,7 +105,7 @@ if [ -n "$unit" ]; then
         grep -qxF "$line" "$tmp/root$unit" || bad "$unit lacks the line $line"
     done
 fi
-grep -qE '^u lockbroker ' "$tmp/root/usr/lib/sysusers.d/lockbroker.conf" ||
+grep -qsE '^u lockbroker ' "$tmp/root/usr/lib/sysusers.d/lockbroker.conf" ||
     bad "sysusers.d/lockbroker.conf does not declare the user lockbroker"
 
 # The packaged daemon accepts the packaged configuration and has its version.
