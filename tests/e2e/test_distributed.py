@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 import socket
+import struct
 import threading
 import unittest
 
@@ -1715,6 +1716,29 @@ class AclTest(DistributedBase):
             # The holder's node was not touched.
             self.assertEqual(len(lock_nodes(hosts, self.root)["ox"]), 1)
 
+    def test_refused_credentials_are_said_and_retried_slowly(self):
+        # ZooKeeper's digest provider takes any credentials; a proxy plays
+        # a server that refuses them (as a SASL or custom provider may).
+        proxy = AuthRefusingProxy(self.zk.port)
+        self.addCleanup(proxy.close)
+        d = self.start_daemon(proxy.hosts, "F", extra=auth_file(AUTH))
+        d.killed = True                       # it logs errors, on purpose
+        refused = (r"error zk: ZooKeeper refused the digest credentials of user 'lockbroker' "
+                   r"\(from \S+zk-auth-\S+\): this handle is unusable; a new session in 10 s")
+        d.wait_log(refused)
+        self.assertRegex(self.client(d).request("TRYLOCK rx"), r"^ERR UNAVAILABLE ")
+        # The outage report (5 s after) comes before the next session (10 s).
+        # (The C client may send the credentials again on the same handle
+        # when it sees the connection close before it reads the refusal.)
+        d.wait_log(r"zk: cannot reach ZooKeeper at %s \(it refuses the \[zookeeper\] "
+                   r"auth credentials\)" % re.escape(proxy.hosts), scaled(15.0))
+        mark = d.log_mark()
+        self.assertEqual(len([ln for ln in d.lines if re.search(refused, ln)]), 1)
+        self.assertLessEqual(proxy.refused, 2)
+        d.wait_log(refused, scaled(20.0), since=mark)
+        self.assertLessEqual(proxy.refused, 4)
+        note("credentials refused %d times in 2 sessions" % proxy.refused)
+
     def test_chroot(self):
         port = self.zk.port
         chroot = "/lbchroot-" + str(os.getpid())
@@ -1732,6 +1756,84 @@ class AclTest(DistributedBase):
         d = self.start_daemon("127.0.0.1:%d/lbchroot-missing" % port, "M")
         d.killed = True
         d.wait_log(r"zk: the chroot /lbchroot-missing of \[zookeeper\] hosts does not exist")
+
+
+class AuthRefusingProxy:
+    """A loopback TCP proxy to a ZooKeeper server that answers every auth
+    packet (xid -4) itself with AUTHFAILED and closes the connection, as a
+    server does when it refuses credentials. .refused counts them."""
+
+    def __init__(self, upstream_port):
+        self.upstream = ("127.0.0.1", upstream_port)
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.hosts = "127.0.0.1:%d" % self.listener.getsockname()[1]
+        self.refused = 0
+        self.socks = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+                server = socket.create_connection(self.upstream)
+            except OSError:
+                return
+            self.socks += [client, server]
+            threading.Thread(target=self._replies, args=(server, client), daemon=True).start()
+            threading.Thread(target=self._requests, args=(client, server), daemon=True).start()
+
+    @staticmethod
+    def _frame(sock):
+        head = b""
+        while len(head) < 4:
+            more = sock.recv(4 - len(head))
+            if not more:
+                return None
+            head += more
+        body = b""
+        n = struct.unpack(">i", head)[0]
+        while len(body) < n:
+            more = sock.recv(n - len(body))
+            if not more:
+                return None
+            body += more
+        return head + body
+
+    def _replies(self, server, client):
+        try:
+            while True:
+                data = server.recv(65536)
+                if not data:
+                    break
+                client.sendall(data)
+        except OSError:
+            pass
+
+    def _requests(self, client, server):
+        try:
+            while True:
+                frame = self._frame(client)
+                if frame is None:
+                    break
+                if len(frame) >= 12 and struct.unpack(">ii", frame[4:12]) == (-4, 100):
+                    self.refused += 1
+                    client.sendall(struct.pack(">iiqi", 16, -4, 0, -115))
+                    break
+                server.sendall(frame)
+        except OSError:
+            pass
+        for sock in (client, server):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self):
+        self.listener.close()
+        for sock in self.socks:
+            sock.close()
 
 
 class ReplyDroppingProxy:
