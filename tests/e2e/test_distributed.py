@@ -1758,84 +1758,6 @@ class AclTest(DistributedBase):
         d.wait_log(r"zk: the chroot /lbchroot-missing of \[zookeeper\] hosts does not exist")
 
 
-class AuthRefusingProxy:
-    """A loopback TCP proxy to a ZooKeeper server that answers every auth
-    packet (xid -4) itself with AUTHFAILED and closes the connection, as a
-    server does when it refuses credentials. .refused counts them."""
-
-    def __init__(self, upstream_port):
-        self.upstream = ("127.0.0.1", upstream_port)
-        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(16)
-        self.hosts = "127.0.0.1:%d" % self.listener.getsockname()[1]
-        self.refused = 0
-        self.socks = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                client, _ = self.listener.accept()
-                server = socket.create_connection(self.upstream)
-            except OSError:
-                return
-            self.socks += [client, server]
-            threading.Thread(target=self._replies, args=(server, client), daemon=True).start()
-            threading.Thread(target=self._requests, args=(client, server), daemon=True).start()
-
-    @staticmethod
-    def _frame(sock):
-        head = b""
-        while len(head) < 4:
-            more = sock.recv(4 - len(head))
-            if not more:
-                return None
-            head += more
-        body = b""
-        n = struct.unpack(">i", head)[0]
-        while len(body) < n:
-            more = sock.recv(n - len(body))
-            if not more:
-                return None
-            body += more
-        return head + body
-
-    def _replies(self, server, client):
-        try:
-            while True:
-                data = server.recv(65536)
-                if not data:
-                    break
-                client.sendall(data)
-        except OSError:
-            pass
-
-    def _requests(self, client, server):
-        try:
-            while True:
-                frame = self._frame(client)
-                if frame is None:
-                    break
-                if len(frame) >= 12 and struct.unpack(">ii", frame[4:12]) == (-4, 100):
-                    self.refused += 1
-                    client.sendall(struct.pack(">iiqi", 16, -4, 0, -115))
-                    break
-                server.sendall(frame)
-        except OSError:
-            pass
-        for sock in (client, server):
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def close(self):
-        self.listener.close()
-        for sock in self.socks:
-            sock.close()
-
-
 class ReplyDroppingProxy:
     """A loopback TCP proxy to a ZooKeeper server that can swallow the
     server's replies on the connections open at the time (requests still get
@@ -1875,6 +1797,10 @@ class ReplyDroppingProxy:
                 pair[dst].sendall(data)
         except OSError:
             pass
+        self._shut(pair)
+
+    @staticmethod
+    def _shut(pair):
         for sock in pair[:2]:
             try:
                 sock.shutdown(socket.SHUT_RDWR)
@@ -1892,6 +1818,46 @@ class ReplyDroppingProxy:
             for pair in self.pairs:
                 for sock in pair[:2]:
                     sock.close()
+
+
+class AuthRefusingProxy(ReplyDroppingProxy):
+    """A loopback TCP proxy to a ZooKeeper server that answers every auth
+    packet (xid -4) itself with AUTHFAILED and closes the connection, as a
+    server does when it refuses credentials. .refused counts them."""
+
+    def __init__(self, upstream_port):
+        self.refused = 0
+        super().__init__(upstream_port)
+
+    @staticmethod
+    def _frame(sock):
+        """One length-prefixed packet, or None at EOF."""
+        out, want = b"", 4
+        while len(out) < want:
+            more = sock.recv(want - len(out))
+            if not more:
+                return None
+            out += more
+            if len(out) == 4 and want == 4:
+                want += struct.unpack(">i", out)[0]
+        return out
+
+    def _pump(self, pair, src, dst):
+        if src == 1:
+            return super()._pump(pair, src, dst)
+        try:
+            while True:
+                frame = self._frame(pair[0])
+                if frame is None:
+                    break
+                if len(frame) >= 12 and struct.unpack(">ii", frame[4:12]) == (-4, 100):
+                    self.refused += 1
+                    pair[0].sendall(struct.pack(">iiqi", 16, -4, 0, -115))
+                    break
+                pair[1].sendall(frame)
+        except OSError:
+            pass
+        self._shut(pair)
 
 if __name__ == "__main__":
     if not zk_available():
