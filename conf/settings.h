@@ -33,6 +33,7 @@ struct settings {
     /* [zookeeper] */
     char *zk_hosts;             /* "host:port,..." or NULL for embedded mode; malloc'd */
     char *zk_root;              /* znode prefix, "/lockbroker"; malloc'd, never NULL */
+    char *zk_auth;              /* file with user:password (digest scheme), or NULL; malloc'd */
     unsigned zk_session_timeout_ms; /* requested; the server may negotiate another */
     unsigned zk_lease_skew_ms;  /* how far apart daemons' clocks may be, for lease ends */
     unsigned zk_local_handoff;  /* consecutive grants passed among this daemon's clients */
@@ -93,6 +94,18 @@ int settings_load_string(struct settings *s, const char *text, const char *sourc
  */
 int settings_set(struct settings *s, const char *section, const char *key,
                  const char *value, char *err, size_t errlen);
+
+/* The longest [zookeeper] auth: "user:password" in bytes. */
+#define SETTINGS_ZK_AUTH_MAX 255
+
+/*
+ * Reads the [zookeeper] auth file at path: one line, "user:password" (a
+ * final LF or CRLF is dropped), into buf (len bytes: SETTINGS_ZK_AUTH_MAX + 2
+ * fits the longest with its LF). A file that others may read or write, one
+ * too long, of more than one line, or without a user, ':' and a password is
+ * refused. Returns 0, or -1 with "PATH: why" in err (never the secret).
+ */
+int settings_read_zk_auth(const char *path, char *buf, size_t len, char *err, size_t errlen);
 
 const char *settings_log_level_name(enum log_level l);
 

@@ -52,7 +52,8 @@ static void usage(FILE *f)
             "  -c FILE       read settings from FILE (INI; see lockbrokerd.conf(5))\n"
             "  -l IP:PORT    listen on this numeric address (default %s;\n"
             "                [::1]:7411 for IPv6; port 0 picks a free port)\n"
-            "  -z HOSTS      ZooKeeper ensemble, host:port[,host:port...] (distributed mode)\n"
+            "  -z HOSTS      ZooKeeper ensemble, host:port[,host:port...][/chroot]\n"
+            "                (distributed mode)\n"
             "  -t            check the configuration and exit\n"
             "  -v            log at debug level\n"
             "  -h            show this help\n"
@@ -157,7 +158,7 @@ int main(int argc, char **argv)
     struct backend *backend = NULL;
     struct event_config *cfg;
     bool check_only = false, started = false;
-    char err[512];
+    char err[512], zk_auth[SETTINGS_ZK_AUTH_MAX + 2] = "";
     int opt, rc = 1;
 
     memset(&d, 0, sizeof(d));
@@ -182,8 +183,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "lockbrokerd: %s\n", err);
         return 1;
     }
+    /* Read once: a changed file takes a restart, as the other [zookeeper] settings. */
+    if (d.s.zk_auth && settings_read_zk_auth(d.s.zk_auth, zk_auth, sizeof(zk_auth), err,
+                                             sizeof(err)) < 0) {
+        fprintf(stderr, "lockbrokerd: [zookeeper] auth: %s\n", err);
+        settings_free(&d.s);
+        return 1;
+    }
     log_set_level(d.s.log_level);
     if (check_only) {
+        explicit_bzero(zk_auth, sizeof(zk_auth));
         printf("lockbrokerd: configuration OK\n");
         settings_free(&d.s);
         return 0;
@@ -206,7 +215,9 @@ int main(int argc, char **argv)
         goto out;
     }
     server_make_daemon_id(d.id, sizeof(d.id));
-    backend = d.s.zk_hosts ? zk_backend_new(d.base, &d.s, d.id) : backend_embedded_new();
+    backend = d.s.zk_hosts ? zk_backend_new(d.base, &d.s, d.id, zk_auth[0] ? zk_auth : NULL)
+                           : backend_embedded_new();
+    explicit_bzero(zk_auth, sizeof(zk_auth));
     if (!backend || !(d.locks = locks_new(d.base, backend, d.s.max_locks_per_client)) ||
         !(d.leases = leases_new(d.base, d.locks, backend, d.s.max_leases))) {
         log_error("out of memory");

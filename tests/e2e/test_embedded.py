@@ -2653,6 +2653,39 @@ class ConfigTests(Case):
                 self.assertNotIn("configuration OK", r.stdout)
                 self.assertNotIn("ready", r.stderr)
 
+    def test_zk_auth_file_checked_at_start(self):
+        d = lbharness.make_tmpdir()
+
+        def auth(name, text, mode):
+            path = os.path.join(d, name)
+            with open(path, "w") as f:
+                f.write(text)
+            os.chmod(path, mode)
+            return "[zookeeper]\nhosts = 127.0.0.1:1/lb\nauth = %s\n" % path, path
+
+        good, _ = auth("good", "lockbroker:s3cret\n", 0o640)
+        r = run_daemon(["-t"], config=good)
+        self.assertEqual(r.returncode, 0, r)
+        for name, text, mode, why in (
+                ("open", "lockbroker:s3cret\n", 0o644,
+                 "others may read or write it (mode 0644); chmod o-rwx "),
+                ("nouser", "s3cret\n", 0o600, "not user:password"),
+                ("twolines", "lockbroker:s3cret\nmore\n", 0o600, "more than one line"),
+                ("long", "lockbroker:" + "x" * 300, 0o600, "longer than 255 bytes")):
+            config, path = auth(name, text, mode)
+            for flags in (["-t"], ["-l", "127.0.0.1:0"]):
+                with self.subTest(file=name, flags=flags):
+                    r = run_daemon(flags, config=config)
+                    check_failure_exit(r.returncode)
+                    self.assertIn("lockbrokerd: [zookeeper] auth: %s: %s" % (path, why),
+                                  r.stderr)
+                    self.assertNotIn("s3cret", r.stderr)
+                    self.assertNotIn("configuration OK", r.stdout)
+                    self.assertNotIn("ready", r.stderr)
+        r = run_daemon(["-t"], config="[zookeeper]\nauth = %s/missing\n" % d)
+        check_failure_exit(r.returncode)
+        self.assertIn("lockbrokerd: [zookeeper] auth: %s/missing: cannot open: " % d, r.stderr)
+
     def test_usage_says_ip_port(self):
         r = run_daemon(["-h"])
         self.assertIn("-l IP:PORT", r.stdout)
