@@ -1,7 +1,8 @@
 #!/bin/sh
 # Runs the embedded and the authentication end-to-end suites with the daemon
 # under valgrind: a leak (definite), an invalid access or an uninitialised read
-# makes the daemon exit 99, and the harness fails every test whose daemon does not exit 0.
+# makes the daemon exit 99, and the harness fails every test whose daemon does
+# not exit 0.
 # Exit 77 (automake: SKIP) when valgrind is not installed.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
