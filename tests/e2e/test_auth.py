@@ -316,6 +316,33 @@ class ReloadTests(Case):
         self.login(d, "carol")
 
 
+class ReadmeTests(Case):
+    def test_readme_users_line_and_session(self):
+        """The README's users file line and nc session, as printed."""
+        readme = os.path.join(os.environ.get("LB_SRCDIR") or
+                              os.path.join(lbharness.HERE, "..", ".."), "README.md")
+        with open(readme) as f:
+            text = f.read()
+        line = re.search(r"^(deploy:\$6\$\S+)$", text, re.M).group(1)
+        session = re.search(r"\n```\n(> LOCK deploy-web\nERR NOAUTH.*?)```", text, re.S).group(1)
+        tmp = make_tmpdir()
+        path = os.path.join(tmp, "users")
+        with open(path, "w") as f:
+            f.write(line + "\n")
+        d = Daemon(config="[server]\nusers_file = %s\n" % path).start()
+        self.addCleanup(d.stop)
+        c = self.connect(d)
+        lines = session.splitlines()
+        self.assertEqual(len(lines), 8)
+        for req, reply in zip(lines[0::2], lines[1::2]):
+            c.send(req[2:] + "\n")
+            got = c.line()
+            if reply.startswith("OK deploy-web "):
+                self.assertRegex(got, r"^OK deploy-web \d+$")
+            else:
+                self.assertEqual(got, reply)
+
+
 class StartTests(Case):
     def test_bad_users_file_stops_start(self):
         tmp = make_tmpdir()
