@@ -1213,7 +1213,7 @@ class AdminTests(Case):
         lines = read_block(c)
         words = [re.match(r"HELP (\S+)", l).group(1) for l in lines]
         self.assertEqual(words, ["LOCK", "TRYLOCK", "UNLOCK", "RENEW", "PING", "QUIT", "STATUS",
-                                 "LOCKS", "CLIENT", "STATS", "HELP"])
+                                 "LOCKS", "CLIENT", "STATS", "HELP", "AUTH"])
         self.assertIn("HELP LOCK <name> [<wait-ms>] [shared|limit=<n>] [ttl=<ms>] - ", lines[0])
         self.ping(c)                                  # still usable, in order
 
