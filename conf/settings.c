@@ -21,6 +21,9 @@
 
 static const char *const level_names[] = { "error", "warn", "info", "debug" };
 
+/* SETTING_BOOL words: false at even indexes, true at odd ones. */
+static const char *const bool_words[] = { "no", "yes", "false", "true", "off", "on", "0", "1" };
+
 const char *settings_log_level_name(enum log_level l)
 {
     return (unsigned)l < sizeof(level_names) / sizeof(level_names[0]) ? level_names[l] : "?";
@@ -181,6 +184,8 @@ static int valid_zk_root(const char *v)
 #define PATH(f)      SETTING_PATH, FIELD(f, char *)
 #define ZK_HOSTS(f)  SETTING_ZK_HOSTS, FIELD(f, char *)
 #define ZK_ROOT(f)   SETTING_ZK_ROOT, FIELD(f, char *)
+#define BOOL(f)      SETTING_BOOL, FIELD(f, unsigned)
+#define GROUP(f)     SETTING_GROUP, FIELD(f, char *)
 
 /* struct setting.restart: NULL, or the name a reload warning gives a group. */
 #define ON_SIGHUP    NULL
@@ -206,6 +211,15 @@ static const struct setting rows[] = {
     /* owner and group; widen it in the file if needed */
     { "server", "unix_socket_mode", MODE(unix_socket_mode), "0660", 0, 0777, RESTART_UNIX,
       "permission bits of the Unix socket, in octal" },
+    /* 32: the longest group name useradd(8) allows */
+    { "server", "unix_socket_group", GROUP(unix_socket_group), "", 0, 32, "unix_socket_group",
+      "group of the Unix socket (name or number); empty: the daemon's" },
+    /* Turning AUTH on or off changes every connection's rules: a restart.
+     * SIGHUP re-reads the file itself. */
+    { "server", "users_file", PATH(users_file), "", 0, 4096, "users_file",
+      "users who may connect (name:hash:patterns lines); empty: no AUTH" },
+    { "server", "allow_anonymous", BOOL(allow_anonymous), "no", 0, 1, "allow_anonymous",
+      "yes: listen on a non-loopback address even without users_file" },
     /* a few MB of buffers at most; raise with ulimit -n */
     { "server", "max_clients", UINT(max_clients), "4096", 1, 1000000, ON_SIGHUP,
       "connections served at once; one more is refused with ERR LIMIT" },
@@ -269,6 +283,7 @@ static enum storage storage_of(enum setting_type t)
     switch (t) {
     case SETTING_UINT:
     case SETTING_MODE:
+    case SETTING_BOOL:
         return STORE_UINT;
     case SETTING_LOG_LEVEL:
         return STORE_LEVEL;
@@ -276,6 +291,7 @@ static enum storage storage_of(enum setting_type t)
     case SETTING_PATH:
     case SETTING_ZK_HOSTS:
     case SETTING_ZK_ROOT:
+    case SETTING_GROUP:
         break;
     }
     return STORE_STR;
@@ -342,6 +358,18 @@ static int set_row(struct settings *s, const struct setting *r, const char *v, c
         if (!valid_zk_root(v))
             return SET_ERR("%s: '%s' is not an absolute ZooKeeper path like /lockbroker",
                            r->key, v);
+        break;
+    case SETTING_BOOL:
+        for (unsigned i = 0; i < sizeof(bool_words) / sizeof(bool_words[0]); i++)
+            if (strcasecmp(v, bool_words[i]) == 0) {
+                *(unsigned *)field = i % 2;
+                return 0;
+            }
+        return SET_ERR("%s: '%s' is not yes or no", r->key, v);
+    case SETTING_GROUP:
+        if (strlen(v) > r->max || strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                            "0123456789._-") != strlen(v) || v[0] == '-')
+            return SET_ERR("%s: '%s' is not a group name or number", r->key, v);
         break;
     }
     /* A string type that accepts an empty value means "none" by it. */
@@ -478,6 +506,9 @@ void settings_format_reloadable(const struct settings *s, char *buf, size_t len)
         case SETTING_MODE:
             snprintf(value, sizeof(value), "0%03o", *(const unsigned *)f);
             break;
+        case SETTING_BOOL:
+            v = *(const unsigned *)f ? "yes" : "no";
+            break;
         case SETTING_LOG_LEVEL:
             v = settings_log_level_name(*(const enum log_level *)f);
             break;
@@ -485,6 +516,7 @@ void settings_format_reloadable(const struct settings *s, char *buf, size_t len)
         case SETTING_PATH:
         case SETTING_ZK_HOSTS:
         case SETTING_ZK_ROOT:
+        case SETTING_GROUP:
             v = *(char *const *)f ? *(char *const *)f : "(none)";
             break;
         }

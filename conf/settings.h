@@ -22,6 +22,9 @@ struct settings {
     char *listen;               /* "IP:PORT" or "[IPv6]:PORT"; malloc'd, never NULL */
     char *unix_socket;          /* path, or NULL for none; malloc'd */
     unsigned unix_socket_mode;  /* permission bits applied to the socket file */
+    char *unix_socket_group;    /* group name or number given the socket file, or NULL */
+    char *users_file;           /* path of the users file, or NULL: no AUTH; malloc'd */
+    unsigned allow_anonymous;   /* 1: serve a non-loopback listen address without users */
     unsigned max_clients;       /* connections served at once; more are refused */
     unsigned max_line;          /* longest request line in bytes, LF excluded */
     unsigned max_locks_per_client; /* locks held plus awaited by one connection */
@@ -50,6 +53,8 @@ enum setting_type {
     SETTING_PATH,       /* char *: at most max bytes; empty means none (NULL) */
     SETTING_ZK_HOSTS,   /* char *: "host:port[,host:port...]"; empty means none (NULL) */
     SETTING_ZK_ROOT,    /* char *: absolute znode path, no trailing slash */
+    SETTING_BOOL,       /* unsigned 0 or 1: yes/no, true/false, on/off, 1/0, any case */
+    SETTING_GROUP,      /* char *: a group name or number, at most max bytes; empty: none */
 };
 
 /* One setting. Rows live in static storage and never change. */

@@ -199,6 +199,9 @@ START_TEST(sample_file_is_defaults)
     ck_assert_str_eq(s.listen, d.listen);
     ck_assert_ptr_null(s.unix_socket);
     ck_assert_uint_eq(s.unix_socket_mode, d.unix_socket_mode);
+    ck_assert_ptr_null(s.unix_socket_group);
+    ck_assert_ptr_null(s.users_file);
+    ck_assert_uint_eq(s.allow_anonymous, d.allow_anonymous);
     ck_assert_uint_eq(s.max_clients, d.max_clients);
     ck_assert_uint_eq(s.max_line, d.max_line);
     ck_assert_uint_eq(s.max_locks_per_client, d.max_locks_per_client);
@@ -491,6 +494,63 @@ START_TEST(socket_path)
     set_fails("server", "unix_socket", path);
     ck_assert_msg(strstr(err, "path longer than") != NULL, "%s", err);
     ck_assert_uint_eq(strlen(s.unix_socket), sizeof(path) - 2);
+}
+END_TEST
+
+static void record_restart(const char *what, void *arg);
+
+START_TEST(auth_settings)
+{
+    ck_assert_ptr_null(s.users_file);
+    ck_assert_uint_eq(s.allow_anonymous, 0);
+    ck_assert_ptr_null(s.unix_socket_group);
+    load_ok("[server]\nusers_file = /etc/lockbroker/users\nallow_anonymous = yes\n"
+            "unix_socket_group = lockers\n");
+    ck_assert_str_eq(s.users_file, "/etc/lockbroker/users");
+    ck_assert_uint_eq(s.allow_anonymous, 1);
+    ck_assert_str_eq(s.unix_socket_group, "lockers");
+    set_ok("server", "allow_anonymous", "NO");
+    ck_assert_uint_eq(s.allow_anonymous, 0);
+    set_ok("server", "allow_anonymous", "on");
+    ck_assert_uint_eq(s.allow_anonymous, 1);
+    set_ok("server", "allow_anonymous", "0");
+    ck_assert_uint_eq(s.allow_anonymous, 0);
+    set_ok("server", "allow_anonymous", "True");
+    ck_assert_uint_eq(s.allow_anonymous, 1);
+    set_fails("server", "allow_anonymous", "maybe");
+    ck_assert_str_eq(err, "allow_anonymous: 'maybe' is not yes or no");
+    set_fails("server", "allow_anonymous", "");
+    ck_assert_uint_eq(s.allow_anonymous, 1);
+    set_ok("server", "unix_socket_group", "1001");
+    ck_assert_str_eq(s.unix_socket_group, "1001");
+    set_fails("server", "unix_socket_group", "lock ers");
+    ck_assert_str_eq(err, "unix_socket_group: 'lock ers' is not a group name or number");
+    set_fails("server", "unix_socket_group", "-x");
+    set_fails("server", "unix_socket_group", "a23456789012345678901234567890123");
+    set_ok("server", "unix_socket_group", "");
+    ck_assert_ptr_null(s.unix_socket_group);
+    set_ok("server", "users_file", "");
+    ck_assert_ptr_null(s.users_file);
+    load_fails("[server]\n\nallow_anonymous = sure\n",
+               "t:3: allow_anonymous: 'sure' is not yes or no");
+}
+END_TEST
+
+START_TEST(reload_users_file_needs_restart)
+{
+    struct settings fresh;
+    char warned[256] = "";
+
+    ck_assert_int_eq(settings_init(&fresh), 0);
+    ck_assert_int_eq(settings_load_string(&fresh, "[server]\nusers_file = /u\n"
+                                          "allow_anonymous = yes\nunix_socket_group = g\n",
+                                          "t", err, sizeof(err)), 0);
+    settings_reload(&s, &fresh, record_restart, warned);
+    ck_assert_ptr_null(s.users_file);
+    ck_assert_uint_eq(s.allow_anonymous, 0);
+    ck_assert_ptr_null(s.unix_socket_group);
+    ck_assert_str_eq(warned, "unix_socket_group|users_file|allow_anonymous|");
+    settings_free(&fresh);
 }
 END_TEST
 
@@ -1034,7 +1094,10 @@ START_TEST(table_defaults_in_range)
             ck_assert_uint_le(strlen(r->def), r->max);
         }
         /* ...and is what settings_init() left there. */
-        if (r->type != SETTING_UINT && r->type != SETTING_MODE && r->type != SETTING_LOG_LEVEL) {
+        if (r->type == SETTING_BOOL)
+            ck_assert_uint_eq(*(const unsigned *)field, strcmp(r->def, "yes") == 0);
+        else if (r->type != SETTING_UINT && r->type != SETTING_MODE &&
+                 r->type != SETTING_LOG_LEVEL) {
             const char *v = *(char *const *)field;
 
             if (*r->def)
@@ -1177,6 +1240,8 @@ static Suite *conf_suite(void)
     tcase_add_test(tc, integers_digits_only);
     tcase_add_test(tc, socket_mode);
     tcase_add_test(tc, socket_path);
+    tcase_add_test(tc, auth_settings);
+    tcase_add_test(tc, reload_users_file_needs_restart);
     tcase_add_test(tc, zk_root);
     tcase_add_test(tc, zk_root_length);
     tcase_add_test(tc, zk_hosts);

@@ -1213,7 +1213,7 @@ class AdminTests(Case):
         lines = read_block(c)
         words = [re.match(r"HELP (\S+)", l).group(1) for l in lines]
         self.assertEqual(words, ["LOCK", "TRYLOCK", "UNLOCK", "RENEW", "PING", "QUIT", "STATUS",
-                                 "LOCKS", "CLIENT", "STATS", "HELP"])
+                                 "LOCKS", "CLIENT", "STATS", "HELP", "AUTH"])
         self.assertIn("HELP LOCK <name> [<wait-ms>] [shared|limit=<n>] [ttl=<ms>] - ", lines[0])
         self.ping(c)                                  # still usable, in order
 
@@ -2469,7 +2469,9 @@ class DeadPeerTests(Case):
         self.addCleanup(self.ns.delete)
 
     def start(self, text):
-        d = Daemon(config=text, listen=self.ns.host_ip + ":0",
+        # The veth address is not loopback: without users that takes allow_anonymous.
+        d = Daemon(config="[server]\nallow_anonymous = yes\n" + text,
+                   listen=self.ns.host_ip + ":0",
                    name="lockbrokerd-" + self._testMethodName).start()
         self.addCleanup(d.stop)
         return d
@@ -2716,7 +2718,8 @@ class ConfigTests(Case):
                 self.assertIn("'%s'" % listen, r.stderr)
 
     def test_listen_address_not_available(self):
-        r = run_daemon(["-l", "192.0.2.1:0"])           # TEST-NET-1, not ours
+        r = run_daemon(["-l", "192.0.2.1:0"],           # TEST-NET-1, not ours
+                       config="[server]\nallow_anonymous = yes\n")
         check_failure_exit(r.returncode)
         self.assertIn("192.0.2.1:0", r.stderr)
         self.assertNotIn("ready", r.stderr)
@@ -2737,7 +2740,7 @@ class ConfigTests(Case):
         self.assertRegex(r.stdout, r"^lockbrokerd \S+\n$")
 
     def test_flag_overrides_file(self):
-        conf = "[server]\nlisten = 192.0.2.1:7411\n"     # cannot be bound here
+        conf = "[server]\nlisten = 192.0.2.1:7411\nallow_anonymous = yes\n"  # cannot be bound
         r = run_daemon([], config=conf)
         check_failure_exit(r.returncode)                 # the file is used ...
         with Daemon(config=conf, listen="127.0.0.1:0") as d:     # ... but -l wins
