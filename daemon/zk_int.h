@@ -20,6 +20,7 @@
 #include <zookeeper/zookeeper.h>
 
 #include "backend.h"
+#include "histogram.h"
 
 struct event;
 struct event_base;
@@ -64,6 +65,7 @@ struct zk {
     bool swept;                        /* the start-up sweep ran */
     uint64_t leases_removed;           /* expired lease nodes this daemon removed */
     uint64_t sessions, reconnects, outstanding;
+    struct histogram request_hist;     /* the lock recipe's requests, sent to completed */
     char daemon_id[96];                /* "<host>-<pid>-<random>", unique per daemon run */
     char root[256];
 };
@@ -73,6 +75,8 @@ struct zk {
 void zk_kick(struct zk *zk);
 /* Something failed: run zk_locks_resume() after a back-off. */
 void zk_arm_retry(struct zk *zk);
+/* A request sent at sent_us (locks_mono_us()) completed: for /metrics. */
+void zk_request_done(struct zk *zk, int64_t sent_us);
 
 /* zk_lock.c: the backend ops for acquisitions (see backend.h). */
 enum locks_result zk_lock_acquire(void *impl, struct hold *h, uint64_t *token);
