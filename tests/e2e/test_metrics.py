@@ -312,18 +312,23 @@ def scrape(d):
     return parse_exposition(body)
 
 
+def read_stats(c):
+    """STATS over the client c as {name: value-string}."""
+    c.send("STATS\n")
+    out = {}
+    while True:
+        line = c.line()
+        if line == "END":
+            return out
+        m = re.fullmatch(r"STAT (\S+) (.*)", line)
+        if not m:
+            raise AssertionError("bad STATS line %r" % line)
+        out[m.group(1)] = m.group(2)
+
+
 def stats(d):
     with d.client() as c:
-        c.send("STATS\n")
-        out = {}
-        while True:
-            line = c.line()
-            if line == "END":
-                return out
-            m = re.fullmatch(r"STAT (\S+) (.*)", line)
-            if not m:
-                raise AssertionError("bad STATS line %r" % line)
-            out[m.group(1)] = m.group(2)
+        return read_stats(c)
 
 
 # What each STAT is called in /metrics (docs in README.md and lockbrokerd.conf(5)).
@@ -371,14 +376,7 @@ def check_every_stat_exported(testcase, d):
     """Every numeric STAT is in /metrics with the same value (uptime may
     have moved on), under its name; the words as labels."""
     with d.client() as c:
-        c.send("STATS\n")
-        st = {}
-        while True:
-            line = c.line()
-            if line == "END":
-                break
-            k, v = re.fullmatch(r"STAT (\S+) (.*)", line).groups()
-            st[k] = v
+        st = read_stats(c)
         # The STATS connection is still open: the gauges agree.
         f = scrape(d)
     for stat, text in st.items():
