@@ -1,5 +1,6 @@
 #!/bin/sh
-# Runs the embedded end-to-end suite with the daemon under valgrind: a leak
+# Runs the embedded end-to-end suite (and test_metrics.py's embedded-mode
+# tests) with the daemon under valgrind: a leak
 # (definite), an invalid access or an uninitialised read makes the daemon exit
 # 99, and the harness fails every test whose daemon does not exit 0.
 # Exit 77 (automake: SKIP) when valgrind is not installed.
@@ -16,4 +17,9 @@ LB_DAEMON_WRAPPER="valgrind --quiet --error-exitcode=99 --leak-check=full --erro
 LB_TIMEOUT_SCALE=${LB_TIMEOUT_SCALE:-10}
 export LB_DAEMON_WRAPPER LB_TIMEOUT_SCALE
 
-exec "${PYTHON:-python3}" "$here/test_embedded.py" "$@"
+if [ $# -gt 0 ]; then
+    exec "${PYTHON:-python3}" "$here/test_embedded.py" "$@"
+fi
+# Then the HTTP endpoint's embedded-mode tests (test_metrics.py), under valgrind too.
+"${PYTHON:-python3}" "$here/test_embedded.py"
+exec "${PYTHON:-python3}" "$here/test_metrics.py" EmbeddedTest SettingTest
