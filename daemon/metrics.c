@@ -394,7 +394,7 @@ static void on_request(struct evhttp_request *req, void *arg)
     bool metrics = path && strcmp(path, "/metrics") == 0;
     bool healthz = path && strcmp(path, "/healthz") == 0;
 
-    log_debug("metrics: %s %s", cmd == EVHTTP_REQ_GET ? "GET" : cmd == EVHTTP_REQ_HEAD
+    log_debug("metrics: %s %.200s", cmd == EVHTTP_REQ_GET ? "GET" : cmd == EVHTTP_REQ_HEAD
               ? "HEAD" : "(other method)", evhttp_request_get_uri(req));
     if (!metrics && !healthz) {
         send_text(req, HTTP_NOTFOUND, "Not Found", "not found: try /metrics or /healthz\n");
