@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "json.h"
 #include "proto.h"
 #include "run.h"
 
@@ -35,10 +36,11 @@ struct options {
     int verbose;           /* -v (run and lease): say what a long wait waits for */
     const char *user;      /* -a, or NULL: no AUTH */
     const char *password_file; /* --password-file, or NULL: $LOCKBROKER_PASSWORD */
+    int json;              /* --json (stats and status): one JSON object */
 };
 
 /* Long options without a short form. */
-enum { OPT_LABEL = 256, OPT_PASSWORD_FILE };
+enum { OPT_LABEL = 256, OPT_PASSWORD_FILE, OPT_JSON };
 
 static void usage(FILE *f)
 {
@@ -48,9 +50,9 @@ static void usage(FILE *f)
         "       lockbroker [OPTIONS] lease [-w TIME] [-s | -n N] [--label L] [-v] NAME TTL\n"
         "       lockbroker [OPTIONS] renew NAME TOKEN TTL\n"
         "       lockbroker [OPTIONS] release NAME TOKEN\n"
-        "       lockbroker [OPTIONS] status [NAME]\n"
+        "       lockbroker [OPTIONS] status [--json] [NAME]\n"
         "       lockbroker [OPTIONS] locks [GLOB]\n"
-        "       lockbroker [OPTIONS] stats\n"
+        "       lockbroker [OPTIONS] stats [--json]\n"
         "       lockbroker [OPTIONS] ping\n"
         "Client of lockbrokerd. `run` holds lock NAME while COMMAND runs, with\n"
         "LOCKBROKER_NAME, LOCKBROKER_TOKEN (the fencing token) and LOCKBROKER_ADDR in its\n"
@@ -82,6 +84,8 @@ static void usage(FILE *f)
         "      --label L         run, lease: name this client L in STATUS and LOCKS\n"
         "                        (1-100 printable characters, no spaces; default:\n"
         "                        user@host:pid:command, command `lease` for lease)\n"
+        "      --json            stats, status: print one JSON object (numbers as\n"
+        "                        numbers, a token as a string) instead of lines\n"
         "  -v, --verbose         run, lease: once a wait for the lock passes 1 s, say on\n"
         "                        stderr who holds it (the default when stderr is a\n"
         "                        terminal)\n"
@@ -281,6 +285,7 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
         { "label", required_argument, NULL, OPT_LABEL },
         { "user", required_argument, NULL, 'a' },
         { "password-file", required_argument, NULL, OPT_PASSWORD_FILE },
+        { "json", no_argument, NULL, OPT_JSON },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
@@ -341,6 +346,9 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
             break;
         case OPT_PASSWORD_FILE:
             o->password_file = optarg;
+            break;
+        case OPT_JSON:
+            o->json = 1;
             break;
         case 'h':
             usage(stdout);
@@ -510,35 +518,40 @@ static void print_summary(const struct client_addr *a, char vals[][64])
     putchar('\n');
 }
 
-/* STATS: every STAT line, or (summary) one line about the daemon. */
-static int cmd_stats(const struct options *o, const struct client_addr *a, struct client *c,
-                     bool summary)
+/*
+ * Asks STATS and hands each STAT on: printed as it is, kept in vals (the
+ * summary's keys), or written to js as a JSON member.
+ */
+static int stats_exchange(const struct options *o, const struct client_addr *a,
+                          struct client *c, bool summary, char vals[][64], FILE *js)
 {
     struct exchange x;
-    char line[CLIENT_LINE_MAX + 1], vals[NSUMMARY][64];
+    char line[CLIENT_LINE_MAX + 1];
+    bool first = true;
     int rc;
 
-    memset(vals, 0, sizeof(vals));
     if ((rc = exchange_start(&x, o, a, c, "STATS\n")))
         return rc;
     for (;;) {
         if ((rc = exchange_line(&x, line, sizeof(line))))
             return rc;
-        if (strcmp(line, "END") == 0) {
-            if (summary)
-                print_summary(a, vals);
+        if (strcmp(line, "END") == 0)
             return CLI_EXIT_OK;
-        }
         if (strncmp(line, "STAT ", 5) == 0) {
             const char *key = line + 5, *val = strchr(key, ' ');
-            if (!summary) {
+            if (js && val) {
+                fputs(first ? "" : ",", js);
+                first = false;
+                json_write_string(js, key, (size_t)(val - key));
+                putc(':', js);
+                json_write_value(js, val + 1, strlen(val + 1));
+            } else if (!summary && !js) {
                 puts(line);
-                continue;
             }
-            for (size_t i = 0; val && i < NSUMMARY; i++)
+            for (size_t i = 0; summary && val && i < NSUMMARY; i++)
                 if (strlen(summary_keys[i]) == (size_t)(val - key) &&
                     strncmp(key, summary_keys[i], (size_t)(val - key)) == 0)
-                    snprintf(vals[i], sizeof(vals[i]), "%s", val + 1);
+                    snprintf(vals[i], 64, "%s", val + 1);
             continue;
         }
         if (strncmp(line, "ERR ", 4) == 0)
@@ -549,9 +562,49 @@ static int cmd_stats(const struct options *o, const struct client_addr *a, struc
 }
 
 /*
- * STATUS <name>: prints every line up to and including `STATUS <name> ...`.
- * Exits 0 if that says `held`, CLI_EXIT_FREE if `free`, so that scripts can
- * test it.
+ * STATS: every STAT line, or (summary) one line about the daemon, or
+ * (--json, either way) one JSON object of every STAT. The JSON is printed
+ * once END came: a broken reply prints nothing a script could take for an
+ * answer.
+ */
+static int cmd_stats(const struct options *o, const struct client_addr *a, struct client *c,
+                     bool summary)
+{
+    char vals[NSUMMARY][64];
+    char *json = NULL;
+    size_t json_len = 0;
+    FILE *js = NULL;
+    int rc;
+
+    memset(vals, 0, sizeof(vals));
+    if (o->json) {
+        summary = false;
+        if (!(js = open_memstream(&json, &json_len))) {
+            fprintf(stderr, "lockbroker: out of memory\n");
+            return CLI_EXIT_USAGE;
+        }
+        putc('{', js);
+    }
+    rc = stats_exchange(o, a, c, summary, vals, js);
+    if (js) {
+        fputs("}\n", js);
+        if (fclose(js) != 0) {
+            fprintf(stderr, "lockbroker: out of memory\n");
+            rc = rc == CLI_EXIT_OK ? CLI_EXIT_USAGE : rc;
+        } else if (rc == CLI_EXIT_OK) {
+            fputs(json, stdout);
+        }
+        free(json);
+    } else if (rc == CLI_EXIT_OK && summary) {
+        print_summary(a, vals);
+    }
+    return rc;
+}
+
+/*
+ * STATUS <name>: prints every line up to and including `STATUS <name> ...`
+ * (--json: that line alone, as a JSON object). Exits 0 if it says `held`,
+ * CLI_EXIT_FREE if `free`, so that scripts can test it.
  */
 static int cmd_status(const struct options *o, const struct client_addr *a, struct client *c,
                       const char *name)
@@ -573,17 +626,20 @@ static int cmd_status(const struct options *o, const struct client_addr *a, stru
         }
         if (strncmp(line, "ERR ", 4) == 0)
             return report_err(&x, "STATUS", line);
-        puts(line);
+        if (!o->json)
+            puts(line);
         if (strncmp(line, "STATUS ", 7) == 0) {
             /* STATUS <name> held|free ... */
             size_t nl = strlen(name);
             const char *state = line + 7 + nl;
             bool ours = strncmp(line + 7, name, nl) == 0 && state[0] == ' ';
+            bool held = ours && strncmp(state + 1, "held", 4) == 0 &&
+                        (state[5] == ' ' || !state[5]);
+            bool is_free = ours && strncmp(state + 1, "free", 4) == 0 &&
+                        (state[5] == ' ' || !state[5]);
 
-            if (ours && strncmp(state + 1, "held", 4) == 0 && (state[5] == ' ' || !state[5]))
-                return CLI_EXIT_OK;
-            if (ours && strncmp(state + 1, "free", 4) == 0 && (state[5] == ' ' || !state[5]))
-                return CLI_EXIT_FREE;
+            if ((held || is_free) && (!o->json || json_write_status(stdout, name, line)))
+                return held ? CLI_EXIT_OK : CLI_EXIT_FREE;
             fprintf(stderr, "lockbroker: unexpected reply to STATUS %s: %s\n", name, line);
             return CLI_EXIT_PROTOCOL;
         }
@@ -803,6 +859,8 @@ int main(int argc, char **argv)
         (o.lock_opts_given || o.grace_given))
         return usage_error("%s: -w, -g, -s and -n are options of run (-w, -s and -n also of "
                            "lease)", sub);
+    if (o.json && strcmp(sub, "stats") != 0 && strcmp(sub, "status") != 0)
+        return usage_error("%s: --json is an option of stats and status", sub);
     if (strcmp(sub, "run") != 0 && strcmp(sub, "lease") != 0 && (o.label || o.verbose))
         return usage_error("%s: --label and -v are options of run and lease", sub);
     if (strcmp(sub, "lease") == 0 && o.grace_given)

@@ -248,6 +248,9 @@ static const struct setting rows[] = {
     { "server", "tcp_user_timeout_ms", UINT(tcp_user_timeout_ms), "60000", 0, 86400000,
       ON_SIGHUP, "ms sent data may stay unacknowledged before the connection is closed; "
       "0: the kernel's default" },
+    /* No authentication on it: loopback (or a network only Prometheus reaches) */
+    { "server", "metrics_listen", LISTEN(metrics_listen), "", 0, 0, "metrics_listen",
+      "HTTP address of /metrics and /healthz, numeric IP:PORT or [IPv6]:PORT; empty: off" },
     { "zookeeper", "hosts", ZK_HOSTS(zk_hosts), "", 0, 0, RESTART_ZK,
       "ZooKeeper ensemble, host:port[,host:port...]; empty: embedded mode" },
     { "zookeeper", "root", ZK_ROOT(zk_root), "/lockbroker", 0, 0, RESTART_ZK,
@@ -337,7 +340,8 @@ static int set_row(struct settings *s, const struct setting *r, const char *v, c
             }
         return SET_ERR("%s: '%s' is not one of error, warn, info, debug", r->key, v);
     case SETTING_LISTEN:
-        if (valid_listen(v))
+        /* A listener that is off by default may be turned off again. */
+        if (valid_listen(v) || (!*v && !*r->def))
             break;
         if (is_name_and_port(v, &u) && strncasecmp(v, "localhost:", 10) == 0)
             return SET_ERR("%s: '%s': host names are not accepted; use 127.0.0.1:%u or "

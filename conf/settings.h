@@ -33,6 +33,8 @@ struct settings {
     unsigned tcp_keepalive_interval_s; /* between unanswered probes */
     unsigned tcp_keepalive_count;      /* unanswered probes that end the connection */
     unsigned tcp_user_timeout_ms;      /* unacknowledged data that ends it; 0: kernel's */
+    char *metrics_listen;       /* "IP:PORT" of the HTTP /metrics endpoint, or NULL for none;
+                                 * malloc'd */
     /* [zookeeper] */
     char *zk_hosts;             /* "host:port,..." or NULL for embedded mode; malloc'd */
     char *zk_root;              /* znode prefix, "/lockbroker"; malloc'd, never NULL */
@@ -49,7 +51,8 @@ enum setting_type {
     SETTING_UINT,       /* unsigned: decimal digits, from min to max */
     SETTING_MODE,       /* unsigned: octal permission bits, from min to max */
     SETTING_LOG_LEVEL,  /* enum log_level: error, warn, info or debug, any case */
-    SETTING_LISTEN,     /* char *: what settings_listen_addr() accepts */
+    SETTING_LISTEN,     /* char *: what settings_listen_addr() accepts; empty means none
+                         * (NULL) when the row's default is empty */
     SETTING_PATH,       /* char *: at most max bytes; empty means none (NULL) */
     SETTING_ZK_HOSTS,   /* char *: "host:port[,host:port...]"; empty means none (NULL) */
     SETTING_ZK_ROOT,    /* char *: absolute znode path, no trailing slash */

@@ -54,6 +54,13 @@ typedef void (*backend_lease_cb)(void *arg, enum locks_result r);
 /* Receives one statistic: name (lower case, no prefix) and its value. */
 typedef void (*backend_stat_fn)(void *cookie, const char *name, const char *value);
 
+struct histogram;
+/* Receives one histogram of durations: name (lower case, no prefix, in
+ * seconds: "zk_request_duration_seconds"), one line of help, and h, all
+ * borrowed for the call. */
+typedef void (*backend_hist_fn)(void *cookie, const char *name, const char *help,
+                                const struct histogram *h);
+
 struct backend_ops {
     const char *name;  /* "embedded", "distributed": the STATS mode */
     /* Get the lock for h (see the contract above). */
@@ -80,6 +87,8 @@ struct backend_ops {
     void (*release)(void *impl, struct hold *h);
     /* Reports the backend's own STATS lines through add(cookie, ...). */
     void (*stats)(void *impl, backend_stat_fn add, void *cookie);
+    /* Reports the backend's histograms for /metrics through add(cookie, ...). */
+    void (*histograms)(void *impl, backend_hist_fn add, void *cookie);
     /*
      * What the backend knows about name. Returns NULL after filling *now
      * when it can answer at once; otherwise a pending query whose cb(arg,

@@ -77,6 +77,9 @@ static enum locks_result embedded_lease_op(void *impl, const char *name, uint64_
 
 static void embedded_lease_op_cancel(void *impl, struct backend_lease_op *op) { }
 
+/* Embedded mode waits for nothing outside the table: no histograms of its own. */
+static void embedded_histograms(void *impl, backend_hist_fn add, void *cookie) { }
+
 static void embedded_free(void *impl)
 {
     free(impl);
@@ -90,6 +93,7 @@ static const struct backend_ops embedded_ops = {
     .pass_on = embedded_pass_on,
     .release = embedded_forget,
     .stats = embedded_stats,
+    .histograms = embedded_histograms,
     .query = embedded_query,
     .query_cancel = embedded_query_cancel,
     .ends_leases = false,

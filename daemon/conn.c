@@ -37,6 +37,7 @@
 #include "server.h"
 #include "settings.h"
 #include "users.h"
+#include "stats.h"
 
 enum conn_state {
     CONN_READING,   /* parsing request lines as they arrive */
@@ -263,8 +264,8 @@ static void reply_lock_result(struct conn *c, enum proto_cmd cmd, const char *na
     }
 }
 
-/* A backend's statistic as a STAT line; cookie is the output buffer. */
-static void add_backend_stat(void *cookie, const char *name, const char *value)
+/* A statistic as a STAT line; cookie is the output buffer. */
+static void add_stat_line(void *cookie, const char *name, const char *value)
 {
     evbuffer_add_printf(cookie, "STAT %s %s\n", name, value);
 }
@@ -273,45 +274,8 @@ static void add_backend_stat(void *cookie, const char *name, const char *value)
 static void reply_stats(struct conn *c)
 {
     struct evbuffer *out = bufferevent_get_output(c->bev);
-    const struct server *srv = c->srv;
-    struct locks_stats ls;
-    struct leases_stats lst;
 
-    locks_get_stats(srv->locks, &ls);
-    evbuffer_add_printf(out, "STAT version %s\n", PACKAGE_VERSION);
-    evbuffer_add_printf(out, "STAT mode %s\n", srv->backend->ops->name);
-    evbuffer_add_printf(out, "STAT uptime %lld\n", (long long)(time(NULL) - srv->started));
-    evbuffer_add_printf(out, "STAT curr_connections %u\n", srv->nconns);
-    evbuffer_add_printf(out, "STAT total_connections %llu\n",
-                        (unsigned long long)srv->stats.conns_total);
-    evbuffer_add_printf(out, "STAT rejected_connections %llu\n",
-                        (unsigned long long)srv->stats.conns_rejected);
-    evbuffer_add_printf(out, "STAT locks_held %llu\n", (unsigned long long)ls.held);
-    evbuffer_add_printf(out, "STAT waiters %llu\n", (unsigned long long)ls.waiting);
-    evbuffer_add_printf(out, "STAT grants %llu\n", (unsigned long long)ls.grants);
-    for (int m = 0; m < LOCK_MODE_COUNT; m++)
-        evbuffer_add_printf(out, "STAT grants_%s %llu\n", lock_mode_name((enum lock_mode)m),
-                            (unsigned long long)ls.grants_by_mode[m]);
-    evbuffer_add_printf(out, "STAT timeouts %llu\n", (unsigned long long)ls.timeouts);
-    evbuffer_add_printf(out, "STAT lost %llu\n", (unsigned long long)ls.lost);
-    evbuffer_add_printf(out, "STAT local_handoffs %llu\n", (unsigned long long)ls.handoffs);
-    evbuffer_add_printf(out, "STAT errors %llu\n", (unsigned long long)srv->stats.errors);
-    evbuffer_add_printf(out, "STAT auth_failures %llu\n",
-                        (unsigned long long)srv->stats.auth_failures);
-    for (int i = 0; i < PROTO_CMD_COUNT; i++) {
-        char word[16];
-        snprintf(word, sizeof(word), "%s", proto_cmd_word((enum proto_cmd)i));
-        for (char *p = word; *p; p++)
-            *p = (char)(*p - 'A' + 'a');
-        evbuffer_add_printf(out, "STAT cmd_%s %llu\n", word,
-                            (unsigned long long)srv->stats.cmds[i]);
-    }
-    leases_get_stats(srv->leases, &lst);
-    evbuffer_add_printf(out, "STAT leases %llu\n", (unsigned long long)lst.current);
-    evbuffer_add_printf(out, "STAT leases_granted %llu\n", (unsigned long long)lst.granted);
-    evbuffer_add_printf(out, "STAT leases_released %llu\n", (unsigned long long)lst.released);
-    evbuffer_add_printf(out, "STAT leases_expired %llu\n", (unsigned long long)lst.expired);
-    srv->backend->ops->stats(srv->backend->impl, add_backend_stat, out);
+    stats_each(c->srv, add_stat_line, out);
     evbuffer_add(out, "END\n", 4);
 }
 

@@ -15,6 +15,7 @@
 #include "config.h"
 #include "locks.h"
 #include "backend.h"
+#include "histogram.h"
 #include "log.h"
 
 #include <event2/event.h>
@@ -45,7 +46,8 @@ struct hold {
     uint32_t count;                /* re-entrant depth, >= 1 when HELD */
     uint64_t token;                /* valid when HELD */
     int64_t since_ms;              /* wall-clock time of the grant, valid when HELD */
-    int64_t asked_ms;              /* monotonic time of the request */
+    int64_t asked_us;              /* monotonic time of the request (locks_mono_us) */
+    int64_t granted_us;            /* monotonic time of the grant, valid when HELD */
     struct event *timer;           /* wait deadline, or NULL */
     void *backend_data;            /* the backend's; the table only moves it on handover */
 };
@@ -69,6 +71,7 @@ struct locks {
     bool closing;                  /* locks_shutdown() was called: grant nothing more */
     void *tree;                    /* tsearch root of struct lock * by name */
     struct locks_stats stats;
+    struct locks_histograms hist;
 };
 
 #define MAX_DEPTH UINT32_MAX
@@ -76,12 +79,17 @@ struct locks {
 
 static const char *const mode_names[LOCK_MODE_COUNT] = { "exclusive", "shared", "limit" };
 
-int64_t locks_mono_ms(void)
+int64_t locks_mono_us(void)
 {
     struct timespec ts;
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int64_t locks_mono_ms(void)
+{
+    return locks_mono_us() / 1000;
 }
 
 const char *lock_mode_name(enum lock_mode m)
@@ -190,6 +198,7 @@ static void hold_unlink(struct hold *h)
         if (h->state == HOLD_HELD) {
             l->nheld--;
             t->stats.held--;
+            histogram_observe(&t->hist.hold, locks_mono_us() - h->granted_us);
         } else {
             t->stats.waiting--;
         }
@@ -221,6 +230,8 @@ static void hold_grant(struct hold *h, uint64_t token)
     struct timeval now;
 
     gettimeofday(&now, NULL);
+    h->granted_us = locks_mono_us();
+    histogram_observe(&t->hist.wait, h->granted_us - h->asked_us);
     h->state = HOLD_HELD;
     h->lock->nheld++;
     h->count = 1;
@@ -339,7 +350,7 @@ static void on_wait_timeout(evutil_socket_t fd, short what, void *arg)
     struct lock_owner *o = h->owner;
     int64_t down = t->backend->ops->unreachable_since(t->backend->impl);
     /* Unreachable since before the request: an outage, not somebody's hold. */
-    enum locks_result r = down && down <= h->asked_ms ? LOCKS_UNAVAILABLE : LOCKS_TIMEOUT;
+    enum locks_result r = down && down <= h->asked_us / 1000 ? LOCKS_UNAVAILABLE : LOCKS_TIMEOUT;
     char name[NAME_COPY];
 
     snprintf(name, sizeof(name), "%s", h->lock->name);
@@ -473,7 +484,7 @@ enum locks_result locks_lock(struct locks *t, struct lock_owner *o, const char *
     h->weight = 1;
     h->try = no_wait;
     h->ttl_ms = req->ttl_ms;
-    h->asked_ms = locks_mono_ms();
+    h->asked_us = locks_mono_us();
     TAILQ_INSERT_TAIL(&l->waiters, h, in_lock);
     l->nwaiters++;
     TAILQ_INSERT_TAIL(&o->holds, h, in_owner);
@@ -536,6 +547,11 @@ void locks_owner_release_all(struct locks *t, struct lock_owner *o)
 void locks_get_stats(const struct locks *t, struct locks_stats *out)
 {
     *out = t->stats;
+}
+
+const struct locks_histograms *locks_get_histograms(const struct locks *t)
+{
+    return &t->hist;
 }
 
 void locks_status(const struct locks *t, const char *name, struct locks_status *out)

@@ -20,6 +20,8 @@
 #include <stdint.h>
 #include <sys/queue.h>
 
+#include "histogram.h"
+
 struct event_base;
 struct backend;
 struct lock;
@@ -89,6 +91,13 @@ struct locks_stats {
     uint64_t handoffs;    /* holds passed to the next local waiter (distributed mode) */
 };
 
+/* Durations on the lock path, for /metrics. Re-entrant grants are not
+ * counted: they neither waited nor start a hold of their own. */
+struct locks_histograms {
+    struct histogram wait;   /* request to grant (0 for a grant at once), every grant */
+    struct histogram hold;   /* grant to the end of the hold: released, lost or passed on */
+};
+
 /* base and backend are borrowed and must outlive the table. NULL when out of memory. */
 struct locks *locks_new(struct event_base *base, struct backend *backend,
                         unsigned max_per_client);
@@ -101,7 +110,8 @@ void locks_free(struct locks *t);
 
 void lock_owner_init(struct lock_owner *o, const struct lock_owner_ops *ops, const char *desc);
 
-/* Milliseconds on the monotonic clock. */
+/* Microseconds, milliseconds on the monotonic clock. */
+int64_t locks_mono_us(void);
 int64_t locks_mono_ms(void);
 
 /* "exclusive", "shared", "limit"; static. */
@@ -133,6 +143,8 @@ enum locks_result locks_unlock(struct locks *t, struct lock_owner *o, const char
 void locks_owner_release_all(struct locks *t, struct lock_owner *o);
 
 void locks_get_stats(const struct locks *t, struct locks_stats *out);
+/* The table's histograms; they live as long as t. */
+const struct locks_histograms *locks_get_histograms(const struct locks *t);
 
 struct locks_status {
     bool held;            /* an owner of this daemon holds it */

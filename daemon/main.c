@@ -20,6 +20,7 @@
 #include "lease.h"
 #include "locks.h"
 #include "log.h"
+#include "metrics.h"
 #include "server.h"
 #include "settings.h"
 #include "users.h"
@@ -44,6 +45,7 @@ struct daemon {
     struct locks *locks;
     struct leases *leases;
     struct users *users;       /* from [server] users_file, or NULL; the server borrows it */
+    struct metrics *metrics;   /* NULL unless metrics_listen is set */
     char id[96];               /* server_make_daemon_id() */
 };
 
@@ -256,6 +258,8 @@ int main(int argc, char **argv)
     if (server_start(&d.srv, d.base, &d.s, d.locks, d.leases, backend, d.users, d.id) < 0)
         goto out;
     started = true;
+    if (d.s.metrics_listen && !(d.metrics = metrics_start(&d.srv, d.s.metrics_listen)))
+        goto out;
     for (int i = 0; i < 3; i++) {
         sig_ev[i] = evsignal_new(d.base, signals[i], on_signal, &d);
         if (!sig_ev[i] || evsignal_add(sig_ev[i], NULL) < 0) {
@@ -278,6 +282,7 @@ int main(int argc, char **argv)
     log_info("stopped");
     rc = 0;
 out:
+    metrics_stop(d.metrics);
     if (started) {
         locks_shutdown(d.locks);
         server_stop(&d.srv);

@@ -21,6 +21,7 @@
 
 #include "backend.h"
 #include "settings.h"
+#include "histogram.h"
 
 struct event;
 struct event_base;
@@ -65,6 +66,7 @@ struct zk {
     bool swept;                        /* the start-up sweep ran */
     uint64_t leases_removed;           /* expired lease nodes this daemon removed */
     uint64_t sessions, reconnects, outstanding;
+    struct histogram request_hist;     /* the lock recipe's requests, sent to completed */
     char daemon_id[96];                /* "<host>-<pid>-<random>", unique per daemon run */
     char root[256];
     /* Who may change our nodes. Every create passes acl: the open ACL, or,
@@ -87,6 +89,8 @@ void zk_arm_retry(struct zk *zk);
 /* ZooKeeper answered ZNOAUTH for a change to path: says why, at most once
  * a minute. */
 void zk_report_noauth(struct zk *zk, const char *path);
+/* A request sent at sent_us (locks_mono_us()) completed: for /metrics. */
+void zk_request_done(struct zk *zk, int64_t sent_us);
 
 /* zk_lock.c: the backend ops for acquisitions (see backend.h). */
 enum locks_result zk_lock_acquire(void *impl, struct hold *h, uint64_t *token);

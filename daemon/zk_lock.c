@@ -80,6 +80,7 @@ struct zcall {
     struct zk *zk;
     uint64_t id;               /* the zlock's id, looked up again on completion */
     unsigned gen;
+    int64_t sent_us;           /* locks_mono_us() when the request was sent */
     struct zcall *watch;       /* getData only: the watch's context, freed here if unset */
     TAILQ_ENTRY(zcall) link;   /* zk->watches, for watch contexts only */
 };
@@ -150,6 +151,7 @@ static struct zcall *zcall_new(struct zlock *zl)
     c->zk = zl->zk;
     c->id = zl->id;
     c->gen = ++zl->gen;
+    c->sent_us = locks_mono_us();   /* the request goes out right after */
     c->watch = NULL;
     return c;
 }
@@ -163,6 +165,7 @@ static struct zlock *zcall_done(const void *data)
     unsigned gen = c->gen;
 
     zk->outstanding--;
+    zk_request_done(zk, c->sent_us);
     free(c);
     if (zk->state == ZK_EXPIRED || !zl || zl->gen != gen)
         return NULL;

@@ -32,6 +32,7 @@
 #define AUTH_RETRY_MS 10000
 
 static void zk_stats(void *impl, backend_stat_fn add, void *cookie);
+static void zk_histograms(void *impl, backend_hist_fn add, void *cookie);
 static void zk_free(void *impl);
 static void zk_before_request(void *impl);
 static int64_t zk_unreachable_since(void *impl);
@@ -44,6 +45,7 @@ static const struct backend_ops zk_ops = {
     .pass_on = zk_lock_pass_on,
     .release = zk_lock_let_go,
     .stats = zk_stats,
+    .histograms = zk_histograms,
     .query = zk_query,
     .query_cancel = zk_query_cancel,
     .ends_leases = true,
@@ -507,6 +509,11 @@ void zk_report_noauth(struct zk *zk, const char *path)
                   path);
 }
 
+void zk_request_done(struct zk *zk, int64_t sent_us)
+{
+    histogram_observe(&zk->request_hist, locks_mono_us() - sent_us);
+}
+
 void zk_arm_retry(struct zk *zk)
 {
     struct timeval tv = { 0, RETRY_MS * 1000 };
@@ -623,4 +630,13 @@ static void zk_stats(void *impl, backend_stat_fn add, void *cookie)
     add(cookie, "zk_requests", v);
     snprintf(v, sizeof(v), "%llu", (unsigned long long)zk->leases_removed);
     add(cookie, "zk_leases_removed", v);
+}
+
+static void zk_histograms(void *impl, backend_hist_fn add, void *cookie)
+{
+    struct zk *zk = impl;
+
+    add(cookie, "zk_request_duration_seconds",
+        "ZooKeeper requests of the lock recipe (create, list, read, delete), from sending to "
+        "completion", &zk->request_hist);
 }

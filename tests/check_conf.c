@@ -210,6 +210,7 @@ START_TEST(sample_file_is_defaults)
     ck_assert_uint_eq(s.tcp_keepalive_interval_s, d.tcp_keepalive_interval_s);
     ck_assert_uint_eq(s.tcp_keepalive_count, d.tcp_keepalive_count);
     ck_assert_uint_eq(s.tcp_user_timeout_ms, d.tcp_user_timeout_ms);
+    ck_assert_ptr_null(s.metrics_listen);
     ck_assert_ptr_null(s.zk_hosts);
     ck_assert_str_eq(s.zk_root, d.zk_root);
     ck_assert_uint_eq(s.zk_session_timeout_ms, d.zk_session_timeout_ms);
@@ -689,6 +690,39 @@ START_TEST(listen_host_name)
                "t:2: listen: 'localhost:7411': host names are not accepted; "
                "use 127.0.0.1:7411 or [::1]:7411");
     ck_assert_str_eq(s.listen, "127.0.0.1:7411");
+}
+END_TEST
+
+/* Records settings_reload()'s restart warnings (defined with the reload tests). */
+static void record_restart(const char *what, void *arg);
+
+/* Off by default; an address like listen's, or empty (off) again; a restart applies it. */
+START_TEST(metrics_listen_setting)
+{
+    struct settings fresh;
+    char warned[256] = "";
+
+    ck_assert_ptr_null(s.metrics_listen);
+    set_ok("server", "metrics_listen", "127.0.0.1:9411");
+    ck_assert_str_eq(s.metrics_listen, "127.0.0.1:9411");
+    set_ok("server", "metrics_listen", "");
+    ck_assert_ptr_null(s.metrics_listen);
+    load_ok("[server]\nmetrics_listen = [::1]:0\n");
+    ck_assert_str_eq(s.metrics_listen, "[::1]:0");
+    set_fails("server", "metrics_listen", "localhost:9411");
+    ck_assert_str_eq(err, "metrics_listen: 'localhost:9411': host names are not accepted; "
+                          "use 127.0.0.1:9411 or [::1]:9411");
+    set_fails("server", "metrics_listen", "9411");
+    ck_assert_str_eq(err, "metrics_listen: '9411' is not IP:PORT or [IPv6]:PORT");
+    ck_assert_str_eq(s.metrics_listen, "[::1]:0");
+    /* listen itself stays mandatory. */
+    set_fails("server", "listen", "");
+
+    ck_assert_int_eq(settings_init(&fresh), 0);
+    settings_reload(&s, &fresh, record_restart, warned);
+    ck_assert_str_eq(warned, "metrics_listen|");
+    ck_assert_str_eq(s.metrics_listen, "[::1]:0");
+    settings_free(&fresh);
 }
 END_TEST
 
@@ -1253,6 +1287,7 @@ static Suite *conf_suite(void)
     tcase_add_test(tc, listen_accepted);
     tcase_add_test(tc, listen_rejected);
     tcase_add_test(tc, listen_host_name);
+    tcase_add_test(tc, metrics_listen_setting);
     tcase_add_test(tc, listen_too_long);
     tcase_add_test(tc, listen_addr_ipv4);
     tcase_add_test(tc, listen_addr_ipv6);

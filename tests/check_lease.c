@@ -95,6 +95,7 @@ static const struct backend_ops fake_ops = {
     .cancel = fake_cancel,
     .release = fake_release,
     .stats = fake_stats,
+    .histograms = fake_histograms,
     .query = fake_query,
     .query_cancel = fake_query_cancel,
     .ends_leases = false,

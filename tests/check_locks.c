@@ -13,6 +13,7 @@
 
 #include <check.h>
 #include <event2/event.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +92,7 @@ static const struct backend_ops fake_ops = {
     .cancel = fake_cancel,
     .release = fake_release,
     .stats = fake_stats,
+    .histograms = fake_histograms,
     .query = fake_query,
     .query_cancel = fake_query_cancel,
     .unreachable_since = fake_unreachable_since,
@@ -650,6 +652,62 @@ START_TEST(stats_counters)
     ck_assert_uint_eq(st.waiting, 0);
     ck_assert_uint_eq(st.grants, 3);     /* totals stay */
     ck_assert_uint_eq(st.timeouts, 1);
+}
+END_TEST
+
+/* Bucket i counts durations of at most 2^i us; the last one the rest. */
+START_TEST(histogram_buckets)
+{
+    static const struct { int64_t us; unsigned bucket; } cases[] = {
+        { -5, 0 }, { 0, 0 }, { 1, 0 }, { 2, 1 }, { 3, 2 }, { 4, 2 }, { 5, 3 },
+        { 1000, 10 }, { 1024, 10 }, { 1025, 11 },
+        { (int64_t)1 << 35, HISTOGRAM_BUCKETS - 1 },
+        { ((int64_t)1 << 35) + 1, HISTOGRAM_BUCKETS }, { INT64_MAX, HISTOGRAM_BUCKETS },
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct histogram h;
+
+        memset(&h, 0, sizeof(h));
+        histogram_observe(&h, cases[i].us);
+        ck_assert_uint_eq(h.count, 1);
+        ck_assert_uint_eq(h.sum_us, cases[i].us > 0 ? (uint64_t)cases[i].us : 0);
+        for (unsigned b = 0; b <= HISTOGRAM_BUCKETS; b++)
+            ck_assert_msg(h.counts[b] == (b == cases[i].bucket),
+                          "%lld us: bucket %u holds %llu", (long long)cases[i].us, b,
+                          (unsigned long long)h.counts[b]);
+        if (cases[i].bucket < HISTOGRAM_BUCKETS)
+            ck_assert_uint_ge(histogram_bound_us(cases[i].bucket),
+                              cases[i].us > 0 ? (uint64_t)cases[i].us : 0);
+    }
+    ck_assert_uint_eq(histogram_bound_us(0), 1);
+    ck_assert_uint_eq(histogram_bound_us(HISTOGRAM_BUCKETS - 1), (uint64_t)1 << 35);
+}
+END_TEST
+
+/* Every grant is a wait observed (re-entrant ones are not); every hold that
+ * ends, whatever ends it, a hold time. */
+START_TEST(histograms_count_grants_and_holds)
+{
+    const struct locks_histograms *hi = locks_get_histograms(t);
+
+    ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_GRANTED);     /* re-entrant */
+    ck_assert_uint_eq(hi->wait.count, 1);
+    ck_assert_uint_eq(hi->hold.count, 0);
+    ck_assert_int_eq(lock(&c2, "a", 60000, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(trylock(&c3, "a"), LOCKS_BUSY);
+    ck_assert_uint_eq(hi->wait.count, 1);                          /* busy: no grant */
+    ck_assert_int_eq(locks_unlock(t, &c1.c, "a"), LOCKS_RELEASED); /* one level left */
+    ck_assert_uint_eq(hi->hold.count, 0);
+    ck_assert_int_eq(locks_unlock(t, &c1.c, "a"), LOCKS_RELEASED); /* c2 gets it */
+    ck_assert_uint_eq(hi->hold.count, 1);
+    ck_assert_uint_eq(hi->wait.count, 2);
+    ck_assert_int_eq(c2.nrecs, 1);
+    ck_assert_int_eq(c2.recs[0].result, LOCKS_GRANTED);
+    locks_owner_release_all(t, &c2.c);                             /* a close ends it too */
+    ck_assert_uint_eq(hi->hold.count, 2);
+    ck_assert_uint_eq(hi->wait.count, 2);
 }
 END_TEST
 
@@ -1658,6 +1716,8 @@ static Suite *locks_suite(void)
     tcase_add_test(tc, tokens_increase);
     tcase_add_test(tc, token_next_monotonic);
     tcase_add_test(tc, stats_counters);
+    tcase_add_test(tc, histogram_buckets);
+    tcase_add_test(tc, histograms_count_grants_and_holds);
     tcase_add_test(tc, free_with_outstanding_holds_embedded);
     tcase_add_test(tc, free_empty_and_null);
     suite_add_tcase(s, tc);

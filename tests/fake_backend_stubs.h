@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 static void fake_stats(void *impl, backend_stat_fn add, void *cookie) { }
+static void fake_histograms(void *impl, backend_hist_fn add, void *cookie) { }
 
 static struct backend_query *fake_query(void *impl, const char *name,
                                         struct backend_queue_info *now, backend_query_cb cb,

@@ -13,6 +13,7 @@ exit is awaited; every wait has a timeout that fails the test. No test
 asserts how long anything took.
 """
 
+import json
 import os
 import pwd
 import re
@@ -1120,6 +1121,79 @@ class InfoTests(DaemonCase):
         self.assert_exit(p, 0, stdout="")
         self.assertEqual(p.err, "")
 
+    def stat_lines(self):
+        p = self.lb(self.hp() + ["stats"])
+        self.assert_exit(p, 0)
+        return dict(line.split(" ", 2)[1:] for line in p.out.splitlines())
+
+    def test_stats_json(self):
+        # One object, one line; numbers as numbers, words as strings; the
+        # same names as the STAT lines.
+        plain = self.stat_lines()
+        for args in (["stats", "--json"], ["--json", "stats"], ["status", "--json"]):
+            with self.subTest(args=args):
+                p = self.lb(self.hp() + args)
+                self.assert_exit(p, 0)
+                self.assertEqual(p.err, "")
+                self.assertEqual(p.out.count("\n"), 1)
+                obj = json.loads(p.out)
+                self.assertIsInstance(obj, dict)
+                self.assertEqual(set(obj), set(plain))
+                self.assertEqual(obj["mode"], "embedded")
+                self.assertEqual(obj["version"], plain["version"])
+                for k, v in obj.items():
+                    if k in ("version", "mode"):
+                        self.assertIsInstance(v, str, k)
+                    else:
+                        self.assertIs(type(v), int, k)
+                        self.assertGreaterEqual(v, 0)
+                self.assertEqual(obj["grants"], obj["grants_exclusive"] + obj["grants_shared"] +
+                                 obj["grants_limit"])
+
+    def test_status_json(self):
+        n = self.name()
+        p = self.lb(self.hp() + ["status", "--json", n])
+        self.assert_exit(p, EXIT_FREE)
+        self.assertEqual(json.loads(p.out), {
+            "name": n, "held": False, "holder": None, "token": None, "since": None,
+            "waiters": 0, "queue": 0, "mode": "exclusive", "holders": 0, "limit": None,
+            "label": None})
+        holder, waiter = self.client(), self.client()
+        holder.send("CLIENT ops@db1:42:backup\nLOCK %s\n" % n)
+        holder.expect("OK")
+        token = holder.expect_match(r"OK %s ([0-9]+)" % re.escape(n)).group(1)
+        waiter.send("LOCK %s\n" % n)
+        self.d.wait_queued(waiter, n)
+        p = self.lb(self.hp() + ["status", "--json", n])
+        self.assert_exit(p, 0)
+        self.assertEqual(p.err, "")
+        obj = json.loads(p.out)
+        self.assertIsInstance(obj.pop("since"), int)
+        self.assertEqual(obj, {
+            "name": n, "held": True, "holder": "%s/%s" % (self.daemon_id(), holder.local),
+            "token": token, "waiters": 1, "queue": 2, "mode": "exclusive", "holders": 1,
+            "limit": None, "label": "ops@db1:42:backup"})
+        holder.close()
+        waiter.expect_match(r"OK %s [0-9]+" % re.escape(n))
+        waiter.close()
+        # Shared holders: mode and their number from the line.
+        readers = [self.client() for _ in range(2)]
+        for r in readers:
+            r.send("LOCK %s-r shared\n" % n)
+            r.expect_match(r"OK %s-r [0-9]+" % re.escape(n))
+        obj = json.loads(self.lb(self.hp() + ["status", "--json", n + "-r"]).out)
+        self.assertEqual((obj["held"], obj["mode"], obj["holders"], obj["queue"]),
+                         (True, "shared", 2, 2))
+        for r in readers:
+            r.close()
+
+    def test_json_is_only_for_stats_and_status(self):
+        for args in (["ping", "--json"], ["locks", "--json"], ["--json", "lease", "x", "1s"]):
+            with self.subTest(args=args):
+                p = self.lb(self.hp() + args)
+                self.assert_exit(p, EXIT_USAGE, r"\S+: --json is an option of stats and status")
+                self.assertEqual(p.out, "")
+
     def test_status_without_a_name_summarises_the_daemon(self):
         p = self.lb(self.hp() + ["status"])
         self.assertEqual(p.rc, 0, p.err)
@@ -1722,6 +1796,57 @@ class FakeBrokerTests(Case):
                                  stdout=reply + "\n")
                 if rc in (0, EXIT_FREE):
                     self.assertEqual(p.err, "")
+
+    def test_status_json_of_replies(self):
+        # Every key=value in line order, unknown ones too; a token stays a
+        # string whatever its size; label escaped; broken replies print nothing.
+        n = self.name()
+        cases = [
+            ("STATUS %(n)s held holder=d/unix token=18446744073709551615 since=1 waiters=0 "
+             "queue=3 mode=limit limit=3 holders=2 label=a\"b\\c future=07 word", 0,
+             {"name": n, "held": True, "holder": "d/unix", "token": "18446744073709551615",
+              "since": 1, "waiters": 0, "queue": 3, "mode": "limit", "limit": 3, "holders": 2,
+              "label": 'a"b\\c', "future": "07"}),
+            ("STATUS %(n)s free", EXIT_FREE,
+             {"name": n, "held": False, "mode": "exclusive", "holders": 0, "limit": None,
+              "label": None}),
+            ("STATUS %(n)s heldish holder=-", EXIT_PROTOCOL, None),
+            ("STATUS other held holder=- token=1", EXIT_PROTOCOL, None),
+        ]
+        for reply, rc, want in cases:
+            with self.subTest(reply=reply):
+                reply = reply % {"n": n}
+                p = self.start(["-H", self.addr, "status", "--json", n])
+                c = self.accept()
+                c.expect("STATUS %s" % n)
+                c.send(reply + "\n")
+                p.finish()
+                if want is None:
+                    self.assert_exit(p, rc, r"unexpected reply to STATUS %s: " % re.escape(n),
+                                     stdout="")
+                else:
+                    self.assert_exit(p, rc)
+                    self.assertEqual(json.loads(p.out), want)
+
+    def test_stats_json_of_replies(self):
+        p = self.start(["-H", self.addr, "stats", "--json"])
+        c = self.accept()
+        c.expect("STATS")
+        c.send("STAT version 1.2.3\nSTAT big 12345678901234567890\nSTAT zero 0\n"
+               "STAT id 0x1f\nSTAT odd 007\nEND\n")
+        p.finish()
+        self.assert_exit(p, 0)
+        self.assertEqual(json.loads(p.out), {"version": "1.2.3", "big": "12345678901234567890",
+                                             "zero": 0, "id": "0x1f", "odd": "007"})
+        # A reply cut short prints nothing a script could take for an answer.
+        p = self.start(["-H", self.addr, "stats", "--json"])
+        c = self.accept()
+        c.expect("STATS")
+        c.send("STAT version 1.2.3\n")
+        c.close()
+        p.finish()
+        self.assert_exit(p, EXIT_UNAVAILABLE, r".* closed the connection before replying",
+                         stdout="")
 
     def test_locks_prints_the_lines_before_end(self):
         for args, request in (([], "LOCKS"), (["db-*"], "LOCKS db-*"), (["[!x]?"], "LOCKS [!x]?")):

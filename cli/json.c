@@ -1,0 +1,103 @@
+/*
+ * json.c - JSON output of the command-line client (see json.h).
+ */
+#include "config.h"
+#include "json.h"
+
+#include <string.h>
+
+/* Digits beyond which a number might not survive a double (2^53 has 16). */
+#define JSON_DIGITS_MAX 15
+
+void json_write_string(FILE *f, const char *s, size_t len)
+{
+    putc('"', f);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)s[i];
+
+        if (ch == '"' || ch == '\\')
+            fprintf(f, "\\%c", ch);
+        else if (ch < 0x20 || ch > 0x7e)
+            fprintf(f, "\\u%04x", ch);
+        else
+            putc(ch, f);
+    }
+    putc('"', f);
+}
+
+void json_write_value(FILE *f, const char *v, size_t len)
+{
+    size_t digits = 0;
+
+    while (digits < len && v[digits] >= '0' && v[digits] <= '9')
+        digits++;
+    if (len == 1 && v[0] == '-')
+        fputs("null", f);
+    else if (len > 0 && digits == len && len <= JSON_DIGITS_MAX && (v[0] != '0' || len == 1))
+        fwrite(v, 1, len, f);
+    else
+        json_write_string(f, v, len);
+}
+
+/* The value of key in the fields (" k=v k=v"), or NULL; *len its length. */
+static const char *field(const char *fields, const char *key, size_t *len)
+{
+    size_t klen = strlen(key);
+
+    for (const char *p = fields; (p = strchr(p, ' ')); ) {
+        p++;
+        if (strncmp(p, key, klen) == 0 && p[klen] == '=') {
+            *len = strcspn(p + klen + 1, " ");
+            return p + klen + 1;
+        }
+    }
+    return NULL;
+}
+
+bool json_write_status(FILE *f, const char *name, const char *line)
+{
+    size_t nlen = strlen(name), len;
+    const char *rest;
+    bool held;
+
+    if (strncmp(line, "STATUS ", 7) != 0 || strncmp(line + 7, name, nlen) != 0 ||
+        line[7 + nlen] != ' ')
+        return false;
+    rest = line + 7 + nlen + 1;
+    if (strncmp(rest, "held", 4) == 0 && (rest[4] == ' ' || !rest[4]))
+        held = true;
+    else if (strncmp(rest, "free", 4) == 0 && (rest[4] == ' ' || !rest[4]))
+        held = false;
+    else
+        return false;
+    rest += 4;                       /* " key=value ..." */
+    fputs("{\"name\":", f);
+    json_write_string(f, name, nlen);
+    fprintf(f, ",\"held\":%s", held ? "true" : "false");
+    for (const char *p = rest; *p == ' '; ) {
+        const char *key = p + 1, *eq;
+        size_t flen = strcspn(key, " ");
+
+        p = key + flen;
+        if (!(eq = memchr(key, '=', flen)))
+            continue;                /* not key=value: a later version's word */
+        putc(',', f);
+        json_write_string(f, key, (size_t)(eq - key));
+        putc(':', f);
+        /* A token is a string whatever its size: the same type in both modes. */
+        if ((size_t)(eq - key) == 5 && strncmp(key, "token", 5) == 0 && eq[1] != '-')
+            json_write_string(f, eq + 1, flen - 6);
+        else
+            json_write_value(f, eq + 1, flen - (size_t)(eq - key) - 1);
+    }
+    if (!field(rest, "mode", &len))
+        fputs(",\"mode\":\"exclusive\"", f);
+    if (!field(rest, "holders", &len))
+        fprintf(f, ",\"holders\":%d", held ? 1 : 0);
+    if (!field(rest, "limit", &len))
+        fputs(",\"limit\":null", f);
+    if (!field(rest, "label", &len))
+        fputs(",\"label\":null", f);
+    fputs("}\n", f);
+    return true;
+}

@@ -1,0 +1,481 @@
+/*
+ * metrics.c - GET /metrics and /healthz over libevent's HTTP server (see
+ * metrics.h).
+ *
+ * /metrics is built from the same walk as STATS (stats.c): a table below
+ * gives the known statistics their Prometheus names, types and help; a
+ * statistic it does not know yet, if its value is a number, is exported
+ * as lockbroker_<name> of type untyped, so that nothing STATS shows is
+ * missing here. No metric has a per-lock-name label: the number of names
+ * is unbounded, and so would the number of series be.
+ */
+#include "config.h"
+#include "metrics.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "backend.h"
+#include "histogram.h"
+#include "locks.h"
+#include "log.h"
+#include "server.h"
+#include "settings.h"
+#include "stats.h"
+
+/* Request line and headers together: a scraper sends a few hundred bytes. */
+#define HTTP_MAX_HEADERS 8192
+/* GET needs no body; a small one is read so that a POST gets its 405. */
+#define HTTP_MAX_BODY 1024
+/* An HTTP connection idle this long (reading a request or keeping alive) is closed. */
+#define HTTP_TIMEOUT_S 10
+/* Connections at once, where libevent can cap them (2.2 and later). */
+#define HTTP_MAX_CONNECTIONS 64
+#define LISTEN_BACKLOG 64
+
+#define PREFIX "lockbroker_"
+
+struct metrics {
+    const struct server *srv;      /* borrowed */
+    struct evhttp *http;           /* owned; frees its connections */
+    char addr[64];                 /* bound address, port resolved */
+};
+
+/* ------------------------------------------------------ the exposition */
+
+/* How a STATS value becomes a sample. */
+struct metric_row {
+    const char *stat;     /* the STATS name; ending in '_', a prefix whose rest is `label` */
+    const char *name;     /* family name after PREFIX, with its unit */
+    const char *type;     /* "counter" or "gauge" */
+    const char *label;    /* prefix rows: the label the rest of the name goes in */
+    unsigned divisor;     /* the value is divided by it (1000: ms to seconds); 0: 1 */
+    const char *help;
+};
+
+static const struct metric_row rows[] = {
+    { "uptime", "uptime_seconds", "gauge", NULL, 0, "Seconds since the daemon started." },
+    { "curr_connections", "connections", "gauge", NULL, 0, "Client connections open now." },
+    { "total_connections", "connections_accepted_total", "counter", NULL, 0,
+      "Client connections accepted since start." },
+    { "rejected_connections", "connections_rejected_total", "counter", NULL, 0,
+      "Client connections refused because max_clients were open." },
+    { "locks_held", "locks_held", "gauge", NULL, 0, "Holds granted on this daemon now." },
+    { "waiters", "lock_waiters", "gauge", NULL, 0,
+      "Lock requests queued or being acquired on this daemon now." },
+    { "grants", "grants_total", "counter", NULL, 0,
+      "Locks granted since start (re-entrant grants excluded)." },
+    { "grants_", "mode_grants_total", "counter", "mode", 0,
+      "Locks granted since start, by mode; they add up to lockbroker_grants_total." },
+    { "timeouts", "lock_timeouts_total", "counter", NULL, 0,
+      "Lock waits that ended without a grant (TIMEOUT) since start." },
+    { "lost", "locks_lost_total", "counter", NULL, 0,
+      "Holds lost (LOST lines pushed; distributed mode) since start." },
+    { "local_handoffs", "local_handoffs_total", "counter", NULL, 0,
+      "Exclusive holds passed to the next waiter on this daemon without a trip through "
+      "ZooKeeper since start." },
+    { "errors", "errors_total", "counter", NULL, 0, "ERR replies sent since start." },
+    { "auth_failures", "auth_failures_total", "counter", NULL, 0,
+      "Failed authentications since start." },
+    { "cmd_", "commands_total", "counter", "command", 0,
+      "Requests received since start, by command." },
+    { "leases", "leases", "gauge", NULL, 0,
+      "Leases held or awaited through this daemon now (counted against max_leases)." },
+    { "leases_granted", "leases_granted_total", "counter", NULL, 0,
+      "Leases granted through this daemon since start." },
+    { "leases_released", "leases_released_total", "counter", NULL, 0,
+      "Leases ended by UNLOCK <name> <token> through this daemon since start." },
+    { "leases_expired", "leases_expired_total", "counter", NULL, 0,
+      "Leases ended by their ttl on this daemon since start (embedded mode)." },
+    { "zk_session_timeout_ms", "zk_session_timeout_seconds", "gauge", NULL, 1000,
+      "The negotiated ZooKeeper session timeout." },
+    { "zk_sessions", "zk_sessions_total", "counter", NULL, 0,
+      "ZooKeeper sessions established since start." },
+    { "zk_reconnects", "zk_reconnects_total", "counter", NULL, 0,
+      "Reconnections to ZooKeeper within a session since start." },
+    { "zk_outstanding", "zk_outstanding_requests", "gauge", NULL, 0,
+      "ZooKeeper requests sent and not yet answered." },
+    { "zk_requests", "zk_lock_operations", "gauge", NULL, 0,
+      "Lock acquisitions and releases in progress in ZooKeeper." },
+    { "zk_leases_removed", "zk_leases_removed_total", "counter", NULL, 0,
+      "Expired lease nodes this daemon removed from ZooKeeper since start." },
+};
+#define NROWS (sizeof(rows) / sizeof(rows[0]))
+
+/* Statistics that are words, not numbers: exported in their own way below. */
+static const char *const word_stats[] = { "version", "mode", "zk_state", "zk_session_id" };
+
+/* The ZooKeeper session states STATS says (zk_session.c), one series each. */
+static const char *const zk_states[] = { "connected", "connecting", "expired" };
+
+#define STATS_MAX 256
+#define STAT_TEXT 64
+
+/* One STATS walk, kept for the families to pick from. */
+struct collected {
+    unsigned n;
+    struct {
+        char name[STAT_TEXT];
+        char value[STAT_TEXT];
+        bool used;
+    } s[STATS_MAX];
+};
+
+static void collect_stat(void *cookie, const char *name, const char *value)
+{
+    struct collected *c = cookie;
+
+    if (c->n == STATS_MAX) {
+        log_error("metrics: more than %d statistics; %s left out", STATS_MAX, name);
+        return;
+    }
+    snprintf(c->s[c->n].name, STAT_TEXT, "%s", name);
+    snprintf(c->s[c->n].value, STAT_TEXT, "%s", value);
+    c->s[c->n].used = false;
+    c->n++;
+}
+
+static const char *collected_value(const struct collected *c, const char *name)
+{
+    for (unsigned i = 0; i < c->n; i++)
+        if (strcmp(c->s[i].name, name) == 0)
+            return c->s[i].value;
+    return NULL;
+}
+
+static bool is_number(const char *v)
+{
+    return v[0] && strspn(v, "0123456789") == strlen(v);
+}
+
+static bool is_word_stat(const char *name)
+{
+    for (size_t i = 0; i < sizeof(word_stats) / sizeof(word_stats[0]); i++)
+        if (strcmp(name, word_stats[i]) == 0)
+            return true;
+    return false;
+}
+
+/* A label value with \, " and newlines escaped, as the format wants. */
+static void add_label_value(struct evbuffer *out, const char *v)
+{
+    for (; *v; v++) {
+        if (*v == '\\' || *v == '"')
+            evbuffer_add_printf(out, "\\%c", *v);
+        else if (*v == '\n')
+            evbuffer_add(out, "\\n", 2);
+        else
+            evbuffer_add(out, v, 1);
+    }
+}
+
+static void add_header(struct evbuffer *out, const char *name, const char *type,
+                       const char *help)
+{
+    evbuffer_add_printf(out, "# HELP " PREFIX "%s %s\n# TYPE " PREFIX "%s %s\n", name, help,
+                        name, type);
+}
+
+/* Microseconds as decimal seconds, without trailing zeros: "0.000512", "2". */
+static void add_seconds(struct evbuffer *out, uint64_t us)
+{
+    char frac[8];
+    int len;
+
+    if (us % 1000000 == 0) {
+        evbuffer_add_printf(out, "%llu", (unsigned long long)(us / 1000000));
+        return;
+    }
+    len = snprintf(frac, sizeof(frac), "%06llu", (unsigned long long)(us % 1000000));
+    while (len > 0 && frac[len - 1] == '0')
+        len--;
+    evbuffer_add_printf(out, "%llu.%.*s", (unsigned long long)(us / 1000000), len, frac);
+}
+
+/* A numeric STATS value, divided as its row says. */
+static void add_value(struct evbuffer *out, const char *v, unsigned divisor)
+{
+    if (divisor <= 1)
+        evbuffer_add_printf(out, "%s\n", v);
+    else
+        evbuffer_add_printf(out, "%.3f\n", strtod(v, NULL) / divisor);
+}
+
+/* The family of one table row, if any statistic matches it. */
+static void add_row(struct evbuffer *out, const struct metric_row *r, struct collected *c)
+{
+    size_t plen = strlen(r->stat);
+    bool prefix = r->label != NULL, started = false;
+
+    for (unsigned i = 0; i < c->n; i++) {
+        const char *name = c->s[i].name;
+
+        if (c->s[i].used || !is_number(c->s[i].value) ||
+            (prefix ? strncmp(name, r->stat, plen) != 0 || !name[plen]
+                    : strcmp(name, r->stat) != 0))
+            continue;
+        c->s[i].used = true;
+        if (!started)
+            add_header(out, r->name, r->type, r->help);
+        started = true;
+        evbuffer_add_printf(out, PREFIX "%s", r->name);
+        if (prefix) {
+            evbuffer_add_printf(out, "{%s=\"", r->label);
+            add_label_value(out, name + plen);
+            evbuffer_add_printf(out, "\"}");
+        }
+        evbuffer_add(out, " ", 1);
+        add_value(out, c->s[i].value, r->divisor);
+    }
+}
+
+/* version and mode as labels of a constant 1, the usual "info" metric. */
+static void add_info(struct evbuffer *out, const struct collected *c)
+{
+    const char *version = collected_value(c, "version"), *mode = collected_value(c, "mode");
+
+    add_header(out, "info", "gauge", "Always 1; the labels say the daemon's version and mode.");
+    evbuffer_add_printf(out, PREFIX "info{version=\"");
+    add_label_value(out, version ? version : "");
+    evbuffer_add_printf(out, "\",mode=\"");
+    add_label_value(out, mode ? mode : "");
+    evbuffer_add_printf(out, "\"} 1\n");
+}
+
+/* Distributed mode: 1 for the state the session is in, 0 for the others. */
+static void add_zk_state(struct evbuffer *out, const struct collected *c)
+{
+    const char *state = collected_value(c, "zk_state");
+    bool known = false;
+
+    if (!state)
+        return;
+    add_header(out, "zk_session_state", "gauge",
+               "1 for the state the daemon's ZooKeeper session is in, 0 for the others.");
+    for (size_t i = 0; i < sizeof(zk_states) / sizeof(zk_states[0]); i++) {
+        known |= strcmp(state, zk_states[i]) == 0;
+        evbuffer_add_printf(out, PREFIX "zk_session_state{state=\"%s\"} %d\n", zk_states[i],
+                            strcmp(state, zk_states[i]) == 0);
+    }
+    if (!known) {
+        evbuffer_add_printf(out, PREFIX "zk_session_state{state=\"");
+        add_label_value(out, state);
+        evbuffer_add_printf(out, "\"} 1\n");
+    }
+}
+
+/* A numeric statistic the table does not know yet. */
+static void add_unknown(struct evbuffer *out, const char *name, const char *value)
+{
+    char help[STAT_TEXT + 64];
+
+    for (const char *p = name; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_'))
+            return;          /* not a valid metric name: leave it to STATS */
+    snprintf(help, sizeof(help), "The STATS value %s (see PROTOCOL.md).", name);
+    add_header(out, name, "untyped", help);
+    evbuffer_add_printf(out, PREFIX "%s %s\n", name, value);
+}
+
+static void add_histogram(struct evbuffer *out, const char *name, const char *help,
+                          const struct histogram *h)
+{
+    uint64_t cumulative = 0;
+
+    add_header(out, name, "histogram", help);
+    for (unsigned i = 0; i < HISTOGRAM_BUCKETS; i++) {
+        cumulative += h->counts[i];
+        evbuffer_add_printf(out, PREFIX "%s_bucket{le=\"", name);
+        add_seconds(out, histogram_bound_us(i));
+        evbuffer_add_printf(out, "\"} %llu\n", (unsigned long long)cumulative);
+    }
+    evbuffer_add_printf(out, PREFIX "%s_bucket{le=\"+Inf\"} %llu\n", name,
+                        (unsigned long long)h->count);
+    evbuffer_add_printf(out, PREFIX "%s_sum ", name);
+    add_seconds(out, h->sum_us);
+    evbuffer_add_printf(out, "\n" PREFIX "%s_count %llu\n", name, (unsigned long long)h->count);
+}
+
+static void add_backend_histogram(void *cookie, const char *name, const char *help,
+                                  const struct histogram *h)
+{
+    add_histogram(cookie, name, help, h);
+}
+
+static void metrics_write(const struct server *srv, struct evbuffer *out)
+{
+    const struct locks_histograms *lh = locks_get_histograms(srv->locks);
+    struct collected *c = calloc(1, sizeof(*c));   /* 32 KiB: not on the stack */
+
+    if (!c) {
+        log_error("metrics: out of memory");
+        return;
+    }
+    stats_each(srv, collect_stat, c);
+    add_info(out, c);
+    for (size_t i = 0; i < NROWS; i++)
+        add_row(out, &rows[i], c);
+    add_zk_state(out, c);
+    for (unsigned i = 0; i < c->n; i++)
+        if (!c->s[i].used && !is_word_stat(c->s[i].name) && is_number(c->s[i].value))
+            add_unknown(out, c->s[i].name, c->s[i].value);
+    add_histogram(out, "lock_wait_seconds",
+                  "Time from a lock request to its grant (0 when granted at once); granted "
+                  "requests only.", &lh->wait);
+    add_histogram(out, "lock_hold_seconds",
+                  "Time from a grant to the end of the hold (released, lost or passed on).",
+                  &lh->hold);
+    srv->backend->ops->histograms(srv->backend->impl, add_backend_histogram, out);
+    free(c);
+}
+
+/* ------------------------------------------------------------- HTTP */
+
+static void send_text(struct evhttp_request *req, int code, const char *reason,
+                      const char *text)
+{
+    struct evbuffer *body = evbuffer_new();
+
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
+                      "text/plain; charset=utf-8");
+    if (body)
+        evbuffer_add(body, text, strlen(text));
+    evhttp_send_reply(req, code, reason, body);
+    if (body)
+        evbuffer_free(body);
+}
+
+static void serve_metrics(const struct metrics *m, struct evhttp_request *req)
+{
+    struct evbuffer *body = evbuffer_new();
+
+    if (!body) {
+        evhttp_send_error(req, HTTP_INTERNAL, "out of memory");
+        return;
+    }
+    metrics_write(m->srv, body);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
+                      "text/plain; version=0.0.4; charset=utf-8");
+    evhttp_send_reply(req, HTTP_OK, "OK", body);
+    evbuffer_free(body);
+}
+
+/* 200 while requests can be served; 503 and why during a ZooKeeper outage. */
+static void serve_healthz(const struct metrics *m, struct evhttp_request *req)
+{
+    const struct backend *be = m->srv->backend;
+    int64_t down = be->ops->unreachable_since(be->impl);
+    char text[160];
+
+    if (!down) {
+        send_text(req, HTTP_OK, "OK", "ok\n");
+        return;
+    }
+    snprintf(text, sizeof(text), "ZooKeeper unreachable for %lld s: LOCK waits, TRYLOCK and "
+             "STATUS answer ERR UNAVAILABLE\n", (long long)((locks_mono_ms() - down) / 1000));
+    send_text(req, 503, "Service Unavailable", text);
+}
+
+static void on_request(struct evhttp_request *req, void *arg)
+{
+    const struct metrics *m = arg;
+    enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+    const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
+    bool metrics = path && strcmp(path, "/metrics") == 0;
+    bool healthz = path && strcmp(path, "/healthz") == 0;
+
+    log_debug("metrics: %s %.200s", cmd == EVHTTP_REQ_GET ? "GET" : cmd == EVHTTP_REQ_HEAD
+              ? "HEAD" : "(other method)", evhttp_request_get_uri(req));
+    if (!metrics && !healthz) {
+        send_text(req, HTTP_NOTFOUND, "Not Found", "not found: try /metrics or /healthz\n");
+        return;
+    }
+    /* HEAD: libevent sends the headers (and the length) without the body. */
+    if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_HEAD) {
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET, HEAD");
+        send_text(req, HTTP_BADMETHOD, "Method Not Allowed", "only GET and HEAD\n");
+        return;
+    }
+    if (metrics)
+        serve_metrics(m, req);
+    else
+        serve_healthz(m, req);
+}
+
+struct metrics *metrics_start(const struct server *srv, const char *addr)
+{
+    struct metrics *m = calloc(1, sizeof(*m));
+    struct evconnlistener *l;
+    struct evhttp_bound_socket *bound;
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    int len;
+
+    if (!m || !(m->http = evhttp_new(srv->base))) {
+        log_error("metrics: out of memory");
+        free(m);
+        return NULL;
+    }
+    m->srv = srv;
+    if (settings_listen_addr(addr, &ss, &len) < 0) {
+        log_error("metrics_listen: cannot parse '%s'", addr);
+        metrics_stop(m);
+        return NULL;
+    }
+    l = evconnlistener_new_bind(srv->base, NULL, NULL,
+                                LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_REUSEABLE,
+                                LISTEN_BACKLOG, (struct sockaddr *)&ss, len);
+    if (!l) {
+        log_error("metrics_listen %s: %s", addr, strerror(errno));
+        metrics_stop(m);
+        return NULL;
+    }
+    if (!(bound = evhttp_bind_listener(m->http, l))) {
+        log_error("metrics_listen %s: cannot serve HTTP on it", addr);
+        evconnlistener_free(l);
+        metrics_stop(m);
+        return NULL;
+    }
+    sl = sizeof(ss);
+    getsockname(evconnlistener_get_fd(l), (struct sockaddr *)&ss, &sl);
+    server_format_addr((struct sockaddr *)&ss, m->addr, sizeof(m->addr));
+    /* Bound every request, as the lock port does its lines. */
+    evhttp_set_max_headers_size(m->http, HTTP_MAX_HEADERS);
+    evhttp_set_max_body_size(m->http, HTTP_MAX_BODY);
+    evhttp_set_timeout(m->http, HTTP_TIMEOUT_S);
+#ifdef HAVE_EVHTTP_SET_MAX_CONNECTIONS
+    evhttp_set_max_connections(m->http, HTTP_MAX_CONNECTIONS);
+#endif
+    /* Every method reaches on_request, which answers 405 itself (libevent
+     * would answer 501 to the ones not allowed). */
+    evhttp_set_allowed_methods(m->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST |
+                               EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS |
+                               EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH);
+    evhttp_set_gencb(m->http, on_request, m);
+    log_info("metrics: serving /metrics and /healthz on http://%s", m->addr);
+    return m;
+}
+
+const char *metrics_addr(const struct metrics *m)
+{
+    return m->addr;
+}
+
+void metrics_stop(struct metrics *m)
+{
+    if (!m)
+        return;
+    if (m->http)
+        evhttp_free(m->http);   /* closes its listener and connections */
+    free(m);
+}

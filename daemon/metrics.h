@@ -1,0 +1,31 @@
+/*
+ * metrics.h - the HTTP endpoint for monitoring ([server] metrics_listen).
+ *
+ * libevent's own HTTP server answers GET (and HEAD) /metrics with every
+ * STATS value and the lock table's and backend's histograms in the
+ * Prometheus text exposition format 0.0.4, and /healthz with 200 "ok", or
+ * 503 and a one-line reason while the backend cannot serve requests (a
+ * ZooKeeper outage). Other paths are 404, other methods 405. Nothing here
+ * runs on the lock path: a scrape reads the counters the daemon keeps anyway.
+ */
+#ifndef LOCKBROKER_METRICS_H
+#define LOCKBROKER_METRICS_H
+
+struct server;
+struct metrics;
+
+/*
+ * Listens on addr (numeric IP:PORT or [IPv6]:PORT, as settings_listen_addr()
+ * takes; port 0 picks a free one) on srv's event loop and serves srv's
+ * statistics. srv is borrowed and must outlive the endpoint. Returns NULL
+ * after logging why.
+ */
+struct metrics *metrics_start(const struct server *srv, const char *addr);
+
+/* The bound address, "IP:PORT" with the port resolved; lives as long as m. */
+const char *metrics_addr(const struct metrics *m);
+
+/* Closes the listener and every HTTP connection, and frees m (NULL: nothing). */
+void metrics_stop(struct metrics *m);
+
+#endif
