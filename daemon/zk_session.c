@@ -251,6 +251,8 @@ static void on_io(evutil_socket_t fd, short what, void *arg)
      * disconnected us), so the session was alive at `now`. */
     if ((what & EV_READ) && zk->state == ZK_CONNECTED)
         zk->heard_ms = now;
+    /* Writes queued by the replies just handled go out as one multi. */
+    zk_batch_flush(zk);
     zk_rearm(zk);
 }
 
@@ -259,6 +261,7 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
     struct zk *zk = arg;
 
     zk->kicked = false;
+    zk_batch_flush(zk);
     zk_rearm(zk);
 }
 
@@ -295,6 +298,9 @@ static void zk_close_handle(struct zk *zk)
     event_del(zk->io);
     zookeeper_close(zk->zh);
     zk->zh = NULL;
+    zk->batches_inflight = 0;  /* their completions ran, with ZCLOSING */
+    /* Writes never sent either: whatever they were for looks again. */
+    zk_batch_fail_queued(zk, ZCLOSING);
 }
 
 static void on_session_event(zhandle_t *zh, int type, int state, const char *path, void *ctx);
@@ -397,6 +403,9 @@ static void on_session_event(zhandle_t *zh, int type, int state, const char *pat
             log_warn("zk: disconnected from ZooKeeper; reconnecting");
         zk->state = ZK_CONNECTING;
         zk_went_down(zk);
+        /* As the client fails the requests it had sent, ours that wait fail
+         * too, rather than wait for a reconnection that may not come. */
+        zk_batch_fail_queued(zk, ZCONNECTIONLOSS);
         /* The server expires the session a full timeout after it last heard
          * from us; we presume it lost 2/3 of a timeout after we last heard
          * from the server, leaving a third for delays on either side. */
@@ -412,6 +421,7 @@ static void on_session_event(zhandle_t *zh, int type, int state, const char *pat
                  state == ZOO_EXPIRED_SESSION_STATE ? "expired" : "failed authentication");
         zk->state = ZK_EXPIRED;
         zk_went_down(zk);
+        zk_batch_fail_queued(zk, ZSESSIONEXPIRED);
         evtimer_del(zk->lost_timer);
         zk_locks_drop_held(zk, "session-expired");
         event_active(zk->restart, 0, 0);   /* zookeeper_close may not run in a callback */
@@ -442,6 +452,7 @@ struct backend *zk_backend_new(struct event_base *base, const struct settings *s
     zk->settings = s;
     TAILQ_INIT(&zk->zlocks);
     TAILQ_INIT(&zk->watches);
+    TAILQ_INIT(&zk->wq);
     snprintf(zk->root, sizeof(zk->root), "%s", s->zk_root);
     snprintf(zk->daemon_id, sizeof(zk->daemon_id), "%s", daemon_id);
 
@@ -516,4 +527,16 @@ static void zk_stats(void *impl, backend_stat_fn add, void *cookie)
     add(cookie, "zk_requests", v);
     snprintf(v, sizeof(v), "%llu", (unsigned long long)zk->leases_removed);
     add(cookie, "zk_leases_removed", v);
+    snprintf(v, sizeof(v), "%llu", (unsigned long long)zk->batches);
+    add(cookie, "zk_batches", v);
+    snprintf(v, sizeof(v), "%llu", (unsigned long long)zk->batched_ops);
+    add(cookie, "zk_batched_ops", v);
+    snprintf(v, sizeof(v), "%llu", (unsigned long long)zk->batch_failures);
+    add(cookie, "zk_batch_failures", v);
+    snprintf(v, sizeof(v), "%llu", (unsigned long long)zk->batch_resent);
+    add(cookie, "zk_batch_resent", v);
+    snprintf(v, sizeof(v), "%u", zk->batches_inflight);
+    add(cookie, "zk_batches_inflight", v);
+    snprintf(v, sizeof(v), "%u", zk->wq_len);
+    add(cookie, "zk_write_queue", v);
 }
