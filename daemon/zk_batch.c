@@ -13,9 +13,13 @@
  * (ZOK), the ones after it were not tried (ZRUNTIMEINCONSISTENCY). Those
  * go back to the head of the queue, in order, and are sent again; the
  * culprit's completion gets its own error, exactly as if it had been sent
- * alone (zk_lock.c handles a missing parent, a vanished node, ...). When
- * the multi fails as a whole (connection loss, session expiry, closing),
- * every operation gets that error.
+ * alone (zk_lock.c handles a missing parent, a vanished node, ...). The
+ * operations before the culprit succeeded once and go again as one
+ * multi; each one after it goes in a multi of its own, all at once,
+ * because another may fail as well (several locks taken for the first
+ * time, whose parents do not exist yet): one round trip for all of them,
+ * not one per failure. When the multi fails as a whole (connection loss,
+ * session expiry, closing), every operation gets that error.
  *
  * The callers' completions have the signatures of zoo_acreate and
  * zoo_adelete and run on the loop thread, never inside zk_batch_create()
@@ -50,6 +54,7 @@ struct zwrite {
     void_completion_t deleted;
     zk_batch_sent_fn sent;     /* NULL, or told each time a multi carries it */
     const void *arg;           /* the caller's context, passed to all three */
+    bool alone;                /* untried after a failure: in a multi of its own */
     const char *path;          /* in buf */
     const char *data;          /* in buf; NULL for no data */
     int datalen;               /* -1 for no data */
@@ -157,7 +162,7 @@ static void batch_send(struct zk *zk)
     b->zk = zk;
     b->n = 0;
     while ((w = TAILQ_FIRST(&zk->wq)) && b->n < BATCH_OPS &&
-           (b->n == 0 || bytes + w->bytes <= BATCH_BYTES)) {
+           (b->n == 0 || (bytes + w->bytes <= BATCH_BYTES && !w->alone && !b->w[0]->alone))) {
         TAILQ_REMOVE(&zk->wq, w, link);
         zk->wq_len--;
         bytes += w->bytes;
@@ -193,8 +198,11 @@ static void batch_send(struct zk *zk)
 
 void zk_batch_flush(struct zk *zk)
 {
-    while (!TAILQ_EMPTY(&zk->wq) && zk->batches_inflight < BATCH_WINDOW && zk->zh &&
-           zk->state == ZK_CONNECTED)
+    struct zwrite *w;
+
+    /* Writes sent alone after a failure do not wait for the window. */
+    while ((w = TAILQ_FIRST(&zk->wq)) && (w->alone || zk->batches_inflight < BATCH_WINDOW) &&
+           zk->zh && zk->state == ZK_CONNECTED)
         batch_send(zk);
 }
 
@@ -214,6 +222,7 @@ static void on_batch_done(int rc, const void *data)
         int err = b->res[i].err == RESULT_UNSET ? rc : b->res[i].err;
 
         if (rc != ZOK && (err == ZOK || err == ZRUNTIMEINCONSISTENCY)) {
+            b->w[i]->alone = err != ZOK;    /* never tried: may fail too */
             again[nagain++] = b->w[i];      /* rolled back, or never tried */
             continue;
         }
