@@ -148,19 +148,6 @@ static struct hold *zl_detach(struct zlock *zl)
     return h;
 }
 
-static struct zcall *zcall_new(struct zlock *zl)
-{
-    struct zcall *c = malloc(sizeof(*c));
-
-    if (!c)
-        return NULL;
-    c->zk = zl->zk;
-    c->id = zl->id;
-    c->gen = ++zl->gen;
-    c->watch = NULL;
-    return c;
-}
-
 /* A context for a second request of the current step, sent before the
  * first is answered (the listing behind a create): same generation. */
 static struct zcall *zcall_also(struct zlock *zl)
@@ -173,6 +160,16 @@ static struct zcall *zcall_also(struct zlock *zl)
     c->id = zl->id;
     c->gen = zl->gen;
     c->watch = NULL;
+    return c;
+}
+
+/* A context for a new request: replies to earlier ones become stale. */
+static struct zcall *zcall_new(struct zlock *zl)
+{
+    struct zcall *c = zcall_also(zl);
+
+    if (c)
+        c->gen = ++zl->gen;
     return c;
 }
 

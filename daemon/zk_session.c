@@ -504,6 +504,14 @@ static void zk_free(void *impl)
     free(zk);
 }
 
+static void stat_u64(backend_stat_fn add, void *cookie, const char *name, uint64_t value)
+{
+    char v[24];
+
+    snprintf(v, sizeof(v), "%llu", (unsigned long long)value);
+    add(cookie, name, v);
+}
+
 /* STAT lines: zk_state, zk_session_id, ...; zk_requests counts the
  * acquisitions and releases this daemon is working on. */
 static void zk_stats(void *impl, backend_stat_fn add, void *cookie)
@@ -517,26 +525,15 @@ static void zk_stats(void *impl, backend_stat_fn add, void *cookie)
     add(cookie, "zk_session_id", v);
     snprintf(v, sizeof(v), "%d", zk->negotiated_ms);
     add(cookie, "zk_session_timeout_ms", v);
-    snprintf(v, sizeof(v), "%llu", (unsigned long long)zk->sessions);
-    add(cookie, "zk_sessions", v);
-    snprintf(v, sizeof(v), "%llu", (unsigned long long)zk->reconnects);
-    add(cookie, "zk_reconnects", v);
-    snprintf(v, sizeof(v), "%llu", (unsigned long long)zk->outstanding);
-    add(cookie, "zk_outstanding", v);
-    snprintf(v, sizeof(v), "%u", zk->nzlocks);
-    add(cookie, "zk_requests", v);
-    snprintf(v, sizeof(v), "%llu", (unsigned long long)zk->leases_removed);
-    add(cookie, "zk_leases_removed", v);
-    snprintf(v, sizeof(v), "%llu", (unsigned long long)zk->batches);
-    add(cookie, "zk_batches", v);
-    snprintf(v, sizeof(v), "%llu", (unsigned long long)zk->batched_ops);
-    add(cookie, "zk_batched_ops", v);
-    snprintf(v, sizeof(v), "%llu", (unsigned long long)zk->batch_failures);
-    add(cookie, "zk_batch_failures", v);
-    snprintf(v, sizeof(v), "%llu", (unsigned long long)zk->batch_resent);
-    add(cookie, "zk_batch_resent", v);
-    snprintf(v, sizeof(v), "%u", zk->batches_inflight);
-    add(cookie, "zk_batches_inflight", v);
-    snprintf(v, sizeof(v), "%u", zk->wq_len);
-    add(cookie, "zk_write_queue", v);
+    stat_u64(add, cookie, "zk_sessions", zk->sessions);
+    stat_u64(add, cookie, "zk_reconnects", zk->reconnects);
+    stat_u64(add, cookie, "zk_outstanding", zk->outstanding);
+    stat_u64(add, cookie, "zk_requests", zk->nzlocks);
+    stat_u64(add, cookie, "zk_leases_removed", zk->leases_removed);
+    stat_u64(add, cookie, "zk_batches", zk->batches);
+    stat_u64(add, cookie, "zk_batched_ops", zk->batched_ops);
+    stat_u64(add, cookie, "zk_batch_failures", zk->batch_failures);
+    stat_u64(add, cookie, "zk_batch_resent", zk->batch_resent);
+    stat_u64(add, cookie, "zk_batches_inflight", zk->batches_inflight);
+    stat_u64(add, cookie, "zk_write_queue", zk->wq_len);
 }
