@@ -1592,6 +1592,15 @@ class BatchTest(DistributedBase):
                     "%s/locks/%s" % (self.root, n) for n in names]:
                 zc.create(path)
 
+    def behind_proxy(self, names, session_ms, timeout=None):
+        """A daemon that reaches the server through a ReplyDroppingProxy,
+        the names' parents, and one client per name: (proxy, daemon, {name: client})."""
+        proxy = ReplyDroppingProxy(self.zk.port)
+        self.addCleanup(proxy.close)
+        a = self.start_daemon(proxy.hosts, "A", session_ms)
+        self.make_parents(names)
+        return proxy, a, {n: self.client(a, timeout=timeout) for n in names}
+
     def nodes_of(self, d, name):
         kids = lock_nodes(self.zk.connect_string, self.root).get(name, [])
         return [k for k in kids if k.startswith(d.daemon_id + "-")]
@@ -1608,15 +1617,11 @@ class BatchTest(DistributedBase):
         return tuple(int(after[n]) - int(before[n]) for n in names)
 
     def test_parent_removed_while_writes_wait(self):
-        proxy = ReplyDroppingProxy(self.zk.port)
-        self.addCleanup(proxy.close)
-        a = self.start_daemon(proxy.hosts, "A", LONG_SESSION_MS)
         names = ["w1", "w2", "x", "gone", "y"]
-        self.make_parents(names)
-        c = {n: self.client(a) for n in names}
+        proxy, a, c = self.behind_proxy(names, LONG_SESSION_MS)
         # A lone request goes out at once, in a multi of its own.
         base = stats(a)
-        c["x"].request("LOCK x")
+        self.assertRegex(c["x"].request("LOCK x"), r"^OK x %s$" % TOKEN)
         self.assertEqual(self.delta(base, stats(a), "zk_batches", "zk_batched_ops"), (1, 1))
         self.assertEqual(c["x"].request("UNLOCK x"), "OK x")
         self.wait_stat(a, "zk_requests", "0")
@@ -1647,12 +1652,8 @@ class BatchTest(DistributedBase):
         self.wait_stat(a, "zk_requests", "0")
 
     def test_delete_of_a_vanished_node_in_a_multi(self):
-        proxy = ReplyDroppingProxy(self.zk.port)
-        self.addCleanup(proxy.close)
-        a = self.start_daemon(proxy.hosts, "A", LONG_SESSION_MS)
         names = ["w1", "w2", "v", "x", "y"]
-        self.make_parents(names)
-        c = {n: self.client(a) for n in names}
+        proxy, a, c = self.behind_proxy(names, LONG_SESSION_MS)
         self.assertRegex(c["v"].request("LOCK v"), r"^OK v %s$" % TOKEN)
         (node,) = self.nodes_of(a, "v")
         base = stats(a)
@@ -1682,12 +1683,8 @@ class BatchTest(DistributedBase):
         writes still queued never go out: after reconnecting, the daemon
         finds the two created nodes by name, creates the third, and deletes
         the node it released meanwhile. Nothing is left over."""
-        proxy = ReplyDroppingProxy(self.zk.port)
-        self.addCleanup(proxy.close)
-        a = self.start_daemon(proxy.hosts, "A", SESSION_MS)
         names = ["w1", "w2", "v", "x"]
-        self.make_parents(names)
-        c = {n: self.client(a, timeout=scaled(30.0)) for n in names}
+        proxy, a, c = self.behind_proxy(names, SESSION_MS, timeout=scaled(30.0))
         self.assertRegex(c["v"].request("LOCK v"), r"^OK v %s$" % TOKEN)
         mark = a.log_mark()
         proxy.drop_replies()
@@ -1717,12 +1714,8 @@ class BatchTest(DistributedBase):
         """The daemon loses the server with a multi in flight and cannot
         reach it until its session has expired: the hold is LOST, the
         waiting LOCK is granted on the new session, nothing is orphaned."""
-        proxy = ReplyDroppingProxy(self.zk.port)
-        self.addCleanup(proxy.close)
-        a = self.start_daemon(proxy.hosts, "A", SESSION_MS)
-        names = ["h", "w"]
-        self.make_parents(names)
-        ch, cw = self.client(a, timeout=scaled(30.0)), self.client(a, timeout=scaled(30.0))
+        proxy, a, c = self.behind_proxy(["h", "w"], SESSION_MS, timeout=scaled(30.0))
+        ch, cw = c["h"], c["w"]
         th = int(ch.request("LOCK h").split()[2])
         (held,) = self.nodes_of(a, "h")
         mark = a.log_mark()
