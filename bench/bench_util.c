@@ -154,14 +154,56 @@ int proc_status_bytes(pid_t pid, const char *key, uint64_t *bytes)
     return rc;
 }
 
+/* ------------------------------------------------------------ one question */
+
+/* Connects to host:port, sends req, and reads what comes until the peer
+ * closes (or buf is full, or 2 s of silence) into buf, NUL-terminated.
+ * Returns 0 or -1. */
+static int ask(const char *host, int port, const char *req, char *buf, size_t cap)
+{
+    struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai = NULL;
+    char portstr[16];
+    size_t got = 0, len = strlen(req);
+    int fd = -1, rc = -1;
+
+    snprintf(portstr, sizeof(portstr), "%d", port);
+    if (getaddrinfo(host, portstr, &hints, &ai) != 0)
+        goto out;
+    if ((fd = socket(ai->ai_family, SOCK_STREAM, 0)) < 0 ||
+        connect(fd, ai->ai_addr, ai->ai_addrlen) < 0 || write(fd, req, len) != (ssize_t)len)
+        goto out;
+    for (;;) {
+        struct pollfd pfd = { .fd = fd, .events = POLLIN };
+        ssize_t n;
+
+        if (poll(&pfd, 1, 2000) <= 0)
+            goto out;
+        n = read(fd, buf + got, cap - 1 - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+        if (got == cap - 1)
+            break;
+    }
+    buf[got] = '\0';
+    rc = 0;
+out:
+    if (fd >= 0)
+        close(fd);
+    if (ai)
+        freeaddrinfo(ai);
+    return rc;
+}
+
 /* ------------------------------------------------------------ ZooKeeper srvr */
 
 int zk_srvr_zxid(const char *hosts, uint64_t *zxid)
 {
-    char first[256], *host = NULL, buf[4096], portstr[16];
-    struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai = NULL;
-    size_t len = strcspn(hosts, ",/"), got = 0;
-    int port, fd = -1, rc = -1;
+    char first[256], *host = NULL, buf[4096];
+    size_t len = strcspn(hosts, ",/");
+    int port, rc = -1;
     const char *z;
 
     if (len == 0 || len >= sizeof(first))
@@ -170,38 +212,35 @@ int zk_srvr_zxid(const char *hosts, uint64_t *zxid)
     first[len] = '\0';
     if (split_host_port(first, &host, &port) < 0)
         return -1;
-    snprintf(portstr, sizeof(portstr), "%d", port);
-    if (getaddrinfo(host, portstr, &hints, &ai) != 0)
-        goto out;
-    if ((fd = socket(ai->ai_family, SOCK_STREAM, 0)) < 0 ||
-        connect(fd, ai->ai_addr, ai->ai_addrlen) < 0 || write(fd, "srvr", 4) != 4)
-        goto out;
     /* The server answers and closes. */
-    for (;;) {
-        struct pollfd pfd = { .fd = fd, .events = POLLIN };
-        ssize_t n;
-
-        if (poll(&pfd, 1, 2000) <= 0)
-            goto out;
-        n = read(fd, buf + got, sizeof(buf) - 1 - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        got += (size_t)n;
-        if (got == sizeof(buf) - 1)
-            break;
-    }
-    buf[got] = '\0';
-    if ((z = strstr(buf, "Zxid: 0x")) && sscanf(z + 8, "%" SCNx64, zxid) == 1)
+    if (ask(host, port, "srvr", buf, sizeof(buf)) == 0 && (z = strstr(buf, "Zxid: 0x")) &&
+        sscanf(z + 8, "%" SCNx64, zxid) == 1)
         rc = 0;
-out:
-    if (fd >= 0)
-        close(fd);
-    if (ai)
-        freeaddrinfo(ai);
     free(host);
     return rc;
+}
+
+/* ------------------------------------------------------------ lockbrokerd STATS */
+
+int lb_stats(const char *host, int port, const char *const *names, uint64_t *vals, unsigned n)
+{
+    char buf[16384], key[64];
+    unsigned found = 0;
+    unsigned long long v;
+
+    /* QUIT: the daemon closes once it answered. */
+    if (ask(host, port, "STATS\nQUIT\n", buf, sizeof(buf)) < 0)
+        return -1;
+    for (char *line = buf; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        if (sscanf(line, "STAT %63s %llu", key, &v) != 2)
+            continue;
+        for (unsigned i = 0; i < n; i++)
+            if (strcmp(key, names[i]) == 0) {
+                vals[i] = v;
+                found++;
+            }
+    }
+    return found == n ? 0 : -1;
 }
 
 /* ------------------------------------------------------------ misc */

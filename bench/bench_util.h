@@ -55,6 +55,11 @@ int proc_status_bytes(pid_t pid, const char *key, uint64_t *bytes);
  * Returns 0 or -1. */
 int zk_srvr_zxid(const char *hosts, uint64_t *zxid);
 
+/* Asks lockbrokerd at host:port for STATS and fills vals[i] with the
+ * value of the counter names[i]. Blocks up to ~2 s. Returns 0, or -1 if
+ * the daemon could not be asked or did not report every name. */
+int lb_stats(const char *host, int port, const char *const *names, uint64_t *vals, unsigned n);
+
 /* Raises RLIMIT_NOFILE's soft limit to want (or to the hard limit).
  * Returns the resulting soft limit. */
 uint64_t raise_nofile(uint64_t want);

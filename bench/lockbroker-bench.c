@@ -143,8 +143,9 @@ struct bench {
     uint64_t t0, t1;
     uint64_t cpu_user0, cpu_sys0, cpu_user1, cpu_sys1;
     uint64_t zcpu_user0, zcpu_sys0, zcpu_user1, zcpu_sys1;
-    bool have_cpu, have_zcpu, have_zxid;
+    bool have_cpu, have_zcpu, have_zxid, have_batches;
     uint64_t zxid0, zxid1;
+    uint64_t batches0[2], batches1[2];   /* the daemon's zk_batches, zk_batched_ops */
     struct rusage ru0, ru1;
     struct histo lat;          /* LOCK / TRYLOCK sent -> OK */
     struct histo unlock_lat;   /* UNLOCK sent -> OK */
@@ -467,11 +468,16 @@ static void wl_reply(struct bconn *c, const struct req *r, const char *line, siz
 
 /* ------------------------------------------------------------ measurement */
 
+/* Distributed mode: the daemon's multis and the writes they carried. */
+static const char *const batch_stats[2] = { "zk_batches", "zk_batched_ops" };
+
 static void snap_begin(struct bench *b)
 {
     b->have_cpu = b->pid > 0 && proc_cpu_us(b->pid, &b->cpu_user0, &b->cpu_sys0) == 0;
     b->have_zcpu = b->zk_pid > 0 && proc_cpu_us(b->zk_pid, &b->zcpu_user0, &b->zcpu_sys0) == 0;
     b->have_zxid = b->zk_hosts && zk_srvr_zxid(b->zk_hosts, &b->zxid0) == 0;
+    b->have_batches = b->zk_hosts &&
+                      lb_stats(b->host, b->port, batch_stats, b->batches0, 2) == 0;
     getrusage(RUSAGE_SELF, &b->ru0);
     b->t0 = bench_now_ns();
 }
@@ -486,6 +492,8 @@ static void snap_end(struct bench *b)
         b->have_zcpu = false;
     if (b->have_zxid && zk_srvr_zxid(b->zk_hosts, &b->zxid1) < 0)
         b->have_zxid = false;
+    if (b->have_batches && lb_stats(b->host, b->port, batch_stats, b->batches1, 2) < 0)
+        b->have_batches = false;
 }
 
 static double tv_us(const struct timeval *tv) { return tv->tv_sec * 1e6 + tv->tv_usec; }
@@ -575,6 +583,11 @@ static void report_load(struct bench *b)
         uint64_t w = b->zxid1 - b->zxid0;
         out_u64("zk_writes", w);
         out_dbl("zk_writes_per_cycle", cyc > 0 ? (double)w / cyc : 0, 2);
+    }
+    if (b->have_batches) {
+        uint64_t n = b->batches1[0] - b->batches0[0], ops = b->batches1[1] - b->batches0[1];
+        out_u64("zk_batches", n);
+        out_dbl("zk_batch_ops_mean", n > 0 ? (double)ops / (double)n : 0, 2);
     }
     if (b->have_zcpu) {
         uint64_t d = cpu_total(b->zcpu_user1, b->zcpu_sys1) - cpu_total(b->zcpu_user0, b->zcpu_sys0);
@@ -1099,7 +1112,9 @@ static void usage(FILE *f)
 "                 hot and zipf refuse DEPTH > 1 (a queued LOCK holds back the\n"
 "                 connection's later requests, so shared names could deadlock).\n"
 "  --zk HOSTS     ZooKeeper connect string: report ZooKeeper writes per cycle\n"
-"                 (zxid from `srvr` on the first host, before and after)\n"
+"                 (zxid from `srvr` on the first host, before and after) and\n"
+"                 the daemon's multis and their mean size (STATS zk_batches,\n"
+"                 zk_batched_ops, before and after)\n"
 "  --pid PID      the daemon's pid: report its CPU time per cycle (/proc)\n"
 "  --zk-pid PID   the ZooKeeper server's pid: report its CPU time per cycle\n"
 "  --prefix P     lock name prefix (default lb<pid>-)\n"

@@ -12,7 +12,9 @@
 #     sweep when BENCH_HANDOFF_SWEEP=1,
 #   - redis-server (--save '' --appendonly no), if installed and the Redis
 #     benchmark was built,
-# runs the matrix, prints the table with the ratios the performance targets
+# runs the matrix (zk_raw_bench gives the raw create+delete pairs and, with
+# --recipe, the ZooKeeper lock recipe run by each client on its own session),
+# prints the table with the ratios the performance targets
 # are stated in (docs/PERFORMANCE.md), and stops everything on exit.
 #
 # Environment:
@@ -288,15 +290,25 @@ run emb-trylock-50   $EB -W trylock -c 50
 log "warming up ZooKeeper"
 $ZR -c 64 -S 0 -w 0 -d "$(awk -v d="$D" 'BEGIN { print (d >= 10) ? 5 : (d < 2 ? 1 : d / 2) }')" \
     -o json >/dev/null || log "ZooKeeper warm-up failed"
+# The lock recipe run by each client on its own session (issue 11) is the
+# peer of the distinct-names rows: what ZooKeeper users pay without the
+# daemon. One raw create round trip is the latency reference.
 for i in $(seq "$REPEAT"); do
     run "zk-raw-64-1sess#$i"  $ZR -c 64 -S 1
     run "zk-raw-64-64sess#$i" $ZR -c 64 -S 0
+    run "zk-recipe-64#$i"     $ZR --recipe -c 64 -S 0
     run "dist-distinct-64#$i" $DB -W distinct -c 64
+    run "zk-recipe-1#$i"      $ZR --recipe -c 1 -S 1
+    run "dist-distinct-1#$i"  $DB -W distinct -c 1
+    run "zk-raw-1#$i"         $ZR -c 1 -S 1
 done
 pick_median zk-raw-64-1sess
 pick_median zk-raw-64-64sess
+pick_median zk-recipe-64
 pick_median dist-distinct-64
-run dist-distinct-1  $DB -W distinct -c 1
+pick_median zk-recipe-1
+pick_median dist-distinct-1
+pick_median zk-raw-1
 # Local handoff (issue 12): one daemon's 16 connections on one name, with the
 # default local_handoff and with 0, beside the embedded daemon's; and two
 # daemons' clients on one name.
@@ -357,6 +369,7 @@ row() {   # KEY LABEL
         extra="$extra TOKEN-REGRESSIONS=$(jget "$j" token_regressions)"
     [ -n "$(jget "$j" share_0)" ] && extra="$extra shares=$(jget "$j" share_0)/$(jget "$j" share_1)"
     [ -n "$(jget "$j" max_wait_ms)" ] && extra="$extra maxwait=$(jget "$j" max_wait_ms)ms"
+    [ -n "$(jget "$j" zk_batch_ops_mean)" ] && extra="$extra batch=$(jget "$j" zk_batch_ops_mean)"
     printf '%-34s %10s %9s %9s %9s %9s %7s %s\n' "$2" "$rate" "$p50" "$p99" "$p999" "$cpu" "$zkw" "$extra"
 }
 
@@ -404,6 +417,9 @@ if [ "$SWEEP" = 1 ]; then
 fi
 row zk-raw-64-1sess   "raw ZK create+delete, 64/1 session"
 row zk-raw-64-64sess  "raw ZK create+delete, 64/64 sess."
+row zk-raw-1          "raw ZK create+delete, 1/1 session"
+row zk-recipe-64      "ZK lock recipe, 64 sessions"
+row zk-recipe-1       "ZK lock recipe, 1 session"
 echo
 e50=$(jget "${R[emb-distinct-50]:-}" cycles_per_s)
 r50=$(jget "${R[redis-distinct-50]:-}" cycles_per_s)
@@ -414,6 +430,16 @@ printf '%-58s %6s  (target >= 1.00: %s)\n' "embedded distinct 50 / redis lock di
 printf '%-58s %6s  (target >= 0.80: %s)\n' "distributed distinct 64 / raw ZK pairs (${zk_best:-none})" "$rt2" "$(verdict "$rt2" 0.8)"
 rt3=$(ratio "$d64" "$(rate zk-raw-64-1sess)")
 printf '%-58s %6s  (for reference: the daemon uses one session)\n' "distributed distinct 64 / raw ZK pairs on one session" "$rt3"
+# Issue 11: against the recipe each client would run on its own session.
+rt6=$(ratio "$d64" "$(rate zk-recipe-64)")
+printf '%-58s %6s  (target >= 1.50: %s)\n' "distributed distinct 64 / ZK lock recipe, 64 sessions" "$rt6" "$(verdict "$rt6" 1.5)"
+zkw64=$(jget "${R[dist-distinct-64]:-}" zk_writes_per_cycle)
+printf '%-58s %6s  (target <= 0.50: %s)\n' "distributed distinct 64: ZooKeeper transactions per cycle" "${zkw64:--}" \
+    "$(awk -v w="$zkw64" 'BEGIN { if (w == "") print "n/a"; else print (w <= 0.5) ? "met" : "NOT met" }')"
+rt7=$(ratio "$(rate dist-distinct-1)" "$(rate zk-recipe-1)")
+printf '%-58s %6s  (target >= 1.20: %s)\n' "distributed distinct 1 / ZK lock recipe, 1 session" "$rt7" "$(verdict "$rt7" 1.2)"
+printf '%-58s %s\n' "grant p50/p99 us: distributed 1 conn; recipe; raw create" \
+    "$(jget "${R[dist-distinct-1]:-}" grant_p50_us)/$(jget "${R[dist-distinct-1]:-}" grant_p99_us); $(jget "${R[zk-recipe-1]:-}" grant_p50_us)/$(jget "${R[zk-recipe-1]:-}" grant_p99_us); $(jget "${R[zk-raw-1]:-}" create_p50_us)/$(jget "${R[zk-raw-1]:-}" create_p99_us)"
 rt4=$(ratio "$(rate dist-hot-16)" "$(rate dist-hot-16-lh0)")
 rt5=$(ratio "$(rate dist-hot-16)" "$(rate emb-hot-16)")
 printf '%-58s %6s  (target >= 5.00: %s)\n' "distributed hot 16 / the same with local_handoff=0" "$rt4" "$(verdict "$rt4" 5.0)"
@@ -447,7 +473,8 @@ if [ -n "${scaling:-}" ]; then
 fi
 echo
 echo "cpu us/c: daemon (lockbrokerd, or redis-server) CPU microseconds per cycle, from /proc;"
-echo "zkw/c: ZooKeeper transactions per cycle (zxid delta from srvr); zkcpu: ZooKeeper server CPU per cycle;"
+echo "zkw/c: ZooKeeper transactions per cycle (zxid delta from srvr; a multi is one); zkcpu: ZooKeeper server CPU per cycle;"
+echo "batch: mean writes per multi the daemon sent (STATS zk_batched_ops / zk_batches);"
 echo "bypass: most times one hot waiter saw a later LOCK granted first; shares: each daemon's share of the"
 echo "grants (two_daemons_hot.py); maxwait: longest LOCK sent -> OK, waits unanswered at the end included."
 echo "Raw records: $RESULTS"

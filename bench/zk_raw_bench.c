@@ -8,7 +8,16 @@
  * per second bounds every such lock's cycles per second.
  *
  * The clients share -S sessions (1: all on one session, pipelined the way
- * lockbrokerd pipelines; 0: one session each). The single-threaded C client
+ * lockbrokerd pipelines; 0: one session each).
+ *
+ * --recipe: each client runs the ZooKeeper lock recipe instead, what a
+ * program using ZooKeeper directly pays per uncontended lock cycle: create
+ * EPHEMERAL_SEQUENTIAL under a parent of its own, getChildren2 of the
+ * parent (is the node first? its pzxid is the fencing token), delete.
+ * Cycles per second, and the grant latency (create sent to getChildren2
+ * answered), compare with lockbrokerd's distinct-names rows.
+ *
+ * The single-threaded C client
  * (libzookeeper_st, async calls only) is driven from one libevent loop
  * through zookeeper_interest() / zookeeper_process(), as the daemon does.
  */
@@ -49,6 +58,8 @@ struct client {
     struct session *s;
     uint64_t t_create;    /* when this pair's create went out */
     bool busy;            /* a request is out */
+    char parent[160];     /* --recipe: this client's lock parent */
+    char node[192];       /* --recipe: the node created, until deleted */
 };
 
 struct rb {
@@ -58,6 +69,7 @@ struct rb {
     double duration, warmup;
     int resolve_delay_ms;  /* zoo_set_servers_resolution_delay(); 0 is the library's default */
     bool lean;             /* fewer system calls per reply; see session_rearm() */
+    bool recipe;           /* create + getChildren2 + delete per cycle */
     pid_t zk_pid;
     enum out_mode out;
 
@@ -74,8 +86,10 @@ struct rb {
     uint64_t zu0, zs0, zu1, zs1;
     bool have_zxid, have_zcpu;
     struct rusage ru0, ru1;
-    struct histo pair_lat, create_lat;
+    struct histo pair_lat, create_lat, grant_lat;
     int first_rc;
+    unsigned parents_made;      /* --recipe: client parents created so far */
+    uint64_t not_first;         /* --recipe: a listing did not show our node first */
 };
 
 static void client_create(struct client *c);
@@ -214,6 +228,34 @@ static void on_deleted(int rc, const void *data)
         client_create(c);
 }
 
+/* --recipe: the listing that grants the lock; then the release. */
+static void on_listed(int rc, const struct String_vector *children, const struct Stat *stat,
+                      const void *data)
+{
+    struct client *c = (struct client *)data;
+    struct rb *rb = c->rb;
+    const char *mine = strrchr(c->node, '/') + 1;
+    int r;
+
+    if (rc == ZOK) {
+        /* Lowest sequence number holds: only our node is under our parent. */
+        for (int i = 0; i < children->count; i++)
+            if (strcmp(children->data[i], mine) < 0 && rb->measuring)
+                rb->not_first++;
+        if (rb->measuring)
+            histo_record(&rb->grant_lat, bench_now_ns() - c->t_create);
+    } else {
+        note_rc(rb, rc);
+    }
+    r = zoo_adelete(c->s->zh, c->node, -1, on_deleted, c);
+    if (r != ZOK) {
+        note_rc(rb, r);
+        client_idle(c);
+        return;
+    }
+    session_sent(c->s);
+}
+
 static void on_created(int rc, const char *value, const void *data)
 {
     struct client *c = (struct client *)data;
@@ -229,6 +271,19 @@ static void on_created(int rc, const char *value, const void *data)
     }
     if (rb->measuring)
         histo_record(&rb->create_lat, bench_now_ns() - c->t_create);
+    if (rb->recipe) {
+        /* Is our node first? The recipe's grant (even when stopping: the
+         * delete follows the listing). */
+        snprintf(c->node, sizeof(c->node), "%s", value);
+        r = zoo_aget_children2(c->s->zh, c->parent, 0, on_listed, c);
+        if (r != ZOK) {
+            note_rc(rb, r);
+            client_idle(c);
+            return;
+        }
+        session_sent(c->s);
+        return;
+    }
     /* Delete at once, even when stopping: the node must not outlive us. */
     r = zoo_adelete(c->s->zh, value, -1, on_deleted, c);
     if (r != ZOK) {
@@ -242,10 +297,10 @@ static void on_created(int rc, const char *value, const void *data)
 static void client_create(struct client *c)
 {
     struct rb *rb = c->rb;
-    char prefix[160];
+    char prefix[200];
     int r;
 
-    snprintf(prefix, sizeof(prefix), "%s/n-", rb->parent);
+    snprintf(prefix, sizeof(prefix), "%s/n-", rb->recipe ? c->parent : rb->parent);
     c->t_create = bench_now_ns();
     r = zoo_acreate(c->s->zh, prefix, NODE_DATA, (int)strlen(NODE_DATA), &ZOO_OPEN_ACL_UNSAFE,
                     ZOO_EPHEMERAL_SEQUENTIAL, on_created, c);
@@ -269,11 +324,19 @@ static void on_parent_deleted(int rc, const void *data)
     event_base_loopbreak(rb->base);
 }
 
+/* The client needs a completion; the common parent's delete says it all. */
+static void on_client_parent_deleted(int rc, const void *data)
+{
+}
+
 static void rb_stop(struct rb *rb)
 {
     struct session *s = &rb->sessions[0];
 
-    /* Every client is idle: remove the parent, then leave. */
+    /* Every client is idle: remove the parents (one session answers in
+     * order: the clients' before the common one), then leave. */
+    for (unsigned i = 0; rb->recipe && i < rb->parents_made; i++)
+        zoo_adelete(s->zh, rb->clients[i].parent, -1, on_client_parent_deleted, rb);
     if (zoo_adelete(s->zh, rb->parent, -1, on_parent_deleted, rb) != ZOK)
         event_base_loopbreak(rb->base);
     else
@@ -310,7 +373,8 @@ static void on_warmup_end(evutil_socket_t fd, short what, void *arg)
 
     histo_reset(&rb->pair_lat);
     histo_reset(&rb->create_lat);
-    rb->pairs = rb->errors = 0;
+    histo_reset(&rb->grant_lat);
+    rb->pairs = rb->errors = rb->not_first = 0;
     rb->have_zcpu = rb->zk_pid > 0 && proc_cpu_us(rb->zk_pid, &rb->zu0, &rb->zs0) == 0;
     rb->have_zxid = zk_srvr_zxid(rb->hosts, &rb->zxid0) == 0;
     getrusage(RUSAGE_SELF, &rb->ru0);
@@ -319,9 +383,33 @@ static void on_warmup_end(evutil_socket_t fd, short what, void *arg)
     rb_timer(rb, rb->duration, on_measure_end, rb);
 }
 
+static void rb_start(struct rb *rb)
+{
+    rb->running = true;
+    for (unsigned i = 0; i < rb->nclients; i++)
+        client_create(&rb->clients[i]);
+    rb_timer(rb, rb->warmup, on_warmup_end, rb);
+}
+
+/* --recipe: every client's parent exists: start. */
+static void on_client_parent_created(int rc, const char *value, const void *data)
+{
+    struct rb *rb = (struct rb *)data;
+
+    if (rc != ZOK && rc != ZNODEEXISTS) {
+        rb->failure = "cannot create a client's parent node";
+        rb->first_rc = rc;
+        event_base_loopbreak(rb->base);
+        return;
+    }
+    if (++rb->parents_made == rb->nclients)
+        rb_start(rb);
+}
+
 static void on_parent_created(int rc, const char *value, const void *data)
 {
     struct rb *rb = (struct rb *)data;
+    struct session *s0 = &rb->sessions[0];
 
     if (rc != ZOK && rc != ZNODEEXISTS) {
         rb->failure = "cannot create the parent node";
@@ -329,10 +417,21 @@ static void on_parent_created(int rc, const char *value, const void *data)
         event_base_loopbreak(rb->base);
         return;
     }
-    rb->running = true;
-    for (unsigned i = 0; i < rb->nclients; i++)
-        client_create(&rb->clients[i]);
-    rb_timer(rb, rb->warmup, on_warmup_end, rb);
+    if (rb->recipe) {
+        for (unsigned i = 0; i < rb->nclients; i++) {
+            struct client *c = &rb->clients[i];
+            snprintf(c->parent, sizeof(c->parent), "%s/c%u", rb->parent, i);
+            if (zoo_acreate(s0->zh, c->parent, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0,
+                            on_client_parent_created, rb) != ZOK) {
+                rb->failure = "cannot create a client's parent node";
+                event_base_loopbreak(rb->base);
+                return;
+            }
+        }
+        session_sent(s0);
+        return;
+    }
+    rb_start(rb);
 }
 
 static void on_session_event(zhandle_t *zh, int type, int state, const char *path, void *ctx)
@@ -389,24 +488,37 @@ static void report(struct rb *rb)
     out_dbl("resolve_delay_ms", rb->resolve_delay_ms, 0);
     out_str("loop", rb->lean ? "lean" : "plain");
     out_dbl("seconds", secs, 2);
-    out_u64("pairs", rb->pairs);
-    out_dbl("pairs_per_s", p / secs, 0);
-    out_histo("pair", &rb->pair_lat);
+    if (rb->recipe) {
+        /* A pair is a lock cycle here: create, getChildren2, delete. */
+        out_str("mode", "recipe");
+        out_u64("cycles", rb->pairs);
+        out_dbl("cycles_per_s", p / secs, 0);
+        out_histo("grant", &rb->grant_lat);
+        out_histo("cycle", &rb->pair_lat);
+        out_u64("not_first", rb->not_first);
+    } else {
+        out_u64("pairs", rb->pairs);
+        out_dbl("pairs_per_s", p / secs, 0);
+        out_histo("pair", &rb->pair_lat);
+    }
     out_histo("create", &rb->create_lat);
     out_u64("errors", rb->errors);
     if (rb->first_rc)
         out_str("first_error", zerror(rb->first_rc));
     if (rb->have_zxid) {
         out_u64("zk_writes", rb->zxid1 - rb->zxid0);
-        out_dbl("zk_writes_per_pair", p > 0 ? (double)(rb->zxid1 - rb->zxid0) / p : 0, 2);
+        out_dbl(rb->recipe ? "zk_writes_per_cycle" : "zk_writes_per_pair",
+                p > 0 ? (double)(rb->zxid1 - rb->zxid0) / p : 0, 2);
     }
     if (rb->have_zcpu) {
         uint64_t d = rb->zu1 + rb->zs1 - rb->zu0 - rb->zs0;
-        out_dbl("zk_cpu_us_per_pair", p > 0 ? (double)d / p : 0, 2);
+        out_dbl(rb->recipe ? "zk_cpu_us_per_cycle" : "zk_cpu_us_per_pair",
+                p > 0 ? (double)d / p : 0, 2);
         out_dbl("zk_cpu_pct", (double)d / (secs * 1e4), 1);
     }
     out_dbl("client_cpu_pct", client_us / (secs * 1e4), 1);
-    out_dbl("client_cpu_us_per_pair", p > 0 ? client_us / p : 0, 2);
+    out_dbl(rb->recipe ? "client_cpu_us_per_cycle" : "client_cpu_us_per_pair",
+            p > 0 ? client_us / p : 0, 2);
     out_end();
 }
 
@@ -416,6 +528,9 @@ static void usage(FILE *f)
 "Usage: zk_raw_bench --zk HOSTS [options]\n"
 "  --zk HOSTS     ZooKeeper connect string (host:port[,host:port...])\n"
 "  -c N           concurrent clients (default 64), each: create + delete, repeat\n"
+"  --recipe       each client runs the lock recipe instead: create\n"
+"                 EPHEMERAL_SEQUENTIAL + getChildren2 + delete, under a parent\n"
+"                 of its own (distinct names); reports cycles and grant latency\n"
 "  -S N           sessions shared by the clients round-robin (default 1;\n"
 "                 0: one session per client)\n"
 "  -d SECONDS     measured duration (default 10)\n"
@@ -439,6 +554,7 @@ int main(int argc, char **argv)
         { "resolve-delay", required_argument, NULL, 'R' },
         { "lean", no_argument, NULL, 'L' },
         { "plain", no_argument, NULL, 'N' },
+        { "recipe", no_argument, NULL, 'C' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -461,6 +577,7 @@ int main(int argc, char **argv)
         case 'Z': rb->hosts = optarg; break;
         case 'L': rb->lean = true; break;
         case 'N': rb->lean = false; break;
+        case 'C': rb->recipe = true; break;
         case 'R':
             rb->resolve_delay_ms = (int)strtol(optarg, &end, 10);
             if (!*optarg || *end || rb->resolve_delay_ms < -1)

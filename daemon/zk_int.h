@@ -1,11 +1,13 @@
 /*
- * zk_int.h - what the three parts of distributed mode share; nothing else
+ * zk_int.h - what the parts of distributed mode share; nothing else
  * in the daemon includes it.
  *
  *   zk_session.c  the backend object, the libevent adapter that drives the
  *                 single-threaded C client, and the session's lifecycle
  *   zk_lock.c     the lock recipe: one ZooKeeper node per request
  *   zk_query.c    read-only queries for STATUS
+ *   zk_lease.c    leases: persistent nodes, the janitor
+ *   zk_batch.c    group commit: lock nodes' creates and deletes as multis
  *
  * Only these files include zookeeper.h. Everything runs on the event loop
  * thread; completions and watchers run inside zookeeper_process().
@@ -28,6 +30,7 @@ struct event_base;
 struct settings;
 struct zlock;
 struct zcall;
+struct zwrite;
 
 enum zk_state { ZK_CONNECTING, ZK_CONNECTED, ZK_EXPIRED };
 
@@ -61,6 +64,13 @@ struct zk {
     TAILQ_HEAD(, zcall) watches;       /* watch contexts registered with zh */
     uint64_t next_id;
     unsigned nzlocks;
+    /* zk_batch.c's bookkeeping */
+    TAILQ_HEAD(, zwrite) wq;           /* writes waiting for a multi, oldest first */
+    unsigned wq_len;
+    unsigned batches_inflight;         /* multis sent and not answered */
+    uint64_t batches, batched_ops;     /* multis sent; writes they carried (re-sends too) */
+    uint64_t batch_failures;           /* multis that failed (an operation, or the connection) */
+    uint64_t batch_resent;             /* writes sent again after another one failed */
     /* zk_lease.c's bookkeeping */
     void *lease_nodes;                 /* tsearch tree of tracked lease nodes by path */
     bool swept;                        /* the start-up sweep ran */
@@ -140,6 +150,27 @@ void zk_lease_op_cancel(void *impl, struct backend_lease_op *op);
 void zk_lease_sweep(struct zk *zk);
 /* Frees the lease bookkeeping (the daemon is stopping). */
 void zk_lease_free_all(struct zk *zk);
+
+/* zk_batch.c: group commit (see the comment there). */
+/* Told, with the write's arg, right after a multi carrying it was sent:
+ * requests sent now are answered after that multi. */
+typedef void (*zk_batch_sent_fn)(const void *arg);
+/* Queue a create or a delete, as zoo_acreate / zoo_adelete would send it
+ * (path and data are copied; acl is borrowed until it is sent). done runs
+ * once with the outcome, later, on the loop thread. Returns ZOK, or
+ * ZSYSTEMERROR (out of memory: nothing queued, done never runs). */
+int zk_batch_create(struct zk *zk, const char *path, const char *data, int datalen,
+                    const struct ACL_vector *acl, int flags, string_completion_t done,
+                    zk_batch_sent_fn sent, const void *arg);
+int zk_batch_delete(struct zk *zk, const char *path, int version, void_completion_t done,
+                    const void *arg);
+/* Sends queued writes while fewer than the window of multis are in flight
+ * (connected only). Called after each pass of zookeeper_process() and from
+ * the kick; not from inside a completion. */
+void zk_batch_flush(struct zk *zk);
+/* Every queued (unsent) write completes with rc: the connection or the
+ * handle went away. */
+void zk_batch_fail_queued(struct zk *zk, int rc);
 
 /* zk_query.c: the backend ops for STATUS (see backend.h). */
 struct backend_query *zk_query(void *impl, const char *name, struct backend_queue_info *now,

@@ -10,6 +10,12 @@
  * before it. The fencing token is the parent's pzxid from the getChildren
  * reply that showed our node first.
  *
+ * Creates and deletes go out in multis (zk_batch.c). The getChildren that
+ * confirms a new node is sent right behind the multi that creates it,
+ * without waiting for its reply: ZooKeeper answers one session's requests
+ * in order, so it sees the node, and an uncontended grant costs one round
+ * trip.
+ *
  * A zlock outlives the table's interest in it ("detached", hold == NULL)
  * until its node is known to be gone: a create whose reply was lost is
  * looked for by name after reconnecting, and deletes are retried until they
@@ -58,6 +64,7 @@ struct zlock {
     unsigned limit;            /* LOCK_LIMIT only */
     bool data_stale;           /* the node's data names an owner that left (handover) */
     bool create_uncertain;     /* a create was sent and its reply lost */
+    bool listing_sent;         /* a getChildren went out right behind the create's multi */
     unsigned create_attempts;
     int64_t ttl_ms;            /* > 0: the request is for a lease */
     bool lease;                /* our node is (to be) a persistent lease node */
@@ -142,7 +149,9 @@ static struct hold *zl_detach(struct zlock *zl)
     return h;
 }
 
-static struct zcall *zcall_new(struct zlock *zl)
+/* A context for a second request of the current step, sent before the
+ * first is answered (the listing behind a create): same generation. */
+static struct zcall *zcall_also(struct zlock *zl)
 {
     struct zcall *c = malloc(sizeof(*c));
 
@@ -150,9 +159,19 @@ static struct zcall *zcall_new(struct zlock *zl)
         return NULL;
     c->zk = zl->zk;
     c->id = zl->id;
-    c->gen = ++zl->gen;
-    c->sent_us = locks_mono_us();   /* the request goes out right after */
+    c->gen = zl->gen;
+    c->sent_us = locks_mono_us();   /* the request goes out right after (or is queued) */
     c->watch = NULL;
+    return c;
+}
+
+/* A context for a new request: replies to earlier ones become stale. */
+static struct zcall *zcall_new(struct zlock *zl)
+{
+    struct zcall *c = zcall_also(zl);
+
+    if (c)
+        c->gen = ++zl->gen;
     return c;
 }
 
@@ -434,7 +453,12 @@ static void on_created(int rc, const char *value, const void *data)
         log_debug("zk: created %s", zl->node);
         if (zl->data_stale)
             zl_write_data(zl);
-        zl_start(zl);
+        if (zl->listing_sent && zl->hold && !zl->lease) {
+            zl->listing_sent = false;
+            zl->step = ZL_LISTING;   /* its reply comes next: on_listed */
+            break;
+        }
+        zl_start(zl);            /* a new request makes that listing stale */
         break;
     case ZNONODE:
         /* The parent is missing (never made, or an empty container removed). */
@@ -462,6 +486,32 @@ static void on_created(int rc, const char *value, const void *data)
     }
 }
 
+static void on_listed(int rc, const struct String_vector *children, const struct Stat *stat,
+                      const void *data);
+
+/* The multi carrying our create was sent: list the parent right behind it. */
+static void on_create_sent(const void *data)
+{
+    const struct zcall *cc = data;
+    struct zlock *zl = zl_find(cc->zk, cc->id);
+    struct zcall *c;
+
+    if (!zl || zl->gen != cc->gen || zl->step != ZL_CREATING || zl->lease || !zl->hold)
+        return;
+    /* Sent again after another write of a multi failed: the listing
+     * behind the earlier attempt is answered before this multi is, while
+     * the create is not known to be done, and on_listed ignores it. */
+    zl->listing_sent = false;
+    if (!(c = zcall_also(zl)))
+        return;              /* on_created lists instead */
+    if (zoo_aget_children2(zl->zk->zh, zl->parent, 0, on_listed, c) != ZOK) {
+        free(c);
+        return;
+    }
+    zl->zk->outstanding++;
+    zl->listing_sent = true;
+}
+
 static void zl_create(struct zlock *zl)
 {
     struct zk *zk = zl->zk;
@@ -485,11 +535,12 @@ static void zl_create(struct zlock *zl)
     zl_format_data(zl, data, sizeof(data));
     zl->create_attempts++;
     zl->create_sent = true;
+    zl->listing_sent = false;
     /* A lease outlives this daemon's session: its node is persistent. */
     zk_sent(zl, c,
-            zoo_acreate(zk->zh, prefix, data, (int)strlen(data), zk->acl,
-                        zl->lease ? ZOO_PERSISTENT_SEQUENTIAL : ZOO_EPHEMERAL_SEQUENTIAL,
-                        on_created, c),
+            zk_batch_create(zk, prefix, data, (int)strlen(data), zk->acl,
+                            zl->lease ? ZOO_PERSISTENT_SEQUENTIAL : ZOO_EPHEMERAL_SEQUENTIAL,
+                            on_created, zl->lease ? NULL : on_create_sent, c),
             "create");
 }
 
@@ -713,7 +764,9 @@ static void on_listed(int rc, const struct String_vector *children, const struct
     struct zview v;
     struct hold *h;
 
-    if (!zl)
+    /* A listing sent behind a create that failed or is sent again: the
+     * create's own reply decides (on_created). */
+    if (!zl || zl->step != ZL_LISTING)
         return;
     if (rc == ZNONODE) {     /* the parent, and so our node, is gone */
         zl_node_gone(zl);
@@ -811,7 +864,7 @@ static void zl_delete(struct zlock *zl)
     if (!c)
         return;
     log_debug("zk: deleting %s", zl->node);
-    zk_sent(zl, c, zoo_adelete(zl->zk->zh, zl->node, -1, on_deleted, c), "delete");
+    zk_sent(zl, c, zk_batch_delete(zl->zk, zl->node, -1, on_deleted, c), "delete");
 }
 
 /* ---------------------------------------------------------------- leases */
@@ -1180,12 +1233,15 @@ void zk_locks_forget_reads(struct zk *zk)
 {
     struct zlock *zl;
 
-    /* Writes stay in flight: their outcome says where our nodes are. */
+    /* Writes stay in flight: their outcome says where our nodes are. A
+     * listing sent behind a create is not believed: on_created lists again. */
     TAILQ_FOREACH(zl, &zk->zlocks, link)
         if (zl->step == ZL_LISTING || zl->step == ZL_WATCHING || zl->step == ZL_CHECKING ||
             zl->step == ZL_LEASED) {
             zl->gen++;
             zl->step = ZL_IDLE;
+        } else if (zl->step == ZL_CREATING) {
+            zl->listing_sent = false;
         }
 }
 

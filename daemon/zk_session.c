@@ -256,6 +256,8 @@ static void on_io(evutil_socket_t fd, short what, void *arg)
      * disconnected us), so the session was alive at `now`. */
     if ((what & EV_READ) && zk->state == ZK_CONNECTED)
         zk->heard_ms = now;
+    /* Writes queued by the replies just handled go out as one multi. */
+    zk_batch_flush(zk);
     zk_rearm(zk);
 }
 
@@ -264,6 +266,7 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
     struct zk *zk = arg;
 
     zk->kicked = false;
+    zk_batch_flush(zk);
     zk_rearm(zk);
 }
 
@@ -300,6 +303,9 @@ static void zk_close_handle(struct zk *zk)
     event_del(zk->io);
     zookeeper_close(zk->zh);
     zk->zh = NULL;
+    zk->batches_inflight = 0;  /* their completions ran, with ZCLOSING */
+    /* Writes never sent either: whatever they were for looks again. */
+    zk_batch_fail_queued(zk, ZCLOSING);
 }
 
 static void on_session_event(zhandle_t *zh, int type, int state, const char *path, void *ctx);
@@ -459,6 +465,9 @@ static void on_session_event(zhandle_t *zh, int type, int state, const char *pat
             log_warn("zk: disconnected from ZooKeeper; reconnecting");
         zk->state = ZK_CONNECTING;
         zk_went_down(zk);
+        /* As the client fails the requests it had sent, ours that wait fail
+         * too, rather than wait for a reconnection that may not come. */
+        zk_batch_fail_queued(zk, ZCONNECTIONLOSS);
         /* The server expires the session a full timeout after it last heard
          * from us; we presume it lost 2/3 of a timeout after we last heard
          * from the server, leaving a third for delays on either side. */
@@ -481,6 +490,7 @@ static void on_session_event(zhandle_t *zh, int type, int state, const char *pat
             log_warn("zk: session 0x%llx expired", (unsigned long long)zk->session_id);
         zk->state = ZK_EXPIRED;
         zk_went_down(zk);
+        zk_batch_fail_queued(zk, ZSESSIONEXPIRED);
         evtimer_del(zk->lost_timer);
         zk_locks_drop_held(zk, "session-expired");
         /* zookeeper_close may not run in a callback; refused credentials
@@ -538,6 +548,7 @@ struct backend *zk_backend_new(struct event_base *base, const struct settings *s
     zk->settings = s;
     TAILQ_INIT(&zk->zlocks);
     TAILQ_INIT(&zk->watches);
+    TAILQ_INIT(&zk->wq);
     snprintf(zk->root, sizeof(zk->root), "%s", s->zk_root);
     snprintf(zk->daemon_id, sizeof(zk->daemon_id), "%s", daemon_id);
     zk->acl = &ZOO_OPEN_ACL_UNSAFE;
@@ -607,6 +618,14 @@ static void zk_free(void *impl)
     free(zk);
 }
 
+static void stat_u64(backend_stat_fn add, void *cookie, const char *name, uint64_t value)
+{
+    char v[24];
+
+    snprintf(v, sizeof(v), "%llu", (unsigned long long)value);
+    add(cookie, name, v);
+}
+
 /* STAT lines: zk_state, zk_session_id, ...; zk_requests counts the
  * acquisitions and releases this daemon is working on. */
 static void zk_stats(void *impl, backend_stat_fn add, void *cookie)
@@ -620,16 +639,17 @@ static void zk_stats(void *impl, backend_stat_fn add, void *cookie)
     add(cookie, "zk_session_id", v);
     snprintf(v, sizeof(v), "%d", zk->negotiated_ms);
     add(cookie, "zk_session_timeout_ms", v);
-    snprintf(v, sizeof(v), "%llu", (unsigned long long)zk->sessions);
-    add(cookie, "zk_sessions", v);
-    snprintf(v, sizeof(v), "%llu", (unsigned long long)zk->reconnects);
-    add(cookie, "zk_reconnects", v);
-    snprintf(v, sizeof(v), "%llu", (unsigned long long)zk->outstanding);
-    add(cookie, "zk_outstanding", v);
-    snprintf(v, sizeof(v), "%u", zk->nzlocks);
-    add(cookie, "zk_requests", v);
-    snprintf(v, sizeof(v), "%llu", (unsigned long long)zk->leases_removed);
-    add(cookie, "zk_leases_removed", v);
+    stat_u64(add, cookie, "zk_sessions", zk->sessions);
+    stat_u64(add, cookie, "zk_reconnects", zk->reconnects);
+    stat_u64(add, cookie, "zk_outstanding", zk->outstanding);
+    stat_u64(add, cookie, "zk_requests", zk->nzlocks);
+    stat_u64(add, cookie, "zk_leases_removed", zk->leases_removed);
+    stat_u64(add, cookie, "zk_batches", zk->batches);
+    stat_u64(add, cookie, "zk_batched_ops", zk->batched_ops);
+    stat_u64(add, cookie, "zk_batch_failures", zk->batch_failures);
+    stat_u64(add, cookie, "zk_batch_resent", zk->batch_resent);
+    stat_u64(add, cookie, "zk_batches_inflight", zk->batches_inflight);
+    stat_u64(add, cookie, "zk_write_queue", zk->wq_len);
 }
 
 static void zk_histograms(void *impl, backend_hist_fn add, void *cookie)

@@ -1757,11 +1757,182 @@ class AclTest(DistributedBase):
         d.killed = True
         d.wait_log(r"zk: the chroot /lbchroot-missing of \[zookeeper\] hosts does not exist")
 
+@dump_on_failure
+class BatchTest(DistributedBase):
+    """Group commit (daemon/zk_batch.c): creates and deletes go out as
+    multis, at most 2 in flight; a failed multi's culprit is handled as a
+    single request would be and the other writes are sent again. The proxy
+    holds the server's replies back, so that writes queue up behind 2
+    multis in flight and go out together, deterministically."""
+
+    def wait_stat(self, d, name, value, timeout=None):
+        self.wait_zk(lambda: stats(d)[name] == value, scaled(10.0) if timeout is None else timeout,
+                     "%s: STAT %s %s" % (d.name, name, value))
+
+    def make_parents(self, names):
+        """Persistent parents, which the server does not remove when empty
+        (a container would go within the test server's 1 s check)."""
+        with ZkClient(self.zk.connect_string) as zc:
+            for path in [self.root, self.root + "/locks"] + [
+                    "%s/locks/%s" % (self.root, n) for n in names]:
+                zc.create(path)
+
+    def behind_proxy(self, names, session_ms, timeout=None):
+        """A daemon that reaches the server through a ReplyDroppingProxy,
+        the names' parents, and one client per name: (proxy, daemon, {name: client})."""
+        proxy = ReplyDroppingProxy(self.zk.port)
+        self.addCleanup(proxy.close)
+        a = self.start_daemon(proxy.hosts, "A", session_ms)
+        self.make_parents(names)
+        return proxy, a, {n: self.client(a, timeout=timeout) for n in names}
+
+    def nodes_of(self, d, name):
+        kids = lock_nodes(self.zk.connect_string, self.root).get(name, [])
+        return [k for k in kids if k.startswith(d.daemon_id + "-")]
+
+    def fill_window(self, proxy, d, conns):
+        """Replies held: one LOCK per client in conns makes a multi each,
+        until 2 are in flight."""
+        proxy.hold_replies()
+        for i, (name, c) in enumerate(conns):
+            c.send("LOCK %s\n" % name)
+            self.wait_stat(d, "zk_batches_inflight", str(i + 1))
+
+    def delta(self, before, after, *names):
+        return tuple(int(after[n]) - int(before[n]) for n in names)
+
+    def test_parent_removed_while_writes_wait(self):
+        names = ["w1", "w2", "x", "gone", "y"]
+        proxy, a, c = self.behind_proxy(names, LONG_SESSION_MS)
+        # A lone request goes out at once, in a multi of its own.
+        base = stats(a)
+        self.assertRegex(c["x"].request("LOCK x"), r"^OK x %s$" % TOKEN)
+        self.assertEqual(self.delta(base, stats(a), "zk_batches", "zk_batched_ops"), (1, 1))
+        self.assertEqual(c["x"].request("UNLOCK x"), "OK x")
+        self.wait_stat(a, "zk_requests", "0")
+        base = stats(a)
+        self.fill_window(proxy, a, [("w1", c["w1"]), ("w2", c["w2"])])
+        for n in ("x", "gone", "y"):
+            c[n].send("LOCK %s\n" % n)
+        self.wait_stat(a, "zk_write_queue", "3")
+        with ZkClient(self.zk.connect_string) as zc:
+            zc.delete("%s/locks/gone" % self.root)     # empty: nobody holds it
+        mark = a.log_mark()
+        proxy.release_replies()
+        # x, gone, y went out as one multi, which failed on gone's create:
+        # x and y are sent again, gone's parent is made and its create retried.
+        for n in names:
+            c[n].expect_match(r"OK %s %s" % (n, TOKEN))
+        after = stats(a)
+        self.assertEqual(self.delta(base, after, "zk_batch_failures", "zk_batch_resent"), (1, 2))
+        batches, ops = self.delta(base, after, "zk_batches", "zk_batched_ops")
+        self.assertGreater(ops, batches, "no multi carried more than one write")
+        self.assertIsNotNone(a.find_log(r"zk: a multi of 3 writes failed: no node", mark))
+        for n in names:
+            self.assertEqual(len(self.nodes_of(a, n)), 1, (n, lock_nodes(self.zk.connect_string,
+                                                                          self.root)))
+        for n in names:
+            self.assertEqual(c[n].request("UNLOCK %s" % n), "OK %s" % n)
+        self.wait_no_nodes(self.zk.connect_string)
+        self.wait_stat(a, "zk_requests", "0")
+
+    def test_delete_of_a_vanished_node_in_a_multi(self):
+        names = ["w1", "w2", "v", "x", "y"]
+        proxy, a, c = self.behind_proxy(names, LONG_SESSION_MS)
+        self.assertRegex(c["v"].request("LOCK v"), r"^OK v %s$" % TOKEN)
+        (node,) = self.nodes_of(a, "v")
+        base = stats(a)
+        self.fill_window(proxy, a, [("w1", c["w1"]), ("w2", c["w2"])])
+        self.assertEqual(c["v"].request("UNLOCK v"), "OK v")   # answered at once
+        for n in ("x", "y"):
+            c[n].send("LOCK %s\n" % n)
+        self.wait_stat(a, "zk_write_queue", "3")
+        with ZkClient(self.zk.connect_string) as zc:
+            zc.delete("%s/locks/v/%s" % (self.root, node))
+        proxy.release_replies()
+        # [delete v's node, create x, create y] failed on the delete: the
+        # node is gone, which is what the delete was for; x and y go again.
+        for n in ("w1", "w2", "x", "y"):
+            c[n].expect_match(r"OK %s %s" % (n, TOKEN))
+        after = stats(a)
+        self.assertEqual(self.delta(base, after, "zk_batch_failures", "zk_batch_resent"), (1, 2))
+        self.wait_stat(a, "zk_requests", "4")     # v's request is done
+        for n in ("w1", "w2", "x", "y"):
+            self.assertEqual(len(self.nodes_of(a, n)), 1, n)
+            self.assertEqual(c[n].request("UNLOCK %s" % n), "OK %s" % n)
+        self.wait_no_nodes(self.zk.connect_string)
+        self.wait_stat(a, "zk_requests", "0")
+
+    def test_connection_lost_with_multis_in_flight(self):
+        """The server carries out two multis whose replies are lost, and
+        writes still queued never go out: after reconnecting, the daemon
+        finds the two created nodes by name, creates the third, and deletes
+        the node it released meanwhile. Nothing is left over."""
+        names = ["w1", "w2", "v", "x"]
+        proxy, a, c = self.behind_proxy(names, SESSION_MS, timeout=scaled(30.0))
+        self.assertRegex(c["v"].request("LOCK v"), r"^OK v %s$" % TOKEN)
+        mark = a.log_mark()
+        proxy.drop_replies()
+        for i, n in enumerate(("w1", "w2")):
+            c[n].send("LOCK %s\n" % n)
+            self.wait_stat(a, "zk_batches_inflight", str(i + 1))
+        self.assertEqual(c["v"].request("UNLOCK v"), "OK v")
+        c["x"].send("LOCK x\n")
+        self.wait_stat(a, "zk_write_queue", "2")
+        self.wait_zk(lambda: len(self.nodes_of(a, "w1")) == 1 and len(self.nodes_of(a, "w2")) == 1,
+                     scaled(10.0), "the two multis to reach the server")
+        a.wait_log(r"zk: disconnected from ZooKeeper", scaled(15.0), since=mark)
+        for n in ("w1", "w2", "x"):
+            c[n].expect_match(r"OK %s %s" % (n, TOKEN))
+        found = re.compile(r"zk: found \S+/locks/(\S+)/\S+, whose create reply was lost")
+        adopted = [m.group(1) for m in map(found.search, list(a.lines[mark:])) if m]
+        self.assertEqual(sorted(adopted), ["w1", "w2"])
+        self.assertIsNone(a.find_log(SESSION_RE, mark), "the session should have survived")
+        self.wait_zk(lambda: not self.nodes_of(a, "v"), scaled(10.0), "v's node deleted")
+        for n in ("w1", "w2", "x"):
+            self.assertEqual(len(self.nodes_of(a, n)), 1, n)
+            self.assertEqual(c[n].request("UNLOCK %s" % n), "OK %s" % n)
+        self.wait_no_nodes(self.zk.connect_string, port=self.zk.port, sessions=[a.session])
+        self.wait_stat(a, "zk_requests", "0")
+
+    def test_session_expired_with_a_multi_in_flight(self):
+        """The daemon loses the server with a multi in flight and cannot
+        reach it until its session has expired: the hold is LOST, the
+        waiting LOCK is granted on the new session, nothing is orphaned."""
+        proxy, a, c = self.behind_proxy(["h", "w"], SESSION_MS, timeout=scaled(30.0))
+        ch, cw = c["h"], c["w"]
+        th = int(ch.request("LOCK h").split()[2])
+        (held,) = self.nodes_of(a, "h")
+        mark = a.log_mark()
+        proxy.refuse_new()
+        proxy.drop_replies()
+        cw.send("LOCK w\n")
+        self.wait_stat(a, "zk_batches_inflight", "1")
+        ch.expect_match(r"LOST h %d zk-disconnected" % th)
+        # The server ends the session; only then may the daemon reconnect.
+        self.wait_zk(lambda: node_stat(self.zk.connect_string,
+                                       "%s/locks/h/%s" % (self.root, held)) is None,
+                     scaled(20.0), "the session to expire")
+        proxy.refuse_new(False)
+        a.wait_log(r"zk: session 0x[0-9a-f]+ expired", scaled(20.0), since=mark)
+        session = int(a.wait_log(SESSION_RE, scaled(20.0), since=mark).group(1), 16)
+        self.assertNotEqual(session, a.session)
+        cw.expect_match(r"OK w %s" % TOKEN)
+        (mine,) = self.nodes_of(a, "w")
+        self.assertEqual(self.nodes_of(a, "h"), [])
+        self.assertEqual(cw.request("UNLOCK w"), "OK w")
+        self.assertRegex(ch.request("UNLOCK h"), r"^ERR NOT_HELD ")
+        self.wait_no_nodes(self.zk.connect_string, port=self.zk.port,
+                           sessions=[a.session, session])
+        self.wait_stat(a, "zk_requests", "0")
+
 
 class ReplyDroppingProxy:
     """A loopback TCP proxy to a ZooKeeper server that can swallow the
     server's replies on the connections open at the time (requests still get
-    through): a reply lost on the way, deterministically."""
+    through): a reply lost on the way, deterministically. It can also hold
+    the replies back and deliver them later (requests answered late), and
+    refuse new connections (the server out of reach)."""
 
     def __init__(self, upstream_port):
         self.upstream = ("127.0.0.1", upstream_port)
@@ -1769,7 +1940,8 @@ class ReplyDroppingProxy:
         self.listener.bind(("127.0.0.1", 0))
         self.listener.listen(16)
         self.hosts = "127.0.0.1:%d" % self.listener.getsockname()[1]
-        self.pairs = []                  # [client socket, server socket, dropping]
+        self.pairs = []                  # [client socket, server socket, mode, held bytes]
+        self.refusing = False
         self.lock = threading.Lock()
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -1777,10 +1949,13 @@ class ReplyDroppingProxy:
         while True:
             try:
                 client, _ = self.listener.accept()
+                if self.refusing:
+                    client.close()
+                    continue
                 server = socket.create_connection(self.upstream)
             except OSError:
                 return
-            pair = [client, server, False]
+            pair = [client, server, "pass", bytearray()]
             with self.lock:
                 self.pairs.append(pair)
             threading.Thread(target=self._pump, args=(pair, 0, 1), daemon=True).start()
@@ -1792,8 +1967,13 @@ class ReplyDroppingProxy:
                 data = pair[src].recv(65536)
                 if not data:
                     break
-                if src == 1 and pair[2]:
-                    continue                 # a server reply, swallowed
+                if src == 1:
+                    with self.lock:
+                        if pair[2] == "drop":
+                            continue         # a server reply, swallowed
+                        if pair[2] == "hold":
+                            pair[3] += data  # delivered by release_replies()
+                            continue
                 pair[dst].sendall(data)
         except OSError:
             pass
@@ -1807,10 +1987,31 @@ class ReplyDroppingProxy:
             except OSError:
                 pass
 
-    def drop_replies(self):
+    def _set_mode(self, mode):
         with self.lock:
             for pair in self.pairs:
-                pair[2] = True
+                pair[2] = mode
+
+    def drop_replies(self):
+        self._set_mode("drop")
+
+    def hold_replies(self):
+        self._set_mode("hold")
+
+    def release_replies(self):
+        """Delivers the replies held back, in order, and lets later ones through."""
+        with self.lock:
+            for pair in self.pairs:
+                if pair[2] == "hold":
+                    try:
+                        pair[0].sendall(bytes(pair[3]))
+                    except OSError:
+                        pass
+                    pair[3].clear()
+                    pair[2] = "pass"
+
+    def refuse_new(self, refusing=True):
+        self.refusing = refusing
 
     def close(self):
         self.listener.close()
