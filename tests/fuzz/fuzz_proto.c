@@ -151,6 +151,36 @@ static void check_same(enum proto_parse_result ra, const struct proto_req *a,
     CHECK(a->ttl_ms == b->ttl_ms && a->has_token == b->has_token && a->token == b->token);
 }
 
+/* The request written out plainly ("LOCK a 5 shared ttl=100") parses to the
+ * same request: nothing the parser accepted was misread. */
+static void check_round_trip(const struct proto_req *req)
+{
+    char line[1024];
+    struct proto_req again;
+    size_t n;
+
+    n = (size_t)snprintf(line, sizeof(line), "%s", proto_cmd_word(req->cmd));
+    if (req->name)
+        n += (size_t)snprintf(line + n, sizeof(line) - n, " %.*s", (int)req->name_len, req->name);
+    if (req->label)
+        n += (size_t)snprintf(line + n, sizeof(line) - n, " %.*s", (int)req->label_len,
+                              req->label);
+    if (req->wait_ms >= 0)
+        n += (size_t)snprintf(line + n, sizeof(line) - n, " %lld", (long long)req->wait_ms);
+    if (req->has_token)
+        n += (size_t)snprintf(line + n, sizeof(line) - n, " %" PRIu64, req->token);
+    if (req->cmd == PROTO_CMD_RENEW)
+        n += (size_t)snprintf(line + n, sizeof(line) - n, " %lld", (long long)req->ttl_ms);
+    if (req->mode == PROTO_MODE_SHARED)
+        n += (size_t)snprintf(line + n, sizeof(line) - n, " shared");
+    if (req->mode == PROTO_MODE_LIMIT)
+        n += (size_t)snprintf(line + n, sizeof(line) - n, " limit=%u", req->limit);
+    if (req->ttl_ms && req->cmd != PROTO_CMD_RENEW)
+        n += (size_t)snprintf(line + n, sizeof(line) - n, " ttl=%lld", (long long)req->ttl_ms);
+    CHECK(n < sizeof(line));
+    check_same(PROTO_REQUEST, req, proto_parse(line, n, &again), &again);
+}
+
 /* Formatting arbitrary bytes into a buffer of any size: -1 or an exact fit,
  * never a byte past cap (the buffer is exactly cap bytes, for ASan). */
 static void check_fmt_bounds(const char *data, size_t len)
@@ -210,6 +240,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         r2 = proto_parse(variant, len + 3, &other);
         check_same(r, &req, r2, &other);
     }
+
+    if (r == PROTO_REQUEST)
+        check_round_trip(&req);
+
+    /* Command words are matched case-insensitively. */
+    memcpy(variant, line, len);
+    for (size_t i = 0; i < len && variant[i] != ' ' && variant[i] != '\t'; i++)
+        if ((variant[i] >= 'a' && variant[i] <= 'z') || (variant[i] >= 'A' && variant[i] <= 'Z'))
+            variant[i] ^= 0x20;
+    r2 = proto_parse(variant, len, &other);
+    check_same(r, &req, r2, &other);
 
     check_fmt_bounds(line, len);
     free(variant);
