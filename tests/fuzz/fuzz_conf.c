@@ -12,6 +12,7 @@
  */
 #define _GNU_SOURCE         /* memfd_create() */
 #include "settings.h"
+#include "fuzz_check.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -19,14 +20,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
-
-#define CHECK(cond)                                                            \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            abort();                                                           \
-        }                                                                      \
-    } while (0)
 
 #define SOURCE "fuzz.conf"
 

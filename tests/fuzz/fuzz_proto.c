@@ -10,20 +10,12 @@
  * PROTO_REPLY_MAX and be exactly one line.
  */
 #include "proto.h"
+#include "fuzz_check.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* A broken promise is a crash, so that libFuzzer keeps the input. */
-#define CHECK(cond)                                                            \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            abort();                                                           \
-        }                                                                      \
-    } while (0)
 
 static int within(const char *p, size_t n, const char *line, size_t len)
 {
