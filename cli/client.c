@@ -164,8 +164,8 @@ static int new_socket(int family)
     return socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 }
 
-int client_connect(struct client *c, const struct client_addr *a, int64_t deadline_ms,
-                   char *err, size_t errlen)
+static int connect_socket(struct client *c, const struct client_addr *a, int64_t deadline_ms,
+                          char *err, size_t errlen)
 {
     memset(c, 0, sizeof(*c));
     c->fd = -1;
@@ -222,6 +222,78 @@ int client_connect(struct client *c, const struct client_addr *a, int64_t deadli
         snprintf(err, errlen, "cannot connect to %s: %s", a->spec, strerror(last_errno));
         return -1;
     }
+    return 0;
+}
+
+/* AUTH <user> <password>, and its answer `OK <user>`. Returns as client_connect(). */
+static int client_login(struct client *c, const struct client_addr *a, int64_t deadline_ms,
+                        char *err, size_t errlen)
+{
+    const struct client_auth *auth = a->auth;
+    char req[PROTO_USER_MAX + PROTO_PASSWORD_MAX + 16], line[PROTO_REPLY_MAX], ok[PROTO_USER_MAX + 8];
+    int n = snprintf(req, sizeof(req), "AUTH %s %s\n", auth->user, auth->password);
+    enum client_status st = client_send(c, req, (size_t)n, deadline_ms, err, errlen);
+
+    explicit_bzero(req, sizeof(req));
+    if (st == CLIENT_OK)
+        st = client_read_line(c, line, sizeof(line), deadline_ms, err, errlen);
+    if (st != CLIENT_OK) {
+        if (st != CLIENT_ERROR)
+            snprintf(err, errlen, "%s: %s", a->spec, st == CLIENT_TIMEOUT
+                     ? "no answer to AUTH in time" : "closed the connection before answering AUTH");
+        return CLI_EXIT_UNAVAILABLE;
+    }
+    snprintf(ok, sizeof(ok), "OK %s", auth->user);
+    if (strcmp(line, ok) == 0)
+        return 0;
+    snprintf(err, errlen, "%s refused AUTH as %s: %s", a->spec, auth->user, line);
+    return strncmp(line, "ERR ", 4) == 0 ? client_err_exit(line) : CLI_EXIT_PROTOCOL;
+}
+
+int client_connect(struct client *c, const struct client_addr *a, int64_t deadline_ms,
+                   char *err, size_t errlen)
+{
+    if (connect_socket(c, a, deadline_ms, err, errlen) < 0)
+        return CLI_EXIT_UNAVAILABLE;
+    return a->auth ? client_login(c, a, deadline_ms, err, errlen) : 0;
+}
+
+int client_read_password(struct client_auth *a, const char *path, const char *env,
+                         char *err, size_t errlen)
+{
+    char buf[PROTO_PASSWORD_MAX + 3];   /* the longest password, CR, LF */
+    const char *from = path ? path : "LOCKBROKER_PASSWORD";
+    size_t len = 0;
+
+    if (path) {
+        FILE *f = fopen(path, "re");
+
+        if (!f) {
+            snprintf(err, errlen, "--password-file %s: %s", path, strerror(errno));
+            return -1;
+        }
+        len = fread(buf, 1, sizeof(buf) - 1, f);
+        buf[len] = '\0';
+        fclose(f);
+        len = strcspn(buf, "\n");
+        if (len > 0 && buf[len - 1] == '\r')
+            len--;
+        buf[len] = '\0';
+    } else if (env) {
+        len = strlen(env);
+        snprintf(buf, sizeof(buf), "%s", env);
+    }
+    for (size_t i = 0; i < len; i++)
+        if (buf[i] < 0x21 || buf[i] > 0x7e)
+            len = 0;
+    if (len == 0 || len > PROTO_PASSWORD_MAX) {
+        explicit_bzero(buf, sizeof(buf));
+        snprintf(err, errlen, "%s: a password is 1-%d printable characters without spaces%s",
+                 from, PROTO_PASSWORD_MAX, path ? " on the first line" : "");
+        return -1;
+    }
+    memcpy(a->password, buf, len + 1);
+    explicit_bzero(buf, sizeof(buf));
     return 0;
 }
 
@@ -368,5 +440,8 @@ enum cli_exit client_err_exit(const char *line)
         return CLI_EXIT_UNAVAILABLE;
     if (starts_with_word(line, "ERR CONFLICT"))
         return CLI_EXIT_CONFLICT;
+    if (starts_with_word(line, "ERR NOAUTH") || starts_with_word(line, "ERR AUTH_FAILED") ||
+        starts_with_word(line, "ERR DENIED"))
+        return CLI_EXIT_DENIED;
     return CLI_EXIT_PROTOCOL;
 }

@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proto.h"
+
 /*
  * Exit statuses of lockbroker itself. `run` otherwise exits with the
  * command's status (128+N when signal N killed it). The 120s are rarely
@@ -22,6 +24,7 @@
 enum cli_exit {
     CLI_EXIT_OK          = 0,
     CLI_EXIT_FREE        = 1,   /* status NAME: the lock is free (0: held) */
+    CLI_EXIT_DENIED      = 117, /* AUTH refused, or ERR NOAUTH / DENIED: log in, or another NAME */
     CLI_EXIT_NOT_HELD    = 118, /* renew, release: ERR NOT_HELD (wrong token, or the lease ended) */
     CLI_EXIT_CONFLICT    = 119, /* run, lease: ERR CONFLICT, the lock is in use in another mode/limit */
     CLI_EXIT_LOST        = 120, /* run: the lock was lost while the command ran */
@@ -40,12 +43,19 @@ enum cli_exit {
 
 enum client_addr_kind { CLIENT_ADDR_TCP, CLIENT_ADDR_UNIX };
 
+/* Who to log in as: client_connect() sends AUTH <user> <password> first. */
+struct client_auth {
+    char user[PROTO_USER_MAX + 1];          /* proto_user_valid() */
+    char password[PROTO_PASSWORD_MAX + 1];  /* 1-128 bytes 0x21-0x7e */
+};
+
 struct client_addr {
     enum client_addr_kind kind;
     char host[256];     /* TCP: host name or literal, without brackets */
     char port[16];      /* TCP: decimal port 1-65535 */
     char path[108];     /* Unix: socket path (fits sockaddr_un.sun_path) */
     char spec[400];     /* canonical spelling for LOCKBROKER_ADDR: "h:p", "[v6]:p", "unix:/p" */
+    const struct client_auth *auth;  /* borrowed; NULL: no AUTH. The parsers set NULL */
 };
 
 /*
@@ -78,11 +88,23 @@ enum client_status {
 int64_t client_now_ms(void);
 
 /*
- * Resolves and connects (each resolved address in turn), waiting until
- * deadline_ms (monotonic; -1 for no limit). Returns 0, or -1 with err.
+ * Resolves and connects (each resolved address in turn), then logs in with
+ * AUTH when a->auth says so, waiting until deadline_ms (monotonic; -1 for no
+ * limit). Returns 0; CLI_EXIT_UNAVAILABLE with err when it cannot connect or
+ * gets no answer; CLI_EXIT_DENIED with err (the daemon's reply) when the
+ * AUTH is refused. The password never appears in err.
  */
 int client_connect(struct client *c, const struct client_addr *a, int64_t deadline_ms,
                    char *err, size_t errlen);
+
+/*
+ * Reads a password: the first line of the file at path (without its LF or
+ * CRLF), or else the value of the environment variable env. It must be
+ * 1-128 bytes of printable ASCII other than space, as AUTH takes it.
+ * Returns 0, or -1 with a reason in err (never the password itself).
+ */
+int client_read_password(struct client_auth *a, const char *path, const char *env,
+                         char *err, size_t errlen);
 
 /* Sends all of line[0..len). Returns a client_status. */
 enum client_status client_send(struct client *c, const char *line, size_t len,
@@ -111,6 +133,7 @@ void client_close(struct client *c);
 
 /*
  * The exit status for an `ERR <CODE> ...` reply: BAD_NAME -> CLI_EXIT_BAD_NAME,
+ * NOAUTH, AUTH_FAILED and DENIED -> CLI_EXIT_DENIED,
  * UNAVAILABLE and LIMIT -> CLI_EXIT_UNAVAILABLE, CONFLICT -> CLI_EXIT_CONFLICT,
  * anything else (other codes, or a line that is not ERR) -> CLI_EXIT_PROTOCOL.
  */

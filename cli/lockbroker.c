@@ -33,10 +33,12 @@ struct options {
     int grace_given;       /* -g was given (run only) */
     const char *label;     /* --label (run and lease), checked; NULL: the default */
     int verbose;           /* -v (run and lease): say what a long wait waits for */
+    const char *user;      /* -a, or NULL: no AUTH */
+    const char *password_file; /* --password-file, or NULL: $LOCKBROKER_PASSWORD */
 };
 
 /* Long options without a short form. */
-enum { OPT_LABEL = 256 };
+enum { OPT_LABEL = 256, OPT_PASSWORD_FILE };
 
 static void usage(FILE *f)
 {
@@ -83,6 +85,10 @@ static void usage(FILE *f)
         "  -v, --verbose         run, lease: once a wait for the lock passes 1 s, say on\n"
         "                        stderr who holds it (the default when stderr is a\n"
         "                        terminal)\n"
+        "  -a, --user USER       log in as USER (AUTH) with the password from\n"
+        "                        --password-file, or else $LOCKBROKER_PASSWORD\n"
+        "      --password-file FILE  the password of -a: the first line of FILE\n"
+        "                        (passwords are never taken on the command line)\n"
         "  -t, --timeout TIME    connect and reply timeout (default %d ms)\n"
         "  -h, --help            show this help\n"
         "  -V, --version         show the version\n"
@@ -91,6 +97,9 @@ static void usage(FILE *f)
         "children do not: see lockbroker(1)).\n"
         "Exit status: COMMAND's (run), 0 (other subcommands), or\n"
         "    1  status NAME: the lock is free (0: it is held)\n"
+        "  117  the broker refused the login (-a: wrong user or password, or it has no\n"
+        "       users), wants one (ERR NOAUTH: give -a), or USER may not use NAME\n"
+        "       (ERR DENIED)\n"
         "  118  renew, release: the lease is not held (ERR NOT_HELD): wrong TOKEN, or\n"
         "       it expired or was released\n"
         "  119  run, lease: the lock is in use in another mode or with another limit\n"
@@ -270,6 +279,8 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
         { "shared", no_argument, NULL, 's' },
         { "limit", required_argument, NULL, 'n' },
         { "label", required_argument, NULL, OPT_LABEL },
+        { "user", required_argument, NULL, 'a' },
+        { "password-file", required_argument, NULL, OPT_PASSWORD_FILE },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
@@ -279,7 +290,7 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
 
     optind = 1;
     opterr = 0;   /* our own messages, with the usage hint */
-    while ((opt = getopt_long(argc, argv, "+:H:U:w:g:t:sn:vhV", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "+:H:U:w:g:t:sn:a:vhV", longopts, NULL)) != -1) {
         switch (opt) {
         case 'H': o->host = optarg; break;
         case 'U': o->unix_path = optarg; break;
@@ -320,6 +331,17 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
         case 'v':
             o->verbose = 1;
             break;
+        case 'a':
+            if (!proto_user_valid(optarg, strlen(optarg))) {
+                *exit_code = usage_error("-a: expected a user name of 1-64 characters "
+                                         "A-Z a-z 0-9 . _ @ -, got '%s'", optarg);
+                return -1;
+            }
+            o->user = optarg;
+            break;
+        case OPT_PASSWORD_FILE:
+            o->password_file = optarg;
+            break;
         case 'h':
             usage(stdout);
             *exit_code = CLI_EXIT_OK;
@@ -336,6 +358,27 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
             return -1;
         }
     }
+    return 0;
+}
+
+/* -a's password into *auth, and the address logs in with it. Returns 0 or a usage error. */
+static int resolve_auth(const struct options *o, struct client_auth *auth, struct client_addr *a)
+{
+    char err[CLIENT_ERR_MAX];
+    const char *env = getenv("LOCKBROKER_PASSWORD");
+
+    if (!o->user) {
+        if (o->password_file)
+            return usage_error("%s", "--password-file is the password of -a USER");
+        return 0;
+    }
+    if (!o->password_file && !env)
+        return usage_error("-a %s: no password: set LOCKBROKER_PASSWORD or give "
+                           "--password-file FILE", o->user);
+    snprintf(auth->user, sizeof(auth->user), "%s", o->user);
+    if (client_read_password(auth, o->password_file, env, err, sizeof(err)) < 0)
+        return usage_error("%s", err);
+    a->auth = auth;
     return 0;
 }
 
@@ -385,12 +428,14 @@ struct exchange {
 static int exchange_start(struct exchange *x, const struct options *o,
                           const struct client_addr *a, struct client *c, const char *req)
 {
+    int rc;
+
     x->addr = a;
     x->c = c;
     x->deadline = client_now_ms() + o->io_ms;
-    if (client_connect(c, a, x->deadline, x->err, sizeof(x->err)) < 0) {
+    if ((rc = client_connect(c, a, x->deadline, x->err, sizeof(x->err))) != 0) {
         fprintf(stderr, "lockbroker: %s\n", x->err);
-        return CLI_EXIT_UNAVAILABLE;
+        return rc;
     }
     switch (client_send(c, req, strlen(req), x->deadline, x->err, sizeof(x->err))) {
     case CLIENT_OK:
@@ -725,6 +770,7 @@ int main(int argc, char **argv)
     static struct client conn;   /* 64 KiB line buffer: not on the stack */
     struct options o = { .wait_ms = -1, .grace_ms = GRACE_DEFAULT_MS,
                          .io_ms = IO_TIMEOUT_DEFAULT_MS };
+    static struct client_auth auth;
     struct client_addr addr;
     const char *sub;
     char **rest, label[PROTO_LABEL_MAX + 1];
@@ -763,7 +809,7 @@ int main(int argc, char **argv)
         return usage_error("%s", "lease: -g is an option of run");
     if (o.shared && o.limit > 0)
         return usage_error("%s", "--shared and --limit are mutually exclusive");
-    if ((rc = resolve_addr(&o, &addr)) != 0)
+    if ((rc = resolve_addr(&o, &addr)) != 0 || (rc = resolve_auth(&o, &auth, &addr)) != 0)
         return rc;
     notice = o.verbose || isatty(STDERR_FILENO);
 

@@ -213,7 +213,7 @@ static void notice_ask(const struct run_opts *o, struct notice *n)
     int64_t deadline = client_now_ms() + o->io_ms;
     int len = snprintf(req, sizeof(req), "STATUS %s\n", o->name);
 
-    if (client_connect(n->c, o->addr, deadline, err, sizeof(err)) < 0) {
+    if (client_connect(n->c, o->addr, deadline, err, sizeof(err)) != 0) {
         notice_fail(o, n, err);
         return;
     }
@@ -342,9 +342,9 @@ int run_lock(const struct run_opts *o, struct client *c, char *token, size_t tok
     enum client_status st;
     int n = 0, rc;
 
-    if (client_connect(c, o->addr, client_now_ms() + o->io_ms, err, sizeof(err)) < 0) {
+    if ((rc = client_connect(c, o->addr, client_now_ms() + o->io_ms, err, sizeof(err))) != 0) {
         fprintf(stderr, "lockbroker: %s\n", err);
-        return CLI_EXIT_UNAVAILABLE;
+        return rc;
     }
     run_mode_option(o, mode, sizeof(mode));
     wait[0] = ttl[0] = '\0';

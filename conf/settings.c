@@ -21,6 +21,9 @@
 
 static const char *const level_names[] = { "error", "warn", "info", "debug" };
 
+/* SETTING_BOOL words: false at even indexes, true at odd ones. */
+static const char *const bool_words[] = { "no", "yes", "false", "true", "off", "on", "0", "1" };
+
 const char *settings_log_level_name(enum log_level l)
 {
     return (unsigned)l < sizeof(level_names) / sizeof(level_names[0]) ? level_names[l] : "?";
@@ -111,16 +114,21 @@ static bool is_name_and_port(const char *v, unsigned *port)
     return letter && parse_uint(colon + 1, 0, 65535, port) == 0;
 }
 
-/* "host:port[,host:port...]": what zookeeper_init takes, without a chroot
- * (that is what root is for). Names are resolved when connecting. */
+static int valid_zk_root(const char *v);
+
+/* "host:port[,host:port...][/chroot]": what zookeeper_init takes. The
+ * client reads everything from the first '/' as the chroot, which every
+ * path of this session is then relative to (the node must exist). Names
+ * are resolved when connecting. */
 static int valid_zk_hosts(const char *v)
 {
-    const char *p = v;
+    const char *p = v, *chroot = strchr(v, '/');
+    size_t end = chroot ? (size_t)(chroot - v) : strlen(v);
 
-    if (!*v || strlen(v) > 1024)
+    if (!*v || strlen(v) > 1024 || (chroot && !valid_zk_root(chroot)))
         return 0;
-    while (*p) {
-        size_t hostlen = strcspn(p, ",");
+    while (p < v + end) {
+        size_t hostlen = strcspn(p, ",/");
         const char *colon = NULL;
         unsigned port;
         char portbuf[8];
@@ -138,10 +146,10 @@ static int valid_zk_hosts(const char *v)
         if (parse_uint(portbuf, 1, 65535, &port) < 0)
             return 0;
         p += hostlen;
-        if (*p == ',' && *++p == '\0')
+        if (*p == ',' && (*++p == '\0' || *p == '/'))
             return 0;
     }
-    return 1;
+    return end > 0;
 }
 
 /* A ZooKeeper path prefix: "/a/b", no trailing slash, no empty or dot segments. */
@@ -176,6 +184,8 @@ static int valid_zk_root(const char *v)
 #define PATH(f)      SETTING_PATH, FIELD(f, char *)
 #define ZK_HOSTS(f)  SETTING_ZK_HOSTS, FIELD(f, char *)
 #define ZK_ROOT(f)   SETTING_ZK_ROOT, FIELD(f, char *)
+#define BOOL(f)      SETTING_BOOL, FIELD(f, unsigned)
+#define GROUP(f)     SETTING_GROUP, FIELD(f, char *)
 
 /* struct setting.restart: NULL, or the name a reload warning gives a group. */
 #define ON_SIGHUP    NULL
@@ -201,6 +211,15 @@ static const struct setting rows[] = {
     /* owner and group; widen it in the file if needed */
     { "server", "unix_socket_mode", MODE(unix_socket_mode), "0660", 0, 0777, RESTART_UNIX,
       "permission bits of the Unix socket, in octal" },
+    /* 32: the longest group name useradd(8) allows */
+    { "server", "unix_socket_group", GROUP(unix_socket_group), "", 0, 32, "unix_socket_group",
+      "group of the Unix socket (name or number); empty: the daemon's" },
+    /* Turning AUTH on or off changes every connection's rules: a restart.
+     * SIGHUP re-reads the file itself. */
+    { "server", "users_file", PATH(users_file), "", 0, 4096, "users_file",
+      "users who may connect (name:hash:patterns lines); empty: no AUTH" },
+    { "server", "allow_anonymous", BOOL(allow_anonymous), "no", 0, 1, "allow_anonymous",
+      "yes: listen on a non-loopback address even without users_file" },
     /* a few MB of buffers at most; raise with ulimit -n */
     { "server", "max_clients", UINT(max_clients), "4096", 1, 1000000, ON_SIGHUP,
       "connections served at once; one more is refused with ERR LIMIT" },
@@ -240,6 +259,9 @@ static const struct setting rows[] = {
     { "zookeeper", "local_handoff", UINT(zk_local_handoff), "32", 0, 1000, RESTART_ZK,
       "grants of one lock passed among this daemon's clients before its node goes back "
       "to the queue; 0: every grant through ZooKeeper" },
+    /* open ACLs by default, as before: see README.md, "Distributed mode" */
+    { "zookeeper", "auth", PATH(zk_auth), "", 0, 4096, RESTART_ZK,
+      "file holding user:password for ZooKeeper's digest scheme; empty: open ACLs" },
     /* NTP keeps clocks within milliseconds; a second covers a VM's hiccups */
     { "zookeeper", "lease_skew_ms", UINT(zk_lease_skew_ms), "1000", 0, 3600000, RESTART_ZK,
       "how far daemons' clocks may disagree: a lease is removed by another daemon only "
@@ -261,6 +283,7 @@ static enum storage storage_of(enum setting_type t)
     switch (t) {
     case SETTING_UINT:
     case SETTING_MODE:
+    case SETTING_BOOL:
         return STORE_UINT;
     case SETTING_LOG_LEVEL:
         return STORE_LEVEL;
@@ -268,6 +291,7 @@ static enum storage storage_of(enum setting_type t)
     case SETTING_PATH:
     case SETTING_ZK_HOSTS:
     case SETTING_ZK_ROOT:
+    case SETTING_GROUP:
         break;
     }
     return STORE_STR;
@@ -328,12 +352,24 @@ static int set_row(struct settings *s, const struct setting *r, const char *v, c
         break;
     case SETTING_ZK_HOSTS:
         if (*v && !valid_zk_hosts(v))
-            return SET_ERR("%s: '%s' is not host:port[,host:port...]", r->key, v);
+            return SET_ERR("%s: '%s' is not host:port[,host:port...][/chroot]", r->key, v);
         break;
     case SETTING_ZK_ROOT:
         if (!valid_zk_root(v))
             return SET_ERR("%s: '%s' is not an absolute ZooKeeper path like /lockbroker",
                            r->key, v);
+        break;
+    case SETTING_BOOL:
+        for (unsigned i = 0; i < sizeof(bool_words) / sizeof(bool_words[0]); i++)
+            if (strcasecmp(v, bool_words[i]) == 0) {
+                *(unsigned *)field = i % 2;
+                return 0;
+            }
+        return SET_ERR("%s: '%s' is not yes or no", r->key, v);
+    case SETTING_GROUP:
+        if (strlen(v) > r->max || strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                            "0123456789._-") != strlen(v) || v[0] == '-')
+            return SET_ERR("%s: '%s' is not a group name or number", r->key, v);
         break;
     }
     /* A string type that accepts an empty value means "none" by it. */
@@ -470,6 +506,9 @@ void settings_format_reloadable(const struct settings *s, char *buf, size_t len)
         case SETTING_MODE:
             snprintf(value, sizeof(value), "0%03o", *(const unsigned *)f);
             break;
+        case SETTING_BOOL:
+            v = *(const unsigned *)f ? "yes" : "no";
+            break;
         case SETTING_LOG_LEVEL:
             v = settings_log_level_name(*(const enum log_level *)f);
             break;
@@ -477,6 +516,7 @@ void settings_format_reloadable(const struct settings *s, char *buf, size_t len)
         case SETTING_PATH:
         case SETTING_ZK_HOSTS:
         case SETTING_ZK_ROOT:
+        case SETTING_GROUP:
             v = *(char *const *)f ? *(char *const *)f : "(none)";
             break;
         }
@@ -677,6 +717,60 @@ static FILE *open_regular(const char *path, char *err, size_t errlen)
         snprintf(err, errlen, "%s: cannot open: %s", path, strerror(e));
     }
     return f;
+}
+
+/* What is wrong with the n bytes of an auth file in buf (NUL-terminated),
+ * or NULL after cutting buf to the secret. more: bytes beyond buf's room. */
+static const char *zk_auth_problem(char *buf, size_t n, size_t max, bool more)
+{
+    size_t line = strcspn(buf, "\n");
+    char *colon;
+
+    if (memchr(buf, '\0', n))
+        return "it holds a NUL byte";
+    if (line > max || (more && line == n))
+        return "too long";
+    if (more || line + 1 < n)
+        return "more than one line; write only user:password";
+    if (line > 0 && buf[line - 1] == '\r')
+        line--;
+    buf[line] = '\0';
+    colon = strchr(buf, ':');
+    if (!colon || colon == buf || colon[1] == '\0')
+        return "not user:password (a user name, ':', a password)";
+    return NULL;
+}
+
+int settings_read_zk_auth(const char *path, char *buf, size_t len, char *err, size_t errlen)
+{
+    struct stat st;
+    FILE *f = open_regular(path, err, errlen);
+    const char *why;
+    size_t n;
+    bool more;
+
+    if (!f)
+        return -1;
+    /* Like ssh with a private key: a secret others can read is no secret. */
+    if (fstat(fileno(f), &st) == 0 && (st.st_mode & (S_IROTH | S_IWOTH))) {
+        fclose(f);
+        return SET_ERR("%s: others may read or write it (mode %04o); chmod o-rwx %s", path,
+                       (unsigned)(st.st_mode & 07777), path);
+    }
+    n = len > 2 ? fread(buf, 1, len - 1, f) : 0;
+    more = n == len - 1 && getc(f) != EOF;
+    why = ferror(f) ? "cannot read it" : len < 3 ? "no room" : NULL;
+    fclose(f);
+    if (!why) {
+        buf[n] = '\0';
+        why = zk_auth_problem(buf, n, len - 2, more);
+    }
+    if (!why)
+        return 0;
+    explicit_bzero(buf, len);
+    if (strcmp(why, "too long") == 0)
+        return SET_ERR("%s: longer than %zu bytes", path, len - 2);
+    return SET_ERR("%s: %s", path, why);
 }
 
 int settings_load_file(struct settings *s, const char *path, char *err, size_t errlen)

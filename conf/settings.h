@@ -22,6 +22,9 @@ struct settings {
     char *listen;               /* "IP:PORT" or "[IPv6]:PORT"; malloc'd, never NULL */
     char *unix_socket;          /* path, or NULL for none; malloc'd */
     unsigned unix_socket_mode;  /* permission bits applied to the socket file */
+    char *unix_socket_group;    /* group name or number given the socket file, or NULL */
+    char *users_file;           /* path of the users file, or NULL: no AUTH; malloc'd */
+    unsigned allow_anonymous;   /* 1: serve a non-loopback listen address without users */
     unsigned max_clients;       /* connections served at once; more are refused */
     unsigned max_line;          /* longest request line in bytes, LF excluded */
     unsigned max_locks_per_client; /* locks held plus awaited by one connection */
@@ -33,6 +36,7 @@ struct settings {
     /* [zookeeper] */
     char *zk_hosts;             /* "host:port,..." or NULL for embedded mode; malloc'd */
     char *zk_root;              /* znode prefix, "/lockbroker"; malloc'd, never NULL */
+    char *zk_auth;              /* file with user:password (digest scheme), or NULL; malloc'd */
     unsigned zk_session_timeout_ms; /* requested; the server may negotiate another */
     unsigned zk_lease_skew_ms;  /* how far apart daemons' clocks may be, for lease ends */
     unsigned zk_local_handoff;  /* consecutive grants passed among this daemon's clients */
@@ -49,6 +53,8 @@ enum setting_type {
     SETTING_PATH,       /* char *: at most max bytes; empty means none (NULL) */
     SETTING_ZK_HOSTS,   /* char *: "host:port[,host:port...]"; empty means none (NULL) */
     SETTING_ZK_ROOT,    /* char *: absolute znode path, no trailing slash */
+    SETTING_BOOL,       /* unsigned 0 or 1: yes/no, true/false, on/off, 1/0, any case */
+    SETTING_GROUP,      /* char *: a group name or number, at most max bytes; empty: none */
 };
 
 /* One setting. Rows live in static storage and never change. */
@@ -93,6 +99,18 @@ int settings_load_string(struct settings *s, const char *text, const char *sourc
  */
 int settings_set(struct settings *s, const char *section, const char *key,
                  const char *value, char *err, size_t errlen);
+
+/* The longest [zookeeper] auth: "user:password" in bytes. */
+#define SETTINGS_ZK_AUTH_MAX 255
+
+/*
+ * Reads the [zookeeper] auth file at path: one line, "user:password" (a
+ * final LF or CRLF is dropped), into buf (len bytes: SETTINGS_ZK_AUTH_MAX + 2
+ * fits the longest with its LF). A file that others may read or write, one
+ * too long, of more than one line, or without a user, ':' and a password is
+ * refused. Returns 0, or -1 with "PATH: why" in err (never the secret).
+ */
+int settings_read_zk_auth(const char *path, char *buf, size_t len, char *err, size_t errlen);
 
 const char *settings_log_level_name(enum log_level l);
 

@@ -8,6 +8,13 @@
  * replies go unread meets TCP back-pressure instead of growing our memory.
  * A waiting client is read on, so that its hang-up is seen, and one that
  * sends more than the bound behind its waiting request is closed.
+ *
+ * With a users file, a connection logs in with AUTH before anything but
+ * PING, HELP and QUIT, and names outside its user's patterns are refused.
+ * A failed AUTH is answered AUTH_FAIL_DELAY_MS after it arrived, from a
+ * timer: meanwhile the connection is CONN_WAITING like a waiting LOCK, so
+ * the requests behind it stay unparsed (bounded as for any wait) and one
+ * connection cannot try more than one password at a time.
  */
 #include "config.h"
 #include "conn.h"
@@ -29,6 +36,7 @@
 #include "proto.h"
 #include "server.h"
 #include "settings.h"
+#include "users.h"
 
 enum conn_state {
     CONN_READING,   /* parsing request lines as they arrive */
@@ -49,18 +57,25 @@ static const char *const state_names[] = {
 #define INPUT_SLACK (64 * 1024)
 /* How long a closing connection may keep sending before we just close. */
 #define LINGER_SECONDS 2
+/* A failed AUTH is answered this long after it came (PROTOCOL.md, AUTH):
+ * one guess per second per connection. */
+#define AUTH_FAIL_DELAY_MS 1000
 
 struct conn {
     struct server *srv;            /* borrowed */
     struct bufferevent *bev;       /* owned; closes the fd */
     struct lock_owner owner;       /* this client's holds, managed by the lock table */
     enum conn_state state;         /* change only through conn_set_state() */
-    enum proto_cmd waiting_cmd;    /* LOCK, TRYLOCK, UNLOCK, RENEW or STATUS, in CONN_WAITING */
+    enum proto_cmd waiting_cmd;    /* LOCK, TRYLOCK, UNLOCK, RENEW, STATUS or AUTH, in CONN_WAITING */
     struct backend_query *query;   /* STATUS: the backend's answer pending, or NULL */
     struct lease *lease;           /* LOCK ... ttl=: the lease being acquired, or NULL */
     struct backend_lease_op *lease_op; /* UNLOCK/RENEW by token: the answer pending, or NULL */
     char status_name[PROTO_NAME_MAX + 1]; /* the name that query or lease_op is about */
     struct event *linger_timer;    /* owned; armed in CONN_LINGER */
+    struct event *auth_timer;      /* owned, made at the first AUTH; armed while a failed
+                                    * AUTH's answer is held back (CONN_WAITING) */
+    const struct user *user;       /* logged in as; in srv->users; NULL: not logged in */
+    char user_name[PROTO_USER_MAX + 1]; /* user's name, kept to find it after a reload */
     int send_err;                  /* errno of a failed direct send, for the close; 0: none */
     bool input_ended;              /* the client half-closed: answer what came, then close */
     unsigned released;             /* holds and waits released by conn_begin_close() */
@@ -160,6 +175,8 @@ static void conn_release_all(struct conn *c)
     if (c->lease_op)
         leases_op_cancel(c->srv->leases, c->lease_op);
     c->lease_op = NULL;
+    if (c->auth_timer)
+        evtimer_del(c->auth_timer);
     locks_owner_release_all(c->srv->locks, &c->owner);
 }
 
@@ -279,6 +296,8 @@ static void reply_stats(struct conn *c)
     evbuffer_add_printf(out, "STAT lost %llu\n", (unsigned long long)ls.lost);
     evbuffer_add_printf(out, "STAT local_handoffs %llu\n", (unsigned long long)ls.handoffs);
     evbuffer_add_printf(out, "STAT errors %llu\n", (unsigned long long)srv->stats.errors);
+    evbuffer_add_printf(out, "STAT auth_failures %llu\n",
+                        (unsigned long long)srv->stats.auth_failures);
     for (int i = 0; i < PROTO_CMD_COUNT; i++) {
         char word[16];
         snprintf(word, sizeof(word), "%s", proto_cmd_word((enum proto_cmd)i));
@@ -344,6 +363,13 @@ static void reply_status(struct conn *c, const char *name, const struct backend_
 
 static void conn_resume(struct conn *c);
 
+/* Whether the connection may use lock `name`: without a users file anyone
+ * may; with one, a logged-in user whose patterns match it. */
+static bool conn_may(const struct conn *c, const char *name)
+{
+    return !c->srv->users || (c->user && user_may(c->user, name));
+}
+
 /*
  * After the end of input, a LOCK waiting for this connection ends at once
  * with TIMEOUT: a lock bound to the connection would be released at the
@@ -377,10 +403,13 @@ static void conn_resume(struct conn *c)
 }
 
 /* UNLOCK <name> <token> of a lease, or RENEW. */
-static void reply_lease_op(struct conn *c, const char *name, enum locks_result r)
+static void reply_lease_op(struct conn *c, enum proto_cmd cmd, const char *name,
+                           enum locks_result r)
 {
     switch (r) {
     case LOCKS_RELEASED:
+        if (cmd == PROTO_CMD_UNLOCK)
+            leases_note_released(c->srv->leases);
         reply_word(c, "OK", name, strlen(name));
         break;
     case LOCKS_NOT_HELD:
@@ -401,7 +430,7 @@ static void conn_on_lease_op(void *arg, enum locks_result r)
     struct conn *c = arg;
 
     c->lease_op = NULL;
-    reply_lease_op(c, c->status_name, r);
+    reply_lease_op(c, c->waiting_cmd, c->status_name, r);
     conn_resume(c);
 }
 
@@ -428,6 +457,8 @@ static bool add_locks_line(void *arg, const char *name, const struct locks_statu
     struct evbuffer *out = bufferevent_get_output(lr->c->bev);
     char mode[24], holder[200] = "-", token[24] = "-", since[24] = "-";
 
+    if (!conn_may(lr->c, name))
+        return true;         /* names the user may not use are not shown, nor counted */
     if (lr->lines == LOCKS_LINES_MAX) {
         lr->more++;
         return true;         /* counted, not listed */
@@ -471,6 +502,86 @@ static void reply_help(struct conn *c)
     evbuffer_add(out, "END\n", 4);
 }
 
+/* The answer to a failed AUTH, once its delay has passed. */
+static void conn_on_auth_delay(evutil_socket_t fd, short what, void *arg)
+{
+    struct conn *c = arg;
+
+    reply_err(c, PROTO_ERR_AUTH_FAILED, "wrong user name or password");
+    conn_resume(c);
+}
+
+/*
+ * AUTH <user> <password>. The delay timer is armed before the password is
+ * checked, so that a failure is answered AUTH_FAIL_DELAY_MS after the
+ * request whatever the check cost (an unknown user costs none). A failure
+ * leaves the connection as it was, logged in or not.
+ */
+static void conn_auth(struct conn *c, const struct proto_req *req)
+{
+    struct timeval delay = { AUTH_FAIL_DELAY_MS / 1000, (AUTH_FAIL_DELAY_MS % 1000) * 1000 };
+    const struct user *user;
+    char buf[PROTO_REPLY_MAX];
+
+    if (!c->srv->users) {
+        reply_err(c, PROTO_ERR_AUTH_FAILED, "this daemon has no users_file: AUTH is not used");
+        return;
+    }
+    if ((!c->auth_timer && !(c->auth_timer = evtimer_new(c->srv->base, conn_on_auth_delay, c))) ||
+        evtimer_add(c->auth_timer, &delay) < 0) {
+        reply_err(c, PROTO_ERR_INTERNAL, "out of memory");
+        return;
+    }
+    user = users_find(c->srv->users, req->user, req->user_len);
+    if (user && users_verify(c->srv->users, user, req->password, req->password_len)) {
+        evtimer_del(c->auth_timer);
+        c->user = user;
+        snprintf(c->user_name, sizeof(c->user_name), "%s", user_name(user));
+        log_debug("conn %llu (%s): logged in as %s", (unsigned long long)c->id, c->peer,
+                  c->user_name);
+        conn_write(c, buf, snprintf(buf, sizeof(buf), "OK %s\n", c->user_name));
+        return;
+    }
+    c->srv->stats.auth_failures++;
+    log_warn("conn %llu (%s): AUTH failed: %s '%.*s'", (unsigned long long)c->id, c->peer,
+             user ? "wrong password for user" : "no user", (int)req->user_len, req->user);
+    c->waiting_cmd = PROTO_CMD_AUTH;
+    conn_set_state(c, CONN_WAITING);
+}
+
+/*
+ * With a users file: whether the request may go ahead, or its ERR NOAUTH
+ * or ERR DENIED answer is sent. A plain UNLOCK <name> needs no name
+ * permission: it only ever releases the connection's own hold.
+ */
+static bool conn_allowed(struct conn *c, const struct proto_req *req, const char *name)
+{
+    char text[PROTO_NAME_MAX + PROTO_USER_MAX + 64];
+
+    if (!c->srv->users)
+        return true;
+    switch (req->cmd) {
+    case PROTO_CMD_PING:
+    case PROTO_CMD_HELP:
+    case PROTO_CMD_QUIT:
+    case PROTO_CMD_AUTH:
+        return true;
+    default:
+        break;
+    }
+    if (!c->user) {
+        reply_err(c, PROTO_ERR_NOAUTH, "log in first with AUTH <user> <password> "
+                  "(only PING, HELP and QUIT work before)");
+        return false;
+    }
+    if (!req->name || req->cmd == PROTO_CMD_LOCKS ||
+        (req->cmd == PROTO_CMD_UNLOCK && !req->has_token) || user_may(c->user, name))
+        return true;
+    snprintf(text, sizeof(text), "user %s may not use lock %s", c->user_name, name);
+    reply_err(c, PROTO_ERR_DENIED, text);
+    return false;
+}
+
 static void handle_request(struct conn *c, const struct proto_req *req)
 {
     char name[PROTO_NAME_MAX + 1];
@@ -485,6 +596,8 @@ static void handle_request(struct conn *c, const struct proto_req *req)
     be->ops->before_request(be->impl);
     memcpy(name, req->name ? req->name : "", req->name_len);
     name[req->name_len] = '\0';
+    if (!conn_allowed(c, req, name))
+        return;
 
     switch (req->cmd) {
     case PROTO_CMD_PING:
@@ -539,7 +652,7 @@ static void handle_request(struct conn *c, const struct proto_req *req)
             c->waiting_cmd = req->cmd;
             conn_set_state(c, CONN_WAITING);
         } else {
-            reply_lease_op(c, name, r);
+            reply_lease_op(c, req->cmd, name, r);
         }
         break;
     case PROTO_CMD_STATUS:
@@ -568,6 +681,9 @@ static void handle_request(struct conn *c, const struct proto_req *req)
         break;
     case PROTO_CMD_HELP:
         reply_help(c);
+        break;
+    case PROTO_CMD_AUTH:
+        conn_auth(c, req);
         break;
     case PROTO_CMD_COUNT:
         break;
@@ -817,6 +933,24 @@ void conn_settings_changed(struct server *srv)
     }
 }
 
+void conn_users_changed(struct server *srv)
+{
+    struct conn *c, *next;
+
+    for (c = TAILQ_FIRST(&srv->conns); c; c = next) {
+        next = TAILQ_NEXT(c, link);
+        if (!c->user)
+            continue;
+        c->user = srv->users ? users_find(srv->users, c->user_name, strlen(c->user_name)) : NULL;
+        if (c->user || c->state == CONN_CLOSING || c->state == CONN_LINGER)
+            continue;
+        /* Its locks were taken under a login that no longer exists. */
+        log_info("conn %llu (%s): user %s is no longer in the users file, closing",
+                 (unsigned long long)c->id, c->peer, c->user_name);
+        conn_begin_close(c);
+    }
+}
+
 void conn_free(struct conn *c)
 {
     unsigned held = c->owner.nholds + c->released;
@@ -828,6 +962,8 @@ void conn_free(struct conn *c)
     c->srv->nconns--;
     if (c->linger_timer)
         event_free(c->linger_timer);
+    if (c->auth_timer)
+        event_free(c->auth_timer);
     bufferevent_free(c->bev);
     free(c);
 }

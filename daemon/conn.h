@@ -20,6 +20,10 @@ struct conn *conn_new(struct server *srv, evutil_socket_t fd, const char *peer);
 /* Applies reloaded settings (max_line) to every open connection of srv. */
 void conn_settings_changed(struct server *srv);
 
+/* Looks up every logged-in connection's user again in srv->users (after a
+ * reload); closes those whose user is gone. */
+void conn_users_changed(struct server *srv);
+
 /* Releases the connection's locks, cancels its waits, closes and frees it. */
 void conn_free(struct conn *c);
 

@@ -257,16 +257,25 @@ enum locks_result leases_op(struct leases *ls, const char *name, uint64_t token,
     struct backend *be = ls->backend;
     struct lease *le = lease_find(ls, name, token);
 
-    if (le && ttl_ms == 0) {
+    if (le && !be->ops->ends_leases) {
+        if (ttl_ms > 0)
+            return lease_arm(le, ttl_ms) < 0 ? LOCKS_NOMEM : LOCKS_RELEASED;
         log_debug("lease %s (token %llu) released", name, (unsigned long long)token);
-        ls->stats.released++;
         lease_end(le);
         return LOCKS_RELEASED;
     }
-    if (le && !be->ops->ends_leases)
-        return lease_arm(le, ttl_ms) < 0 ? LOCKS_NOMEM : LOCKS_RELEASED;
-    /* Granted elsewhere, or a renewal the backend must make durable. */
+    /*
+     * Granted elsewhere, or the backend ends leases: then only it knows
+     * whether the lease still runs (another daemon may have renewed it, or
+     * removed it at its end before our watch says so), and a release or
+     * renewal is decided there. Our own copy ends when the backend tells.
+     */
     return be->ops->lease_op(be->impl, name, token, ttl_ms, cb, arg, pending);
+}
+
+void leases_note_released(struct leases *ls)
+{
+    ls->stats.released++;
 }
 
 void leases_op_cancel(struct leases *ls, struct backend_lease_op *pending)

@@ -22,6 +22,7 @@
 #include "log.h"
 #include "server.h"
 #include "settings.h"
+#include "users.h"
 #include "zk.h"
 
 /* Descriptors beyond max_clients: listeners, log, the ZooKeeper socket. */
@@ -42,6 +43,7 @@ struct daemon {
     struct server srv;
     struct locks *locks;
     struct leases *leases;
+    struct users *users;       /* from [server] users_file, or NULL; the server borrows it */
     char id[96];               /* server_make_daemon_id() */
 };
 
@@ -52,12 +54,14 @@ static void usage(FILE *f)
             "  -c FILE       read settings from FILE (INI; see lockbrokerd.conf(5))\n"
             "  -l IP:PORT    listen on this numeric address (default %s;\n"
             "                [::1]:7411 for IPv6; port 0 picks a free port)\n"
-            "  -z HOSTS      ZooKeeper ensemble, host:port[,host:port...] (distributed mode)\n"
+            "  -z HOSTS      ZooKeeper ensemble, host:port[,host:port...][/chroot]\n"
+            "                (distributed mode)\n"
             "  -t            check the configuration and exit\n"
             "  -v            log at debug level\n"
             "  -h            show this help\n"
             "  -V            show the version\n"
-            "Signals: TERM or INT stop the daemon; HUP reloads the log level and limits.\n",
+            "Signals: TERM or INT stop the daemon; HUP reloads the log level, the limits\n"
+            "and the users file.\n",
             SETTINGS_LISTEN_DEFAULT);
 }
 
@@ -105,6 +109,24 @@ static void warn_restart(const char *what, void *arg)
     log_warn("reload: %s changed; restart the daemon to apply the change", what);
 }
 
+/* SIGHUP: re-read the users file; a broken one leaves the running users. */
+static void reload_users(struct daemon *d)
+{
+    struct users *old = d->users, *fresh;
+    char err[512];
+
+    if (!d->s.users_file)
+        return;
+    if (!(fresh = users_load_file(d->s.users_file, err, sizeof(err)))) {
+        log_error("reload: keeping the %zu users loaded before: %s", users_count(old), err);
+        return;
+    }
+    d->users = fresh;
+    server_set_users(&d->srv, fresh);
+    users_free(old);
+    log_info("reload: %zu users from %s", users_count(fresh), d->s.users_file);
+}
+
 /* SIGHUP: re-read the file; apply what can change while running. */
 static void reload(struct daemon *d)
 {
@@ -117,6 +139,7 @@ static void reload(struct daemon *d)
     }
     settings_reload(&d->s, &n, warn_restart, NULL);
     settings_free(&n);
+    reload_users(d);
     /* What start-up applied once from these values is applied again. */
     log_set_level(d->s.log_level);
     raise_fd_limit(&d->s);
@@ -157,7 +180,7 @@ int main(int argc, char **argv)
     struct backend *backend = NULL;
     struct event_config *cfg;
     bool check_only = false, started = false;
-    char err[512];
+    char err[512], zk_auth[SETTINGS_ZK_AUTH_MAX + 2] = "";
     int opt, rc = 1;
 
     memset(&d, 0, sizeof(d));
@@ -182,9 +205,25 @@ int main(int argc, char **argv)
         fprintf(stderr, "lockbrokerd: %s\n", err);
         return 1;
     }
+    /* Read once: a changed file takes a restart, as the other [zookeeper] settings. */
+    if (d.s.zk_auth && settings_read_zk_auth(d.s.zk_auth, zk_auth, sizeof(zk_auth), err,
+                                             sizeof(err)) < 0) {
+        fprintf(stderr, "lockbrokerd: [zookeeper] auth: %s\n", err);
+        settings_free(&d.s);
+        return 1;
+    }
     log_set_level(d.s.log_level);
+    if ((d.s.users_file && !(d.users = users_load_file(d.s.users_file, err, sizeof(err)))) ||
+        server_check_exposure(&d.s, err, sizeof(err)) < 0) {
+        fprintf(stderr, "lockbrokerd: %s\n", err);
+        users_free(d.users);
+        settings_free(&d.s);
+        return 1;
+    }
     if (check_only) {
+        explicit_bzero(zk_auth, sizeof(zk_auth));
         printf("lockbrokerd: configuration OK\n");
+        users_free(d.users);
         settings_free(&d.s);
         return 0;
     }
@@ -206,13 +245,15 @@ int main(int argc, char **argv)
         goto out;
     }
     server_make_daemon_id(d.id, sizeof(d.id));
-    backend = d.s.zk_hosts ? zk_backend_new(d.base, &d.s, d.id) : backend_embedded_new();
+    backend = d.s.zk_hosts ? zk_backend_new(d.base, &d.s, d.id, zk_auth[0] ? zk_auth : NULL)
+                           : backend_embedded_new();
+    explicit_bzero(zk_auth, sizeof(zk_auth));
     if (!backend || !(d.locks = locks_new(d.base, backend, d.s.max_locks_per_client)) ||
         !(d.leases = leases_new(d.base, d.locks, backend, d.s.max_leases))) {
         log_error("out of memory");
         goto out;
     }
-    if (server_start(&d.srv, d.base, &d.s, d.locks, d.leases, backend, d.id) < 0)
+    if (server_start(&d.srv, d.base, &d.s, d.locks, d.leases, backend, d.users, d.id) < 0)
         goto out;
     started = true;
     for (int i = 0; i < 3; i++) {
@@ -224,6 +265,8 @@ int main(int argc, char **argv)
     }
 
     log_info("daemon id %s", d.id);
+    if (d.users)
+        log_info("%zu users from %s: AUTH required", users_count(d.users), d.s.users_file);
     log_info("lockbrokerd %s ready: %s mode, listening on %s%s%s", PACKAGE_VERSION,
              backend->ops->name, d.srv.listen_addr, d.s.unix_socket ? " and " : "",
              d.s.unix_socket ? d.s.unix_socket : "");
@@ -251,6 +294,7 @@ out:
         backend->ops->free(backend->impl);
     if (d.base)
         event_base_free(d.base);
+    users_free(d.users);
     settings_free(&d.s);
     return rc;
 }

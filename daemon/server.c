@@ -7,6 +7,8 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <event2/event.h>
+#include <grp.h>
+#include <stdlib.h>
 #include <event2/listener.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -164,6 +166,34 @@ static int unix_clear_stale(const char *path)
     return unlink(path);
 }
 
+/* Gives the socket file the group `group`, a name or a number. */
+static int unix_set_group(const char *path, const char *group)
+{
+    char buf[4096], *end;
+    struct group gr, *found = NULL;
+    unsigned long gid;
+    int rc;
+
+    /* A name is looked up once, at start-up (it may ask NSS). */
+    rc = getgrnam_r(group, &gr, buf, sizeof(buf), &found);
+    if (found) {
+        gid = found->gr_gid;
+    } else {
+        errno = 0;
+        gid = strtoul(group, &end, 10);
+        if (*end || errno || group[0] < '0' || group[0] > '9') {
+            log_error("unix_socket_group: no group '%s'%s%s", group, rc ? ": " : "",
+                      rc ? strerror(rc) : "");
+            return -1;
+        }
+    }
+    if (chown(path, (uid_t)-1, (gid_t)gid) < 0) {
+        log_error("unix_socket %s: cannot give it group %s: %s", path, group, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 static int listen_unix(struct server *srv)
 {
     const char *path = srv->settings->unix_socket;
@@ -186,6 +216,9 @@ static int listen_unix(struct server *srv)
         return -1;
     }
     evconnlistener_set_error_cb(srv->unix_sock, on_accept_error);
+    /* The group first: the mode may open the socket to it. */
+    if (srv->settings->unix_socket_group && unix_set_group(path, srv->settings->unix_socket_group) < 0)
+        return -1;
     if (chmod(path, srv->settings->unix_socket_mode) < 0) {
         log_error("unix_socket %s: chmod: %s", path, strerror(errno));
         return -1;
@@ -193,11 +226,52 @@ static int listen_unix(struct server *srv)
     return 0;
 }
 
+/* 127.0.0.0/8, ::1, and 127.0.0.0/8 mapped into IPv6. */
+static bool is_loopback(const struct sockaddr_storage *ss)
+{
+    if (ss->ss_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)ss)->sin_addr.s_addr) >> 24) == 127;
+    if (ss->ss_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)ss)->sin6_addr;
+
+        return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+    }
+    return false;
+}
+
+int server_check_exposure(const struct settings *s, char *err, size_t errlen)
+{
+    struct sockaddr_storage ss;
+    int len;
+
+    if (s->users_file || s->allow_anonymous || settings_listen_addr(s->listen, &ss, &len) < 0 ||
+        is_loopback(&ss))
+        return 0;
+    snprintf(err, errlen, "refusing to listen on %s: it is not a loopback address and no "
+             "users are configured, so anyone who can reach it could take, hold and block any "
+             "lock; set [server] users_file (see lockbrokerd.conf(5)), or "
+             "[server] allow_anonymous = yes to serve it without authentication", s->listen);
+    return -1;
+}
+
+void server_set_users(struct server *srv, const struct users *users)
+{
+    srv->users = users;
+    conn_users_changed(srv);
+}
+
 int server_start(struct server *srv, struct event_base *base, const struct settings *s,
                  struct locks *locks, struct leases *leases, struct backend *backend,
-                 const char *daemon_id)
+                 const struct users *users, const char *daemon_id)
 {
+    char err[512];
+
+    if (server_check_exposure(s, err, sizeof(err)) < 0) {
+        log_error("%s", err);
+        return -1;
+    }
     memset(srv, 0, sizeof(*srv));
+    srv->users = users;
     srv->base = base;
     srv->settings = s;
     srv->locks = locks;

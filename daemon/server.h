@@ -20,12 +20,14 @@ struct locks;
 struct leases;
 struct backend;
 struct conn;
+struct users;
 
 struct server_stats {
     uint64_t conns_total;     /* accepted since start */
     uint64_t conns_rejected;  /* refused because of max_clients */
     uint64_t cmds[PROTO_CMD_COUNT];
     uint64_t errors;          /* ERR replies */
+    uint64_t auth_failures;   /* AUTH with a wrong user name or password */
 };
 
 struct server {
@@ -34,6 +36,8 @@ struct server {
     struct locks *locks;               /* borrowed */
     struct leases *leases;             /* borrowed */
     struct backend *backend;           /* borrowed */
+    const struct users *users;         /* borrowed; NULL: no users_file, no AUTH needed.
+                                        * Change it through server_set_users() */
     struct evconnlistener *tcp;        /* owned; NULL once stopped */
     struct evconnlistener *unix_sock;  /* owned; NULL when not configured */
     TAILQ_HEAD(, conn) conns;          /* every open connection */
@@ -46,10 +50,24 @@ struct server {
     bool sockopt_warned;               /* a TCP option failed once: later failures log at debug */
 };
 
-/* Binds the listeners. Returns 0, or -1 after logging why. */
+/* Binds the listeners. users: as server.users. Returns 0, or -1 after logging why. */
 int server_start(struct server *srv, struct event_base *base, const struct settings *s,
                  struct locks *locks, struct leases *leases, struct backend *backend,
-                 const char *daemon_id);
+                 const struct users *users, const char *daemon_id);
+
+/*
+ * The secure default: a TCP listen address that is not loopback needs
+ * users_file, or allow_anonymous. Returns 0, or -1 with the reason in err.
+ */
+int server_check_exposure(const struct settings *s, char *err, size_t errlen);
+
+/*
+ * SIGHUP: serve with the users of a re-read users file from now on. Open
+ * connections keep their login under the new entry of their user; one whose
+ * user is gone is closed (its locks released). The caller frees the old
+ * table afterwards.
+ */
+void server_set_users(struct server *srv, const struct users *users);
 
 /* Writes "<host>-<pid>-<random hex>" into buf: unique for each run of a daemon. */
 void server_make_daemon_id(char *buf, size_t len);

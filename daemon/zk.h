@@ -12,11 +12,13 @@ struct backend;
 /*
  * Starts connecting (asynchronously) to s->zk_hosts. The daemon starts even
  * when ZooKeeper is unreachable. base and s are borrowed and must outlive the
- * backend. Returns NULL, after logging why, if the handle cannot be created.
- * Free with b->ops->free(b->impl): it closes the session (its ephemeral
- * nodes go with it) and frees everything.
+ * backend. auth: "user:password" read from s->zk_auth (copied), or NULL:
+ * every session then authenticates with it (digest scheme) and every node
+ * is created writable by that identity only. Returns NULL if the handle
+ * cannot be created. Free with b->ops->free(b->impl): it closes the session
+ * (its ephemeral nodes go with it) and frees everything.
  */
 struct backend *zk_backend_new(struct event_base *base, const struct settings *s,
-                               const char *daemon_id);
+                               const char *daemon_id, const char *auth);
 
 #endif

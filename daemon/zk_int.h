@@ -20,6 +20,7 @@
 #include <zookeeper/zookeeper.h>
 
 #include "backend.h"
+#include "settings.h"
 
 struct event;
 struct event_base;
@@ -66,6 +67,16 @@ struct zk {
     uint64_t sessions, reconnects, outstanding;
     char daemon_id[96];                /* "<host>-<pid>-<random>", unique per daemon run */
     char root[256];
+    /* Who may change our nodes. Every create passes acl: the open ACL, or,
+     * with [zookeeper] auth, read for anyone and all rights for the
+     * session's digest identity (acl_entries). */
+    const struct ACL_vector *acl;
+    struct ACL acl_entries[2];
+    struct ACL_vector acl_auth;
+    char auth[SETTINGS_ZK_AUTH_MAX + 1];  /* "user:password", or "" without auth */
+    bool auth_failed;                  /* the server refused it: retried slowly */
+    bool chroot_checked;               /* the chroot in hosts was looked for */
+    int64_t noauth_reported_ms;        /* when a ZNOAUTH was last explained in the log */
 };
 
 /* zk_session.c */
@@ -73,6 +84,9 @@ struct zk {
 void zk_kick(struct zk *zk);
 /* Something failed: run zk_locks_resume() after a back-off. */
 void zk_arm_retry(struct zk *zk);
+/* ZooKeeper answered ZNOAUTH for a change to path: says why, at most once
+ * a minute. */
+void zk_report_noauth(struct zk *zk, const char *path);
 
 /* zk_lock.c: the backend ops for acquisitions (see backend.h). */
 enum locks_result zk_lock_acquire(void *impl, struct hold *h, uint64_t *token);

@@ -128,7 +128,9 @@ static void on_expired_deleted(int rc, const void *data)
         ln->zk->leases_removed++;
         log_info("zk: removed expired lease %s", ln->path);
     }
-    if (rc == ZOK || rc == ZNONODE)
+    if (rc == ZNOAUTH)       /* looking again would get it again: leave it to its owners */
+        zk_report_noauth(ln->zk, ln->path);
+    if (rc == ZOK || rc == ZNONODE || rc == ZNOAUTH)
         ln_untrack(ln);
     else
         ln_look(ln);         /* renewed meanwhile (ZBADVERSION), or trouble: look again */
@@ -341,8 +343,12 @@ static void on_op_written(int rc, const void *data)
         op_finish(op, LOCKS_RELEASED);
     else if (rc == ZNONODE)
         op_finish(op, LOCKS_NOT_HELD);
-    else
+    else if (rc == ZNOAUTH) {  /* trying again would get it again */
+        zk_report_noauth(op->zk, op->parent);
+        op_finish(op, op->cb ? LOCKS_UNAVAILABLE : LOCKS_NOT_HELD);
+    } else {
         op_start(op);        /* ZBADVERSION: renewed or ended in between; or trouble */
+    }
 }
 
 static void on_op_set(int rc, const struct Stat *stat, const void *data)

@@ -259,8 +259,11 @@ static void zl_try_unavailable(struct zlock *zl)
 static void zl_park(struct zlock *zl, int rc)
 {
     zl->step = ZL_IDLE;
-    if (rc != ZCONNECTIONLOSS && rc != ZOPERATIONTIMEOUT && rc != ZSESSIONEXPIRED &&
-        rc != ZCLOSING && rc != ZINVALIDSTATE && rc != ZSESSIONMOVED) {
+    if (rc == ZNOAUTH) {
+        zk_report_noauth(zl->zk, zl->node ? zl->node : zl->parent);
+        zk_arm_retry(zl->zk);
+    } else if (rc != ZCONNECTIONLOSS && rc != ZOPERATIONTIMEOUT && rc != ZSESSIONEXPIRED &&
+               rc != ZCLOSING && rc != ZINVALIDSTATE && rc != ZSESSIONMOVED) {
         log_error("zk: %s: unexpected error %s; retrying", zl->node ? zl->node : zl->parent,
                   zerror(rc));
         zk_arm_retry(zl->zk);
@@ -383,8 +386,9 @@ static void on_ancestor_created(int rc, const char *value, const void *data)
     struct zk *zk = (struct zk *)data;
 
     zk->outstanding--;
+    /* A ZNOAUTH comes again for the node created under it, which says why. */
     if (rc != ZOK && rc != ZNODEEXISTS && rc != ZCONNECTIONLOSS && rc != ZCLOSING &&
-        rc != ZSESSIONEXPIRED && rc != ZOPERATIONTIMEOUT)
+        rc != ZSESSIONEXPIRED && rc != ZOPERATIONTIMEOUT && rc != ZNOAUTH)
         log_warn("zk: creating a parent node: %s", zerror(rc));
 }
 
@@ -400,7 +404,7 @@ static void zk_create_ancestors(struct zk *zk, const char *parent)
         int flags = p ? 0 : ZOO_CONTAINER;
 
         snprintf(path, sizeof(path), "%.*s", (int)len, parent);
-        if (zoo_acreate(zk->zh, path, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, flags,
+        if (zoo_acreate(zk->zh, path, NULL, -1, zk->acl, flags,
                         on_ancestor_created, zk) == ZOK)
             zk->outstanding++;
         if (!p)
@@ -480,7 +484,7 @@ static void zl_create(struct zlock *zl)
     zl->create_sent = true;
     /* A lease outlives this daemon's session: its node is persistent. */
     zk_sent(zl, c,
-            zoo_acreate(zk->zh, prefix, data, (int)strlen(data), &ZOO_OPEN_ACL_UNSAFE,
+            zoo_acreate(zk->zh, prefix, data, (int)strlen(data), zk->acl,
                         zl->lease ? ZOO_PERSISTENT_SEQUENTIAL : ZOO_EPHEMERAL_SEQUENTIAL,
                         on_created, c),
             "create");

@@ -27,6 +27,9 @@
 
 /* Back-off before retrying after an unexpected ZooKeeper error. */
 #define RETRY_MS 500
+/* Before a new session after the server refused our credentials: the file
+ * must be fixed and the daemon restarted, so retrying often is no use. */
+#define AUTH_RETRY_MS 10000
 
 static void zk_stats(void *impl, backend_stat_fn add, void *cookie);
 static void zk_free(void *impl);
@@ -189,18 +192,18 @@ static void on_down_report(evutil_socket_t fd, short what, void *arg)
 {
     struct zk *zk = arg;
     long long secs = (long long)((locks_mono_ms() - zk->down_since_ms) / 1000);
+    const char *why = zk->auth_failed ? "it refuses the [zookeeper] auth credentials"
+                      : zk->unresolved ? "none of its host names resolves"
+                                       : "no server accepts a session";
 
     if (zk->state == ZK_CONNECTED)
         return;
     if (zk->down_reports++ == 0)
         log_warn("zk: cannot reach ZooKeeper at %s (%s); LOCK waits, TRYLOCK, STATUS and a "
-                 "wait that ends meanwhile answer ERR UNAVAILABLE", zk->settings->zk_hosts,
-                 zk->unresolved ? "none of its host names resolves"
-                                : "no server accepts a session");
+                 "wait that ends meanwhile answer ERR UNAVAILABLE", zk->settings->zk_hosts, why);
     else
         log_warn("zk: still cannot reach ZooKeeper at %s, for %lld s now (%s)",
-                 zk->settings->zk_hosts, secs,
-                 zk->unresolved ? "no host name resolves" : "no server answers");
+                 zk->settings->zk_hosts, secs, why);
     arm_down_report(zk, DOWN_REPORT_EVERY_MS);
 }
 
@@ -299,6 +302,35 @@ static void zk_close_handle(struct zk *zk)
 
 static void on_session_event(zhandle_t *zh, int type, int state, const char *path, void *ctx);
 
+/* The user name of the digest identity: auth up to its ':'. */
+static int auth_user_len(const struct zk *zk)
+{
+    return (int)strcspn(zk->auth, ":");
+}
+
+static void on_auth(int rc, const void *data)
+{
+    const struct zk *zk = data;
+
+    /* A refusal also comes as ZOO_AUTH_FAILED_STATE: on_session_event says it. */
+    if (rc == ZOK)
+        log_debug("zk: ZooKeeper took the digest identity '%.*s'", auth_user_len(zk), zk->auth);
+}
+
+/* Adds the credentials to a new handle before any request: the client
+ * sends them first on every connection of the handle's session. */
+static void zk_add_auth(struct zk *zk)
+{
+    int rc;
+
+    if (!zk->auth[0])
+        return;
+    rc = zoo_add_auth(zk->zh, "digest", zk->auth, (int)strlen(zk->auth), on_auth, zk);
+    if (rc != ZOK)
+        log_error("zk: cannot add the [zookeeper] auth credentials to the handle: %s",
+                  zerror(rc));
+}
+
 /*
  * Opens a handle: a new session, or the session `id` again. When the handle
  * cannot even be made (no host name resolves), the restart timer tries a new
@@ -327,6 +359,7 @@ static void zk_open(struct zk *zk, const clientid_t *id)
     /* Resolve host names when connecting, not on every zookeeper_interest()
      * (the default), which costs several system calls per request. */
     zoo_set_servers_resolution_delay(zk->zh, -1);
+    zk_add_auth(zk);
     zk_rearm(zk);
 }
 
@@ -366,6 +399,31 @@ static void on_restart(evutil_socket_t fd, short what, void *arg)
     zk_open(zk, NULL);
 }
 
+static void on_chroot_checked(int rc, const struct Stat *stat, const void *data)
+{
+    struct zk *zk = (struct zk *)data;
+    const char *chroot = strchr(zk->settings->zk_hosts, '/');
+
+    zk->outstanding--;
+    if (rc == ZNONODE)
+        log_error("zk: the chroot %s of [zookeeper] hosts does not exist: no lock can be "
+                  "taken until it is created (zkCli.sh create %s)", chroot, chroot);
+    else if (rc == ZOK)
+        zk->chroot_checked = true;
+}
+
+/* A chroot in hosts must exist: ZooKeeper does not make it. Looked for in
+ * each new session until found (every path is relative to it). */
+static void zk_check_chroot(struct zk *zk)
+{
+    if (zk->chroot_checked || !strchr(zk->settings->zk_hosts, '/'))
+        return;
+    if (zoo_aexists(zk->zh, "/", 0, on_chroot_checked, zk) == ZOK) {
+        zk->outstanding++;
+        zk_kick(zk);
+    }
+}
+
 static void on_session_event(zhandle_t *zh, int type, int state, const char *path, void *ctx)
 {
     struct zk *zk = ctx;
@@ -388,6 +446,8 @@ static void on_session_event(zhandle_t *zh, int type, int state, const char *pat
         }
         log_info("zk: %s session 0x%llx, timeout %d ms", same ? "reconnected to" : "new",
                  (unsigned long long)id->client_id, zk->negotiated_ms);
+        zk->auth_failed = false;
+        zk_check_chroot(zk);
         zk_locks_resume(zk);
         zk_lease_sweep(zk);
     } else if (state == ZOO_CONNECTING_STATE) {
@@ -408,14 +468,43 @@ static void on_session_event(zhandle_t *zh, int type, int state, const char *pat
             evtimer_add(zk->lost_timer, &tv);
         }
     } else if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE) {
-        log_warn("zk: session 0x%llx %s", (unsigned long long)zk->session_id,
-                 state == ZOO_EXPIRED_SESSION_STATE ? "expired" : "failed authentication");
+        struct timeval later = { AUTH_RETRY_MS / 1000, (AUTH_RETRY_MS % 1000) * 1000 };
+        zk->auth_failed = state == ZOO_AUTH_FAILED_STATE;
+        if (zk->auth_failed)
+            log_error("zk: ZooKeeper refused the digest credentials of user '%.*s' (from %s): "
+                      "this handle is unusable; a new session in %d s", auth_user_len(zk),
+                      zk->auth, zk->settings->zk_auth ? zk->settings->zk_auth : "?",
+                      AUTH_RETRY_MS / 1000);
+        else
+            log_warn("zk: session 0x%llx expired", (unsigned long long)zk->session_id);
         zk->state = ZK_EXPIRED;
         zk_went_down(zk);
         evtimer_del(zk->lost_timer);
         zk_locks_drop_held(zk, "session-expired");
-        event_active(zk->restart, 0, 0);   /* zookeeper_close may not run in a callback */
+        /* zookeeper_close may not run in a callback; refused credentials
+         * would be refused again at once. */
+        if (zk->auth_failed)
+            evtimer_add(zk->restart, &later);
+        else
+            event_active(zk->restart, 0, 0);
     }
+}
+
+void zk_report_noauth(struct zk *zk, const char *path)
+{
+    int64_t now = locks_mono_ms();
+
+    if (zk->noauth_reported_ms && now - zk->noauth_reported_ms < 60000)
+        return;
+    zk->noauth_reported_ms = now;
+    if (zk->auth[0])
+        log_error("zk: ZooKeeper does not let user '%.*s' change %s: its ACL is for another "
+                  "identity; every daemon sharing root %s needs the same [zookeeper] auth",
+                  auth_user_len(zk), zk->auth, path, zk->root);
+    else
+        log_error("zk: ZooKeeper does not let this daemon change %s: its ACL is for a digest "
+                  "identity; set [zookeeper] auth to the file the other daemons use",
+                  path);
 }
 
 void zk_arm_retry(struct zk *zk)
@@ -430,7 +519,7 @@ void zk_arm_retry(struct zk *zk)
 /* ------------------------------------------------------------- lifecycle */
 
 struct backend *zk_backend_new(struct event_base *base, const struct settings *s,
-                               const char *daemon_id)
+                               const char *daemon_id, const char *auth)
 {
     struct zk *zk = calloc(1, sizeof(*zk));
 
@@ -444,6 +533,16 @@ struct backend *zk_backend_new(struct event_base *base, const struct settings *s
     TAILQ_INIT(&zk->watches);
     snprintf(zk->root, sizeof(zk->root), "%s", s->zk_root);
     snprintf(zk->daemon_id, sizeof(zk->daemon_id), "%s", daemon_id);
+    zk->acl = &ZOO_OPEN_ACL_UNSAFE;
+    if (auth) {
+        /* "auth" stands for the identities this session authenticated
+         * with: the server stores digest:user:<hash> in each node. */
+        snprintf(zk->auth, sizeof(zk->auth), "%s", auth);
+        zk->acl_entries[0] = (struct ACL){ ZOO_PERM_READ, ZOO_ANYONE_ID_UNSAFE };
+        zk->acl_entries[1] = (struct ACL){ ZOO_PERM_ALL, ZOO_AUTH_IDS };
+        zk->acl_auth = (struct ACL_vector){ 2, zk->acl_entries };
+        zk->acl = &zk->acl_auth;
+    }
 
     /* The client logs every failed connect attempt, several a second during
      * an outage; our own log reports state changes, so it speaks only in -v. */
@@ -465,6 +564,13 @@ struct backend *zk_backend_new(struct event_base *base, const struct settings *s
     zk_open(zk, NULL);
     log_info("zk: daemon id %s, connecting to %s, root %s", zk->daemon_id, s->zk_hosts,
              zk->root);
+    if (zk->auth[0])
+        log_info("zk: authenticating as digest user '%.*s' (from %s); nodes are created "
+                 "readable by anyone, changeable by that identity only", auth_user_len(zk),
+                 zk->auth, s->zk_auth);
+    else
+        log_info("zk: no [zookeeper] auth: nodes are created with the open ACL (anyone "
+                 "who can reach ZooKeeper may delete them)");
     return &zk->be;
 }
 
@@ -476,6 +582,7 @@ static void zk_free(void *impl)
     zk_close_handle(zk);       /* closing the session removes our ephemeral nodes */
     zk_locks_free_all(zk);
     zk_lease_free_all(zk);
+    explicit_bzero(zk->auth, sizeof(zk->auth));
     if (zk->io)
         event_free(zk->io);
     if (zk->kick)

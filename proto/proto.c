@@ -36,6 +36,9 @@ static const char *const err_codes[PROTO_ERR_COUNT] = {
  * counting on. */
 #define MAX_TOKENS (1 + PROTO_ARGS_MAX + MAX_OPTIONS + 1)
 
+_Static_assert(PROTO_USER_MAX == 64 && PROTO_PASSWORD_MAX == 128,
+               "the AUTH messages spell out the bounds");
+
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
@@ -110,6 +113,31 @@ int proto_name_valid(const char *name, size_t len)
               c == '.' || c == '_' || c == ':' || c == '@' || c == '-'))
             return 0;
     }
+    return 1;
+}
+
+int proto_user_valid(const char *user, size_t len)
+{
+    if (len == 0 || len > PROTO_USER_MAX)
+        return 0;
+    /* Lock name characters without ':', which separates the users file's fields. */
+    for (size_t i = 0; i < len; i++) {
+        char c = user[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '@' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+/* 1..max bytes 0x21-0x7e: printable ASCII without spaces. */
+static int printable_word(const struct token *t, size_t max)
+{
+    if (t->len == 0 || t->len > max)
+        return 0;
+    for (size_t i = 0; i < t->len; i++)
+        if (t->p[i] < 0x21 || t->p[i] > 0x7e)
+            return 0;
     return 1;
 }
 
@@ -275,13 +303,9 @@ static enum proto_parse_result parse_arg(enum proto_arg arg, const struct token 
         req->ttl_ms = ttl_ms;
         break;
     case PROTO_ARG_LABEL:
-        if (t->len > PROTO_LABEL_MAX)
+        if (!printable_word(t, PROTO_LABEL_MAX))
             return fail(req, PROTO_ERR_BAD_ARGS,
                         "a label is 1-100 printable bytes without spaces");
-        for (size_t i = 0; i < t->len; i++)
-            if (t->p[i] < 0x21 || t->p[i] > 0x7e)
-                return fail(req, PROTO_ERR_BAD_ARGS,
-                            "a label is 1-100 printable bytes without spaces");
         req->label = t->p;
         req->label_len = t->len;
         break;
@@ -295,6 +319,20 @@ static enum proto_parse_result parse_arg(enum proto_arg arg, const struct token 
                             "characters and * ? [ ] !");
         req->name = t->p;
         req->name_len = t->len;
+        break;
+    case PROTO_ARG_USER:
+        if (!proto_user_valid(t->p, t->len))
+            return fail(req, PROTO_ERR_BAD_ARGS,
+                        "a user name is 1-64 bytes of A-Z a-z 0-9 . _ @ -");
+        req->user = t->p;
+        req->user_len = t->len;
+        break;
+    case PROTO_ARG_PASSWORD:
+        if (!printable_word(t, PROTO_PASSWORD_MAX))
+            return fail(req, PROTO_ERR_BAD_ARGS,
+                        "a password is 1-128 printable bytes without spaces");
+        req->password = t->p;
+        req->password_len = t->len;
         break;
     case PROTO_ARG_END:
     case PROTO_ARG_OPTIONS:

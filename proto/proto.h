@@ -19,6 +19,9 @@
 #define PROTO_LINE_DEFAULT 1024       /* default request line limit, bytes */
 #define PROTO_REPLY_MAX 512           /* enough for any single reply line */
 #define PROTO_LABEL_MAX 100           /* bytes in a CLIENT label */
+#define PROTO_USER_MAX 64             /* bytes in an AUTH user name */
+#define PROTO_PASSWORD_MAX 128        /* bytes in an AUTH password; with the longest
+                                       * user the line fits the smallest max_line */
 
 /*
  * Argument layouts for the command table. A command's arguments are
@@ -34,6 +37,8 @@ enum proto_arg {
     PROTO_ARG_TTL,      /* ttl-ms, digits only, PROTO_TTL_MIN..MAX -> ttl_ms */
     PROTO_ARG_LABEL,    /* 1..PROTO_LABEL_MAX printable non-space bytes -> label */
     PROTO_ARG_GLOB,     /* a name pattern: name bytes and * ? [ ] ! -> name, name_len */
+    PROTO_ARG_USER,     /* 1..PROTO_USER_MAX of [A-Za-z0-9._@-] -> user, user_len */
+    PROTO_ARG_PASSWORD, /* 1..PROTO_PASSWORD_MAX printable non-space bytes -> password */
     PROTO_ARG_OPTIONS,  /* last: then options, shared | limit=<n> | ttl=<ms> */
 };
 #define PROTO_ARGS_MAX 4                  /* entries in one layout */
@@ -64,7 +69,9 @@ enum proto_arg {
       "name this connection in STATUS and LOCKS (label=) for its later locks")    \
     X(STATS,   "STATS",   0, PROTO_NO_ARGS, "STATS",                               \
       "counters as STAT <name> <value> lines, then END")                          \
-    X(HELP,    "HELP",    0, PROTO_NO_ARGS, "HELP", "this list as HELP lines, then END")
+    X(HELP,    "HELP",    0, PROTO_NO_ARGS, "HELP", "this list as HELP lines, then END") \
+    X(AUTH,    "AUTH",    2, PROTO_ARGS(PROTO_ARG_USER, PROTO_ARG_PASSWORD),       \
+      "AUTH <user> <password>", "log in as a user of the daemon's users_file")
 
 enum proto_cmd {
 #define X(id, word, required, args, usage, help) PROTO_CMD_##id,
@@ -77,7 +84,8 @@ enum proto_cmd {
  * proto_parse() returns only BAD_COMMAND, BAD_ARGS and BAD_NAME. */
 #define PROTO_ERRORS(X) \
     X(BAD_COMMAND) X(BAD_ARGS) X(BAD_NAME) X(LINE_TOO_LONG) \
-    X(NOT_HELD) X(LIMIT) X(UNAVAILABLE) X(INTERNAL) X(CONFLICT)
+    X(NOT_HELD) X(LIMIT) X(UNAVAILABLE) X(INTERNAL) X(CONFLICT) \
+    X(NOAUTH) X(AUTH_FAILED) X(DENIED)
 
 enum proto_err {
 #define X(id) PROTO_ERR_##id,
@@ -107,6 +115,10 @@ struct proto_req {
     uint64_t token;       /* valid when has_token */
     const char *label;    /* CLIENT: points into the line; NOT NUL-terminated */
     size_t label_len;     /* 1..PROTO_LABEL_MAX */
+    const char *user;     /* AUTH: points into the line; NOT NUL-terminated */
+    size_t user_len;      /* 1..PROTO_USER_MAX */
+    const char *password; /* AUTH: points into the line; NOT NUL-terminated */
+    size_t password_len;  /* 1..PROTO_PASSWORD_MAX */
     enum proto_err err;   /* valid when the parse result is PROTO_ERROR */
     const char *errmsg;   /* static string; valid when PROTO_ERROR */
 };
@@ -118,6 +130,9 @@ struct proto_req {
  */
 enum proto_parse_result proto_parse(const char *line, size_t len,
                                     struct proto_req *req);
+
+/* 1 if user[0..len) is a valid user name (1..64 bytes of [A-Za-z0-9._@-]). */
+int proto_user_valid(const char *user, size_t len);
 
 /* 1 if name[0..len) is a valid lock name (1..200 bytes of [A-Za-z0-9._:@-], not "." or ".."). */
 int proto_name_valid(const char *name, size_t len);

@@ -199,6 +199,9 @@ START_TEST(sample_file_is_defaults)
     ck_assert_str_eq(s.listen, d.listen);
     ck_assert_ptr_null(s.unix_socket);
     ck_assert_uint_eq(s.unix_socket_mode, d.unix_socket_mode);
+    ck_assert_ptr_null(s.unix_socket_group);
+    ck_assert_ptr_null(s.users_file);
+    ck_assert_uint_eq(s.allow_anonymous, d.allow_anonymous);
     ck_assert_uint_eq(s.max_clients, d.max_clients);
     ck_assert_uint_eq(s.max_line, d.max_line);
     ck_assert_uint_eq(s.max_locks_per_client, d.max_locks_per_client);
@@ -494,6 +497,63 @@ START_TEST(socket_path)
 }
 END_TEST
 
+static void record_restart(const char *what, void *arg);
+
+START_TEST(auth_settings)
+{
+    ck_assert_ptr_null(s.users_file);
+    ck_assert_uint_eq(s.allow_anonymous, 0);
+    ck_assert_ptr_null(s.unix_socket_group);
+    load_ok("[server]\nusers_file = /etc/lockbroker/users\nallow_anonymous = yes\n"
+            "unix_socket_group = lockers\n");
+    ck_assert_str_eq(s.users_file, "/etc/lockbroker/users");
+    ck_assert_uint_eq(s.allow_anonymous, 1);
+    ck_assert_str_eq(s.unix_socket_group, "lockers");
+    set_ok("server", "allow_anonymous", "NO");
+    ck_assert_uint_eq(s.allow_anonymous, 0);
+    set_ok("server", "allow_anonymous", "on");
+    ck_assert_uint_eq(s.allow_anonymous, 1);
+    set_ok("server", "allow_anonymous", "0");
+    ck_assert_uint_eq(s.allow_anonymous, 0);
+    set_ok("server", "allow_anonymous", "True");
+    ck_assert_uint_eq(s.allow_anonymous, 1);
+    set_fails("server", "allow_anonymous", "maybe");
+    ck_assert_str_eq(err, "allow_anonymous: 'maybe' is not yes or no");
+    set_fails("server", "allow_anonymous", "");
+    ck_assert_uint_eq(s.allow_anonymous, 1);
+    set_ok("server", "unix_socket_group", "1001");
+    ck_assert_str_eq(s.unix_socket_group, "1001");
+    set_fails("server", "unix_socket_group", "lock ers");
+    ck_assert_str_eq(err, "unix_socket_group: 'lock ers' is not a group name or number");
+    set_fails("server", "unix_socket_group", "-x");
+    set_fails("server", "unix_socket_group", "a23456789012345678901234567890123");
+    set_ok("server", "unix_socket_group", "");
+    ck_assert_ptr_null(s.unix_socket_group);
+    set_ok("server", "users_file", "");
+    ck_assert_ptr_null(s.users_file);
+    load_fails("[server]\n\nallow_anonymous = sure\n",
+               "t:3: allow_anonymous: 'sure' is not yes or no");
+}
+END_TEST
+
+START_TEST(reload_users_file_needs_restart)
+{
+    struct settings fresh;
+    char warned[256] = "";
+
+    ck_assert_int_eq(settings_init(&fresh), 0);
+    ck_assert_int_eq(settings_load_string(&fresh, "[server]\nusers_file = /u\n"
+                                          "allow_anonymous = yes\nunix_socket_group = g\n",
+                                          "t", err, sizeof(err)), 0);
+    settings_reload(&s, &fresh, record_restart, warned);
+    ck_assert_ptr_null(s.users_file);
+    ck_assert_uint_eq(s.allow_anonymous, 0);
+    ck_assert_ptr_null(s.unix_socket_group);
+    ck_assert_str_eq(warned, "unix_socket_group|users_file|allow_anonymous|");
+    settings_free(&fresh);
+}
+END_TEST
+
 START_TEST(zk_root)
 {
     static const char *const good[] = { "/a", "/lockbroker", "/a/b/c", "/x.y_z-1", "/a/...", "/.a" };
@@ -533,11 +593,14 @@ START_TEST(zk_hosts)
 {
     static const char *const good[] = {
         "127.0.0.1:2181", "zk1:2181,zk2:2181,zk3:2181", "zk-1.example.com:1", "[::1]:2181",
-        "a:65535",
+        "zk1:2181,zk2:2181/lockbroker", "zk1:1/a/b_c.d-e", "a:65535",
     };
     static const char *const bad[] = {
         "zk1", "zk1:", ":2181", "zk1:0", "zk1:65536", "zk1:x", "zk1:2181,", ",zk1:2181",
-        "zk1:2181,,zk2:2181", "zk1:2181/chroot", "zk 1:2181", "zk1:2181;zk2:2181",
+        "zk1:2181,,zk2:2181", "zk 1:2181", "zk1:2181;zk2:2181",
+        /* a chroot is a valid root after the last host, as the C client reads it */
+        "zk1:2181/", "zk1:2181/a/", "zk1:2181/a/../b", "zk1:2181/lb,zk2:2181", "/lb",
+        "zk1:2181,/lb", "zk1:2181//lb",
     };
 
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
@@ -549,7 +612,7 @@ START_TEST(zk_hosts)
     ck_assert_str_eq(s.zk_hosts, "a:65535");
     set_ok("zookeeper", "hosts", "");          /* empty: embedded mode */
     ck_assert_ptr_null(s.zk_hosts);
-    load_fails("[zookeeper]\nhosts = zk1\n", "t:2: hosts: 'zk1' is not host:port[,host:port...]");
+    load_fails("[zookeeper]\nhosts = zk1\n", "t:2: hosts: 'zk1' is not host:port[,host:port...][/chroot]");
 }
 END_TEST
 
@@ -842,6 +905,114 @@ START_TEST(load_file_nul_byte)
 }
 END_TEST
 
+/* ------------------------------------------------- [zookeeper] auth file */
+
+/* Writes content (len bytes) to a new file of the given mode; returns its
+ * malloc'd path. */
+static char *auth_file(const void *content, size_t len, mode_t mode)
+{
+    char *path = strdup("/tmp/check_conf_auth.XXXXXX");
+    int fd;
+
+    ck_assert_ptr_nonnull(path);
+    fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, content, len), (ssize_t)len);
+    ck_assert_int_eq(fchmod(fd, mode), 0);
+    close(fd);
+    return path;
+}
+
+/* Reads an auth file holding text; returns the reader's result, the secret
+ * in buf, the error in err with the path replaced by "F". */
+static int read_auth(const char *text, size_t len, mode_t mode, char *buf, size_t buflen)
+{
+    char *path = auth_file(text, len, mode), *at;
+    int rc = settings_read_zk_auth(path, buf, buflen, err, sizeof(err));
+
+    if (rc < 0) {
+        /* "PATH: why": the path appears first, and in a chmod hint */
+        while ((at = strstr(err, path))) {
+            size_t plen = strlen(path);
+            at[0] = 'F';
+            memmove(at + 1, at + plen, strlen(at + plen) + 1);
+        }
+    }
+    unlink(path);
+    free(path);
+    return rc;
+}
+
+START_TEST(zk_auth_file)
+{
+    char buf[SETTINGS_ZK_AUTH_MAX + 2], big[400];
+
+    ck_assert_int_eq(read_auth("lb:s3cret\n", 10, 0600, buf, sizeof(buf)), 0);
+    ck_assert_str_eq(buf, "lb:s3cret");
+    ck_assert_int_eq(read_auth("lb:s3cret", 9, 0640, buf, sizeof(buf)), 0);
+    ck_assert_str_eq(buf, "lb:s3cret");
+    ck_assert_int_eq(read_auth("lb:a:b c\r\n", 10, 0400, buf, sizeof(buf)), 0);
+    ck_assert_str_eq(buf, "lb:a:b c");       /* the password may hold ':' and spaces */
+
+    ck_assert_int_eq(read_auth("lb:s3cret\n", 10, 0644, buf, sizeof(buf)), -1);
+    ck_assert_str_eq(err, "F: others may read or write it (mode 0644); chmod o-rwx F");
+    ck_assert_int_eq(read_auth("lb:s3cret\n", 10, 0602, buf, sizeof(buf)), -1);
+    ck_assert_str_eq(err, "F: others may read or write it (mode 0602); chmod o-rwx F");
+    ck_assert_int_eq(read_auth("", 0, 0600, buf, sizeof(buf)), -1);
+    ck_assert_str_eq(err, "F: not user:password (a user name, ':', a password)");
+    ck_assert_int_eq(read_auth("lb\n", 3, 0600, buf, sizeof(buf)), -1);
+    ck_assert_str_eq(err, "F: not user:password (a user name, ':', a password)");
+    ck_assert_int_eq(read_auth(":pw\n", 4, 0600, buf, sizeof(buf)), -1);
+    ck_assert_str_eq(err, "F: not user:password (a user name, ':', a password)");
+    ck_assert_int_eq(read_auth("lb:\n", 4, 0600, buf, sizeof(buf)), -1);
+    ck_assert_str_eq(err, "F: not user:password (a user name, ':', a password)");
+    ck_assert_int_eq(read_auth("lb:pw\nx\n", 8, 0600, buf, sizeof(buf)), -1);
+    ck_assert_str_eq(err, "F: more than one line; write only user:password");
+    ck_assert_int_eq(read_auth("lb:pw\n\n", 7, 0600, buf, sizeof(buf)), -1);
+    ck_assert_str_eq(err, "F: more than one line; write only user:password");
+    ck_assert_int_eq(read_auth("lb:p\0w\n", 6, 0600, buf, sizeof(buf)), -1);
+    ck_assert_str_eq(err, "F: it holds a NUL byte");
+
+    /* The longest: SETTINGS_ZK_AUTH_MAX bytes, with or without its LF. */
+    memset(big, 'p', sizeof(big));
+    memcpy(big, "lb:", 3);
+    big[SETTINGS_ZK_AUTH_MAX] = '\n';
+    ck_assert_int_eq(read_auth(big, SETTINGS_ZK_AUTH_MAX + 1, 0600, buf, sizeof(buf)), 0);
+    ck_assert_uint_eq(strlen(buf), SETTINGS_ZK_AUTH_MAX);
+    ck_assert_int_eq(read_auth(big, SETTINGS_ZK_AUTH_MAX, 0600, buf, sizeof(buf)), 0);
+    ck_assert_uint_eq(strlen(buf), SETTINGS_ZK_AUTH_MAX);
+    /* One more, with or without LF, or the longest followed by another line. */
+    big[SETTINGS_ZK_AUTH_MAX] = 'p';
+    big[SETTINGS_ZK_AUTH_MAX + 1] = '\n';
+    ck_assert_int_eq(read_auth(big, SETTINGS_ZK_AUTH_MAX + 2, 0600, buf, sizeof(buf)), -1);
+    ck_assert_str_eq(err, "F: longer than 255 bytes");
+    ck_assert_int_eq(read_auth(big, SETTINGS_ZK_AUTH_MAX + 1, 0600, buf, sizeof(buf)), -1);
+    ck_assert_str_eq(err, "F: longer than 255 bytes");
+    ck_assert_int_eq(read_auth(big, sizeof(big), 0600, buf, sizeof(buf)), -1);
+    ck_assert_str_eq(err, "F: longer than 255 bytes");
+    big[SETTINGS_ZK_AUTH_MAX] = '\n';
+    big[SETTINGS_ZK_AUTH_MAX + 1] = 'x';
+    ck_assert_int_eq(read_auth(big, SETTINGS_ZK_AUTH_MAX + 2, 0600, buf, sizeof(buf)), -1);
+    ck_assert_str_eq(err, "F: more than one line; write only user:password");
+
+    ck_assert_int_eq(settings_read_zk_auth("/nonexistent/zk.auth", buf, sizeof(buf), err,
+                                           sizeof(err)), -1);
+    ck_assert_str_eq(err, "/nonexistent/zk.auth: cannot open: No such file or directory");
+    ck_assert_int_eq(settings_read_zk_auth("/tmp", buf, sizeof(buf), err, sizeof(err)), -1);
+    ck_assert_str_eq(err, "/tmp: is a directory");
+}
+END_TEST
+
+START_TEST(zk_auth_setting)
+{
+    ck_assert_ptr_null(s.zk_auth);             /* default: none, open ACLs */
+    load_ok("[zookeeper]\nauth = /etc/lockbrokerd/zk.auth\n");
+    ck_assert_str_eq(s.zk_auth, "/etc/lockbrokerd/zk.auth");
+    load_ok("[zookeeper]\nauth =\n");
+    ck_assert_ptr_null(s.zk_auth);
+}
+END_TEST
+
 START_TEST(load_missing_file)
 {
     ck_assert_int_eq(settings_load_file(&s, "/nonexistent/lockbrokerd.conf", err, sizeof(err)),
@@ -960,7 +1131,10 @@ START_TEST(table_defaults_in_range)
             ck_assert_uint_le(strlen(r->def), r->max);
         }
         /* ...and is what settings_init() left there. */
-        if (r->type != SETTING_UINT && r->type != SETTING_MODE && r->type != SETTING_LOG_LEVEL) {
+        if (r->type == SETTING_BOOL)
+            ck_assert_uint_eq(*(const unsigned *)field, strcmp(r->def, "yes") == 0);
+        else if (r->type != SETTING_UINT && r->type != SETTING_MODE &&
+                 r->type != SETTING_LOG_LEVEL) {
             const char *v = *(char *const *)field;
 
             if (*r->def)
@@ -1103,6 +1277,8 @@ static Suite *conf_suite(void)
     tcase_add_test(tc, integers_digits_only);
     tcase_add_test(tc, socket_mode);
     tcase_add_test(tc, socket_path);
+    tcase_add_test(tc, auth_settings);
+    tcase_add_test(tc, reload_users_file_needs_restart);
     tcase_add_test(tc, zk_root);
     tcase_add_test(tc, zk_root_length);
     tcase_add_test(tc, zk_hosts);
@@ -1134,6 +1310,8 @@ static Suite *conf_suite(void)
     tcase_add_test(tc, load_directory);
     tcase_add_test(tc, load_not_regular_file);
     tcase_add_test(tc, load_read_error);
+    tcase_add_test(tc, zk_auth_file);
+    tcase_add_test(tc, zk_auth_setting);
     suite_add_tcase(su, tc);
 
     tc = tcase_create("flags");

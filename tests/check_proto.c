@@ -1031,6 +1031,7 @@ START_TEST(cmd_words)
     ck_assert_str_eq(proto_cmd_word(PROTO_CMD_QUIT), "QUIT");
     ck_assert_str_eq(proto_cmd_word(PROTO_CMD_STATS), "STATS");
     ck_assert_str_eq(proto_cmd_word(PROTO_CMD_HELP), "HELP");
+    ck_assert_str_eq(proto_cmd_word(PROTO_CMD_AUTH), "AUTH");
     ck_assert_str_eq(proto_cmd_word(PROTO_CMD_COUNT), "?");
 }
 END_TEST
@@ -1100,6 +1101,59 @@ START_TEST(locks_glob)
 }
 END_TEST
 
+START_TEST(auth)
+{
+    struct proto_req req;
+    char longest[300];
+
+    ck_request("AUTH alice s3cr3t!", PROTO_CMD_AUTH);
+    ck_assert_uint_eq(req.user_len, 5);
+    ck_assert_mem_eq(req.user, "alice", 5);
+    ck_assert_uint_eq(req.password_len, 7);
+    ck_assert_mem_eq(req.password, "s3cr3t!", 7);
+    ck_assert_ptr_null(req.name);
+    ck_request("auth ops.bot@db-1_x p:w=\"[]~", PROTO_CMD_AUTH);
+    ck_assert_uint_eq(req.password_len, 8);
+    ck_request("AUTH\ta\t\tb\r", PROTO_CMD_AUTH);
+    ck_assert_uint_eq(req.password_len, 1);
+    /* The longest user and password: the line fits the smallest max_line, 256. */
+    snprintf(longest, sizeof(longest), "AUTH %064d %0128d", 1, 2);
+    ck_assert_uint_le(strlen(longest), 256);
+    ck_assert_int_eq(proto_parse(longest, strlen(longest), &req), PROTO_REQUEST);
+    ck_assert_uint_eq(req.user_len, 64);
+    ck_assert_uint_eq(req.password_len, 128);
+    snprintf(longest, sizeof(longest), "AUTH %065d x", 1);
+    ck_assert_int_eq(proto_parse(longest, strlen(longest), &req), PROTO_ERROR);
+    ck_assert_str_eq(req.errmsg, "a user name is 1-64 bytes of A-Z a-z 0-9 . _ @ -");
+    snprintf(longest, sizeof(longest), "AUTH a %0129d", 1);
+    ck_assert_int_eq(proto_parse(longest, strlen(longest), &req), PROTO_ERROR);
+    ck_assert_str_eq(req.errmsg, "a password is 1-128 printable bytes without spaces");
+    ck_error_msg("AUTH", PROTO_ERR_BAD_ARGS, "missing argument");
+    ck_error_msg("AUTH alice", PROTO_ERR_BAD_ARGS, "missing argument");
+    ck_error_msg("AUTH alice pass word", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    ck_error_msg("AUTH a:b pw", PROTO_ERR_BAD_ARGS,
+                 "a user name is 1-64 bytes of A-Z a-z 0-9 . _ @ -");
+    ck_error_msg("AUTH a/b pw", PROTO_ERR_BAD_ARGS,
+                 "a user name is 1-64 bytes of A-Z a-z 0-9 . _ @ -");
+    ck_error_msg("AUTH alice caf\xc3\xa9", PROTO_ERR_BAD_ARGS,
+                 "a password is 1-128 printable bytes without spaces");
+    ck_assert_int_eq(proto_parse("AUTH a p\0w", 10, &req), PROTO_ERROR);
+    ck_assert_str_eq(req.errmsg, "a password is 1-128 printable bytes without spaces");
+    ck_assert_str_eq(proto_cmd_usage(PROTO_CMD_AUTH), "AUTH <user> <password>");
+}
+END_TEST
+
+START_TEST(user_valid)
+{
+    ck_assert_int_eq(proto_user_valid("alice", 5), 1);
+    ck_assert_int_eq(proto_user_valid("a.b_c@d-e", 9), 1);
+    ck_assert_int_eq(proto_user_valid("", 0), 0);
+    ck_assert_int_eq(proto_user_valid("a:b", 3), 0);
+    ck_assert_int_eq(proto_user_valid("a b", 3), 0);
+    ck_assert_int_eq(proto_user_valid("a\0b", 3), 0);
+}
+END_TEST
+
 START_TEST(cmd_words_parse_back)
 {
     /* Every word in the table parses as its own command, with its minimum
@@ -1134,6 +1188,9 @@ START_TEST(err_codes)
     ck_assert_str_eq(proto_err_code(PROTO_ERR_UNAVAILABLE), "UNAVAILABLE");
     ck_assert_str_eq(proto_err_code(PROTO_ERR_INTERNAL), "INTERNAL");
     ck_assert_str_eq(proto_err_code(PROTO_ERR_CONFLICT), "CONFLICT");
+    ck_assert_str_eq(proto_err_code(PROTO_ERR_NOAUTH), "NOAUTH");
+    ck_assert_str_eq(proto_err_code(PROTO_ERR_AUTH_FAILED), "AUTH_FAILED");
+    ck_assert_str_eq(proto_err_code(PROTO_ERR_DENIED), "DENIED");
     ck_assert_str_eq(proto_err_code(PROTO_ERR_COUNT), "INTERNAL");
 }
 END_TEST
@@ -1315,6 +1372,8 @@ static Suite *proto_suite(void)
     tcase_add_test(tc, cmd_words_parse_back);
     tcase_add_test(tc, client_label);
     tcase_add_test(tc, locks_glob);
+    tcase_add_test(tc, auth);
+    tcase_add_test(tc, user_valid);
     tcase_add_test(tc, err_codes);
     suite_add_tcase(s, tc);
 

@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 import socket
+import struct
 import threading
 import unittest
 
@@ -1572,6 +1573,191 @@ class HandoffTest(DistributedBase):
         self.wait_no_nodes(hosts)
 
 
+AUTH = "lockbroker:s3cret-for-tests"
+NOAUTH = -102                       # ZooKeeper's KeeperException.Code.NOAUTH
+
+
+def auth_file(cred):
+    """A [zookeeper] auth file holding cred (mode 0600); returns the config
+    line naming it."""
+    fd, path = tempfile.mkstemp(prefix="zk-auth-", dir=WORK_DIR)
+    os.write(fd, (cred + "\n").encode())
+    os.fchmod(fd, 0o600)
+    os.close(fd)
+    return "auth = %s\n" % path
+
+
+@dump_on_failure
+class AclTest(DistributedBase):
+    """[zookeeper] auth: every node the daemons create is readable by
+    anyone and changeable by their shared digest identity only."""
+
+    def restricted_acl(self, cred=AUTH):
+        return sorted([(zkharness.PERM_READ, "world", "anyone"),
+                       (zkharness.PERM_ALL, "digest", zkharness.digest_id(cred))])
+
+    def assert_refused(self, fn, *args):
+        with self.assertRaises(zkharness.ZkApiError) as cm:
+            fn(*args)
+        self.assertEqual(cm.exception.code, NOAUTH, "%s%r" % (fn.__name__, args))
+
+    def test_nodes_only_the_identity_may_change(self):
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A", extra=auth_file(AUTH) + SKEW)
+        b = self.start_daemon(hosts, "B", extra=auth_file(AUTH) + SKEW)
+        holder = self.client(a)
+        t = int(holder.request("LOCK x").split()[2])
+        tl = int(self.client(a).request("LOCK l ttl=600000").split()[2])
+        # Reads stay open: anyone may look.
+        [node] = lock_nodes(hosts, self.root)["x"]
+        [lease] = lease_nodes(hosts, self.root, "l")
+        node, lease = self.root + "/locks/x/" + node, self.root + "/locks/l/" + lease
+        paths = [self.root, self.root + "/locks", self.root + "/locks/x", node, lease]
+        with ZkClient(hosts) as z:
+            z.add_auth("digest", AUTH)      # ZooKeeper shows others the digest as "x"
+            for path in paths:
+                self.assertEqual(z.get_acl(path)[0], self.restricted_acl(), path)
+        with ZkClient(hosts) as z:
+            # A session without the credentials (or with others) changes nothing.
+            for cred in (None, "lockbroker:wrong", "other:s3cret-for-tests"):
+                if cred:
+                    z.add_auth("digest", cred)
+                for path in (node, lease):
+                    self.assert_refused(z.delete, path)
+                    self.assert_refused(z.set_data, path, b"mine now")
+                # ... nor queues ahead, nor removes a parent.
+                self.assert_refused(z.create, self.root + "/locks/x/intruder-", b"",
+                                    zkharness.EPHEMERAL_SEQUENTIAL)
+                self.assert_refused(z.create, self.root + "/locks/y", b"")
+                self.assert_refused(z.delete, self.root + "/locks")
+        # The lock stays held, and exclusive, on both daemons.
+        self.assertEqual(self.client(a).request("TRYLOCK x"), "BUSY x")
+        self.assertEqual(self.client(b).request("TRYLOCK x"), "BUSY x")
+        self.assertEqual(self.client(b).request("TRYLOCK l"), "BUSY l")
+        self.assertTrue(holder.silent(), "the holder heard something")
+        # The identity itself can: rewrite a node with the same data, remove the lease.
+        with ZkClient(hosts) as z:
+            z.add_auth("digest", AUTH)
+            data, st = z.get_data(node)
+            self.assertEqual(z.set_data(node, data, st.version).version, st.version + 1)
+            z.delete(lease)
+        self.assertRegex(self.client(b).request("UNLOCK l %d" % tl), r"^ERR NOT_HELD ")
+        self.assertEqual(holder.request("UNLOCK x"), "OK x")
+        self.assertGreater(t, 0)
+        self.wait_no_nodes(hosts)
+
+    def test_daemons_sharing_the_identity_hand_over_and_clean_up(self):
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A", extra=auth_file(AUTH) + SKEW)
+        b = self.start_daemon(hosts, "B", extra=auth_file(AUTH) + SKEW)
+        # A lock handed from A to B's waiter...
+        h = self.client(a)
+        t1 = int(h.request("LOCK hx").split()[2])
+        w = self.client(b)
+        w.send("LOCK hx\n")
+        b.wait_queued(w, "hx")
+        self.wait_node(hosts, "hx", b)
+        self.assertEqual(h.request("UNLOCK hx"), "OK hx")
+        self.assertGreater(int(w.expect_match(r"OK hx %s" % TOKEN).group(1)), t1)
+        self.assertEqual(w.request("UNLOCK hx"), "OK hx")
+        # ... and a dead daemon's expired lease removed by the other one.
+        ttl = SESSION_MS + 2000
+        t = int(self.client(a).request("LOCK hl ttl=%d" % ttl).split()[2])
+        w = self.client(b, timeout=scaled(ttl / 1000.0 + 30))
+        w.send("LOCK hl %d\n" % (ttl + 20000))
+        queued(b, w, "hl")
+        a.killed = True
+        a.send_signal(signal.SIGKILL)
+        self.assertEqual(a.wait_exit(), -signal.SIGKILL)
+        self.assertGreater(int(w.expect_match(r"OK hl %s" % TOKEN).group(1)), t)
+        self.assertEqual(w.request("UNLOCK hl"), "OK hl")
+        self.wait_no_nodes(hosts)
+        self.assertEqual(stats(b)["zk_leases_removed"], "1")
+
+    def test_session_expiry_with_auth(self):
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A", extra=auth_file(AUTH))
+        holder = self.client(a, timeout=scaled(30.0))
+        t = int(holder.request("LOCK ex").split()[2])
+        mark = a.log_mark()
+        a.send_signal(signal.SIGSTOP)
+        try:
+            self.wait_zk(lambda: not zkharness.ephemerals(self.zk.port).get(a.session),
+                         scaled(SESSION_MS / 1000.0 + 10), "A's session to expire")
+        finally:
+            a.send_signal(signal.SIGCONT)
+        holder.expect_match(r"LOST ex %d (zk-disconnected|session-expired)" % t)
+        session = int(a.wait_log(SESSION_RE, scaled(15.0), since=mark).group(1), 16)
+        self.assertNotEqual(session, a.session)
+        # The new session authenticated: it may create under the restricted
+        # parents, and its node carries the same ACL.
+        c = self.client(a)
+        self.assertGreater(int(c.request("LOCK ex").split()[2]), t)
+        [node] = lock_nodes(hosts, self.root)["ex"]
+        with ZkClient(hosts) as z:
+            z.add_auth("digest", AUTH)
+            self.assertEqual(z.get_acl(self.root + "/locks/ex/" + node)[0],
+                             self.restricted_acl())
+        self.assertEqual(c.request("UNLOCK ex"), "OK ex")
+        self.wait_no_nodes(hosts)
+
+    def test_another_identity_is_refused_and_told(self):
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A", extra=auth_file(AUTH))
+        self.assertEqual(self.client(a).request("LOCK ox 5000").split()[:2], ["OK", "ox"])
+        for name, extra, said in (
+                ("B", auth_file("lockbroker:other"),
+                 r"user 'lockbroker' change .*another identity"),
+                ("C", "", r"this daemon change .*set \[zookeeper\] auth to the file")):
+            d = self.start_daemon(hosts, name, extra=extra)
+            d.killed = True                   # it logs errors, on purpose
+            self.assertRegex(self.client(d).request("TRYLOCK ox"), r"^ERR UNAVAILABLE ")
+            d.wait_log(r"error zk: ZooKeeper does not let " + said)
+            # The holder's node was not touched.
+            self.assertEqual(len(lock_nodes(hosts, self.root)["ox"]), 1)
+
+    def test_refused_credentials_are_said_and_retried_slowly(self):
+        # ZooKeeper's digest provider takes any credentials; a proxy plays
+        # a server that refuses them (as a SASL or custom provider may).
+        proxy = AuthRefusingProxy(self.zk.port)
+        self.addCleanup(proxy.close)
+        d = self.start_daemon(proxy.hosts, "F", extra=auth_file(AUTH))
+        d.killed = True                       # it logs errors, on purpose
+        refused = (r"error zk: ZooKeeper refused the digest credentials of user 'lockbroker' "
+                   r"\(from \S+zk-auth-\S+\): this handle is unusable; a new session in 10 s")
+        d.wait_log(refused)
+        self.assertRegex(self.client(d).request("TRYLOCK rx"), r"^ERR UNAVAILABLE ")
+        # The outage report (5 s after) comes before the next session (10 s).
+        # (The C client may send the credentials again on the same handle
+        # when it sees the connection close before it reads the refusal.)
+        d.wait_log(r"zk: cannot reach ZooKeeper at %s \(it refuses the \[zookeeper\] "
+                   r"auth credentials\)" % re.escape(proxy.hosts), scaled(15.0))
+        mark = d.log_mark()
+        self.assertEqual(len([ln for ln in d.lines if re.search(refused, ln)]), 1)
+        self.assertLessEqual(proxy.refused, 2)
+        d.wait_log(refused, scaled(20.0), since=mark)
+        self.assertLessEqual(proxy.refused, 4)
+        note("credentials refused %d times in 2 sessions" % proxy.refused)
+
+    def test_chroot(self):
+        port = self.zk.port
+        chroot = "/lbchroot-" + str(os.getpid())
+        with ZkClient(self.zk.connect_string) as z:
+            z.create(chroot)
+        hosts = "127.0.0.1:%d%s" % (port, chroot)
+        a = self.start_daemon(hosts, "A", extra=auth_file(AUTH))
+        c = self.client(a)
+        self.assertEqual(c.request("LOCK cx").split()[:2], ["OK", "cx"])
+        inside = zkharness.ls_recursive(self.zk.connect_string, chroot)
+        self.assertTrue(any(p.startswith(chroot + self.root + "/locks/cx/") for p in inside),
+                        inside)
+        self.assertEqual(c.request("UNLOCK cx"), "OK cx")
+        # A chroot that does not exist is said.
+        d = self.start_daemon("127.0.0.1:%d/lbchroot-missing" % port, "M")
+        d.killed = True
+        d.wait_log(r"zk: the chroot /lbchroot-missing of \[zookeeper\] hosts does not exist")
+
+
 class ReplyDroppingProxy:
     """A loopback TCP proxy to a ZooKeeper server that can swallow the
     server's replies on the connections open at the time (requests still get
@@ -1611,6 +1797,10 @@ class ReplyDroppingProxy:
                 pair[dst].sendall(data)
         except OSError:
             pass
+        self._shut(pair)
+
+    @staticmethod
+    def _shut(pair):
         for sock in pair[:2]:
             try:
                 sock.shutdown(socket.SHUT_RDWR)
@@ -1628,6 +1818,46 @@ class ReplyDroppingProxy:
             for pair in self.pairs:
                 for sock in pair[:2]:
                     sock.close()
+
+
+class AuthRefusingProxy(ReplyDroppingProxy):
+    """A loopback TCP proxy to a ZooKeeper server that answers every auth
+    packet (xid -4) itself with AUTHFAILED and closes the connection, as a
+    server does when it refuses credentials. .refused counts them."""
+
+    def __init__(self, upstream_port):
+        self.refused = 0
+        super().__init__(upstream_port)
+
+    @staticmethod
+    def _frame(sock):
+        """One length-prefixed packet, or None at EOF."""
+        out, want = b"", 4
+        while len(out) < want:
+            more = sock.recv(want - len(out))
+            if not more:
+                return None
+            out += more
+            if len(out) == 4 and want == 4:
+                want += struct.unpack(">i", out)[0]
+        return out
+
+    def _pump(self, pair, src, dst):
+        if src == 1:
+            return super()._pump(pair, src, dst)
+        try:
+            while True:
+                frame = self._frame(pair[0])
+                if frame is None:
+                    break
+                if len(frame) >= 12 and struct.unpack(">ii", frame[4:12]) == (-4, 100):
+                    self.refused += 1
+                    pair[0].sendall(struct.pack(">iiqi", 16, -4, 0, -115))
+                    break
+                pair[1].sendall(frame)
+        except OSError:
+            pass
+        self._shut(pair)
 
 if __name__ == "__main__":
     if not zk_available():

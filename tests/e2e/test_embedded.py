@@ -1213,7 +1213,7 @@ class AdminTests(Case):
         lines = read_block(c)
         words = [re.match(r"HELP (\S+)", l).group(1) for l in lines]
         self.assertEqual(words, ["LOCK", "TRYLOCK", "UNLOCK", "RENEW", "PING", "QUIT", "STATUS",
-                                 "LOCKS", "CLIENT", "STATS", "HELP"])
+                                 "LOCKS", "CLIENT", "STATS", "HELP", "AUTH"])
         self.assertIn("HELP LOCK <name> [<wait-ms>] [shared|limit=<n>] [ttl=<ms>] - ", lines[0])
         self.ping(c)                                  # still usable, in order
 
@@ -2469,7 +2469,9 @@ class DeadPeerTests(Case):
         self.addCleanup(self.ns.delete)
 
     def start(self, text):
-        d = Daemon(config=text, listen=self.ns.host_ip + ":0",
+        # The veth address is not loopback: without users that takes allow_anonymous.
+        d = Daemon(config="[server]\nallow_anonymous = yes\n" + text,
+                   listen=self.ns.host_ip + ":0",
                    name="lockbrokerd-" + self._testMethodName).start()
         self.addCleanup(d.stop)
         return d
@@ -2653,6 +2655,39 @@ class ConfigTests(Case):
                 self.assertNotIn("configuration OK", r.stdout)
                 self.assertNotIn("ready", r.stderr)
 
+    def test_zk_auth_file_checked_at_start(self):
+        d = lbharness.make_tmpdir()
+
+        def auth(name, text, mode):
+            path = os.path.join(d, name)
+            with open(path, "w") as f:
+                f.write(text)
+            os.chmod(path, mode)
+            return "[zookeeper]\nhosts = 127.0.0.1:1/lb\nauth = %s\n" % path, path
+
+        good, _ = auth("good", "lockbroker:s3cret\n", 0o640)
+        r = run_daemon(["-t"], config=good)
+        self.assertEqual(r.returncode, 0, r)
+        for name, text, mode, why in (
+                ("open", "lockbroker:s3cret\n", 0o644,
+                 "others may read or write it (mode 0644); chmod o-rwx "),
+                ("nouser", "s3cret\n", 0o600, "not user:password"),
+                ("twolines", "lockbroker:s3cret\nmore\n", 0o600, "more than one line"),
+                ("long", "lockbroker:" + "x" * 300, 0o600, "longer than 255 bytes")):
+            config, path = auth(name, text, mode)
+            for flags in (["-t"], ["-l", "127.0.0.1:0"]):
+                with self.subTest(file=name, flags=flags):
+                    r = run_daemon(flags, config=config)
+                    check_failure_exit(r.returncode)
+                    self.assertIn("lockbrokerd: [zookeeper] auth: %s: %s" % (path, why),
+                                  r.stderr)
+                    self.assertNotIn("s3cret", r.stderr)
+                    self.assertNotIn("configuration OK", r.stdout)
+                    self.assertNotIn("ready", r.stderr)
+        r = run_daemon(["-t"], config="[zookeeper]\nauth = %s/missing\n" % d)
+        check_failure_exit(r.returncode)
+        self.assertIn("lockbrokerd: [zookeeper] auth: %s/missing: cannot open: " % d, r.stderr)
+
     def test_usage_says_ip_port(self):
         r = run_daemon(["-h"])
         self.assertIn("-l IP:PORT", r.stdout)
@@ -2683,7 +2718,8 @@ class ConfigTests(Case):
                 self.assertIn("'%s'" % listen, r.stderr)
 
     def test_listen_address_not_available(self):
-        r = run_daemon(["-l", "192.0.2.1:0"])           # TEST-NET-1, not ours
+        r = run_daemon(["-l", "192.0.2.1:0"],           # TEST-NET-1, not ours
+                       config="[server]\nallow_anonymous = yes\n")
         check_failure_exit(r.returncode)
         self.assertIn("192.0.2.1:0", r.stderr)
         self.assertNotIn("ready", r.stderr)
@@ -2704,7 +2740,7 @@ class ConfigTests(Case):
         self.assertRegex(r.stdout, r"^lockbrokerd \S+\n$")
 
     def test_flag_overrides_file(self):
-        conf = "[server]\nlisten = 192.0.2.1:7411\n"     # cannot be bound here
+        conf = "[server]\nlisten = 192.0.2.1:7411\nallow_anonymous = yes\n"  # cannot be bound
         r = run_daemon([], config=conf)
         check_failure_exit(r.returncode)                 # the file is used ...
         with Daemon(config=conf, listen="127.0.0.1:0") as d:     # ... but -l wins

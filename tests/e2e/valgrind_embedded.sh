@@ -1,7 +1,8 @@
 #!/bin/sh
-# Runs the embedded end-to-end suite with the daemon under valgrind: a leak
-# (definite), an invalid access or an uninitialised read makes the daemon exit
-# 99, and the harness fails every test whose daemon does not exit 0.
+# Runs the embedded and the authentication end-to-end suites with the daemon
+# under valgrind: a leak (definite), an invalid access or an uninitialised read
+# makes the daemon exit 99, and the harness fails every test whose daemon does
+# not exit 0.
 # Exit 77 (automake: SKIP) when valgrind is not installed.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -16,4 +17,5 @@ LB_DAEMON_WRAPPER="valgrind --quiet --error-exitcode=99 --leak-check=full --erro
 LB_TIMEOUT_SCALE=${LB_TIMEOUT_SCALE:-10}
 export LB_DAEMON_WRAPPER LB_TIMEOUT_SCALE
 
-exec "${PYTHON:-python3}" "$here/test_embedded.py" "$@"
+"${PYTHON:-python3}" "$here/test_embedded.py" "$@"
+exec "${PYTHON:-python3}" "$here/test_auth.py" "$@"

@@ -84,6 +84,7 @@ __all__ = [
     "parse_cons", "cons", "sessions", "session_count",
     "parse_dump", "ephemerals",
     "ls_recursive", "ls_recursive_cli", "zk_cli", "cleanup_all", "keep_logs",
+    "digest_id", "OPEN_ACL_UNSAFE",
 ]
 
 HOST = "127.0.0.1"
@@ -1173,6 +1174,10 @@ def register_cleanup(testcase, thing, grace=5.0):
 OP_CREATE, OP_DELETE, OP_EXISTS, OP_GETDATA = 1, 2, 3, 4
 OP_SYNC, OP_GETCHILDREN, OP_PING, OP_GETCHILDREN2 = 9, 8, 11, 12
 OP_CREATECONTAINER, OP_CLOSE = 19, -11
+OP_SETDATA, OP_GETACL, OP_SETAUTH = 5, 6, 100
+AUTH_XID = -4
+# permission bits of an ACL entry
+PERM_READ, PERM_WRITE, PERM_CREATE, PERM_DELETE, PERM_ADMIN, PERM_ALL = 1, 2, 4, 8, 16, 31
 # create flags
 PERSISTENT, EPHEMERAL, PERSISTENT_SEQUENTIAL, EPHEMERAL_SEQUENTIAL = 0, 1, 2, 3
 CONTAINER = 4
@@ -1181,8 +1186,17 @@ Stat = collections.namedtuple("Stat", [
     "czxid", "mzxid", "ctime", "mtime", "version", "cversion", "aversion",
     "ephemeralOwner", "dataLength", "numChildren", "pzxid"])
 _STAT = struct.Struct(">qqqqiiiqiiq")
-_OPEN_ACL_UNSAFE = struct.pack(">i", 1) + struct.pack(">i", 31) + \
-    struct.pack(">i", 5) + b"world" + struct.pack(">i", 6) + b"anyone"
+OPEN_ACL_UNSAFE = [(PERM_ALL, "world", "anyone")]
+
+
+def digest_id(user_password):
+    """The id ZooKeeper's digest scheme stores for "user:password":
+    "user:base64(sha1(user:password))"."""
+    import base64
+    import hashlib
+    user = user_password.split(":", 1)[0]
+    sha = hashlib.sha1(user_password.encode("utf-8")).digest()
+    return "%s:%s" % (user, base64.b64encode(sha).decode("ascii"))
 
 
 def _s(text):
@@ -1196,6 +1210,11 @@ def _buf(data):
     if data is None:
         return struct.pack(">i", -1)
     return struct.pack(">i", len(data)) + data
+
+
+def _acl(entries):
+    return struct.pack(">i", len(entries)) + b"".join(
+        struct.pack(">i", perms) + _s(scheme) + _s(ident) for perms, scheme, ident in entries)
 
 
 class _Reader:
@@ -1330,12 +1349,13 @@ class ZkClient:
         n = struct.unpack(">i", self._recvn(4))[0]
         return self._recvn(n)
 
-    def _call(self, op, body, path=None):
+    def _call(self, op, body, path=None, xid=None):
         with self._lock:
             if self.sock is None:
                 raise ZkConnectionLoss(-4, "closed")
-            self._xid += 1
-            xid = self._xid
+            if xid is None:
+                self._xid += 1
+                xid = self._xid
             self._send(struct.pack(">ii", xid, op) + body)
             while True:
                 r = _Reader(self._recv())
@@ -1379,16 +1399,35 @@ class ZkClient:
         r = self._call(OP_GETDATA, _s(path) + b"\0", path)
         return r.buf(), r.stat()
 
-    def create(self, path, data=b"", flags=PERSISTENT):
+    def create(self, path, data=b"", flags=PERSISTENT, acl=None):
         """Create a node (flags: PERSISTENT, EPHEMERAL, *_SEQUENTIAL,
-        CONTAINER); returns the created path."""
-        body = _s(path) + _buf(data) + _OPEN_ACL_UNSAFE + struct.pack(">i", flags)
+        CONTAINER) with acl, a list of (perms, scheme, id) (default
+        OPEN_ACL_UNSAFE); returns the created path."""
+        body = _s(path) + _buf(data) + _acl(OPEN_ACL_UNSAFE if acl is None else acl) + \
+            struct.pack(">i", flags)
         r = self._call(OP_CREATECONTAINER if flags == CONTAINER else OP_CREATE,
                        body, path)
         return r.str()
 
     def delete(self, path, version=-1):
         self._call(OP_DELETE, _s(path) + struct.pack(">i", version), path)
+
+    def set_data(self, path, data, version=-1):
+        """Replaces the node's data; returns its new Stat."""
+        return self._call(OP_SETDATA, _s(path) + _buf(data) + struct.pack(">i", version),
+                          path).stat()
+
+    def get_acl(self, path):
+        """(sorted list of (perms, scheme, id), Stat); raises ZkNoNode."""
+        r = self._call(OP_GETACL, _s(path), path)
+        acl = [(r.int(), r.str(), r.str()) for _ in range(r.int())]
+        return sorted(acl), r.stat()
+
+    def add_auth(self, scheme, credentials):
+        """Adds credentials to the session ("digest", "user:password");
+        raises ZkApiError(AUTHFAILED) if the server refuses them."""
+        self._call(OP_SETAUTH, struct.pack(">i", 0) + _s(scheme) +
+                   _buf(credentials.encode("utf-8")), xid=AUTH_XID)
 
     def ping(self):
         with self._lock:

@@ -1,0 +1,63 @@
+/*
+ * users.h - the users file ([server] users_file): who may connect, and which
+ * lock names each user may use.
+ *
+ * One user a line, `name:hash:patterns`: a user name as AUTH takes it
+ * (proto_user_valid), a crypt(3) hash (`openssl passwd -6`, `mkpasswd`), and
+ * a comma-separated list of fnmatch(3) globs of lock names (`*` for all).
+ * Blank lines and lines starting with '#' are ignored. Pure code apart from
+ * libcrypt and fnmatch: no sockets, no logging, so that the parser can be
+ * unit-tested and fuzzed from a memory buffer.
+ */
+#ifndef LOCKBROKER_USERS_H
+#define LOCKBROKER_USERS_H
+
+#include <stddef.h>
+
+#define USERS_FILE_MAX (1024 * 1024)   /* bytes in a users file */
+#define USERS_MAX 10000                /* users in one file */
+#define USERS_PATTERNS_MAX 64          /* patterns of one user */
+#define USERS_HASH_MAX 256             /* bytes in one hash */
+
+struct users;
+struct user;
+
+/*
+ * Parses buf[0..len) (any bytes; it need not be NUL-terminated). Returns a
+ * malloc'd table that the caller frees with users_free(), or NULL with
+ * "SOURCE:LINE: what" (or "SOURCE: what") in err (errlen bytes). `source`
+ * names the input in that message. An input without users gives an empty
+ * table: nobody can log in.
+ */
+struct users *users_parse(const char *buf, size_t len, const char *source,
+                          char *err, size_t errlen);
+
+/* Reads and parses the file at path, a regular file of at most
+ * USERS_FILE_MAX bytes. Like users_parse(); errors name the path. */
+struct users *users_load_file(const char *path, char *err, size_t errlen);
+
+void users_free(struct users *u);   /* NULL is fine */
+
+size_t users_count(const struct users *u);
+
+/* The user called name[0..len), or NULL. Borrowed from u: valid until
+ * users_free(u). */
+const struct user *users_find(const struct users *u, const char *name, size_t len);
+
+/* The user's name, NUL-terminated; borrowed like the user. */
+const char *user_name(const struct user *user);
+
+/*
+ * 1 if password[0..len) (any bytes; no NUL among them) hashes to the user's
+ * hash, else 0 (also when crypt(3) fails, e.g. for an unsupported method).
+ * The hash strings are compared in constant time. Costs one crypt(3):
+ * about 1 ms for sha512crypt, 20 ms for yescrypt at its default cost.
+ */
+int users_verify(const struct users *u, const struct user *user, const char *password,
+                 size_t len);
+
+/* 1 if the user may use lock name `name` (NUL-terminated): one of its
+ * patterns matches it (fnmatch(3), no flags). */
+int user_may(const struct user *user, const char *name);
+
+#endif
