@@ -60,6 +60,10 @@ static void check_values(const struct settings *s)
         case SETTING_MODE:
             snprintf(value, sizeof(value), "0%o", *(const unsigned *)f);
             break;
+        case SETTING_BOOL:
+            CHECK(*(const unsigned *)f <= 1);
+            v = *(const unsigned *)f ? "yes" : "no";
+            break;
         case SETTING_LOG_LEVEL:
             v = settings_log_level_name(*(const enum log_level *)f);
             break;
@@ -70,6 +74,7 @@ static void check_values(const struct settings *s)
             break;
         case SETTING_PATH:
         case SETTING_ZK_HOSTS:
+        case SETTING_GROUP:
             v = *(char *const *)f ? *(char *const *)f : "";
             CHECK(!*(char *const *)f || **(char *const *)f);  /* none is NULL, not "" */
             break;

@@ -78,6 +78,7 @@ static void check_request(const struct proto_req *req, const char *line, size_t 
                      cmd == PROTO_CMD_UNLOCK || cmd == PROTO_CMD_RENEW ||
                      cmd == PROTO_CMD_STATUS;
     int takes_options = cmd == PROTO_CMD_LOCK || cmd == PROTO_CMD_TRYLOCK;
+    char buf[PROTO_REPLY_MAX];
 
     CHECK((unsigned)cmd < PROTO_CMD_COUNT);
     if (takes_name) {
@@ -100,6 +101,20 @@ static void check_request(const struct proto_req *req, const char *line, size_t 
             CHECK(req->label[i] >= 0x21 && req->label[i] <= 0x7e);
     } else {
         CHECK(!req->label && req->label_len == 0);
+    }
+
+    if (cmd == PROTO_CMD_AUTH) {
+        CHECK(req->user && within(req->user, req->user_len, line, len));
+        CHECK(proto_user_valid(req->user, req->user_len));
+        CHECK(req->password && within(req->password, req->password_len, line, len));
+        CHECK(req->password_len >= 1 && req->password_len <= PROTO_PASSWORD_MAX);
+        for (size_t i = 0; i < req->password_len; i++)
+            CHECK(req->password[i] >= 0x21 && req->password[i] <= 0x7e);
+        /* "OK <user>" */
+        check_reply(buf, proto_fmt_word_name(buf, sizeof(buf), "OK", req->user,
+                                             req->user_len));
+    } else {
+        CHECK(!req->user && req->user_len == 0 && !req->password && req->password_len == 0);
     }
 
     CHECK(req->wait_ms == -1 || (cmd == PROTO_CMD_LOCK && req->wait_ms >= 0 &&
@@ -139,6 +154,9 @@ static void check_same(enum proto_parse_result ra, const struct proto_req *a,
     CHECK(a->cmd == b->cmd && a->name_len == b->name_len && a->label_len == b->label_len);
     CHECK(a->name_len == 0 || memcmp(a->name, b->name, a->name_len) == 0);
     CHECK(a->label_len == 0 || memcmp(a->label, b->label, a->label_len) == 0);
+    CHECK(a->user_len == b->user_len && a->password_len == b->password_len);
+    CHECK(a->user_len == 0 || memcmp(a->user, b->user, a->user_len) == 0);
+    CHECK(a->password_len == 0 || memcmp(a->password, b->password, a->password_len) == 0);
     CHECK(a->wait_ms == b->wait_ms && a->mode == b->mode && a->limit == b->limit);
     CHECK(a->ttl_ms == b->ttl_ms && a->has_token == b->has_token && a->token == b->token);
 }
@@ -157,6 +175,9 @@ static void check_round_trip(const struct proto_req *req)
     if (req->label)
         n += (size_t)snprintf(line + n, sizeof(line) - n, " %.*s", (int)req->label_len,
                               req->label);
+    if (req->user)
+        n += (size_t)snprintf(line + n, sizeof(line) - n, " %.*s %.*s", (int)req->user_len,
+                              req->user, (int)req->password_len, req->password);
     if (req->wait_ms >= 0)
         n += (size_t)snprintf(line + n, sizeof(line) - n, " %lld", (long long)req->wait_ms);
     if (req->has_token)
