@@ -10,7 +10,7 @@
  * the SIGHUP path (settings_reload, settings_format_reloadable) must take
  * them.
  */
-#define _GNU_SOURCE         /* memfd_create() */
+#define _GNU_SOURCE         /* memfd_create() in fuzz_check.h */
 #include "settings.h"
 #include "fuzz_check.h"
 
@@ -18,28 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #define SOURCE "fuzz.conf"
-
-/* An error message is "SOURCE:LINE: what" with LINE in 1..lines, or
- * "SOURCE: what" (out of memory, a read error): one line. */
-static void check_error(const char *err, const char *source, size_t lines)
-{
-    size_t n = strlen(source);
-    char *end;
-    unsigned long line;
-
-    CHECK(strncmp(err, source, n) == 0 && err[n] == ':');
-    CHECK(!strchr(err, '\n'));
-    if (err[n + 1] == ' ')
-        return;
-    line = strtoul(err + n + 1, &end, 10);
-    if (!(line >= 1 && line <= lines && end[0] == ':' && end[1] == ' ' && end[2]))
-        fprintf(stderr, "bad message (%zu lines): %s\n", lines, err);
-    CHECK(line >= 1 && line <= lines && end[0] == ':' && end[1] == ' ' && end[2]);
-}
 
 /* Every stored value, written as the file would, is accepted again. */
 static void check_values(const struct settings *s)
@@ -114,11 +95,8 @@ static void check_reload(struct settings *fresh, const uint8_t *data, size_t siz
 static int load_file(struct settings *s, const uint8_t *data, size_t size, char *path,
                      size_t pathlen, char *err, size_t errlen)
 {
-    int fd = memfd_create("fuzz.conf", MFD_CLOEXEC), rc;
+    int fd = fuzz_memfd(data, size, path, pathlen), rc;
 
-    CHECK(fd >= 0);
-    CHECK(size == 0 || write(fd, data, size) == (ssize_t)size);
-    snprintf(path, pathlen, "/proc/self/fd/%d", fd);
     rc = settings_load_file(s, path, err, errlen);
     close(fd);
     return rc;
@@ -149,7 +127,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_values(&s);
         check_reload(&s, data, size);
     } else {
-        check_error(err, SOURCE, text_lines);
+        fuzz_check_error(err, SOURCE, text_lines);
     }
 
     CHECK(settings_init(&fs) == 0);
@@ -158,7 +136,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (frc == 0) {
         check_values(&fs);
     } else {
-        check_error(ferr, path, lines);
+        fuzz_check_error(ferr, path, lines);
     }
 
     /* Without a NUL both read the same lines: same answer, same message. */

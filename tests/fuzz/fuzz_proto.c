@@ -9,6 +9,7 @@
  * Every reply the daemon builds from a parsed request must fit in
  * PROTO_REPLY_MAX and be exactly one line.
  */
+#define _GNU_SOURCE         /* memfd_create() in fuzz_check.h */
 #include "proto.h"
 #include "fuzz_check.h"
 

@@ -9,35 +9,16 @@
  * is crypt(3)'s, which the hash in the file chooses (rounds=), and it reads
  * nothing but the hash that users_parse() checked.
  */
-#define _GNU_SOURCE         /* memfd_create() */
+#define _GNU_SOURCE         /* memfd_create() in fuzz_check.h */
 #include "users.h"
 #include "proto.h"
 #include "fuzz_check.h"
 
 #include <stdint.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #define SOURCE "fuzz.users"
-
-/* As in fuzz_conf.c: "SOURCE:LINE: what" with LINE in 1..lines, or
- * "SOURCE: what"; one line. */
-static void check_error(const char *err, const char *source, size_t lines)
-{
-    size_t n = strlen(source);
-    char *end;
-    unsigned long line;
-
-    CHECK(strncmp(err, source, n) == 0 && err[n] == ':');
-    CHECK(!strchr(err, '\n'));
-    if (err[n + 1] == ' ')
-        return;
-    line = strtoul(err + n + 1, &end, 10);
-    if (!(line >= 1 && line <= lines && end[0] == ':' && end[1] == ' ' && end[2]))
-        fprintf(stderr, "bad message (%zu lines): %s\n", lines, err);
-    CHECK(line >= 1 && line <= lines && end[0] == ':' && end[1] == ' ' && end[2]);
-}
 
 /* Every line that defines a user: its name is in the table. */
 static void check_table(const struct users *u, const uint8_t *data, size_t size)
@@ -77,12 +58,9 @@ static void check_table(const struct users *u, const uint8_t *data, size_t size)
 static struct users *load_file(const uint8_t *data, size_t size, char *path, size_t pathlen,
                                char *err, size_t errlen)
 {
-    int fd = memfd_create("fuzz.users", MFD_CLOEXEC);
+    int fd = fuzz_memfd(data, size, path, pathlen);
     struct users *u;
 
-    CHECK(fd >= 0);
-    CHECK(size == 0 || write(fd, data, size) == (ssize_t)size);
-    snprintf(path, pathlen, "/proc/self/fd/%d", fd);
     u = users_load_file(path, err, errlen);
     close(fd);
     return u;
@@ -105,7 +83,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (u)
         check_table(u, data, size);
     else
-        check_error(err, SOURCE, lines);
+        fuzz_check_error(err, SOURCE, lines);
 
     ferr[0] = '\0';
     fu = load_file(data, size, path, sizeof(path), ferr, sizeof(ferr));
