@@ -403,13 +403,10 @@ static void conn_resume(struct conn *c)
 }
 
 /* UNLOCK <name> <token> of a lease, or RENEW. */
-static void reply_lease_op(struct conn *c, enum proto_cmd cmd, const char *name,
-                           enum locks_result r)
+static void reply_lease_op(struct conn *c, const char *name, enum locks_result r)
 {
     switch (r) {
     case LOCKS_RELEASED:
-        if (cmd == PROTO_CMD_UNLOCK)
-            leases_note_released(c->srv->leases);
         reply_word(c, "OK", name, strlen(name));
         break;
     case LOCKS_NOT_HELD:
@@ -430,7 +427,9 @@ static void conn_on_lease_op(void *arg, enum locks_result r)
     struct conn *c = arg;
 
     c->lease_op = NULL;
-    reply_lease_op(c, c->waiting_cmd, c->status_name, r);
+    if (r == LOCKS_RELEASED && c->waiting_cmd == PROTO_CMD_UNLOCK)
+        leases_note_released(c->srv->leases);
+    reply_lease_op(c, c->status_name, r);
     conn_resume(c);
 }
 
@@ -652,7 +651,7 @@ static void handle_request(struct conn *c, const struct proto_req *req)
             c->waiting_cmd = req->cmd;
             conn_set_state(c, CONN_WAITING);
         } else {
-            reply_lease_op(c, req->cmd, name, r);
+            reply_lease_op(c, name, r);
         }
         break;
     case PROTO_CMD_STATUS:

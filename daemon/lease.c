@@ -256,12 +256,14 @@ enum locks_result leases_op(struct leases *ls, const char *name, uint64_t token,
 {
     struct backend *be = ls->backend;
     struct lease *le = lease_find(ls, name, token);
+    enum locks_result r;
 
     if (le && !be->ops->ends_leases) {
         if (ttl_ms > 0)
             return lease_arm(le, ttl_ms) < 0 ? LOCKS_NOMEM : LOCKS_RELEASED;
         log_debug("lease %s (token %llu) released", name, (unsigned long long)token);
         lease_end(le);
+        ls->stats.released++;
         return LOCKS_RELEASED;
     }
     /*
@@ -270,7 +272,10 @@ enum locks_result leases_op(struct leases *ls, const char *name, uint64_t token,
      * removed it at its end before our watch says so), and a release or
      * renewal is decided there. Our own copy ends when the backend tells.
      */
-    return be->ops->lease_op(be->impl, name, token, ttl_ms, cb, arg, pending);
+    r = be->ops->lease_op(be->impl, name, token, ttl_ms, cb, arg, pending);
+    if (r == LOCKS_RELEASED && ttl_ms == 0)
+        ls->stats.released++;
+    return r;
 }
 
 void leases_note_released(struct leases *ls)

@@ -71,7 +71,10 @@ void leases_cancel(struct leases *ls, struct lease *pending);
 enum locks_result leases_op(struct leases *ls, const char *name, uint64_t token, int64_t ttl_ms,
                             void (*cb)(void *arg, enum locks_result r), void *arg,
                             struct backend_lease_op **pending);
-/* An UNLOCK <name> <token> through this daemon ended a lease (STATS leases_released). */
+/*
+ * A release that leases_op() answered later, through cb, ended the lease
+ * (STATS leases_released; leases_op() counts the ones it answers at once).
+ */
 void leases_note_released(struct leases *ls);
 void leases_op_cancel(struct leases *ls, struct backend_lease_op *pending);
 
