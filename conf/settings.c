@@ -602,24 +602,34 @@ static bool check_line(struct load_ctx *ctx, const char *line)
 }
 
 /* fgets()-like reader for ini_parse_stream(). A line longer than inih's
- * buffer would be split in two silently; it is reported as an error instead. */
+ * buffer would be split in two silently, and inih would read a line only up
+ * to a NUL byte in it: both are reported as errors instead. */
 static char *read_line(char *buf, int size, void *stream)
 {
     struct load_ctx *ctx = stream;
-    bool too_long = false;
+    bool too_long = false, nul = false;
 
     if (size < 2)
         return NULL;
     if (ctx->f) {
-        size_t n;
-        int ch;
+        size_t n = 0;
+        int ch = EOF;
 
-        if (!fgets(buf, size, ctx->f)) {
-            if (ferror(ctx->f))
-                ctx->read_errno = errno ? errno : EIO;
+        /* getc(), not fgets(): strlen() would stop at a NUL byte and take
+         * what follows it for the next line. */
+        while (n < (size_t)size - 1 && (ch = getc(ctx->f)) != EOF) {
+            buf[n++] = (char)ch;
+            nul = nul || ch == '\0';
+            if (ch == '\n')
+                break;
+        }
+        if (ferror(ctx->f)) {
+            ctx->read_errno = errno ? errno : EIO;
             return NULL;                /* inih takes either for the end */
         }
-        n = strlen(buf);
+        if (n == 0)
+            return NULL;
+        buf[n] = '\0';
         if (n == (size_t)size - 1 && buf[n - 1] != '\n' && (ch = getc(ctx->f)) != EOF) {
             too_long = true;
             while (ch != EOF && ch != '\n')    /* skip the rest of that line */
@@ -643,11 +653,14 @@ static char *read_line(char *buf, int size, void *stream)
         }
     }
     ctx->line++;
-    if (too_long && !ctx->msg[0]) {
-        snprintf(ctx->msg, sizeof(ctx->msg), "line longer than %d bytes", size - 2);
+    if ((too_long || nul) && !ctx->msg[0]) {
+        if (too_long)
+            snprintf(ctx->msg, sizeof(ctx->msg), "line longer than %d bytes", size - 2);
+        else
+            snprintf(ctx->msg, sizeof(ctx->msg), "NUL byte in the line (not a text file?)");
         ctx->err_line = ctx->line;
     }
-    if (too_long || !check_line(ctx, buf))
+    if (too_long || nul || !check_line(ctx, buf))
         snprintf(buf, (size_t)size, "[\n");   /* a syntax error on this line */
     return buf;
 }

@@ -236,8 +236,10 @@ struct users *users_parse(const char *buf, size_t len, const char *source,
         }
         p = next;
     }
-    /* Sorted for bsearch; equal names end up side by side. */
-    qsort(u->v, u->n, sizeof(*u->v), cmp_user);
+    /* Sorted for bsearch; equal names end up side by side. Without users
+     * u->v is NULL, which qsort() must not be given even for 0 elements. */
+    if (u->n)
+        qsort(u->v, u->n, sizeof(*u->v), cmp_user);
     for (size_t i = 1; i < u->n; i++)
         if (strcmp(u->v[i - 1].name, u->v[i].name) == 0) {
             const struct user *a = &u->v[i - 1], *b = &u->v[i];
@@ -303,8 +305,8 @@ const struct user *users_find(const struct users *u, const char *name, size_t le
 {
     struct user key;
 
-    if (len > PROTO_USER_MAX)
-        return NULL;
+    if (len > PROTO_USER_MAX || u->n == 0)
+        return NULL;        /* no users: u->v is NULL, which bsearch() must not get */
     memcpy(key.name, name, len);
     key.name[len] = '\0';
     return bsearch(&key, u->v, u->n, sizeof(*u->v), cmp_user);

@@ -832,12 +832,11 @@ END_TEST
 
 /* ------------------------------------------------------------ files */
 
-/* Writes text into a new temporary file; returns its malloc'd path. */
-static char *temp_file(const char *text)
+/* Writes len bytes of text into a new temporary file; returns its malloc'd path. */
+static char *temp_file_len(const char *text, size_t len)
 {
     char *path = strdup("/tmp/check_conf.XXXXXX");
     int fd;
-    size_t len = strlen(text);
 
     ck_assert_ptr_nonnull(path);
     fd = mkstemp(path);
@@ -845,6 +844,11 @@ static char *temp_file(const char *text)
     ck_assert_int_eq(write(fd, text, len), (ssize_t)len);
     ck_assert_int_eq(close(fd), 0);
     return path;
+}
+
+static char *temp_file(const char *text)
+{
+    return temp_file_len(text, strlen(text));
 }
 
 START_TEST(load_file)
@@ -897,6 +901,39 @@ START_TEST(load_file_long_line)
     snprintf(want, sizeof(want), "%s:3: line longer than 198 bytes", path);
     ck_assert_int_eq(settings_load_file(&s, path, err, sizeof(err)), -1);
     ck_assert_str_eq(err, want);
+    unlink(path);
+    free(path);
+}
+END_TEST
+
+/* Regression (fuzz_conf): inih reads a line only up to a NUL byte, and
+ * fgets() hid where the line went on, so a NUL in a line longer than
+ * inih's buffer made its rest a line of its own: here a comment set
+ * max_line. A NUL byte is an error naming its line. */
+START_TEST(load_file_nul_byte)
+{
+    static const char short_line[] = "[server]\nmax_line = 300\0junk\n";
+    char long_line[400] = "[server]\n; comment";
+    char *path, want[600];
+    size_t len;
+
+    path = temp_file_len(short_line, sizeof(short_line) - 1);
+    snprintf(want, sizeof(want), "%s:2: NUL byte in the line (not a text file?)", path);
+    ck_assert_int_eq(settings_load_file(&s, path, err, sizeof(err)), -1);
+    ck_assert_str_eq(err, want);
+    unlink(path);
+    free(path);
+
+    /* Line 2 fills inih's buffer (199 bytes and the NUL), then goes on. */
+    len = strlen(long_line) + 1;
+    memset(long_line + len, 'x', 9 + 199 - len);
+    len = 9 + 199;
+    memcpy(long_line + len, "max_line = 300\n", 15);
+    path = temp_file_len(long_line, len + 15);
+    snprintf(want, sizeof(want), "%s:2: line longer than 198 bytes", path);
+    ck_assert_int_eq(settings_load_file(&s, path, err, sizeof(err)), -1);
+    ck_assert_str_eq(err, want);
+    ck_assert_uint_eq(s.max_line, 1024);
     unlink(path);
     free(path);
 }
@@ -1303,6 +1340,7 @@ static Suite *conf_suite(void)
     tcase_add_test(tc, load_file_error_names_file_and_line);
     tcase_add_test(tc, load_file_syntax_error_before_bad_value);
     tcase_add_test(tc, load_file_long_line);
+    tcase_add_test(tc, load_file_nul_byte);
     tcase_add_test(tc, load_missing_file);
     tcase_add_test(tc, load_directory);
     tcase_add_test(tc, load_not_regular_file);

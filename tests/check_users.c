@@ -112,6 +112,8 @@ START_TEST(permissions)
 }
 END_TEST
 
+/* Also a regression test under UBSan (fuzz_users, corpus regress-empty):
+ * with no users the table passed NULL to qsort() and bsearch(). */
 START_TEST(empty_input_no_users)
 {
     struct users *u = parse("");

@@ -1,0 +1,273 @@
+/*
+ * fuzz_proto.c - libFuzzer harness for the request parser and the reply
+ * formatters (proto/proto.c); docs/FUZZING.md says how to run it.
+ *
+ * The input is one request line as the daemon hands it to proto_parse():
+ * any bytes, NUL included, without the LF. Beyond "no crash, no undefined
+ * behaviour", every result is checked against what proto.h promises, and
+ * the same line with a CR, or with spaces around it, must parse the same.
+ * Every reply the daemon builds from a parsed request must fit in
+ * PROTO_REPLY_MAX and be exactly one line.
+ */
+#define _GNU_SOURCE         /* memfd_create() in fuzz_check.h */
+#include "proto.h"
+#include "fuzz_check.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int within(const char *p, size_t n, const char *line, size_t len)
+{
+    return p >= line && n <= len && p + n <= line + len;
+}
+
+static int is_blank(const char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if (s[i] != ' ' && s[i] != '\t')
+            return 0;
+    return 1;
+}
+
+/* A reply: exactly `len` bytes, NUL-terminated, one LF, at the end. */
+static void check_reply(const char *buf, int len)
+{
+    CHECK(len > 0 && len < PROTO_REPLY_MAX);
+    CHECK(buf[len] == '\0' && buf[len - 1] == '\n');
+    CHECK(memchr(buf, '\n', (size_t)len) == buf + len - 1);
+}
+
+static void check_error(const struct proto_req *req)
+{
+    char buf[PROTO_REPLY_MAX];
+
+    CHECK(req->err == PROTO_ERR_BAD_COMMAND || req->err == PROTO_ERR_BAD_ARGS ||
+          req->err == PROTO_ERR_BAD_NAME);
+    CHECK(req->errmsg && req->errmsg[0] && !strchr(req->errmsg, '\n'));
+    check_reply(buf, proto_fmt_err(buf, sizeof(buf), req->err, req->errmsg));
+}
+
+/* The replies the daemon builds with the request's name. */
+static void check_name_replies(const struct proto_req *req)
+{
+    char buf[PROTO_REPLY_MAX], name[PROTO_NAME_MAX + 1], want[PROTO_REPLY_MAX];
+    int n;
+
+    memcpy(name, req->name, req->name_len);
+    name[req->name_len] = '\0';
+
+    n = proto_fmt_granted(buf, sizeof(buf), req->name, req->name_len, UINT64_MAX);
+    check_reply(buf, n);
+    snprintf(want, sizeof(want), "OK %s %" PRIu64 "\n", name, UINT64_MAX);
+    CHECK(strcmp(buf, want) == 0);
+
+    n = proto_fmt_word_name(buf, sizeof(buf), "TIMEOUT", req->name, req->name_len);
+    check_reply(buf, n);
+    snprintf(want, sizeof(want), "TIMEOUT %s\n", name);
+    CHECK(strcmp(buf, want) == 0);
+
+    n = proto_fmt_lost(buf, sizeof(buf), name, UINT64_MAX, "session expired");
+    check_reply(buf, n);
+}
+
+static void check_request(const struct proto_req *req, const char *line, size_t len)
+{
+    enum proto_cmd cmd = req->cmd;
+    int takes_name = cmd == PROTO_CMD_LOCK || cmd == PROTO_CMD_TRYLOCK ||
+                     cmd == PROTO_CMD_UNLOCK || cmd == PROTO_CMD_RENEW ||
+                     cmd == PROTO_CMD_STATUS;
+    int takes_options = cmd == PROTO_CMD_LOCK || cmd == PROTO_CMD_TRYLOCK;
+    char buf[PROTO_REPLY_MAX];
+
+    CHECK((unsigned)cmd < PROTO_CMD_COUNT);
+    if (takes_name) {
+        CHECK(req->name && within(req->name, req->name_len, line, len));
+        CHECK(proto_name_valid(req->name, req->name_len));
+        check_name_replies(req);
+    } else if (cmd == PROTO_CMD_LOCKS && req->name) {
+        CHECK(within(req->name, req->name_len, line, len));
+        CHECK(req->name_len >= 1 && req->name_len <= PROTO_NAME_MAX);
+        for (size_t i = 0; i < req->name_len; i++)
+            CHECK(proto_name_valid(&req->name[i], 1) || strchr("*?[]!.", req->name[i]));
+    } else {
+        CHECK(!req->name && req->name_len == 0);
+    }
+
+    if (cmd == PROTO_CMD_CLIENT) {
+        CHECK(req->label && within(req->label, req->label_len, line, len));
+        CHECK(req->label_len >= 1 && req->label_len <= PROTO_LABEL_MAX);
+        for (size_t i = 0; i < req->label_len; i++)
+            CHECK(req->label[i] >= 0x21 && req->label[i] <= 0x7e);
+    } else {
+        CHECK(!req->label && req->label_len == 0);
+    }
+
+    if (cmd == PROTO_CMD_AUTH) {
+        CHECK(req->user && within(req->user, req->user_len, line, len));
+        CHECK(proto_user_valid(req->user, req->user_len));
+        CHECK(req->password && within(req->password, req->password_len, line, len));
+        CHECK(req->password_len >= 1 && req->password_len <= PROTO_PASSWORD_MAX);
+        for (size_t i = 0; i < req->password_len; i++)
+            CHECK(req->password[i] >= 0x21 && req->password[i] <= 0x7e);
+        /* "OK <user>" */
+        check_reply(buf, proto_fmt_word_name(buf, sizeof(buf), "OK", req->user,
+                                             req->user_len));
+    } else {
+        CHECK(!req->user && req->user_len == 0 && !req->password && req->password_len == 0);
+    }
+
+    CHECK(req->wait_ms == -1 || (cmd == PROTO_CMD_LOCK && req->wait_ms >= 0 &&
+                                 req->wait_ms <= PROTO_WAIT_MAX));
+    CHECK(req->ttl_ms == 0 || ((takes_options || cmd == PROTO_CMD_RENEW) &&
+                               req->ttl_ms >= PROTO_TTL_MIN && req->ttl_ms <= PROTO_TTL_MAX));
+    if (cmd == PROTO_CMD_RENEW)
+        CHECK(req->has_token && req->ttl_ms != 0);
+    CHECK(!req->has_token || cmd == PROTO_CMD_UNLOCK || cmd == PROTO_CMD_RENEW);
+    CHECK(req->has_token || req->token == 0);
+
+    switch (req->mode) {
+    case PROTO_MODE_EXCLUSIVE:
+    case PROTO_MODE_SHARED:
+        CHECK(req->limit == 0);
+        break;
+    case PROTO_MODE_LIMIT:
+        CHECK(req->limit >= 1 && req->limit <= PROTO_LIMIT_MAX);
+        break;
+    default:
+        CHECK(0);
+    }
+    CHECK(req->mode == PROTO_MODE_EXCLUSIVE || takes_options);
+}
+
+/* a and b (parsed from different lines) say the same thing. */
+static void check_same(enum proto_parse_result ra, const struct proto_req *a,
+                       enum proto_parse_result rb, const struct proto_req *b)
+{
+    CHECK(ra == rb);
+    if (ra == PROTO_BLANK)
+        return;
+    if (ra == PROTO_ERROR) {
+        CHECK(a->err == b->err && a->errmsg == b->errmsg);
+        return;
+    }
+    CHECK(a->cmd == b->cmd && a->name_len == b->name_len && a->label_len == b->label_len);
+    CHECK(a->name_len == 0 || memcmp(a->name, b->name, a->name_len) == 0);
+    CHECK(a->label_len == 0 || memcmp(a->label, b->label, a->label_len) == 0);
+    CHECK(a->user_len == b->user_len && a->password_len == b->password_len);
+    CHECK(a->user_len == 0 || memcmp(a->user, b->user, a->user_len) == 0);
+    CHECK(a->password_len == 0 || memcmp(a->password, b->password, a->password_len) == 0);
+    CHECK(a->wait_ms == b->wait_ms && a->mode == b->mode && a->limit == b->limit);
+    CHECK(a->ttl_ms == b->ttl_ms && a->has_token == b->has_token && a->token == b->token);
+}
+
+/* The request written out plainly ("LOCK a 5 shared ttl=100") parses to the
+ * same request: nothing the parser accepted was misread. */
+static void check_round_trip(const struct proto_req *req)
+{
+    char line[1024];
+    struct proto_req again;
+    size_t n;
+
+    n = (size_t)snprintf(line, sizeof(line), "%s", proto_cmd_word(req->cmd));
+    if (req->name)
+        n += (size_t)snprintf(line + n, sizeof(line) - n, " %.*s", (int)req->name_len, req->name);
+    if (req->label)
+        n += (size_t)snprintf(line + n, sizeof(line) - n, " %.*s", (int)req->label_len,
+                              req->label);
+    if (req->user)
+        n += (size_t)snprintf(line + n, sizeof(line) - n, " %.*s %.*s", (int)req->user_len,
+                              req->user, (int)req->password_len, req->password);
+    if (req->wait_ms >= 0)
+        n += (size_t)snprintf(line + n, sizeof(line) - n, " %lld", (long long)req->wait_ms);
+    if (req->has_token)
+        n += (size_t)snprintf(line + n, sizeof(line) - n, " %" PRIu64, req->token);
+    if (req->cmd == PROTO_CMD_RENEW)
+        n += (size_t)snprintf(line + n, sizeof(line) - n, " %lld", (long long)req->ttl_ms);
+    if (req->mode == PROTO_MODE_SHARED)
+        n += (size_t)snprintf(line + n, sizeof(line) - n, " shared");
+    if (req->mode == PROTO_MODE_LIMIT)
+        n += (size_t)snprintf(line + n, sizeof(line) - n, " limit=%u", req->limit);
+    if (req->ttl_ms && req->cmd != PROTO_CMD_RENEW)
+        n += (size_t)snprintf(line + n, sizeof(line) - n, " ttl=%lld", (long long)req->ttl_ms);
+    CHECK(n < sizeof(line));
+    check_same(PROTO_REQUEST, req, proto_parse(line, n, &again), &again);
+}
+
+/* Formatting arbitrary bytes into a buffer of any size: -1 or an exact fit,
+ * never a byte past cap (the buffer is exactly cap bytes, for ASan). */
+static void check_fmt_bounds(const char *data, size_t len)
+{
+    size_t cap = len ? (unsigned char)data[0] : 0;
+    char *buf = malloc(cap ? cap : 1);
+    int n;
+
+    CHECK(buf);
+    if (cap) {
+        n = proto_fmt_word_name(buf, cap, "BUSY", data, len);
+        CHECK(n == -1 || ((size_t)n < cap && buf[n] == '\0'));
+        n = proto_fmt_granted(buf, cap, data, len, 42);
+        CHECK(n == -1 || ((size_t)n < cap && buf[n] == '\0'));
+    }
+    free(buf);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    /* Exactly `size` bytes on the heap: ASan sees any read past the line. */
+    char *line = malloc(size ? size : 1), *variant = malloc(size + 3);
+    struct proto_req req, other;
+    enum proto_parse_result r, r2;
+    size_t len = size;
+
+    CHECK(line && variant);
+    memcpy(line, data, size);
+
+    r = proto_parse(line, len, &req);
+    switch (r) {
+    case PROTO_REQUEST:
+        check_request(&req, line, len);
+        break;
+    case PROTO_ERROR:
+        check_error(&req);
+        break;
+    case PROTO_BLANK:
+        CHECK(is_blank(line, len && line[len - 1] == '\r' ? len - 1 : len));
+        break;
+    default:
+        CHECK(0);
+    }
+
+    /* The CR of a CRLF line is ignored. */
+    if (len == 0 || line[len - 1] != '\r') {
+        memcpy(variant, line, len);
+        variant[len] = '\r';
+        r2 = proto_parse(variant, len + 1, &other);
+        check_same(r, &req, r2, &other);
+
+        /* Leading and trailing spaces and tabs are ignored. */
+        variant[0] = ' ';
+        memcpy(variant + 1, line, len);
+        variant[len + 1] = '\t';
+        variant[len + 2] = '\r';
+        r2 = proto_parse(variant, len + 3, &other);
+        check_same(r, &req, r2, &other);
+    }
+
+    if (r == PROTO_REQUEST)
+        check_round_trip(&req);
+
+    /* Command words are matched case-insensitively. */
+    memcpy(variant, line, len);
+    for (size_t i = 0; i < len && variant[i] != ' ' && variant[i] != '\t'; i++)
+        if ((variant[i] >= 'a' && variant[i] <= 'z') || (variant[i] >= 'A' && variant[i] <= 'Z'))
+            variant[i] ^= 0x20;
+    r2 = proto_parse(variant, len, &other);
+    check_same(r, &req, r2, &other);
+
+    check_fmt_bounds(line, len);
+    free(variant);
+    free(line);
+    return 0;
+}
