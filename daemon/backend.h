@@ -55,11 +55,13 @@ typedef void (*backend_lease_cb)(void *arg, enum locks_result r);
 typedef void (*backend_stat_fn)(void *cookie, const char *name, const char *value);
 
 struct histogram;
-/* Receives one histogram of durations: name (lower case, no prefix, in
- * seconds: "zk_request_duration_seconds"), one line of help, and h, all
- * borrowed for the call. */
+/* Receives one histogram: name (lower case, no prefix, with its unit:
+ * "zk_request_duration_seconds", "zk_batch_size_ops"), one line of help,
+ * and h, all borrowed for the call. seconds: h counts durations in
+ * microseconds, exported in seconds; false: plain counts (a batch's
+ * operations), exported as they are. */
 typedef void (*backend_hist_fn)(void *cookie, const char *name, const char *help,
-                                const struct histogram *h);
+                                const struct histogram *h, bool seconds);
 
 struct backend_ops {
     const char *name;  /* "embedded", "distributed": the STATS mode */

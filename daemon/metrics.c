@@ -286,29 +286,41 @@ static void add_unknown(struct evbuffer *out, const char *name, const char *valu
     evbuffer_add_printf(out, PREFIX "%s %s\n", name, value);
 }
 
+/* Buckets exported for a histogram of counts (not durations): 1 to 1024. */
+#define COUNT_BUCKETS 11
+
+static void add_bound(struct evbuffer *out, uint64_t v, bool seconds)
+{
+    if (seconds)
+        add_seconds(out, v);
+    else
+        evbuffer_add_printf(out, "%llu", (unsigned long long)v);
+}
+
 static void add_histogram(struct evbuffer *out, const char *name, const char *help,
-                          const struct histogram *h)
+                          const struct histogram *h, bool seconds)
 {
     uint64_t cumulative = 0;
+    unsigned n = seconds ? HISTOGRAM_BUCKETS : COUNT_BUCKETS;
 
     add_header(out, name, "histogram", help);
-    for (unsigned i = 0; i < HISTOGRAM_BUCKETS; i++) {
+    for (unsigned i = 0; i < n; i++) {
         cumulative += h->counts[i];
         evbuffer_add_printf(out, PREFIX "%s_bucket{le=\"", name);
-        add_seconds(out, histogram_bound_us(i));
+        add_bound(out, histogram_bound_us(i), seconds);
         evbuffer_add_printf(out, "\"} %llu\n", (unsigned long long)cumulative);
     }
     evbuffer_add_printf(out, PREFIX "%s_bucket{le=\"+Inf\"} %llu\n", name,
                         (unsigned long long)h->count);
     evbuffer_add_printf(out, PREFIX "%s_sum ", name);
-    add_seconds(out, h->sum_us);
+    add_bound(out, h->sum_us, seconds);
     evbuffer_add_printf(out, "\n" PREFIX "%s_count %llu\n", name, (unsigned long long)h->count);
 }
 
 static void add_backend_histogram(void *cookie, const char *name, const char *help,
-                                  const struct histogram *h)
+                                  const struct histogram *h, bool seconds)
 {
-    add_histogram(cookie, name, help, h);
+    add_histogram(cookie, name, help, h, seconds);
 }
 
 static void metrics_write(const struct server *srv, struct evbuffer *out)
@@ -330,10 +342,10 @@ static void metrics_write(const struct server *srv, struct evbuffer *out)
             add_unknown(out, c->s[i].name, c->s[i].value);
     add_histogram(out, "lock_wait_seconds",
                   "Time from a lock request to its grant (0 when granted at once); granted "
-                  "requests only.", &lh->wait);
+                  "requests only.", &lh->wait, true);
     add_histogram(out, "lock_hold_seconds",
                   "Time from a grant to the end of the hold (released, lost or passed on).",
-                  &lh->hold);
+                  &lh->hold, true);
     srv->backend->ops->histograms(srv->backend->impl, add_backend_histogram, out);
     free(c);
 }

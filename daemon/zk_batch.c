@@ -190,6 +190,7 @@ static void batch_send(struct zk *zk)
     zk->batches_inflight++;
     zk->batches++;
     zk->batched_ops += (uint64_t)b->n;
+    histogram_observe(&zk->batch_hist, b->n);
     /* Requests sent now reach the server after this multi. */
     for (int i = 0; i < b->n; i++)
         if (b->w[i]->sent)

@@ -77,6 +77,7 @@ struct zk {
     uint64_t leases_removed;           /* expired lease nodes this daemon removed */
     uint64_t sessions, reconnects, outstanding;
     struct histogram request_hist;     /* the lock recipe's requests, sent to completed */
+    struct histogram batch_hist;       /* writes per multi sent (zk_batch.c) */
     char daemon_id[96];                /* "<host>-<pid>-<random>", unique per daemon run */
     char root[256];
     /* Who may change our nodes. Every create passes acl: the open ACL, or,

@@ -658,5 +658,8 @@ static void zk_histograms(void *impl, backend_hist_fn add, void *cookie)
 
     add(cookie, "zk_request_duration_seconds",
         "ZooKeeper requests of the lock recipe (create, list, read, delete), from sending to "
-        "completion", &zk->request_hist);
+        "completion", &zk->request_hist, true);
+    add(cookie, "zk_batch_size_ops",
+        "Writes (creates and deletes of lock nodes) per ZooKeeper multi sent", &zk->batch_hist,
+        false);
 }

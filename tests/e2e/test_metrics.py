@@ -611,6 +611,14 @@ class DistributedTest(unittest.TestCase):
         # The lock took ZooKeeper requests (create, list...): their latency.
         self.assertGreater(value(f, "lockbroker_zk_request_duration_seconds_count"), 0)
         self.assertGreaterEqual(value(f, "lockbroker_zk_sessions_total"), 1)
+        # The lock's create and delete went out in multis: one observation per
+        # multi, the sum their writes, as STATS counts them (nothing ran since).
+        st = stats(d)
+        self.assertGreaterEqual(int(st["zk_batches"]), 1)
+        self.assertEqual(value(f, "lockbroker_zk_batch_size_ops_count"), int(st["zk_batches"]))
+        self.assertEqual(value(f, "lockbroker_zk_batch_size_ops_sum"), int(st["zk_batched_ops"]))
+        self.assertEqual(value(f, "lockbroker_zk_batch_size_ops_bucket", le="+Inf"),
+                         int(st["zk_batches"]))
         check_every_stat_exported(self, d)
 
         mark = d.log_mark()
