@@ -48,11 +48,11 @@ static void check_values(const struct settings *s)
         case SETTING_LOG_LEVEL:
             v = settings_log_level_name(*(const enum log_level *)f);
             break;
-        case SETTING_LISTEN:
         case SETTING_ZK_ROOT:
             v = *(char *const *)f;
             CHECK(v && *v);         /* never NULL (settings.h) */
             break;
+        case SETTING_LISTEN:        /* NULL for metrics_listen when off */
         case SETTING_PATH:
         case SETTING_ZK_HOSTS:
         case SETTING_GROUP:
