@@ -577,6 +577,26 @@ class Client:
         return not r
 
 
+def read_stats(c):
+    """STATS over the client c, as {name: value-string}."""
+    c.send("STATS\n")
+    out = {}
+    while True:
+        line = c.line()
+        if line == "END":
+            return out
+        m = re.fullmatch(r"STAT (\S+) (.*)", line)
+        if not m:
+            raise AssertionError("bad STATS line %r" % line)
+        out[m.group(1)] = m.group(2)
+
+
+def stats(daemon):
+    """The daemon's STATS as {name: value-string}, over a fresh connection."""
+    with daemon.client() as c:
+        return read_stats(c)
+
+
 def can_bind(host):
     """True if a socket can bind host (e.g. "::1") on this machine."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET

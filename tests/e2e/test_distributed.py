@@ -33,7 +33,7 @@ import threading
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lbharness import Daemon, scaled  # noqa: E402
+from lbharness import Daemon, scaled, stats  # noqa: E402
 import zkharness  # noqa: E402
 from zkharness import ZkClient, ZkEnsemble, ZkServer, wait_for  # noqa: E402
 
@@ -89,21 +89,6 @@ def zk_available():
 def zk_config(hosts, root, session_ms=SESSION_MS, extra=""):
     return ("[zookeeper]\nhosts = %s\nroot = %s\nsession_timeout_ms = %d\n%s"
             % (hosts, root, session_ms, extra))
-
-
-def stats(daemon):
-    """The daemon's STATS as {name: value-string}, over a fresh connection."""
-    with daemon.client() as c:
-        c.send("STATS\n")
-        out = {}
-        while True:
-            line = c.line()
-            if line == "END":
-                return out
-            m = re.fullmatch(r"STAT (\S+) (.*)", line)
-            if not m:
-                raise AssertionError("%s: bad STATS line %r" % (daemon.name, line))
-            out[m.group(1)] = m.group(2)
 
 
 def lock_nodes(hosts, root):

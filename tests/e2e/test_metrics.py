@@ -23,7 +23,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lbharness import Daemon, TIMEOUT, scaled  # noqa: E402
+from lbharness import Daemon, TIMEOUT, read_stats, scaled, stats  # noqa: E402
 import zkharness  # noqa: E402
 from zkharness import ZkServer  # noqa: E402
 
@@ -310,25 +310,6 @@ def scrape(d):
     if headers.get("content-type") != CONTENT_TYPE:
         raise AssertionError("GET /metrics: Content-Type %r" % headers.get("content-type"))
     return parse_exposition(body)
-
-
-def read_stats(c):
-    """STATS over the client c as {name: value-string}."""
-    c.send("STATS\n")
-    out = {}
-    while True:
-        line = c.line()
-        if line == "END":
-            return out
-        m = re.fullmatch(r"STAT (\S+) (.*)", line)
-        if not m:
-            raise AssertionError("bad STATS line %r" % line)
-        out[m.group(1)] = m.group(2)
-
-
-def stats(d):
-    with d.client() as c:
-        return read_stats(c)
 
 
 # What each STAT is called in /metrics (docs in README.md and lockbrokerd.conf(5)).
