@@ -258,8 +258,9 @@ static const struct setting rows[] = {
     /* a dead daemon's locks go within ~10 s */
     { "zookeeper", "session_timeout_ms", UINT(zk_session_timeout_ms), "10000", 1000, 600000,
       RESTART_ZK, "session timeout asked of ZooKeeper, in ms" },
-    /* see docs/PERFORMANCE.md, "Local handoff": most of the gain, a bounded wait elsewhere */
-    { "zookeeper", "local_handoff", UINT(zk_local_handoff), "32", 0, 1000, RESTART_ZK,
+    /* see docs/PERFORMANCE.md, "Local handoff": most of the gain, a bounded wait elsewhere;
+     * at most 255: the handoffs since a zxid fit in a token's low 8 bits (daemon/ztoken.h) */
+    { "zookeeper", "local_handoff", UINT(zk_local_handoff), "32", 0, 255, RESTART_ZK,
       "grants of one lock passed among this daemon's clients before its node goes back "
       "to the queue; 0: every grant through ZooKeeper" },
     /* open ACLs by default, as before: see README.md, "Distributed mode" */

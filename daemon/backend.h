@@ -81,10 +81,9 @@ struct backend_ops {
      * usual); LOCKS_WAITING when it moved `from`'s backend slot to `to` and
      * answers later (locks_backend_granted, or refused); or LOCKS_GRANTED
      * with *token, likewise moved. Never calls the table back from inside.
-     * more: how many wait behind `to` here (a hint for fetching ahead).
      */
     enum locks_result (*pass_on)(void *impl, struct hold *from, struct hold *to,
-                                 unsigned more, uint64_t *token);
+                                 uint64_t *token);
     /* The hold granted earlier is released. */
     void (*release)(void *impl, struct hold *h);
     /* Reports the backend's own STATS lines through add(cookie, ...). */

@@ -37,7 +37,7 @@ static enum locks_result embedded_acquire(void *impl, struct hold *h, uint64_t *
 
 /* The table's own release and grant are already immediate. */
 static enum locks_result embedded_pass_on(void *impl, struct hold *from, struct hold *to,
-                                          unsigned more, uint64_t *token)
+                                          uint64_t *token)
 {
     return LOCKS_BUSY;
 }

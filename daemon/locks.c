@@ -324,8 +324,7 @@ static void hold_release(struct hold *h)
     /* The next waiter here may take an exclusive hold over (local handoff). */
     if (next && !t->closing && h->mode == LOCK_EXCLUSIVE && next->mode == LOCK_EXCLUSIVE &&
         h->ttl_ms == 0 && next->ttl_ms == 0 &&
-        ((r = t->backend->ops->pass_on(t->backend->impl, h, next, l->nwaiters - 1,
-                                       &token)) == LOCKS_WAITING ||
+        ((r = t->backend->ops->pass_on(t->backend->impl, h, next, &token)) == LOCKS_WAITING ||
          r == LOCKS_GRANTED)) {
         struct lock_owner *o = next->owner;
 

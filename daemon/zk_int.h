@@ -108,7 +108,7 @@ enum locks_result zk_lock_acquire(void *impl, struct hold *h, uint64_t *token);
 void zk_lock_handover(void *impl, struct hold *h);
 void zk_lock_let_go(void *impl, struct hold *h);
 enum locks_result zk_lock_pass_on(void *impl, struct hold *from, struct hold *to,
-                                  unsigned more, uint64_t *token);
+                                  uint64_t *token);
 /* Restarts every request that waits for the connection or a retry
  * (nothing while zk->barrier is set). */
 void zk_locks_resume(struct zk *zk);

@@ -14,7 +14,7 @@
  *   node; one succeeds, the others see it gone.
  * - Release and renewal by token (UNLOCK <name> <token>, RENEW) of a lease
  *   that this daemon's table does not hold: the name's children are
- *   listed, each lease node read, and the one whose czxid is the token is
+ *   listed, each lease node read, and the one whose czxid makes the token is
  *   deleted or given a new deadline, again conditionally on its version.
  *   An expired lease (deadline passed) is NOT_HELD even if its node is
  *   still there.
@@ -38,6 +38,7 @@
 
 #include "log.h"
 #include "settings.h"
+#include "ztoken.h"
 
 /* Back-off when a lease node cannot be read now (no connection). */
 #define LEASE_RETRY_MS 1000
@@ -367,11 +368,12 @@ static void on_op_read(int rc, const char *value, int len, const struct Stat *st
     int64_t deadline;
     char buf[512], *p;
     int wrc = ZOK;
+    uint64_t token;
 
     zk->outstanding--;
     op->pending--;
     op->trouble |= rc != ZOK && rc != ZNONODE;
-    if (rc == ZOK && (uint64_t)stat->czxid == op->token && !op->matched) {
+    if (rc == ZOK && ztoken_of_zxid(stat->czxid, &token) && token == op->token && !op->matched) {
         op->matched = true;
         op->result = LOCKS_NOT_HELD;
         deadline = deadline_of(value, len);
@@ -419,7 +421,7 @@ static void on_op_listed(int rc, const struct String_vector *children, const voi
         op_finish(op, op->cb ? LOCKS_UNAVAILABLE : LOCKS_NOT_HELD);
         return;
     }
-    /* Read every lease node of the name: its czxid is its token. */
+    /* Read every lease node of the name: its czxid makes its token. */
     op->matched = op->trouble = false;
     op->pending = 1;         /* held until every read is sent */
     for (int i = 0; i < children->count; i++) {

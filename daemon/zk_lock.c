@@ -7,8 +7,8 @@
  * <root>/locks/<name>/<daemon>-<id>-NNNNNNNNNN. The node whose 10-digit
  * suffix is lowest holds the lock; every other node watches (with a data
  * watch, which a vanished node cannot leave behind) only the node just
- * before it. The fencing token is the parent's pzxid from the getChildren
- * reply that showed our node first.
+ * before it. The fencing token is made (ztoken.h) from the parent's pzxid
+ * in the getChildren reply that showed our node first.
  *
  * Creates and deletes go out in multis (zk_batch.c). The getChildren that
  * confirms a new node is sent right behind the multi that creates it,
@@ -31,12 +31,11 @@
 
 #include "locks.h"
 #include "log.h"
+#include "ztoken.h"
 
 /* How often ancestors may be re-created for one acquisition before we wait
  * for the retry timer (a container parent can vanish between two calls). */
 #define CREATE_ATTEMPTS 5
-/* Tokens for local handoffs fetched ahead of need, at most. */
-#define TOKENS_MAX 64
 
 enum zl_step {
     ZL_IDLE,       /* nothing in flight: waiting for a connection or the retry timer */
@@ -63,6 +62,7 @@ struct zlock {
     enum lock_mode mode;       /* what the request asks for; part of the node name */
     unsigned limit;            /* LOCK_LIMIT only */
     bool data_stale;           /* the node's data names an owner that left (handover) */
+    bool data_writing;         /* a write of the node's data is in flight */
     bool create_uncertain;     /* a create was sent and its reply lost */
     bool listing_sent;         /* a getChildren went out right behind the create's multi */
     unsigned create_attempts;
@@ -71,13 +71,10 @@ struct zlock {
     bool create_sent;          /* lease: its node is created once, never again */
     bool granted;              /* lease: the table has the grant */
     uint64_t ephemeral_id;     /* lease: the zlock whose node holds until ours exists */
-    unsigned handoffs;         /* grants passed on locally with this node so far */
-    unsigned epoch;            /* bumped whenever `node` changes: token replies name one */
-    unsigned ahead;            /* local waiters behind the last handoff: tokens worth fetching */
-    unsigned tokens_inflight;  /* setData sent for tokens of handoffs to come, this epoch */
-    unsigned ntokens;          /* tokens received and not used yet, oldest first */
-    uint64_t tokens[TOKENS_MAX];
-    bool awaiting_token;       /* passed on: the hold waits for a token (step HELD) */
+    unsigned handoffs;         /* grants passed on locally since `token`'s zxid */
+    uint64_t token;            /* the last token granted with our node */
+    unsigned epoch;            /* bumped whenever `node` changes: a turn's setData names one */
+    bool awaiting_token;       /* passed on at a turn's end: the hold waits (step HELD) */
     char *parent;              /* <root>/locks/<name>; malloc'd */
     char *node;                /* our node's full path once known; malloc'd */
 };
@@ -355,14 +352,55 @@ bool zk_same_class(struct zkind a, struct zkind b)
     return a.mode != LOCK_LIMIT || a.limit == b.limit;
 }
 
-/* Completion of a write nobody waits for (a node's data): only counted. */
-static void on_data_written(int rc, const struct Stat *stat, const void *data)
+/* Context of a write to our node outside the request steps (its data, a
+ * turn's token): names the node by the zlock's id and epoch. */
+struct nodecall {
+    struct zk *zk;
+    uint64_t id;
+    unsigned epoch;
+};
+
+/* A nodecall for zl's current node; NULL when out of memory. */
+static struct nodecall *nodecall_new(const struct zlock *zl)
 {
-    struct zk *zk = (struct zk *)data;
+    struct nodecall *n = malloc(sizeof(*n));
+
+    if (n) {
+        n->zk = zl->zk;
+        n->id = zl->id;
+        n->epoch = zl->epoch;
+    }
+    return n;
+}
+
+/* Frees n; returns its zlock if it still has the node n was sent for. */
+static struct zlock *nodecall_done(struct nodecall *n)
+{
+    struct zk *zk = n->zk;
+    struct zlock *zl = zl_find(zk, n->id);
+    bool current = zl && zl->epoch == n->epoch;
 
     zk->outstanding--;
+    free(n);
+    return current ? zl : NULL;
+}
+
+static void zl_write_data(struct zlock *zl);
+
+/* Completion of a write of our node's data, which nothing waits for. */
+static void on_data_written(int rc, const struct Stat *stat, const void *data)
+{
+    struct zlock *zl = nodecall_done((struct nodecall *)data);
+
     if (rc != ZOK && rc != ZNONODE)
         log_debug("zk: writing a node's data: %s", zerror(rc));
+    if (!zl)
+        return;
+    zl->data_writing = false;
+    if (rc != ZOK && rc != ZNONODE)
+        zl->data_stale = true;    /* written again once connected (zl_start) */
+    else if (zl->data_stale && zl->hold)
+        zl_write_data(zl);        /* the owner changed meanwhile */
 }
 
 /* "daemon=<id> client=<owner>": who a node is for, read by STATUS. */
@@ -389,16 +427,24 @@ static void zl_format_data(const struct zlock *zl, char *buf, size_t len)
 static void zl_write_data(struct zlock *zl)
 {
     struct zk *zk = zl->zk;
+    struct nodecall *n;
     char data[512];
 
-    if (!zl->node || zk->state != ZK_CONNECTED)
+    zl->data_stale = true;
+    /* One write at a time: its completion sends the newest owner, so a lock
+     * passed on locally many times meanwhile costs one more write, not one
+     * per handoff. */
+    if (!zl->node || zk->state != ZK_CONNECTED || zl->data_writing || !(n = nodecall_new(zl)))
         return;
     zl_format_data(zl, data, sizeof(data));
-    zl->data_stale = false;
-    if (zoo_aset(zk->zh, zl->node, data, (int)strlen(data), -1, on_data_written, zk) == ZOK) {
-        zk->outstanding++;
-        zk_kick(zk);
+    if (zoo_aset(zk->zh, zl->node, data, (int)strlen(data), -1, on_data_written, n) != ZOK) {
+        free(n);
+        return;
     }
+    zl->data_stale = false;
+    zl->data_writing = true;
+    zk->outstanding++;
+    zk_kick(zk);
 }
 
 /* ---------------------------------------------------------------- create */
@@ -798,16 +844,26 @@ static void on_listed(int rc, const struct String_vector *children, const struct
         zl_convert(zl);      /* a lease: a persistent node takes over from ours */
         return;
     }
+    if (zl_may_hold(zl, &v) && !ztoken_of_zxid(stat->pzxid, &zl->token)) {
+        log_error("zk: zxid %lld is beyond what a fencing token can carry (2^56); "
+                  "not granting %s", (long long)stat->pzxid, zl->parent);
+        h = zl_detach(zl);
+        zl_delete(zl);
+        locks_backend_refused(h, LOCKS_UNAVAILABLE);
+        return;
+    }
     if (zl_may_hold(zl, &v)) {
         zl->step = ZL_HELD;
         zl->create_attempts = 0;
-        log_debug("zk: %s holds %s, token %lld", zl->node, zl->parent, (long long)stat->pzxid);
+        zl->handoffs = 0;
+        log_debug("zk: %s holds %s, token %llu", zl->node, zl->parent,
+                  (unsigned long long)zl->token);
         /* The semaphore waiter after ours may have seen this node waiting
          * and watch it: tell it that it may be first now. Whoever lists
          * after this listing sees this node holding and needs no word. */
         if (zl->mode == LOCK_LIMIT && v.after > 0)
             zl_write_data(zl);
-        locks_backend_granted(zl->hold, (uint64_t)stat->pzxid);
+        locks_backend_granted(zl->hold, zl->token);
         return;
     }
     if (zl->try) {           /* not first: give the place back, answer busy */
@@ -876,7 +932,7 @@ static void zl_delete(struct zlock *zl)
  * creates a persistent lease node ("...<tag>.lease-<seq>", its deadline in
  * its data) and deletes the ephemeral node only once the lease node
  * exists. A lease node holds wherever it sits (zl_view), so nobody gets
- * in between. The token is the lease node's czxid: created after the
+ * in between. The token is made from the lease node's czxid: created after the
  * grant, it exceeds every earlier token, and a later grant happens after
  * its delete. The lease node is created once: if that create's outcome is
  * lost and the node is not found afterwards, the request fails rather
@@ -935,6 +991,7 @@ static void on_lease_read(int rc, const char *value, int len, const struct Stat 
                           const void *data)
 {
     struct zlock *zl = zcall_done_watched(data, rc);
+    struct hold *h;
 
     if (!zl)
         return;
@@ -954,15 +1011,23 @@ static void on_lease_read(int rc, const char *value, int len, const struct Stat 
         zl_delete(zl);
         return;
     }
+    if (zl->hold && !zl->granted && !ztoken_of_zxid(stat->czxid, &zl->token)) {
+        log_error("zk: zxid %lld is beyond what a fencing token can carry (2^56); "
+                  "not granting %s", (long long)stat->czxid, zl->parent);
+        h = zl_detach(zl);
+        zl_delete(zl);
+        locks_backend_refused(h, LOCKS_UNAVAILABLE);
+        return;
+    }
     if (zl->hold && !zl->granted) {
         zl->granted = true;
-        log_debug("zk: lease %s holds %s, token %lld", zl->node, zl->parent,
-                  (long long)stat->czxid);
-        locks_backend_granted(zl->hold, (uint64_t)stat->czxid);
+        log_debug("zk: lease %s holds %s, token %llu", zl->node, zl->parent,
+                  (unsigned long long)zl->token);
+        locks_backend_granted(zl->hold, zl->token);
     }
 }
 
-/* Reads our lease node (its czxid is the token) and watches it. */
+/* Reads our lease node (its czxid makes the token) and watches it. */
 static void zl_lease_check(struct zlock *zl)
 {
     struct zcall *c = zl_begin_watched(zl, ZL_CHECKING);
@@ -994,133 +1059,84 @@ static void zl_lease_start(struct zlock *zl)
 /*
  * A holder releases and the next waiter is a client of this daemon: our
  * node stays first in line and the lock passes on, at most local_handoff
- * times in a row (then the node goes, and the next local waiter queues
- * behind the other daemons' waiters). Each new holder's token is the mzxid
- * of a setData on our node: that write comes after our node became first,
- * so it exceeds every earlier holder's token; any later holder elsewhere
- * is granted after our node's delete, so its token exceeds ours; and the
- * tokens are used in the order their writes were made. So they can be
- * fetched ahead of need, while the lock is held: a handoff then waits for
- * nothing. A token fetched and not used is simply never handed out.
+ * times in a row; then the node goes back to the queue (below). The new
+ * holder's token is the last one plus 1 (ztoken.h): the last one was made
+ * from a zxid read or written after our node became first, and any later
+ * holder elsewhere is granted after our node's delete, whose zxid is
+ * greater, so its token exceeds ours by at least 2^8 - local_handoff. A
+ * handoff writes nothing to ZooKeeper but the new owner's name, for STATUS
+ * elsewhere, and that write is not waited for.
  */
-
-/* Context of a token's setData: names the node (epoch), not a request step. */
-struct tokcall {
-    struct zk *zk;
-    uint64_t id;
-    unsigned epoch;
-};
 
 static void zl_node_gone(struct zlock *zl)
 {
     free(zl->node);
     zl->node = NULL;
-    zl->epoch++;             /* token replies for the old node are stale */
-    zl->tokens_inflight = 0;
-    zl->ntokens = 0;
+    zl->epoch++;             /* writes in flight for the old node are stale */
+    zl->data_writing = false;
     zl->handoffs = 0;
     zl->awaiting_token = false;  /* a waiting holder queues again with a new node */
 }
 
-static void zl_grant_token(struct zlock *zl, uint64_t token)
+/* Grants the holder waiting at a turn's end the token of zxid, passed on. */
+static void zl_grant_turn(struct zlock *zl, int64_t zxid)
 {
+    struct hold *h;
+
     zl->awaiting_token = false;
-    log_debug("zk: %s passed on, token %llu", zl->node, (unsigned long long)token);
-    locks_backend_granted(zl->hold, token);
+    zl->handoffs = 0;
+    if (!ztoken_of_zxid(zxid, &zl->token)) {
+        log_error("zk: zxid %lld is beyond what a fencing token can carry (2^56); "
+                  "not granting %s", (long long)zxid, zl->parent);
+        h = zl_detach(zl);
+        zl_delete(zl);
+        locks_backend_refused(h, LOCKS_UNAVAILABLE);
+        return;
+    }
+    log_debug("zk: %s passed on, new turn, token %llu", zl->node,
+              (unsigned long long)zl->token);
+    locks_backend_granted(zl->hold, zl->token);
 }
 
-static void on_token(int rc, const struct Stat *stat, const void *data)
+/* The turn's setData: its mzxid is the new turn's zxid. */
+static void on_turn_written(int rc, const struct Stat *stat, const void *data)
 {
-    struct tokcall *t = (struct tokcall *)data;
-    struct zk *zk = t->zk;
-    struct zlock *zl = zl_find(zk, t->id);
-    bool current = zl && zl->epoch == t->epoch && zk->state != ZK_EXPIRED;
+    struct zlock *zl = nodecall_done((struct nodecall *)data);
 
-    zk->outstanding--;
-    free(t);
-    if (!current)
+    if (!zl)
         return;
-    zl->tokens_inflight--;
+    zl->data_writing = false;
+    if (zl->zk->state == ZK_EXPIRED || !zl->awaiting_token || zl->step != ZL_HELD)
+        return;
     if (rc != ZOK) {
-        /* Node gone with the session, or no connection: a waiting holder
-         * queues again once connected (zl_start). */
-        if (zl->awaiting_token && zl->step == ZL_HELD) {
-            if (rc == ZNONODE || rc == ZSESSIONEXPIRED)
-                zl_node_gone(zl);
-            zl_park(zl, rc);
-        }
+        /* Node gone with the session, or no connection: the waiting holder
+         * queues again, or the turn is looked at again, once connected. */
+        if (rc == ZNONODE || rc == ZSESSIONEXPIRED)
+            zl_node_gone(zl);
+        zl_park(zl, rc);
         return;
     }
-    if (zl->awaiting_token && zl->hold)
-        zl_grant_token(zl, (uint64_t)stat->mzxid);
-    else if (zl->ntokens < TOKENS_MAX)
-        zl->tokens[zl->ntokens++] = (uint64_t)stat->mzxid;
-}
-
-/* The oldest token received and not handed out yet; ntokens > 0. */
-static uint64_t zl_take_token(struct zlock *zl)
-{
-    uint64_t token = zl->tokens[0];
-
-    memmove(zl->tokens, zl->tokens + 1, --zl->ntokens * sizeof(zl->tokens[0]));
-    return token;
-}
-
-static void zl_fetch_tokens(struct zlock *zl, unsigned want);
-
-/*
- * The holder passed on to waits for its token: tokens are handed out in
- * the order their writes were made, so one received earlier goes first,
- * and only when none is left does the next reply grant it (on_token).
- */
-static void zl_serve_waiting(struct zlock *zl, unsigned want)
-{
-    zl->step = ZL_HELD;
-    zl->awaiting_token = true;
-    if (zl->ntokens > 0) {
-        zl_grant_token(zl, zl_take_token(zl));
+    if (!zl->hold) {
+        zl->awaiting_token = false;
+        zl_delete(zl);
         return;
     }
-    zl_fetch_tokens(zl, want);
-}
-
-/* Sends setData for tokens until `want` are received or on their way. */
-static void zl_fetch_tokens(struct zlock *zl, unsigned want)
-{
-    struct zk *zk = zl->zk;
-    char data[512];
-
-    if (want > TOKENS_MAX)
-        want = TOKENS_MAX;
-    zl_format_data(zl, data, sizeof(data));
-    while (zl->ntokens + zl->tokens_inflight < want) {
-        struct tokcall *t = malloc(sizeof(*t));
-
-        if (!t)
-            break;
-        t->zk = zk;
-        t->id = zl->id;
-        t->epoch = zl->epoch;
-        if (zoo_aset(zk->zh, zl->node, data, (int)strlen(data), -1, on_token, t) != ZOK) {
-            free(t);
-            break;
-        }
-        zk->outstanding++;
-        zl->tokens_inflight++;
-    }
-    zk_kick(zk);
+    zl_grant_turn(zl, stat->mzxid);
 }
 
 /*
  * The turn's handoffs are used up: if another daemon's node waits, ours
  * goes (delete) and the waiting holder queues again with a new node behind
  * it; if ours is the only node, nobody waits elsewhere and a new turn
- * begins at once.
+ * begins with the zxid of a write to our node (which also names the new
+ * owner): the parent's pzxid has not moved since our node became first.
  */
 static void on_turn_checked(int rc, const struct String_vector *children, const void *data)
 {
     struct zlock *zl = zcall_done(data);
-    unsigned budget;
+    struct zk *zk;
+    struct nodecall *n;
+    char buf[512];
 
     if (!zl)
         return;
@@ -1134,9 +1150,22 @@ static void on_turn_checked(int rc, const struct String_vector *children, const 
         zl_delete(zl);       /* then zl_start queues the holder again, if any */
         return;
     }
-    zl->handoffs = 1;        /* this handoff opens the new turn */
-    budget = zl->zk->settings->zk_local_handoff - 1;
-    zl_serve_waiting(zl, 1 + (zl->ahead < budget ? zl->ahead : budget));
+    zk = zl->zk;
+    zl_format_data(zl, buf, sizeof(buf));
+    /* The data write's completion (on_turn_written) stands for any other
+     * in flight: it is sent after them, and answered after them. */
+    n = nodecall_new(zl);
+    rc = n ? zoo_aset(zk->zh, zl->node, buf, (int)strlen(buf), -1, on_turn_written, n)
+           : ZSYSTEMERROR;
+    if (rc != ZOK) {
+        free(n);
+        zl_park(zl, rc);
+        return;
+    }
+    zl->data_stale = false;
+    zl->data_writing = true;
+    zk->outstanding++;
+    zk_kick(zk);
 }
 
 static void zl_check_turn(struct zlock *zl)
@@ -1149,11 +1178,10 @@ static void zl_check_turn(struct zlock *zl)
 }
 
 enum locks_result zk_lock_pass_on(void *impl, struct hold *from, struct hold *to,
-                                  unsigned more, uint64_t *token)
+                                  uint64_t *token)
 {
     struct zk *zk = impl;
     struct zlock *zl = hold_backend_data(from);
-    unsigned budget;
 
     if (!zl || zl->lease || zl->step != ZL_HELD || zl->awaiting_token ||
         zk->state != ZK_CONNECTED || !zk->settings->zk_local_handoff)
@@ -1161,23 +1189,17 @@ enum locks_result zk_lock_pass_on(void *impl, struct hold *from, struct hold *to
     hold_set_backend_data(from, NULL);
     zl->hold = to;
     hold_set_backend_data(to, zl);
-    zl->ahead = more;
     if (zl->handoffs >= zk->settings->zk_local_handoff) {
         zl->awaiting_token = true;
         zl_check_turn(zl);
         return LOCKS_WAITING;
     }
+    /* local_handoff <= ZTOKEN_HANDOFFS_MAX: the low bits never carry. */
     zl->handoffs++;
-    /* Tokens for this handoff and for the waiters behind it, within the budget. */
-    budget = zk->settings->zk_local_handoff - zl->handoffs;
-    zl_fetch_tokens(zl, 1 + (more < budget ? more : budget));
-    if (zl->ntokens > 0) {
-        *token = zl_take_token(zl);
-        log_debug("zk: %s passed on, token %llu", zl->node, (unsigned long long)*token);
-        return LOCKS_GRANTED;
-    }
-    zl->awaiting_token = true;   /* the next token's reply grants it */
-    return LOCKS_WAITING;
+    *token = ++zl->token;
+    zl_write_data(zl);       /* who holds it now, for STATUS elsewhere */
+    log_debug("zk: %s passed on, token %llu", zl->node, (unsigned long long)*token);
+    return LOCKS_GRANTED;
 }
 
 /* Decides the next request from what is known, whatever happened before. */
@@ -1197,11 +1219,8 @@ static void zl_start(struct zlock *zl)
     if (zl->node) {
         if (zl->data_stale && zl->hold)
             zl_write_data(zl);   /* a handover while disconnected */
-        if (zl->hold && zl->awaiting_token &&
-            zl->handoffs >= zl->zk->settings->zk_local_handoff) {
+        if (zl->hold && zl->awaiting_token) {
             zl_check_turn(zl);   /* passed on at the end of a turn: look again */
-        } else if (zl->hold && zl->awaiting_token) {
-            zl_serve_waiting(zl, 1);   /* passed on: the token it still waits for */
         } else if (zl->hold) {
             zl_list(zl);
         }

@@ -436,6 +436,18 @@ START_TEST(session_timeout_limits)
 }
 END_TEST
 
+/* A token's low 8 bits count a turn's handoffs (daemon/ztoken.h). */
+START_TEST(local_handoff_limits)
+{
+    set_ok("zookeeper", "local_handoff", "0");
+    ck_assert_uint_eq(s.zk_local_handoff, 0);
+    set_ok("zookeeper", "local_handoff", "255");
+    ck_assert_uint_eq(s.zk_local_handoff, 255);
+    set_fails("zookeeper", "local_handoff", "256");
+    ck_assert_str_eq(err, "local_handoff: '256' is not an integer from 0 to 255");
+}
+END_TEST
+
 START_TEST(integers_digits_only)
 {
     static const char *const bad[] = {
@@ -1308,6 +1320,7 @@ static Suite *conf_suite(void)
     tcase_add_test(tc, max_clients_limits);
     tcase_add_test(tc, max_locks_limits);
     tcase_add_test(tc, session_timeout_limits);
+    tcase_add_test(tc, local_handoff_limits);
     tcase_add_test(tc, integers_digits_only);
     tcase_add_test(tc, socket_mode);
     tcase_add_test(tc, socket_path);

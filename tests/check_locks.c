@@ -10,6 +10,7 @@
 #include "backend.h"
 #include "fake_backend_stubs.h"
 #include "log.h"
+#include "ztoken.h"
 
 #include <check.h>
 #include <event2/event.h>
@@ -1692,6 +1693,29 @@ START_TEST(fake_exclusive_acquiring_leaves_readers_admitted)
 }
 END_TEST
 
+/* Distributed tokens (daemon/ztoken.h): a later zxid's token exceeds every
+ * token of an earlier zxid plus its handoffs; no zxid wraps around. */
+START_TEST(ztoken_order_and_range)
+{
+    uint64_t t = 7, t2;
+
+    ck_assert(ztoken_of_zxid(0, &t));
+    ck_assert_uint_eq(t, 0);
+    ck_assert(ztoken_of_zxid(0x100000002LL, &t));        /* epoch 1, counter 2 */
+    ck_assert_uint_eq(t, 0x10000000200ULL);
+    ck_assert(ztoken_of_zxid(0x100000003LL, &t2));
+    ck_assert_uint_gt(t2, t + ZTOKEN_HANDOFFS_MAX);
+    ck_assert_uint_eq(ZTOKEN_HANDOFFS_MAX, 255);
+    ck_assert(ztoken_of_zxid((int64_t)ZTOKEN_ZXID_MAX, &t));
+    ck_assert_uint_eq(t, UINT64_MAX - ZTOKEN_HANDOFFS_MAX);
+    t = 7;
+    ck_assert(!ztoken_of_zxid((int64_t)ZTOKEN_ZXID_MAX + 1, &t));
+    ck_assert(!ztoken_of_zxid(-1, &t));
+    ck_assert(!ztoken_of_zxid(INT64_MAX, &t));
+    ck_assert_uint_eq(t, 7);                              /* untouched when refused */
+}
+END_TEST
+
 static Suite *locks_suite(void)
 {
     Suite *s = suite_create("locks");
@@ -1763,6 +1787,10 @@ static Suite *locks_suite(void)
     tcase_add_test(tc, modes_release_all_mixed);
     tcase_add_test(tc, modes_stats_grants_by_mode);
     tcase_add_test(tc, modes_timed_out_writer_lets_readers_in);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("ztoken");
+    tcase_add_test(tc, ztoken_order_and_range);
     suite_add_tcase(s, tc);
     return s;
 }

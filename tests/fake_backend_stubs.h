@@ -26,7 +26,7 @@ static void fake_free(void *impl) { }
 static int64_t fake_unreachable_since(void *impl) { return 0; }
 
 static enum locks_result fake_pass_on(void *impl, struct hold *from, struct hold *to,
-                                      unsigned more, uint64_t *token)
+                                      uint64_t *token)
 {
     return LOCKS_BUSY;       /* release and grant through acquire */
 }

@@ -1486,7 +1486,8 @@ class LeasesTest(DistributedBase):
 class HandoffTest(DistributedBase):
     """Local handoff ("lock cohorting"): a lock passes among one daemon's
     clients without going through the ZooKeeper queue, a bounded number of
-    times, with fresh tokens."""
+    times, with tokens that still increase (the handoffs since a zxid in
+    their low 8 bits, proto/PROTOCOL.md)."""
 
     def test_handoff_keeps_exclusion_tokens_and_fairness(self):
         hosts = self.zk.connect_string
@@ -1514,9 +1515,10 @@ class HandoffTest(DistributedBase):
         self.wait_no_nodes(hosts)
 
     def test_more_local_waiters_than_handoffs_and_waiters_dwindling(self):
-        """Tokens fetched ahead outlive a turn: they must still be handed out
-        oldest first (tokens increase), and a holder waiting for one must be
-        served even when enough were fetched already (no hang)."""
+        """Many turns on one daemon alone: each new turn's token comes from a
+        write to the node and must exceed the last handoff's; a holder
+        waiting at a turn's end must be served (no hang) while the waiters
+        dwindle."""
         hosts = self.zk.connect_string
         a = self.start_daemon(hosts, "A", extra="local_handoff = 2\n")
         load = LockLoad([a], seed=9, hold_pings=0)
@@ -1551,9 +1553,13 @@ class HandoffTest(DistributedBase):
         t2 = int(h2.expect_match(r"OK ho %s" % TOKEN).group(1))
         self.assertGreater(t2, t1)
         self.assertEqual(stats(a)["local_handoffs"], "1")
-        self.assertRegex(self.client(b).request("STATUS ho"),
-                         r"^STATUS ho held holder=%s/%s token=- " % (re.escape(a.daemon_id),
-                                                                    re.escape(h2.local)))
+        # The new owner's name is written to the node after the grant, not
+        # before it: B's STATUS names it once that write is done.
+        q = self.client(b)
+        want = r"^STATUS ho held holder=%s/%s token=- " % (re.escape(a.daemon_id),
+                                                            re.escape(h2.local))
+        self.wait_zk(lambda: re.match(want, q.request("STATUS ho")), scaled(10.0),
+                     "B's STATUS to name the new holder")
         self.assertEqual(h2.request("UNLOCK ho"), "OK ho")
         self.wait_no_nodes(hosts)
 
