@@ -7,7 +7,9 @@
 #   - a standalone ZooKeeper server (Debian's zookeeper package),
 #   - lockbrokerd in distributed mode against that server, three times: with
 #     the default settings, with [zookeeper] local_handoff = 0 (every grant
-#     through ZooKeeper), and a second default one for the two-daemon row
+#     through ZooKeeper), with keep_idle_ms = 0 (a released node is deleted at
+#     once: the distinct rows then measure group commit alone), and a second
+#     default one for the two-daemon row
 #     (bench/two_daemons_hot.py), plus one per local_handoff value of the
 #     sweep when BENCH_HANDOFF_SWEEP=1,
 #   - redis-server (--save '' --appendonly no), if installed and the Redis
@@ -136,6 +138,12 @@ handoff_conf() {
     echo "$tmp/handoff-$1.conf"
 }
 
+# keep0_conf: a configuration file with [zookeeper] keep_idle_ms = 0; prints its name.
+keep0_conf() {
+    printf '[zookeeper]\nkeep_idle_ms = 0\n' >"$tmp/keep0.conf"
+    echo "$tmp/keep0.conf"
+}
+
 # Sets ZK_PORT and ZK_PID.
 start_zookeeper() {
     local dir=$tmp/zk i
@@ -224,6 +232,10 @@ wait_zk_session distributed
 start_lockbrokerd distributed-lh0 -c "$(handoff_conf 0)" -z "$ZK"
 D0_PORT=$LB_PORT D0_PID=$LB_PID
 wait_zk_session distributed-lh0
+# Released nodes deleted at once: the distinct rows without idle nodes.
+start_lockbrokerd distributed-k0 -c "$(keep0_conf)" -z "$ZK"
+DK0_PORT=$LB_PORT DK0_PID=$LB_PID
+wait_zk_session distributed-k0
 # A second daemon with the default settings: the two-daemon row.
 start_lockbrokerd distributed-b -z "$ZK"
 DB2_PORT=$LB_PORT DB2_PID=$LB_PID
@@ -246,6 +258,7 @@ start_redis && have_redis=1
 EB="$LOCKBROKER_BENCH -H 127.0.0.1:$E_PORT --pid $E_PID"
 DB="$LOCKBROKER_BENCH -H 127.0.0.1:$D_PORT --pid $D_PID --zk $ZK --zk-pid $ZK_PID"
 D0B="$LOCKBROKER_BENCH -H 127.0.0.1:$D0_PORT --pid $D0_PID --zk $ZK --zk-pid $ZK_PID"
+DK0B="$LOCKBROKER_BENCH -H 127.0.0.1:$DK0_PORT --pid $DK0_PID --zk $ZK --zk-pid $ZK_PID"
 # Both default daemons at once, 6 connections each, on one name.
 TWO="$PYTHON $here/two_daemons_hot.py -H 127.0.0.1:$D_PORT -H 127.0.0.1:$DB2_PORT -c 6
      --pid $D_PID --pid $DB2_PID --zk $ZK --zk-pid $ZK_PID"
@@ -298,16 +311,20 @@ for i in $(seq "$REPEAT"); do
     run "zk-raw-64-64sess#$i" $ZR -c 64 -S 0
     run "zk-recipe-64#$i"     $ZR --recipe -c 64 -S 0
     run "dist-distinct-64#$i" $DB -W distinct -c 64
+    run "dist-distinct-64-k0#$i" $DK0B -W distinct -c 64
     run "zk-recipe-1#$i"      $ZR --recipe -c 1 -S 1
     run "dist-distinct-1#$i"  $DB -W distinct -c 1
+    run "dist-distinct-1-k0#$i" $DK0B -W distinct -c 1
     run "zk-raw-1#$i"         $ZR -c 1 -S 1
 done
 pick_median zk-raw-64-1sess
 pick_median zk-raw-64-64sess
 pick_median zk-recipe-64
 pick_median dist-distinct-64
+pick_median dist-distinct-64-k0
 pick_median zk-recipe-1
 pick_median dist-distinct-1
+pick_median dist-distinct-1-k0
 pick_median zk-raw-1
 # Local handoff (issue 12): one daemon's 16 connections on one name, with the
 # default local_handoff and with 0, beside the embedded daemon's; and two
@@ -407,6 +424,8 @@ else
 fi
 row dist-distinct-1   "distributed distinct, 1 conn"
 row dist-distinct-64  "distributed distinct, 64 conns"
+row dist-distinct-1-k0  "distributed distinct, 1, keep=0"
+row dist-distinct-64-k0 "distributed distinct, 64, keep=0"
 row emb-hot-16        "embedded hot, 16 conns"
 row dist-hot-16       "distributed hot, 16 conns"
 row dist-hot-16-lh0   "distributed hot, 16, handoff=0"
@@ -438,6 +457,16 @@ printf '%-58s %6s  (target <= 0.50: %s)\n' "distributed distinct 64: ZooKeeper t
     "$(awk -v w="$zkw64" 'BEGIN { if (w == "") print "n/a"; else print (w <= 0.5) ? "met" : "NOT met" }')"
 rt7=$(ratio "$(rate dist-distinct-1)" "$(rate zk-recipe-1)")
 printf '%-58s %6s  (target >= 1.20: %s)\n' "distributed distinct 1 / ZK lock recipe, 1 session" "$rt7" "$(verdict "$rt7" 1.2)"
+# The same without idle nodes: what group commit alone gives.
+rt8=$(ratio "$(rate dist-distinct-64-k0)" "$(rate zk-recipe-64)")
+printf '%-58s %6s  (target >= 1.50: %s)\n' "  keep_idle_ms=0: distinct 64 / recipe 64" "$rt8" "$(verdict "$rt8" 1.5)"
+zkw64k=$(jget "${R[dist-distinct-64-k0]:-}" zk_writes_per_cycle)
+printf '%-58s %6s  (target <= 0.50: %s)\n' "  keep_idle_ms=0: distinct 64, ZooKeeper transactions per cycle" "${zkw64k:--}" \
+    "$(awk -v w="$zkw64k" 'BEGIN { if (w == "") print "n/a"; else print (w <= 0.5) ? "met" : "NOT met" }')"
+printf '%-58s %s\n' "  keep_idle_ms=0: grant p50/p99 us, distributed 1 conn" \
+    "$(jget "${R[dist-distinct-1-k0]:-}" grant_p50_us)/$(jget "${R[dist-distinct-1-k0]:-}" grant_p99_us)"
+rt9=$(ratio "$(rate dist-distinct-1-k0)" "$(rate zk-recipe-1)")
+printf '%-58s %6s  (target >= 1.20: %s)\n' "  keep_idle_ms=0: distinct 1 / recipe 1" "$rt9" "$(verdict "$rt9" 1.2)"
 printf '%-58s %s\n' "grant p50/p99 us: distributed 1 conn; recipe; raw create" \
     "$(jget "${R[dist-distinct-1]:-}" grant_p50_us)/$(jget "${R[dist-distinct-1]:-}" grant_p99_us); $(jget "${R[zk-recipe-1]:-}" grant_p50_us)/$(jget "${R[zk-recipe-1]:-}" grant_p99_us); $(jget "${R[zk-raw-1]:-}" create_p50_us)/$(jget "${R[zk-raw-1]:-}" create_p99_us)"
 rt4=$(ratio "$(rate dist-hot-16)" "$(rate dist-hot-16-lh0)")

@@ -263,6 +263,10 @@ static const struct setting rows[] = {
     { "zookeeper", "local_handoff", UINT(zk_local_handoff), "32", 0, 255, RESTART_ZK,
       "grants of one lock passed among this daemon's clients before its node goes back "
       "to the queue; 0: every grant through ZooKeeper" },
+    /* see docs/PERFORMANCE.md, "Idle nodes": a loop of LOCK/UNLOCK needs no ZooKeeper */
+    { "zookeeper", "keep_idle_ms", UINT(zk_keep_idle_ms), "500", 0, 60000, RESTART_ZK,
+      "how long a released exclusive lock keeps its ZooKeeper node, for a LOCK of it on "
+      "this daemon, while no other daemon waits; 0: the node goes at once" },
     /* open ACLs by default, as before: see README.md, "Distributed mode" */
     { "zookeeper", "auth", PATH(zk_auth), "", 0, 4096, RESTART_ZK,
       "file holding user:password for ZooKeeper's digest scheme; empty: open ACLs" },

@@ -42,6 +42,7 @@ struct settings {
     unsigned zk_session_timeout_ms; /* requested; the server may negotiate another */
     unsigned zk_lease_skew_ms;  /* how far apart daemons' clocks may be, for lease ends */
     unsigned zk_local_handoff;  /* consecutive grants passed among this daemon's clients */
+    unsigned zk_keep_idle_ms;   /* how long a released lock's node waits for a local LOCK */
     /* [log] */
     enum log_level log_level;
 };

@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/queue.h>
+#include <event2/util.h>
 #include <sys/time.h>
 #include <zookeeper/zookeeper.h>
 
@@ -64,6 +65,11 @@ struct zk {
     TAILQ_HEAD(, zcall) watches;       /* watch contexts registered with zh */
     uint64_t next_id;
     unsigned nzlocks;
+    void *idle_by_parent;              /* tsearch tree of idle struct zlock by parent path */
+    TAILQ_HEAD(, zlock) idle;          /* idle zlocks, oldest first (see keep_idle_ms) */
+    unsigned nidle;
+    uint64_t idle_reuses;              /* LOCKs that took an idle node over */
+    struct event *idle_timer;          /* ends the oldest idle zlock's keep */
     /* zk_batch.c's bookkeeping */
     TAILQ_HEAD(, zwrite) wq;           /* writes waiting for a multi, oldest first */
     unsigned wq_len;
@@ -122,6 +128,8 @@ void zk_locks_drop_held(struct zk *zk, const char *reason);
 void zk_locks_handle_closed(struct zk *zk, bool session_gone);
 /* Frees every request without calling the table (the daemon is stopping). */
 void zk_locks_free_all(struct zk *zk);
+/* The idle_timer's callback: deletes the idle nodes whose keep is over. */
+void zk_idle_expire(evutil_socket_t fd, short what, void *arg);
 /* The sequence number ZooKeeper appended to child: its last 10 digits. */
 long long zk_seq_of(const char *child);
 /* What a lock node asks for, from the tag in its name. */

@@ -24,6 +24,7 @@
 #include "config.h"
 #include "zk_int.h"
 
+#include <event2/event.h>
 #include <search.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +76,11 @@ struct zlock {
     uint64_t token;            /* the last token granted with our node */
     unsigned epoch;            /* bumped whenever `node` changes: a turn's setData names one */
     bool awaiting_token;       /* passed on at a turn's end: the hold waits (step HELD) */
+    bool idle;                 /* released, our node kept for a local LOCK (zk->idle) */
+    bool child_watched;        /* a child watch on the parent is set (idle nodes) */
+    bool contended;            /* that watch fired: another daemon may wait */
+    int64_t idle_until_us;     /* idle: locks_mono_us() when the node goes */
+    TAILQ_ENTRY(zlock) idle_link;
     char *parent;              /* <root>/locks/<name>; malloc'd */
     char *node;                /* our node's full path once known; malloc'd */
 };
@@ -95,6 +101,7 @@ static void zl_list(struct zlock *zl);
 static void zl_list_watching(struct zlock *zl);
 static void zl_delete(struct zlock *zl);
 static void zl_lease_check(struct zlock *zl);
+static void zl_idle_end(struct zlock *zl);
 
 /* ------------------------------------------------------------ bookkeeping */
 
@@ -126,6 +133,7 @@ static void zl_free(struct zlock *zl)
             zk_arm_retry(zk);
         }
     }
+    zl_idle_end(zl);
     tdelete(zl, &zk->by_id, by_id);
     TAILQ_REMOVE(&zk->zlocks, zl, link);
     zk->nzlocks--;
@@ -399,7 +407,7 @@ static void on_data_written(int rc, const struct Stat *stat, const void *data)
     zl->data_writing = false;
     if (rc != ZOK && rc != ZNONODE)
         zl->data_stale = true;    /* written again once connected (zl_start) */
-    else if (zl->data_stale && zl->hold)
+    else if (zl->data_stale && (zl->hold || zl->idle))
         zl_write_data(zl);        /* the owner changed meanwhile */
 }
 
@@ -915,7 +923,10 @@ static void on_deleted(int rc, const void *data)
 
 static void zl_delete(struct zlock *zl)
 {
-    struct zcall *c = zl_begin(zl, ZL_DELETING);
+    struct zcall *c;
+
+    zl_idle_end(zl);
+    c = zl_begin(zl, ZL_DELETING);
 
     if (!c)
         return;
@@ -1070,9 +1081,12 @@ static void zl_lease_start(struct zlock *zl)
 
 static void zl_node_gone(struct zlock *zl)
 {
+    zl_idle_end(zl);
     free(zl->node);
     zl->node = NULL;
-    zl->epoch++;             /* writes in flight for the old node are stale */
+    zl->epoch++;             /* writes and watches for the old node are stale */
+    zl->child_watched = false;
+    zl->contended = false;
     zl->data_writing = false;
     zl->handoffs = 0;
     zl->awaiting_token = false;  /* a waiting holder queues again with a new node */
@@ -1202,6 +1216,216 @@ enum locks_result zk_lock_pass_on(void *impl, struct hold *from, struct hold *to
     return LOCKS_GRANTED;
 }
 
+/* ------------------------------------------------------------ idle nodes */
+
+/*
+ * A client releases an exclusive lock and nobody on this daemon waits for
+ * it: rather than deleting our node at once, we keep it for keep_idle_ms,
+ * first in line, its data saying that nobody holds it (STATUS reports the
+ * lock free). A LOCK of that name on this daemon meanwhile takes the node
+ * over as a local handoff would (the previous token plus 1, no ZooKeeper
+ * round trip), within the same local_handoff budget. A child watch on the
+ * parent tells us when another daemon queues: then, or when the keep is
+ * over, the node goes as it would have at the release. So a client that
+ * takes and releases the same lock in a loop pays nothing to ZooKeeper,
+ * and a waiter on another daemon waits one watch notification longer.
+ */
+
+/* Idle nodes kept at once, at most; the oldest goes first. */
+#define IDLE_MAX 1024
+
+static int by_parent(const void *a, const void *b)
+{
+    return strcmp(((const struct zlock *)a)->parent, ((const struct zlock *)b)->parent);
+}
+
+static void zl_idle_end(struct zlock *zl)
+{
+    struct zk *zk = zl->zk;
+
+    if (!zl->idle)
+        return;
+    zl->idle = false;
+    tdelete(zl, &zk->idle_by_parent, by_parent);
+    TAILQ_REMOVE(&zk->idle, zl, idle_link);
+    zk->nidle--;
+}
+
+/* The idle node goes now, or once connected (zl_start deletes it). */
+static void zl_idle_drop(struct zlock *zl)
+{
+    zl_idle_end(zl);
+    if (zl->zk->state == ZK_CONNECTED) {
+        zl_delete(zl);
+    } else {
+        zl->gen++;
+        zl->step = ZL_IDLE;
+    }
+}
+
+/* Another daemon may have queued for the name: stop keeping the node. */
+static void zl_contended(struct zlock *zl)
+{
+    zl->contended = true;
+    if (zl->idle) {
+        log_debug("zk: %s is wanted elsewhere; deleting the idle node", zl->node);
+        zl_idle_drop(zl);
+    }
+}
+
+/* The child watch: its context is a zcall in zk->watches whose gen holds
+ * the epoch of the node it was set for. */
+static void on_idle_watch(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+    struct zcall *w = ctx;
+    struct zk *zk = w->zk;
+    struct zlock *zl;
+
+    if (type == ZOO_SESSION_EVENT)
+        return;
+    TAILQ_REMOVE(&zk->watches, w, link);   /* a watch fires once */
+    zl = zl_find(zk, w->id);
+    if (zl && zl->epoch == w->gen) {
+        zl->child_watched = false;
+        zl_contended(zl);
+    }
+    free(w);
+}
+
+static void on_idle_listed(int rc, const struct String_vector *children, const void *data)
+{
+    struct zcall *c = (struct zcall *)data;
+    struct zk *zk = c->zk;
+    struct zlock *zl = zl_find(zk, c->id);
+    bool current = zl && zl->epoch == c->gen;
+
+    zk->outstanding--;
+    if (rc != ZOK)
+        watch_forget(zk, c->watch);   /* no watch was set */
+    free(c);
+    if (!current)
+        return;
+    if (rc != ZOK) {
+        zl->child_watched = false;
+        zl_contended(zl);    /* cannot tell: as if contended */
+    } else if (children->count > 1) {
+        zl_contended(zl);
+    }
+}
+
+/* Sets a child watch on zl's parent, and looks whether others queue already. */
+static void zl_watch_children(struct zlock *zl)
+{
+    struct zk *zk = zl->zk;
+    struct zcall *w = malloc(sizeof(*w)), *c = malloc(sizeof(*c));
+
+    if (!w || !c) {
+        free(w);
+        free(c);
+        zl_contended(zl);
+        return;
+    }
+    *c = (struct zcall){ .zk = zk, .id = zl->id, .gen = zl->epoch, .watch = w };
+    *w = (struct zcall){ .zk = zk, .id = zl->id, .gen = zl->epoch };
+    TAILQ_INSERT_TAIL(&zk->watches, w, link);
+    if (zoo_awget_children(zk->zh, zl->parent, on_idle_watch, w, on_idle_listed, c) != ZOK) {
+        watch_forget(zk, w);
+        free(c);
+        zl_contended(zl);
+        return;
+    }
+    zl->child_watched = true;
+    zk->outstanding++;
+    zk_kick(zk);
+}
+
+static void zk_idle_arm(struct zk *zk)
+{
+    struct zlock *zl = TAILQ_FIRST(&zk->idle);
+    int64_t wait_us;
+    struct timeval tv;
+
+    if (!zl)
+        return;
+    wait_us = zl->idle_until_us - locks_mono_us();
+    if (wait_us < 0)
+        wait_us = 0;
+    tv.tv_sec = wait_us / 1000000;
+    tv.tv_usec = wait_us % 1000000;
+    evtimer_add(zk->idle_timer, &tv);
+}
+
+void zk_idle_expire(evutil_socket_t fd, short what, void *arg)
+{
+    struct zk *zk = arg;
+    int64_t now = locks_mono_us();
+    struct zlock *zl;
+
+    while ((zl = TAILQ_FIRST(&zk->idle)) && zl->idle_until_us <= now)
+        zl_idle_drop(zl);
+    zk_idle_arm(zk);
+}
+
+/* zl's holder released it and nobody here waits: keep the node? */
+static bool zl_idle_begin(struct zlock *zl)
+{
+    struct zk *zk = zl->zk;
+    const struct settings *s = zk->settings;
+    void *slot;
+
+    if (!s->zk_keep_idle_ms || zl->handoffs >= s->zk_local_handoff || zl->lease ||
+        zl->mode != LOCK_EXCLUSIVE || zl->step != ZL_HELD || zl->awaiting_token ||
+        zl->contended || !zl->node || zk->state != ZK_CONNECTED)
+        return false;
+    if (zk->nidle >= IDLE_MAX)
+        zl_idle_drop(TAILQ_FIRST(&zk->idle));
+    /* One node per name: another would be a second acquisition, not idle. */
+    if (!(slot = tsearch(zl, &zk->idle_by_parent, by_parent)) || *(struct zlock **)slot != zl)
+        return false;
+    zl->idle = true;
+    zl->idle_until_us = locks_mono_us() + (int64_t)s->zk_keep_idle_ms * 1000;
+    TAILQ_INSERT_TAIL(&zk->idle, zl, idle_link);
+    zk->nidle++;
+    if (!evtimer_pending(zk->idle_timer, NULL))
+        zk_idle_arm(zk);
+    zl_write_data(zl);       /* "client=-": STATUS anywhere says free */
+    if (!zl->child_watched)
+        zl_watch_children(zl);
+    return true;
+}
+
+/* A LOCK of the name of an idle node: takes it over, or returns false (the
+ * caller drops the node and queues as usual). */
+static bool zl_idle_adopt(struct zlock *zl, struct hold *h, uint64_t *token)
+{
+    struct zk *zk = zl->zk;
+
+    if (hold_mode(h) != LOCK_EXCLUSIVE || hold_ttl_ms(h) > 0 || zl->contended ||
+        zl->step != ZL_HELD || zk->state != ZK_CONNECTED ||
+        zl->handoffs >= zk->settings->zk_local_handoff)
+        return false;
+    zl_idle_end(zl);
+    zl->hold = h;
+    zl->try = hold_try(h);
+    hold_set_backend_data(h, zl);
+    /* As a local handoff: local_handoff <= ZTOKEN_HANDOFFS_MAX, no carry. */
+    zl->handoffs++;
+    *token = ++zl->token;
+    zk->idle_reuses++;
+    zl_write_data(zl);
+    log_debug("zk: %s taken over while idle, token %llu", zl->node, (unsigned long long)*token);
+    return true;
+}
+
+/* Looks up the idle node of a name (its parent path), or NULL. */
+static struct zlock *zl_idle_find(struct zk *zk, const char *parent)
+{
+    struct zlock key = { .parent = (char *)parent };
+    void *found = tfind(&key, &zk->idle_by_parent, by_parent);
+
+    return found ? *(struct zlock **)found : NULL;
+}
+
 /* Decides the next request from what is known, whatever happened before. */
 static void zl_start(struct zlock *zl)
 {
@@ -1304,6 +1528,11 @@ enum locks_result zk_lock_acquire(void *impl, struct hold *h, uint64_t *token)
     if (hold_try(h) && zk->state != ZK_CONNECTED)
         return LOCKS_UNAVAILABLE;
     snprintf(parent, sizeof(parent), "%s/locks/%s", zk->root, hold_name(h));
+    if ((zl = zl_idle_find(zk, parent))) {
+        if (zl_idle_adopt(zl, h, token))
+            return LOCKS_GRANTED;
+        zl_idle_drop(zl);    /* it goes first; ours queues behind it */
+    }
     /* Nothing would ever retry: fail the request rather than let it hang. */
     if (!(zl = zl_new(zk, h, parent)))
         return LOCKS_UNAVAILABLE;
@@ -1335,6 +1564,8 @@ void zk_lock_let_go(void *impl, struct hold *h)
     if (!zl)
         return;
     zl_detach(zl);
+    if (zl_idle_begin(zl))
+        return;              /* kept for a while: see "idle nodes" */
     switch (zl->step) {
     case ZL_HELD:
     case ZL_WATCHING:
@@ -1375,6 +1606,8 @@ void zk_locks_drop_held(struct zk *zk, const char *reason)
             struct hold *h = zl_detach(zl);
             zl->step = ZL_IDLE;          /* node deleted once connected, if it survived */
             locks_backend_lost(h, reason);
+        } else if (zl->idle) {
+            zl_idle_drop(zl);            /* not trusted any more either */
         }
     }
 }
@@ -1386,11 +1619,14 @@ void zk_locks_handle_closed(struct zk *zk, bool session_gone)
     zk_free_watches(zk);
     for (zl = TAILQ_FIRST(&zk->zlocks); zl; zl = next) {
         next = TAILQ_NEXT(zl, link);
+        zl->child_watched = false;   /* watches belonged to the old handle */
         if (!session_gone) {
-            /* Watches belonged to the old handle: look again once connected. */
+            /* Look again once connected; an idle node goes then. */
             if (zl->step == ZL_WATCHING || zl->step == ZL_LEASED) {
                 zl->gen++;
                 zl->step = ZL_IDLE;
+            } else if (zl->idle) {
+                zl_idle_drop(zl);
             }
             continue;
         }

@@ -40,6 +40,14 @@ static void on_query_data(int rc, const char *value, int len, const struct Stat 
         /* "daemon=<id> client=<addr>[ label=<label>]...", as zl_format_data writes it */
         snprintf(buf, sizeof(buf), "%.*s", len, value);
         sscanf(buf, "daemon=%127s client=%127s", daemon, client);
+        if (q->info.mode == LOCK_EXCLUSIVE && strcmp(client, "-") == 0) {
+            /* Nobody holds it: a released lock's node, kept idle or about
+             * to be deleted (zk_lock.c); the next in line gets it then. */
+            q->info.holders = 0;
+            q->info.queue--;
+            query_finish(q, true);
+            return;
+        }
         if ((label = strstr(buf, " label=")))
             sscanf(label, " label=%127s", q->info.label);
         snprintf(q->info.holder, sizeof(q->info.holder), "%s/%s", daemon, client);

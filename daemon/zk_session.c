@@ -548,6 +548,7 @@ struct backend *zk_backend_new(struct event_base *base, const struct settings *s
     zk->settings = s;
     TAILQ_INIT(&zk->zlocks);
     TAILQ_INIT(&zk->watches);
+    TAILQ_INIT(&zk->idle);
     TAILQ_INIT(&zk->wq);
     snprintf(zk->root, sizeof(zk->root), "%s", s->zk_root);
     snprintf(zk->daemon_id, sizeof(zk->daemon_id), "%s", daemon_id);
@@ -574,8 +575,9 @@ struct backend *zk_backend_new(struct event_base *base, const struct settings *s
     zk->retry = evtimer_new(base, on_retry, zk);
     zk->stalled = evtimer_new(base, on_stalled, zk);
     zk->down_report = evtimer_new(base, on_down_report, zk);
+    zk->idle_timer = evtimer_new(base, zk_idle_expire, zk);
     if (!zk->io || !zk->kick || !zk->lost_timer || !zk->restart || !zk->retry || !zk->stalled ||
-        !zk->down_report) {
+        !zk->down_report || !zk->idle_timer) {
         zk_free(zk);
         return NULL;
     }
@@ -615,6 +617,8 @@ static void zk_free(void *impl)
         event_free(zk->stalled);
     if (zk->down_report)
         event_free(zk->down_report);
+    if (zk->idle_timer)
+        event_free(zk->idle_timer);
     free(zk);
 }
 
@@ -642,7 +646,9 @@ static void zk_stats(void *impl, backend_stat_fn add, void *cookie)
     stat_u64(add, cookie, "zk_sessions", zk->sessions);
     stat_u64(add, cookie, "zk_reconnects", zk->reconnects);
     stat_u64(add, cookie, "zk_outstanding", zk->outstanding);
-    stat_u64(add, cookie, "zk_requests", zk->nzlocks);
+    stat_u64(add, cookie, "zk_requests", zk->nzlocks - zk->nidle);
+    stat_u64(add, cookie, "zk_idle_nodes", zk->nidle);
+    stat_u64(add, cookie, "zk_idle_reuses", zk->idle_reuses);
     stat_u64(add, cookie, "zk_leases_removed", zk->leases_removed);
     stat_u64(add, cookie, "zk_batches", zk->batches);
     stat_u64(add, cookie, "zk_batched_ops", zk->batched_ops);

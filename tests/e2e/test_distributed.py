@@ -1564,6 +1564,113 @@ class HandoffTest(DistributedBase):
         self.wait_no_nodes(hosts)
 
 
+@dump_on_failure
+class IdleTest(DistributedBase):
+    """keep_idle_ms: a released exclusive lock's node stays a while, for a
+    LOCK of it on the same daemon, unless another daemon wants it."""
+
+    def wait_stat(self, d, name, value):
+        self.wait_zk(lambda: stats(d)[name] == value, scaled(10.0),
+                     "%s: STAT %s %s" % (d.name, name, value))
+
+    def test_relock_takes_the_idle_node_over(self):
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A")
+        c = self.client(a)
+        t1 = int(c.request("LOCK x").split()[2])
+        (node,) = lock_nodes(hosts, self.root)["x"]
+        self.assertEqual(c.request("UNLOCK x"), "OK x")
+        self.assertEqual(stats(a)["zk_idle_nodes"], "1")
+        self.assertEqual(stats(a)["zk_requests"], "0")
+        t2 = int(c.request("LOCK x").split()[2])
+        self.assertGreater(t2, t1)
+        self.assertEqual(stats(a)["zk_idle_reuses"], "1")
+        self.assertEqual(lock_nodes(hosts, self.root)["x"], [node])   # the same node
+        self.assertEqual(c.request("UNLOCK x"), "OK x")
+        # Nobody comes back: the keep (500 ms by default) ends, the node goes.
+        self.wait_no_nodes(hosts)
+        self.wait_stat(a, "zk_idle_nodes", "0")
+        t3 = int(c.request("LOCK x").split()[2])
+        self.assertGreater(t3, t2)
+        self.assertEqual(stats(a)["zk_idle_reuses"], "1")
+        self.assertEqual(c.request("UNLOCK x"), "OK x")
+        self.wait_no_nodes(hosts)
+
+    def test_status_says_free_and_another_daemon_gets_it(self):
+        hosts = self.zk.connect_string
+        keep = "keep_idle_ms = 60000\n"    # only the other daemon's LOCK can end the keep
+        a = self.start_daemon(hosts, "A", extra=keep)
+        b = self.start_daemon(hosts, "B", extra=keep)
+        ca, cb = self.client(a), self.client(b)
+        t1 = int(ca.request("LOCK x").split()[2])
+        self.assertEqual(ca.request("UNLOCK x"), "OK x")
+        self.assertEqual(stats(a)["zk_idle_nodes"], "1")
+        free = "STATUS x free holder=- token=- since=- waiters=0 queue=0"
+        for c in (ca, cb):
+            self.wait_zk(lambda: c.request("STATUS x") == free, scaled(10.0),
+                         "STATUS of the idle lock to say free")
+        mark = a.log_mark()
+        cb.send("LOCK x 20000\n")
+        t2 = int(cb.expect_match(r"OK x %s" % TOKEN).group(1))
+        self.assertGreater(t2, t1)
+        self.assertIsNotNone(a.find_log(r"is wanted elsewhere; deleting the idle node", mark))
+        self.assertEqual(stats(a)["zk_idle_nodes"], "0")
+        # A's client queues behind B's holder like anyone else.
+        ca.send("LOCK x 20000\n")
+        queued(a, ca, "x")
+        self.assertEqual(cb.request("UNLOCK x"), "OK x")
+        t3 = int(ca.expect_match(r"OK x %s" % TOKEN).group(1))
+        self.assertGreater(t3, t2)
+        self.assertEqual(ca.request("UNLOCK x"), "OK x")
+        self.assertEqual(stats(a)["zk_idle_reuses"], "0")
+
+    def test_other_modes_and_leases_do_not_take_it_over(self):
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A", extra="keep_idle_ms = 60000\n")
+        c = self.client(a)
+        last = 0
+        for req in ("LOCK x shared", "LOCK x limit=2", "LOCK x ttl=60000"):
+            t = int(c.request("LOCK x").split()[2])
+            self.assertGreater(t, last, req)
+            self.assertEqual(c.request("UNLOCK x"), "OK x")
+            self.assertEqual(stats(a)["zk_idle_nodes"], "1")
+            last = t
+            # The idle node goes first; the request queues behind it.
+            t = int(c.request(req).split()[2])
+            self.assertGreater(t, last, req)
+            last = t
+            self.assertEqual(stats(a)["zk_idle_nodes"], "0")
+            unlock = "UNLOCK x %d" % t if "ttl" in req else "UNLOCK x"
+            self.assertEqual(c.request(unlock), "OK x")
+        self.assertEqual(stats(a)["zk_idle_reuses"], "0")
+        self.wait_no_nodes(hosts)
+
+    def test_local_handoff_bounds_the_takeovers(self):
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A", extra="local_handoff = 2\nkeep_idle_ms = 60000\n")
+        c = self.client(a)
+        tokens, nodes = [], []
+        for _ in range(6):
+            tokens.append(int(c.request("LOCK x").split()[2]))
+            nodes.append(tuple(lock_nodes(hosts, self.root)["x"]))
+            self.assertEqual(c.request("UNLOCK x"), "OK x")
+        self.assertEqual(tokens, sorted(set(tokens)))        # strictly increasing
+        # One node per turn: the grant that made it first, then 2 takeovers.
+        self.assertEqual(len(set(nodes)), 2, nodes)
+        self.assertEqual(stats(a)["zk_idle_reuses"], "4")
+
+    def test_no_keep_when_disabled(self):
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A", extra="keep_idle_ms = 0\n")
+        c = self.client(a)
+        for _ in range(3):
+            self.assertRegex(c.request("LOCK x"), r"^OK x %s$" % TOKEN)
+            self.assertEqual(c.request("UNLOCK x"), "OK x")
+            self.assertEqual(stats(a)["zk_idle_nodes"], "0")
+        self.assertEqual(stats(a)["zk_idle_reuses"], "0")
+        self.wait_no_nodes(hosts)
+
+
 AUTH = "lockbroker:s3cret-for-tests"
 NOAUTH = -102                       # ZooKeeper's KeeperException.Code.NOAUTH
 
@@ -1773,7 +1880,9 @@ class BatchTest(DistributedBase):
         the names' parents, and one client per name: (proxy, daemon, {name: client})."""
         proxy = ReplyDroppingProxy(self.zk.port)
         self.addCleanup(proxy.close)
-        a = self.start_daemon(proxy.hosts, "A", session_ms)
+        # These tests count the writes of the batches: a release deletes
+        # its node at once, not after keeping it idle.
+        a = self.start_daemon(proxy.hosts, "A", session_ms, extra="keep_idle_ms = 0\n")
         self.make_parents(names)
         return proxy, a, {n: self.client(a, timeout=timeout) for n in names}
 
