@@ -2,7 +2,8 @@
  * zk_batch.c - distributed mode: group commit of the lock nodes' writes.
  *
  * ZooKeeper runs one session's requests strictly in order, each write as
- * its own transaction. Creates and deletes of lock nodes are queued here
+ * its own transaction. Creates and deletes of lock nodes, and the writes of
+ * their data that nothing waits for (who holds them), are queued here
  * instead and sent as one zoo_amulti (one transaction) whenever fewer than
  * BATCH_WINDOW multis are in flight: at the end of the event-loop pass
  * that queued them (zk_kick), so a lone request goes out at once and
@@ -21,9 +22,9 @@
  * not one per failure. When the multi fails as a whole (connection loss,
  * session expiry, closing), every operation gets that error.
  *
- * The callers' completions have the signatures of zoo_acreate and
- * zoo_adelete and run on the loop thread, never inside zk_batch_create()
- * or zk_batch_delete().
+ * The callers' completions have the signatures of zoo_acreate, zoo_adelete
+ * and zoo_aset and run on the loop thread, never inside zk_batch_create(),
+ * zk_batch_delete() or zk_batch_set().
  */
 #include "config.h"
 #include "zk_int.h"
@@ -42,16 +43,18 @@
 /* A result the client never filled in (the multi failed as a whole). */
 #define RESULT_UNSET 1
 
-/* One queued write: a create or a delete. Path, data and the buffer for
- * the created node's name live in buf[]. */
+/* One queued write: a create, a delete or a setData. Path, data and the
+ * buffer for the created node's name live in buf[]. */
 struct zwrite {
     TAILQ_ENTRY(zwrite) link;
-    int type;                  /* ZOO_CREATE_OP or ZOO_DELETE_OP */
+    int type;                  /* ZOO_CREATE_OP, ZOO_DELETE_OP or ZOO_SETDATA_OP */
     int flags;                 /* create: ZOO_EPHEMERAL_SEQUENTIAL, ... */
-    int version;               /* delete: expected version, -1 for any */
+    int version;               /* delete, set: expected version, -1 for any */
     const struct ACL_vector *acl;   /* create; borrowed, outlives the handle */
     string_completion_t created;
     void_completion_t deleted;
+    stat_completion_t set;
+    struct Stat stat;          /* set: the node's stat once written */
     zk_batch_sent_fn sent;     /* NULL, or told each time a multi carries it */
     const void *arg;           /* the caller's context, passed to all three */
     bool alone;                /* untried after a failure: in a multi of its own */
@@ -133,11 +136,25 @@ int zk_batch_delete(struct zk *zk, const char *path, int version, void_completio
     return ZOK;
 }
 
+int zk_batch_set(struct zk *zk, const char *path, const char *data, int datalen, int version,
+                 stat_completion_t done, const void *arg)
+{
+    struct zwrite *w = zwrite_new(zk, ZOO_SETDATA_OP, path, data, datalen, arg);
+
+    if (!w)
+        return ZSYSTEMERROR;
+    w->version = version;
+    w->set = done;
+    return ZOK;
+}
+
 /* Runs the write's completion with rc and frees it. */
 static void zwrite_finish(struct zwrite *w, int rc)
 {
     if (w->type == ZOO_CREATE_OP)
         w->created(rc, rc == ZOK ? w->result : NULL, w->arg);
+    else if (w->type == ZOO_SETDATA_OP)
+        w->set(rc, rc == ZOK ? &w->stat : NULL, w->arg);
     else
         w->deleted(rc, w->arg);
     free(w);
@@ -169,6 +186,8 @@ static void batch_send(struct zk *zk)
         if (w->type == ZOO_CREATE_OP)
             zoo_create_op_init(&ops[b->n], w->path, w->data, w->datalen, w->acl, w->flags,
                                w->result, w->resultlen);
+        else if (w->type == ZOO_SETDATA_OP)
+            zoo_set_op_init(&ops[b->n], w->path, w->data, w->datalen, w->version, &w->stat);
         else
             zoo_delete_op_init(&ops[b->n], w->path, w->version);
         memset(&b->res[b->n], 0, sizeof(b->res[b->n]));

@@ -173,6 +173,10 @@ int zk_batch_create(struct zk *zk, const char *path, const char *data, int datal
                     zk_batch_sent_fn sent, const void *arg);
 int zk_batch_delete(struct zk *zk, const char *path, int version, void_completion_t done,
                     const void *arg);
+/* Queue a setData of a node, as zoo_aset would send it (data is copied).
+ * Its zxid may be shared with the other writes of its multi. */
+int zk_batch_set(struct zk *zk, const char *path, const char *data, int datalen, int version,
+                 stat_completion_t done, const void *arg);
 /* Sends queued writes while fewer than the window of multis are in flight
  * (connected only). Called after each pass of zookeeper_process() and from
  * the kick; not from inside a completion. */

@@ -445,7 +445,8 @@ static void zl_write_data(struct zlock *zl)
     if (!zl->node || zk->state != ZK_CONNECTED || zl->data_writing || !(n = nodecall_new(zl)))
         return;
     zl_format_data(zl, data, sizeof(data));
-    if (zoo_aset(zk->zh, zl->node, data, (int)strlen(data), -1, on_data_written, n) != ZOK) {
+    /* In a multi with other writes: no token depends on its zxid. */
+    if (zk_batch_set(zk, zl->node, data, (int)strlen(data), -1, on_data_written, n) != ZOK) {
         free(n);
         return;
     }
@@ -1167,9 +1168,11 @@ static void on_turn_checked(int rc, const struct String_vector *children, const 
     zk = zl->zk;
     zl_format_data(zl, buf, sizeof(buf));
     /* The data write's completion (on_turn_written) stands for any other
-     * in flight: it is sent after them, and answered after them. */
+     * in flight: it is queued and sent after them, and answered after them.
+     * It may share a multi with other writes: its zxid is still one that
+     * no earlier token of the name was made from. */
     n = nodecall_new(zl);
-    rc = n ? zoo_aset(zk->zh, zl->node, buf, (int)strlen(buf), -1, on_turn_written, n)
+    rc = n ? zk_batch_set(zk, zl->node, buf, (int)strlen(buf), -1, on_turn_written, n)
            : ZSYSTEMERROR;
     if (rc != ZOK) {
         free(n);
@@ -1626,7 +1629,9 @@ void zk_locks_handle_closed(struct zk *zk, bool session_gone)
                 zl->gen++;
                 zl->step = ZL_IDLE;
             } else if (zl->idle) {
-                zl_idle_drop(zl);
+                zl_idle_end(zl);
+                zl->gen++;
+                zl->step = ZL_IDLE;   /* zl_start deletes it once connected */
             }
             continue;
         }
