@@ -108,6 +108,11 @@ static const struct metric_row rows[] = {
       "Lock acquisitions and releases in progress in ZooKeeper." },
     { "zk_leases_removed", "zk_leases_removed_total", "counter", NULL, 0,
       "Expired lease nodes this daemon removed from ZooKeeper since start." },
+    { "zk_idle_nodes", "zk_idle_nodes", "gauge", NULL, 0,
+      "Released exclusive locks whose ZooKeeper node is kept for a LOCK on this daemon "
+      "(keep_idle_ms)." },
+    { "zk_idle_reuses", "zk_idle_reuses_total", "counter", NULL, 0,
+      "LOCKs granted by taking a kept idle node over, since start." },
 };
 #define NROWS (sizeof(rows) / sizeof(rows[0]))
 

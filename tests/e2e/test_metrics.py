@@ -337,6 +337,8 @@ STAT_METRICS = {
     "zk_outstanding": ("lockbroker_zk_outstanding_requests", {}),
     "zk_requests": ("lockbroker_zk_lock_operations", {}),
     "zk_leases_removed": ("lockbroker_zk_leases_removed_total", {}),
+    "zk_idle_nodes": ("lockbroker_zk_idle_nodes", {}),
+    "zk_idle_reuses": ("lockbroker_zk_idle_reuses_total", {}),
 }
 # Words, not numbers: version and mode are labels of lockbroker_info, zk_state
 # is lockbroker_zk_session_state; the session id is left to STATS.
