@@ -1659,6 +1659,38 @@ class IdleTest(DistributedBase):
         self.assertEqual(len(set(nodes)), 2, nodes)
         self.assertEqual(stats(a)["zk_idle_reuses"], "4")
 
+    def test_idle_node_of_a_stopped_daemon_is_not_taken_over(self):
+        """The session of a stopped daemon expires with its idle node; once
+        it runs again, a LOCK of the name there queues behind the holder it
+        got meanwhile, never takes the gone node over."""
+        hosts = self.zk.connect_string
+        keep = "keep_idle_ms = 60000\n"
+        a = self.start_daemon(hosts, "A", extra=keep)
+        b = self.start_daemon(hosts, "B", extra=keep)
+        ca = self.client(a, timeout=scaled(15.0))
+        t_a = int(ca.request("LOCK x").split()[2])
+        self.assertEqual(ca.request("UNLOCK x"), "OK x")
+        self.assertEqual(stats(a)["zk_idle_nodes"], "1")
+        wait_ms = SESSION_MS + MARGIN_MS
+        cb = self.client(b, timeout=scaled(wait_ms / 1000.0 + 10))
+        mark = a.log_mark()
+        a.send_signal(signal.SIGSTOP)
+        try:
+            cb.send("LOCK x %d\n" % wait_ms)
+            # Only the end of A's session can let B in: A cannot see B queue.
+            t_b = int(cb.expect_match(r"OK x %s" % TOKEN).group(1))
+            self.assertGreater(t_b, t_a)
+            ca.send("LOCK x 20000\n")      # waits in A's socket
+        finally:
+            a.send_signal(signal.SIGCONT)
+        a.wait_log(r"lock x: %s queued$" % re.escape(ca.local), since=mark)
+        self.assertTrue(ca.silent(), "A granted x while B holds it")
+        self.assertEqual(stats(a)["zk_idle_nodes"], "0")
+        self.assertEqual(cb.request("UNLOCK x"), "OK x")
+        t = int(ca.expect_match(r"OK x %s" % TOKEN).group(1))
+        self.assertGreater(t, t_b)
+        self.assertEqual(ca.request("UNLOCK x"), "OK x")
+
     def test_no_keep_when_disabled(self):
         hosts = self.zk.connect_string
         a = self.start_daemon(hosts, "A", extra="keep_idle_ms = 0\n")
