@@ -131,17 +131,11 @@ fourlw() {
     printf '%s' "$ans"
 }
 
-# handoff_conf N: writes a configuration file that sets [zookeeper]
-# local_handoff = N, and prints its name.
-handoff_conf() {
-    printf '[zookeeper]\nlocal_handoff = %s\n' "$1" >"$tmp/handoff-$1.conf"
-    echo "$tmp/handoff-$1.conf"
-}
-
-# keep0_conf: a configuration file with [zookeeper] keep_idle_ms = 0; prints its name.
-keep0_conf() {
-    printf '[zookeeper]\nkeep_idle_ms = 0\n' >"$tmp/keep0.conf"
-    echo "$tmp/keep0.conf"
+# zk_conf KEY VALUE: writes a configuration file that sets [zookeeper]
+# KEY = VALUE, and prints its name.
+zk_conf() {
+    printf '[zookeeper]\n%s = %s\n' "$1" "$2" >"$tmp/$1-$2.conf"
+    echo "$tmp/$1-$2.conf"
 }
 
 # Sets ZK_PORT and ZK_PID.
@@ -229,11 +223,11 @@ start_lockbrokerd distributed -z "$ZK"
 D_PORT=$LB_PORT D_PID=$LB_PID
 wait_zk_session distributed
 # The same with every grant through ZooKeeper: the local_handoff = 0 row.
-start_lockbrokerd distributed-lh0 -c "$(handoff_conf 0)" -z "$ZK"
+start_lockbrokerd distributed-lh0 -c "$(zk_conf local_handoff 0)" -z "$ZK"
 D0_PORT=$LB_PORT D0_PID=$LB_PID
 wait_zk_session distributed-lh0
 # Released nodes deleted at once: the distinct rows without idle nodes.
-start_lockbrokerd distributed-k0 -c "$(keep0_conf)" -z "$ZK"
+start_lockbrokerd distributed-k0 -c "$(zk_conf keep_idle_ms 0)" -z "$ZK"
 DK0_PORT=$LB_PORT DK0_PID=$LB_PID
 wait_zk_session distributed-k0
 # A second daemon with the default settings: the two-daemon row.
@@ -243,12 +237,12 @@ wait_zk_session distributed-b
 declare -A SW_PORT SW_PID
 if [ "$SWEEP" = 1 ]; then
     for h in 8 16 32 64; do
-        start_lockbrokerd "distributed-lh$h" -c "$(handoff_conf "$h")" -z "$ZK"
+        start_lockbrokerd "distributed-lh$h" -c "$(zk_conf local_handoff "$h")" -z "$ZK"
         SW_PORT[$h]=$LB_PORT SW_PID[$h]=$LB_PID
         wait_zk_session "distributed-lh$h"
     done
     # A second local_handoff = 0 daemon: the two-daemon row in strict FIFO.
-    start_lockbrokerd distributed-lh0-b -c "$(handoff_conf 0)" -z "$ZK"
+    start_lockbrokerd distributed-lh0-b -c "$(zk_conf local_handoff 0)" -z "$ZK"
     D0B2_PORT=$LB_PORT D0B2_PID=$LB_PID
     wait_zk_session distributed-lh0-b
 fi

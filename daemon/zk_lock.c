@@ -432,28 +432,60 @@ static void zl_format_data(const struct zlock *zl, char *buf, size_t len)
  * without a zcall: nothing waits for the reply, and the zlock's
  * generation (which keeps a pending watch valid) must not change.
  */
-static void zl_write_data(struct zlock *zl)
+/*
+ * Queues a write of our node's current data (zk_batch.c: it may share a
+ * multi's zxid with other writes); done gets a nodecall. Returns ZOK, or
+ * the error with nothing sent.
+ */
+static int zl_send_data(struct zlock *zl, stat_completion_t done)
 {
     struct zk *zk = zl->zk;
-    struct nodecall *n;
+    struct nodecall *n = nodecall_new(zl);
     char data[512];
+    int rc;
 
-    zl->data_stale = true;
-    /* One write at a time: its completion sends the newest owner, so a lock
-     * passed on locally many times meanwhile costs one more write, not one
-     * per handoff. */
-    if (!zl->node || zk->state != ZK_CONNECTED || zl->data_writing || !(n = nodecall_new(zl)))
-        return;
+    if (!n)
+        return ZSYSTEMERROR;
     zl_format_data(zl, data, sizeof(data));
-    /* In a multi with other writes: no token depends on its zxid. */
-    if (zk_batch_set(zk, zl->node, data, (int)strlen(data), -1, on_data_written, n) != ZOK) {
+    if ((rc = zk_batch_set(zk, zl->node, data, (int)strlen(data), -1, done, n)) != ZOK) {
         free(n);
-        return;
+        return rc;
     }
     zl->data_stale = false;
     zl->data_writing = true;
     zk->outstanding++;
     zk_kick(zk);
+    return ZOK;
+}
+
+static void zl_write_data(struct zlock *zl)
+{
+    zl->data_stale = true;
+    /* One write at a time: its completion sends the newest owner, so a lock
+     * passed on locally many times meanwhile costs one more write, not one
+     * per handoff. No token depends on its zxid. */
+    if (zl->node && zl->zk->state == ZK_CONNECTED && !zl->data_writing)
+        zl_send_data(zl, on_data_written);
+}
+
+/*
+ * The grant's token, made from zxid into zl->token (ztoken.h). A zxid too
+ * large for a token is refused rather than wrapped: the request gets
+ * UNAVAILABLE and our node goes. Returns false then (zl is detached).
+ */
+static bool zl_take_token(struct zlock *zl, int64_t zxid)
+{
+    struct hold *h;
+
+    if (ztoken_of_zxid(zxid, &zl->token))
+        return true;
+    log_error("zk: zxid %lld is beyond what a fencing token can carry (2^56); "
+              "not granting %s", (long long)zxid, zl->parent);
+    h = zl_detach(zl);
+    zl_delete(zl);
+    if (h)
+        locks_backend_refused(h, LOCKS_UNAVAILABLE);
+    return false;
 }
 
 /* ---------------------------------------------------------------- create */
@@ -639,20 +671,35 @@ static void zl_find_lost_create(struct zlock *zl)
 
 /* ------------------------------------------------------- list and watch */
 
-static void on_watch_event(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+/*
+ * A watch event reached the watch context ctx (a zcall in zk->watches).
+ * Session events reach every registered watcher and do not remove it:
+ * NULL. Otherwise the watch fired once and its context is freed; returns
+ * its zlock if still there (or NULL), and *gen the context's gen.
+ */
+static struct zlock *watch_fired(void *ctx, int type, unsigned *gen)
 {
     struct zcall *w = ctx;
     struct zk *zk = w->zk;
     struct zlock *zl;
 
-    /* Session events reach every registered watcher and do not remove it. */
     if (type == ZOO_SESSION_EVENT)
-        return;
+        return NULL;
     zl = zl_find(zk, w->id);
-    TAILQ_REMOVE(&zk->watches, w, link);   /* a watch fires once */
-    if (zl && zl->gen == w->gen && zl->step == ZL_LEASED) {
+    *gen = w->gen;
+    TAILQ_REMOVE(&zk->watches, w, link);
+    free(w);
+    return zl;
+}
+
+static void on_watch_event(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+    unsigned gen;
+    struct zlock *zl = watch_fired(ctx, type, &gen);
+
+    if (zl && zl->gen == gen && zl->step == ZL_LEASED) {
         zl_lease_check(zl);  /* renewed, or gone */
-    } else if (zl && zl->gen == w->gen && zl->step == ZL_WATCHING) {
+    } else if (zl && zl->gen == gen && zl->step == ZL_WATCHING) {
         log_debug("zk: %s changed; %s looks again", path, zl->node);
         /* A semaphore's waiter may be first now: that listing must watch. */
         if (zl->mode == LOCK_LIMIT)
@@ -660,7 +707,6 @@ static void on_watch_event(zhandle_t *zh, int type, int state, const char *path,
         else
             zl_list(zl);
     }
-    free(w);
 }
 
 static void on_predecessor_read(int rc, const char *value, int len, const struct Stat *stat,
@@ -853,15 +899,9 @@ static void on_listed(int rc, const struct String_vector *children, const struct
         zl_convert(zl);      /* a lease: a persistent node takes over from ours */
         return;
     }
-    if (zl_may_hold(zl, &v) && !ztoken_of_zxid(stat->pzxid, &zl->token)) {
-        log_error("zk: zxid %lld is beyond what a fencing token can carry (2^56); "
-                  "not granting %s", (long long)stat->pzxid, zl->parent);
-        h = zl_detach(zl);
-        zl_delete(zl);
-        locks_backend_refused(h, LOCKS_UNAVAILABLE);
-        return;
-    }
     if (zl_may_hold(zl, &v)) {
+        if (!zl_take_token(zl, stat->pzxid))
+            return;
         zl->step = ZL_HELD;
         zl->create_attempts = 0;
         zl->handoffs = 0;
@@ -920,6 +960,18 @@ static void on_deleted(int rc, const void *data)
         zl_node_gone(zl);
     }
     zl_park(zl, rc);
+}
+
+/* Our node goes now, or, while not connected, once connected (zl_start
+ * deletes a node nobody holds); a pending reply or watch is made stale. */
+static void zl_delete_when_connected(struct zlock *zl)
+{
+    if (zl->zk->state == ZK_CONNECTED) {
+        zl_delete(zl);
+    } else {
+        zl->gen++;
+        zl->step = ZL_IDLE;
+    }
 }
 
 static void zl_delete(struct zlock *zl)
@@ -1003,7 +1055,6 @@ static void on_lease_read(int rc, const char *value, int len, const struct Stat 
                           const void *data)
 {
     struct zlock *zl = zcall_done_watched(data, rc);
-    struct hold *h;
 
     if (!zl)
         return;
@@ -1023,15 +1074,9 @@ static void on_lease_read(int rc, const char *value, int len, const struct Stat 
         zl_delete(zl);
         return;
     }
-    if (zl->hold && !zl->granted && !ztoken_of_zxid(stat->czxid, &zl->token)) {
-        log_error("zk: zxid %lld is beyond what a fencing token can carry (2^56); "
-                  "not granting %s", (long long)stat->czxid, zl->parent);
-        h = zl_detach(zl);
-        zl_delete(zl);
-        locks_backend_refused(h, LOCKS_UNAVAILABLE);
-        return;
-    }
     if (zl->hold && !zl->granted) {
+        if (!zl_take_token(zl, stat->czxid))
+            return;
         zl->granted = true;
         log_debug("zk: lease %s holds %s, token %llu", zl->node, zl->parent,
                   (unsigned long long)zl->token);
@@ -1096,18 +1141,10 @@ static void zl_node_gone(struct zlock *zl)
 /* Grants the holder waiting at a turn's end the token of zxid, passed on. */
 static void zl_grant_turn(struct zlock *zl, int64_t zxid)
 {
-    struct hold *h;
-
     zl->awaiting_token = false;
     zl->handoffs = 0;
-    if (!ztoken_of_zxid(zxid, &zl->token)) {
-        log_error("zk: zxid %lld is beyond what a fencing token can carry (2^56); "
-                  "not granting %s", (long long)zxid, zl->parent);
-        h = zl_detach(zl);
-        zl_delete(zl);
-        locks_backend_refused(h, LOCKS_UNAVAILABLE);
+    if (!zl_take_token(zl, zxid))
         return;
-    }
     log_debug("zk: %s passed on, new turn, token %llu", zl->node,
               (unsigned long long)zl->token);
     locks_backend_granted(zl->hold, zl->token);
@@ -1149,9 +1186,6 @@ static void on_turn_written(int rc, const struct Stat *stat, const void *data)
 static void on_turn_checked(int rc, const struct String_vector *children, const void *data)
 {
     struct zlock *zl = zcall_done(data);
-    struct zk *zk;
-    struct nodecall *n;
-    char buf[512];
 
     if (!zl)
         return;
@@ -1165,24 +1199,12 @@ static void on_turn_checked(int rc, const struct String_vector *children, const 
         zl_delete(zl);       /* then zl_start queues the holder again, if any */
         return;
     }
-    zk = zl->zk;
-    zl_format_data(zl, buf, sizeof(buf));
     /* The data write's completion (on_turn_written) stands for any other
      * in flight: it is queued and sent after them, and answered after them.
      * It may share a multi with other writes: its zxid is still one that
      * no earlier token of the name was made from. */
-    n = nodecall_new(zl);
-    rc = n ? zk_batch_set(zk, zl->node, buf, (int)strlen(buf), -1, on_turn_written, n)
-           : ZSYSTEMERROR;
-    if (rc != ZOK) {
-        free(n);
+    if ((rc = zl_send_data(zl, on_turn_written)) != ZOK)
         zl_park(zl, rc);
-        return;
-    }
-    zl->data_stale = false;
-    zl->data_writing = true;
-    zk->outstanding++;
-    zk_kick(zk);
 }
 
 static void zl_check_turn(struct zlock *zl)
@@ -1254,16 +1276,11 @@ static void zl_idle_end(struct zlock *zl)
     zk->nidle--;
 }
 
-/* The idle node goes now, or once connected (zl_start deletes it). */
+/* The idle node goes now, or once connected. */
 static void zl_idle_drop(struct zlock *zl)
 {
     zl_idle_end(zl);
-    if (zl->zk->state == ZK_CONNECTED) {
-        zl_delete(zl);
-    } else {
-        zl->gen++;
-        zl->step = ZL_IDLE;
-    }
+    zl_delete_when_connected(zl);
 }
 
 /* Another daemon may have queued for the name: stop keeping the node. */
@@ -1280,19 +1297,13 @@ static void zl_contended(struct zlock *zl)
  * the epoch of the node it was set for. */
 static void on_idle_watch(zhandle_t *zh, int type, int state, const char *path, void *ctx)
 {
-    struct zcall *w = ctx;
-    struct zk *zk = w->zk;
-    struct zlock *zl;
+    unsigned epoch;
+    struct zlock *zl = watch_fired(ctx, type, &epoch);
 
-    if (type == ZOO_SESSION_EVENT)
-        return;
-    TAILQ_REMOVE(&zk->watches, w, link);   /* a watch fires once */
-    zl = zl_find(zk, w->id);
-    if (zl && zl->epoch == w->gen) {
+    if (zl && zl->epoch == epoch) {
         zl->child_watched = false;
         zl_contended(zl);
     }
-    free(w);
 }
 
 static void on_idle_listed(int rc, const struct String_vector *children, const void *data)
@@ -1573,12 +1584,7 @@ void zk_lock_let_go(void *impl, struct hold *h)
     case ZL_HELD:
     case ZL_WATCHING:
     case ZL_LEASED:
-        if (zl->zk->state == ZK_CONNECTED) {
-            zl_delete(zl);   /* also makes the pending watch stale */
-        } else {
-            zl->gen++;
-            zl->step = ZL_IDLE;   /* deleted on reconnection */
-        }
+        zl_delete_when_connected(zl);   /* the pending watch is stale either way */
         break;
     case ZL_IDLE:
         zl_start(zl);        /* deletes or frees now, or once connected */

@@ -421,6 +421,10 @@ class DistributedBase(unittest.TestCase):
         except zkharness.ZkTimeout as e:
             raise AssertionError(str(e))
 
+    def wait_stat(self, d, name, value, timeout=None):
+        self.wait_zk(lambda: stats(d)[name] == value, scaled(10.0) if timeout is None else timeout,
+                     "%s: STAT %s %s" % (d.name, name, value))
+
     def wait_node(self, hosts, name, daemon, count=1, timeout=None):
         """Waits until <root>/locks/<name> holds `count` nodes of `daemon`."""
         def check():
@@ -1569,10 +1573,6 @@ class IdleTest(DistributedBase):
     """keep_idle_ms: a released exclusive lock's node stays a while, for a
     LOCK of it on the same daemon, unless another daemon wants it."""
 
-    def wait_stat(self, d, name, value):
-        self.wait_zk(lambda: stats(d)[name] == value, scaled(10.0),
-                     "%s: STAT %s %s" % (d.name, name, value))
-
     def test_relock_takes_the_idle_node_over(self):
         hosts = self.zk.connect_string
         a = self.start_daemon(hosts, "A")
@@ -1894,10 +1894,6 @@ class BatchTest(DistributedBase):
     single request would be and the other writes are sent again. The proxy
     holds the server's replies back, so that writes queue up behind 2
     multis in flight and go out together, deterministically."""
-
-    def wait_stat(self, d, name, value, timeout=None):
-        self.wait_zk(lambda: stats(d)[name] == value, scaled(10.0) if timeout is None else timeout,
-                     "%s: STAT %s %s" % (d.name, name, value))
 
     def make_parents(self, names):
         """Persistent parents, which the server does not remove when empty
