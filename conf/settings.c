@@ -232,6 +232,11 @@ static const struct setting rows[] = {
     /* a lease costs well under 1 KB: ~10 MB at most */
     { "server", "max_leases", UINT(max_leases), "10000", 1, 1000000, ON_SIGHUP,
       "leases (LOCK ... ttl=) held or awaited through this daemon, all clients together" },
+    /* 0: opt-in per request (delay=), so a client that dies does not hold
+     * up the next one unless it asked; 60 s as Consul's upper bound */
+    { "server", "lock_delay_ms", UINT(lock_delay_ms), "0", 0, 60000, ON_SIGHUP,
+      "lock-delay of a LOCK or TRYLOCK without delay=: how long a hold that ends without "
+      "a release keeps the name" },
     /* A client host that dies sends no FIN: without probes its locks would
      * stay held for the kernel's 2 h + 9 * 75 s. 30 + 3 * 10 s: within a minute. */
     { "server", "tcp_keepalive_idle_s", UINT(tcp_keepalive_idle_s), "30", 1, 32767, ON_SIGHUP,

@@ -29,6 +29,7 @@ struct settings {
     unsigned max_line;          /* longest request line in bytes, LF excluded */
     unsigned max_locks_per_client; /* locks held plus awaited by one connection */
     unsigned max_leases;        /* leases held or awaited through this daemon, all clients */
+    unsigned lock_delay_ms;     /* lock-delay of a LOCK/TRYLOCK without delay= */
     unsigned tcp_keepalive_idle_s;     /* silence before an accepted TCP peer is probed */
     unsigned tcp_keepalive_interval_s; /* between unanswered probes */
     unsigned tcp_keepalive_count;      /* unanswered probes that end the connection */

@@ -48,8 +48,11 @@ struct backend_query;
 typedef void (*backend_query_cb)(void *arg, const struct backend_queue_info *info);
 
 struct backend_lease_op;
-/* Answer to a pending lease_op: LOCKS_RELEASED (done) or LOCKS_NOT_HELD. */
-typedef void (*backend_lease_cb)(void *arg, enum locks_result r);
+/* ttl_ms of a lease_op that only asks whether the lease is held (CHECK). */
+#define LEASE_CHECK (-1)
+/* Answer to a pending lease_op: LOCKS_RELEASED (done; for a check: held,
+ * left_ms from now until its deadline) or LOCKS_NOT_HELD. */
+typedef void (*backend_lease_cb)(void *arg, enum locks_result r, int64_t left_ms);
 
 /* Receives one statistic: name (lower case, no prefix) and its value. */
 typedef void (*backend_stat_fn)(void *cookie, const char *name, const char *value);
@@ -103,7 +106,8 @@ struct backend_ops {
      * Leases (lease.h). ends_leases: the backend ends each lease at its ttl
      * itself and every renewal goes through lease_op (distributed mode,
      * where any daemon may renew or end a lease); false: lease.c's timers
-     * end them. lease_op releases (ttl_ms 0) or renews for ttl_ms the lease
+     * end them. lease_op releases (ttl_ms 0), checks (ttl_ms LEASE_CHECK,
+     * lease.h: changes nothing) or renews for ttl_ms the lease
      * of name with token that lease.c does not hold here. It answers
      * LOCKS_RELEASED or LOCKS_NOT_HELD at once, or LOCKS_WAITING with
      * *pending set and later, exactly once unless cancelled, through cb.
@@ -127,6 +131,15 @@ struct backend_ops {
      * that ends while it could not serve at any time is UNAVAILABLE, not
      * a timeout: nobody holds the lock as far as anyone knows. */
     int64_t (*unreachable_since)(void *impl);
+    /*
+     * For CHECK: how long from now (ms) the backend promises that nobody
+     * else is granted a hold that excludes h, granted, while h is not
+     * released: INT64_MAX when the backend sets no bound (embedded mode:
+     * only the daemon itself could end h), 0 when it promises nothing.
+     * Distributed mode: until the earliest moment the daemon's ZooKeeper
+     * session can expire (PROTOCOL.md, CHECK). Cheap: a clock read.
+     */
+    int64_t (*window_ms)(void *impl, struct hold *h);
     /* Frees the backend; ends its session (and so its holds) first. */
     void (*free)(void *impl);
 };

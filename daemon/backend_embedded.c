@@ -85,6 +85,12 @@ static void embedded_free(void *impl)
     free(impl);
 }
 
+/* Only this daemon ends holds, and it is the one answering. */
+static int64_t embedded_window_ms(void *impl, struct hold *h)
+{
+    return INT64_MAX;
+}
+
 static const struct backend_ops embedded_ops = {
     .name = "embedded",
     .acquire = embedded_acquire,
@@ -101,6 +107,7 @@ static const struct backend_ops embedded_ops = {
     .lease_op_cancel = embedded_lease_op_cancel,
     .before_request = embedded_before_request,
     .unreachable_since = embedded_unreachable_since,
+    .window_ms = embedded_window_ms,
     .free = embedded_free,
 };
 

@@ -72,6 +72,7 @@ struct conn {
     struct lease *lease;           /* LOCK ... ttl=: the lease being acquired, or NULL */
     struct backend_lease_op *lease_op; /* UNLOCK/RENEW by token: the answer pending, or NULL */
     char status_name[PROTO_NAME_MAX + 1]; /* the name that query or lease_op is about */
+    uint64_t check_token;          /* the token that lease_op is about */
     struct event *linger_timer;    /* owned; armed in CONN_LINGER */
     struct event *auth_timer;      /* owned, made at the first AUTH; armed while a failed
                                     * AUTH's answer is held back (CONN_WAITING) */
@@ -162,8 +163,10 @@ static void reply_word(struct conn *c, const char *word, const char *name, size_
 }
 
 /* Cancels what the connection waits for and releases what it holds (not
- * its leases, which belong to no connection). */
-static void conn_release_all(struct conn *c)
+ * its leases, which belong to no connection). abandon: the client ended
+ * without saying so (not QUIT): holds with a lock-delay keep their names
+ * for it (PROTOCOL.md, Lock-delay). */
+static void conn_release_all(struct conn *c, bool abandon)
 {
     struct backend *be = c->srv->backend;
 
@@ -178,7 +181,10 @@ static void conn_release_all(struct conn *c)
     c->lease_op = NULL;
     if (c->auth_timer)
         evtimer_del(c->auth_timer);
-    locks_owner_release_all(c->srv->locks, &c->owner);
+    if (abandon)
+        locks_owner_abandon_all(c->srv->locks, &c->owner);
+    else
+        locks_owner_release_all(c->srv->locks, &c->owner);
 }
 
 /* ZooKeeper (distributed mode) could not be asked. */
@@ -187,11 +193,12 @@ static void reply_unavailable(struct conn *c)
     reply_err(c, PROTO_ERR_UNAVAILABLE, "the lock service is not reachable; retry later");
 }
 
-/* Releases everything and queues the last reply; conn_on_write closes. */
-static void conn_begin_close(struct conn *c)
+/* Releases everything and queues the last reply; conn_on_write closes.
+ * abandon as for conn_release_all(). */
+static void conn_begin_close(struct conn *c, bool abandon)
 {
     c->released += c->owner.nholds;     /* for the "closed" log line */
-    conn_release_all(c);
+    conn_release_all(c, abandon);
     conn_set_state(c, CONN_CLOSING);
     /* The last reply may have gone out directly: no write will call back. */
     if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
@@ -284,7 +291,7 @@ static void reply_status(struct conn *c, const char *name, const struct backend_
 {
     struct evbuffer *out = bufferevent_get_output(c->bev);
     struct locks_status ls;
-    char since[24] = "-", mode[48 + PROTO_LABEL_MAX + 8] = "";
+    char since[24] = "-", mode[48 + PROTO_LABEL_MAX + 32] = "";
     const char *label;
     unsigned queue, holders;
     enum lock_mode m;
@@ -304,6 +311,10 @@ static void reply_status(struct conn *c, const char *name, const struct backend_
     else if (m == LOCK_LIMIT)
         snprintf(mode, sizeof(mode), " mode=limit limit=%u holders=%u",
                  zi->global && zi->queue > 0 ? zi->limit : ls.limit, holders);
+    /* An abandoned hold keeps the name for its lock-delay: how much longer. */
+    if (ls.delay_ms > 0)
+        snprintf(mode + strlen(mode), sizeof(mode) - strlen(mode), " delay=%lld",
+                 (long long)ls.delay_ms);
     /* The holder's CLIENT label comes last, when it has one. */
     label = ls.held ? ls.label : zi->global && zi->holders > 0 && zi->label[0] ? zi->label : NULL;
     if (label)
@@ -366,12 +377,73 @@ static void conn_resume(struct conn *c)
     bufferevent_trigger(c->bev, EV_READ, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
 }
 
-/* UNLOCK <name> <token> of a lease, or RENEW. */
-static void reply_lease_op(struct conn *c, const char *name, enum locks_result r)
+/*
+ * CHECK's <safe-ms> (PROTOCOL.md, CHECK) from what is left, in ms, before
+ * another holder could be granted: less a tenth for clocks that do not run
+ * at quite the same rate, rounded down, at most PROTO_SAFE_MAX.
+ */
+static int64_t safe_ms_of(int64_t left_ms)
 {
+    if (left_ms <= 0)
+        return 0;
+    if (left_ms > PROTO_SAFE_MAX)
+        left_ms = PROTO_SAFE_MAX;
+    return left_ms - (left_ms + 9) / 10;
+}
+
+/*
+ * How long, from now, this daemon keeps serving a connection whose client
+ * went silent: over TCP, the keepalive probes or the user timeout end it
+ * no sooner than this after the last byte came in (the CHECK itself), and
+ * a close is an abandonment, followed by the hold's lock-delay. Over the
+ * Unix socket only the client's own end closes it.
+ */
+static int64_t conn_window_ms(const struct conn *c)
+{
+    const struct settings *s = c->srv->settings;
+    int64_t ka = ((int64_t)s->tcp_keepalive_idle_s +
+                  (int64_t)s->tcp_keepalive_interval_s * s->tcp_keepalive_count) * 1000;
+
+    if (strcmp(c->peer, "unix") == 0)
+        return INT64_MAX;
+    if (s->tcp_user_timeout_ms > 0 && s->tcp_user_timeout_ms < ka)
+        return s->tcp_user_timeout_ms;
+    return ka;
+}
+
+/* CHECK <name> [<token>] of this connection's own hold. */
+static void reply_check(struct conn *c, const char *name)
+{
+    char buf[PROTO_REPLY_MAX];
+    int64_t delay_ms, backend_ms, left;
+    uint64_t token;
+
+    if (!locks_owner_check(c->srv->locks, &c->owner, name, &token, &delay_ms, &backend_ms)) {
+        reply_err(c, PROTO_ERR_NOT_HELD, "this connection does not hold that lock");
+        return;
+    }
+    left = conn_window_ms(c);
+    if (left < INT64_MAX - delay_ms)
+        left += delay_ms;
+    if (backend_ms < left)
+        left = backend_ms;
+    conn_write(c, buf, proto_fmt_checked(buf, sizeof(buf), name, strlen(name), token,
+                                         safe_ms_of(left)));
+}
+
+/* UNLOCK <name> <token> of a lease, RENEW, or CHECK <name> <token> of a lease. */
+static void reply_lease_op(struct conn *c, enum proto_cmd cmd, const char *name,
+                           enum locks_result r, uint64_t token, int64_t left_ms)
+{
+    char buf[PROTO_REPLY_MAX];
+
     switch (r) {
     case LOCKS_RELEASED:
-        reply_word(c, "OK", name, strlen(name));
+        if (cmd == PROTO_CMD_CHECK)
+            conn_write(c, buf, proto_fmt_checked(buf, sizeof(buf), name, strlen(name), token,
+                                                 safe_ms_of(left_ms)));
+        else
+            reply_word(c, "OK", name, strlen(name));
         break;
     case LOCKS_NOT_HELD:
         reply_err(c, PROTO_ERR_NOT_HELD, "no lease of that name with that token: the token "
@@ -386,14 +458,14 @@ static void reply_lease_op(struct conn *c, const char *name, enum locks_result r
     }
 }
 
-static void conn_on_lease_op(void *arg, enum locks_result r)
+static void conn_on_lease_op(void *arg, enum locks_result r, int64_t left_ms)
 {
     struct conn *c = arg;
 
     c->lease_op = NULL;
     if (r == LOCKS_RELEASED && c->waiting_cmd == PROTO_CMD_UNLOCK)
         leases_note_released(c->srv->leases);
-    reply_lease_op(c, c->status_name, r);
+    reply_lease_op(c, c->waiting_cmd, c->status_name, r, c->check_token, left_ms);
     conn_resume(c);
 }
 
@@ -553,6 +625,7 @@ static void handle_request(struct conn *c, const struct proto_req *req)
     struct lock_req lreq;
     enum locks_result r;
     uint64_t token = 0;
+    int64_t left_ms = 0;
     char text[96];
 
     c->srv->stats.cmds[req->cmd]++;
@@ -568,7 +641,7 @@ static void handle_request(struct conn *c, const struct proto_req *req)
         break;
     case PROTO_CMD_QUIT:
         conn_write(c, "BYE\n", 4);
-        conn_begin_close(c);
+        conn_begin_close(c, false);     /* QUIT releases, as UNLOCK does */
         break;
     case PROTO_CMD_LOCK:
     case PROTO_CMD_TRYLOCK:
@@ -578,6 +651,8 @@ static void handle_request(struct conn *c, const struct proto_req *req)
         lreq.wait_ms = req->wait_ms;
         lreq.try = req->cmd == PROTO_CMD_TRYLOCK;
         lreq.ttl_ms = req->ttl_ms;
+        lreq.delay_ms = req->delay_ms >= 0 ? req->delay_ms
+                                           : (int64_t)c->srv->settings->lock_delay_ms;
         if (lreq.ttl_ms > 0)
             r = leases_lock(c->srv->leases, &c->owner, name, &lreq, &token, &c->lease);
         else
@@ -607,17 +682,28 @@ static void handle_request(struct conn *c, const struct proto_req *req)
         }
         /* fall through */
     case PROTO_CMD_RENEW:
+    lease_op:
         r = leases_op(c->srv->leases, name, req->token,
-                      req->cmd == PROTO_CMD_RENEW ? req->ttl_ms : 0, conn_on_lease_op, c,
-                      &c->lease_op);
+                      req->cmd == PROTO_CMD_RENEW ? req->ttl_ms
+                      : req->cmd == PROTO_CMD_CHECK ? LEASE_CHECK : 0,
+                      conn_on_lease_op, c, &c->lease_op, &left_ms);
         if (r == LOCKS_WAITING) {
             memcpy(c->status_name, name, req->name_len + 1);
             c->waiting_cmd = req->cmd;
+            c->check_token = req->token;
             conn_set_state(c, CONN_WAITING);
         } else {
-            reply_lease_op(c, name, r);
+            reply_lease_op(c, req->cmd, name, r, req->token, left_ms);
         }
         break;
+    case PROTO_CMD_CHECK:
+        /* Without a token, or with its own hold's: this connection's hold. */
+        if (!req->has_token || (locks_owner_token(c->srv->locks, &c->owner, name, &token) &&
+                                token == req->token)) {
+            reply_check(c, name);
+            break;
+        }
+        goto lease_op;
     case PROTO_CMD_STATUS:
         /* The backend may have to ask around (ZooKeeper); later lines wait. */
         c->query = be->ops->query(be->impl, name, &now, conn_on_queue_info, c);
@@ -672,7 +758,7 @@ static void conn_check_waiting_input(struct conn *c)
     log_info("conn %llu (%s): more than %zu bytes sent behind a waiting request, closing",
              (unsigned long long)c->id, c->peer, max);
     reply_err(c, PROTO_ERR_LIMIT, text);
-    conn_begin_close(c);
+    conn_begin_close(c, true);
 }
 
 /* Parses and answers complete lines while the state allows it. */
@@ -701,13 +787,13 @@ static void conn_process(struct conn *c)
             log_info("conn %llu (%s): line too long, closing", (unsigned long long)c->id,
                      c->peer);
             reply_err(c, PROTO_ERR_LINE_TOO_LONG, text);
-            conn_begin_close(c);
+            conn_begin_close(c, true);
             break;
         }
         if (eol.pos < 0) {
             /* Everything that came before the end of input is answered. */
             if (c->input_ended)
-                conn_begin_close(c);
+                conn_begin_close(c, true);
             break;
         }
         line = (const char *)evbuffer_pullup(in, eol.pos + 1);
@@ -910,7 +996,7 @@ void conn_users_changed(struct server *srv)
         /* Its locks were taken under a login that no longer exists. */
         log_info("conn %llu (%s): user %s is no longer in the users file, closing",
                  (unsigned long long)c->id, c->peer, c->user_name);
-        conn_begin_close(c);
+        conn_begin_close(c, true);
     }
 }
 
@@ -918,7 +1004,7 @@ void conn_free(struct conn *c)
 {
     unsigned held = c->owner.nholds + c->released;
 
-    conn_release_all(c);
+    conn_release_all(c, true);
     log_debug("conn %llu (%s): closed, %u holds and waits released", (unsigned long long)c->id,
               c->peer, held);
     TAILQ_REMOVE(&c->srv->conns, c, link);

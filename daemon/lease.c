@@ -31,6 +31,8 @@ struct lease {
     bool granted;                  /* in set->by_token */
     uint64_t token;                /* valid once granted */
     int64_t ttl_ms;                /* as asked for, until the first grant */
+    int64_t delay_ms;              /* its lock-delay, kept after it expires */
+    int64_t ends_ms;               /* embedded mode, granted: monotonic ms of its end */
     char desc[96];                 /* "lease:<taker's address>"; the owner's desc */
     char label[PROTO_LABEL_MAX + 1]; /* the taker's CLIENT label then, or "" */
     char name[256];                /* a lock name (at most 200 bytes) */
@@ -87,13 +89,15 @@ static void lease_end(struct lease *le)
     lease_free(le);
 }
 
+/* Its ttl ran out without a release: the hold is abandoned (lock-delay). */
 static void on_expiry(evutil_socket_t fd, short what, void *arg)
 {
     struct lease *le = arg;
 
     log_info("lease %s (token %llu) expired", le->name, (unsigned long long)le->token);
     le->set->stats.expired++;
-    lease_end(le);
+    locks_owner_abandon_all(le->set->locks, &le->owner);
+    lease_free(le);
 }
 
 /* Embedded mode: (re)arms the end of the lease (le->expiry exists). */
@@ -104,6 +108,7 @@ static int lease_arm(struct lease *le, int64_t ttl_ms)
     if (le->set->backend->ops->ends_leases)
         return 0;
     event_base_update_cache_time(le->set->base);   /* from now, not the loop's start */
+    le->ends_ms = locks_mono_ms() + ttl_ms;
     return evtimer_add(le->expiry, &tv);
 }
 
@@ -229,6 +234,7 @@ enum locks_result leases_lock(struct leases *ls, struct lock_owner *requester, c
         le->owner.label = le->label;
     }
     le->ttl_ms = req->ttl_ms;
+    le->delay_ms = req->delay_ms > 0 ? req->delay_ms : 0;
     TAILQ_INSERT_TAIL(&ls->all, le, link);
     ls->stats.current++;
 
@@ -251,14 +257,22 @@ void leases_cancel(struct leases *ls, struct lease *pending)
 }
 
 enum locks_result leases_op(struct leases *ls, const char *name, uint64_t token, int64_t ttl_ms,
-                            void (*cb)(void *arg, enum locks_result r), void *arg,
-                            struct backend_lease_op **pending)
+                            void (*cb)(void *arg, enum locks_result r, int64_t left_ms),
+                            void *arg, struct backend_lease_op **pending, int64_t *left_ms)
 {
     struct backend *be = ls->backend;
     struct lease *le = lease_find(ls, name, token);
     enum locks_result r;
 
     if (le && !be->ops->ends_leases) {
+        if (ttl_ms == LEASE_CHECK) {
+            /* Its timer ends it, then its lock-delay keeps the name. */
+            *left_ms = le->ends_ms - locks_mono_ms();
+            if (*left_ms < 0)
+                *left_ms = 0;
+            *left_ms += le->delay_ms;
+            return LOCKS_RELEASED;
+        }
         if (ttl_ms > 0)
             return lease_arm(le, ttl_ms) < 0 ? LOCKS_NOMEM : LOCKS_RELEASED;
         log_debug("lease %s (token %llu) released", name, (unsigned long long)token);

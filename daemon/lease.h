@@ -62,15 +62,18 @@ enum locks_result leases_lock(struct leases *ls, struct lock_owner *requester, c
 void leases_cancel(struct leases *ls, struct lease *pending);
 
 /*
- * Ends (ttl_ms 0) or renews for ttl_ms the lease of name with token:
- * LOCKS_RELEASED (done) or LOCKS_NOT_HELD (wrong or expired token) at
- * once, or LOCKS_WAITING with *pending set while the backend asks around
- * (distributed mode); the answer then reaches cb(arg, r) exactly once,
- * unless leases_op_cancel() is called first.
+ * Ends (ttl_ms 0), checks (LEASE_CHECK) or renews for ttl_ms the lease of
+ * name with token: LOCKS_RELEASED (done; checked: held, *left_ms from now
+ * to its end) or LOCKS_NOT_HELD (wrong or expired token) at once, or
+ * LOCKS_WAITING with *pending set while the backend asks around
+ * (distributed mode); the answer then reaches cb(arg, r, left_ms) exactly
+ * once, unless leases_op_cancel() is called first. left_ms is meaningful
+ * for a check answered LOCKS_RELEASED only: it includes the lease's
+ * lock-delay where its expiry keeps the name for it.
  */
 enum locks_result leases_op(struct leases *ls, const char *name, uint64_t token, int64_t ttl_ms,
-                            void (*cb)(void *arg, enum locks_result r), void *arg,
-                            struct backend_lease_op **pending);
+                            void (*cb)(void *arg, enum locks_result r, int64_t left_ms),
+                            void *arg, struct backend_lease_op **pending, int64_t *left_ms);
 /*
  * A release that leases_op() answered later, through cb, ended the lease
  * (STATS leases_released; leases_op() counts the ones it answers at once).

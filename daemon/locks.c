@@ -43,12 +43,15 @@ struct hold {
     unsigned weight;               /* share of a LOCK_LIMIT lock's limit; 1 today */
     bool try;                      /* TRYLOCK or LOCK ... 0: never waits behind others */
     int64_t ttl_ms;                /* > 0: a lease's (the owner is a lease record) */
+    int64_t delay_ms;              /* lock-delay kept after an abandonment; 0: none */
+    int64_t delay_end_ms;          /* abandoned: monotonic ms when the delay ends */
+    char *gone_desc;               /* abandoned: a copy of its owner's desc; owned */
     uint32_t count;                /* re-entrant depth, >= 1 when HELD */
     uint64_t token;                /* valid when HELD */
     int64_t since_ms;              /* wall-clock time of the grant, valid when HELD */
     int64_t asked_us;              /* monotonic time of the request (locks_mono_us) */
     int64_t granted_us;            /* monotonic time of the grant, valid when HELD */
-    struct event *timer;           /* wait deadline, or NULL */
+    struct event *timer;           /* wait deadline, or the end of a lock-delay, or NULL */
     void *backend_data;            /* the backend's; the table only moves it on handover */
 };
 
@@ -72,6 +75,7 @@ struct locks {
     void *tree;                    /* tsearch root of struct lock * by name */
     struct locks_stats stats;
     struct locks_histograms hist;
+    struct lock_owner abandoned;   /* owns the holds kept for their lock-delay */
 };
 
 #define MAX_DEPTH UINT32_MAX
@@ -206,8 +210,11 @@ static void hold_unlink(struct hold *h)
     }
     TAILQ_REMOVE(&h->owner->holds, h, in_owner);
     h->owner->nholds--;
+    if (h->owner == &t->abandoned)
+        t->stats.delayed--;
     if (h->timer)
         event_free(h->timer);
+    free(h->gone_desc);
     free(h);
 }
 
@@ -360,12 +367,77 @@ static void on_wait_timeout(evutil_socket_t fd, short what, void *arg)
     o->ops->done(o, name, r, 0);
 }
 
+/* The owner of abandoned holds hears nothing: nobody is there. */
+static void abandoned_done(struct lock_owner *o, const char *name, enum locks_result r,
+                           uint64_t token)
+{
+}
+
+static void abandoned_lost(struct lock_owner *o, const char *name, uint64_t token,
+                           const char *reason)
+{
+}
+
+static const struct lock_owner_ops abandoned_ops = {
+    .done = abandoned_done,
+    .lost = abandoned_lost,
+};
+
+/* An abandoned hold's lock-delay is over: it ends as if released. */
+static void on_delay_over(evutil_socket_t fd, short what, void *arg)
+{
+    struct hold *h = arg;
+
+    log_info("lock %s: lock-delay of %lld ms after %s ended (token %llu) is over",
+             h->lock->name, (long long)h->delay_ms, h->gone_desc ? h->gone_desc : "?",
+             (unsigned long long)h->token);
+    hold_release(h);
+}
+
+/*
+ * Keeps h, granted and abandoned by its owner, for its lock-delay: it moves
+ * to the table's own owner, and a timer releases it. false when that cannot
+ * be done (no delay, the daemon is stopping, out of memory): release it.
+ */
+static bool hold_keep_for_delay(struct hold *h)
+{
+    struct locks *t = h->lock->table;
+    struct timeval tv = { h->delay_ms / 1000, (h->delay_ms % 1000) * 1000 };
+    char *desc;
+
+    if (h->delay_ms <= 0 || t->closing || h->state != HOLD_HELD)
+        return false;
+    event_base_update_cache_time(t->base);
+    if (!(desc = strdup(h->owner->desc ? h->owner->desc : "?")) ||
+        !(h->timer = evtimer_new(t->base, on_delay_over, h)) || evtimer_add(h->timer, &tv) < 0) {
+        if (h->timer)
+            event_free(h->timer);
+        h->timer = NULL;
+        free(desc);
+        return false;
+    }
+    h->gone_desc = desc;
+    h->delay_end_ms = locks_mono_ms() + h->delay_ms;
+    TAILQ_REMOVE(&h->owner->holds, h, in_owner);
+    h->owner->nholds--;
+    h->owner = &t->abandoned;
+    TAILQ_INSERT_TAIL(&t->abandoned.holds, h, in_owner);
+    t->abandoned.nholds++;
+    t->stats.delays++;
+    t->stats.delayed++;
+    log_info("lock %s: %s ended without a release (token %llu): nobody else is granted it "
+             "for its lock-delay of %lld ms", h->lock->name, desc, (unsigned long long)h->token,
+             (long long)h->delay_ms);
+    return true;
+}
+
 struct locks *locks_new(struct event_base *base, struct backend *backend, unsigned max_per_client)
 {
     struct locks *t = calloc(1, sizeof(*t));
 
     if (!t)
         return NULL;
+    lock_owner_init(&t->abandoned, &abandoned_ops, "lock-delay");
     t->base = base;
     t->backend = backend;
     t->max_per_client = max_per_client;
@@ -483,6 +555,7 @@ enum locks_result locks_lock(struct locks *t, struct lock_owner *o, const char *
     h->weight = 1;
     h->try = no_wait;
     h->ttl_ms = req->ttl_ms;
+    h->delay_ms = req->delay_ms > 0 ? req->delay_ms : 0;
     h->asked_us = locks_mono_us();
     TAILQ_INSERT_TAIL(&l->waiters, h, in_lock);
     l->nwaiters++;
@@ -505,6 +578,20 @@ bool locks_owner_token(const struct locks *t, const struct lock_owner *o, const 
     if (!h || h->state != HOLD_HELD)
         return false;
     *token = h->token;
+    return true;
+}
+
+bool locks_owner_check(const struct locks *t, const struct lock_owner *o, const char *name,
+                       uint64_t *token, int64_t *delay_ms, int64_t *backend_ms)
+{
+    struct lock *l = lock_find(t, name);
+    struct hold *h = l ? owned_hold(l, o) : NULL;
+
+    if (!h || h->state != HOLD_HELD)
+        return false;
+    *token = h->token;
+    *delay_ms = h->delay_ms;
+    *backend_ms = t->backend->ops->window_ms(t->backend->impl, h);
     return true;
 }
 
@@ -543,6 +630,18 @@ void locks_owner_release_all(struct locks *t, struct lock_owner *o)
     }
 }
 
+void locks_owner_abandon_all(struct locks *t, struct lock_owner *o)
+{
+    struct hold *h;
+
+    while ((h = TAILQ_FIRST(&o->holds))) {
+        if (h->state != HOLD_HELD)
+            hold_cancel(h);
+        else if (!hold_keep_for_delay(h))
+            hold_release(h);
+    }
+}
+
 void locks_get_stats(const struct locks *t, struct locks_stats *out)
 {
     *out = t->stats;
@@ -566,16 +665,23 @@ void locks_status(const struct locks *t, const char *name, struct locks_status *
     out->limit = l->limit;
     out->holders = l->nheld;
     out->waiters = l->nwaiters + l->nadmitted - l->nheld;
-    TAILQ_FOREACH(h, &l->admitted, in_lock)
-        if (h->state == HOLD_HELD) {
+    TAILQ_FOREACH(h, &l->admitted, in_lock) {
+        if (h->state == HOLD_HELD && !out->held) {
             out->held = true;
-            out->holder = h->owner->desc;
+            out->holder = hold_owner_desc(h);
             out->label = h->owner->label;
             out->token = h->token;
             out->since_ms = h->since_ms;
             out->mode = h->mode;
-            break;
         }
+        if (h->owner == &t->abandoned) {
+            int64_t left = h->delay_end_ms - locks_mono_ms();
+            if (left < 1)
+                left = 1;           /* its timer is due: still in force until it runs */
+            if (left > out->delay_ms)
+                out->delay_ms = left;
+        }
+    }
 }
 
 struct each_ctx {
@@ -618,7 +724,11 @@ void locks_set_max_per_client(struct locks *t, unsigned max_per_client)
 /* ------------------------------------------------------------ for backends */
 
 const char *hold_name(const struct hold *h) { return h->lock->name; }
-const char *hold_owner_desc(const struct hold *h) { return h->owner->desc; }
+const char *hold_owner_desc(const struct hold *h)
+{
+    return h->gone_desc ? h->gone_desc : h->owner->desc;
+}
+int64_t hold_delay_ms(const struct hold *h) { return h->delay_ms; }
 const char *hold_label(const struct hold *h) { return h->owner->label; }
 enum lock_mode hold_mode(const struct hold *h) { return h->mode; }
 unsigned hold_limit(const struct hold *h) { return h->mode == LOCK_LIMIT ? h->lock->limit : 0; }

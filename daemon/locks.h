@@ -44,6 +44,8 @@ struct lock_req {
     int64_t wait_ms;      /* -1 waits for ever, 0 never waits, >0 waits that long */
     bool try;             /* TRYLOCK: busy rather than wait (also implied by wait_ms 0) */
     int64_t ttl_ms;       /* > 0: a lease (see lease.h), ending ttl_ms after its grant */
+    int64_t delay_ms;     /* lock-delay: a hold that ends without a release (its owner
+                           * abandoned it) keeps the name this long; 0: none */
 };
 
 enum locks_result {
@@ -89,6 +91,8 @@ struct locks_stats {
     uint64_t timeouts;
     uint64_t lost;
     uint64_t handoffs;    /* holds passed to the next local waiter (distributed mode) */
+    uint64_t delays;      /* abandoned holds kept for their lock-delay, since start */
+    uint64_t delayed;     /* such holds now */
 };
 
 /* Durations on the lock path, for /metrics. Re-entrant grants are not
@@ -132,6 +136,15 @@ enum locks_result locks_lock(struct locks *t, struct lock_owner *o, const char *
 bool locks_owner_token(const struct locks *t, const struct lock_owner *o, const char *name,
                        uint64_t *token);
 
+/*
+ * For CHECK: o's granted hold of name. true with *token, *delay_ms (its
+ * lock-delay) and *backend_ms: how long from now the backend promises that
+ * no other holder excluding this one can be granted while the hold lasts
+ * (backend.h, window_ms); false when o holds no such lock.
+ */
+bool locks_owner_check(const struct locks *t, const struct lock_owner *o, const char *name,
+                       uint64_t *token, int64_t *delay_ms, int64_t *backend_ms);
+
 /* Cancels o's request for name that is still waiting (or being acquired),
  * without calling o back. false when o has none. */
 bool locks_cancel_wait(struct locks *t, struct lock_owner *o, const char *name);
@@ -141,6 +154,14 @@ enum locks_result locks_unlock(struct locks *t, struct lock_owner *o, const char
 
 /* Releases every hold and cancels every wait of o, without calling o back. */
 void locks_owner_release_all(struct locks *t, struct lock_owner *o);
+
+/*
+ * Like locks_owner_release_all(), for an owner that ends without releasing
+ * (a connection closed or dropped, a lease that expired): a hold with a
+ * lock-delay stays with the table, held by nobody, for delay_ms before it
+ * is released (PROTOCOL.md, Lock-delay). Waits are cancelled as usual.
+ */
+void locks_owner_abandon_all(struct locks *t, struct lock_owner *o);
 
 void locks_get_stats(const struct locks *t, struct locks_stats *out);
 /* The table's histograms; they live as long as t. */
@@ -156,6 +177,7 @@ struct locks_status {
     unsigned limit;       /* LOCK_LIMIT only */
     unsigned holders;     /* holds granted here */
     unsigned waiters;     /* requests queued here or being acquired */
+    int64_t delay_ms;     /* > 0: an abandoned hold keeps the name this much longer */
 };
 
 /* What this daemon knows about name (NUL-terminated). */
@@ -179,6 +201,7 @@ void locks_set_max_per_client(struct locks *t, unsigned max_per_client);
  */
 const char *hold_name(const struct hold *h);          /* the lock's name; lives as long as h */
 const char *hold_owner_desc(const struct hold *h);    /* the owner's desc; borrowed */
+int64_t hold_delay_ms(const struct hold *h);          /* its lock-delay, 0: none */
 const char *hold_label(const struct hold *h);         /* its owner's label then, or NULL */
 enum lock_mode hold_mode(const struct hold *h);
 unsigned hold_limit(const struct hold *h);            /* LOCK_LIMIT only, else 0 */

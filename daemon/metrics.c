@@ -83,6 +83,11 @@ static const struct metric_row rows[] = {
     { "local_handoffs", "local_handoffs_total", "counter", NULL, 0,
       "Exclusive holds passed to the next waiter on this daemon without a trip through "
       "ZooKeeper since start." },
+    { "lock_delays", "lock_delays_total", "counter", NULL, 0,
+      "Holds that ended without a release and kept their name for their lock-delay, "
+      "since start." },
+    { "locks_delayed", "locks_delayed", "gauge", NULL, 0,
+      "Abandoned holds keeping their name for their lock-delay now." },
     { "errors", "errors_total", "counter", NULL, 0, "ERR replies sent since start." },
     { "auth_failures", "auth_failures_total", "counter", NULL, 0,
       "Failed authentications since start." },

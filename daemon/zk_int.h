@@ -57,6 +57,12 @@ struct zk {
     bool kicked;
     int64_t heard_ms;                  /* monotonic ms when the server last spoke (0: never) */
     bool barrier;                      /* after a stall: resume nothing until a sync returns */
+    struct event *confirm;             /* sends a confirmation read now and then (CHECK) */
+    bool confirming;                   /* one is in flight */
+    int64_t confirmed_ms;              /* monotonic ms when a request was sent that the
+                                        * server of this session has answered since; the
+                                        * session cannot expire before this + its timeout.
+                                        * 0: none yet in this session */
     int negotiated_ms;
     int64_t session_id;
     /* zk_lock.c's bookkeeping */

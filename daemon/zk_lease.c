@@ -314,7 +314,8 @@ struct backend_lease_op {
     backend_lease_cb cb;       /* NULL once cancelled */
     void *arg;
     uint64_t token;
-    int64_t ttl_ms;            /* 0: release */
+    int64_t ttl_ms;            /* 0: release; LEASE_CHECK: only look */
+    int64_t left_ms;           /* a check that found it held: until its deadline */
     unsigned attempts;
     unsigned pending;          /* reads in flight for the current attempt */
     bool matched;              /* the current attempt found the node */
@@ -327,7 +328,7 @@ struct backend_lease_op {
 static void op_finish(struct backend_lease_op *op, enum locks_result r)
 {
     if (op->cb)
-        op->cb(op->arg, r);
+        op->cb(op->arg, r, op->left_ms);
     free(op);
 }
 
@@ -378,7 +379,13 @@ static void on_op_read(int rc, const char *value, int len, const struct Stat *st
         op->result = LOCKS_NOT_HELD;
         deadline = deadline_of(value, len);
         /* Cancelled, or expired (not held any more, node or not): done. */
-        if (op->cb && deadline >= 0 && deadline >= zk_now_ms()) {
+        if (op->cb && deadline >= 0 && deadline >= zk_now_ms() && op->ttl_ms == LEASE_CHECK) {
+            /* Nobody removes it before deadline + lease_skew_ms on their
+             * clocks, which are within lease_skew_ms of ours: not before
+             * our clock says deadline (PROTOCOL.md, CHECK). */
+            op->result = LOCKS_RELEASED;
+            op->left_ms = deadline - zk_now_ms();
+        } else if (op->cb && deadline >= 0 && deadline >= zk_now_ms()) {
             if (op->ttl_ms == 0) {
                 wrc = zoo_adelete(zk->zh, path, stat->version, on_op_written, op);
             } else {

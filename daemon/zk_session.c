@@ -36,6 +36,7 @@ static void zk_histograms(void *impl, backend_hist_fn add, void *cookie);
 static void zk_free(void *impl);
 static void zk_before_request(void *impl);
 static int64_t zk_unreachable_since(void *impl);
+static int64_t zk_window_ms(void *impl, struct hold *h);
 
 static const struct backend_ops zk_ops = {
     .name = "distributed",
@@ -53,6 +54,7 @@ static const struct backend_ops zk_ops = {
     .lease_op_cancel = zk_lease_op_cancel,
     .before_request = zk_before_request,
     .unreachable_since = zk_unreachable_since,
+    .window_ms = zk_window_ms,
     .free = zk_free,
 };
 
@@ -172,6 +174,87 @@ static int64_t zk_unreachable_since(void *impl)
     struct zk *zk = impl;
 
     return zk->state == ZK_CONNECTED ? 0 : zk->down_since_ms;
+}
+
+/*
+ * CHECK's window (PROTOCOL.md, CHECK). ZooKeeper expires a session no
+ * sooner than its timeout after the server last heard from it, and it
+ * heard from us when it received a request it answered: the session lives
+ * at least until confirmed_ms + timeout, confirmed_ms being when we SENT
+ * the latest request answered in this session. Nobody on another daemon is
+ * granted our nodes' places before they are deleted, and until then only
+ * this daemon deletes them. A stall past 2/3 of the timeout has already
+ * made LOST go out (before_request runs first): what is left is held.
+ */
+static int64_t zk_window_ms(void *impl, struct hold *h)
+{
+    struct zk *zk = impl;
+    int64_t left;
+
+    if (zk->state == ZK_EXPIRED || !zk->session_id || !zk->confirmed_ms)
+        return 0;
+    left = zk->confirmed_ms + zk_timeout_ms(zk) - locks_mono_ms();
+    return left > 0 ? left : 0;
+}
+
+struct confirm_ctx {
+    struct zk *zk;
+    int64_t sent_ms;
+    int64_t session_id;
+};
+
+static void on_confirmed(int rc, const struct Stat *stat, const void *data)
+{
+    struct confirm_ctx *cc = (struct confirm_ctx *)data;
+    struct zk *zk = cc->zk;
+
+    zk->outstanding--;
+    zk->confirming = false;
+    /* Answered by the server (the root may not exist in a chroot). */
+    if ((rc == ZOK || rc == ZNONODE) && zk->state != ZK_EXPIRED &&
+        cc->session_id == zk->session_id && cc->sent_ms > zk->confirmed_ms)
+        zk->confirmed_ms = cc->sent_ms;
+    free(cc);
+}
+
+/* Sends a cheap read whose answer proves the session alive when it was sent. */
+static void zk_confirm(struct zk *zk)
+{
+    struct confirm_ctx *cc;
+
+    if (zk->confirming || zk->state != ZK_CONNECTED || !zk->zh ||
+        !(cc = malloc(sizeof(*cc))))
+        return;
+    cc->zk = zk;
+    cc->sent_ms = locks_mono_ms();
+    cc->session_id = zk->session_id;
+    if (zoo_aexists(zk->zh, "/", 0, on_confirmed, cc) != ZOK) {
+        free(cc);
+        return;
+    }
+    zk->confirming = true;
+    zk->outstanding++;
+    zk_kick(zk);
+}
+
+/* Every tenth of the timeout: CHECK's windows stay within 10% of it. */
+static void on_confirm_timer(evutil_socket_t fd, short what, void *arg)
+{
+    zk_confirm(arg);
+}
+
+static void arm_confirm(struct zk *zk)
+{
+    int ms = zk_timeout_ms(zk) / 10;
+    struct timeval tv;
+
+    if (ms < 100)
+        ms = 100;
+    tv.tv_sec = ms / 1000;
+    tv.tv_usec = (ms % 1000) * 1000;
+    event_del(zk->confirm);
+    event_assign(zk->confirm, zk->base, -1, EV_PERSIST, on_confirm_timer, zk);
+    event_add(zk->confirm, &tv);
 }
 
 /* First report of an outage after this long, then one a minute. */
@@ -451,7 +534,13 @@ static void on_session_event(zhandle_t *zh, int type, int state, const char *pat
         } else {
             zk->sessions++;
             zk->session_id = id->client_id;
+            zk->confirmed_ms = 0;
         }
+        /* Sent before the lock requests resumed below: ZooKeeper answers a
+         * session's requests in order, so it is confirmed before any grant. */
+        zk->confirming = false;      /* one in flight on a lost connection failed */
+        zk_confirm(zk);
+        arm_confirm(zk);
         log_info("zk: %s session 0x%llx, timeout %d ms", same ? "reconnected to" : "new",
                  (unsigned long long)id->client_id, zk->negotiated_ms);
         zk->auth_failed = false;
@@ -576,8 +665,9 @@ struct backend *zk_backend_new(struct event_base *base, const struct settings *s
     zk->stalled = evtimer_new(base, on_stalled, zk);
     zk->down_report = evtimer_new(base, on_down_report, zk);
     zk->idle_timer = evtimer_new(base, zk_idle_expire, zk);
+    zk->confirm = evtimer_new(base, on_confirm_timer, zk);
     if (!zk->io || !zk->kick || !zk->lost_timer || !zk->restart || !zk->retry || !zk->stalled ||
-        !zk->down_report || !zk->idle_timer) {
+        !zk->down_report || !zk->idle_timer || !zk->confirm) {
         zk_free(zk);
         return NULL;
     }
@@ -619,6 +709,8 @@ static void zk_free(void *impl)
         event_free(zk->down_report);
     if (zk->idle_timer)
         event_free(zk->idle_timer);
+    if (zk->confirm)
+        event_free(zk->confirm);
     free(zk);
 }
 

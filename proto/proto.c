@@ -42,7 +42,7 @@ _Static_assert(PROTO_USER_MAX == 64 && PROTO_PASSWORD_MAX == 128,
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
-enum opt { OPT_SHARED, OPT_LIMIT, OPT_TTL, OPT_COUNT };
+enum opt { OPT_SHARED, OPT_LIMIT, OPT_TTL, OPT_DELAY, OPT_COUNT };
 
 /* Options of PROTO_ARG_OPTIONS: a bare word, or word=<n> with n in min..max. */
 static const struct opt_def {
@@ -56,7 +56,11 @@ static const struct opt_def {
     /* Spelt out: STR() would keep the LL of PROTO_TTL_MAX (see the assertion below). */
     [OPT_TTL]    = { "TTL", PROTO_TTL_MIN, PROTO_TTL_MAX,
                      "ttl must be an integer from 100 to 86400000" },
+    [OPT_DELAY]  = { "DELAY", 0, PROTO_DELAY_MAX,
+                     "delay must be an integer from 0 to 60000" },
 };
+
+_Static_assert(PROTO_DELAY_MAX == 60000, "the delay message spells out the bound");
 
 _Static_assert(PROTO_TTL_MIN == 100 && PROTO_TTL_MAX == 86400000,
                "the ttl messages spell out the bounds");
@@ -264,6 +268,9 @@ static enum proto_parse_result parse_option(const struct token *t, unsigned *see
     case OPT_TTL:
         req->ttl_ms = value;
         break;
+    case OPT_DELAY:
+        req->delay_ms = value;
+        break;
     case OPT_COUNT:
         break;          /* never: find_option() returns a row */
     }
@@ -350,6 +357,7 @@ enum proto_parse_result proto_parse(const char *line, size_t len, struct proto_r
 
     memset(req, 0, sizeof(*req));
     req->wait_ms = -1;
+    req->delay_ms = -1;
 
     if (len > 0 && line[len - 1] == '\r')
         len--;
@@ -435,6 +443,13 @@ int proto_fmt_word_name(char *buf, size_t cap, const char *word, const char *nam
 int proto_fmt_err(char *buf, size_t cap, enum proto_err err, const char *text)
 {
     return fitted(snprintf(buf, cap, "ERR %s %s\n", proto_err_code(err), text), cap);
+}
+
+int proto_fmt_checked(char *buf, size_t cap, const char *name, size_t len, uint64_t token,
+                      int64_t safe_ms)
+{
+    return fitted(snprintf(buf, cap, "OK %.*s %" PRIu64 " %lld\n", (int)len, name, token,
+                           (long long)safe_ms), cap);
 }
 
 int proto_fmt_lost(char *buf, size_t cap, const char *name, uint64_t token, const char *reason)

@@ -20,6 +20,8 @@
 #define PROTO_REPLY_MAX 512           /* enough for any single reply line */
 #define PROTO_LABEL_MAX 100           /* bytes in a CLIENT label */
 #define PROTO_USER_MAX 64             /* bytes in an AUTH user name */
+#define PROTO_DELAY_MAX 60000LL      /* largest delay=<ms>: a minute, as Consul's lock-delay */
+#define PROTO_SAFE_MAX 86400000LL     /* largest <safe-ms> a CHECK answers: 24 h */
 #define PROTO_PASSWORD_MAX 128        /* bytes in an AUTH password; with the longest
                                        * user the line fits the smallest max_line */
 
@@ -39,7 +41,7 @@ enum proto_arg {
     PROTO_ARG_GLOB,     /* a name pattern: name bytes and * ? [ ] ! -> name, name_len */
     PROTO_ARG_USER,     /* 1..PROTO_USER_MAX of [A-Za-z0-9._@-] -> user, user_len */
     PROTO_ARG_PASSWORD, /* 1..PROTO_PASSWORD_MAX printable non-space bytes -> password */
-    PROTO_ARG_OPTIONS,  /* last: then options, shared | limit=<n> | ttl=<ms> */
+    PROTO_ARG_OPTIONS,  /* last: then options, shared | limit=<n> | ttl=<ms> | delay=<ms> */
 };
 #define PROTO_ARGS_MAX 4                  /* entries in one layout */
 #define PROTO_ARGS(...) { __VA_ARGS__ }   /* a layout: PROTO_ARGS(PROTO_ARG_NAME, ...) */
@@ -51,14 +53,18 @@ enum proto_arg {
  */
 #define PROTO_COMMANDS(X)                                                          \
     X(LOCK,    "LOCK",    1, PROTO_ARGS(PROTO_ARG_NAME, PROTO_ARG_WAIT, PROTO_ARG_OPTIONS), \
-      "LOCK <name> [<wait-ms>] [shared|limit=<n>] [ttl=<ms>]",                     \
+      "LOCK <name> [<wait-ms>] [shared|limit=<n>] [ttl=<ms>] [delay=<ms>]",        \
       "take a lock, waiting up to wait-ms (default: for ever)")                   \
     X(TRYLOCK, "TRYLOCK", 1, PROTO_ARGS(PROTO_ARG_NAME, PROTO_ARG_OPTIONS),         \
-      "TRYLOCK <name> [shared|limit=<n>] [ttl=<ms>]", "take a lock only if it is free") \
+      "TRYLOCK <name> [shared|limit=<n>] [ttl=<ms>] [delay=<ms>]",                 \
+      "take a lock only if it is free")                                           \
     X(UNLOCK,  "UNLOCK",  1, PROTO_ARGS(PROTO_ARG_NAME, PROTO_ARG_TOKEN),           \
       "UNLOCK <name> [<token>]", "release a lock this connection holds")          \
     X(RENEW,   "RENEW",   3, PROTO_ARGS(PROTO_ARG_NAME, PROTO_ARG_TOKEN, PROTO_ARG_TTL), \
       "RENEW <name> <token> <ttl-ms>", "extend a lease: it now ends ttl-ms from now") \
+    X(CHECK,   "CHECK",   1, PROTO_ARGS(PROTO_ARG_NAME, PROTO_ARG_TOKEN),           \
+      "CHECK <name> [<token>]",                                                    \
+      "is the lock (the lease) still held, and for how many ms is it certainly safe") \
     X(PING,    "PING",    0, PROTO_NO_ARGS, "PING", "answer PONG")                 \
     X(QUIT,    "QUIT",    0, PROTO_NO_ARGS, "QUIT", "answer BYE and close the connection") \
     X(STATUS,  "STATUS",  1, PROTO_ARGS(PROTO_ARG_NAME), "STATUS <name>",           \
@@ -111,7 +117,8 @@ struct proto_req {
     enum proto_mode mode; /* LOCK/TRYLOCK: EXCLUSIVE unless an option says otherwise */
     unsigned limit;       /* PROTO_MODE_LIMIT: 1..PROTO_LIMIT_MAX; otherwise 0 */
     int64_t ttl_ms;       /* LOCK/TRYLOCK ttl=, RENEW's ttl-ms: 0 = none, else PROTO_TTL_MIN..MAX */
-    int has_token;        /* UNLOCK with a token, and RENEW: 1 */
+    int64_t delay_ms;     /* LOCK/TRYLOCK delay=: -1 = not given, else 0..PROTO_DELAY_MAX */
+    int has_token;        /* UNLOCK and CHECK with a token, and RENEW: 1 */
     uint64_t token;       /* valid when has_token */
     const char *label;    /* CLIENT: points into the line; NOT NUL-terminated */
     size_t label_len;     /* 1..PROTO_LABEL_MAX */
@@ -151,6 +158,8 @@ int proto_fmt_granted(char *buf, size_t cap, const char *name, size_t len, uint6
 int proto_fmt_word_name(char *buf, size_t cap, const char *word,
                         const char *name, size_t len);  /* "OK n", "BUSY n", "TIMEOUT n" */
 int proto_fmt_err(char *buf, size_t cap, enum proto_err err, const char *text);          /* ERR C t */
+int proto_fmt_checked(char *buf, size_t cap, const char *name, size_t len, uint64_t token,
+                      int64_t safe_ms);                                                   /* OK n t s */
 int proto_fmt_lost(char *buf, size_t cap, const char *name, uint64_t token,
                    const char *reason);                                                   /* LOST n t r */
 

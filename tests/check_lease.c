@@ -102,6 +102,7 @@ static const struct backend_ops fake_ops = {
     .lease_op = fake_lease_op,
     .lease_op_cancel = fake_lease_op_cancel,
     .unreachable_since = fake_unreachable_since,
+    .window_ms = fake_window_ms,
     .pass_on = fake_pass_on,
     .free = fake_free,
 };
@@ -265,16 +266,17 @@ static enum locks_result trylock(struct fclient *c, const char *name)
 }
 
 /* The callback of a lease_op that lease.c answers at once: must not run. */
-static void op_cb(void *arg, enum locks_result r)
+static void op_cb(void *arg, enum locks_result r, int64_t left_ms)
 {
     ck_abort_msg("lease_op answered later (%d)", r);
 }
 
-/* UNLOCK name token (ttl_ms 0) or RENEW name token ttl_ms. */
+/* UNLOCK name token (ttl_ms 0), RENEW name token ttl_ms, or a check (LEASE_CHECK). */
 static enum locks_result op(const char *name, uint64_t token, int64_t ttl_ms)
 {
     struct backend_lease_op *pending = NULL;
-    enum locks_result r = leases_op(ls, name, token, ttl_ms, op_cb, NULL, &pending);
+    int64_t left_ms = -1;
+    enum locks_result r = leases_op(ls, name, token, ttl_ms, op_cb, NULL, &pending, &left_ms);
 
     ck_assert_ptr_null(pending);
     return r;

@@ -97,6 +97,7 @@ static const struct backend_ops fake_ops = {
     .query = fake_query,
     .query_cancel = fake_query_cancel,
     .unreachable_since = fake_unreachable_since,
+    .window_ms = fake_window_ms,
     .pass_on = fake_pass_on,
     .free = fake_free,
 };

@@ -995,6 +995,60 @@ START_TEST(renew_bad)
 }
 END_TEST
 
+/* ------------------------------------------------- CHECK and lock-delay */
+
+#define MSG_DELAY "delay must be an integer from 0 to 60000"
+
+START_TEST(check)
+{
+    struct proto_req req;
+
+    ck_request("CHECK a", PROTO_CMD_CHECK);
+    ck_name("a");
+    ck_assert_int_eq(req.has_token, 0);
+    ck_request("check jobs:42 18446744073709551615\r", PROTO_CMD_CHECK);
+    ck_name("jobs:42");
+    ck_assert_int_eq(req.has_token, 1);
+    ck_assert_uint_eq(req.token, UINT64_MAX);
+    ck_error_msg("CHECK", PROTO_ERR_BAD_ARGS, "missing argument");
+    ck_error("CHECK a/b", PROTO_ERR_BAD_NAME);
+    ck_error_msg("CHECK a x", PROTO_ERR_BAD_ARGS, MSG_TOKEN);
+    ck_error_msg("CHECK a 18446744073709551616", PROTO_ERR_BAD_ARGS, MSG_TOKEN);
+    ck_error_msg("CHECK a 5 6", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    ck_error_msg("CHECK a 5 delay=5", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);  /* no options */
+}
+END_TEST
+
+START_TEST(delay_option)
+{
+    struct proto_req req;
+
+    ck_request("LOCK a", PROTO_CMD_LOCK);
+    ck_assert_int_eq(req.delay_ms, -1);                  /* not given: the daemon's default */
+    ck_request("LOCK a delay=0", PROTO_CMD_LOCK);
+    ck_assert_int_eq(req.delay_ms, 0);
+    ck_assert_int_eq(req.wait_ms, -1);
+    ck_request("LOCK a 500 shared ttl=1000 DELAY=60000", PROTO_CMD_LOCK);
+    ck_assert_int_eq(req.delay_ms, PROTO_DELAY_MAX);
+    ck_assert_int_eq(req.wait_ms, 500);
+    ck_assert_int_eq(req.ttl_ms, 1000);
+    ck_assert_int_eq(req.mode, PROTO_MODE_SHARED);
+    ck_request("TRYLOCK a delay=15000 limit=3", PROTO_CMD_TRYLOCK);
+    ck_assert_int_eq(req.delay_ms, 15000);
+    ck_assert_int_eq(req.limit, 3);
+    ck_error_msg("LOCK a delay=60001", PROTO_ERR_BAD_ARGS, MSG_DELAY);
+    ck_error_msg("LOCK a delay=", PROTO_ERR_BAD_ARGS, MSG_DELAY);
+    ck_error_msg("LOCK a delay", PROTO_ERR_BAD_ARGS, MSG_DELAY);
+    ck_error_msg("LOCK a delay=-1", PROTO_ERR_BAD_ARGS, MSG_DELAY);
+    ck_error_msg("LOCK a delay=1s", PROTO_ERR_BAD_ARGS, MSG_DELAY);
+    ck_error_msg("LOCK a delay=5 delay=5", PROTO_ERR_BAD_ARGS, MSG_TWICE);
+    ck_error_msg("UNLOCK a delay=5", PROTO_ERR_BAD_ARGS, MSG_TOKEN);
+    ck_request("LOCK a delay=1", PROTO_CMD_LOCK);
+    ck_request("PING", PROTO_CMD_PING);
+    ck_assert_int_eq(req.delay_ms, -1);                  /* reset between parses */
+}
+END_TEST
+
 START_TEST(lease_fields_reset_between_parses)
 {
     struct proto_req req;
@@ -1039,9 +1093,10 @@ END_TEST
 START_TEST(cmd_usage_and_help)
 {
     ck_assert_str_eq(proto_cmd_usage(PROTO_CMD_LOCK),
-                     "LOCK <name> [<wait-ms>] [shared|limit=<n>] [ttl=<ms>]");
+                     "LOCK <name> [<wait-ms>] [shared|limit=<n>] [ttl=<ms>] [delay=<ms>]");
     ck_assert_str_eq(proto_cmd_usage(PROTO_CMD_TRYLOCK),
-                     "TRYLOCK <name> [shared|limit=<n>] [ttl=<ms>]");
+                     "TRYLOCK <name> [shared|limit=<n>] [ttl=<ms>] [delay=<ms>]");
+    ck_assert_str_eq(proto_cmd_usage(PROTO_CMD_CHECK), "CHECK <name> [<token>]");
     ck_assert_str_eq(proto_cmd_usage(PROTO_CMD_UNLOCK), "UNLOCK <name> [<token>]");
     ck_assert_str_eq(proto_cmd_usage(PROTO_CMD_RENEW), "RENEW <name> <token> <ttl-ms>");
     ck_assert_str_eq(proto_cmd_help(PROTO_CMD_RENEW),
@@ -1253,6 +1308,19 @@ START_TEST(fmt_lost)
 }
 END_TEST
 
+START_TEST(fmt_checked)
+{
+    char buf[PROTO_REPLY_MAX];
+
+    ck_fmt(proto_fmt_checked(buf, sizeof(buf), "backup", 6, 42, 8999),
+           "OK backup 42 8999\n");
+    ck_fmt(proto_fmt_checked(buf, sizeof(buf), "b", 1, UINT64_MAX, PROTO_SAFE_MAX),
+           "OK b 18446744073709551615 86400000\n");
+    ck_assert_int_eq(proto_fmt_checked(buf, 10, "a", 1, 1, 0), 9);    /* "OK a 1 0\n" */
+    ck_assert_int_eq(proto_fmt_checked(buf, 9, "a", 1, 1, 0), -1);
+}
+END_TEST
+
 START_TEST(fmt_too_small)
 {
     char buf[32];
@@ -1364,6 +1432,8 @@ static Suite *proto_suite(void)
     tcase_add_test(tc, renew);
     tcase_add_test(tc, renew_bad);
     tcase_add_test(tc, lease_fields_reset_between_parses);
+    tcase_add_test(tc, check);
+    tcase_add_test(tc, delay_option);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("tables");
@@ -1378,6 +1448,7 @@ static Suite *proto_suite(void)
     suite_add_tcase(s, tc);
 
     tc = tcase_create("replies");
+    tcase_add_test(tc, fmt_checked);
     tcase_add_test(tc, fmt_granted);
     tcase_add_test(tc, fmt_word_name);
     tcase_add_test(tc, fmt_err);

@@ -24,6 +24,7 @@ static struct backend_query *fake_query(void *impl, const char *name,
 static void fake_query_cancel(void *impl, struct backend_query *q) { }
 static void fake_free(void *impl) { }
 static int64_t fake_unreachable_since(void *impl) { return 0; }
+static int64_t fake_window_ms(void *impl, struct hold *h) { return INT64_MAX; }
 
 static enum locks_result fake_pass_on(void *impl, struct hold *from, struct hold *to,
                                       uint64_t *token)
