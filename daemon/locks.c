@@ -302,7 +302,7 @@ static void hold_cancel(struct hold *h)
 
     if (h->state == HOLD_ACQUIRING) {
         if (!h->try && next && next->mode == h->mode && next->weight == h->weight &&
-            next->ttl_ms == h->ttl_ms && !t->closing) {
+            next->ttl_ms == h->ttl_ms && next->delay_ms == h->delay_ms && !t->closing) {
             /* The next waiter takes over the acquisition and its place in line. */
             hold_admit(next);
             TAILQ_REMOVE(&l->admitted, next, in_lock);
@@ -329,8 +329,10 @@ static void hold_release(struct hold *h)
     enum locks_result r;
 
     /* The next waiter here may take an exclusive hold over (local handoff). */
+    /* A backend may name the lock-delay in what it keeps (distributed mode's
+     * node name): the next one passes through it only with the same one. */
     if (next && !t->closing && h->mode == LOCK_EXCLUSIVE && next->mode == LOCK_EXCLUSIVE &&
-        h->ttl_ms == 0 && next->ttl_ms == 0 &&
+        h->ttl_ms == 0 && next->ttl_ms == 0 && h->delay_ms == next->delay_ms &&
         ((r = t->backend->ops->pass_on(t->backend->impl, h, next, &token)) == LOCKS_WAITING ||
          r == LOCKS_GRANTED)) {
         struct lock_owner *o = next->owner;

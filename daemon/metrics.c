@@ -113,6 +113,9 @@ static const struct metric_row rows[] = {
       "Lock acquisitions and releases in progress in ZooKeeper." },
     { "zk_leases_removed", "zk_leases_removed_total", "counter", NULL, 0,
       "Expired lease nodes this daemon removed from ZooKeeper since start." },
+    { "zk_session_delays", "zk_session_lock_delays_total", "counter", NULL, 0,
+      "Lock-delays this daemon waited because the holder before one of its requests ended "
+      "with its daemon's ZooKeeper session, since start." },
     { "zk_idle_nodes", "zk_idle_nodes", "gauge", NULL, 0,
       "Released exclusive locks whose ZooKeeper node is kept for a LOCK on this daemon "
       "(keep_idle_ms)." },

@@ -88,6 +88,7 @@ struct zk {
     bool swept;                        /* the start-up sweep ran */
     uint64_t leases_removed;           /* expired lease nodes this daemon removed */
     uint64_t sessions, reconnects, outstanding;
+    uint64_t session_delays;           /* lock-delays begun because a holder's session ended */
     struct histogram request_hist;     /* the lock recipe's requests, sent to completed */
     struct histogram batch_hist;       /* writes per multi sent (zk_batch.c) */
     char daemon_id[96];                /* "<host>-<pid>-<random>", unique per daemon run */
@@ -114,6 +115,9 @@ void zk_arm_retry(struct zk *zk);
 void zk_report_noauth(struct zk *zk, const char *path);
 /* A request sent at sent_us (locks_mono_us()) completed: for /metrics. */
 void zk_request_done(struct zk *zk, int64_t sent_us);
+/* The path of the node that exists while session `id` lives (lock-delay,
+ * zk_lock.c): <root>/sessions/<id in hex>. */
+void zk_session_path(const struct zk *zk, int64_t id, char *buf, size_t len);
 
 /* zk_lock.c: the backend ops for acquisitions (see backend.h). */
 enum locks_result zk_lock_acquire(void *impl, struct hold *h, uint64_t *token);
@@ -142,7 +146,8 @@ long long zk_seq_of(const char *child);
 struct zkind {
     enum lock_mode mode;
     unsigned limit;            /* LOCK_LIMIT only */
-    bool lease;                /* a lease's persistent node (tag ends in ".lease") */
+    bool lease;                /* a lease's persistent node (tag has ".lease") */
+    int64_t delay_ms;          /* its request's lock-delay (tag ends in ".d<ms>"), or 0 */
 };
 struct zkind zk_kind_of(const char *child);
 /* Semaphores of one limit are one class, read/write locks the other:

@@ -161,7 +161,10 @@ static void on_lease_node_read(int rc, const char *value, int len, const struct 
         ln_untrack(ln);
         return;
     }
-    due = deadline + (int64_t)zk->settings->zk_lease_skew_ms - zk_now_ms();
+    /* Its lock-delay (in its name) follows its end: removed that much later. */
+    due = deadline + (int64_t)zk->settings->zk_lease_skew_ms +
+          zk_kind_of(strrchr(ln->path, '/') ? strrchr(ln->path, '/') + 1 : ln->path).delay_ms -
+          zk_now_ms();
     if (due > 0) {
         ln_arm(ln, due);
         return;
@@ -384,7 +387,8 @@ static void on_op_read(int rc, const char *value, int len, const struct Stat *st
              * clocks, which are within lease_skew_ms of ours: not before
              * our clock says deadline (PROTOCOL.md, CHECK). */
             op->result = LOCKS_RELEASED;
-            op->left_ms = deadline - zk_now_ms();
+            op->left_ms = deadline - zk_now_ms() +
+                          zk_kind_of(strrchr(path, '/') ? strrchr(path, '/') + 1 : path).delay_ms;
         } else if (op->cb && deadline >= 0 && deadline >= zk_now_ms()) {
             if (op->ttl_ms == 0) {
                 wrc = zoo_adelete(zk->zh, path, stat->version, on_op_written, op);

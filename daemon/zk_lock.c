@@ -44,6 +44,8 @@ enum zl_step {
     ZL_FINDING,    /* getChildren sent to find a node whose create reply was lost */
     ZL_LISTING,    /* getChildren sent: is our node first? */
     ZL_WATCHING,   /* getData watch on our predecessor sent or set */
+    ZL_ASKING,     /* our predecessor with a lock-delay vanished: did its session end? */
+    ZL_DELAYING,   /* it did: its lock-delay runs (delay_timer) before we look again */
     ZL_HELD,       /* our node is first and the lock table has the grant */
     ZL_DELETING,   /* delete sent */
     /* leases (see "leases" below) */
@@ -68,6 +70,10 @@ struct zlock {
     bool listing_sent;         /* a getChildren went out right behind the create's multi */
     unsigned create_attempts;
     int64_t ttl_ms;            /* > 0: the request is for a lease */
+    int64_t delay_ms;          /* the request's lock-delay; part of the node name */
+    int64_t pred_delay_ms;     /* ZL_WATCHING: the predecessor's lock-delay */
+    int64_t pred_session;      /* ZL_WATCHING: its ephemeral owner, once read; 0: none */
+    struct event *delay_timer; /* ZL_DELAYING: ends the predecessor's lock-delay; owned */
     bool lease;                /* our node is (to be) a persistent lease node */
     bool create_sent;          /* lease: its node is created once, never again */
     bool granted;              /* lease: the table has the grant */
@@ -134,6 +140,8 @@ static void zl_free(struct zlock *zl)
         }
     }
     zl_idle_end(zl);
+    if (zl->delay_timer)
+        event_free(zl->delay_timer);
     tdelete(zl, &zk->by_id, by_id);
     TAILQ_REMOVE(&zk->zlocks, zl, link);
     zk->nzlocks--;
@@ -316,16 +324,17 @@ long long zk_seq_of(const char *child)
 
 /*
  * "<daemon>-<id>-<tag>-<seq>": tag "shared", "limit<n>" or "excl", followed
- * by ".lease" on a lease's persistent node. Nodes
+ * by ".lease" on a lease's persistent node, then by ".d<ms>" when the
+ * request has a lock-delay (PROTOCOL.md, Lock-delay). Nodes
  * of daemons older than lock modes have no tag (the field before the
  * sequence is their numeric id): they are exclusive, as is anything
  * unknown, which can only make this daemon wait longer, never grant more.
  */
 struct zkind zk_kind_of(const char *child)
 {
-    struct zkind k = { LOCK_EXCLUSIVE, 0, false };
+    struct zkind k = { LOCK_EXCLUSIVE, 0, false, 0 };
     size_t len = strlen(child);
-    const char *end, *tag;
+    const char *end, *tag, *d;
     char *stop;
     unsigned long n;
 
@@ -334,6 +343,16 @@ struct zkind zk_kind_of(const char *child)
     end = child + len - 11;
     for (tag = end; tag > child && tag[-1] != '-'; tag--)
         ;
+    /* ".d<ms>" last: digits only, up to the bound of delay=. */
+    for (d = end; d > tag && d[-1] >= '0' && d[-1] <= '9'; d--)
+        ;
+    if (d < end && d - tag >= 2 && d[-1] == 'd' && d[-2] == '.') {
+        n = strtoul(d, &stop, 10);
+        if (stop == end && n <= 60000) {
+            k.delay_ms = (int64_t)n;
+            end = d - 2;
+        }
+    }
     if (end - tag > 6 && strncmp(end - 6, ".lease", 6) == 0) {
         k.lease = true;
         end -= 6;
@@ -614,6 +633,9 @@ static void zl_create(struct zlock *zl)
     else
         snprintf(tag, sizeof(tag), "%s%s", zl->mode == LOCK_SHARED ? "shared" : "excl",
                  zl->lease ? ".lease" : "");
+    if (zl->delay_ms > 0)
+        snprintf(tag + strlen(tag), sizeof(tag) - strlen(tag), ".d%lld",
+                 (long long)zl->delay_ms);
     /* The daemon id and request id make the node findable if the reply is
      * lost; the tag tells every daemon what the node asks for. */
     snprintf(prefix, sizeof(prefix), "%s/%s-%llu-%s-", zl->parent, zk->daemon_id,
@@ -672,6 +694,84 @@ static void zl_find_lost_create(struct zlock *zl)
 /* ------------------------------------------------------- list and watch */
 
 /*
+ * Lock-delay across daemons (PROTOCOL.md, Lock-delay). A node whose request
+ * has a lock-delay says so in its name (".d<ms>"). When such a node we
+ * wait behind vanishes, its daemon either deleted it (a release, or the
+ * end of a lock-delay it kept itself) or its session ended. ZooKeeper
+ * deletes a session's ephemeral nodes in one transaction, its session
+ * node (zk_session.c) among them: if that node is gone too, the holder
+ * did not release, and nobody here goes ahead before the delay has passed
+ * since we saw it go. An answer we cannot read counts as gone.
+ */
+static void on_delay_over(evutil_socket_t fd, short what, void *arg)
+{
+    struct zlock *zl = arg;
+
+    if (zl->step != ZL_DELAYING)
+        return;
+    log_info("zk: lock-delay before %s is over", zl->parent);
+    zl->step = ZL_IDLE;
+    if (zl->zk->state == ZK_CONNECTED || !zl->hold)
+        zl_start(zl);        /* lists again, or deletes a node nobody wants */
+}
+
+static void zl_begin_delay(struct zlock *zl)
+{
+    struct timeval tv = { zl->pred_delay_ms / 1000, (zl->pred_delay_ms % 1000) * 1000 };
+
+    if (!zl->delay_timer && !(zl->delay_timer = evtimer_new(zl->zk->base, on_delay_over, zl))) {
+        zl_list(zl);         /* out of memory: cannot wait, a fencing token still orders */
+        return;
+    }
+    zl->gen++;               /* nothing in flight is ours any more */
+    zl->step = ZL_DELAYING;
+    zl->zk->session_delays++;
+    log_info("zk: the holder before %s in %s ended with its daemon's session, without a "
+             "release: waiting its lock-delay of %lld ms", zl->node, zl->parent,
+             (long long)zl->pred_delay_ms);
+    evtimer_add(zl->delay_timer, &tv);
+}
+
+static void on_session_asked(int rc, const struct Stat *stat, const void *data)
+{
+    struct zlock *zl = zcall_done(data);
+
+    if (!zl || zl->step != ZL_ASKING)
+        return;
+    if (!zl->hold) {
+        zl_start(zl);
+        return;
+    }
+    if (rc == ZOK)
+        zl_list(zl);         /* its session lives: it was released */
+    else
+        zl_begin_delay(zl);
+}
+
+static void zl_ask_session(struct zlock *zl, const char *pred_path)
+{
+    struct zk *zk = zl->zk;
+    char path[512];
+    struct zcall *c;
+
+    /* Our own session deleted it: a release (kept for its delay if abandoned). */
+    if (zl->pred_session == zk->session_id) {
+        zl_list(zl);
+        return;
+    }
+    if (!zl->pred_session) {     /* never read: a node that is not ephemeral */
+        zl_list(zl);
+        return;
+    }
+    if (!(c = zl_begin(zl, ZL_ASKING)))
+        return;
+    zk_session_path(zk, zl->pred_session, path, sizeof(path));
+    log_debug("zk: %s (lock-delay %lld ms) is gone; is %s?", pred_path,
+              (long long)zl->pred_delay_ms, path);
+    zk_sent(zl, c, zoo_aexists(zk->zh, path, 0, on_session_asked, c), "exists");
+}
+
+/*
  * A watch event reached the watch context ctx (a zcall in zk->watches).
  * Session events reach every registered watcher and do not remove it:
  * NULL. Otherwise the watch fired once and its context is freed; returns
@@ -699,6 +799,9 @@ static void on_watch_event(zhandle_t *zh, int type, int state, const char *path,
 
     if (zl && zl->gen == gen && zl->step == ZL_LEASED) {
         zl_lease_check(zl);  /* renewed, or gone */
+    } else if (zl && zl->gen == gen && zl->step == ZL_WATCHING && type == ZOO_DELETED_EVENT &&
+               zl->pred_delay_ms > 0) {
+        zl_ask_session(zl, path);   /* released, or did its session end? */
     } else if (zl && zl->gen == gen && zl->step == ZL_WATCHING) {
         log_debug("zk: %s changed; %s looks again", path, zl->node);
         /* A semaphore's waiter may be first now: that listing must watch. */
@@ -716,8 +819,10 @@ static void on_predecessor_read(int rc, const char *value, int len, const struct
 
     if (!zl)
         return;
-    if (rc == ZOK)
+    if (rc == ZOK) {
+        zl->pred_session = stat->ephemeralOwner;
         return;              /* watching; on_watch_event continues */
+    }
     if (rc == ZNONODE) {
         zl_list(zl);         /* the predecessor went before we could watch it */
         return;
@@ -735,6 +840,8 @@ static void zl_watch(struct zlock *zl, const char *predecessor)
         return;
     snprintf(path, sizeof(path), "%s/%s", zl->parent, predecessor);
     log_debug("zk: %s waits for %s", zl->node, path);
+    zl->pred_delay_ms = zk_kind_of(predecessor).delay_ms;
+    zl->pred_session = 0;
     zl_sent_watched(zl, c, zoo_awget(zk->zh, path, on_watch_event, c->watch,
                                      on_predecessor_read, c), "getData");
 }
@@ -763,7 +870,7 @@ static void zl_view(const struct zlock *zl, const struct String_vector *children
 {
     const char *mine = basename_of(zl->node), *lowest = NULL;
     long long my_seq = zk_seq_of(mine), pred_seq = -1, blocker_seq = -1;
-    struct zkind me = { zl->mode, zl->limit, false };
+    struct zkind me = { zl->mode, zl->limit, false, 0 };
     char path[512];
 
     memset(v, 0, sizeof(*v));
@@ -1415,6 +1522,7 @@ static bool zl_idle_adopt(struct zlock *zl, struct hold *h, uint64_t *token)
     struct zk *zk = zl->zk;
 
     if (hold_mode(h) != LOCK_EXCLUSIVE || hold_ttl_ms(h) > 0 || zl->contended ||
+        hold_delay_ms(h) != zl->delay_ms ||
         zl->step != ZL_HELD || zk->state != ZK_CONNECTED ||
         zl->handoffs >= zk->settings->zk_local_handoff)
         return false;
@@ -1521,6 +1629,7 @@ static struct zlock *zl_new(struct zk *zk, struct hold *h, const char *parent)
     zl->mode = hold_mode(h);
     zl->limit = hold_limit(h);
     zl->ttl_ms = hold_ttl_ms(h);
+    zl->delay_ms = hold_delay_ms(h);
     if (!tsearch(zl, &zk->by_id, by_id)) {
         free(zl->parent);
         free(zl);
@@ -1581,6 +1690,9 @@ void zk_lock_let_go(void *impl, struct hold *h)
     if (zl_idle_begin(zl))
         return;              /* kept for a while: see "idle nodes" */
     switch (zl->step) {
+    case ZL_DELAYING:
+        evtimer_del(zl->delay_timer);
+        /* fall through */
     case ZL_HELD:
     case ZL_WATCHING:
     case ZL_LEASED:

@@ -37,6 +37,7 @@ static void zk_free(void *impl);
 static void zk_before_request(void *impl);
 static int64_t zk_unreachable_since(void *impl);
 static int64_t zk_window_ms(void *impl, struct hold *h);
+static void zk_register_session(struct zk *zk, bool parent_made);
 
 static const struct backend_ops zk_ops = {
     .name = "distributed",
@@ -541,6 +542,8 @@ static void on_session_event(zhandle_t *zh, int type, int state, const char *pat
         zk->confirming = false;      /* one in flight on a lost connection failed */
         zk_confirm(zk);
         arm_confirm(zk);
+        if (!same)
+            zk_register_session(zk, false);
         log_info("zk: %s session 0x%llx, timeout %d ms", same ? "reconnected to" : "new",
                  (unsigned long long)id->client_id, zk->negotiated_ms);
         zk->auth_failed = false;
@@ -606,6 +609,85 @@ void zk_report_noauth(struct zk *zk, const char *path)
         log_error("zk: ZooKeeper does not let this daemon change %s: its ACL is for a digest "
                   "identity; set [zookeeper] auth to the file the other daemons use",
                   path);
+}
+
+void zk_session_path(const struct zk *zk, int64_t id, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/sessions/%llx", zk->root, (unsigned long long)id);
+}
+
+/*
+ * Every session has an ephemeral node of its own, <root>/sessions/<id>,
+ * which ZooKeeper deletes in the same transaction as the session's lock
+ * nodes when the session ends. A daemon that sees a lock node with a
+ * lock-delay vanish looks for it: gone, the holder did not release the
+ * lock, its session ended (zk_lock.c, lock-delay). Without it (not made
+ * yet, refused) other daemons only wait longer.
+ */
+struct registration {
+    struct zk *zk;
+    int64_t session_id;
+    bool parent_made;        /* the second attempt, after making the parents */
+};
+
+static void on_session_registered(int rc, const char *value, const void *data);
+
+static void zk_register_session(struct zk *zk, bool parent_made)
+{
+    char path[512];
+    struct registration *ctx = malloc(sizeof(*ctx));
+
+    if (!ctx)
+        return;
+    ctx->zk = zk;
+    ctx->session_id = zk->session_id;
+    ctx->parent_made = parent_made;
+    zk_session_path(zk, zk->session_id, path, sizeof(path));
+    if (zoo_acreate(zk->zh, path, NULL, -1, zk->acl, ZOO_EPHEMERAL, on_session_registered,
+                    ctx) != ZOK) {
+        free(ctx);
+        return;
+    }
+    zk->outstanding++;
+    zk_kick(zk);
+}
+
+static void on_parent_made(int rc, const char *value, const void *data)
+{
+    struct zk *zk = (struct zk *)data;
+
+    zk->outstanding--;
+}
+
+static void on_session_registered(int rc, const char *value, const void *data)
+{
+    struct registration *ctx = (struct registration *)data;
+    struct zk *zk = ctx->zk;
+    char path[512], *slash;
+
+    zk->outstanding--;
+    if (rc == ZNONODE && !ctx->parent_made && zk->state == ZK_CONNECTED &&
+        ctx->session_id == zk->session_id) {
+        /* <root>/sessions (or <root>) is missing: make it, then again. */
+        zk_session_path(zk, ctx->session_id, path, sizeof(path));
+        if ((slash = strrchr(path, '/')))
+            *slash = '\0';
+        if ((slash = strrchr(path, '/')) && slash != path) {
+            *slash = '\0';
+            if (zoo_acreate(zk->zh, path, NULL, -1, zk->acl, 0, on_parent_made, zk) == ZOK)
+                zk->outstanding++;
+            *slash = '/';
+        }
+        if (zoo_acreate(zk->zh, path, NULL, -1, zk->acl, 0, on_parent_made, zk) == ZOK)
+            zk->outstanding++;
+        zk_register_session(zk, true);
+    } else if (rc != ZOK && rc != ZNODEEXISTS && rc != ZCLOSING && rc != ZSESSIONEXPIRED &&
+               rc != ZCONNECTIONLOSS) {
+        log_warn("zk: cannot create %s's session node under %s/sessions: %s; other daemons "
+                 "will apply lock-delays after this daemon's releases too", zk->daemon_id,
+                 zk->root, zerror(rc));
+    }
+    free(ctx);
 }
 
 void zk_request_done(struct zk *zk, int64_t sent_us)
@@ -742,6 +824,7 @@ static void zk_stats(void *impl, backend_stat_fn add, void *cookie)
     stat_u64(add, cookie, "zk_idle_nodes", zk->nidle);
     stat_u64(add, cookie, "zk_idle_reuses", zk->idle_reuses);
     stat_u64(add, cookie, "zk_leases_removed", zk->leases_removed);
+    stat_u64(add, cookie, "zk_session_delays", zk->session_delays);
     stat_u64(add, cookie, "zk_batches", zk->batches);
     stat_u64(add, cookie, "zk_batched_ops", zk->batched_ops);
     stat_u64(add, cookie, "zk_batch_failures", zk->batch_failures);

@@ -1212,9 +1212,10 @@ class AdminTests(Case):
         c.send("help\n")
         lines = read_block(c)
         words = [re.match(r"HELP (\S+)", l).group(1) for l in lines]
-        self.assertEqual(words, ["LOCK", "TRYLOCK", "UNLOCK", "RENEW", "PING", "QUIT", "STATUS",
-                                 "LOCKS", "CLIENT", "STATS", "HELP", "AUTH"])
-        self.assertIn("HELP LOCK <name> [<wait-ms>] [shared|limit=<n>] [ttl=<ms>] - ", lines[0])
+        self.assertEqual(words, ["LOCK", "TRYLOCK", "UNLOCK", "RENEW", "CHECK", "PING", "QUIT",
+                                 "STATUS", "LOCKS", "CLIENT", "STATS", "HELP", "AUTH"])
+        self.assertIn("HELP LOCK <name> [<wait-ms>] [shared|limit=<n>] [ttl=<ms>] "
+                      "[delay=<ms>] - ", lines[0])
         self.ping(c)                                  # still usable, in order
 
     def test_stats_counts_what_happened(self):

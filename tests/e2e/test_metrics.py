@@ -339,6 +339,9 @@ STAT_METRICS = {
     "zk_leases_removed": ("lockbroker_zk_leases_removed_total", {}),
     "zk_idle_nodes": ("lockbroker_zk_idle_nodes", {}),
     "zk_idle_reuses": ("lockbroker_zk_idle_reuses_total", {}),
+    "lock_delays": ("lockbroker_lock_delays_total", {}),
+    "locks_delayed": ("lockbroker_locks_delayed", {}),
+    "zk_session_delays": ("lockbroker_zk_session_lock_delays_total", {}),
 }
 # Words, not numbers: version and mode are labels of lockbroker_info, zk_state
 # is lockbroker_zk_session_state; the session id is left to STATS.
