@@ -1,0 +1,295 @@
+#!/usr/bin/env python3
+"""End-to-end tests of what keeps a hold safe where the resource cannot
+check a fencing token: CHECK and its safe window, and lock-delay, in
+embedded mode and in distributed mode against real ZooKeeper
+(PROTOCOL.md, "CHECK" and "Lock-delay").
+
+Orderings are proved with the daemons' own log lines (the line that says a
+lock-delay is over comes before the next holder's OK), never with sleeps.
+The distributed tests share test_distributed.py's harness and are skipped
+(exit 77 when nothing ran) without ZooKeeper.
+"""
+
+import calendar
+import os
+import re
+import signal
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from lbharness import Daemon, scaled, stats  # noqa: E402
+import test_distributed as td  # noqa: E402
+
+TOKEN = r"(\d+)"
+OVER_RE = r"lock %s: lock-delay of %d ms after \S+ ended \(token %s\) is over"
+
+
+def logged_at(m):
+    """The wall-clock time (s since the epoch) of the daemon's log line
+    holding match m: its "2026-11-25T02:57:04.749Z" prefix."""
+    stamp = re.match(r"^(\S+)Z ", m.string).group(1)
+    return calendar.timegm(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")) + \
+        float("0" + stamp[19:])
+
+
+def check_reply(c, name):
+    """CHECK name on c: (token, safe-ms) of an OK, or the reply line."""
+    line = c.request("CHECK %s" % name)
+    m = re.match(r"^OK %s (\d+) (\d+)$" % re.escape(name), line)
+    return (int(m.group(1)), int(m.group(2))) if m else line
+
+
+class EmbeddedTests(unittest.TestCase):
+
+    def setUp(self):
+        self.d = Daemon(config="[server]\nlock_delay_ms = 0\n")
+        self.d.start()
+        self.addCleanup(self.d.stop)
+
+    def client(self):
+        c = self.d.client()
+        self.addCleanup(c.close)
+        return c
+
+    def test_check_answers_the_window_of_the_connection_then_not_held(self):
+        c, other = self.client(), self.client()
+        t = int(c.request("LOCK w").split()[2])
+        # Defaults: keepalive 30 s + 3 x 10 s, user timeout 60 s: the daemon
+        # keeps a silent client 60 s, less a tenth.
+        self.assertEqual(check_reply(c, "w"), (t, 54000))
+        self.assertEqual(c.request("CHECK w %d" % t), "OK w %d 54000" % t)
+        # With a lock-delay the name stays taken that much longer.
+        t2 = int(c.request("LOCK wd delay=5000").split()[2])
+        self.assertEqual(check_reply(c, "wd"), (t2, 58500))
+        self.assertEqual(other.request("CHECK w"),
+                         "ERR NOT_HELD this connection does not hold that lock")
+        self.assertEqual(other.request("CHECK w %d" % t),
+                         "ERR NOT_HELD no lease of that name with that token: the token is "
+                         "wrong, or the lease ended")
+        self.assertEqual(c.request("UNLOCK w"), "OK w")
+        self.assertEqual(c.request("CHECK w"),
+                         "ERR NOT_HELD this connection does not hold that lock")
+        self.assertEqual(c.request("CHECK nothing"),
+                         "ERR NOT_HELD this connection does not hold that lock")
+        self.assertEqual(c.request("CHECK a/b"),
+                         "ERR BAD_NAME names are 1-200 bytes of A-Z a-z 0-9 . _ : @ -, "
+                         "not . or ..")
+
+    def test_check_of_a_lease_from_any_connection(self):
+        taker, other = self.client(), self.client()
+        t = int(taker.request("LOCK le ttl=20000 delay=1000").split()[2])
+        got = other.request("CHECK le %d" % t)
+        m = re.match(r"^OK le %d (\d+)$" % t, got)
+        self.assertIsNotNone(m, got)
+        # At most what is left of 20 s, plus the delay, less a tenth.
+        self.assertGreater(int(m.group(1)), 0)
+        self.assertLessEqual(int(m.group(1)), 21000 * 9 // 10)
+        self.assertEqual(other.request("UNLOCK le %d" % t), "OK le")
+        self.assertRegex(other.request("CHECK le %d" % t), r"^ERR NOT_HELD no lease ")
+
+    def test_abandoned_hold_keeps_its_name_for_its_delay(self):
+        holder, other = self.client(), self.client()
+        t = int(holder.request("LOCK d delay=1500").split()[2])
+        mark = self.d.log_mark()
+        holder.close()
+        gone = self.d.wait_log(r"lock d: \S+ ended without a release \(token %d\)" % t,
+                               since=mark)
+        self.assertEqual(other.request("TRYLOCK d"), "BUSY d")
+        self.assertRegex(other.request("STATUS d"),
+                         r"^STATUS d held holder=\S+ token=%d since=\d+ waiters=0 queue=1 "
+                         r"delay=\d+$" % t)
+        other.send("LOCK d 60000\n")
+        m = other.expect_match(r"^OK d %s$" % TOKEN)
+        # Not granted before the delay had passed since the holder went
+        # (one clock: this machine's, in the log and here).
+        self.assertGreaterEqual(time.time(), logged_at(gone) + 1.5)
+        self.assertGreater(int(m.group(1)), t)
+        self.d.wait_log(OVER_RE % ("d", 1500, t), since=mark)
+        st = stats(self.d)
+        self.assertEqual(st["lock_delays"], "1")
+        self.assertEqual(st["locks_delayed"], "0")
+
+    def test_no_delay_after_unlock_or_quit(self):
+        a, other = self.client(), self.client()
+        a.request("LOCK u delay=60000")
+        self.assertEqual(a.request("UNLOCK u"), "OK u")
+        self.assertRegex(other.request("TRYLOCK u"), r"^OK u \d+$")
+        self.assertEqual(other.request("UNLOCK u"), "OK u")
+        q = self.d.client()
+        q.request("LOCK u delay=60000")
+        self.assertEqual(q.request("QUIT"), "BYE")
+        q.expect_eof()
+        q.close()
+        other.send("LOCK u 30000\n")     # QUIT is a release: granted well within the delay
+        other.expect_match(r"^OK u \d+$")
+        self.assertEqual(stats(self.d)["lock_delays"], "0")
+
+    def test_expired_lease_keeps_its_name_for_its_delay(self):
+        taker, waiter = self.client(), self.client()
+        t = int(taker.request("LOCK el ttl=200 delay=1000").split()[2])
+        mark = self.d.log_mark()
+        waiter.send("LOCK el 60000\n")
+        waiter.expect_match(r"^OK el %s$" % TOKEN)
+        now = time.time()
+        expired = self.d.wait_log(r"lease el \(token %d\) expired" % t, since=mark)
+        self.assertGreaterEqual(now, logged_at(expired) + 1.0)
+        self.d.wait_log(OVER_RE % ("el", 1000, t), since=mark)
+
+
+class DefaultDelayTests(unittest.TestCase):
+
+    def test_server_default_applies_without_delay_option(self):
+        with Daemon(config="[server]\nlock_delay_ms = 60000\n") as d:
+            a, b = d.client(), d.client()
+            a.request("LOCK x")
+            a.request("LOCK y delay=0")
+            a.close()
+            d.wait_log(r"lock x: \S+ ended without a release")
+            self.assertEqual(b.request("TRYLOCK x"), "BUSY x")
+            self.assertRegex(b.request("TRYLOCK y"), r"^OK y \d+$")
+            b.close()
+
+
+@td.dump_on_failure
+class DistributedSafetyTests(td.DistributedBase):
+
+    def test_check_window_comes_from_the_session(self):
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A")
+        c = self.client(a)
+        t = int(c.request("LOCK cw").split()[2])
+        tok, safe = check_reply(c, "cw")
+        self.assertEqual(tok, t)
+        # Within the session timeout, less a tenth; never more.
+        self.assertGreater(safe, 0)
+        self.assertLessEqual(safe, td.SESSION_MS * 9 // 10)
+        self.assertEqual(c.request("UNLOCK cw"), "OK cw")
+        self.assertEqual(c.request("CHECK cw"),
+                         "ERR NOT_HELD this connection does not hold that lock")
+        lt = int(c.request("LOCK cl ttl=30000").split()[2])
+        m = re.match(r"^OK cl %d (\d+)$" % lt, c.request("CHECK cl %d" % lt))
+        self.assertIsNotNone(m)
+        self.assertLessEqual(int(m.group(1)), 27000)
+        self.assertEqual(c.request("UNLOCK cl %d" % lt), "OK cl")
+        self.wait_no_nodes(hosts)
+
+    def test_check_after_a_stall_answers_lost_first(self):
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A")
+        b = self.start_daemon(hosts, "B")
+        holder = self.client(a, timeout=scaled(15.0))
+        t_a = int(holder.request("LOCK cs").split()[2])
+        wait_ms = td.SESSION_MS + td.MARGIN_MS
+        waiter = self.client(b, timeout=scaled(wait_ms / 1000.0 + 10))
+        waiter.send("LOCK cs %d\n" % wait_ms)
+        b.wait_queued(waiter, "cs")
+        self.wait_node(hosts, "cs", b)
+        a.send_signal(signal.SIGSTOP)
+        try:
+            m = waiter.expect_match(r"(OK|TIMEOUT) cs(?: %s)?" % TOKEN)
+            self.assertEqual(m.group(1), "OK", "the stopped daemon's node outlived its session")
+            holder.send("CHECK cs\n")          # waits in A's socket
+        finally:
+            a.send_signal(signal.SIGCONT)
+        self.assertRegex(holder.line(), r"^LOST cs %d (zk-disconnected|session-expired)$" % t_a)
+        self.assertEqual(holder.line(), "ERR NOT_HELD this connection does not hold that lock")
+        self.assertEqual(waiter.request("UNLOCK cs"), "OK cs")
+        self.wait_no_nodes(hosts)
+
+    def test_delay_after_a_client_vanishes_holds_across_daemons(self):
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A")
+        b = self.start_daemon(hosts, "B")
+        holder = self.client(a)
+        t = int(holder.request("LOCK dv delay=2000").split()[2])
+        waiter = self.client(b, timeout=scaled(30.0))
+        waiter.send("LOCK dv 30000\n")
+        b.wait_queued(waiter, "dv")
+        self.wait_node(hosts, "dv", b)
+        mark = a.log_mark()
+        holder.close()
+        m = waiter.expect_match(r"^OK dv %s$" % TOKEN)
+        now = time.time()
+        self.assertGreater(int(m.group(1)), t)
+        gone = a.wait_log(r"lock dv: \S+ ended without a release \(token %d\)" % t, since=mark)
+        self.assertGreaterEqual(now, logged_at(gone) + 2.0,
+                                "B was granted dv before A's lock-delay was over")
+        a.wait_log(OVER_RE % ("dv", 2000, t), since=mark)
+        self.assertEqual(stats(a)["lock_delays"], "1")
+        self.assertEqual(waiter.request("UNLOCK dv"), "OK dv")
+        self.wait_no_nodes(hosts)
+
+    def test_delay_after_the_holding_daemon_dies(self):
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A")
+        b = self.start_daemon(hosts, "B")
+        holder = self.client(a)
+        t = int(holder.request("LOCK dk delay=2000").split()[2])
+        wait_ms = td.SESSION_MS + td.MARGIN_MS + 2000 + 10000
+        waiter = self.client(b, timeout=scaled(wait_ms / 1000.0 + 10))
+        waiter.send("LOCK dk %d\n" % wait_ms)
+        b.wait_queued(waiter, "dk")
+        self.wait_node(hosts, "dk", b)
+        mark = b.log_mark()
+        a.killed = True
+        a.send_signal(signal.SIGKILL)
+        self.assertEqual(a.wait_exit(), -signal.SIGKILL)
+        m = waiter.expect_match(r"(OK|TIMEOUT) dk(?: %s)?" % TOKEN)
+        now = time.time()
+        self.assertEqual(m.group(1), "OK")
+        self.assertGreater(int(m.group(2)), t)
+        # B saw A's session end, waited the delay, and only then went ahead.
+        seen = b.wait_log(r"ended with its daemon's session, without a release: "
+                          r"waiting its lock-delay of 2000 ms", since=mark)
+        self.assertGreaterEqual(now, logged_at(seen) + 2.0)
+        b.wait_log(r"zk: lock-delay before \S+/locks/dk is over", since=mark)
+        self.assertEqual(stats(b)["zk_session_delays"], "1")
+        self.assertEqual(waiter.request("UNLOCK dk"), "OK dk")
+        self.wait_no_nodes(hosts)
+
+    def test_no_delay_after_unlock_across_daemons(self):
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A")
+        b = self.start_daemon(hosts, "B")
+        holder = self.client(a)
+        holder.request("LOCK nu delay=60000")
+        waiter = self.client(b, timeout=scaled(40.0))
+        waiter.send("LOCK nu 30000\n")      # half the delay: an OK proves none ran
+        b.wait_queued(waiter, "nu")
+        self.wait_node(hosts, "nu", b)
+        self.assertEqual(holder.request("UNLOCK nu"), "OK nu")
+        waiter.expect_match(r"^OK nu \d+$")
+        self.assertEqual(stats(a)["lock_delays"], "0")
+        self.assertEqual(stats(b)["zk_session_delays"], "0")
+        self.assertEqual(waiter.request("UNLOCK nu"), "OK nu")
+        self.wait_no_nodes(hosts)
+
+    def test_expired_lease_is_removed_its_delay_later(self):
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A", extra="lease_skew_ms = 0\n")
+        b = self.start_daemon(hosts, "B", extra="lease_skew_ms = 0\n")
+        taker = self.client(a)
+        taker.request("LOCK ld ttl=300 delay=1500")
+        kids = td.lock_nodes(hosts, self.root)["ld"]
+        self.assertEqual(len(kids), 1)
+        self.assertIn(".lease.d1500-", kids[0])
+        with td.ZkClient(hosts) as zc:
+            data = zc.get_data("%s/locks/ld/%s" % (self.root, kids[0]))[0]
+        deadline = int(re.search(rb" deadline=(\d+)", data).group(1))
+        waiter = self.client(b, timeout=scaled(30.0))
+        waiter.send("LOCK ld 20000\n")
+        waiter.expect_match(r"^OK ld \d+$")
+        # The same machine's clock wrote the deadline and reads it now.
+        self.assertGreaterEqual(time.time() * 1000, deadline + 1500)
+        self.assertEqual(waiter.request("UNLOCK ld"), "OK ld")
+        self.wait_no_nodes(hosts)
+
+
+if __name__ == "__main__":
+    prog = unittest.main(exit=False, verbosity=2)
+    r = prog.result
+    if r.wasSuccessful() and r.testsRun and len(r.skipped) == r.testsRun:
+        sys.exit(77)
+    sys.exit(0 if r.wasSuccessful() else 1)
