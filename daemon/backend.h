@@ -140,6 +140,16 @@ struct backend_ops {
      * session can expire (PROTOCOL.md, CHECK). Cheap: a clock read.
      */
     int64_t (*window_ms)(void *impl, struct hold *h);
+    /*
+     * true: the backend keeps a queue of its own that orders requests
+     * across daemons, and grants nothing that does not fit beside the holds
+     * it knows (distributed mode). The table then asks it at once for a
+     * request that cannot join this daemon's readers (a writer behind
+     * them, a reader behind a writer waiting in that queue), so that its
+     * place there is taken when it arrives, not when the readers here are
+     * gone. false: acquire() grants whatever it is asked for (embedded).
+     */
+    bool early_places;
     /* Frees the backend; ends its session (and so its holds) first. */
     void (*free)(void *impl);
 };

@@ -58,7 +58,9 @@ struct hold {
 struct lock {
     const char *name;              /* NUL-terminated; points at name_buf */
     struct locks *table;
-    TAILQ_HEAD(, hold) admitted;   /* ACQUIRING and HELD holds, in admission order */
+    TAILQ_HEAD(hold_list, hold) admitted; /* ACQUIRING and HELD holds, in admission order
+                                    * (in distributed mode one that took its place
+                                    * early may sit behind holds it does not fit) */
     TAILQ_HEAD(, hold) waiters;    /* WAITING holds, in arrival order */
     unsigned nadmitted, nheld, nwaiters;
     unsigned weight;               /* sum of the admitted holds' weights */
@@ -182,6 +184,26 @@ static bool lock_fits(const struct lock *l, enum lock_mode mode, unsigned weight
     return false;
 }
 
+/*
+ * Distributed mode (backend.h, early_places): h does not fit beside the
+ * admitted holds, but it takes its place in the backend's queue now,
+ * where the backend makes it wait its turn: a writer behind readers here,
+ * or a reader behind a writer that already waits there. Otherwise a
+ * reader arriving through another daemon would be queued ahead of it.
+ * Semaphores and a writer behind a writer keep the local queue (and its
+ * local handoffs).
+ */
+static bool lock_takes_place(const struct lock *l, const struct hold *h)
+{
+    const struct hold *first = TAILQ_FIRST(&l->admitted);
+    const struct hold *last = TAILQ_LAST(&l->admitted, hold_list);
+
+    if (!l->table->backend->ops->early_places || l->semaphore || !first || h->try)
+        return false;
+    return first->mode == LOCK_SHARED ||
+           (h->mode == LOCK_SHARED && last->state == HOLD_ACQUIRING);
+}
+
 /* Takes h out of its lists and the counters, and frees it. */
 static void hold_unlink(struct hold *h)
 {
@@ -269,7 +291,8 @@ static void lock_settle(struct lock *l, struct hold *self, enum locks_result *se
     struct locks *t = l->table;
     struct hold *h;
 
-    while (!t->closing && (h = TAILQ_FIRST(&l->waiters)) && lock_fits(l, h->mode, h->weight)) {
+    while (!t->closing && (h = TAILQ_FIRST(&l->waiters)) &&
+           (lock_fits(l, h->mode, h->weight) || lock_takes_place(l, h))) {
         struct lock_owner *o = h->owner;
         uint64_t token = 0;
         enum locks_result r;

@@ -51,6 +51,7 @@ static const struct backend_ops zk_ops = {
     .query = zk_query,
     .query_cancel = zk_query_cancel,
     .ends_leases = true,
+    .early_places = true,
     .lease_op = zk_lease_op,
     .lease_op_cancel = zk_lease_op_cancel,
     .before_request = zk_before_request,

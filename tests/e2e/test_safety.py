@@ -286,6 +286,31 @@ class DistributedSafetyTests(td.DistributedBase):
         self.assertEqual(waiter.request("UNLOCK ld"), "OK ld")
         self.wait_no_nodes(hosts)
 
+    def test_a_writer_waiting_on_one_daemon_is_not_passed_by_readers_of_another(self):
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A", extra=td.STRICT_FIFO)
+        b = self.start_daemon(hosts, "B", extra=td.STRICT_FIFO)
+        r1, r2, w = self.client(a), self.client(b), self.client(b, timeout=scaled(30.0))
+        self.assertRegex(r1.request("LOCK x 20000 shared"), r"^OK x \d+$")
+        self.assertRegex(r2.request("LOCK x 20000 shared"), r"^OK x \d+$")
+        w.send("LOCK x 20000\n")
+        # The writer behind B's reader has its own place in ZooKeeper at once.
+        self.wait_node(hosts, "x", b, count=2)
+        r3 = self.client(a)
+        self.assertEqual(r3.request("LOCK x 300 shared"), "TIMEOUT x")
+        r4 = self.client(a, timeout=scaled(30.0))
+        r4.send("LOCK x 20000 shared\n")
+        self.wait_node(hosts, "x", a, count=2)
+        self.assertEqual(r1.request("UNLOCK x"), "OK x")
+        self.assertEqual(r2.request("UNLOCK x"), "OK x")
+        t_w = int(w.expect_match(r"^OK x %s$" % TOKEN).group(1))
+        self.assertTrue(r4.silent(), "a reader that came after the writer holds with it")
+        self.assertEqual(w.request("UNLOCK x"), "OK x")
+        # A reader's token exceeds every earlier writer's: granted after w.
+        self.assertGreater(int(r4.expect_match(r"^OK x %s$" % TOKEN).group(1)), t_w)
+        self.assertEqual(r4.request("UNLOCK x"), "OK x")
+        self.wait_no_nodes(hosts)
+
 
 if __name__ == "__main__":
     prog = unittest.main(exit=False, verbosity=2)

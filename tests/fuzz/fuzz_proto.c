@@ -77,7 +77,7 @@ static void check_request(const struct proto_req *req, const char *line, size_t 
     enum proto_cmd cmd = req->cmd;
     int takes_name = cmd == PROTO_CMD_LOCK || cmd == PROTO_CMD_TRYLOCK ||
                      cmd == PROTO_CMD_UNLOCK || cmd == PROTO_CMD_RENEW ||
-                     cmd == PROTO_CMD_STATUS;
+                     cmd == PROTO_CMD_STATUS || cmd == PROTO_CMD_CHECK;
     int takes_options = cmd == PROTO_CMD_LOCK || cmd == PROTO_CMD_TRYLOCK;
     char buf[PROTO_REPLY_MAX];
 
@@ -124,7 +124,10 @@ static void check_request(const struct proto_req *req, const char *line, size_t 
                                req->ttl_ms >= PROTO_TTL_MIN && req->ttl_ms <= PROTO_TTL_MAX));
     if (cmd == PROTO_CMD_RENEW)
         CHECK(req->has_token && req->ttl_ms != 0);
-    CHECK(!req->has_token || cmd == PROTO_CMD_UNLOCK || cmd == PROTO_CMD_RENEW);
+    CHECK(!req->has_token || cmd == PROTO_CMD_UNLOCK || cmd == PROTO_CMD_RENEW ||
+          cmd == PROTO_CMD_CHECK);
+    CHECK(req->delay_ms == -1 || (takes_options && req->delay_ms >= 0 &&
+                                  req->delay_ms <= PROTO_DELAY_MAX));
     CHECK(req->has_token || req->token == 0);
 
     switch (req->mode) {
@@ -160,6 +163,7 @@ static void check_same(enum proto_parse_result ra, const struct proto_req *a,
     CHECK(a->password_len == 0 || memcmp(a->password, b->password, a->password_len) == 0);
     CHECK(a->wait_ms == b->wait_ms && a->mode == b->mode && a->limit == b->limit);
     CHECK(a->ttl_ms == b->ttl_ms && a->has_token == b->has_token && a->token == b->token);
+    CHECK(a->delay_ms == b->delay_ms);
 }
 
 /* The request written out plainly ("LOCK a 5 shared ttl=100") parses to the
@@ -191,6 +195,8 @@ static void check_round_trip(const struct proto_req *req)
         n += (size_t)snprintf(line + n, sizeof(line) - n, " limit=%u", req->limit);
     if (req->ttl_ms && req->cmd != PROTO_CMD_RENEW)
         n += (size_t)snprintf(line + n, sizeof(line) - n, " ttl=%lld", (long long)req->ttl_ms);
+    if (req->delay_ms >= 0)
+        n += (size_t)snprintf(line + n, sizeof(line) - n, " delay=%lld", (long long)req->delay_ms);
     CHECK(n < sizeof(line));
     check_same(PROTO_REQUEST, req, proto_parse(line, n, &again), &again);
 }
