@@ -24,6 +24,7 @@
 enum cli_exit {
     CLI_EXIT_OK          = 0,
     CLI_EXIT_FREE        = 1,   /* status NAME: the lock is free (0: held) */
+    CLI_EXIT_JEOPARDY    = 116, /* run: the broker did not confirm the lock (CHECK) in time */
     CLI_EXIT_DENIED      = 117, /* AUTH refused, or ERR NOAUTH / DENIED: log in, or another NAME */
     CLI_EXIT_NOT_HELD    = 118, /* renew, release: ERR NOT_HELD (wrong token, or the lease ended) */
     CLI_EXIT_CONFLICT    = 119, /* run, lease: ERR CONFLICT, the lock is in use in another mode/limit */

@@ -74,8 +74,9 @@ static void usage(FILE *f)
         "  -w, --wait TIME       run, lease: give up if the lock is not granted within\n"
         "                        TIME (0 to 2147483647 ms; 0: only if it is free now;\n"
         "                        default: wait for ever)\n"
-        "  -g, --grace TIME      run: after the lock is lost, SIGKILL the command TIME\n"
-        "                        after SIGTERM (default %d ms; 0: at once)\n"
+        "  -g, --grace TIME      run: after the lock is lost or in jeopardy, SIGKILL the\n"
+        "                        command TIME after SIGTERM (default %d ms; 0: at once),\n"
+        "                        but within the broker's last safe window (CHECK)\n"
         "  -s, --shared          run, lease: take the lock shared: shared holders run\n"
         "                        together, an exclusive holder (without -s or -n) alone\n"
         "  -n, --limit N         run, lease: take one of N slots (1-65535) of a\n"
@@ -97,10 +98,12 @@ static void usage(FILE *f)
         "  -h, --help            show this help\n"
         "  -V, --version         show the version\n"
         "SIGINT, SIGTERM and SIGHUP are passed on to COMMAND's process group. If\n"
-        "lockbroker is killed, the lock is freed and COMMAND gets SIGKILL (its own\n"
-        "children do not: see lockbroker(1)).\n"
+        "lockbroker is killed, COMMAND's process group gets SIGKILL, then the lock is\n"
+        "freed (see lockbroker(1) for what is not covered).\n"
         "Exit status: COMMAND's (run), 0 (other subcommands), or\n"
         "    1  status NAME: the lock is free (0: it is held)\n"
+        "  116  run: jeopardy: the broker did not confirm the lock (CHECK) in time;\n"
+        "       COMMAND was terminated before anyone else could be granted the lock\n"
         "  117  the broker refused the login (-a: wrong user or password, or it has no\n"
         "       users), wants one (ERR NOAUTH: give -a), or USER may not use NAME\n"
         "       (ERR DENIED)\n"
@@ -694,17 +697,61 @@ static int lease_abandon(struct client *c, const struct run_opts *ro, const char
 }
 
 /*
+ * A lease granted after a wait began its ttl at the grant, which the
+ * caller cannot see: counted from when it started lockbroker, some of it
+ * (or all) looks spent. RENEW <name> <token> <ttl> on the same connection
+ * gives it its whole ttl again from now. Returns 0, or a CLI_EXIT_* status
+ * having said why.
+ */
+static int lease_renew_after_wait(struct client *c, const struct run_opts *ro,
+                                  const char *token)
+{
+    char req[PROTO_NAME_MAX + 64], ok[PROTO_NAME_MAX + 8], line[PROTO_REPLY_MAX],
+         err[CLIENT_ERR_MAX];
+    int64_t deadline = client_now_ms() + ro->io_ms;
+    enum client_status st;
+
+    snprintf(req, sizeof(req), "RENEW %s %s %" PRId64 "\n", ro->name, token, ro->ttl_ms);
+    snprintf(ok, sizeof(ok), "OK %s", ro->name);
+    st = client_send(c, req, strlen(req), deadline, err, sizeof(err));
+    if (st == CLIENT_OK)
+        st = client_read_line(c, line, sizeof(line), deadline, err, sizeof(err));
+    if (st != CLIENT_OK) {
+        fprintf(stderr, "lockbroker: cannot renew lease %s after its wait: %s\n", ro->name,
+                st == CLIENT_CLOSED ? "the broker closed the connection" :
+                st == CLIENT_TIMEOUT ? "no reply" : err);
+        return CLI_EXIT_UNAVAILABLE;
+    }
+    if (strcmp(line, ok) == 0)
+        return 0;
+    fprintf(stderr, "lockbroker: cannot renew lease %s after its wait: %s\n", ro->name, line);
+    return strncmp(line, "ERR NOT_HELD", 12) == 0 ? CLI_EXIT_NOT_HELD : client_err_exit(line);
+}
+
+/*
  * lease: LOCK <name> ... ttl=<ms>, then the token alone on stdout. The
- * lease outlives the connection. A token that cannot be written is a lease
- * nobody could renew or release: it is released at once.
+ * lease outlives the connection. A grant that took more than a tenth of
+ * the ttl is renewed first (lease_renew_after_wait). A token that cannot
+ * be written is a lease nobody could renew or release: it is released at
+ * once.
  */
 static int cmd_lease(const struct run_opts *ro, struct client *c)
 {
     char token[32];
+    int64_t asked = client_now_ms();
     int rc, e;
 
     if ((rc = run_lock(ro, c, token, sizeof(token))) != 0)
         return rc;
+    if (client_now_ms() - asked > ro->ttl_ms / 10 &&
+        (rc = lease_renew_after_wait(c, ro, token)) != 0) {
+        /* Held, but for less than promised: nobody is told its token. */
+        if (rc != CLI_EXIT_NOT_HELD && lease_abandon(c, ro, token) != 0)
+            fprintf(stderr, "lockbroker: cannot release lease %s (token %s) either: it ends "
+                    "%" PRId64 " ms after its grant\n", ro->name, token,
+                    ro->ttl_ms);
+        return rc;
+    }
     signal(SIGPIPE, SIG_IGN);   /* a closed stdout is an error to handle, not death */
     if (printf("%s\n", token) >= 0 && fflush(stdout) == 0)
         return CLI_EXIT_OK;

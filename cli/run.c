@@ -15,6 +15,16 @@
  * command stopped or ended; SIGINT, SIGTERM, SIGHUP: forwarded to the
  * command's process group).
  *
+ * Jeopardy: the broker's `CHECK` answer promises the lock for <safe-ms>
+ * from when the CHECK was sent (PROTOCOL.md, CHECK). One CHECK goes out
+ * before the command starts, then one every quarter of the last window
+ * (but at least every second and at most every 100 ms), one at a time;
+ * safe_until is the furthest promise answered. If no fresh answer comes (a
+ * frozen daemon, a dead network), the command gets SIGTERM a grace period
+ * before safe_until and SIGKILL at safe_until, before anyone else can be
+ * granted the lock. After a LOST too, SIGKILL comes no later than
+ * safe_until: a grace period that does not fit is cut.
+ *
  * The command runs in a process group of its own so that a loss reaches
  * everything it started. When lockbroker is the foreground job of a terminal,
  * the terminal is handed to that group, as a shell does, so the command can
@@ -25,11 +35,16 @@
  * becomes its child: after a loss it waits until every process of the
  * command's group has ended before it exits.
  *
- * If lockbroker itself is killed (SIGKILL, the OOM killer), the broker frees
- * the lock when the connection closes; the command gets SIGKILL through its
- * parent-death signal. That reaches the command's main process only: its
- * own children, and set-user-ID programs (the kernel clears the setting on
- * such an exec), are not covered. lockbroker(1) says so.
+ * If lockbroker itself is killed (SIGKILL, the OOM killer), a guardian
+ * ends the command's whole process group before the broker can free the
+ * lock: a small child of lockbroker (no exec) in the command's group that
+ * holds a copy of the connection and blocks reading a pipe whose only
+ * writer is lockbroker. End of file there means lockbroker is gone: it
+ * sends SIGKILL to the group, itself included, and only its death closes
+ * the connection, which frees the lock. The command's main process also
+ * gets SIGKILL through its parent-death signal. Not covered: a process of
+ * the command that left the group (setsid, setpgid: a daemon), and the
+ * guardian killed on its own. lockbroker(1) says so.
  */
 #include "config.h"
 
@@ -45,6 +60,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -53,6 +69,8 @@
 #include "proto.h"
 
 #define RUN_REPLY_MAX 1024   /* requests, and the replies to LOCK and UNLOCK (OK, TIMEOUT, ERR) */
+#define CHECK_EVERY_MIN_MS 100    /* CHECKs at most this often, however short the window */
+#define CHECK_EVERY_MAX_MS 1000   /* and at least this often, however long: a table lookup */
 
 /* The self-pipe: handlers write the signal number, the loop reads it. */
 static int sig_pipe[2] = { -1, -1 };
@@ -75,6 +93,16 @@ struct run {
     int resume;               /* lockbroker was stopped with the command: continue it */
     enum run_state state;
     int64_t kill_at;          /* RUN_LOST_TERM: monotonic ms at which to send SIGKILL */
+    pid_t guardian;           /* kills the group if lockbroker dies; 0: none (or reaped) */
+    int guardian_pipe;        /* its write end: lockbroker's death closes it; -1: none */
+    /* Jeopardy (all times monotonic ms, on this clock). */
+    int checking;             /* the broker answers CHECK (0: an older daemon) */
+    int check_inflight;       /* a CHECK was sent and its reply is due */
+    int64_t check_sent;       /* when it was sent */
+    int64_t next_check;       /* when to send the next one */
+    int64_t safe_until;       /* no other holder before this (the furthest promise) */
+    int64_t window_max;       /* the largest <safe-ms> answered: the grace fits in a third */
+    int jeopardy;             /* the command was ended for want of a fresh window */
 };
 
 static void on_signal(int sig)
@@ -430,6 +458,148 @@ int run_lock(const struct run_opts *o, struct client *c, char *token, size_t tok
     return CLI_EXIT_PROTOCOL;
 }
 
+/* ------------------------------------------------------------- jeopardy */
+
+enum check_reply {
+    CHECK_WINDOW,        /* OK <name> <token> <safe-ms> */
+    CHECK_NOT_HELD,      /* ERR NOT_HELD ... */
+    CHECK_UNKNOWN,       /* ERR BAD_COMMAND ...: a daemon older than CHECK */
+    CHECK_OTHER,         /* anything else */
+};
+
+/* Sends `CHECK <name> <token>`. Returns 0, or -1 if the connection failed. */
+static int check_send(struct run *r)
+{
+    char req[RUN_REPLY_MAX], err[CLIENT_ERR_MAX];
+    int n = snprintf(req, sizeof(req), "CHECK %s %s\n", r->o->name, r->token);
+    int64_t now = client_now_ms();
+
+    if (client_send(r->conn, req, (size_t)n, now + r->o->io_ms, err, sizeof(err)) != CLIENT_OK)
+        return -1;
+    r->check_inflight = 1;
+    r->check_sent = now;
+    return 0;
+}
+
+/* What line says as the reply to a CHECK; *safe_ms is set for CHECK_WINDOW. */
+static enum check_reply check_parse(const struct run *r, const char *line, int64_t *safe_ms)
+{
+    size_t nl = strlen(r->o->name), tl = strlen(r->token);
+
+    if (strncmp(line, "OK ", 3) == 0 && strncmp(line + 3, r->o->name, nl) == 0 &&
+        line[3 + nl] == ' ' && strncmp(line + 4 + nl, r->token, tl) == 0 &&
+        line[4 + nl + tl] == ' ') {
+        const char *w = line + 5 + nl + tl;
+        size_t digits = strspn(w, "0123456789");
+        long long v;
+
+        if (digits == 0 || digits > 9 || w[digits] != '\0')
+            return CHECK_OTHER;
+        v = strtoll(w, NULL, 10);
+        if (v > PROTO_SAFE_MAX)
+            return CHECK_OTHER;
+        *safe_ms = v;
+        return CHECK_WINDOW;
+    }
+    if (strncmp(line, "ERR NOT_HELD", 12) == 0 && (line[12] == ' ' || line[12] == '\0'))
+        return CHECK_NOT_HELD;
+    if (strncmp(line, "ERR BAD_COMMAND", 15) == 0 && (line[15] == ' ' || line[15] == '\0'))
+        return CHECK_UNKNOWN;
+    return CHECK_OTHER;
+}
+
+/* A window answered: the promise runs to check_sent + safe_ms. */
+static void check_answered(struct run *r, int64_t safe_ms)
+{
+    int64_t every = safe_ms / 4;
+
+    every = every < CHECK_EVERY_MIN_MS ? CHECK_EVERY_MIN_MS :
+            every > CHECK_EVERY_MAX_MS ? CHECK_EVERY_MAX_MS : every;
+
+    r->check_inflight = 0;
+    if (r->check_sent + safe_ms > r->safe_until)
+        r->safe_until = r->check_sent + safe_ms;
+    if (safe_ms > r->window_max)
+        r->window_max = safe_ms;
+    r->next_check = r->check_sent + every;
+}
+
+/*
+ * When the command gets SIGTERM if no fresh window has come: the grace
+ * period before safe_until, but at most a third of the largest window, so
+ * that CHECKs every quarter of a window that is not shrinking never get
+ * there. -1: no jeopardy (an older daemon).
+ */
+static int64_t jeopardy_at(const struct run *r)
+{
+    int64_t grace = r->o->grace_ms;
+
+    if (!r->checking)
+        return -1;
+    if (grace > r->window_max / 3)
+        grace = r->window_max / 3;
+    return r->safe_until - grace;
+}
+
+/*
+ * The first CHECK, before the command starts. Returns 0 (with a window,
+ * or r->checking 0 for a daemon that does not know CHECK), or a CLI_EXIT_*
+ * status having said why on stderr.
+ */
+static int check_first(struct run *r)
+{
+    char line[RUN_REPLY_MAX], err[CLIENT_ERR_MAX];
+    enum client_status st;
+    int64_t safe = 0;
+
+    r->checking = 1;
+    if (check_send(r) < 0) {
+        fprintf(stderr, "lockbroker: %s: cannot send CHECK %s: the connection failed\n",
+                r->o->addr->spec, r->o->name);
+        return CLI_EXIT_UNAVAILABLE;
+    }
+    st = client_read_line(r->conn, line, sizeof(line), r->check_sent + r->o->io_ms, err,
+                          sizeof(err));
+    if (st == CLIENT_CLOSED || st == CLIENT_TIMEOUT) {
+        fprintf(stderr, "lockbroker: %s %s after granting lock %s; the command was not run\n",
+                r->o->addr->spec, st == CLIENT_CLOSED ? "closed the connection" :
+                "did not answer CHECK", r->o->name);
+        return CLI_EXIT_UNAVAILABLE;
+    }
+    if (st != CLIENT_OK) {
+        fprintf(stderr, "lockbroker: %s: %s\n", r->o->addr->spec, err);
+        return CLI_EXIT_PROTOCOL;
+    }
+    if (strncmp(line, "LOST ", 5) == 0) {
+        fprintf(stderr, "lockbroker: lock %s lost before the command started: %s\n",
+                r->o->name, line);
+        return CLI_EXIT_LOST;
+    }
+    switch (check_parse(r, line, &safe)) {
+    case CHECK_WINDOW:
+        check_answered(r, safe);
+        if (client_now_ms() < jeopardy_at(r))
+            return 0;
+        fprintf(stderr, "lockbroker: lock %s is certain for only %" PRId64 " ms (CHECK); the "
+                "command was not run\n", r->o->name, safe);
+        return CLI_EXIT_JEOPARDY;
+    case CHECK_NOT_HELD:
+        fprintf(stderr, "lockbroker: lock %s lost before the command started: %s\n",
+                r->o->name, line);
+        return CLI_EXIT_LOST;
+    case CHECK_UNKNOWN:
+        r->checking = 0;
+        r->check_inflight = 0;
+        fprintf(stderr, "lockbroker: warning: %s does not know CHECK (an older lockbrokerd): "
+                "the command runs without jeopardy, ended only by a LOST\n",
+                r->o->addr->spec);
+        return 0;
+    default:
+        fprintf(stderr, "lockbroker: unexpected reply to CHECK %s: %s\n", r->o->name, line);
+        return CLI_EXIT_PROTOCOL;
+    }
+}
+
 /* ----------------------------------------------------------- the command */
 
 static int install_handlers(void)
@@ -500,6 +670,31 @@ static void child_exec(const struct run *r, pid_t parent, const sigset_t *orig_m
     _exit(errno == ENOENT || errno == ENOTDIR ? CLI_EXIT_NOT_FOUND : CLI_EXIT_CANNOT_EXEC);
 }
 
+/*
+ * Ends the command: SIGTERM to its group now, SIGKILL after the grace
+ * period, but no later than safe_until, when someone else may be granted
+ * the lock (a grace period that does not fit is cut, and said so).
+ */
+static void run_stop(struct run *r)
+{
+    int64_t now = client_now_ms(), grace = r->o->grace_ms;
+
+    if (r->checking && now + grace > r->safe_until) {
+        grace = r->safe_until > now ? r->safe_until - now : 0;
+        fprintf(stderr, "lockbroker: grace period cut to %" PRId64 " ms: the lock is certain "
+                "for no longer\n", grace);
+    }
+    if (grace > 0) {
+        killpg(r->pid, SIGTERM);
+        r->state = RUN_LOST_TERM;
+        r->kill_at = now + grace;
+    } else {
+        killpg(r->pid, SIGKILL);
+        r->state = RUN_LOST_KILL;
+    }
+    killpg(r->pid, SIGCONT);   /* a stopped command must run to act on SIGTERM */
+}
+
 /* The lock is gone: stop using the resource, i.e. end the command. */
 static void run_lose(struct run *r, const char *why)
 {
@@ -507,16 +702,30 @@ static void run_lose(struct run *r, const char *why)
         return;
     fprintf(stderr, "lockbroker: lock %s lost (%s); terminating the command\n",
             r->o->name, why);
+    /* The guardian has a copy of the connection: end it for both. */
+    if (r->conn->fd >= 0)
+        shutdown(r->conn->fd, SHUT_RDWR);
     client_close(r->conn);
-    if (r->o->grace_ms > 0) {
-        killpg(r->pid, SIGTERM);
-        r->state = RUN_LOST_TERM;
-        r->kill_at = client_now_ms() + r->o->grace_ms;
-    } else {
-        killpg(r->pid, SIGKILL);
-        r->state = RUN_LOST_KILL;
-    }
-    killpg(r->pid, SIGCONT);   /* a stopped command must run to act on SIGTERM */
+    run_stop(r);
+}
+
+/*
+ * No fresh window came in time: the lock may be granted to someone else
+ * at safe_until. The connection stays open until the command has ended, so
+ * that a daemon that was only slow does not free the lock before then.
+ */
+static void run_jeopardy(struct run *r)
+{
+    int64_t now = client_now_ms();
+
+    if (r->state != RUN_HOLDING)
+        return;
+    r->jeopardy = 1;
+    fprintf(stderr, "lockbroker: lock %s in jeopardy: %s has not confirmed it (CHECK) for "
+            "%" PRId64 " ms and may grant it to someone else in %" PRId64 " ms; terminating "
+            "the command\n", r->o->name, r->o->addr->spec, now - r->check_sent,
+            r->safe_until > now ? r->safe_until - now : 0);
+    run_stop(r);
 }
 
 /* Handles lines pushed by the broker while the command runs. */
@@ -540,6 +749,27 @@ static void run_read_conn(struct run *r)
             snprintf(lost, sizeof(lost), "%s", line + 7 + nl + tl);
             run_lose(r, lost);
             return;
+        }
+        if (r->check_inflight) {
+            int64_t safe = 0;
+
+            switch (check_parse(r, line, &safe)) {
+            case CHECK_WINDOW:
+                check_answered(r, safe);
+                break;
+            case CHECK_NOT_HELD:
+                snprintf(lost, sizeof(lost), "CHECK: %.900s", line);
+                run_lose(r, lost);
+                return;
+            default:
+                /* No window this time: ask again a little later. */
+                fprintf(stderr, "lockbroker: unexpected reply to CHECK %s: %s\n",
+                        r->o->name, line);
+                r->check_inflight = 0;
+                r->next_check = client_now_ms() + CHECK_EVERY_MIN_MS;
+                break;
+            }
+            continue;
         }
         fprintf(stderr, "lockbroker: ignoring unexpected line from the broker: %s\n", line);
     }
@@ -597,14 +827,20 @@ static int run_check_child(struct run *r, int *wstatus)
         ;
     if (r->state != RUN_HOLDING) {
         /* The group's other processes are ours now (subreaper): wait until all are gone. */
-        while (waitpid(-r->pid, NULL, 0) > 0 || errno == EINTR)
-            ;
+        pid_t gone;
+
+        while ((gone = waitpid(-r->pid, NULL, 0)) > 0 || errno == EINTR)
+            if (gone == r->guardian)
+                r->guardian = 0;   /* killed with the group */
     }
     return 1;
 }
 
-/* Reaps orphans the command left behind (they are ours, as subreaper), not the command. */
-static void run_reap_orphans(const struct run *r)
+/*
+ * Reaps orphans the command left behind (they are ours, as subreaper), and
+ * a guardian that was killed, not the command.
+ */
+static void run_reap_orphans(struct run *r)
 {
     siginfo_t si;
 
@@ -614,33 +850,55 @@ static void run_reap_orphans(const struct run *r)
             si.si_pid == r->pid)
             return;
         waitpid(si.si_pid, NULL, 0);
+        if (si.si_pid == r->guardian)
+            r->guardian = 0;
     }
+}
+
+/* Sleep until the earlier of a and b (-1: no time). */
+static int64_t earlier(int64_t a, int64_t b)
+{
+    return a < 0 ? b : b < 0 ? a : a < b ? a : b;
 }
 
 /* Supervises the command until it ends. Returns its wait status. */
 static int run_supervise(struct run *r)
 {
     for (;;) {
+        /* The connection matters while the lock is held (-1: poll ignores it). */
+        int conn_fd = r->state == RUN_HOLDING ? r->conn->fd : -1;
         struct pollfd p[2] = {
-            { .fd = r->conn->fd, .events = POLLIN },   /* -1 once lost: poll ignores it */
+            { .fd = conn_fd, .events = POLLIN },
             { .fd = sig_pipe[0], .events = POLLIN },
         };
-        int timeout = -1, wstatus;
+        int64_t wake = -1, now = client_now_ms();
+        int timeout, wstatus;
 
         if (r->resume)
-            timeout = 0;
-        else if (r->state == RUN_LOST_TERM) {
-            int64_t left = r->kill_at - client_now_ms();
-
-            timeout = left < 0 ? 0 : (int)left;
+            wake = now;
+        if (r->state == RUN_LOST_TERM)
+            wake = earlier(wake, r->kill_at);
+        if (r->state == RUN_HOLDING && r->checking) {
+            wake = earlier(wake, jeopardy_at(r));
+            if (!r->check_inflight)
+                wake = earlier(wake, r->next_check);
         }
+        timeout = wake < 0 ? -1 : wake <= now ? 0 : wake - now > 1000000 ? 1000000
+                                                : (int)(wake - now);
         if (poll(p, 2, timeout) < 0 && errno != EINTR) {
             fprintf(stderr, "lockbroker: poll: %s\n", strerror(errno));
             return CLI_EXIT_USAGE << 8;
         }
         /* The connection first: when a loss and the command's end arrive together, the loss counts. */
-        if (r->conn->fd >= 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR)))
+        if (conn_fd >= 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR)))
             run_read_conn(r);
+        now = client_now_ms();
+        if (r->state == RUN_HOLDING && r->checking) {
+            if (now >= jeopardy_at(r))
+                run_jeopardy(r);
+            else if (!r->check_inflight && now >= r->next_check && check_send(r) < 0)
+                run_lose(r, "cannot send CHECK: the connection failed");
+        }
         if (r->state == RUN_LOST_TERM && client_now_ms() >= r->kill_at) {
             killpg(r->pid, SIGKILL);
             r->state = RUN_LOST_KILL;
@@ -691,6 +949,10 @@ static void run_unlock(struct run *r)
         st = client_read_line(r->conn, line, sizeof(line), deadline, err, sizeof(err));
         if (st != CLIENT_OK)
             break;
+        if (r->check_inflight && strncmp(line, "LOST ", 5) != 0) {
+            r->check_inflight = 0;   /* the reply to the CHECK sent before the UNLOCK */
+            continue;
+        }
         if (strcmp(line, ok) == 0)
             return;
         if (strncmp(line, "LOST ", 5) == 0) {
@@ -710,15 +972,87 @@ static void run_unlock(struct run *r)
             : st == CLIENT_TIMEOUT ? "no reply" : err);
 }
 
+/* ------------------------------------------------------------ guardian */
+
+/*
+ * Starts the guardian (see the top of this file) in the command's group.
+ * Called with the signals blocked. Returns 0, or -1 with errno.
+ */
+static int guardian_start(struct run *r, const sigset_t *orig_mask)
+{
+    static const int ignored[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP, SIGTTIN,
+                                   SIGTTOU, SIGPIPE };
+    pid_t parent = getpid(), g;
+    int p[2], e;
+
+    if (pipe2(p, O_CLOEXEC) < 0)
+        return -1;
+    if ((g = fork()) < 0) {
+        e = errno;
+        close(p[0]);
+        close(p[1]);
+        errno = e;
+        return -1;
+    }
+    if (g == 0) {
+        struct sigaction sa;
+        char b;
+
+        memset(&sa, 0, sizeof(sa));
+        sigemptyset(&sa.sa_mask);
+        sa.sa_handler = SIG_IGN;
+        for (size_t i = 0; i < sizeof(ignored) / sizeof(ignored[0]); i++)
+            sigaction(ignored[i], &sa, NULL);
+        sa.sa_handler = SIG_DFL;
+        sigaction(SIGCHLD, &sa, NULL);
+        sigprocmask(SIG_SETMASK, orig_mask, NULL);
+        close(p[1]);
+        close(sig_pipe[0]);
+        close(sig_pipe[1]);
+        if (r->tty >= 0)
+            close(r->tty);
+        /* r->conn stays open here: the lock is freed only when this process is gone too. */
+        setpgid(0, r->pid);
+        if (getppid() == parent)
+            while (read(p[0], &b, 1) < 0 && errno == EINTR)
+                ;
+        /* End of file (or a byte, which nobody sends): lockbroker is gone. */
+        killpg(r->pid, SIGKILL);
+        _exit(0);
+    }
+    close(p[0]);
+    setpgid(g, r->pid);
+    r->guardian = g;
+    r->guardian_pipe = p[1];
+    return 0;
+}
+
+/* lockbroker ends normally: the guardian must not kill anything. */
+static void guardian_stop(struct run *r)
+{
+    if (r->guardian > 0) {
+        kill(r->guardian, SIGKILL);
+        while (waitpid(r->guardian, NULL, 0) < 0 && errno == EINTR)
+            ;
+        r->guardian = 0;
+    }
+    if (r->guardian_pipe >= 0)
+        close(r->guardian_pipe);
+    r->guardian_pipe = -1;
+}
+
 int run_command(const struct run_opts *o)
 {
     static struct client conn;   /* 64 KiB buffer: not on the stack */
-    struct run r = { .o = o, .conn = &conn, .tty = -1, .state = RUN_HOLDING };
+    struct run r = { .o = o, .conn = &conn, .tty = -1, .state = RUN_HOLDING,
+                     .guardian_pipe = -1 };
     sigset_t block, orig, during;
     pid_t parent;
     int rc, wstatus;
 
     rc = run_lock(o, &conn, r.token, sizeof(r.token));
+    if (rc == 0 && (rc = check_first(&r)) == CLI_EXIT_JEOPARDY)
+        run_unlock(&r);
     if (rc != 0) {
         client_close(&conn);
         return rc;
@@ -754,6 +1088,9 @@ int run_command(const struct run_opts *o)
     setpgid(r.pid, r.pid);
     if (r.tty >= 0)
         tcsetpgrp(r.tty, r.pid);
+    if (guardian_start(&r, &orig) < 0)
+        fprintf(stderr, "lockbroker: warning: cannot start the guardian (%s): if lockbroker "
+                "dies, only the command's main process is killed\n", strerror(errno));
     /* SIGTTOU stays blocked: in the background we still write to and take back the terminal. */
     during = orig;
     sigaddset(&during, SIGTTOU);
@@ -766,8 +1103,9 @@ int run_command(const struct run_opts *o)
         run_unlock(&r);
         rc = WIFSIGNALED(wstatus) ? 128 + WTERMSIG(wstatus) : WEXITSTATUS(wstatus);
     } else {
-        rc = CLI_EXIT_LOST;
+        rc = r.jeopardy ? CLI_EXIT_JEOPARDY : CLI_EXIT_LOST;
     }
+    guardian_stop(&r);
     client_close(&conn);
     if (r.tty >= 0)
         close(r.tty);

@@ -40,6 +40,7 @@ class Daemon(lbharness.Daemon):
 
 # Exit statuses of lockbroker itself (cli/client.h, lockbroker --help, lockbroker(1)).
 EXIT_FREE = 1            # status NAME only
+EXIT_JEOPARDY = 116
 EXIT_NOT_HELD = 118
 EXIT_CONFLICT = 119
 EXIT_LOST = 120
@@ -80,6 +81,25 @@ def trapper(code=7, ready='"ready"', ignore=False):
 
 
 PID_AND_TOKEN = '"%d %s" % (os.getpid(), os.environ["LOCKBROKER_TOKEN"])'
+
+# Prints, for each pid argument, "dead" if the process has ended or is
+# ending (a zombie, exiting: PF_EXITING in /proc/PID/stat's flags, or a
+# SIGKILL pending), else "alive". A process that was sent SIGKILL never
+# runs its own code again.
+DEAD_OR_DYING = r"""
+import sys
+def dead(pid):
+    try:
+        with open("/proc/%s/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open("/proc/%s/status" % pid) as f:
+            st = dict(l.split(":", 1) for l in f if ":" in l)
+    except (OSError, IndexError):
+        return True
+    pending = int(st["ShdPnd"], 16) | int(st["SigPnd"], 16)
+    return fields[0] in ("Z", "X") or int(fields[6]) & 0x4 or pending & (1 << 8)
+print(" ".join("dead" if dead(p) else "alive" for p in sys.argv[1:]), flush=True)
+"""
 
 
 def client_path():
@@ -439,6 +459,29 @@ class RunTests(DaemonCase):
         self.d.wait_log(r"\): closed, [0-9]+ holds and waits released", since=mark)
         p = self.lb(self.hp() + ["run", "-w", "0", n, "--", "echo", "second"])
         self.assert_exit(p, 0, stdout="second\n")
+
+    def test_the_whole_group_ends_with_a_killed_lockbroker(self):
+        # Not only the main process: the shell's child too, before the
+        # broker can grant the lock to the next waiter (the guardian holds
+        # the connection until it has sent the group SIGKILL).
+        n = self.name()
+        p = self.start(self.hp() + ["run", n, "--", "sh", "-c",
+                                    "sleep 600 & echo $$ $!; wait $!; echo after"])
+        pids = p.read_line().split()
+        for pid in pids:
+            self.addCleanup(kill_if_alive, int(pid))
+        mark = self.d.log_mark()
+        waiter = self.start(self.hp() + ["run", n, "--", sys.executable, "-c", DEAD_OR_DYING]
+                            + pids)
+        self.d.wait_log(r"lock %s: \S+ queued$" % re.escape(n), since=mark)
+        p.proc.kill()
+        p.proc.wait()
+        waiter.finish()
+        self.assert_exit(waiter, 0, stdout="dead dead\n")
+        self.assertEqual(waiter.err, "")
+        for pid in pids:
+            self.assertTrue(wait_gone(int(pid)), "pid %s outlived lockbroker" % pid)
+        self.assertEqual(p.out, "")      # "after" never came
 
 
 class ModeTests(DaemonCase):
@@ -1380,7 +1423,13 @@ class FakeBrokerTests(Case):
         c = self.accept_locker()
         c.expect("LOCK %s" % name)
         c.send("OK %s %s\n" % (name, token))
+        self.confirm(c, name, token)
         return p, c
+
+    def confirm(self, c, name, token="42", safe=600000):
+        """Answers the CHECK that run sends before starting the command."""
+        c.expect("CHECK %s %s" % (name, token))
+        c.send("OK %s %s %d\n" % (name, token, safe))
 
     def test_lost_terminates_the_command(self):
         n = self.name()
@@ -1413,6 +1462,127 @@ class FakeBrokerTests(Case):
         self.assert_exit(p, EXIT_LOST, r"lock %s lost \(zk-disconnected\)" % re.escape(n))
         for pid in pids:
             self.assertFalse(pid_alive(pid), "pid %d survived" % pid)
+
+    def test_jeopardy_when_checks_go_unanswered(self):
+        # A window of 1500 ms, then silence (a frozen daemon): SIGTERM a
+        # grace period before the window runs out (cut from 5 s to a third
+        # of the window), SIGKILL when it does, and the connection is held
+        # until the command is gone.
+        n = self.name()
+        p = self.start(["-H", self.addr, "run", n, "--"] + trapper(ignore=True, ready="os.getpid()"))
+        c = self.accept_locker()
+        c.expect("LOCK %s" % n)
+        c.send("OK %s 42\n" % n)
+        self.confirm(c, n, safe=1500)
+        pid = int(p.read_line())
+        c.expect("CHECK %s 42" % n)      # a quarter of the window later; no answer
+        c.expect_eof()
+        self.assertFalse(pid_alive(pid), "the connection closed before the command ended")
+        p.finish()
+        self.assertEqual(p.rc, EXIT_JEOPARDY, p.err)
+        lines = p.err.splitlines()
+        self.assertEqual(len(lines), 2, p.err)
+        self.assertRegex(lines[0], r"^lockbroker: lock %s in jeopardy: %s has not confirmed it "
+                         r"\(CHECK\) for [0-9]+ ms and may grant it to someone else in [0-9]+ "
+                         r"ms; terminating the command$" % (re.escape(n), re.escape(self.addr)))
+        m = re.match(r"^lockbroker: grace period cut to ([0-9]+) ms: the lock is certain for "
+                     r"no longer$", lines[1])
+        self.assertIsNotNone(m, lines[1])
+        self.assertLessEqual(int(m.group(1)), 500)
+
+    def test_fresh_windows_keep_the_command_running(self):
+        # Windows of 1200 ms, answered every time: checks every 300 ms, and
+        # the command runs on until it ends by itself, well past a window.
+        # A CHECK still unanswered when it ends is answered before UNLOCK's OK.
+        n = self.name()
+        p = self.start(["-H", self.addr, "run", n, "--", "sh", "-c", "echo in; read x; echo out"],
+                       stdin=subprocess.PIPE)
+        c = self.accept_locker()
+        c.expect("LOCK %s" % n)
+        c.send("OK %s 42\n" % n)
+        self.confirm(c, n, safe=1200)
+        self.assertEqual(p.read_line(), "in")
+        for _ in range(8):
+            self.confirm(c, n, safe=1200)
+        c.expect("CHECK %s 42" % n)
+        p.write("go\n")
+        c.expect("UNLOCK %s" % n)
+        c.send("OK %s 42 1200\nOK %s\n" % (n, n))
+        p.finish()
+        self.assert_exit(p, 0, stdout="out\n")
+        self.assertEqual(p.err, "")
+
+    def test_grace_after_lost_is_cut_to_the_window(self):
+        # -g 60s, but the last window ends in at most 2 s: SIGKILL by then.
+        n = self.name()
+        p = self.start(["-H", self.addr, "run", "-g", "60s", n, "--"] +
+                       trapper(ignore=True, ready="os.getpid()"))
+        c = self.accept_locker()
+        c.expect("LOCK %s" % n)
+        c.send("OK %s 42\n" % n)
+        self.confirm(c, n, safe=2000)
+        pid = int(p.read_line())
+        c.send("LOST %s 42 zk-disconnected\n" % n)
+        p.finish()
+        self.assertEqual(p.rc, EXIT_LOST, p.err)
+        lines = p.err.splitlines()
+        self.assertEqual(len(lines), 2, p.err)
+        self.assertRegex(lines[0], r"^lockbroker: lock %s lost \(zk-disconnected\)" % re.escape(n))
+        m = re.match(r"^lockbroker: grace period cut to ([0-9]+) ms", lines[1])
+        self.assertIsNotNone(m, lines[1])
+        self.assertLessEqual(int(m.group(1)), 2000)
+        self.assertFalse(pid_alive(pid))
+
+    def test_first_check_decides_whether_the_command_runs(self):
+        cases = [
+            ("OK %(n)s 42 0", EXIT_JEOPARDY, r"lock %(n)s is certain for only 0 ms \(CHECK\); "
+             r"the command was not run$", True),
+            ("ERR NOT_HELD this connection does not hold that lock", EXIT_LOST,
+             r"lock %(n)s lost before the command started: ERR NOT_HELD", False),
+            ("LOST %(n)s 42 session-expired", EXIT_LOST,
+             r"lock %(n)s lost before the command started: LOST", False),
+            ("OK %(n)s 43 5000", EXIT_PROTOCOL, r"unexpected reply to CHECK %(n)s: OK", False),
+            ("ERR INTERNAL oops", EXIT_PROTOCOL, r"unexpected reply to CHECK %(n)s: ERR", False),
+        ]
+        for reply, rc, err, unlocks in cases:
+            with self.subTest(reply=reply):
+                n = self.name()
+                p = self.start(["-H", self.addr, "run", n, "--", "echo", "ran"])
+                c = self.accept_locker()
+                c.expect("LOCK %s" % n)
+                c.send("OK %s 42\n" % n)
+                c.expect("CHECK %s 42" % n)
+                c.send(reply % {"n": n} + "\n")
+                if unlocks:
+                    c.expect("UNLOCK %s" % n)
+                    c.send("OK %s\n" % n)
+                p.finish()
+                self.assert_exit(p, rc, err % {"n": re.escape(n)}, stdout="")
+
+    def test_lease_granted_after_a_wait_is_renewed_before_its_token_is_printed(self):
+        # The grant comes after the -v notice (1 s), more than a tenth of
+        # the 5 s ttl: the lease is renewed, so that its ttl counts from now.
+        # A renewal refused (the lease ended) prints no token.
+        for reply, rc in (("OK %s", 0), ("ERR NOT_HELD no lease of that name with that token: "
+                                         "the token is wrong, or the lease ended", EXIT_NOT_HELD)):
+            with self.subTest(reply=reply):
+                n = self.name()
+                p = self.start(["-H", self.addr, "lease", "-v", n, "5s"])
+                c = self.accept_locker()
+                c.expect("LOCK %s ttl=5000" % n)
+                s = self.accept()
+                s.expect("STATUS %s" % n)
+                s.send("STATUS %s held holder=d1/unix token=7 since=- waiters=1 queue=2\n" % n)
+                self.assertRegex(p.read_err_line(), r"^lockbroker: waiting for lock ")
+                c.send("OK %s 42\n" % n)
+                c.expect("RENEW %s 42 5000" % n)
+                c.send((reply % n if "%s" in reply else reply) + "\n")
+                p.finish()
+                self.assertEqual(p.rc, rc, p.err)
+                self.assertEqual(p.out, "42\n" if rc == 0 else "")
+                if rc:
+                    self.assertRegex(p.err, r"lockbroker: cannot renew lease %s after its wait: "
+                                     r"ERR NOT_HELD" % re.escape(n))
 
     def test_unlock_after_the_command(self):
         n = self.name()
@@ -1458,6 +1628,7 @@ class FakeBrokerTests(Case):
                 c = self.accept_locker()
                 c.expect(request % n)
                 c.send("OK %s 42\n" % n)
+                self.confirm(c, n)
                 c.expect("UNLOCK %s" % n)
                 c.send("OK %s\n" % n)
                 p.finish()
@@ -1511,6 +1682,7 @@ class FakeBrokerTests(Case):
                 c = self.accept_locker()
                 c.expect("LOCK %s %s" % (n, wait))
                 c.send("OK %s 42\n" % n)
+                self.confirm(c, n)
                 c.expect("UNLOCK %s" % n)
                 c.send("OK %s\n" % n)
                 p.finish()
@@ -1677,6 +1849,7 @@ class FakeBrokerTests(Case):
                 c = self.accept()
                 c.expect("CLIENT " + (label or default_label(p.pid, "echo")), "LOCK %s" % n)
                 c.send("OK\nOK %s 42\n" % n)
+                self.confirm(c, n)
                 c.expect("UNLOCK %s" % n)
                 c.send("OK %s\n" % n)
                 p.finish()
@@ -1695,11 +1868,19 @@ class FakeBrokerTests(Case):
                 c.expect(request % {"n": n})
                 c.send("ERR BAD_COMMAND unknown command\nOK %s 42\n" % n)
                 if args[0] == "run":
+                    # Nor CHECK: the command runs, without jeopardy, and says so.
+                    c.expect("CHECK %s 42" % n)
+                    c.send("ERR BAD_COMMAND unknown command\n")
                     c.expect("UNLOCK %s" % n)
                     c.send("OK %s\n" % n)
                 p.finish()
-                self.assert_exit(p, 0, stdout="ran\n" if args[0] == "run" else "42\n")
-                self.assertEqual(p.err, "")
+                if args[0] == "run":
+                    self.assert_exit(p, 0, r"warning: %s does not know CHECK \(an "
+                                     r"older lockbrokerd\): the command runs without jeopardy"
+                                     % re.escape(self.addr), stdout="ran\n")
+                else:
+                    self.assert_exit(p, 0, stdout="42\n")
+                    self.assertEqual(p.err, "")
 
     def test_error_replies_to_client(self):
         cases = [
@@ -1753,6 +1934,7 @@ class FakeBrokerTests(Case):
                 if reply is not None:
                     s.expect_eof()      # asked once, and closed
                 c.send("OK %s 42\n" % n)
+                self.confirm(c, n)
                 c.expect("UNLOCK %s" % n)
                 c.send("OK %s\n" % n)
                 p.finish()
@@ -1768,6 +1950,7 @@ class FakeBrokerTests(Case):
         s.expect("STATUS %s" % n)
         c.send("OK %s 42\n" % n)
         s.expect_eof()      # not needed any more: closed, nothing said
+        self.confirm(c, n)
         c.expect("UNLOCK %s" % n)
         c.send("OK %s\n" % n)
         p.finish()
@@ -2030,20 +2213,37 @@ class LostTests(Case):
         d.wait_log(r"zk: new session 0x[0-9a-f]+", timeout=scaled(30))
         return zk, d
 
-    def test_lost_terminates_the_command(self):
+    # Whichever comes first ends the command: the last window running out
+    # (the daemon answers CHECK with ever shorter windows while ZooKeeper
+    # is away) or the LOST the daemon pushes at 2/3 of the session timeout.
+    ENDED = (r"(lock %(n)s lost \(zk-disconnected\)|lock %(n)s in jeopardy: .*); "
+             r"terminating the command$")
+
+    def ended(self, p, n):
+        lines = p.err.splitlines()
+        self.assertIn(p.rc, (EXIT_LOST, EXIT_JEOPARDY), p.err)
+        self.assertRegex(lines[0], "^lockbroker: " + self.ENDED % {"n": re.escape(n)})
+        self.assertEqual(p.rc == EXIT_JEOPARDY, "jeopardy" in lines[0], p.err)
+        for line in lines[1:]:
+            self.assertRegex(line, r"^lockbroker: grace period cut to [0-9]+ ms")
+
+    def test_zookeeper_outage_terminates_the_command(self):
         zk, d = self.distributed()
         n = self.name()
         p = self.start(["-H", d.listen_addr, "run", n, "--"] + trapper(code=0, ready=PID_AND_TOKEN))
         pid, token = p.read_line(timeout=scaled(30)).split()
         zk.stop()
         p.finish(timeout=scaled(60))
-        self.assert_exit(p, EXIT_LOST, r"lock %s lost \(zk-disconnected\); terminating the "
-                         r"command$" % re.escape(n), stdout="trapped-TERM\n")
+        self.ended(p, n)
+        self.assertEqual(p.out, "trapped-TERM\n")
         self.assertFalse(pid_alive(int(pid)))
-        d.wait_log(r"lock %s: lost by .* \(token %s\): zk-disconnected" % (re.escape(n), token))
+        if p.rc == EXIT_LOST:
+            d.wait_log(r"lock %s: lost by .* \(token %s\): zk-disconnected" % (re.escape(n), token))
+        else:       # the connection, held until the command ended, is closed
+            d.wait_log(r"\): closed, [0-9]+ holds and waits released")
         d.stop()
 
-    def test_lost_kills_a_command_that_ignores_sigterm(self):
+    def test_outage_kills_a_command_that_ignores_sigterm(self):
         zk, d = self.distributed()
         n = self.name()
         p = self.start(["-H", d.listen_addr, "run", "-g", "200", n, "--"] +
@@ -2051,8 +2251,8 @@ class LostTests(Case):
         pid = int(p.read_line(timeout=scaled(30)))
         zk.stop()
         p.finish(timeout=scaled(60))
-        self.assert_exit(p, EXIT_LOST, r"lock %s lost \(zk-disconnected\)" % re.escape(n),
-                         stdout="")
+        self.ended(p, n)
+        self.assertEqual(p.out, "")
         self.assertFalse(pid_alive(pid))
         d.stop()
 

@@ -14,7 +14,9 @@ import calendar
 import os
 import re
 import signal
+import subprocess
 import sys
+import tempfile
 import time
 import unittest
 
@@ -23,6 +25,21 @@ from lbharness import Daemon, scaled, stats  # noqa: E402
 import test_distributed as td  # noqa: E402
 
 TOKEN = r"(\d+)"
+LOCKBROKER = os.environ.get("LOCKBROKER") or os.path.normpath(
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "cli", "lockbroker"))
+
+# A command that goes on using "the resource" after SIGTERM: it ignores
+# SIGTERM (noting when it came) and appends a CLOCK_MONOTONIC timestamp to
+# the file argv[1] every millisecond or so, until SIGKILL.
+STUBBORN_WRITER = r"""
+import os, signal, sys, time
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND)
+signal.signal(signal.SIGTERM, lambda s, f: os.write(fd, b"TERM %d\n" % time.monotonic_ns()))
+print("ready", flush=True)
+while True:
+    os.write(fd, b"alive %d\n" % time.monotonic_ns())
+    time.sleep(0.001)
+"""
 OVER_RE = r"lock %s: lock-delay of %d ms after \S+ ended \(token %s\) is over"
 
 
@@ -284,6 +301,49 @@ class DistributedSafetyTests(td.DistributedBase):
         # The same machine's clock wrote the deadline and reads it now.
         self.assertGreaterEqual(time.time() * 1000, deadline + 1500)
         self.assertEqual(waiter.request("UNLOCK ld"), "OK ld")
+        self.wait_no_nodes(hosts)
+
+    def test_run_ends_its_command_before_another_daemon_grants_the_name(self):
+        # `lockbroker run` through A, whose command ignores SIGTERM and
+        # goes on writing; A frozen past its session timeout (it cannot
+        # say LOST); a client of B waits. Jeopardy: the command got
+        # SIGTERM and was killed before B's client read OK, on one clock.
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A")
+        b = self.start_daemon(hosts, "B")
+        out = tempfile.NamedTemporaryFile(prefix="lbsafety-", delete=False)
+        out.close()
+        self.addCleanup(os.unlink, out.name)
+        run = subprocess.Popen([LOCKBROKER, "-H", a.listen_addr, "run", "jr", "--",
+                                sys.executable, "-c", STUBBORN_WRITER, out.name],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               stdin=subprocess.DEVNULL)
+        self.addCleanup(lambda: run.poll() is not None or run.kill())
+        self.assertEqual(run.stdout.readline(), b"ready\n")
+        self.wait_node(hosts, "jr", a)
+        wait_ms = td.SESSION_MS + td.MARGIN_MS + 10000
+        waiter = self.client(b, timeout=scaled(wait_ms / 1000.0 + 10))
+        waiter.send("LOCK jr %d\n" % wait_ms)
+        b.wait_queued(waiter, "jr")
+        self.wait_node(hosts, "jr", b)
+        a.send_signal(signal.SIGSTOP)
+        try:
+            waiter.expect_match(r"^OK jr %s$" % TOKEN)
+            granted = time.monotonic_ns()
+        finally:
+            a.send_signal(signal.SIGCONT)
+        _, err = run.communicate(timeout=scaled(30))
+        self.assertEqual(run.returncode, 116, err)
+        self.assertRegex(err.decode(), r"^lockbroker: lock jr in jeopardy: ")
+        with open(out.name) as f:
+            events = [line.split() for line in f.read().splitlines()]
+        term = [int(t) for what, t in events if what == "TERM"]
+        alive = [int(t) for what, t in events if what == "alive"]
+        self.assertEqual(len(term), 1, events[-5:])
+        self.assertLess(term[0], granted, "SIGTERM came after B granted the name")
+        self.assertLess(max(alive), granted, "the command wrote after B granted the name")
+        self.assertGreater(max(alive), term[0], "the grace period was not used")
+        self.assertEqual(waiter.request("UNLOCK jr"), "OK jr")
         self.wait_no_nodes(hosts)
 
     def test_a_writer_waiting_on_one_daemon_is_not_passed_by_readers_of_another(self):
