@@ -326,6 +326,7 @@ class DistributedSafetyTests(td.DistributedBase):
         waiter.send("LOCK jr %d\n" % wait_ms)
         b.wait_queued(waiter, "jr")
         self.wait_node(hosts, "jr", b)
+        stopped = time.monotonic_ns()
         a.send_signal(signal.SIGSTOP)
         try:
             waiter.expect_match(r"^OK jr %s$" % TOKEN)
@@ -343,6 +344,9 @@ class DistributedSafetyTests(td.DistributedBase):
         self.assertLess(term[0], granted, "SIGTERM came after B granted the name")
         self.assertLess(max(alive), granted, "the command wrote after B granted the name")
         self.assertGreater(max(alive), term[0], "the grace period was not used")
+        td.note("after SIGSTOP: SIGTERM %.0f ms, last write %.0f ms, B's OK "
+                "%.0f ms" % ((term[0] - stopped) / 1e6,
+                             (max(alive) - stopped) / 1e6, (granted - stopped) / 1e6))
         self.assertEqual(waiter.request("UNLOCK jr"), "OK jr")
         self.wait_no_nodes(hosts)
 
