@@ -790,7 +790,8 @@ void locks_backend_refused(struct hold *h, enum locks_result r)
     o->ops->done(o, name, r, 0);
 }
 
-void locks_backend_lost(struct hold *h, const char *reason)
+/* The backend ended a held hold: lost (counted, a warning) or ended as agreed. */
+static void backend_ended(struct hold *h, const char *reason, bool lost)
 {
     struct lock *l = h->lock;
     struct locks *t = l->table;
@@ -799,14 +800,29 @@ void locks_backend_lost(struct hold *h, const char *reason)
     char name[NAME_COPY];
 
     if (h->state != HOLD_HELD) {
-        log_error("lock %s: backend lost a lock that is not held", l->name);
+        log_error("lock %s: backend ended a lock that is not held", l->name);
         return;
     }
     snprintf(name, sizeof(name), "%s", l->name);
-    log_warn("lock %s: lost by %s (token %llu): %s", name, o->desc,
-             (unsigned long long)token, reason);
-    t->stats.lost++;
+    if (lost) {
+        log_warn("lock %s: lost by %s (token %llu): %s", name, o->desc,
+                 (unsigned long long)token, reason);
+        t->stats.lost++;
+    } else {
+        log_debug("lock %s: %s ended (token %llu): %s", name, o->desc,
+                  (unsigned long long)token, reason);
+    }
     hold_unlink(h);
     lock_settle(l, NULL, NULL, NULL);
     o->ops->lost(o, name, token, reason);
+}
+
+void locks_backend_lost(struct hold *h, const char *reason)
+{
+    backend_ended(h, reason, true);
+}
+
+void locks_backend_ended(struct hold *h, const char *reason)
+{
+    backend_ended(h, reason, false);
 }

@@ -215,5 +215,8 @@ void locks_backend_granted(struct hold *h, uint64_t token);
 /* r: LOCKS_BUSY, LOCKS_UNAVAILABLE, LOCKS_CONFLICT or LOCKS_NOMEM. */
 void locks_backend_refused(struct hold *h, enum locks_result r);
 void locks_backend_lost(struct hold *h, const char *reason);
+/* A hold that ended as agreed elsewhere (a lease released or expired through
+ * another daemon): like lost, but not counted or warned about. */
+void locks_backend_ended(struct hold *h, const char *reason);
 
 #endif

@@ -1153,7 +1153,7 @@ static void zl_lease_gone(struct zlock *zl, const char *why)
     zl_release_ephemeral(zl);
     zl_free(zl);
     if (h && granted)
-        locks_backend_lost(h, why);
+        locks_backend_ended(h, why);   /* released or expired: what a lease does */
     else if (h)
         locks_backend_refused(h, LOCKS_UNAVAILABLE);
 }

@@ -1401,7 +1401,14 @@ class LeasesTest(DistributedBase):
         tw = int(w.expect_match(r"OK l1 %s" % TOKEN).group(1))
         self.assertGreater(tw, t)
         self.assertEqual(w.request("UNLOCK l1"), "OK l1")
+        # A lease released through the same daemon as well: neither release is a loss.
+        t = self.lease(a, "l1b", 600000)
+        self.assertEqual(self.client(a).request("UNLOCK l1b %d" % t), "OK l1b")
+        a.wait_log(r"lease l1b \(token %d\) ended: lease-ended" % t)
         self.wait_no_nodes(hosts)
+        for d in (a, b):
+            self.assertEqual(stats(d)["lost"], "0", d.name)
+            self.assertFalse([ln for ln in d.lines if " lost by " in ln], d.name)
 
     def test_expiry_and_renewal(self):
         hosts = self.zk.connect_string
