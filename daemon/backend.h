@@ -41,6 +41,8 @@ struct backend_queue_info {
     char holder[256];        /* "<daemon>/<owner>" of the earliest holder, or "-" */
     char label[128];         /* its CLIENT label when it asked, or "" */
     int64_t since_ms;        /* when that holder's request was queued, or -1 */
+    int64_t lease_ms;        /* that holder is a lease ending in this many ms (its
+                              * deadline by this daemon's clock), or -1 */
 };
 
 struct backend_query;

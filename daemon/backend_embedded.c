@@ -61,7 +61,7 @@ static struct backend_query *embedded_query(void *impl, const char *name,
                                             backend_query_cb cb, void *arg)
 {
     *now = (struct backend_queue_info){ .ok = true, .global = false, .holder = "-",
-                                        .since_ms = -1 };
+                                        .since_ms = -1, .lease_ms = -1 };
     return NULL;
 }
 

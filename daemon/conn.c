@@ -294,6 +294,7 @@ static void reply_status(struct conn *c, const char *name, const struct backend_
     char since[24] = "-", mode[48 + PROTO_LABEL_MAX + 32] = "";
     const char *label;
     unsigned queue, holders;
+    int64_t lease_ms;
     enum lock_mode m;
 
     if (!zi->ok) {
@@ -315,6 +316,11 @@ static void reply_status(struct conn *c, const char *name, const struct backend_
     if (ls.delay_ms > 0)
         snprintf(mode + strlen(mode), sizeof(mode) - strlen(mode), " delay=%lld",
                  (long long)ls.delay_ms);
+    /* A lease holds it: the time left before it ends by itself. */
+    lease_ms = ls.lease_ms >= 0 ? ls.lease_ms : zi->global && zi->holders > 0 ? zi->lease_ms : -1;
+    if (lease_ms >= 0)
+        snprintf(mode + strlen(mode), sizeof(mode) - strlen(mode), " lease=%lld",
+                 (long long)lease_ms);
     /* The holder's CLIENT label comes last, when it has one. */
     label = ls.held ? ls.label : zi->global && zi->holders > 0 && zi->label[0] ? zi->label : NULL;
     if (label)
@@ -490,7 +496,7 @@ static bool add_locks_line(void *arg, const char *name, const struct locks_statu
 {
     struct locks_reply *lr = arg;
     struct evbuffer *out = bufferevent_get_output(lr->c->bev);
-    char mode[24], holder[200] = "-", token[24] = "-", since[24] = "-";
+    char mode[24], holder[200] = "-", token[24] = "-", since[24] = "-", lease[32] = "";
 
     if (!conn_may(lr->c, name))
         return true;         /* names the user may not use are not shown, nor counted */
@@ -507,11 +513,13 @@ static bool add_locks_line(void *arg, const char *name, const struct locks_statu
         snprintf(holder, sizeof(holder), "%s/%s", lr->c->srv->daemon_id, st->holder);
         snprintf(token, sizeof(token), "%llu", (unsigned long long)st->token);
         snprintf(since, sizeof(since), "%lld", (long long)st->since_ms);
+        if (st->lease_ms >= 0)
+            snprintf(lease, sizeof(lease), " lease=%lld", (long long)st->lease_ms);
     }
     evbuffer_add_printf(out, "LOCK %s %s holder=%s label=%s token=%s since=%s holders=%u "
-                        "waiters=%u\n", name, mode, holder,
+                        "waiters=%u%s\n", name, mode, holder,
                         st->held && st->label ? st->label : "-", token, since, st->holders,
-                        st->waiters);
+                        st->waiters, lease);
     return true;
 }
 

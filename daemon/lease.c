@@ -168,9 +168,22 @@ static void lease_on_lost(struct lock_owner *o, const char *name, uint64_t token
     lease_free(le);
 }
 
+/* For STATUS and LOCKS: the time left, where lease.c's timer ends it. */
+static int64_t lease_ends_in_ms(const struct lock_owner *o)
+{
+    const struct lease *le = (const struct lease *)o;   /* owner is its first member */
+    int64_t left;
+
+    if (!le->granted || le->set->backend->ops->ends_leases)
+        return -1;
+    left = le->ends_ms - locks_mono_ms();
+    return left < 0 ? 0 : left;
+}
+
 static const struct lock_owner_ops lease_ops = {
     .done = lease_on_done,
     .lost = lease_on_lost,
+    .ends_in_ms = lease_ends_in_ms,
 };
 
 struct leases *leases_new(struct event_base *base, struct locks *t, struct backend *backend,

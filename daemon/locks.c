@@ -683,6 +683,7 @@ void locks_status(const struct locks *t, const char *name, struct locks_status *
     struct hold *h, *first;
 
     memset(out, 0, sizeof(*out));
+    out->lease_ms = -1;
     if (!l)
         return;
     first = TAILQ_FIRST(&l->admitted) ? TAILQ_FIRST(&l->admitted) : TAILQ_FIRST(&l->waiters);
@@ -698,6 +699,8 @@ void locks_status(const struct locks *t, const char *name, struct locks_status *
             out->token = h->token;
             out->since_ms = h->since_ms;
             out->mode = h->mode;
+            if (h->owner->ops->ends_in_ms)
+                out->lease_ms = h->owner->ops->ends_in_ms(h->owner);
         }
         if (h->owner == &t->abandoned) {
             int64_t left = h->delay_end_ms - locks_mono_ms();

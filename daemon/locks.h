@@ -71,6 +71,9 @@ struct lock_owner_ops {
     void (*done)(struct lock_owner *o, const char *name, enum locks_result r, uint64_t token);
     /* The backend lost a held lock; the hold is already gone. Same rule. */
     void (*lost)(struct lock_owner *o, const char *name, uint64_t token, const char *reason);
+    /* Optional (leases): ms until o's holds end by themselves, or -1 if
+     * unknown here. For STATUS and LOCKS; must not change anything. */
+    int64_t (*ends_in_ms)(const struct lock_owner *o);
 };
 
 struct lock_owner {
@@ -178,6 +181,8 @@ struct locks_status {
     unsigned holders;     /* holds granted here */
     unsigned waiters;     /* requests queued here or being acquired */
     int64_t delay_ms;     /* > 0: an abandoned hold keeps the name this much longer */
+    int64_t lease_ms;     /* >= 0: the earliest holder is a lease ending in this many ms;
+                           * -1: it is not, or only the backend knows (distributed mode) */
 };
 
 /* What this daemon knows about name (NUL-terminated). */

@@ -34,7 +34,7 @@ static void on_query_data(int rc, const char *value, int len, const struct Stat 
 {
     struct backend_query *q = (struct backend_query *)data;
     char buf[512], daemon[128] = "-", client[128] = "-";
-    const char *label;
+    const char *label, *deadline;
 
     if (rc == ZOK && value && len > 0) {
         /* "daemon=<id> client=<addr>[ label=<label>]...", as zl_format_data writes it */
@@ -50,6 +50,11 @@ static void on_query_data(int rc, const char *value, int len, const struct Stat 
         }
         if ((label = strstr(buf, " label=")))
             sscanf(label, " label=%127s", q->info.label);
+        if ((deadline = strstr(buf, " deadline="))) {     /* a lease (zk_lock.c) */
+            long long d = strtoll(deadline + 10, NULL, 10);
+
+            q->info.lease_ms = d > zk_now_ms() ? d - zk_now_ms() : 0;
+        }
         snprintf(q->info.holder, sizeof(q->info.holder), "%s/%s", daemon, client);
         q->info.since_ms = stat->ctime;
     }
@@ -123,7 +128,7 @@ struct backend_query *zk_query(void *impl, const char *name,
                                       void *arg)
 {
     static const struct backend_queue_info unavailable = {
-        .ok = false, .global = true, .holder = "-", .since_ms = -1
+        .ok = false, .global = true, .holder = "-", .since_ms = -1, .lease_ms = -1
     };
     struct zk *zk = impl;
     struct backend_query *q;

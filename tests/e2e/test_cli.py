@@ -708,7 +708,7 @@ class LeaseTests(DaemonCase):
         n = self.name()
         tokens = [self.lease(n, args=["--shared"]), self.lease(n, args=["-s", "-w", "0"])]
         self.assertRegex(self.lb(self.hp() + ["status", n]).out,
-                         r"^STATUS %s held .* mode=shared holders=2 label=\S+\n$" % re.escape(n))
+                         r"^STATUS %s held .* mode=shared holders=2 lease=[0-9]+ label=\S+\n$" % re.escape(n))
         p = self.lb(self.hp() + ["lease", "-n", "2", n, "60000"])
         self.assert_exit(p, EXIT_CONFLICT, r"lock %s is in use in another mode or with another "
                          r"limit; cannot take it with limit=2 " % re.escape(n), stdout="")

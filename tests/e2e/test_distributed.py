@@ -1388,8 +1388,10 @@ class LeasesTest(DistributedBase):
         q = self.client(b)
         self.assertEqual(q.request("TRYLOCK l1"), "BUSY l1")
         self.assertEqual(q.request("TRYLOCK l1 shared"), "BUSY l1")
-        self.assertRegex(q.request("STATUS l1"), r"^STATUS l1 held holder=%s/lease:\S+ "
-                         % re.escape(a.daemon_id))
+        m = re.match(r"^STATUS l1 held holder=%s/lease:\S+ .* lease=(\d+)$"
+                     % re.escape(a.daemon_id), q.request("STATUS l1"))
+        self.assertIsNotNone(m, "another daemon's STATUS says the lease's time left")
+        self.assertLessEqual(int(m.group(1)), 600000)
         self.assertRegex(q.request("UNLOCK l1 %d" % (t + 1)), r"^ERR NOT_HELD ")
         self.assertRegex(q.request("RENEW l1 %d 1000" % (t + 1)), r"^ERR NOT_HELD ")
         self.assertEqual(q.request("RENEW l1 %d 600000" % t), "OK l1")

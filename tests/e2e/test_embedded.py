@@ -1875,10 +1875,17 @@ class LeaseTests(SharedDaemonCase):
         tok = self.lease(a, n, ttl=600000)
         self.d.wait_log(r"debug lease %s: granted to lease:%s, token %d, ttl 600000 ms$"
                         % (re.escape(n), re.escape(a.local), tok), since=mark)
-        self.assertRegex(self.status(q, n),
-                         r"^STATUS %s held holder=%s/lease:%s token=%d since=\d+ waiters=0 "
-                         r"queue=1$" % (re.escape(n), re.escape(self.daemon_id()),
-                                        re.escape(a.local), tok))
+        m = re.match(r"^STATUS %s held holder=%s/lease:%s token=%d since=\d+ waiters=0 "
+                     r"queue=1 lease=(\d+)$" % (re.escape(n), re.escape(self.daemon_id()),
+                                               re.escape(a.local), tok), self.status(q, n))
+        self.assertIsNotNone(m)
+        self.assertLessEqual(int(m.group(1)), 600000)     # the time left, not the ttl asked
+        q.send("LOCKS %s\n" % n)
+        m = re.match(r"^LOCK %s exclusive holder=\S+ label=- token=%d since=\d+ holders=1 "
+                     r"waiters=0 lease=(\d+)$" % (re.escape(n), tok), q.line())
+        self.assertIsNotNone(m)
+        self.assertLessEqual(int(m.group(1)), 600000)
+        q.expect("END")
         self.end_lease(n, tok)
         self.assertEqual(self.status(q, n),
                          "STATUS %s free holder=- token=- since=- waiters=0 queue=0" % n)
@@ -2100,7 +2107,7 @@ class LeaseTests(SharedDaemonCase):
         r1 = self.lease(a, s, "shared")
         r2 = self.lease(b, s, "shared", cmd="TRYLOCK")
         self.assertRegex(self.status(q, s), r"^STATUS %s held holder=\S+/lease:%s token=%d "
-                         r"since=\d+ waiters=0 queue=2 mode=shared holders=2$"
+                         r"since=\d+ waiters=0 queue=2 mode=shared holders=2 lease=\d+$"
                          % (re.escape(s), re.escape(a.local), r1))
         x.send("TRYLOCK %s\n" % s)
         x.expect("BUSY %s" % s)
@@ -2119,7 +2126,8 @@ class LeaseTests(SharedDaemonCase):
         self.end_lease(p, l1)
         l3 = self.granted(c, p)
         self.assertGreater(l3, l2)
-        self.assertRegex(self.status(q, p), r"^STATUS %s held .* mode=limit limit=2 holders=2$"
+        self.assertRegex(self.status(q, p),
+                         r"^STATUS %s held .* mode=limit limit=2 holders=2 lease=\d+$"
                          % re.escape(p))
         self.end_lease(p, l2)
         self.end_lease(p, l3)
