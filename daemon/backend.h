@@ -129,9 +129,10 @@ struct backend_ops {
      */
     void (*before_request)(void *impl);
     /* Since when (monotonic ms, as locks.h's locks_mono_ms()) the backend
-     * cannot serve requests (a ZooKeeper outage), or 0 when it can. A wait
-     * that ends while it could not serve at any time is UNAVAILABLE, not
-     * a timeout: nobody holds the lock as far as anyone knows. */
+     * cannot serve requests (a ZooKeeper outage; from the start for a
+     * daemon that never reached it), or 0 when it can. A wait that ends
+     * while it cannot is UNAVAILABLE, not a timeout: who holds the lock
+     * cannot be known. */
     int64_t (*unreachable_since)(void *impl);
     /*
      * For CHECK: how long from now (ms) the backend promises that nobody

@@ -356,7 +356,8 @@ static bool conn_may(const struct conn *c, const char *name)
  * with TIMEOUT: a lock bound to the connection would be released at the
  * close that follows, and the client may be gone (a full close looks the
  * same), so no wait stays queued for it - a lease's included. STATUS and
- * the other waits are answered when their answer comes.
+ * the other waits are answered when their answer comes. While the backend
+ * is unreachable it ends with ERR UNAVAILABLE, as any wait would then.
  */
 static void conn_end_bound_wait(struct conn *c)
 {
@@ -371,7 +372,10 @@ static void conn_end_bound_wait(struct conn *c)
     }
     log_debug("conn %llu (%s): wait for %s ended by the end of input",
               (unsigned long long)c->id, c->peer, c->lock_name);
-    reply_word(c, "TIMEOUT", c->lock_name, strlen(c->lock_name));
+    if (c->srv->backend->ops->unreachable_since(c->srv->backend->impl))
+        reply_unavailable(c);
+    else
+        reply_word(c, "TIMEOUT", c->lock_name, strlen(c->lock_name));
     conn_resume(c);
 }
 

@@ -379,14 +379,15 @@ static void on_wait_timeout(evutil_socket_t fd, short what, void *arg)
     struct hold *h = arg;
     struct locks *t = h->lock->table;
     struct lock_owner *o = h->owner;
-    int64_t down = t->backend->ops->unreachable_since(t->backend->impl);
-    /* Unreachable since before the request: an outage, not somebody's hold. */
-    enum locks_result r = down && down <= h->asked_us / 1000 ? LOCKS_UNAVAILABLE : LOCKS_TIMEOUT;
+    /* Unreachable as the wait ends, whenever that began: an outage. Who
+     * holds the lock cannot be known, so it is not "somebody's hold". */
+    enum locks_result r = t->backend->ops->unreachable_since(t->backend->impl) ?
+                          LOCKS_UNAVAILABLE : LOCKS_TIMEOUT;
     char name[NAME_COPY];
 
     snprintf(name, sizeof(name), "%s", h->lock->name);
     log_debug("lock %s: wait of %s timed out%s", name, o->desc,
-              r == LOCKS_UNAVAILABLE ? " (the lock service was unreachable all along)" : "");
+              r == LOCKS_UNAVAILABLE ? " (the lock service is unreachable)" : "");
     t->stats.timeouts++;
     hold_cancel(h);
     o->ops->done(o, name, r, 0);

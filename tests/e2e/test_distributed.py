@@ -869,12 +869,18 @@ class DistributedTest(DistributedBase):
         a = self.start_daemon(hosts, "A", wait_session=False)
         c = self.client(a)
         self.assertRegex(c.request("TRYLOCK x"), r"^ERR UNAVAILABLE ")
-        # A wait that ends while ZooKeeper was unreachable all along is not a
-        # timeout behind somebody's hold: it says what happened.
+        # A wait that ends while ZooKeeper is unreachable is not a timeout
+        # behind somebody's hold: it says what happened. The daemon never
+        # reached it: unreachable from its start. A half-closed connection
+        # (nc -N) is answered the same.
         self.assertRegex(c.request("LOCK x 200"), r"^ERR UNAVAILABLE ")
         self.assertRegex(c.request("LOCK x 0 shared"), r"^ERR UNAVAILABLE ")
         self.assertRegex(c.request("STATUS x"), r"^ERR UNAVAILABLE ")
         self.assertEqual(c.request("PING"), "PONG")
+        h = self.client(a)
+        h.send("LOCK x 200\n")
+        h.sock.shutdown(socket.SHUT_WR)
+        self.assertRegex(h.line(), r"^ERR UNAVAILABLE ")
         y = self.client(a, timeout=scaled(30.0))
         y.send("LOCK y\n")
         a.wait_queued(y, "y")
@@ -907,6 +913,10 @@ class DistributedTest(DistributedBase):
         w_b.send("LOCK z\n")
         b.wait_queued(w_b, "z")
         self.wait_node(hosts, "z", b)
+        # A wait that began before the outage and ends inside it: an outage too.
+        w_t = self.client(a, timeout=scaled(30.0))
+        w_t.send("LOCK z 3000\n")
+        a.wait_queued(w_t, "z")
         mark = a.log_mark()
         zk.stop()
         holder.expect("LOST z %d zk-disconnected" % t_z)
@@ -916,6 +926,7 @@ class DistributedTest(DistributedBase):
                          "ERR NOT_HELD this connection does not hold that lock")
         self.assertTrue(w_a.silent() and w_b.silent())
         self.assertRegex(self.client(a).request("TRYLOCK zz"), r"^ERR UNAVAILABLE ")
+        self.assertRegex(w_t.line(), r"^ERR UNAVAILABLE ")
         zk.start()
         # the waiters are served one after the other, tokens increasing
         sel = selectors.DefaultSelector()
