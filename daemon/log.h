@@ -7,6 +7,13 @@
 #include "settings.h"
 
 void log_set_level(enum log_level level);
+/*
+ * When stderr is the journal's stream (systemd sets JOURNAL_STREAM to its
+ * device:inode), lines become "<N>level message": journald takes N as the
+ * priority (3 error, 4 warning, 6 info, 7 debug) and adds its own time, so
+ * none is written. Call once, at start.
+ */
+void log_detect_journal(void);
 enum log_level log_get_level(void);
 void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

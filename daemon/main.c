@@ -186,6 +186,7 @@ int main(int argc, char **argv)
     int opt, rc = 1;
 
     memset(&d, 0, sizeof(d));
+    log_detect_journal();
     while ((opt = getopt(argc, argv, "c:l:z:tvhV")) != -1) {
         switch (opt) {
         case 'c': d.opt.conf_file = optarg; break;

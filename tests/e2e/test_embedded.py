@@ -28,7 +28,8 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lbharness  # noqa: E402
-from lbharness import Daemon, TIMEOUT, check_failure_exit, run_daemon, scaled  # noqa: E402
+from lbharness import Daemon, TIMEOUT, START_TIMEOUT, STOP_TIMEOUT, check_failure_exit, \
+    run_daemon, scaled  # noqa: E402
 
 # The daemon's exact error lines (from proto/proto.c, daemon/conn.c, daemon/server.c).
 ERR_BAD_COMMAND = "ERR BAD_COMMAND unknown command"
@@ -994,6 +995,36 @@ class LineLengthTests(SharedDaemonCase):
 
 
 # ================================================================= limits
+
+class JournalTests(Case):
+    """Under systemd, stderr is the journal's stream: JOURNAL_STREAM names its
+    device:inode, and lines carry "<N>" priorities instead of a timestamp."""
+
+    def test_priority_prefixes_when_stderr_is_the_journal(self):
+        ours, theirs = socket.socketpair()
+        self.addCleanup(ours.close)
+        st = os.fstat(theirs.fileno())
+        env = dict(os.environ, JOURNAL_STREAM="%d:%d" % (st.st_dev, st.st_ino))
+        p = subprocess.Popen(lbharness.daemon_wrapper() + [lbharness.daemon_path(), "-l",
+                                                            "127.0.0.1:0"],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=theirs.fileno(), env=env)
+        theirs.close()
+        self.addCleanup(lambda: p.poll() is not None or p.kill())
+        f = ours.makefile("r")
+        ours.settimeout(START_TIMEOUT)
+        lines = []
+        while not lines or " ready: " not in lines[-1]:
+            line = f.readline()
+            self.assertTrue(line, "the daemon ended: %r" % lines)
+            lines.append(line.rstrip("\n"))
+        p.send_signal(signal.SIGTERM)
+        lines += [line.rstrip("\n") for line in f]
+        self.assertEqual(p.wait(STOP_TIMEOUT), 0)
+        for line in lines:
+            self.assertRegex(line, r"^(<3>error|<4>warn|<6>info|<7>debug) \S")
+        self.assertRegex(lines[-1], r"^<6>info ")
+
 
 class LimitTests(Case):
     """max_locks_per_client = 3 and max_line = 300, set in the config file."""
