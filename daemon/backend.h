@@ -134,6 +134,8 @@ struct backend_ops {
      * while it cannot is UNAVAILABLE, not a timeout: who holds the lock
      * cannot be known. */
     int64_t (*unreachable_since)(void *impl);
+    /* Optional: while unreachable_since() is not 0, why, in words (static). */
+    const char *(*why_unavailable)(void *impl);
     /*
      * For CHECK: how long from now (ms) the backend promises that nobody
      * else is granted a hold that excludes h, granted, while h is not

@@ -399,14 +399,16 @@ static void serve_healthz(const struct metrics *m, struct evhttp_request *req)
 {
     const struct backend *be = m->srv->backend;
     int64_t down = be->ops->unreachable_since(be->impl);
-    char text[160];
+    const char *why = be->ops->why_unavailable ? be->ops->why_unavailable(be->impl) : NULL;
+    char text[256];
 
     if (!down) {
         send_text(req, HTTP_OK, "OK", "ok\n");
         return;
     }
-    snprintf(text, sizeof(text), "ZooKeeper unreachable for %lld s: LOCK waits, TRYLOCK and "
-             "STATUS answer ERR UNAVAILABLE\n", (long long)((locks_mono_ms() - down) / 1000));
+    snprintf(text, sizeof(text), "ZooKeeper unreachable for %lld s (%s): LOCK waits, TRYLOCK and "
+             "STATUS answer ERR UNAVAILABLE\n", (long long)((locks_mono_ms() - down) / 1000),
+             why ? why : "unreachable");
     send_text(req, 503, "Service Unavailable", text);
 }
 

@@ -101,9 +101,22 @@ struct zk {
     struct ACL_vector acl_auth;
     char auth[SETTINGS_ZK_AUTH_MAX + 1];  /* "user:password", or "" without auth */
     bool auth_failed;                  /* the server refused it: retried slowly */
-    bool chroot_checked;               /* the chroot in hosts was looked for */
+    bool chroot_checked;               /* the chroot in hosts was found */
+    bool chroot_missing;               /* hosts names a chroot not found (yet): no lock,
+                                        * lease or STATUS request is sent (zk_serving) */
+    int64_t chroot_missing_since_ms;   /* monotonic ms, while chroot_missing */
+    bool chroot_reported;              /* its absence is in the log, this time */
+    struct event *chroot_timer;        /* looks for it again every CHROOT_RECHECK_MS */
+    const char *stall_cause;           /* why the last handshake failed, or NULL; static */
+    bool stall_reported;               /* that cause is in the log, in this outage */
     int64_t noauth_reported_ms;        /* when a ZNOAUTH was last explained in the log */
 };
+
+/* Lock, lease and STATUS requests can go out: a session, and its chroot exists. */
+static inline bool zk_serving(const struct zk *zk)
+{
+    return zk->state == ZK_CONNECTED && !zk->chroot_missing;
+}
 
 /* zk_session.c */
 /* Requests were queued: make sure the loop wants to write them. */

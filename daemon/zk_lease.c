@@ -186,7 +186,7 @@ static void ln_look(struct lease_node *ln)
 
     if (ln->busy)
         return;
-    if (zk->state != ZK_CONNECTED) {
+    if (!zk_serving(zk)) {
         ln_arm(ln, LEASE_RETRY_MS);
         return;
     }
@@ -459,7 +459,7 @@ static void op_start(struct backend_lease_op *op)
 {
     struct zk *zk = op->zk;
 
-    if (!op->cb || zk->state != ZK_CONNECTED || ++op->attempts > LEASE_OP_ATTEMPTS ||
+    if (!op->cb || !zk_serving(zk) || ++op->attempts > LEASE_OP_ATTEMPTS ||
         zoo_aget_children(zk->zh, op->parent, 0, on_op_listed, op) != ZOK) {
         op_finish(op, op->cb ? LOCKS_UNAVAILABLE : LOCKS_NOT_HELD);
         return;
@@ -474,7 +474,7 @@ enum locks_result zk_lease_op(void *impl, const char *name, uint64_t token, int6
     struct zk *zk = impl;
     struct backend_lease_op *op;
 
-    if (zk->state != ZK_CONNECTED)
+    if (!zk_serving(zk))
         return LOCKS_UNAVAILABLE;
     if (!(op = calloc(1, sizeof(*op))))
         return LOCKS_NOMEM;

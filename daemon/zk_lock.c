@@ -1552,11 +1552,11 @@ static struct zlock *zl_idle_find(struct zk *zk, const char *parent)
 static void zl_start(struct zlock *zl)
 {
     zl->step = ZL_IDLE;
-    if (zl->zk->state == ZK_CONNECTED && zl->lease) {
+    if (zk_serving(zl->zk) && zl->lease) {
         zl_lease_start(zl);
         return;
     }
-    if (zl->zk->state != ZK_CONNECTED) {
+    if (!zk_serving(zl->zk)) {
         zl_try_unavailable(zl);
         if (!zl->hold && !zl->node && !zl->create_uncertain)
             zl_free(zl);     /* nothing of it in ZooKeeper */
@@ -1648,7 +1648,7 @@ enum locks_result zk_lock_acquire(void *impl, struct hold *h, uint64_t *token)
     char parent[512];
 
     /* A try cannot be answered without ZooKeeper: say so now. */
-    if (hold_try(h) && zk->state != ZK_CONNECTED)
+    if (hold_try(h) && !zk_serving(zk))
         return LOCKS_UNAVAILABLE;
     snprintf(parent, sizeof(parent), "%s/locks/%s", zk->root, hold_name(h));
     if ((zl = zl_idle_find(zk, parent))) {

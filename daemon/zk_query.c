@@ -134,7 +134,7 @@ struct backend_query *zk_query(void *impl, const char *name,
     struct backend_query *q;
 
     *now = unavailable;
-    if (zk->state != ZK_CONNECTED || !(q = calloc(1, sizeof(*q))))
+    if (!zk_serving(zk) || !(q = calloc(1, sizeof(*q))))
         return NULL;
     q->zk = zk;
     q->cb = cb;

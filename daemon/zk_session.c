@@ -36,6 +36,7 @@ static void zk_histograms(void *impl, backend_hist_fn add, void *cookie);
 static void zk_free(void *impl);
 static void zk_before_request(void *impl);
 static int64_t zk_unreachable_since(void *impl);
+static const char *zk_why_unavailable(void *impl);
 static int64_t zk_window_ms(void *impl, struct hold *h);
 static void zk_register_session(struct zk *zk, bool parent_made);
 
@@ -56,6 +57,7 @@ static const struct backend_ops zk_ops = {
     .lease_op_cancel = zk_lease_op_cancel,
     .before_request = zk_before_request,
     .unreachable_since = zk_unreachable_since,
+    .why_unavailable = zk_why_unavailable,
     .window_ms = zk_window_ms,
     .free = zk_free,
 };
@@ -175,7 +177,21 @@ static int64_t zk_unreachable_since(void *impl)
 {
     struct zk *zk = impl;
 
-    return zk->state == ZK_CONNECTED ? 0 : zk->down_since_ms;
+    if (zk->state != ZK_CONNECTED)
+        return zk->down_since_ms;
+    return zk->chroot_missing ? zk->chroot_missing_since_ms : 0;
+}
+
+/* Why requests cannot be served now, in words (for /healthz and the log). */
+static const char *zk_why_unavailable(void *impl)
+{
+    struct zk *zk = impl;
+
+    if (zk->state == ZK_CONNECTED)
+        return zk->chroot_missing ? "the chroot of [zookeeper] hosts does not exist" : NULL;
+    return zk->auth_failed ? "ZooKeeper refuses the [zookeeper] auth credentials"
+           : zk->unresolved ? "none of the [zookeeper] host names resolves"
+           : zk->stall_cause ? zk->stall_cause : "no ZooKeeper server accepts a session";
 }
 
 /*
@@ -279,9 +295,7 @@ static void on_down_report(evutil_socket_t fd, short what, void *arg)
 {
     struct zk *zk = arg;
     long long secs = (long long)((locks_mono_ms() - zk->down_since_ms) / 1000);
-    const char *why = zk->auth_failed ? "it refuses the [zookeeper] auth credentials"
-                      : zk->unresolved ? "none of its host names resolves"
-                                       : "no server accepts a session";
+    const char *why = zk_why_unavailable(zk);
 
     if (zk->state == ZK_CONNECTED)
         return;
@@ -312,6 +326,8 @@ static void zk_came_up(struct zk *zk)
     zk->down_since_ms = 0;
     zk->down_reports = 0;
     zk->unresolved = false;
+    zk->stall_cause = NULL;
+    zk->stall_reported = false;
     evtimer_del(zk->down_report);
 }
 
@@ -470,9 +486,23 @@ static void on_stalled(evutil_socket_t fd, short what, void *arg)
     clientid_t id;
     bool resume = zk->session_id != 0;
 
+    struct sockaddr_storage peer;
+    socklen_t peer_len = sizeof(peer);
+    const char *cause;
+
     if (zk->state != ZK_CONNECTING || !zk->zh)
         return;
-    log_warn("zk: no session handshake within %d ms; reconnecting", zk_handshake_limit_ms(zk));
+    /* A connection that was accepted, or none at all (refused, no route). */
+    cause = zk->io_fd >= 0 && getpeername(zk->io_fd, (struct sockaddr *)&peer, &peer_len) == 0
+            ? "a server accepted the connection but did not answer the session handshake"
+            : "no server accepted a connection";
+    /* Said once per cause and outage; the minute's report says it again. */
+    if (!zk->stall_reported || cause != zk->stall_cause)
+        log_warn("zk: %s within %d ms; trying again", cause, zk_handshake_limit_ms(zk));
+    else
+        log_debug("zk: %s within %d ms; trying again", cause, zk_handshake_limit_ms(zk));
+    zk->stall_cause = cause;
+    zk->stall_reported = true;
     if (resume)
         id = *zoo_client_id(zk->zh);
     zk_close_handle(zk);      /* pending requests complete with ZCLOSING */
@@ -492,21 +522,39 @@ static void on_restart(evutil_socket_t fd, short what, void *arg)
     zk_open(zk, NULL);
 }
 
+#define CHROOT_RECHECK_MS 10000
+
 static void on_chroot_checked(int rc, const struct Stat *stat, const void *data)
 {
     struct zk *zk = (struct zk *)data;
     const char *chroot = strchr(zk->settings->zk_hosts, '/');
+    struct timeval tv = { CHROOT_RECHECK_MS / 1000, 0 };
 
     zk->outstanding--;
-    if (rc == ZNONODE)
-        log_error("zk: the chroot %s of [zookeeper] hosts does not exist: no lock can be "
-                  "taken until it is created (zkCli.sh create %s)", chroot, chroot);
-    else if (rc == ZOK)
+    if (rc == ZNONODE) {
+        /* It cannot heal by itself: said once, then looked for every 10 s. */
+        if (!zk->chroot_reported)
+            log_error("zk: the chroot %s of [zookeeper] hosts does not exist: requests "
+                      "answer ERR UNAVAILABLE and /healthz 503 until it is created "
+                      "(zkCli.sh create %s)", chroot, chroot);
+        zk->chroot_reported = true;
+        evtimer_add(zk->chroot_timer, &tv);
+    } else if (rc == ZOK) {
         zk->chroot_checked = true;
+        if (zk->chroot_missing) {
+            if (zk->chroot_reported)
+                log_info("zk: the chroot %s exists now", chroot);
+            zk->chroot_missing = false;
+            zk->chroot_reported = false;
+            zk_locks_resume(zk);
+            zk_lease_sweep(zk);
+        }
+    }
 }
 
 /* A chroot in hosts must exist: ZooKeeper does not make it. Looked for in
- * each new session until found (every path is relative to it). */
+ * each new session until found (every path is relative to it); until then
+ * nothing is sent for locks, leases or STATUS (zk_serving). */
 static void zk_check_chroot(struct zk *zk)
 {
     if (zk->chroot_checked || !strchr(zk->settings->zk_hosts, '/'))
@@ -515,6 +563,14 @@ static void zk_check_chroot(struct zk *zk)
         zk->outstanding++;
         zk_kick(zk);
     }
+}
+
+static void on_chroot_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct zk *zk = arg;
+
+    if (zk->state == ZK_CONNECTED)
+        zk_check_chroot(zk);
 }
 
 static void on_session_event(zhandle_t *zh, int type, int state, const char *path, void *ctx)
@@ -749,8 +805,11 @@ struct backend *zk_backend_new(struct event_base *base, const struct settings *s
     zk->down_report = evtimer_new(base, on_down_report, zk);
     zk->idle_timer = evtimer_new(base, zk_idle_expire, zk);
     zk->confirm = evtimer_new(base, on_confirm_timer, zk);
+    zk->chroot_timer = evtimer_new(base, on_chroot_timer, zk);
+    zk->chroot_missing = strchr(s->zk_hosts, '/') != NULL;   /* until it is found */
+    zk->chroot_missing_since_ms = locks_mono_ms();
     if (!zk->io || !zk->kick || !zk->lost_timer || !zk->restart || !zk->retry || !zk->stalled ||
-        !zk->down_report || !zk->idle_timer || !zk->confirm) {
+        !zk->down_report || !zk->idle_timer || !zk->confirm || !zk->chroot_timer) {
         zk_free(zk);
         return NULL;
     }
@@ -794,6 +853,8 @@ static void zk_free(void *impl)
         event_free(zk->idle_timer);
     if (zk->confirm)
         event_free(zk->confirm);
+    if (zk->chroot_timer)
+        event_free(zk->chroot_timer);
     free(zk);
 }
 

@@ -18,6 +18,7 @@ Exit 77 (automake: SKIP) when ZooKeeper or java is not installed.
 
 import atexit
 import functools
+import http.client as http_client
 import os
 import random
 import re
@@ -886,9 +887,12 @@ class DistributedTest(DistributedBase):
         a.wait_queued(y, "y")
         self.assertTrue(y.silent())
         self.assertEqual(stats(a)["zk_state"], "connecting")
-        # The log says so in words, once (then once a minute).
-        a.wait_log(r"warn zk: cannot reach ZooKeeper at %s \(no server accepts a session\)"
-                   % re.escape(hosts), scaled(15.0))
+        # The log says so in words, once (then once a minute): nobody
+        # listens on that port; each failed attempt is said once.
+        a.wait_log(r"warn zk: cannot reach ZooKeeper at %s \(no server accepted a "
+                   r"connection\)" % re.escape(hosts), scaled(15.0))
+        self.assertEqual(len([ln for ln in a.lines if re.search(
+            r"warn zk: no server accepted a connection within \d+ ms", ln)]), 1)
 
         zk = self.own_server(name="zk-outage", port=port)
         zk.start()
@@ -1912,10 +1916,36 @@ class AclTest(DistributedBase):
         self.assertTrue(any(p.startswith(chroot + self.root + "/locks/cx/") for p in inside),
                         inside)
         self.assertEqual(c.request("UNLOCK cx"), "OK cx")
-        # A chroot that does not exist is said.
-        d = self.start_daemon("127.0.0.1:%d/lbchroot-missing" % port, "M")
+        # A chroot that does not exist is said, once; it cannot heal by
+        # itself, so the daemon is unavailable, not waiting on locks nobody
+        # holds, until it is created.
+        missing = "/lbchroot-missing-%d" % os.getpid()
+        d = self.start_daemon("127.0.0.1:%d%s" % (port, missing), "M",
+                              extra="[server]\nmetrics_listen = 127.0.0.1:0\n")
         d.killed = True
-        d.wait_log(r"zk: the chroot /lbchroot-missing of \[zookeeper\] hosts does not exist")
+        d.wait_log(r"zk: the chroot %s of \[zookeeper\] hosts does not exist" % missing)
+        c = self.client(d)
+        self.assertRegex(c.request("TRYLOCK cm"), r"^ERR UNAVAILABLE ")
+        self.assertRegex(c.request("LOCK cm 300"), r"^ERR UNAVAILABLE ")
+        self.assertRegex(c.request("STATUS cm"), r"^ERR UNAVAILABLE ")
+        w = self.client(d, timeout=scaled(30.0))
+        w.send("LOCK cm\n")
+        d.wait_queued(w, "cm")
+        http = d.wait_log(r"metrics: serving /metrics and /healthz on http://(\S+):(\d+)$")
+        conn = http_client.HTTPConnection(http.group(1), int(http.group(2)), timeout=scaled(5.0))
+        conn.request("GET", "/healthz")
+        r = conn.getresponse()
+        body = r.read().decode()
+        conn.close()
+        self.assertEqual(r.status, 503, body)
+        self.assertRegex(body, r"^ZooKeeper unreachable for \d+ s \(the chroot of \[zookeeper\] "
+                         r"hosts does not exist\): ")
+        with ZkClient(self.zk.connect_string) as z:
+            z.create(missing)
+        d.wait_log(r"zk: the chroot %s exists now" % missing, scaled(20.0))
+        self.assertRegex(w.line(), r"^OK cm \d+$")
+        self.assertEqual(w.request("UNLOCK cm"), "OK cm")
+        self.assertEqual(len([ln for ln in d.lines if " does not exist" in ln]), 1)
 
 @dump_on_failure
 class BatchTest(DistributedBase):

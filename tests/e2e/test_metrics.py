@@ -612,7 +612,8 @@ class DistributedTest(unittest.TestCase):
         d.wait_log(r"zk: disconnected from ZooKeeper", scaled(15.0), since=mark)
         status, headers, body = http_request(d, "GET", "/healthz")
         self.assertEqual(status, 503)
-        self.assertRegex(body, r"^ZooKeeper unreachable for \d+ s: [^\n]*\n$")
+        self.assertRegex(body, r"^ZooKeeper unreachable for \d+ s \((no ZooKeeper server accepts "
+                         r"a session|no server accepted a connection)\): [^\n]*\n$")
         f = scrape(d)
         self.assertEqual(value(f, "lockbroker_zk_session_state", state="connected"), 0)
         self.assertEqual(value(f, "lockbroker_zk_session_state", state="connecting"), 1)
