@@ -699,7 +699,7 @@ class DistributedTest(DistributedBase):
         # its port before it serves, and may leave a connect request made
         # then unanswered with the socket open (NPE in removeCnxn); the
         # daemon must not wait for that handshake until its 2/3 deadline, but
-        # reopen the handle with the same session ("no session handshake").
+        # reopen the handle with the same session ("did not answer the session handshake").
         t0 = time.monotonic()
         zk.stop()
         for d in (a, b, c):
@@ -966,7 +966,7 @@ class DistributedTest(DistributedBase):
         c = self.client(a)
         self.assertRegex(c.request("LOCK x 100"), r"^ERR UNAVAILABLE ")
         a.wait_log(r"warn zk: cannot reach ZooKeeper at zk-does-not-exist\.invalid:2181 "
-                   r"\(none of its host names resolves\)", scaled(15.0))
+                   r"\(none of the \[zookeeper\] host names resolves\)", scaled(15.0))
         # Only the C client's own lines (shown with -v, as here) repeat.
         self.assertIsNone(a.find_log(r"No such file or directory"))
         self.assertIsNone(a.find_log(ERROR_RE))
@@ -1046,7 +1046,8 @@ class DistributedTest(DistributedBase):
                 conn.close()
         self.addCleanup(close_all)
 
-        a.wait_log(r"zk: no session handshake within \d+ ms; reconnecting",
+        a.wait_log(r"zk: a server accepted the connection but did not answer the session "
+                   r"handshake within \d+ ms; trying again",
                    scaled(session_ms / 1000 * 0.6), since=mark)
         self.assertTrue(held, "the daemon never connected to the silent server")
         # The silent server goes (its accepted sockets stay open and silent),
@@ -1894,7 +1895,7 @@ class AclTest(DistributedBase):
         d.wait_log(refused)
         self.assertRegex(self.client(d).request("TRYLOCK rx"), r"^ERR UNAVAILABLE ")
         # The outage report (5 s after) comes before the next session (10 s).
-        d.wait_log(r"zk: cannot reach ZooKeeper at %s \(it refuses the \[zookeeper\] "
+        d.wait_log(r"zk: cannot reach ZooKeeper at %s \(ZooKeeper refuses the \[zookeeper\] "
                    r"auth credentials\)" % re.escape(proxy.hosts), scaled(15.0))
         mark = d.log_mark()
         self.assertEqual(len([ln for ln in d.lines if re.search(refused, ln)]), 1)
