@@ -1,0 +1,805 @@
+"""lockbroker - a client for lockbrokerd, the lock broker (proto/PROTOCOL.md).
+
+Standard library only, Python 3.9+. The safe way is the default:
+
+    import lockbroker
+
+    client = lockbroker.connect("127.0.0.1:7411")
+    with client.lock("deploy", wait=30) as hold:
+        run_step(fencing_token=hold.token)
+        if hold.lost:                # LOST, a failed CHECK, or the window ran out
+            raise SystemExit("lock lost: stop touching the resource")
+
+Design (documented in README.md):
+
+- Every hold has a connection of its own, as the protocol ties a hold to
+  its connection: closing it (or the process dying) releases the lock. A
+  reader thread per connection reads every line, so a pushed `LOST` is seen
+  at once, while the program is busy.
+- Jeopardy: a monitor thread per hold sends `CHECK <name> <token>` every
+  quarter of the last safe window (at least every second, at most every
+  100 ms) and marks the hold lost when the window runs out without a fresh
+  answer (a frozen daemon, a dead network): `hold.lost` turns true before
+  anyone else can be granted the lock (PROTOCOL.md, CHECK).
+- Leases renew themselves every third of their ttl on a connection of their
+  own, and are released on exit; a lease granted after a wait is renewed at
+  once, so its ttl counts from then.
+- The client object is thread-safe: holds are independent, and queries
+  (status, locks, stats, ping) share one connection behind a lock.
+- Nothing survives a reconnect: a dropped connection marks its hold lost;
+  new requests open new connections.
+
+Times on the API are seconds (float); on the wire, milliseconds.
+"""
+
+import re
+import socket
+import threading
+import time
+
+__all__ = [
+    "connect", "Client", "Hold", "Lease",
+    "Error", "Timeout", "Busy", "Unavailable", "Conflict", "NotHeld", "Denied",
+    "AuthFailed", "BadName", "LimitExceeded", "ProtocolError", "ConnectionLost",
+]
+__version__ = "0.1.0"
+
+DEFAULT_ADDRESS = "127.0.0.1:7411"
+NAME_MAX = 200
+_NAME_RE = re.compile(r"^[A-Za-z0-9._:/-]{1,200}$")
+CHECK_EVERY_MIN = 0.1
+CHECK_EVERY_MAX = 1.0
+
+
+# ------------------------------------------------------------------ errors
+
+class Error(Exception):
+    """Any failure; .line is the daemon's reply (or None)."""
+
+    def __init__(self, message, line=None):
+        super().__init__(message)
+        self.line = line
+
+
+class Timeout(Error):
+    """LOCK's wait ran out (TIMEOUT): somebody held the lock or waited ahead."""
+
+
+class Busy(Error):
+    """TRYLOCK: the lock is held (BUSY)."""
+
+
+class Unavailable(Error):
+    """ERR UNAVAILABLE: the daemon cannot reach ZooKeeper (distributed mode)."""
+
+
+class Conflict(Error):
+    """ERR CONFLICT: the name is in use in another mode or with another limit."""
+
+
+class NotHeld(Error):
+    """ERR NOT_HELD: the hold or lease is not held (any more)."""
+
+
+class Denied(Error):
+    """ERR NOAUTH or ERR DENIED: log in first, or this user may not use the name."""
+
+
+class AuthFailed(Denied):
+    """ERR AUTH_FAILED: wrong user or password, or the daemon has no users."""
+
+
+class BadName(Error, ValueError):
+    """An invalid lock name (checked here before sending, or ERR BAD_NAME)."""
+
+
+class LimitExceeded(Error):
+    """ERR LIMIT: too many clients, locks or leases on the daemon."""
+
+
+class ProtocolError(Error):
+    """An unexpected reply (ERR BAD_COMMAND, BAD_ARGS, INTERNAL, LINE_TOO_LONG, ...)."""
+
+
+class ConnectionLost(Error):
+    """The connection closed or failed, or no reply came within the timeout."""
+
+
+_ERRORS = {
+    "UNAVAILABLE": Unavailable, "CONFLICT": Conflict, "NOT_HELD": NotHeld,
+    "NOAUTH": Denied, "DENIED": Denied, "AUTH_FAILED": AuthFailed,
+    "BAD_NAME": BadName, "LIMIT": LimitExceeded,
+}
+
+
+def _error_of(line, what):
+    """The exception for an ERR line (or any unexpected line)."""
+    parts = line.split(" ", 2)
+    if parts[0] == "ERR" and len(parts) > 1:
+        cls = _ERRORS.get(parts[1], ProtocolError)
+    else:
+        cls = ProtocolError
+    return cls("%s: %s" % (what, line), line)
+
+
+def check_name(name):
+    """Raises BadName unless name is a valid lock name (PROTOCOL.md, Lock names)."""
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise BadName("invalid lock name %r: 1 to %d of A-Z a-z 0-9 . _ : / -"
+                      % (name, NAME_MAX))
+
+
+def _ms(seconds, what):
+    if seconds is None:
+        return None
+    if seconds < 0:
+        raise ValueError("%s must not be negative" % what)
+    return int(round(seconds * 1000))
+
+
+def _options(shared, limit, delay, ttl_ms=None):
+    opts = []
+    if shared and limit is not None:
+        raise ValueError("shared and limit exclude each other")
+    if shared:
+        opts.append("shared")
+    if limit is not None:
+        if not 1 <= int(limit) <= 65535:
+            raise ValueError("limit must be 1 to 65535")
+        opts.append("limit=%d" % int(limit))
+    if ttl_ms is not None:
+        opts.append("ttl=%d" % ttl_ms)
+    if delay is not None:
+        opts.append("delay=%d" % _ms(delay, "delay"))
+    return opts
+
+
+def parse_address(address):
+    """("unix", path) or ("tcp", (host, port)) for "host:port", "[v6]:port",
+    "host" (port 7411), "unix:/path" or "/path"."""
+    if address.startswith("unix:"):
+        return "unix", address[5:]
+    if address.startswith("/"):
+        return "unix", address
+    m = re.match(r"^\[([^\]]+)\](?::(\d+))?$", address)
+    if m:
+        return "tcp", (m.group(1), int(m.group(2) or 7411))
+    host, sep, port = address.rpartition(":")
+    if not sep:
+        return "tcp", (address, 7411)
+    return "tcp", (host, int(port))
+
+
+def _fields(words):
+    """{key: value} of the key=value words."""
+    out = {}
+    for w in words:
+        k, sep, v = w.partition("=")
+        if sep:
+            out[k] = v
+    return out
+
+
+# ------------------------------------------------------------- connection
+
+class _Conn:
+    """One connection: a reader thread splits pushed LOST lines from replies.
+    Requests go one at a time (self._req_lock)."""
+
+    def __init__(self, address, timeout, user=None, password=None, label=None):
+        kind, where = parse_address(address)
+        if kind == "unix":
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(timeout)
+            sock.connect(where)
+        else:
+            sock = socket.create_connection(where, timeout=timeout)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(None)
+        self.sock = sock
+        self.timeout = timeout
+        self._req_lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._replies = []
+        self._discard = 0             # replies still due to requests that timed out
+        self._closed = None           # why the connection ended, or None
+        self.on_lost = None           # fn(name, token, reason) for LOST lines
+        self._reader = threading.Thread(target=self._read, daemon=True,
+                                        name="lockbroker-reader")
+        self._reader.start()
+        try:
+            if user is not None:
+                self.expect_ok("AUTH %s %s" % (user, password or ""), "OK %s" % user, "AUTH")
+            if label is not None:
+                self.expect_ok("CLIENT %s" % label, "OK", "CLIENT")
+        except BaseException:
+            self.close()
+            raise
+
+    def _read(self):
+        buf = b""
+        why = "the broker closed the connection"
+        try:
+            while True:
+                data = self.sock.recv(65536)
+                if not data:
+                    break
+                buf += data
+                while b"\n" in buf:
+                    raw, buf = buf.split(b"\n", 1)
+                    line = raw.decode("ascii", "replace").rstrip("\r")
+                    if line.startswith("LOST "):
+                        parts = line.split(" ", 3)
+                        cb = self.on_lost
+                        if cb and len(parts) == 4:
+                            cb(parts[1], parts[2], parts[3])
+                        continue
+                    with self._cond:
+                        if self._discard:
+                            self._discard -= 1     # the late reply of a timed-out request
+                        else:
+                            self._replies.append(line)
+                        self._cond.notify_all()
+        except OSError as e:
+            why = "connection error: %s" % e
+        with self._cond:
+            if self._closed is None:
+                self._closed = why
+            self._cond.notify_all()
+        cb = self.on_lost
+        if cb:
+            cb(None, None, self._closed)
+
+    def request(self, line, timeout=-1):
+        """Sends line, returns the reply line. timeout: seconds, None for ever,
+        -1 for the connection's. Raises ConnectionLost when the connection
+        fails or no reply comes in time (the late reply is then skipped: the
+        connection stays open, and so does what it holds)."""
+        if timeout == -1:
+            timeout = self.timeout
+        with self._req_lock:
+            with self._cond:
+                if self._closed is not None:
+                    raise ConnectionLost(self._closed)
+            try:
+                self.sock.sendall(line.encode("ascii") + b"\n")
+            except OSError as e:
+                self.close()
+                raise ConnectionLost("cannot send: %s" % e)
+            deadline = None if timeout is None else time.monotonic() + timeout
+            with self._cond:
+                while not self._replies:
+                    if self._closed is not None:
+                        raise ConnectionLost(self._closed)
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        break
+                    self._cond.wait(left)
+                if self._replies:
+                    return self._replies.pop(0)
+                self._discard += 1
+            raise ConnectionLost("no reply to %s within %.1f s" % (line.split(" ")[0], timeout))
+
+    def expect_ok(self, line, ok, what):
+        reply = self.request(line)
+        if reply != ok:
+            raise _error_of(reply, what)
+
+    @property
+    def closed(self):
+        return self._closed is not None
+
+    def close(self, why="closed by the client"):
+        with self._cond:
+            if self._closed is None:
+                self._closed = why
+            self._cond.notify_all()
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+
+# ------------------------------------------------------------------ holds
+
+class Hold:
+    """A lock held through a connection of its own. Use as a context manager
+    (released on exit) or call release(). .token is the fencing token (int);
+    .lost turns true once the hold is known lost, with .lost_reason."""
+
+    def __init__(self, conn, name, token, mode, check=True):
+        self.name = name
+        self.token = token
+        self.mode = mode
+        self._conn = conn
+        self._lost = threading.Event()
+        self.lost_reason = None
+        self._callbacks = []
+        self._lock = threading.Lock()
+        self._released = False
+        self._safe_until = None       # monotonic seconds; None: no window (no CHECK)
+        self._stop = threading.Event()
+        conn.on_lost = self._on_line_lost
+        self._monitor = None
+        if check:
+            self._first_check()
+            if self._safe_until is not None and not self.lost:
+                self._monitor = threading.Thread(target=self._watch, daemon=True,
+                                                 name="lockbroker-check")
+                self._monitor.start()
+
+    # -- loss
+    @property
+    def lost(self):
+        """True once the hold is known lost (LOST, CHECK failed or ran out,
+        connection dropped). Stop using the resource then."""
+        return self._lost.is_set()
+
+    def on_lost(self, fn):
+        """Calls fn(hold, reason) once when the hold is lost (at once if it is
+        already); from a library thread: keep it short."""
+        with self._lock:
+            if not self._lost.is_set():
+                self._callbacks.append(fn)
+                return
+        fn(self, self.lost_reason)
+
+    def wait_lost(self, timeout=None):
+        """Blocks until the hold is lost or timeout seconds pass; returns .lost."""
+        return self._lost.wait(timeout)
+
+    def safe_remaining(self):
+        """Seconds the hold is certainly safe from now (0 when lost or unknown)."""
+        if self.lost or self._safe_until is None:
+            return 0.0
+        return max(0.0, self._safe_until - time.monotonic())
+
+    def _mark_lost(self, reason):
+        with self._lock:
+            if self._lost.is_set() or self._released:
+                return
+            self.lost_reason = reason
+            self._lost.set()
+            callbacks, self._callbacks = self._callbacks, []
+        self._stop.set()
+        for fn in callbacks:
+            try:
+                fn(self, reason)
+            except Exception:       # a callback's bug must not kill the reader
+                pass
+
+    def _on_line_lost(self, name, token, reason):
+        if name is None:
+            self._mark_lost(reason)
+        elif name == self.name and token == str(self.token):
+            self._mark_lost(reason)
+
+    # -- jeopardy
+    def _check(self):
+        """One CHECK: updates the window, or marks the hold lost."""
+        sent = time.monotonic()
+        timeout = None if self._safe_until is None else max(0.0, self._safe_until - sent)
+        try:
+            reply = self._conn.request("CHECK %s %d" % (self.name, self.token),
+                                       timeout=timeout if timeout is not None
+                                       else self._conn.timeout)
+        except ConnectionLost as e:
+            self._mark_lost("jeopardy: %s" % e if self._safe_until is not None else str(e))
+            return None
+        words = reply.split(" ")
+        if len(words) == 4 and words[0] == "OK" and words[1] == self.name and \
+                words[2] == str(self.token) and words[3].isdigit():
+            safe = int(words[3]) / 1000.0
+            if self._safe_until is None or sent + safe > self._safe_until:
+                self._safe_until = sent + safe
+            return safe
+        if reply.startswith("ERR BAD_COMMAND"):
+            return -1.0               # an older daemon: no jeopardy
+        if reply.startswith("ERR NOT_HELD"):
+            self._mark_lost("not held (%s)" % reply)
+            return None
+        return 0.0                    # no window this time; ask again soon
+
+    def _first_check(self):
+        safe = self._check()
+        if safe == -1.0:
+            self._safe_until = None
+        elif safe is not None and safe <= 0:
+            self._mark_lost("jeopardy: the broker promises no time (CHECK answered 0)")
+
+    def _watch(self):
+        while not self._stop.is_set():
+            window = max(0.0, self._safe_until - time.monotonic())
+            every = min(CHECK_EVERY_MAX, max(CHECK_EVERY_MIN, window / 4))
+            if self._stop.wait(min(every, window)):
+                return
+            if time.monotonic() >= self._safe_until:
+                # The connection stays open until release(): a daemon that was
+                # only slow keeps the lock until the program has stopped.
+                self._mark_lost("jeopardy: the broker did not confirm the hold in time")
+                return
+            if self._check() is None:
+                return
+
+    # -- release
+    def release(self):
+        """UNLOCK and close the connection. Raises NotHeld if the hold was
+        lost meanwhile (after which nothing is held)."""
+        with self._lock:
+            if self._released:
+                return
+            self._released = True
+        self._stop.set()
+        try:
+            if self._lost.is_set():
+                raise NotHeld("lock %s was lost: %s" % (self.name, self.lost_reason))
+            try:
+                reply = self._conn.request("UNLOCK %s" % self.name)
+            except ConnectionLost as e:
+                raise NotHeld("lock %s: %s" % (self.name, e))
+            if reply != "OK %s" % self.name:
+                raise _error_of(reply, "UNLOCK %s" % self.name)
+        finally:
+            self._conn.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            self.release()
+        except NotHeld:
+            if exc_type is None:
+                raise
+
+    def __repr__(self):
+        return "<Hold %s token=%d%s>" % (self.name, self.token, " lost" if self.lost else "")
+
+
+class Lease:
+    """A lease: held by no connection, renewed every third of its ttl in the
+    background until release(). .lost turns true when a renewal is refused
+    (NOT_HELD) or the ttl runs out without one."""
+
+    def __init__(self, client, conn, name, token, ttl, granted_at, renew=True):
+        self.name = name
+        self.token = token
+        self.ttl = ttl
+        self._client = client
+        self._conn = conn
+        self._lost = threading.Event()
+        self.lost_reason = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._renewals = 0
+        self._cond = threading.Condition()
+        self._released = False
+        self._deadline = granted_at + ttl          # by our clock, counted from the send
+        self._thread = None
+        if renew:
+            self._thread = threading.Thread(target=self._renew_loop, daemon=True,
+                                            name="lockbroker-lease")
+            self._thread.start()
+
+    @property
+    def lost(self):
+        """True once the lease is known ended: stop using the resource."""
+        return self._lost.is_set()
+
+    @property
+    def renewals(self):
+        """Renewals answered OK so far."""
+        return self._renewals
+
+    def wait_lost(self, timeout=None):
+        return self._lost.wait(timeout)
+
+    def wait_renewals(self, n, timeout=None):
+        """Blocks until n renewals have been answered; returns whether they were."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._renewals >= n or self.lost, timeout) \
+                and self._renewals >= n
+
+    def remaining(self):
+        """Seconds the lease certainly lasts from now (its ttl counted from the
+        send of the last renewal), 0 once lost."""
+        return 0.0 if self.lost else max(0.0, self._deadline - time.monotonic())
+
+    def _mark_lost(self, reason):
+        with self._lock:
+            if self._lost.is_set() or self._released:
+                return
+            self.lost_reason = reason
+            self._lost.set()
+        self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
+
+    def renew(self, ttl=None):
+        """RENEW now (for ttl seconds, default the lease's). Raises NotHeld."""
+        ttl = self.ttl if ttl is None else ttl
+        sent = time.monotonic()
+        reply = self._conn.request("RENEW %s %d %d" % (self.name, self.token, _ms(ttl, "ttl")))
+        if reply == "OK %s" % self.name:
+            self._deadline = sent + ttl
+            self.ttl = ttl
+            with self._cond:
+                self._renewals += 1
+                self._cond.notify_all()
+            return
+        err = _error_of(reply, "RENEW %s" % self.name)
+        if isinstance(err, NotHeld):
+            self._mark_lost(reply)
+        raise err
+
+    def _renew_loop(self):
+        while not self._stop.wait(self.ttl / 3.0):
+            if time.monotonic() >= self._deadline:
+                self._mark_lost("expired: no renewal answered within its ttl")
+                return
+            try:
+                self.renew()
+            except NotHeld:
+                return
+            except ConnectionLost:
+                try:                       # a new connection; the lease is not tied to it
+                    self._conn.close()
+                    self._conn = self._client._new_conn()
+                except OSError:
+                    pass
+            except Error:
+                pass                       # UNAVAILABLE: try again, until its deadline
+
+    def release(self):
+        """UNLOCK <name> <token>. Raises NotHeld if it had ended."""
+        with self._lock:
+            if self._released:
+                return
+            self._released = True
+        self._stop.set()
+        try:
+            if self._lost.is_set():
+                raise NotHeld("lease %s ended: %s" % (self.name, self.lost_reason))
+            reply = self._conn.request("UNLOCK %s %d" % (self.name, self.token))
+            if reply != "OK %s" % self.name:
+                raise _error_of(reply, "UNLOCK %s" % self.name)
+        finally:
+            self._conn.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            self.release()
+        except NotHeld:
+            if exc_type is None:
+                raise
+
+    def __repr__(self):
+        return "<Lease %s token=%d%s>" % (self.name, self.token, " lost" if self.lost else "")
+
+
+# ----------------------------------------------------------------- client
+
+class Client:
+    """A broker's address and credentials; opens connections as needed.
+    Thread-safe. Use connect() to make one."""
+
+    def __init__(self, address=DEFAULT_ADDRESS, timeout=10.0, user=None, password=None,
+                 label=None, check=True):
+        self.address = address
+        self.timeout = timeout
+        self.user = user
+        self._password = password
+        self.label = label
+        self.check = check
+        self._query = None
+        self._query_lock = threading.Lock()
+        self._closed = False
+        # Connect once now, so that a wrong address or password fails here.
+        with self._query_lock:
+            self._query = self._new_conn()
+
+    def _new_conn(self):
+        if self._closed:
+            raise ConnectionLost("the client is closed")
+        try:
+            return _Conn(self.address, self.timeout, self.user, self._password, self.label)
+        except OSError as e:
+            raise ConnectionLost("cannot connect to %s: %s" % (self.address, e))
+
+    # -- locks
+    def _acquire(self, cmd, name, wait, shared, limit, delay, on_pending=None):
+        check_name(name)
+        wait_ms = _ms(wait, "wait")
+        words = [cmd, name]
+        if cmd == "LOCK" and wait_ms is not None:
+            words.append(str(wait_ms))
+        words += _options(shared, limit, delay)
+        conn = self._new_conn()
+        if on_pending:
+            on_pending(conn)
+        try:
+            timeout = None if cmd == "LOCK" and wait_ms is None else \
+                self.timeout + (wait_ms or 0) / 1000.0
+            reply = conn.request(" ".join(words), timeout=timeout)
+            parts = reply.split(" ")
+            if len(parts) == 3 and parts[0] == "OK" and parts[1] == name and parts[2].isdigit():
+                mode = "shared" if shared else "limit=%d" % limit if limit else "exclusive"
+                return Hold(conn, name, int(parts[2]), mode, check=self.check)
+            if reply == "TIMEOUT %s" % name:
+                raise Timeout("lock %s not granted within %s s" % (name, wait), reply)
+            if reply == "BUSY %s" % name:
+                raise Busy("lock %s is held" % name, reply)
+            raise _error_of(reply, "%s %s" % (cmd, name))
+        except BaseException:
+            conn.close()
+            raise
+
+    def lock(self, name, wait=None, shared=False, limit=None, delay=None):
+        """Takes the lock (waits at most wait seconds; None: for ever) and
+        returns its Hold, a context manager. Raises Timeout, Conflict,
+        Unavailable, Denied, BadName, ConnectionLost."""
+        return self._acquire("LOCK", name, wait, shared, limit, delay)
+
+    def trylock(self, name, shared=False, limit=None, delay=None):
+        """Takes the lock if it is free now, else raises Busy."""
+        return self._acquire("TRYLOCK", name, None, shared, limit, delay)
+
+    def lease(self, name, ttl, wait=None, shared=False, limit=None, renew=True):
+        """Takes a lease for ttl seconds (0.1 to 86400) and returns a Lease,
+        renewed in the background (renew=False: not) until released."""
+        check_name(name)
+        ttl_ms = _ms(ttl, "ttl")
+        if not 100 <= ttl_ms <= 86400000:
+            raise ValueError("ttl must be 0.1 to 86400 seconds")
+        wait_ms = _ms(wait, "wait")
+        words = ["LOCK", name] + ([str(wait_ms)] if wait_ms is not None else [])
+        words += _options(shared, limit, None, ttl_ms)
+        conn = self._new_conn()
+        try:
+            sent = time.monotonic()
+            reply = conn.request(" ".join(words), timeout=None if wait_ms is None
+                                 else self.timeout + wait_ms / 1000.0)
+            parts = reply.split(" ")
+            if not (len(parts) == 3 and parts[0] == "OK" and parts[1] == name and
+                    parts[2].isdigit()):
+                if reply == "TIMEOUT %s" % name:
+                    raise Timeout("lease %s not granted within %s s" % (name, wait), reply)
+                raise _error_of(reply, "LOCK %s" % name)
+            lease = Lease(self, conn, name, int(parts[2]), ttl, sent, renew=renew)
+            # Granted after a wait: its ttl began at the grant, so renew now
+            # and count it from here (PROTOCOL.md, Leases).
+            if time.monotonic() - sent > ttl / 10.0:
+                lease.renew()
+            return lease
+        except BaseException:
+            conn.close()
+            raise
+
+    # -- queries
+    def _ask(self, line, until_end=False):
+        with self._query_lock:
+            for attempt in (1, 2):
+                if self._query is None or self._query.closed:
+                    self._query = self._new_conn()
+                try:
+                    first = self._query.request(line)
+                    if not until_end or first.startswith("ERR "):
+                        return [first]
+                    lines = [first]
+                    while lines[-1] != "END":
+                        lines.append(self._query.request_more())
+                    return lines
+                except ConnectionLost:
+                    self._query = None
+                    if attempt == 2:
+                        raise
+
+    def ping(self):
+        """PING: raises unless the broker answers PONG."""
+        reply = self._ask("PING")[0]
+        if reply != "PONG":
+            raise _error_of(reply, "PING")
+
+    def status(self, name):
+        """STATUS: a dict with state ("held"/"free"), holder, token (int or
+        None), since (epoch seconds or None), waiters, queue, and mode, limit,
+        holders, delay (s), lease (s left), label when given."""
+        check_name(name)
+        reply = self._ask("STATUS %s" % name)[0]
+        words = reply.split(" ")
+        if len(words) < 3 or words[0] != "STATUS" or words[1] != name:
+            raise _error_of(reply, "STATUS %s" % name)
+        return _status_dict(words[2], _fields(words[3:]))
+
+    def locks(self, glob=None):
+        """LOCKS [glob]: a list of dicts (name, mode, holder, label, token,
+        since, holders, waiters, lease), this daemon's holds and waits."""
+        lines = self._ask("LOCKS" + (" %s" % glob if glob else ""), until_end=True)
+        if lines[0].startswith("ERR "):
+            raise _error_of(lines[0], "LOCKS")
+        out = []
+        for line in lines[:-1]:
+            words = line.split(" ")
+            if words[0] == "LOCK" and len(words) >= 3:
+                d = _status_dict("held", _fields(words[3:]))
+                d["name"], d["mode"] = words[1], words[2]
+                out.append(d)
+        return out
+
+    def stats(self):
+        """STATS: {name: value}, numbers as int where they are."""
+        lines = self._ask("STATS", until_end=True)
+        if lines[0].startswith("ERR "):
+            raise _error_of(lines[0], "STATS")
+        out = {}
+        for line in lines[:-1]:
+            words = line.split(" ", 2)
+            if len(words) == 3 and words[0] == "STAT":
+                out[words[1]] = int(words[2]) if words[2].isdigit() else words[2]
+        return out
+
+    def close(self):
+        """Closes the query connection. Holds and leases stay as they are
+        (release them first)."""
+        self._closed = True
+        with self._query_lock:
+            if self._query is not None:
+                self._query.close()
+                self._query = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _request_more(self, timeout=-1):
+    """The next reply line of a multi-line answer (LOCKS, STATS)."""
+    if timeout == -1:
+        timeout = self.timeout
+    deadline = time.monotonic() + timeout
+    with self._cond:
+        while not self._replies:
+            if self._closed is not None:
+                raise ConnectionLost(self._closed)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self._cond.wait(left)
+        if self._replies:
+            return self._replies.pop(0)
+    self.close("no END within %.1f s" % timeout)     # the rest would answer later requests
+    raise ConnectionLost("no END within %.1f s" % timeout)
+
+
+_Conn.request_more = _request_more
+
+
+def _status_dict(state, f):
+    def num(k, scale=None):
+        v = f.get(k)
+        if v is None or not v.isdigit():
+            return None
+        return int(v) / scale if scale else int(v)
+    return {
+        "state": state, "holder": None if f.get("holder", "-") == "-" else f["holder"],
+        "token": num("token"), "since": num("since", 1000.0), "waiters": num("waiters"),
+        "queue": num("queue"), "mode": f.get("mode", "exclusive"), "limit": num("limit"),
+        "holders": num("holders"), "delay": num("delay", 1000.0),
+        "lease": num("lease", 1000.0),
+        "label": None if f.get("label", "-") == "-" else f.get("label"),
+    }
+
+
+def connect(address=DEFAULT_ADDRESS, timeout=10.0, user=None, password=None, label=None,
+            check=True):
+    """A Client for the broker at address ("host:port", "host", "[v6]:port",
+    "unix:/path" or "/path"): timeout for connects and replies (seconds),
+    user and password for AUTH, label for CLIENT (names the holds in STATUS
+    and LOCKS), check=False to skip jeopardy (CHECK) on holds."""
+    return Client(address, timeout, user, password, label, check)

@@ -1,0 +1,167 @@
+"""lockbroker.aio - the same API for asyncio.
+
+    import lockbroker.aio
+
+    client = await lockbroker.aio.connect("127.0.0.1:7411")
+    async with client.lock("deploy", wait=30) as hold:   # or: hold = await client.lock(...)
+        await step(hold.token)
+        if hold.lost:
+            raise RuntimeError("lock lost")
+    await client.close()
+
+The blocking calls run in threads (asyncio.to_thread); holds and leases
+are the blocking API's objects, with awaitable variants of their waits and
+releases. Cancelling a task that waits for a lock closes that request's
+connection, which cancels the request on the daemon.
+"""
+
+import asyncio
+
+from . import (Busy, Client, ConnectionLost, DEFAULT_ADDRESS, Error, Hold, Lease,  # noqa: F401
+               NotHeld, Timeout)
+
+__all__ = ["connect", "AsyncClient", "AsyncHold", "AsyncLease"]
+
+
+class AsyncHold:
+    """A Hold for asyncio: .token, .lost, .lost_reason, await release(),
+    await wait_lost(timeout), on_lost(fn); `async with`."""
+
+    def __init__(self, hold):
+        self._hold = hold
+
+    token = property(lambda self: self._hold.token)
+    name = property(lambda self: self._hold.name)
+    lost = property(lambda self: self._hold.lost)
+    lost_reason = property(lambda self: self._hold.lost_reason)
+
+    def on_lost(self, fn):
+        """fn(hold, reason), called from a library thread: use
+        loop.call_soon_threadsafe inside it to reach the event loop."""
+        self._hold.on_lost(fn)
+
+    def safe_remaining(self):
+        return self._hold.safe_remaining()
+
+    async def wait_lost(self, timeout=None):
+        return await asyncio.to_thread(self._hold.wait_lost, timeout)
+
+    async def release(self):
+        await asyncio.to_thread(self._hold.release)
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb):
+        try:
+            await self.release()
+        except NotHeld:
+            if exc_type is None:
+                raise
+
+
+class AsyncLease(AsyncHold):
+    """A Lease for asyncio: also await renew(ttl), remaining()."""
+
+    async def renew(self, ttl=None):
+        await asyncio.to_thread(self._hold.renew, ttl)
+
+    def remaining(self):
+        return self._hold.remaining()
+
+
+class _Taking:
+    """What lock(), trylock() and lease() return: await it for the hold, or
+    use it with `async with` (released on exit)."""
+
+    def __init__(self, coro):
+        self._coro = coro
+        self._hold = None
+
+    def __await__(self):
+        return self._coro.__await__()
+
+    async def __aenter__(self):
+        self._hold = await self._coro
+        return self._hold
+
+    async def __aexit__(self, exc_type, exc, tb):
+        return await self._hold.__aexit__(exc_type, exc, tb)
+
+
+class AsyncClient:
+    """The Client's methods as coroutines."""
+
+    def __init__(self, client):
+        self._client = client
+
+    async def _acquire(self, fn, *args, **kwargs):
+        pending, cancelled = [], []
+
+        def on_pending(conn):           # in the thread, before the request is sent
+            pending.append(conn)
+            if cancelled:
+                conn.close("the wait was cancelled")
+
+        future = asyncio.ensure_future(asyncio.to_thread(fn, *args, **kwargs,
+                                                         on_pending=on_pending))
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            for conn in list(pending):
+                conn.close("the wait was cancelled")   # the daemon drops the request
+            try:
+                hold = await future
+            except Error:
+                raise asyncio.CancelledError()
+            hold.release()     # granted just before the close: let it go
+            raise
+
+    def lock(self, name, wait=None, shared=False, limit=None, delay=None):
+        """`await client.lock(...)` -> AsyncHold, or `async with client.lock(...)
+        as hold`; raises Timeout, Conflict, ... as Client.lock()."""
+        async def take():
+            return AsyncHold(await self._acquire(self._client._acquire, "LOCK", name, wait,
+                                                 shared, limit, delay))
+        return _Taking(take())
+
+    def trylock(self, name, shared=False, limit=None, delay=None):
+        async def take():
+            return AsyncHold(await self._acquire(self._client._acquire, "TRYLOCK", name, None,
+                                                 shared, limit, delay))
+        return _Taking(take())
+
+    def lease(self, name, ttl, wait=None, shared=False, limit=None, renew=True):
+        async def take():
+            return AsyncLease(await asyncio.to_thread(self._client.lease, name, ttl, wait,
+                                                      shared, limit, renew))
+        return _Taking(take())
+
+    async def status(self, name):
+        return await asyncio.to_thread(self._client.status, name)
+
+    async def locks(self, glob=None):
+        return await asyncio.to_thread(self._client.locks, glob)
+
+    async def stats(self):
+        return await asyncio.to_thread(self._client.stats)
+
+    async def ping(self):
+        await asyncio.to_thread(self._client.ping)
+
+    async def close(self):
+        await asyncio.to_thread(self._client.close)
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.close()
+
+
+async def connect(address=DEFAULT_ADDRESS, timeout=10.0, user=None, password=None, label=None,
+                  check=True):
+    """An AsyncClient; arguments as lockbroker.connect()."""
+    return AsyncClient(await asyncio.to_thread(Client, address, timeout, user, password,
+                                               label, check))
