@@ -15,7 +15,8 @@ Design (documented in README.md):
 - Every hold has a connection of its own, as the protocol ties a hold to
   its connection: closing it (or the process dying) releases the lock. A
   reader thread per connection reads every line, so a pushed `LOST` is seen
-  at once, while the program is busy.
+  at once, while the program is busy. A cleanly released hold's connection
+  serves the next hold (up to 8 are kept idle).
 - Jeopardy: a monitor thread per hold sends `CHECK <name> <token>` every
   quarter of the last safe window (at least every second, at most every
   100 ms) and marks the hold lost when the window runs out without a fresh
@@ -308,8 +309,9 @@ class Hold:
     (released on exit) or call release(). .token is the fencing token (int);
     .lost turns true once the hold is known lost, with .lost_reason."""
 
-    def __init__(self, conn, name, token, mode, check=True):
+    def __init__(self, conn, name, token, mode, check=True, give_back=None):
         self.name = name
+        self._give_back = give_back   # takes the connection after a clean release
         self.token = token
         self.mode = mode
         self._conn = conn
@@ -440,8 +442,15 @@ class Hold:
                 raise NotHeld("lock %s: %s" % (self.name, e))
             if reply != "OK %s" % self.name:
                 raise _error_of(reply, "UNLOCK %s" % self.name)
+            # Released cleanly: the connection may serve the next hold.
+            if self._monitor is not None:
+                self._monitor.join(self._conn.timeout)
+            if self._give_back and not (self._monitor and self._monitor.is_alive()):
+                conn, self._conn = self._conn, None
+                self._give_back(conn)
         finally:
-            self._conn.close()
+            if self._conn is not None:
+                self._conn.close()
 
     def __enter__(self):
         return self
@@ -597,6 +606,8 @@ class Client:
         self.check = check
         self._query = None
         self._query_lock = threading.Lock()
+        self._idle = []               # connections of released holds, for the next ones
+        self._idle_lock = threading.Lock()
         self._closed = False
         # Connect once now, so that a wrong address or password fails here.
         with self._query_lock:
@@ -610,6 +621,25 @@ class Client:
         except OSError as e:
             raise ConnectionLost("cannot connect to %s: %s" % (self.address, e))
 
+    IDLE_MAX = 8
+
+    def _hold_conn(self):
+        """A connection for a new hold: an idle one (a released hold's), or new."""
+        with self._idle_lock:
+            while self._idle:
+                conn = self._idle.pop()
+                if not conn.closed:
+                    return conn
+        return self._new_conn()
+
+    def _give_back(self, conn):
+        conn.on_lost = None
+        with self._idle_lock:
+            if not self._closed and not conn.closed and len(self._idle) < self.IDLE_MAX:
+                self._idle.append(conn)
+                return
+        conn.close()
+
     # -- locks
     def _acquire(self, cmd, name, wait, shared, limit, delay, on_pending=None):
         check_name(name)
@@ -618,7 +648,7 @@ class Client:
         if cmd == "LOCK" and wait_ms is not None:
             words.append(str(wait_ms))
         words += _options(shared, limit, delay)
-        conn = self._new_conn()
+        conn = self._hold_conn()
         if on_pending:
             on_pending(conn)
         try:
@@ -628,7 +658,8 @@ class Client:
             parts = reply.split(" ")
             if len(parts) == 3 and parts[0] == "OK" and parts[1] == name and parts[2].isdigit():
                 mode = "shared" if shared else "limit=%d" % limit if limit else "exclusive"
-                return Hold(conn, name, int(parts[2]), mode, check=self.check)
+                return Hold(conn, name, int(parts[2]), mode, check=self.check,
+                            give_back=self._give_back)
             if reply == "TIMEOUT %s" % name:
                 raise Timeout("lock %s not granted within %s s" % (name, wait), reply)
             if reply == "BUSY %s" % name:
@@ -750,6 +781,10 @@ class Client:
             if self._query is not None:
                 self._query.close()
                 self._query = None
+        with self._idle_lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
 
     def __enter__(self):
         return self
