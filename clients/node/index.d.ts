@@ -1,0 +1,69 @@
+// Types of the lockbroker client (index.js). Times are milliseconds.
+import { EventEmitter } from 'node:events';
+
+export interface ConnectOptions {
+  address?: string;        // "host:port", "host", "[v6]:port", "unix:/path", "/path"
+  timeout?: number;        // connect and reply timeout, ms (default 10000)
+  user?: string;           // AUTH
+  password?: string;
+  label?: string;          // CLIENT label
+  check?: boolean;         // false: no jeopardy CHECKs
+}
+
+export interface LockOptions {
+  wait?: number;           // ms; default: for ever
+  shared?: boolean;
+  limit?: number;
+  delay?: number;          // lock-delay, ms
+  signal?: AbortSignal;    // cancels the wait
+}
+
+export class LockbrokerError extends Error {
+  code: string;            // 'TIMEOUT', 'BUSY', 'UNAVAILABLE', 'CONFLICT', 'NOT_HELD', ...
+  line: string | null;
+}
+
+export class Hold extends EventEmitter {
+  readonly name: string;
+  readonly token: bigint;
+  readonly lost: boolean;
+  readonly lostReason: string | null;
+  readonly lostSignal: AbortSignal;
+  safeRemaining(): number;
+  release(): Promise<void>;
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+export class Lease extends EventEmitter {
+  readonly name: string;
+  readonly token: bigint;
+  readonly lost: boolean;
+  readonly lostReason: string | null;
+  readonly renewals: number;
+  remaining(): number;
+  renew(ttl?: number): Promise<void>;
+  release(): Promise<void>;
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+export interface Status {
+  state: 'held' | 'free';
+  holder: string | null; token: bigint | null; since: number | null;
+  waiters: number | null; queue: number | null; mode: string; limit: number | null;
+  holders: number | null; delay: number | null; lease: number | null; label: string | null;
+}
+
+export class Client {
+  lock(name: string, opts?: LockOptions): Promise<Hold>;
+  trylock(name: string, opts?: Omit<LockOptions, 'wait'>): Promise<Hold>;
+  lease(name: string, ttl: number,
+        opts?: { wait?: number; shared?: boolean; limit?: number; renew?: boolean }): Promise<Lease>;
+  status(name: string): Promise<Status>;
+  locks(glob?: string): Promise<Array<Status & { name: string }>>;
+  stats(): Promise<Record<string, number | string>>;
+  ping(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export function connect(opts?: ConnectOptions): Promise<Client>;
+export function checkName(name: string): void;

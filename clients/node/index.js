@@ -1,0 +1,656 @@
+'use strict';
+/**
+ * lockbroker - a client for lockbrokerd, the lock broker (proto/PROTOCOL.md).
+ * No dependencies; Node 18+. Times on the API are milliseconds, as on the wire.
+ *
+ *   const lb = require('lockbroker');
+ *   const client = await lb.connect({ address: '127.0.0.1:7411' });
+ *   const hold = await client.lock('deploy', { wait: 30000 });
+ *   try {
+ *     await step(hold.token);          // a BigInt fencing token
+ *     if (hold.lost) throw new Error('lock lost: ' + hold.lostReason);
+ *   } finally {
+ *     await hold.release();
+ *   }
+ *   await client.close();
+ *
+ * Design (README.md): every hold has a connection of its own (the protocol
+ * ties a hold to its connection; a cleanly released hold's connection
+ * serves the next one). Each connection reads every line, so a pushed
+ * LOST marks its hold lost at once. Jeopardy: a hold sends `CHECK` every
+ * quarter of its safe window (at least every second) and is lost when the
+ * window runs out without a fresh answer. Leases renew themselves every
+ * third of their ttl. Nothing survives a reconnect.
+ */
+
+const net = require('node:net');
+const { EventEmitter } = require('node:events');
+
+const DEFAULT_ADDRESS = '127.0.0.1:7411';
+const NAME_RE = /^[A-Za-z0-9._:/-]{1,200}$/;
+const CHECK_EVERY_MIN = 100;
+const CHECK_EVERY_MAX = 1000;
+const IDLE_MAX = 8;
+const asyncDispose = Symbol.asyncDispose || Symbol.for('nodejs.asyncDispose');
+
+/** Every failure: .code ('TIMEOUT', 'BUSY', 'UNAVAILABLE', ...) and .line (the reply). */
+class LockbrokerError extends Error {
+  constructor(code, message, line) {
+    super(message);
+    this.name = 'LockbrokerError';
+    this.code = code;
+    this.line = line === undefined ? null : line;
+  }
+}
+
+const ERR_CODES = new Set(['UNAVAILABLE', 'CONFLICT', 'NOT_HELD', 'NOAUTH', 'DENIED',
+  'AUTH_FAILED', 'BAD_NAME', 'LIMIT']);
+
+function errorOf(line, what) {
+  const parts = line.split(' ');
+  const code = parts[0] === 'ERR' && ERR_CODES.has(parts[1]) ? parts[1] : 'PROTOCOL';
+  return new LockbrokerError(code, `${what}: ${line}`, line);
+}
+
+/** Throws a BAD_NAME error unless name is a valid lock name. */
+function checkName(name) {
+  if (typeof name !== 'string' || !NAME_RE.test(name)) {
+    throw new LockbrokerError('BAD_NAME',
+      `invalid lock name ${JSON.stringify(name)}: 1 to 200 of A-Z a-z 0-9 . _ : / -`);
+  }
+}
+
+/** { path } or { host, port } for "host:port", "host", "[v6]:port", "unix:/path", "/path". */
+function parseAddress(address) {
+  if (address.startsWith('unix:')) return { path: address.slice(5) };
+  if (address.startsWith('/')) return { path: address };
+  let m = /^\[([^\]]+)\](?::(\d+))?$/.exec(address);
+  if (m) return { host: m[1], port: Number(m[2] || 7411) };
+  m = /^(.*):(\d+)$/.exec(address);
+  if (m) return { host: m[1], port: Number(m[2]) };
+  return { host: address, port: 7411 };
+}
+
+function options({ shared, limit, delay, ttl } = {}) {
+  const out = [];
+  if (shared && limit != null) throw new TypeError('shared and limit exclude each other');
+  if (shared) out.push('shared');
+  if (limit != null) {
+    if (!(Number.isInteger(limit) && limit >= 1 && limit <= 65535)) {
+      throw new RangeError('limit must be an integer from 1 to 65535');
+    }
+    out.push(`limit=${limit}`);
+  }
+  if (ttl != null) out.push(`ttl=${Math.round(ttl)}`);
+  if (delay != null) out.push(`delay=${Math.round(delay)}`);
+  return out;
+}
+
+function fields(words) {
+  const out = {};
+  for (const w of words) {
+    const i = w.indexOf('=');
+    if (i > 0) out[w.slice(0, i)] = w.slice(i + 1);
+  }
+  return out;
+}
+
+/** One connection: pushed LOST lines go to onLost; replies answer requests in order. */
+class Conn {
+  constructor(socket, timeout) {
+    this.socket = socket;
+    this.timeout = timeout;
+    this.buf = '';
+    this.waiting = [];        // { resolve, reject, timer } in request order
+    this.unclaimed = [];      // lines nobody waits for yet (the rest of LOCKS, STATS)
+    this.discard = 0;         // late replies of requests that timed out
+    this.closedWhy = null;
+    this.onLost = null;       // (name, token, reason); name null: the connection ended
+    socket.setNoDelay(true);
+    socket.setEncoding('ascii');
+    socket.on('data', (d) => this.onData(d));
+    socket.on('error', (e) => this.end(`connection error: ${e.message}`));
+    socket.on('close', () => this.end('the broker closed the connection'));
+  }
+
+  static open(address, timeout) {
+    return new Promise((resolve, reject) => {
+      const socket = net.connect(parseAddress(address));
+      const timer = setTimeout(() => {
+        socket.destroy();
+        reject(new LockbrokerError('CONNECTION_LOST', `cannot connect to ${address}: timed out`));
+      }, timeout);
+      socket.once('connect', () => {
+        clearTimeout(timer);
+        socket.removeAllListeners('error');
+        resolve(new Conn(socket, timeout));
+      });
+      socket.once('error', (e) => {
+        clearTimeout(timer);
+        reject(new LockbrokerError('CONNECTION_LOST', `cannot connect to ${address}: ${e.message}`));
+      });
+    });
+  }
+
+  onData(data) {
+    this.buf += data;
+    let i;
+    while ((i = this.buf.indexOf('\n')) >= 0) {
+      const line = this.buf.slice(0, i).replace(/\r$/, '');
+      this.buf = this.buf.slice(i + 1);
+      if (line.startsWith('LOST ')) {
+        const p = line.split(' ');
+        if (this.onLost && p.length >= 4) this.onLost(p[1], p[2], p.slice(3).join(' '));
+        continue;
+      }
+      if (this.discard > 0) {
+        this.discard--;
+        continue;
+      }
+      const w = this.waiting.shift();
+      if (w) {
+        clearTimeout(w.timer);
+        w.resolve(line);
+      } else {
+        this.unclaimed.push(line);
+      }
+    }
+  }
+
+  end(why) {
+    if (this.closedWhy !== null) return;
+    this.closedWhy = why;
+    for (const w of this.waiting.splice(0)) {
+      clearTimeout(w.timer);
+      w.reject(new LockbrokerError('CONNECTION_LOST', why));
+    }
+    if (this.onLost) this.onLost(null, null, why);
+  }
+
+  get closed() { return this.closedWhy !== null; }
+
+  /** Sends line; resolves to the reply. timeout: ms, null for ever, undefined: the connection's. */
+  request(line, timeout) {
+    if (this.closedWhy !== null) {
+      return Promise.reject(new LockbrokerError('CONNECTION_LOST', this.closedWhy));
+    }
+    this.socket.write(line + '\n');
+    return this.next(timeout, line.split(' ')[0]);
+  }
+
+  /** The next reply line (of a multi-line answer, say). */
+  next(timeout, what = 'the request') {
+    if (this.unclaimed.length) return Promise.resolve(this.unclaimed.shift());
+    if (this.closedWhy !== null) {
+      return Promise.reject(new LockbrokerError('CONNECTION_LOST', this.closedWhy));
+    }
+    const ms = timeout === undefined ? this.timeout : timeout;
+    return new Promise((resolve, reject) => {
+      const w = { resolve, reject, timer: null };
+      if (ms !== null) {
+        w.timer = setTimeout(() => {
+          const i = this.waiting.indexOf(w);
+          if (i >= 0) {
+            this.waiting.splice(i, 1);
+            this.discard++;          // its reply, when it comes, answers nobody
+          }
+          reject(new LockbrokerError('CONNECTION_LOST', `no reply to ${what} within ${ms} ms`));
+        }, ms);
+      }
+      this.waiting.push(w);
+    });
+  }
+
+  close() {
+    this.end('closed by the client');
+    this.socket.destroy();
+  }
+}
+
+/**
+ * A lock held through a connection of its own. Events: 'lost' (reason).
+ * .token (BigInt), .lost, .lostReason, .lostSignal (an AbortSignal aborted
+ * on loss), await release(), await using (Symbol.asyncDispose).
+ */
+class Hold extends EventEmitter {
+  constructor(client, conn, name, token) {
+    super();
+    this.name = name;
+    this.token = token;
+    this.lost = false;
+    this.lostReason = null;
+    this.client = client;
+    this.conn = conn;
+    this.released = false;
+    this.safeUntil = null;     // Date.now()-based ms; null: no window (an older daemon)
+    this.timer = null;
+    this.checking = null;      // the CHECK in flight
+    this.abort = new AbortController();
+    conn.onLost = (n, t, reason) => {
+      if (n === null || (n === name && t === String(token))) this.markLost(reason);
+    };
+  }
+
+  /** An AbortSignal aborted when the hold is lost: pass it to fetch, child_process, ... */
+  get lostSignal() { return this.abort.signal; }
+
+  /** Milliseconds the hold is certainly safe from now (0 when lost or unknown). */
+  safeRemaining() {
+    if (this.lost || this.safeUntil === null) return 0;
+    return Math.max(0, this.safeUntil - Date.now());
+  }
+
+  markLost(reason) {
+    if (this.lost || this.released) return;
+    this.lost = true;
+    this.lostReason = reason;
+    clearTimeout(this.timer);
+    this.abort.abort(new LockbrokerError('LOST', `lock ${this.name} lost: ${reason}`));
+    if (this.listenerCount('lost') > 0) this.emit('lost', reason);
+  }
+
+  async check() {
+    const sent = Date.now();
+    const timeout = this.safeUntil === null ? undefined : Math.max(0, this.safeUntil - sent);
+    let reply;
+    try {
+      reply = await this.conn.request(`CHECK ${this.name} ${this.token}`, timeout);
+    } catch (e) {
+      this.markLost(this.safeUntil === null ? e.message : `jeopardy: ${e.message}`);
+      return null;
+    }
+    const w = reply.split(' ');
+    if (w.length === 4 && w[0] === 'OK' && w[1] === this.name && w[2] === String(this.token) &&
+        /^\d+$/.test(w[3])) {
+      const safe = Number(w[3]);
+      if (this.safeUntil === null || sent + safe > this.safeUntil) this.safeUntil = sent + safe;
+      return safe;
+    }
+    if (reply.startsWith('ERR BAD_COMMAND')) return -1;      // an older daemon: no jeopardy
+    if (reply.startsWith('ERR NOT_HELD')) {
+      this.markLost(`not held (${reply})`);
+      return null;
+    }
+    return 0;
+  }
+
+  async start() {
+    const safe = await this.check();
+    if (safe === -1) {
+      this.safeUntil = null;
+      return;
+    }
+    if (safe === 0) this.markLost('jeopardy: the broker promises no time (CHECK answered 0)');
+    if (!this.lost) this.schedule();
+  }
+
+  schedule() {
+    const window = Math.max(0, this.safeUntil - Date.now());
+    const every = Math.min(CHECK_EVERY_MAX, Math.max(CHECK_EVERY_MIN, window / 4));
+    this.timer = setTimeout(() => this.tick(), Math.min(every, window));
+    this.timer.unref();
+  }
+
+  async tick() {
+    if (this.lost || this.released) return;
+    if (Date.now() >= this.safeUntil) {
+      // The connection stays open until release(): a daemon that was only
+      // slow keeps the lock until the program has stopped.
+      this.markLost('jeopardy: the broker did not confirm the hold in time');
+      return;
+    }
+    this.checking = this.check();
+    const safe = await this.checking;
+    this.checking = null;
+    if (safe !== null && !this.lost && !this.released) this.schedule();
+  }
+
+  /** UNLOCK; rejects with code NOT_HELD if the hold was lost meanwhile. */
+  async release() {
+    if (this.released) return;
+    this.released = true;
+    clearTimeout(this.timer);
+    if (this.checking) await this.checking.catch(() => {});
+    const conn = this.conn;
+    if (this.lost) {
+      conn.close();
+      throw new LockbrokerError('NOT_HELD', `lock ${this.name} was lost: ${this.lostReason}`);
+    }
+    let reply;
+    try {
+      reply = await conn.request(`UNLOCK ${this.name}`);
+    } catch (e) {
+      conn.close();
+      throw new LockbrokerError('NOT_HELD', `lock ${this.name}: ${e.message}`);
+    }
+    if (reply !== `OK ${this.name}`) {
+      conn.close();
+      throw errorOf(reply, `UNLOCK ${this.name}`);
+    }
+    this.client.giveBack(conn);
+  }
+
+  async [asyncDispose]() {
+    await this.release();
+  }
+}
+
+/** A lease: renewed every third of its ttl until release(). Events: 'lost' (reason). */
+class Lease extends EventEmitter {
+  constructor(client, conn, name, token, ttl, sent, renew) {
+    super();
+    this.name = name;
+    this.token = token;
+    this.ttl = ttl;
+    this.lost = false;
+    this.lostReason = null;
+    this.renewals = 0;
+    this.client = client;
+    this.conn = conn;
+    this.released = false;
+    this.deadline = sent + ttl;
+    this.timer = null;
+    if (renew) this.arm();
+  }
+
+  /** Milliseconds the lease certainly lasts from now, 0 once lost. */
+  remaining() { return this.lost ? 0 : Math.max(0, this.deadline - Date.now()); }
+
+  markLost(reason) {
+    if (this.lost || this.released) return;
+    this.lost = true;
+    this.lostReason = reason;
+    clearTimeout(this.timer);
+    if (this.listenerCount('lost') > 0) this.emit('lost', reason);
+  }
+
+  arm() {
+    this.timer = setTimeout(() => this.tick(), this.ttl / 3);
+    this.timer.unref();
+  }
+
+  async tick() {
+    if (this.lost || this.released) return;
+    if (Date.now() >= this.deadline) {
+      this.markLost('expired: no renewal answered within its ttl');
+      return;
+    }
+    try {
+      await this.renew();
+    } catch (e) {
+      if (e.code === 'NOT_HELD') return;
+      if (e.code === 'CONNECTION_LOST') {
+        this.conn.close();
+        try { this.conn = await this.client.newConn(); } catch (_) { /* next time */ }
+      }
+    }
+    if (!this.lost && !this.released) this.arm();
+  }
+
+  /** RENEW now, for ttl ms (default the lease's); rejects with NOT_HELD. */
+  async renew(ttl = this.ttl) {
+    const sent = Date.now();
+    const reply = await this.conn.request(`RENEW ${this.name} ${this.token} ${Math.round(ttl)}`);
+    if (reply === `OK ${this.name}`) {
+      this.deadline = sent + ttl;
+      this.ttl = ttl;
+      this.renewals++;
+      this.emit('renewed', this.renewals);
+      return;
+    }
+    const err = errorOf(reply, `RENEW ${this.name}`);
+    if (err.code === 'NOT_HELD') this.markLost(reply);
+    throw err;
+  }
+
+  /** UNLOCK <name> <token>; rejects with NOT_HELD if it had ended. */
+  async release() {
+    if (this.released) return;
+    this.released = true;
+    clearTimeout(this.timer);
+    try {
+      if (this.lost) throw new LockbrokerError('NOT_HELD', `lease ${this.name} ended: ${this.lostReason}`);
+      const reply = await this.conn.request(`UNLOCK ${this.name} ${this.token}`);
+      if (reply !== `OK ${this.name}`) throw errorOf(reply, `UNLOCK ${this.name}`);
+    } finally {
+      this.conn.close();
+    }
+  }
+
+  async [asyncDispose]() {
+    await this.release();
+  }
+}
+
+/** A broker's address and credentials; opens connections as needed. Make one with connect(). */
+class Client {
+  constructor(opts) {
+    this.address = opts.address || DEFAULT_ADDRESS;
+    this.timeout = opts.timeout || 10000;
+    this.user = opts.user;
+    this.password = opts.password;
+    this.label = opts.label;
+    this.check = opts.check !== false;
+    this.idle = [];
+    this.query = null;
+    this.queryChain = Promise.resolve();
+    this.closed = false;
+  }
+
+  async newConn() {
+    if (this.closed) throw new LockbrokerError('CONNECTION_LOST', 'the client is closed');
+    const conn = await Conn.open(this.address, this.timeout);
+    try {
+      if (this.user != null) {
+        const r = await conn.request(`AUTH ${this.user} ${this.password || ''}`);
+        if (r !== `OK ${this.user}`) throw errorOf(r, 'AUTH');
+      }
+      if (this.label != null) {
+        const r = await conn.request(`CLIENT ${this.label}`);
+        if (r !== 'OK') throw errorOf(r, 'CLIENT');
+      }
+    } catch (e) {
+      conn.close();
+      throw e;
+    }
+    return conn;
+  }
+
+  holdConn() {
+    while (this.idle.length) {
+      const c = this.idle.pop();
+      if (!c.closed) return Promise.resolve(c);
+    }
+    return this.newConn();
+  }
+
+  giveBack(conn) {
+    conn.onLost = null;
+    if (!this.closed && !conn.closed && this.idle.length < IDLE_MAX) this.idle.push(conn);
+    else conn.close();
+  }
+
+  async acquire(cmd, name, opts = {}) {
+    checkName(name);
+    const words = [cmd, name];
+    if (cmd === 'LOCK' && opts.wait != null) words.push(String(Math.round(opts.wait)));
+    words.push(...options(opts));
+    const signal = opts.signal;
+    if (signal && signal.aborted) throw signal.reason;
+    const conn = await this.holdConn();
+    const onAbort = () => conn.close();     // the daemon drops a request whose connection closes
+    if (signal) signal.addEventListener('abort', onAbort, { once: true });
+    let reply;
+    try {
+      reply = await conn.request(words.join(' '),
+        cmd === 'LOCK' && opts.wait == null ? null : this.timeout + (opts.wait || 0));
+    } catch (e) {
+      conn.close();
+      if (signal && signal.aborted) throw signal.reason;
+      throw e;
+    } finally {
+      if (signal) signal.removeEventListener('abort', onAbort);
+    }
+    const p = reply.split(' ');
+    if (p.length === 3 && p[0] === 'OK' && p[1] === name && /^\d+$/.test(p[2])) {
+      const hold = new Hold(this, conn, name, BigInt(p[2]));
+      if (this.check) await hold.start();
+      return hold;
+    }
+    conn.close();
+    if (reply === `TIMEOUT ${name}`) {
+      throw new LockbrokerError('TIMEOUT', `lock ${name} not granted within ${opts.wait} ms`, reply);
+    }
+    if (reply === `BUSY ${name}`) throw new LockbrokerError('BUSY', `lock ${name} is held`, reply);
+    throw errorOf(reply, `${cmd} ${name}`);
+  }
+
+  /**
+   * Takes the lock: opts.wait (ms; default for ever), shared, limit, delay,
+   * signal (an AbortSignal that cancels the wait). Resolves to a Hold;
+   * rejects with code TIMEOUT, CONFLICT, UNAVAILABLE, DENIED, BAD_NAME, ...
+   */
+  lock(name, opts = {}) { return this.acquire('LOCK', name, opts); }
+
+  /** Takes the lock if it is free now; rejects with code BUSY otherwise. */
+  trylock(name, opts = {}) { return this.acquire('TRYLOCK', name, opts); }
+
+  /**
+   * A lease for ttl ms (100 to 86400000), renewed in the background unless
+   * opts.renew is false; opts.wait, shared, limit as lock().
+   */
+  async lease(name, ttl, opts = {}) {
+    checkName(name);
+    if (!(ttl >= 100 && ttl <= 86400000)) throw new RangeError('ttl must be 100 to 86400000 ms');
+    const words = ['LOCK', name];
+    if (opts.wait != null) words.push(String(Math.round(opts.wait)));
+    words.push(...options({ shared: opts.shared, limit: opts.limit, ttl }));
+    const conn = await this.newConn();
+    const sent = Date.now();
+    let reply;
+    try {
+      reply = await conn.request(words.join(' '), opts.wait == null ? null : this.timeout + opts.wait);
+    } catch (e) {
+      conn.close();
+      throw e;
+    }
+    const p = reply.split(' ');
+    if (!(p.length === 3 && p[0] === 'OK' && p[1] === name && /^\d+$/.test(p[2]))) {
+      conn.close();
+      if (reply === `TIMEOUT ${name}`) {
+        throw new LockbrokerError('TIMEOUT', `lease ${name} not granted within ${opts.wait} ms`, reply);
+      }
+      throw errorOf(reply, `LOCK ${name}`);
+    }
+    const lease = new Lease(this, conn, name, BigInt(p[2]), ttl, sent, opts.renew !== false);
+    // Granted after a wait: its ttl began at the grant; renew, so that it counts from now.
+    if (Date.now() - sent > ttl / 10) await lease.renew();
+    return lease;
+  }
+
+  ask(line, multi) {
+    const run = async () => {
+      for (let attempt = 1; ; attempt++) {
+        if (!this.query || this.query.closed) this.query = await this.newConn();
+        try {
+          const first = await this.query.request(line);
+          if (!multi || first.startsWith('ERR ')) return [first];
+          const lines = [first];
+          while (lines[lines.length - 1] !== 'END') {
+            try {
+              lines.push(await this.query.next());
+            } catch (e) {
+              this.query.close();     // the rest would answer later requests
+              throw e;
+            }
+          }
+          return lines;
+        } catch (e) {
+          if (e.code !== 'CONNECTION_LOST' || attempt === 2) throw e;
+          this.query = null;
+        }
+      }
+    };
+    const p = this.queryChain.then(run, run);
+    this.queryChain = p.catch(() => {});
+    return p;
+  }
+
+  /** PING; rejects unless the broker answers PONG. */
+  async ping() {
+    const [r] = await this.ask('PING');
+    if (r !== 'PONG') throw errorOf(r, 'PING');
+  }
+
+  /** STATUS: { state, holder, token (BigInt|null), since (ms), waiters, queue, mode, holders, delay, lease, label }. */
+  async status(name) {
+    checkName(name);
+    const [r] = await this.ask(`STATUS ${name}`);
+    const w = r.split(' ');
+    if (w.length < 3 || w[0] !== 'STATUS' || w[1] !== name) throw errorOf(r, `STATUS ${name}`);
+    return statusOf(w[2], fields(w.slice(3)));
+  }
+
+  /** LOCKS [glob]: this daemon's holds and waits, one object each. */
+  async locks(glob) {
+    const lines = await this.ask(glob ? `LOCKS ${glob}` : 'LOCKS', true);
+    if (lines[0].startsWith('ERR ')) throw errorOf(lines[0], 'LOCKS');
+    return lines.slice(0, -1).filter((l) => l.startsWith('LOCK ')).map((l) => {
+      const w = l.split(' ');
+      return { name: w[1], ...statusOf('held', fields(w.slice(3))), mode: w[2] };
+    });
+  }
+
+  /** STATS: { name: number|string }. */
+  async stats() {
+    const lines = await this.ask('STATS', true);
+    if (lines[0].startsWith('ERR ')) throw errorOf(lines[0], 'STATS');
+    const out = {};
+    for (const l of lines.slice(0, -1)) {
+      const w = l.split(' ');
+      if (w[0] === 'STAT' && w.length >= 3) {
+        const v = w.slice(2).join(' ');
+        out[w[1]] = /^\d+$/.test(v) ? Number(v) : v;
+      }
+    }
+    return out;
+  }
+
+  /** Closes the query and idle connections; holds and leases stay (release them first). */
+  async close() {
+    this.closed = true;
+    if (this.query) this.query.close();
+    for (const c of this.idle.splice(0)) c.close();
+  }
+}
+
+function statusOf(state, f) {
+  const num = (k) => (f[k] !== undefined && /^\d+$/.test(f[k]) ? Number(f[k]) : null);
+  return {
+    state,
+    holder: f.holder && f.holder !== '-' ? f.holder : null,
+    token: f.token && /^\d+$/.test(f.token) ? BigInt(f.token) : null,
+    since: num('since'),
+    waiters: num('waiters'),
+    queue: num('queue'),
+    mode: f.mode || 'exclusive',
+    limit: num('limit'),
+    holders: num('holders'),
+    delay: num('delay'),
+    lease: num('lease'),
+    label: f.label && f.label !== '-' ? f.label : null,
+  };
+}
+
+/**
+ * Connects (once, so that a wrong address or password fails here) and
+ * resolves to a Client. opts: address, timeout (ms, default 10000), user,
+ * password, label, check (false: no jeopardy CHECKs).
+ */
+async function connect(opts = {}) {
+  const client = new Client(opts);
+  client.query = await client.newConn();
+  return client;
+}
+
+module.exports = { connect, Client, Hold, Lease, LockbrokerError, checkName, parseAddress };

@@ -1,0 +1,151 @@
+'use strict';
+// Run by tests/e2e/test_client_node.py, which starts the daemons and passes
+// their addresses: LB_ADDR (embedded), LB_JEOPARDY_ADDR and LB_JEOPARDY_PID
+// (embedded, tcp_user_timeout_ms = 1500), LB_AUTH_ADDR (users file: alice,
+// pattern app-*), LB_DIST_ADDR and LB_ZK_PID (distributed, its ZooKeeper).
+// Waits are for events (replies, 'lost', 'renewed'); nothing sleeps to
+// synchronise and nothing asserts a duration.
+const test = require('node:test');
+const assert = require('node:assert');
+const { once } = require('node:events');
+const lb = require('..');
+
+const env = process.env;
+const T = 10000;
+
+async function rejectsWith(promise, code) {
+  await assert.rejects(promise, (e) => {
+    assert.ok(e instanceof lb.LockbrokerError, String(e));
+    assert.strictEqual(e.code, code, e.message);
+    return true;
+  });
+}
+
+test('lock, release, tokens go up, busy and timeout', { skip: !env.LB_ADDR }, async () => {
+  const c = await lb.connect({ address: env.LB_ADDR, timeout: T });
+  const h1 = await c.lock('n-a');
+  assert.strictEqual(typeof h1.token, 'bigint');
+  assert.strictEqual(h1.lost, false);
+  assert.ok(h1.safeRemaining() > 0);
+  assert.strictEqual((await c.status('n-a')).token, h1.token);
+  await rejectsWith(c.trylock('n-a'), 'BUSY');
+  await rejectsWith(c.lock('n-a', { wait: 50 }), 'TIMEOUT');
+  await h1.release();
+  assert.strictEqual((await c.status('n-a')).state, 'free');
+  const h2 = await c.lock('n-a');
+  assert.ok(h2.token > h1.token);
+  await h2.release();
+  await c.ping();
+  assert.ok((await c.stats()).grants >= 2);
+  await c.close();
+});
+
+test('modes, conflict, bad names, locks', { skip: !env.LB_ADDR }, async () => {
+  const c = await lb.connect({ address: env.LB_ADDR, timeout: T });
+  const r1 = await c.lock('n-m', { shared: true });
+  const r2 = await c.lock('n-m', { shared: true });
+  assert.strictEqual((await c.status('n-m')).holders, 2);
+  assert.deepStrictEqual((await c.locks('n-m*')).map((l) => l.name), ['n-m']);
+  await rejectsWith(c.trylock('n-m', { limit: 2 }), 'CONFLICT');
+  await r1.release();
+  await r2.release();
+  await rejectsWith(c.lock('no spaces'), 'BAD_NAME');
+  await assert.rejects(c.lock('n-m', { shared: true, limit: 2 }), TypeError);
+  await c.close();
+});
+
+test('an AbortSignal cancels a wait; the waiter then gets nothing', { skip: !env.LB_ADDR }, async () => {
+  const c = await lb.connect({ address: env.LB_ADDR, timeout: T });
+  const h = await c.lock('n-ab');
+  const ac = new AbortController();
+  const waiting = c.lock('n-ab', { signal: ac.signal });
+  // The wait is queued once STATUS counts it.
+  while ((await c.status('n-ab')).waiters === 0) { /* asks again: an answer each time */ }
+  ac.abort(new Error('no longer wanted'));
+  await assert.rejects(waiting, /no longer wanted/);
+  while ((await c.status('n-ab')).waiters !== 0) { /* the daemon drops it on the close */ }
+  await h.release();
+  await c.close();
+});
+
+test('a dropped connection marks the hold lost', { skip: !env.LB_ADDR }, async () => {
+  const c = await lb.connect({ address: env.LB_ADDR, timeout: T });
+  const h = await c.lock('n-d');
+  const lost = once(h, 'lost');
+  h.conn.socket.destroy();      // as a reset by the network would
+  const [reason] = await lost;
+  assert.match(reason, /closed|error/);
+  assert.strictEqual(h.lost, true);
+  assert.strictEqual(h.lostSignal.aborted, true);
+  await rejectsWith(h.release(), 'NOT_HELD');
+  // Nothing survives: the next hold is new, on a new connection.
+  const h2 = await c.lock('n-d', { wait: T });
+  assert.ok(h2.token > h.token);
+  await h2.release();
+  await c.close();
+});
+
+test('a lease renews itself and is lost when ended elsewhere', { skip: !env.LB_ADDR }, async () => {
+  const c = await lb.connect({ address: env.LB_ADDR, timeout: T });
+  const lease = await c.lease('n-l', 300);
+  while (lease.renewals < 4) await once(lease, 'renewed');
+  const st = await c.status('n-l');
+  assert.strictEqual(st.token, lease.token);
+  assert.strictEqual(lease.lost, false);
+  const lost = once(lease, 'lost');
+  const other = await lb.connect({ address: env.LB_ADDR, timeout: T });
+  assert.strictEqual(await other.query.request(`UNLOCK n-l ${lease.token}`), 'OK n-l');
+  const [reason] = await lost;
+  assert.match(reason, /NOT_HELD/);
+  await rejectsWith(lease.release(), 'NOT_HELD');
+  const l2 = await c.lease('n-l2', 60000);
+  assert.ok((await c.status('n-l2')).lease <= 60000);
+  await l2.release();
+  assert.strictEqual((await c.status('n-l2')).state, 'free');
+  await other.close();
+  await c.close();
+});
+
+test('jeopardy: a frozen daemon makes the hold lost', { skip: !env.LB_JEOPARDY_ADDR }, async () => {
+  const c = await lb.connect({ address: env.LB_JEOPARDY_ADDR, timeout: T });
+  const h = await c.lock('n-j');
+  assert.ok(h.safeRemaining() <= 1350);
+  const lost = once(h, 'lost');
+  process.kill(Number(env.LB_JEOPARDY_PID), 'SIGSTOP');
+  try {
+    const [reason] = await lost;
+    assert.match(reason, /jeopardy/);
+  } finally {
+    process.kill(Number(env.LB_JEOPARDY_PID), 'SIGCONT');
+  }
+  await rejectsWith(h.release(), 'NOT_HELD');
+  await c.close();
+});
+
+test('AUTH: denied and auth failed', { skip: !env.LB_AUTH_ADDR }, async () => {
+  await rejectsWith(lb.connect({ address: env.LB_AUTH_ADDR, user: 'alice', password: 'wrong' }),
+    'AUTH_FAILED');
+  const anon = await lb.connect({ address: env.LB_AUTH_ADDR, timeout: T });
+  await rejectsWith(anon.lock('app-1'), 'NOAUTH');
+  await anon.close();
+  const c = await lb.connect({ address: env.LB_AUTH_ADDR, user: 'alice',
+    password: env.LB_AUTH_PASSWORD, timeout: T });
+  const h = await c.lock('app-1');
+  await h.release();
+  await rejectsWith(c.lock('other'), 'DENIED');
+  await c.close();
+});
+
+test('distributed: an outage makes the hold lost and requests unavailable',
+  { skip: !env.LB_DIST_ADDR }, async () => {
+    const c = await lb.connect({ address: env.LB_DIST_ADDR, timeout: T });
+    const h = await c.lock('n-z');
+    assert.ok(h.safeRemaining() > 0);
+    const lost = once(h, 'lost');
+    process.kill(Number(env.LB_ZK_PID), 'SIGKILL');
+    const [reason] = await lost;
+    assert.match(reason, /jeopardy|zk-disconnected/);
+    await rejectsWith(c.trylock('n-z2'), 'UNAVAILABLE');
+    await rejectsWith(h.release(), 'NOT_HELD');
+    await c.close();
+  });

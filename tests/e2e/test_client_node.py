@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""End-to-end tests of the Node.js client library (clients/node): starts the
+daemons (embedded; embedded with a short TCP user timeout for jeopardy; one
+with a users file; distributed, with its own ZooKeeper when installed) and
+runs the library's node:test suite (clients/node/test) against them; then
+the examples of clients/node/README.md as written, and `npm pack --dry-run`.
+Exit 77 (skip) without node."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from lbharness import Daemon, make_tmpdir, scaled  # noqa: E402
+import test_auth  # noqa: E402
+import test_distributed as td  # noqa: E402
+import zkharness  # noqa: E402
+
+SRCDIR = os.environ.get("LB_SRCDIR") or os.path.join(HERE, "..", "..")
+PKG = os.path.join(SRCDIR, "clients", "node")
+NODE = shutil.which("node")
+
+
+def node_env(extra):
+    """The environment for node: require('lockbroker') finds clients/node."""
+    mods = os.path.join(make_tmpdir(), "node_modules")
+    os.makedirs(mods)
+    os.symlink(os.path.abspath(PKG), os.path.join(mods, "lockbroker"))
+    return dict(os.environ, NODE_PATH=mods, **extra)
+
+
+@unittest.skipUnless(NODE, "node is not installed")
+class NodeClientTests(unittest.TestCase):
+
+    def start(self, config):
+        d = Daemon(config=config).start()
+        self.addCleanup(d.stop)
+        return d
+
+    def test_library_suite(self):
+        env = {}
+        d = self.start("[server]\n")
+        env["LB_ADDR"] = d.listen_addr
+        j = self.start("[server]\ntcp_user_timeout_ms = 1500\n")
+        env.update(LB_JEOPARDY_ADDR=j.listen_addr, LB_JEOPARDY_PID=str(j.pid))
+        users = os.path.join(make_tmpdir(), "users")
+        with open(users, "w") as f:
+            f.write(test_auth.users_text({"alice": "app-*"}))
+        a = self.start("[server]\nusers_file = %s\n" % users)
+        env.update(LB_AUTH_ADDR=a.listen_addr, LB_AUTH_PASSWORD=test_auth.PASSWORDS["alice"])
+        if td.zk_available():
+            zk = zkharness.ZkServer(tick_ms=500, name="zk-node")
+            self.addCleanup(zk.cleanup)
+            zk.start()
+            z = Daemon(config=td.zk_config(zk.connect_string, "/lbnode", td.SESSION_MS, ""),
+                       name="lockbrokerd-node-zk").start()
+            self.addCleanup(z.kill)
+            z.wait_log(td.SESSION_RE, scaled(15.0))
+            env.update(LB_DIST_ADDR=z.listen_addr, LB_ZK_PID=str(zk.proc.pid))
+        r = subprocess.run([NODE, "--test", os.path.join(PKG, "test")], env=node_env(env),
+                           capture_output=True, text=True, timeout=scaled(120.0))
+        sys.stderr.write(r.stdout[-3000:])
+        self.assertEqual(r.returncode, 0, r.stdout[-6000:] + r.stderr[-2000:])
+        self.assertRegex(r.stdout, r"# fail 0")
+        if "LB_DIST_ADDR" in env:
+            self.assertRegex(r.stdout, r"# skipped 0")
+
+    def test_readme_examples_run_as_written(self):
+        with open(os.path.join(PKG, "README.md")) as f:
+            blocks = re.findall(r"```js\n(.*?)```", f.read(), re.S)
+        self.assertGreaterEqual(len(blocks), 6)
+        d = self.start("[server]\n")
+        env = node_env({"LOCKBROKER_ADDR": d.listen_addr})
+        for code in blocks:
+            with self.subTest(code=code.splitlines()[:2]):
+                r = subprocess.run([NODE, "-e", code], env=env, capture_output=True, text=True,
+                                   timeout=scaled(30.0))
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertTrue(r.stdout, "the example printed nothing")
+
+    def test_npm_pack(self):
+        npm = shutil.which("npm")
+        if not npm:
+            self.skipTest("npm is not installed")
+        tmp = os.path.join(make_tmpdir(), "node")
+        shutil.copytree(PKG, tmp)
+        r = subprocess.run([npm, "pack", "--dry-run", "--json"], cwd=tmp, capture_output=True,
+                           text=True, timeout=scaled(60.0),
+                           env=dict(os.environ, npm_config_cache=os.path.join(tmp, ".npm")))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        files = {f["path"] for f in json.loads(r.stdout)[0]["files"]}
+        self.assertTrue({"index.js", "index.d.ts", "package.json", "README.md"} <= files, files)
+
+
+if __name__ == "__main__":
+    prog = unittest.main(exit=False, verbosity=2)
+    r = prog.result
+    if r.wasSuccessful() and r.testsRun and len(r.skipped) == r.testsRun:
+        sys.exit(77)
+    sys.exit(0 if r.wasSuccessful() else 1)
