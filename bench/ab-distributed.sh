@@ -36,16 +36,15 @@ for _ in $(seq 1 100); do
     [ "$(echo ruok | nc -q1 127.0.0.1 "$zkport" 2>/dev/null)" = imok ] && break
     sleep 0.2
 done
-start() {   # binary root -> "port pid"
-    local port
+start() {   # binary root: sets port and pid (not in a subshell, so cleanup sees the pid)
     port=$(free_port)
     printf '[zookeeper]\nhosts = 127.0.0.1:%s\nroot = %s\n' "$zkport" "$2" >"$tmp/${2#/}.conf"
     "$1" -c "$tmp/${2#/}.conf" -l "127.0.0.1:$port" >"$tmp/${2#/}.log" 2>&1 &
-    pids+=($!)
-    echo "$port $!"
+    pid=$!
+    pids+=("$pid")
 }
-read -r pa ida <<<"$(start "$OLD" /old)"
-read -r pb idb <<<"$(start "$NEW" /new)"
+start "$OLD" /old; pa=$port ida=$pid
+start "$NEW" /new; pb=$port idb=$pid
 for d in old new; do
     until grep -q "zk: new session" "$tmp/$d.log"; do sleep 0.2; done
 done
