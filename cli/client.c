@@ -77,7 +77,7 @@ static int port_valid(const char *p)
 int client_addr_parse(struct client_addr *a, const char *text, int hostport_only,
                       char *err, size_t errlen)
 {
-    const char *host, *colon;
+    const char *host, *port;
     size_t hlen;
     int bracketed = 0;
 
@@ -89,41 +89,40 @@ int client_addr_parse(struct client_addr *a, const char *text, int hostport_only
     }
     memset(a, 0, sizeof(*a));
     a->kind = CLIENT_ADDR_TCP;
+    /* HOST[:PORT] or [IPV6][:PORT]; without a port, the daemon's default. */
     if (text[0] == '[') {
         const char *close = strchr(text, ']');
 
-        if (!close || close[1] != ':') {
-            snprintf(err, errlen, "bad address '%s': expected [IPV6]:PORT", text);
+        if (!close || (close[1] != ':' && close[1] != '\0')) {
+            snprintf(err, errlen, "bad address '%s': expected [IPV6]:PORT or [IPV6]", text);
             return -1;
         }
         host = text + 1;
         hlen = (size_t)(close - host);
-        colon = close + 1;
+        port = close[1] ? close + 2 : CLIENT_PORT_DEFAULT;
         bracketed = 1;
     } else {
-        colon = strrchr(text, ':');
-        if (!colon) {
-            snprintf(err, errlen, "bad address '%s': expected HOST:PORT", text);
-            return -1;
-        }
-        host = text;
-        hlen = (size_t)(colon - text);
-        if (memchr(host, ':', hlen)) {
+        const char *colon = strchr(text, ':');
+
+        if (colon && strchr(colon + 1, ':')) {
             snprintf(err, errlen, "bad address '%s': write IPv6 addresses as [IPV6]:PORT", text);
             return -1;
         }
+        host = text;
+        hlen = colon ? (size_t)(colon - text) : strlen(text);
+        port = colon ? colon + 1 : CLIENT_PORT_DEFAULT;
     }
     if (hlen == 0 || hlen >= sizeof(a->host)) {
         snprintf(err, errlen, "bad address '%s': %s host", text, hlen ? "over-long" : "empty");
         return -1;
     }
-    if (!port_valid(colon + 1)) {
+    if (!port_valid(port)) {
         snprintf(err, errlen, "bad address '%s': the port must be 1-65535", text);
         return -1;
     }
     memcpy(a->host, host, hlen);
     a->host[hlen] = '\0';
-    strcpy(a->port, colon + 1);
+    strcpy(a->port, port);
     snprintf(a->spec, sizeof(a->spec), bracketed ? "[%s]:%s" : "%s:%s", a->host, a->port);
     return 0;
 }

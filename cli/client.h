@@ -39,6 +39,7 @@ enum cli_exit {
 };
 
 #define CLIENT_ADDR_DEFAULT "127.0.0.1:7411"   /* the daemon's default listen address */
+#define CLIENT_PORT_DEFAULT "7411"             /* its port, for -H HOST without one */
 #define CLIENT_LINE_MAX 65536                  /* longest reply line accepted, LF excluded */
 #define CLIENT_ERR_MAX 512                     /* size for the err buffers below */
 

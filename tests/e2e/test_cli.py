@@ -1039,7 +1039,7 @@ class ErrorTests(DaemonCase):
             (["-H", addr, "locks", "a b"], r"locks: GLOB: expected"),
             (["-H", addr, "locks", ""], r"locks: GLOB: expected"),
             (["-H", addr, "locks", "*" * 201], r"locks: GLOB: expected"),
-            (["-H", "localhost", "ping"], r"-H: bad address 'localhost': expected HOST:PORT"),
+            (["-H", "localhost:", "ping"], r"-H: bad address 'localhost:': the port must be"),
             (["-H", "::1:7411", "ping"], r"-H: bad address .*\[IPV6\]:PORT"),
             (["-H", "127.0.0.1:0", "ping"], r"-H: bad address .*1-65535"),
             (["-H", "127.0.0.1:65536", "ping"], r"-H: bad address .*1-65535"),
@@ -1052,8 +1052,16 @@ class ErrorTests(DaemonCase):
                                  stdout="")
 
     def test_bad_lockbroker_addr(self):
-        p = self.lb(["ping"], env=clean_env(LOCKBROKER_ADDR="nonsense"))
-        self.assert_exit(p, EXIT_USAGE, r"LOCKBROKER_ADDR: bad address 'nonsense'", stdout="")
+        p = self.lb(["ping"], env=clean_env(LOCKBROKER_ADDR="nonsense:x"))
+        self.assert_exit(p, EXIT_USAGE, r"LOCKBROKER_ADDR: bad address 'nonsense:x'", stdout="")
+
+    def test_host_without_a_port_is_the_default_port(self):
+        for host in ("127.0.0.1", "[127.0.0.1]"):
+            with self.subTest(host=host):
+                p = self.lb(["-H", host, "-t", "2s", "ping"])
+                # Nobody may listen on 7411 here: then the error names it.
+                if p.rc != 0:
+                    self.assert_exit(p, EXIT_UNAVAILABLE, r".*127\.0\.0\.1\]?:7411", stdout="")
 
     def test_help_and_version(self):
         for args in (["-h"], ["--help"], ["help"], ["run", "--help"]):
@@ -1377,6 +1385,10 @@ class AddressTests(DaemonCase):
     def test_host_name(self):
         p = self.lb(["-H", "localhost:%d" % self.d.port, "ping"])
         self.assert_exit(p, 0, stdout="PONG\n")
+        p = self.lb(["-H", "localhost", "run", self.name(), "--", "true"],
+                    env=clean_env())
+        if p.rc != 0:       # nobody on 7411 here: the address it tried says the port
+            self.assertRegex(p.err, r"localhost:7411")
 
     @unittest.skipUnless(can_bind("::1"), "no IPv6 loopback")
     def test_ipv6(self):
