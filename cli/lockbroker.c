@@ -30,8 +30,9 @@ struct options {
     int64_t io_ms;         /* -t */
     int shared;            /* -s */
     unsigned limit;        /* -n, 1..PROTO_LIMIT_MAX; 0 = not given */
-    int lock_opts_given;   /* -w, -s or -n was given (run and lease) */
+    int lock_opts_given;   /* -w, -s, -n or -E was given (run and lease) */
     int grace_given;       /* -g was given (run only) */
+    int timeout_exit;      /* -E: the status when -w runs out (run and lease); -1: 124 */
     const char *label;     /* --label (run and lease), checked; NULL: the default */
     int verbose;           /* -v (run and lease): say what a long wait waits for */
     const char *user;      /* -a, or NULL: no AUTH */
@@ -75,6 +76,9 @@ static void usage(FILE *f)
         "  -w, --wait TIME       run, lease: give up if the lock is not granted within\n"
         "                        TIME (0 to 2147483647 ms; 0: only if it is free now;\n"
         "                        default: wait for ever)\n"
+        "  -E, --conflict-exit-code N\n"
+        "                        run, lease: exit N (0-255) rather than 124 when -w runs\n"
+        "                        out, so that it cannot be taken for COMMAND's own status\n"
         "  -g, --grace TIME      run: after the lock is lost or in jeopardy, SIGKILL the\n"
         "                        command TIME after SIGTERM (default %d ms; 0: at once),\n"
         "                        but within the broker's last safe window (CHECK)\n"
@@ -120,7 +124,7 @@ static void usage(FILE *f)
         "  122  invalid lock name\n"
         "  123  unexpected reply from the broker (e.g. it does not know STATUS or\n"
         "       LOCKS)\n"
-        "  124  run -w, lease -w: timed out waiting for the lock\n"
+        "  124  run -w, lease -w: timed out waiting for the lock (-E N: N instead)\n"
         "  125  usage error, or lockbroker itself failed\n"
         "  126  COMMAND was found but cannot be executed\n"
         "  127  COMMAND was not found\n",
@@ -283,6 +287,7 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
         { "unix", required_argument, NULL, 'U' },
         { "wait", required_argument, NULL, 'w' },
         { "grace", required_argument, NULL, 'g' },
+        { "conflict-exit-code", required_argument, NULL, 'E' },
         { "timeout", required_argument, NULL, 't' },
         { "shared", no_argument, NULL, 's' },
         { "limit", required_argument, NULL, 'n' },
@@ -299,7 +304,7 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
 
     optind = 1;
     opterr = 0;   /* our own messages, with the usage hint */
-    while ((opt = getopt_long(argc, argv, "+:H:U:w:g:t:sn:a:vhV", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "+:H:U:w:g:E:t:sn:a:vhV", longopts, NULL)) != -1) {
         switch (opt) {
         case 'H': o->host = optarg; break;
         case 'U': o->unix_path = optarg; break;
@@ -313,6 +318,19 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
                 return -1;
             o->grace_given = 1;
             break;
+        case 'E': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+
+            if (!optarg[0] || *end || v < 0 || v > 255) {
+                *exit_code = usage_error("-E: expected an exit status from 0 to 255, got '%s'",
+                                         optarg);
+                return -1;
+            }
+            o->timeout_exit = (int)v;
+            o->lock_opts_given = 1;
+            break;
+        }
         case 's':
             o->shared = 1;
             o->lock_opts_given = 1;
@@ -743,7 +761,7 @@ static int cmd_lease(const struct run_opts *ro, struct client *c)
     int rc, e;
 
     if ((rc = run_lock(ro, c, token, sizeof(token))) != 0)
-        return rc;
+        return rc == CLI_EXIT_TIMEOUT && ro->timeout_exit >= 0 ? ro->timeout_exit : rc;
     if (client_now_ms() - asked > ro->ttl_ms / 10 &&
         (rc = lease_renew_after_wait(c, ro, token)) != 0) {
         /* Held, but for less than promised: nobody is told its token. */
@@ -872,7 +890,7 @@ static bool subcommand_known(const char *sub)
 int main(int argc, char **argv)
 {
     static struct client conn;   /* 64 KiB line buffer: not on the stack */
-    struct options o = { .wait_ms = -1, .grace_ms = GRACE_DEFAULT_MS,
+    struct options o = { .wait_ms = -1, .grace_ms = GRACE_DEFAULT_MS, .timeout_exit = -1,
                          .io_ms = IO_TIMEOUT_DEFAULT_MS };
     static struct client_auth auth;
     struct client_addr addr;
@@ -905,8 +923,8 @@ int main(int argc, char **argv)
 
     if (strcmp(sub, "run") != 0 && strcmp(sub, "lease") != 0 &&
         (o.lock_opts_given || o.grace_given))
-        return usage_error("%s: -w, -g, -s and -n are options of run (-w, -s and -n also of "
-                           "lease)", sub);
+        return usage_error("%s: -w, -g, -s, -n and -E are options of run (-w, -s, -n and -E "
+                           "also of lease)", sub);
     if (o.json && strcmp(sub, "stats") != 0 && strcmp(sub, "status") != 0)
         return usage_error("%s: --json is an option of stats and status", sub);
     if (strcmp(sub, "run") != 0 && strcmp(sub, "lease") != 0 && (o.label || o.verbose))
@@ -922,7 +940,8 @@ int main(int argc, char **argv)
     if (strcmp(sub, "run") == 0) {
         struct run_opts ro = { .addr = &addr, .wait_ms = o.wait_ms, .grace_ms = o.grace_ms,
                                .io_ms = o.io_ms, .shared = o.shared, .limit = o.limit,
-                               .label = o.label, .notice = notice };
+                               .label = o.label, .notice = notice,
+                               .timeout_exit = o.timeout_exit };
 
         if (nrest < 1)
             return usage_error("%s", "run: missing lock NAME");
@@ -956,7 +975,7 @@ int main(int argc, char **argv)
     if (strcmp(sub, "lease") == 0) {
         struct run_opts ro = { .addr = &addr, .wait_ms = o.wait_ms, .io_ms = o.io_ms,
                                .shared = o.shared, .limit = o.limit, .label = o.label,
-                               .notice = notice };
+                               .notice = notice, .timeout_exit = o.timeout_exit };
 
         if (nrest < 2)
             return usage_error("%s", "lease: expected NAME TTL");

@@ -1055,7 +1055,7 @@ int run_command(const struct run_opts *o)
         run_unlock(&r);
     if (rc != 0) {
         client_close(&conn);
-        return rc;
+        return rc == CLI_EXIT_TIMEOUT && o->timeout_exit >= 0 ? o->timeout_exit : rc;
     }
     if (setenv("LOCKBROKER_NAME", o->name, 1) < 0 || setenv("LOCKBROKER_TOKEN", r.token, 1) < 0 ||
         setenv("LOCKBROKER_ADDR", o->addr->spec, 1) < 0 || install_handlers() < 0) {

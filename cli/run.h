@@ -24,6 +24,7 @@ struct run_opts {
     char **argv;                     /* run: the command, NULL-terminated, argv[0] != NULL */
     const char *label;               /* CLIENT <label> sent before LOCK (1..PROTO_LABEL_MAX
                                         bytes 0x21-0x7e); NULL: no CLIENT */
+    int timeout_exit;                /* -E: the exit status when the wait runs out; -1: 124 */
     int notice;                      /* say on stderr who holds the lock once the wait
                                         passes RUN_NOTICE_MS (-v, or stderr is a terminal) */
 };

@@ -797,9 +797,10 @@ class LeaseTests(DaemonCase):
              r"--shared and --limit are mutually exclusive"),
             (["lease", "-w", "soon", "n", "1000"], r"-w: expected milliseconds"),
             (["renew", "-w", "5", "n", "1", "1000"],
-             r"renew: -w, -g, -s and -n are options of run \(-w, -s and -n also of lease\)"),
+             r"renew: -w, -g, -s, -n and -E are options of run \(-w, -s, -n and -E also of "
+             r"lease\)"),
             (["-s", "release", "n", "1"],
-             r"release: -w, -g, -s and -n are options of run"),
+             r"release: -w, -g, -s, -n and -E are options of run"),
             # Options after NAME are operands to getopt: said so, whatever the count.
             (["lease", "n", "-w", "1000", "5000"],
              r"lease: option '-w' after NAME: options go before NAME"),
@@ -1002,9 +1003,9 @@ class ErrorTests(DaemonCase):
             (["-H", addr, "status", "n", "-v"],
              r"status: option '-v' after NAME: options go before NAME"),
             (["-H", addr, "-t", "0", "ping"], r"-t: expected milliseconds"),
-            (["-H", addr, "-w", "5", "ping"], r"ping: -w, -g, -s and -n are options of run"),
-            (["-H", addr, "-s", "ping"], r"ping: -w, -g, -s and -n are options of run"),
-            (["-H", addr, "status", "--limit", "2"], r"status: -w, -g, -s and -n are options"),
+            (["-H", addr, "-w", "5", "ping"], r"ping: -w, -g, -s, -n and -E are options of run"),
+            (["-H", addr, "-s", "ping"], r"ping: -w, -g, -s, -n and -E are options of run"),
+            (["-H", addr, "status", "--limit", "2"], r"status: -w, -g, -s, -n and -E are options"),
             (["-H", addr, "run", "--limit", "0", "n", "true"],
              r"--limit: expected a number of holders from 1 to 65535, got '0'"),
             (["-H", addr, "run", "--limit", "65536", "n", "true"],
@@ -1622,6 +1623,31 @@ class FakeBrokerTests(Case):
         c.send("TIMEOUT %s\n" % n)
         p.finish()
         self.assert_exit(p, EXIT_TIMEOUT, r"timed out after 1500 ms waiting for lock")
+
+    def test_conflict_exit_code(self):
+        # -E N: N when the wait runs out; the command's own 124 passes unchanged.
+        n = self.name()
+        p = self.start(["-H", self.addr, "run", "-E", "3", "-w", "100", n, "--", "true"])
+        c = self.accept_locker()
+        c.expect("LOCK %s 100" % n)
+        c.send("TIMEOUT %s\n" % n)
+        p.finish()
+        self.assert_exit(p, 3, r"timed out after 100 ms waiting for lock")
+        p, c = self.granted(["-E", "3", n, "--", "sh", "-c", "exit 124"], n)
+        c.expect("UNLOCK %s" % n)
+        c.send("OK %s\n" % n)
+        p.finish()
+        self.assert_exit(p, 124)
+        p = self.start(["-H", self.addr, "lease", "--conflict-exit-code=0", "-w", "0", n, "1m"])
+        c = self.accept_locker()
+        c.expect("LOCK %s 0 ttl=60000" % n)
+        c.send("TIMEOUT %s\n" % n)
+        p.finish()
+        self.assert_exit(p, 0, r"timed out after 0 ms waiting for lock", stdout="")
+        for bad in ("256", "-1", "x", ""):
+            with self.subTest(bad=bad):
+                p = self.lb(["-H", self.addr, "run", "-E", bad, n, "--", "true"])
+                self.assert_exit(p, EXIT_USAGE, r"-E: expected an exit status from 0 to 255")
 
     def test_mode_option_is_sent(self):
         cases = [
