@@ -101,3 +101,53 @@ bool json_write_status(FILE *f, const char *name, const char *line)
     fputs("}\n", f);
     return true;
 }
+
+/* The k=v words of rest as ,"k":v pairs (a token as a string). */
+static void write_fields(FILE *f, const char *rest)
+{
+    for (const char *p = rest; *p == ' '; ) {
+        const char *key = p + 1, *eq;
+        size_t flen = strcspn(key, " ");
+
+        p = key + flen;
+        if (!(eq = memchr(key, '=', flen)))
+            continue;
+        putc(',', f);
+        json_write_string(f, key, (size_t)(eq - key));
+        putc(':', f);
+        if ((size_t)(eq - key) == 5 && strncmp(key, "token", 5) == 0 && eq[1] != '-')
+            json_write_string(f, eq + 1, flen - 6);
+        else
+            json_write_value(f, eq + 1, flen - (size_t)(eq - key) - 1);
+    }
+}
+
+void json_write_lock(FILE *f, const char *line)
+{
+    const char *name, *mode, *rest;
+    size_t nlen, mlen;
+
+    if (strncmp(line, "MORE ", 5) == 0) {
+        fputs("{\"more\":", f);
+        json_write_value(f, line + 5, strlen(line + 5));
+        fputs("}\n", f);
+        return;
+    }
+    if (strncmp(line, "LOCK ", 5) != 0 || !strchr(line + 5, ' ')) {
+        fputs("{\"line\":", f);
+        json_write_string(f, line, strlen(line));
+        fputs("}\n", f);
+        return;
+    }
+    name = line + 5;
+    nlen = strcspn(name, " ");
+    mode = name + nlen + 1;
+    mlen = strcspn(mode, " ");
+    rest = mode + mlen;
+    fputs("{\"name\":", f);
+    json_write_string(f, name, nlen);
+    fputs(",\"mode\":", f);
+    json_write_string(f, mode, mlen);
+    write_fields(f, rest);
+    fputs("}\n", f);
+}

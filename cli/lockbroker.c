@@ -12,12 +12,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "client.h"
 #include "json.h"
 #include "proto.h"
 #include "run.h"
+#include "view.h"
 
 #define IO_TIMEOUT_DEFAULT_MS 10000   /* a daemon on the same network answers in far less */
 #define GRACE_DEFAULT_MS 5000         /* time to clean up after SIGTERM, as systemd's stop timeouts go */
@@ -37,11 +39,13 @@ struct options {
     int verbose;           /* -v (run and lease): say what a long wait waits for */
     const char *user;      /* -a, or NULL: no AUTH */
     const char *password_file; /* --password-file, or NULL: $LOCKBROKER_PASSWORD */
-    int json;              /* --json (stats and status): one JSON object */
+    int json;              /* --json (stats, status, locks): JSON objects */
+    int human;             /* status, locks: 1 a table (--human), 0 the lines (--raw),
+                            * -1 a table when stdout is a terminal */
 };
 
 /* Long options without a short form. */
-enum { OPT_LABEL = 256, OPT_PASSWORD_FILE, OPT_JSON };
+enum { OPT_LABEL = 256, OPT_PASSWORD_FILE, OPT_JSON, OPT_RAW, OPT_HUMAN };
 
 static void usage(FILE *f)
 {
@@ -51,8 +55,8 @@ static void usage(FILE *f)
         "       lockbroker [OPTIONS] lease [-w TIME] [-s | -n N] [--label L] [-v] NAME TTL\n"
         "       lockbroker [OPTIONS] renew NAME TOKEN TTL\n"
         "       lockbroker [OPTIONS] release NAME TOKEN\n"
-        "       lockbroker [OPTIONS] status [--json] [NAME]\n"
-        "       lockbroker [OPTIONS] locks [GLOB]\n"
+        "       lockbroker [OPTIONS] status [--json | --human | --raw] [NAME]\n"
+        "       lockbroker [OPTIONS] locks [--json | --human | --raw] [GLOB]\n"
         "       lockbroker [OPTIONS] stats [--json]\n"
         "       lockbroker [OPTIONS] ping\n"
         "Client of lockbrokerd. `run` holds lock NAME while COMMAND runs, with\n"
@@ -90,8 +94,10 @@ static void usage(FILE *f)
         "      --label L         run, lease: name this client L in STATUS and LOCKS\n"
         "                        (1-100 printable characters, no spaces; default:\n"
         "                        user@host:pid:command, command `lease` for lease)\n"
-        "      --json            stats, status: print one JSON object (numbers as\n"
+        "      --json            stats, status, locks: print JSON objects (numbers as\n"
         "                        numbers, a token as a string) instead of lines\n"
+        "      --human, --raw    status NAME, locks: a table with durations (the default\n"
+        "                        on a terminal), or the protocol's lines (otherwise)\n"
         "  -v, --verbose         run, lease: once a wait for the lock passes 1 s, say on\n"
         "                        stderr who holds it (the default when stderr is a\n"
         "                        terminal)\n"
@@ -295,6 +301,8 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
         { "user", required_argument, NULL, 'a' },
         { "password-file", required_argument, NULL, OPT_PASSWORD_FILE },
         { "json", no_argument, NULL, OPT_JSON },
+        { "raw", no_argument, NULL, OPT_RAW },
+        { "human", no_argument, NULL, OPT_HUMAN },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
@@ -368,6 +376,12 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
             break;
         case OPT_PASSWORD_FILE:
             o->password_file = optarg;
+            break;
+        case OPT_RAW:
+            o->human = 0;
+            break;
+        case OPT_HUMAN:
+            o->human = 1;
             break;
         case OPT_JSON:
             o->json = 1;
@@ -628,6 +642,20 @@ static int cmd_stats(const struct options *o, const struct client_addr *a, struc
  * (--json: that line alone, as a JSON object). Exits 0 if it says `held`,
  * CLI_EXIT_FREE if `free`, so that scripts can test it.
  */
+/* status and locks: a table for people (--human, or a terminal), else the lines. */
+static int wants_table(const struct options *o)
+{
+    return o->human == 1 || (o->human == -1 && isatty(STDOUT_FILENO));
+}
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 static int cmd_status(const struct options *o, const struct client_addr *a, struct client *c,
                       const char *name)
 {
@@ -648,7 +676,7 @@ static int cmd_status(const struct options *o, const struct client_addr *a, stru
         }
         if (strncmp(line, "ERR ", 4) == 0)
             return report_err(&x, "STATUS", line);
-        if (!o->json)
+        if (!o->json && !wants_table(o))
             puts(line);
         if (strncmp(line, "STATUS ", 7) == 0) {
             /* STATUS <name> held|free ... */
@@ -660,8 +688,11 @@ static int cmd_status(const struct options *o, const struct client_addr *a, stru
             bool is_free = ours && strncmp(state + 1, "free", 4) == 0 &&
                         (state[5] == ' ' || !state[5]);
 
-            if ((held || is_free) && (!o->json || json_write_status(stdout, name, line)))
+            if ((held || is_free) && (!o->json || json_write_status(stdout, name, line))) {
+                if (!o->json && wants_table(o))
+                    view_status(stdout, line, wall_ms());
                 return held ? CLI_EXIT_OK : CLI_EXIT_FREE;
+            }
             fprintf(stderr, "lockbroker: unexpected reply to STATUS %s: %s\n", name, line);
             return CLI_EXIT_PROTOCOL;
         }
@@ -672,9 +703,40 @@ static int cmd_status(const struct options *o, const struct client_addr *a, stru
  * LOCKS [<glob>]: prints every line before END (the LOCK lines, and MORE
  * when the daemon left some out) as it comes.
  */
+/* Lines kept for a table (at most LOCKS' 10000 and a MORE). */
+struct kept_lines {
+    char **lines;
+    size_t n, cap;
+};
+
+static int lines_keep(struct kept_lines *k, const char *line)
+{
+    if (k->n == k->cap) {
+        size_t cap = k->cap ? k->cap * 2 : 64;
+        char **more = realloc(k->lines, cap * sizeof(*more));
+
+        if (!more)
+            return -1;
+        k->lines = more;
+        k->cap = cap;
+    }
+    if (!(k->lines[k->n] = strdup(line)))
+        return -1;
+    k->n++;
+    return 0;
+}
+
+static void lines_free(struct kept_lines *k)
+{
+    for (size_t i = 0; i < k->n; i++)
+        free(k->lines[i]);
+    free(k->lines);
+}
+
 static int cmd_locks(const struct options *o, const struct client_addr *a, struct client *c,
                      const char *glob)
 {
+    struct kept_lines kept = { NULL, 0, 0 };
     struct exchange x;
     char req[PROTO_NAME_MAX + 16], line[CLIENT_LINE_MAX + 1];
     int rc;
@@ -684,18 +746,35 @@ static int cmd_locks(const struct options *o, const struct client_addr *a, struc
         return rc;
     for (;;) {
         if ((rc = exchange_line(&x, line, sizeof(line))))
-            return rc;
-        if (strcmp(line, "END") == 0)
-            return CLI_EXIT_OK;
+            break;
+        if (strcmp(line, "END") == 0) {
+            /* Lines for programs went out as they came; a table needs them all. */
+            if (!o->json && wants_table(o))
+                view_locks(stdout, kept.lines, kept.n, wall_ms());
+            rc = CLI_EXIT_OK;
+            break;
+        }
         if (strncmp(line, "ERR BAD_COMMAND", 15) == 0 && (line[15] == ' ' || line[15] == '\0')) {
             fprintf(stderr, "lockbroker: the broker at %s does not support LOCKS "
                     "(it replied: %s); it needs a newer lockbrokerd\n", a->spec, line);
             return CLI_EXIT_PROTOCOL;
         }
-        if (strncmp(line, "ERR ", 4) == 0)
-            return report_err(&x, "LOCKS", line);
-        puts(line);
+        if (strncmp(line, "ERR ", 4) == 0) {
+            rc = report_err(&x, "LOCKS", line);
+            break;
+        }
+        if (o->json)
+            json_write_lock(stdout, line);
+        else if (!wants_table(o))
+            puts(line);
+        else if (lines_keep(&kept, line) < 0) {
+            fprintf(stderr, "lockbroker: out of memory\n");
+            rc = CLI_EXIT_USAGE;
+            break;
+        }
     }
+    lines_free(&kept);
+    return rc;
 }
 
 /* ------------------------------------------------ lease, renew, release */
@@ -890,7 +969,7 @@ static bool subcommand_known(const char *sub)
 int main(int argc, char **argv)
 {
     static struct client conn;   /* 64 KiB line buffer: not on the stack */
-    struct options o = { .wait_ms = -1, .grace_ms = GRACE_DEFAULT_MS, .timeout_exit = -1,
+    struct options o = { .wait_ms = -1, .grace_ms = GRACE_DEFAULT_MS, .timeout_exit = -1, .human = -1,
                          .io_ms = IO_TIMEOUT_DEFAULT_MS };
     static struct client_auth auth;
     struct client_addr addr;
@@ -925,8 +1004,9 @@ int main(int argc, char **argv)
         (o.lock_opts_given || o.grace_given))
         return usage_error("%s: -w, -g, -s, -n and -E are options of run (-w, -s, -n and -E "
                            "also of lease)", sub);
-    if (o.json && strcmp(sub, "stats") != 0 && strcmp(sub, "status") != 0)
-        return usage_error("%s: --json is an option of stats and status", sub);
+    if (o.json && strcmp(sub, "stats") != 0 && strcmp(sub, "status") != 0 &&
+        strcmp(sub, "locks") != 0)
+        return usage_error("%s: --json is an option of stats, status and locks", sub);
     if (strcmp(sub, "run") != 0 && strcmp(sub, "lease") != 0 && (o.label || o.verbose))
         return usage_error("%s: --label and -v are options of run and lease", sub);
     if (strcmp(sub, "lease") == 0 && o.grace_given)

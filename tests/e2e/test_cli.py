@@ -1074,7 +1074,7 @@ class ErrorTests(DaemonCase):
                 for code in [1] + list(range(118, 128)):
                     self.assertRegex(p.out, r"\n +%d " % code)
                 self.assertRegex(p.out, r"\n +1  status NAME: the lock is free")
-                self.assertIn("lockbroker [OPTIONS] locks [GLOB]", p.out)
+                self.assertIn("lockbroker [OPTIONS] locks [--json | --human | --raw] [GLOB]", p.out)
                 self.assertIn("--label L", p.out)
                 self.assertIn("--verbose", p.out)
         p = self.lb(["-V"])
@@ -1132,6 +1132,48 @@ class InfoTests(DaemonCase):
         self.assert_exit(p, EXIT_FREE)
         self.assertRegex(p.out, r"^STATUS %s free " % re.escape(n))
 
+    DURATION = r"([0-9]+ms|[0-9]+s|[0-9]+m[0-9]{2}s|[0-9]+h[0-9]{2}m|[0-9]+d[0-9]{2}h)"
+    HEADER = (r"^NAME +STATE +MODE +HOLDER +LABEL +TOKEN +HELD FOR +HOLDERS +WAITERS +"
+              r"LEASE LEFT +DELAY LEFT$")
+
+    def test_human_views_of_locks_and_status(self):
+        n = self.name()
+        p = self.lb(self.hp() + ["lease", "--label", "ops@web-3", n + "-l", "60s"])
+        self.assert_exit(p, 0)
+        token = p.out.strip()
+        self.addCleanup(self.lb, self.hp() + ["release", n + "-l", token])
+        c = self.client()
+        c.request("LOCK %s-d delay=60000" % n)
+        c.close()                 # abandoned: its lock-delay keeps the name
+        self.d.wait_log(r"lock %s-d: \S+ ended without a release" % re.escape(n))
+        p = self.lb(self.hp() + ["locks", "--human", n + "-*"])
+        self.assert_exit(p, 0)
+        lines = p.out.splitlines()
+        self.assertRegex(lines[0], self.HEADER)
+        self.assertEqual(len(lines), 3, p.out)
+        self.assertRegex(lines[2], r"^%s-l +held +exclusive +\S+/lease:\S+ +ops@web-3 +%s +%s +1 "
+                         r"+0 +%s +-$" % (re.escape(n), token, self.DURATION, self.DURATION))
+        p = self.lb(self.hp() + ["status", "--human", n + "-d"])
+        self.assert_exit(p, 0)
+        lines = p.out.splitlines()
+        self.assertRegex(lines[0], self.HEADER)
+        self.assertRegex(lines[1], r"^%s-d +held +exclusive .* +- +%s$"
+                         % (re.escape(n), self.DURATION))
+        p = self.lb(self.hp() + ["status", "--human", n + "-free"])
+        self.assert_exit(p, EXIT_FREE)
+        self.assertRegex(p.out.splitlines()[1], r"^%s-free +free +- " % re.escape(n))
+        # For programs: the protocol's lines (--raw, or stdout not a terminal), JSON.
+        for flags in ([], ["--raw"]):
+            raw = self.lb(self.hp() + ["locks"] + flags + [n + "-l"])
+            self.assertRegex(raw.out, r"^LOCK %s-l exclusive .* lease=[0-9]+\n$" % re.escape(n))
+        p = self.lb(self.hp() + ["locks", "--json", n + "-*"])
+        self.assert_exit(p, 0)
+        objs = [json.loads(line) for line in p.out.splitlines()]
+        self.assertEqual([o["name"] for o in objs], [n + "-d", n + "-l"])
+        self.assertEqual(objs[1]["token"], token)
+        self.assertIsInstance(objs[1]["lease"], int)
+        self.assertEqual(objs[1]["label"], "ops@web-3")
+
     def test_locks(self):
         # One lock held, one held and awaited; a glob picks one of them.
         prefix = self.name()
@@ -1157,7 +1199,7 @@ class InfoTests(DaemonCase):
         lines = p.out.splitlines()
         for line in lines:
             self.assertRegex(line, r"^LOCK \S+ \S+ holder=\S+ label=\S+ token=\S+ since=\S+ "
-                                   r"holders=[0-9]+ waiters=[0-9]+$")
+                                   r"holders=[0-9]+ waiters=[0-9]+( lease=[0-9]+)?$")
         ours = [line for line in lines if line.split()[1] in (a, b)]
         self.assertEqual(len(ours), 2, p.out)
         self.assertRegex(ours[0], "^" + line_a + "$")
@@ -1239,11 +1281,12 @@ class InfoTests(DaemonCase):
         for r in readers:
             r.close()
 
-    def test_json_is_only_for_stats_and_status(self):
-        for args in (["ping", "--json"], ["locks", "--json"], ["--json", "lease", "x", "1s"]):
+    def test_json_is_only_for_stats_status_and_locks(self):
+        for args in (["ping", "--json"], ["--json", "lease", "x", "1s"]):
             with self.subTest(args=args):
                 p = self.lb(self.hp() + args)
-                self.assert_exit(p, EXIT_USAGE, r"\S+: --json is an option of stats and status")
+                self.assert_exit(p, EXIT_USAGE,
+                                 r"\S+: --json is an option of stats, status and locks")
                 self.assertEqual(p.out, "")
 
     def test_status_without_a_name_summarises_the_daemon(self):
