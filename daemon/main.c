@@ -24,7 +24,7 @@
 #include "server.h"
 #include "settings.h"
 #include "users.h"
-#include "zk.h"
+#include "zk/zk.h"
 
 /* Descriptors beyond max_clients: listeners, log, the ZooKeeper socket. */
 #define FD_RESERVE 32

@@ -10,7 +10,7 @@
 #include "backend.h"
 #include "fake_backend_stubs.h"
 #include "log.h"
-#include "ztoken.h"
+#include "zk/ztoken.h"
 
 #include <check.h>
 #include <event2/event.h>

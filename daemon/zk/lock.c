@@ -1,5 +1,5 @@
 /*
- * zk_lock.c - distributed mode: the lock recipe.
+ * lock.c - distributed mode: the lock recipe.
  *
  * The lock table keeps each name's local holders and FIFO of waiters and
  * asks this backend for the lock on behalf of each request it lets through.
@@ -10,7 +10,7 @@
  * before it. The fencing token is made (ztoken.h) from the parent's pzxid
  * in the getChildren reply that showed our node first.
  *
- * Creates and deletes go out in multis (zk_batch.c). The getChildren that
+ * Creates and deletes go out in multis (batch.c). The getChildren that
  * confirms a new node is sent right behind the multi that creates it,
  * without waiting for its reply: ZooKeeper answers one session's requests
  * in order, so it sees the node, and an uncontended grant costs one round
@@ -452,7 +452,7 @@ static void zl_format_data(const struct zlock *zl, char *buf, size_t len)
  * generation (which keeps a pending watch valid) must not change.
  */
 /*
- * Queues a write of our node's current data (zk_batch.c: it may share a
+ * Queues a write of our node's current data (batch.c: it may share a
  * multi's zxid with other writes); done gets a nodecall. Returns ZOK, or
  * the error with nothing sent.
  */
@@ -699,7 +699,7 @@ static void zl_find_lost_create(struct zlock *zl)
  * wait behind vanishes, its daemon either deleted it (a release, or the
  * end of a lock-delay it kept itself) or its session ended. ZooKeeper
  * deletes a session's ephemeral nodes in one transaction, its session
- * node (zk_session.c) among them: if that node is gone too, the holder
+ * node (session.c) among them: if that node is gone too, the holder
  * did not release, and nobody here goes ahead before the delay has passed
  * since we saw it go. An answer we cannot read counts as gone.
  */
@@ -863,7 +863,7 @@ struct zview {
  * Reads one listing of the parent. A lease node is a holder wherever it
  * sits: it replaced an ephemeral node that was first in line when it was
  * created (zl_convert), so waiters queued behind that one may come before
- * it. Every lease node seen is handed to the janitor (zk_lease.c).
+ * it. Every lease node seen is handed to the janitor (lease.c).
  */
 static void zl_view(const struct zlock *zl, const struct String_vector *children,
                     struct zview *v)

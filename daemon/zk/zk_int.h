@@ -2,12 +2,12 @@
  * zk_int.h - what the parts of distributed mode share; nothing else
  * in the daemon includes it.
  *
- *   zk_session.c  the backend object, the libevent adapter that drives the
+ *   session.c  the backend object, the libevent adapter that drives the
  *                 single-threaded C client, and the session's lifecycle
- *   zk_lock.c     the lock recipe: one ZooKeeper node per request
- *   zk_query.c    read-only queries for STATUS
- *   zk_lease.c    leases: persistent nodes, the janitor
- *   zk_batch.c    group commit: lock nodes' creates and deletes as multis
+ *   lock.c     the lock recipe: one ZooKeeper node per request
+ *   query.c    read-only queries for STATUS
+ *   lease.c    leases: persistent nodes, the janitor
+ *   batch.c    group commit: lock nodes' creates and deletes as multis
  *
  * Only these files include zookeeper.h. Everything runs on the event loop
  * thread; completions and watchers run inside zookeeper_process().
@@ -65,7 +65,7 @@ struct zk {
                                         * 0: none yet in this session */
     int negotiated_ms;
     int64_t session_id;
-    /* zk_lock.c's bookkeeping */
+    /* lock.c's bookkeeping */
     void *by_id;                       /* tsearch tree of struct zlock by id */
     TAILQ_HEAD(, zlock) zlocks;
     TAILQ_HEAD(, zcall) watches;       /* watch contexts registered with zh */
@@ -76,21 +76,21 @@ struct zk {
     unsigned nidle;
     uint64_t idle_reuses;              /* LOCKs that took an idle node over */
     struct event *idle_timer;          /* ends the oldest idle zlock's keep */
-    /* zk_batch.c's bookkeeping */
+    /* batch.c's bookkeeping */
     TAILQ_HEAD(, zwrite) wq;           /* writes waiting for a multi, oldest first */
     unsigned wq_len;
     unsigned batches_inflight;         /* multis sent and not answered */
     uint64_t batches, batched_ops;     /* multis sent; writes they carried (re-sends too) */
     uint64_t batch_failures;           /* multis that failed (an operation, or the connection) */
     uint64_t batch_resent;             /* writes sent again after another one failed */
-    /* zk_lease.c's bookkeeping */
+    /* lease.c's bookkeeping */
     void *lease_nodes;                 /* tsearch tree of tracked lease nodes by path */
     bool swept;                        /* the start-up sweep ran */
     uint64_t leases_removed;           /* expired lease nodes this daemon removed */
     uint64_t sessions, reconnects, outstanding;
     uint64_t session_delays;           /* lock-delays begun because a holder's session ended */
     struct histogram request_hist;     /* the lock recipe's requests, sent to completed */
-    struct histogram batch_hist;       /* writes per multi sent (zk_batch.c) */
+    struct histogram batch_hist;       /* writes per multi sent (batch.c) */
     char daemon_id[96];                /* "<host>-<pid>-<random>", unique per daemon run */
     char root[256];
     /* Who may change our nodes. Every create passes acl: the open ACL, or,
@@ -118,7 +118,7 @@ static inline bool zk_serving(const struct zk *zk)
     return zk->state == ZK_CONNECTED && !zk->chroot_missing;
 }
 
-/* zk_session.c */
+/* session.c */
 /* Requests were queued: make sure the loop wants to write them. */
 void zk_kick(struct zk *zk);
 /* Something failed: run zk_locks_resume() after a back-off. */
@@ -129,10 +129,10 @@ void zk_report_noauth(struct zk *zk, const char *path);
 /* A request sent at sent_us (locks_mono_us()) completed: for /metrics. */
 void zk_request_done(struct zk *zk, int64_t sent_us);
 /* The path of the node that exists while session `id` lives (lock-delay,
- * zk_lock.c): <root>/sessions/<id in hex>. */
+ * lock.c): <root>/sessions/<id in hex>. */
 void zk_session_path(const struct zk *zk, int64_t id, char *buf, size_t len);
 
-/* zk_lock.c: the backend ops for acquisitions (see backend.h). */
+/* lock.c: the backend ops for acquisitions (see backend.h). */
 enum locks_result zk_lock_acquire(void *impl, struct hold *h, uint64_t *token);
 void zk_lock_handover(void *impl, struct hold *h);
 void zk_lock_let_go(void *impl, struct hold *h);
@@ -170,7 +170,7 @@ bool zk_same_class(struct zkind a, struct zkind b);
 /* Wall-clock milliseconds since the epoch: what lease deadlines are in. */
 int64_t zk_now_ms(void);
 
-/* zk_lease.c: leases in ZooKeeper (see the comment there). */
+/* lease.c: leases in ZooKeeper (see the comment there). */
 /* Makes sure the lease node at path is removed once it has expired
  * (lease_skew_ms after its deadline), unless it is renewed or removed
  * first. path is copied. */
@@ -184,7 +184,7 @@ void zk_lease_sweep(struct zk *zk);
 /* Frees the lease bookkeeping (the daemon is stopping). */
 void zk_lease_free_all(struct zk *zk);
 
-/* zk_batch.c: group commit (see the comment there). */
+/* batch.c: group commit (see the comment there). */
 /* Told, with the write's arg, right after a multi carrying it was sent:
  * requests sent now are answered after that multi. */
 typedef void (*zk_batch_sent_fn)(const void *arg);
@@ -209,7 +209,7 @@ void zk_batch_flush(struct zk *zk);
  * handle went away. */
 void zk_batch_fail_queued(struct zk *zk, int rc);
 
-/* zk_query.c: the backend ops for STATUS (see backend.h). */
+/* query.c: the backend ops for STATUS (see backend.h). */
 struct backend_query *zk_query(void *impl, const char *name, struct backend_queue_info *now,
                                backend_query_cb cb, void *arg);
 void zk_query_cancel(void *impl, struct backend_query *q);

@@ -1,5 +1,5 @@
 /*
- * zk_session.c - distributed mode: the backend object, the session and the
+ * session.c - distributed mode: the backend object, the session and the
  * libevent adapter.
  *
  * One session (one zhandle_t of the single-threaded C client) serves every
@@ -7,7 +7,7 @@
  * carries the handle's fd and timeout and is re-armed from
  * zookeeper_interest() after every zookeeper_process(). This file owns the
  * session's lifecycle (connect, stall, disconnect, expiry, restart) and
- * tells the lock recipe (zk_lock.c) what each change means for its nodes.
+ * tells the lock recipe (lock.c) what each change means for its nodes.
  */
 #include "config.h"
 #include "zk.h"
@@ -678,7 +678,7 @@ void zk_session_path(const struct zk *zk, int64_t id, char *buf, size_t len)
  * which ZooKeeper deletes in the same transaction as the session's lock
  * nodes when the session ends. A daemon that sees a lock node with a
  * lock-delay vanish looks for it: gone, the holder did not release the
- * lock, its session ended (zk_lock.c, lock-delay). Without it (not made
+ * lock, its session ended (lock.c, lock-delay). Without it (not made
  * yet, refused) other daemons only wait longer.
  */
 struct registration {

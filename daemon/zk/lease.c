@@ -1,8 +1,8 @@
 /*
- * zk_lease.c - distributed mode: leases in ZooKeeper, beyond the lock recipe.
+ * lease.c - distributed mode: leases in ZooKeeper, beyond the lock recipe.
  *
  * A lease is a persistent node "<daemon>-<id>-<tag>.lease-<seq>" whose data
- * ends in "deadline=<wall-clock ms>" (zk_lock.c creates it). Because it
+ * ends in "deadline=<wall-clock ms>" (lock.c creates it). Because it
  * outlives the daemon that made it, any daemon may end or renew it:
  *
  * - The janitor. Every lease node a daemon sees (its own, those in a
