@@ -27,7 +27,7 @@
  * zk_batch_delete() or zk_batch_set().
  */
 #include "config.h"
-#include "zk_int.h"
+#include "batch.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -216,8 +216,12 @@ static void batch_send(struct zk *zk)
             b->w[i]->sent(b->w[i]->arg);
 }
 
-void zk_batch_flush(struct zk *zk)
+/* Sends queued writes while fewer than the window of multis are in flight
+ * (connected only): the session's `flush`, after each pass of
+ * zookeeper_process() and from the kick; never inside a completion. */
+static void batch_flush(void *arg)
 {
+    struct zk *zk = arg;
     struct zwrite *w;
 
     /* Writes sent alone after a failure do not wait for the window. */
@@ -266,14 +270,30 @@ static void on_batch_done(int rc, const void *data)
     zk_kick(zk);
 }
 
-void zk_batch_fail_queued(struct zk *zk, int rc)
+/* The session's `down`: every queued (unsent) write completes with rc, the
+ * connection or the handle went away. */
+static void batch_fail_queued(void *arg, int rc)
 {
+    struct zk *zk = arg;
     struct zwrite *w;
 
+    if (rc == ZCLOSING)
+        zk->batches_inflight = 0;  /* their completions ran, with ZCLOSING */
     /* A completion may queue more: those fail too. */
     while ((w = TAILQ_FIRST(&zk->wq))) {
         TAILQ_REMOVE(&zk->wq, w, link);
         zk->wq_len--;
         zwrite_finish(w, rc);
     }
+}
+
+int zk_batch_init(struct zk *zk)
+{
+    static const struct zk_listener listener = {
+        .flush = batch_flush,
+        .down = batch_fail_queued,
+    };
+
+    TAILQ_INIT(&zk->wq);
+    return zk_session_listen(zk, &listener, zk);
 }

@@ -27,7 +27,7 @@
  * after the deadline in real time. Fencing tokens remain the safety net.
  */
 #include "config.h"
-#include "zk_int.h"
+#include "session.h"
 
 #include <event2/event.h>
 #include <search.h>
@@ -44,14 +44,6 @@
 #define LEASE_RETRY_MS 1000
 /* An operation by token starts over at most this often after a race. */
 #define LEASE_OP_ATTEMPTS 5
-
-int64_t zk_now_ms(void)
-{
-    struct timeval now;
-
-    gettimeofday(&now, NULL);
-    return (int64_t)now.tv_sec * 1000 + now.tv_usec / 1000;
-}
 
 /* The deadline in a lease node's data, or -1. */
 static int64_t deadline_of(const char *value, int len)

@@ -22,7 +22,7 @@
  * succeed, the node is gone, or the session is.
  */
 #include "config.h"
-#include "zk_int.h"
+#include "batch.h"
 
 #include <event2/event.h>
 #include <search.h>

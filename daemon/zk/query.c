@@ -4,7 +4,7 @@
  * parent, then a getData of its first node.
  */
 #include "config.h"
-#include "zk_int.h"
+#include "session.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,17 +1,17 @@
 /*
- * session.c - distributed mode: the backend object, the session and the
- * libevent adapter.
+ * session.c - distributed mode, bottom layer: the session and the libevent
+ * adapter (zk.h draws the layers).
  *
  * One session (one zhandle_t of the single-threaded C client) serves every
  * connection of this daemon; only the zoo_a* calls are used. One event
  * carries the handle's fd and timeout and is re-armed from
  * zookeeper_interest() after every zookeeper_process(). This file owns the
  * session's lifecycle (connect, stall, disconnect, expiry, restart) and
- * tells the lock recipe (lock.c) what each change means for its nodes.
+ * the retry timer, and tells each change to the listeners the layers above
+ * registered (session.h), never to a layer by name.
  */
 #include "config.h"
-#include "zk.h"
-#include "zk_int.h"
+#include "session.h"
 
 #include <event2/event.h>
 #include <stdio.h>
@@ -31,43 +31,31 @@
  * must be fixed and the daemon restarted, so retrying often is no use. */
 #define AUTH_RETRY_MS 10000
 
-static void zk_stats(void *impl, backend_stat_fn add, void *cookie);
-static void zk_histograms(void *impl, backend_hist_fn add, void *cookie);
-static void zk_free(void *impl);
-static void zk_before_request(void *impl);
-static int64_t zk_unreachable_since(void *impl);
-static const char *zk_why_unavailable(void *impl);
-static int64_t zk_window_ms(void *impl, struct hold *h);
-static void zk_register_session(struct zk *zk, bool parent_made);
+/* ------------------------------------------------------------ listeners */
 
-static const struct backend_ops zk_ops = {
-    .name = "distributed",
-    .acquire = zk_lock_acquire,
-    .handover = zk_lock_handover,
-    .cancel = zk_lock_let_go,
-    .pass_on = zk_lock_pass_on,
-    .release = zk_lock_let_go,
-    .stats = zk_stats,
-    .histograms = zk_histograms,
-    .query = zk_query,
-    .query_cancel = zk_query_cancel,
-    .ends_leases = true,
-    .early_places = true,
-    .lease_op = zk_lease_op,
-    .lease_op_cancel = zk_lease_op_cancel,
-    .before_request = zk_before_request,
-    .unreachable_since = zk_unreachable_since,
-    .why_unavailable = zk_why_unavailable,
-    .window_ms = zk_window_ms,
-    .free = zk_free,
-};
+int zk_session_listen(struct zk *zk, const struct zk_listener *l, void *arg)
+{
+    if (zk->nlisteners >= ZK_LISTENERS_MAX)
+        return -1;
+    zk->listeners[zk->nlisteners].l = l;
+    zk->listeners[zk->nlisteners].arg = arg;
+    zk->nlisteners++;
+    return 0;
+}
+
+/* Calls member `fn` of every listener that has one, in registration order. */
+#define TELL(zk, fn, ...)                                                             \
+    do {                                                                              \
+        for (unsigned i_ = 0; i_ < (zk)->nlisteners; i_++)                            \
+            if ((zk)->listeners[i_].l->fn)                                            \
+                (zk)->listeners[i_].l->fn((zk)->listeners[i_].arg, ##__VA_ARGS__);    \
+    } while (0)
 
 /* ------------------------------------------------ session and event loop */
 
 static void on_io(evutil_socket_t fd, short what, void *arg);
 
-/* The session timeout in force: negotiated, or else the one we asked for. */
-static int zk_timeout_ms(const struct zk *zk)
+int zk_timeout_ms(const struct zk *zk)
 {
     return zk->negotiated_ms > 0 ? zk->negotiated_ms : (int)zk->settings->zk_session_timeout_ms;
 }
@@ -132,7 +120,7 @@ static void on_barrier(int rc, const char *value, const void *data)
     zk->outstanding--;
     zk->barrier = false;
     if (zk->state == ZK_CONNECTED)
-        zk_locks_resume(zk);
+        TELL(zk, resume);
 }
 
 /*
@@ -146,7 +134,7 @@ static void on_barrier(int rc, const char *value, const void *data)
  * nothing is resumed until a sync, sent now, comes back: whatever is read
  * after it is fresh.
  */
-static void zk_check_stall(struct zk *zk)
+void zk_session_check_stall(struct zk *zk)
 {
     int64_t now = locks_mono_ms(), silent = now - zk->heard_ms;
 
@@ -159,8 +147,8 @@ static void zk_check_stall(struct zk *zk)
                  "session timeout (was this process stopped?); presuming the session lost",
                  (long long)silent, zk_timeout_ms(zk));
     zk->heard_ms = now;
-    zk_locks_drop_held(zk, "zk-disconnected");
-    zk_locks_forget_reads(zk);
+    TELL(zk, lost, "zk-disconnected");
+    TELL(zk, stale_reads);
     if (zk->zh && !zk->barrier && zoo_async(zk->zh, "/", on_barrier, zk) == ZOK) {
         zk->barrier = true;
         zk->outstanding++;
@@ -168,111 +156,21 @@ static void zk_check_stall(struct zk *zk)
     }
 }
 
-static void zk_before_request(void *impl)
+int64_t zk_session_unreachable_since(const struct zk *zk)
 {
-    zk_check_stall(impl);
-}
-
-static int64_t zk_unreachable_since(void *impl)
-{
-    struct zk *zk = impl;
-
     if (zk->state != ZK_CONNECTED)
         return zk->down_since_ms;
     return zk->chroot_missing ? zk->chroot_missing_since_ms : 0;
 }
 
 /* Why requests cannot be served now, in words (for /healthz and the log). */
-static const char *zk_why_unavailable(void *impl)
+const char *zk_session_why_down(const struct zk *zk)
 {
-    struct zk *zk = impl;
-
     if (zk->state == ZK_CONNECTED)
         return zk->chroot_missing ? "the chroot of [zookeeper] hosts does not exist" : NULL;
     return zk->auth_failed ? "ZooKeeper refuses the [zookeeper] auth credentials"
            : zk->unresolved ? "none of the [zookeeper] host names resolves"
            : zk->stall_cause ? zk->stall_cause : "no ZooKeeper server accepts a session";
-}
-
-/*
- * CHECK's window (PROTOCOL.md, CHECK). ZooKeeper expires a session no
- * sooner than its timeout after the server last heard from it, and it
- * heard from us when it received a request it answered: the session lives
- * at least until confirmed_ms + timeout, confirmed_ms being when we SENT
- * the latest request answered in this session. Nobody on another daemon is
- * granted our nodes' places before they are deleted, and until then only
- * this daemon deletes them. A stall past 2/3 of the timeout has already
- * made LOST go out (before_request runs first): what is left is held.
- */
-static int64_t zk_window_ms(void *impl, struct hold *h)
-{
-    struct zk *zk = impl;
-    int64_t left;
-
-    if (zk->state == ZK_EXPIRED || !zk->session_id || !zk->confirmed_ms)
-        return 0;
-    left = zk->confirmed_ms + zk_timeout_ms(zk) - locks_mono_ms();
-    return left > 0 ? left : 0;
-}
-
-struct confirm_ctx {
-    struct zk *zk;
-    int64_t sent_ms;
-    int64_t session_id;
-};
-
-static void on_confirmed(int rc, const struct Stat *stat, const void *data)
-{
-    struct confirm_ctx *cc = (struct confirm_ctx *)data;
-    struct zk *zk = cc->zk;
-
-    zk->outstanding--;
-    zk->confirming = false;
-    /* Answered by the server (the root may not exist in a chroot). */
-    if ((rc == ZOK || rc == ZNONODE) && zk->state != ZK_EXPIRED &&
-        cc->session_id == zk->session_id && cc->sent_ms > zk->confirmed_ms)
-        zk->confirmed_ms = cc->sent_ms;
-    free(cc);
-}
-
-/* Sends a cheap read whose answer proves the session alive when it was sent. */
-static void zk_confirm(struct zk *zk)
-{
-    struct confirm_ctx *cc;
-
-    if (zk->confirming || zk->state != ZK_CONNECTED || !zk->zh ||
-        !(cc = malloc(sizeof(*cc))))
-        return;
-    cc->zk = zk;
-    cc->sent_ms = locks_mono_ms();
-    cc->session_id = zk->session_id;
-    if (zoo_aexists(zk->zh, "/", 0, on_confirmed, cc) != ZOK) {
-        free(cc);
-        return;
-    }
-    zk->confirming = true;
-    zk->outstanding++;
-    zk_kick(zk);
-}
-
-/* Every tenth of the timeout: CHECK's windows stay within 10% of it. */
-static void on_confirm_timer(evutil_socket_t fd, short what, void *arg)
-{
-    zk_confirm(arg);
-}
-
-static void arm_confirm(struct zk *zk)
-{
-    int ms = zk_timeout_ms(zk) / 10;
-    struct timeval tv;
-
-    if (ms < 100)
-        ms = 100;
-    tv.tv_sec = ms / 1000;
-    tv.tv_usec = (ms % 1000) * 1000;
-    event_del(zk->confirm);
-    event_assign(zk->confirm, zk->base, -1, EV_PERSIST, on_confirm_timer, zk);
-    event_add(zk->confirm, &tv);
 }
 
 /* First report of an outage after this long, then one a minute. */
@@ -295,7 +193,7 @@ static void on_down_report(evutil_socket_t fd, short what, void *arg)
 {
     struct zk *zk = arg;
     long long secs = (long long)((locks_mono_ms() - zk->down_since_ms) / 1000);
-    const char *why = zk_why_unavailable(zk);
+    const char *why = zk_session_why_down(zk);
 
     if (zk->state == ZK_CONNECTED)
         return;
@@ -337,7 +235,7 @@ static void on_io(evutil_socket_t fd, short what, void *arg)
     int64_t now = locks_mono_ms();
     int events = 0;
 
-    zk_check_stall(zk);      /* before anything read now is believed */
+    zk_session_check_stall(zk);      /* before anything read now is believed */
     if (what & EV_READ)
         events |= ZOOKEEPER_READ;
     if (what & EV_WRITE)
@@ -358,7 +256,7 @@ static void on_io(evutil_socket_t fd, short what, void *arg)
     if ((what & EV_READ) && zk->state == ZK_CONNECTED)
         zk->heard_ms = now;
     /* Writes queued by the replies just handled go out as one multi. */
-    zk_batch_flush(zk);
+    TELL(zk, flush);
     zk_rearm(zk);
 }
 
@@ -367,7 +265,7 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
     struct zk *zk = arg;
 
     zk->kicked = false;
-    zk_batch_flush(zk);
+    TELL(zk, flush);
     zk_rearm(zk);
 }
 
@@ -385,7 +283,7 @@ static void on_lost_timer(evutil_socket_t fd, short what, void *arg)
 
     log_warn("zk: no contact with ZooKeeper for 2/3 of the %d ms session timeout; "
              "presuming the session lost", zk->negotiated_ms);
-    zk_locks_drop_held(zk, "zk-disconnected");
+    TELL(zk, lost, "zk-disconnected");
 }
 
 static void on_retry(evutil_socket_t fd, short what, void *arg)
@@ -393,7 +291,7 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
     struct zk *zk = arg;
 
     if (zk->state == ZK_CONNECTED)
-        zk_locks_resume(zk);
+        TELL(zk, resume);
 }
 
 /* Closes the handle; pending completions run now, with ZCLOSING. */
@@ -404,18 +302,11 @@ static void zk_close_handle(struct zk *zk)
     event_del(zk->io);
     zookeeper_close(zk->zh);
     zk->zh = NULL;
-    zk->batches_inflight = 0;  /* their completions ran, with ZCLOSING */
     /* Writes never sent either: whatever they were for looks again. */
-    zk_batch_fail_queued(zk, ZCLOSING);
+    TELL(zk, down, ZCLOSING);
 }
 
 static void on_session_event(zhandle_t *zh, int type, int state, const char *path, void *ctx);
-
-/* The user name of the digest identity: auth up to its ':'. */
-static int auth_user_len(const struct zk *zk)
-{
-    return (int)strcspn(zk->auth, ":");
-}
 
 static void on_auth(int rc, const void *data)
 {
@@ -423,7 +314,7 @@ static void on_auth(int rc, const void *data)
 
     /* A refusal also comes as ZOO_AUTH_FAILED_STATE: on_session_event says it. */
     if (rc == ZOK)
-        log_debug("zk: ZooKeeper took the digest identity '%.*s'", auth_user_len(zk), zk->auth);
+        log_debug("zk: ZooKeeper took the digest identity '%.*s'", zk_auth_user_len(zk), zk->auth);
 }
 
 /* Adds the credentials to a new handle before any request: the client
@@ -507,7 +398,7 @@ static void on_stalled(evutil_socket_t fd, short what, void *arg)
         id = *zoo_client_id(zk->zh);
     zk_close_handle(zk);      /* pending requests complete with ZCLOSING */
     zk->outstanding = 0;
-    zk_locks_handle_closed(zk, false);
+    TELL(zk, closed, false);
     zk_open(zk, resume ? &id : NULL);
 }
 
@@ -517,60 +408,9 @@ static void on_restart(evutil_socket_t fd, short what, void *arg)
     struct zk *zk = arg;
 
     zk_close_handle(zk);
-    zk_locks_handle_closed(zk, true);
+    TELL(zk, closed, true);
     zk->outstanding = 0;
     zk_open(zk, NULL);
-}
-
-#define CHROOT_RECHECK_MS 10000
-
-static void on_chroot_checked(int rc, const struct Stat *stat, const void *data)
-{
-    struct zk *zk = (struct zk *)data;
-    const char *chroot = strchr(zk->settings->zk_hosts, '/');
-    struct timeval tv = { CHROOT_RECHECK_MS / 1000, 0 };
-
-    zk->outstanding--;
-    if (rc == ZNONODE) {
-        /* It cannot heal by itself: said once, then looked for every 10 s. */
-        if (!zk->chroot_reported)
-            log_error("zk: the chroot %s of [zookeeper] hosts does not exist: requests "
-                      "answer ERR UNAVAILABLE and /healthz 503 until it is created "
-                      "(zkCli.sh create %s)", chroot, chroot);
-        zk->chroot_reported = true;
-        evtimer_add(zk->chroot_timer, &tv);
-    } else if (rc == ZOK) {
-        zk->chroot_checked = true;
-        if (zk->chroot_missing) {
-            if (zk->chroot_reported)
-                log_info("zk: the chroot %s exists now", chroot);
-            zk->chroot_missing = false;
-            zk->chroot_reported = false;
-            zk_locks_resume(zk);
-            zk_lease_sweep(zk);
-        }
-    }
-}
-
-/* A chroot in hosts must exist: ZooKeeper does not make it. Looked for in
- * each new session until found (every path is relative to it); until then
- * nothing is sent for locks, leases or STATUS (zk_serving). */
-static void zk_check_chroot(struct zk *zk)
-{
-    if (zk->chroot_checked || !strchr(zk->settings->zk_hosts, '/'))
-        return;
-    if (zoo_aexists(zk->zh, "/", 0, on_chroot_checked, zk) == ZOK) {
-        zk->outstanding++;
-        zk_kick(zk);
-    }
-}
-
-static void on_chroot_timer(evutil_socket_t fd, short what, void *arg)
-{
-    struct zk *zk = arg;
-
-    if (zk->state == ZK_CONNECTED)
-        zk_check_chroot(zk);
 }
 
 static void on_session_event(zhandle_t *zh, int type, int state, const char *path, void *ctx)
@@ -594,19 +434,14 @@ static void on_session_event(zhandle_t *zh, int type, int state, const char *pat
             zk->session_id = id->client_id;
             zk->confirmed_ms = 0;
         }
-        /* Sent before the lock requests resumed below: ZooKeeper answers a
-         * session's requests in order, so it is confirmed before any grant. */
-        zk->confirming = false;      /* one in flight on a lost connection failed */
-        zk_confirm(zk);
-        arm_confirm(zk);
-        if (!same)
-            zk_register_session(zk, false);
         log_info("zk: %s session 0x%llx, timeout %d ms", same ? "reconnected to" : "new",
                  (unsigned long long)id->client_id, zk->negotiated_ms);
         zk->auth_failed = false;
-        zk_check_chroot(zk);
-        zk_locks_resume(zk);
-        zk_lease_sweep(zk);
+        /* presence.c first (a confirmation read, the session node, the
+         * chroot), then the requests that waited: ZooKeeper answers a
+         * session's requests in order. */
+        TELL(zk, connected, !same);
+        TELL(zk, serving);
     } else if (state == ZOO_CONNECTING_STATE) {
         int64_t left = zk->heard_ms + (int64_t)zk->negotiated_ms * 2 / 3 - locks_mono_ms();
         struct timeval tv = { 0, 0 };
@@ -616,7 +451,7 @@ static void on_session_event(zhandle_t *zh, int type, int state, const char *pat
         zk_went_down(zk);
         /* As the client fails the requests it had sent, ours that wait fail
          * too, rather than wait for a reconnection that may not come. */
-        zk_batch_fail_queued(zk, ZCONNECTIONLOSS);
+        TELL(zk, down, ZCONNECTIONLOSS);
         /* The server expires the session a full timeout after it last heard
          * from us; we presume it lost 2/3 of a timeout after we last heard
          * from the server, leaving a third for delays on either side. */
@@ -632,16 +467,16 @@ static void on_session_event(zhandle_t *zh, int type, int state, const char *pat
         zk->auth_failed = state == ZOO_AUTH_FAILED_STATE;
         if (zk->auth_failed)
             log_error("zk: ZooKeeper refused the digest credentials of user '%.*s' (from %s): "
-                      "this handle is unusable; a new session in %d s", auth_user_len(zk),
+                      "this handle is unusable; a new session in %d s", zk_auth_user_len(zk),
                       zk->auth, zk->settings->zk_auth ? zk->settings->zk_auth : "?",
                       AUTH_RETRY_MS / 1000);
         else
             log_warn("zk: session 0x%llx expired", (unsigned long long)zk->session_id);
         zk->state = ZK_EXPIRED;
         zk_went_down(zk);
-        zk_batch_fail_queued(zk, ZSESSIONEXPIRED);
+        TELL(zk, down, ZSESSIONEXPIRED);
         evtimer_del(zk->lost_timer);
-        zk_locks_drop_held(zk, "session-expired");
+        TELL(zk, lost, "session-expired");
         /* zookeeper_close may not run in a callback; refused credentials
          * would be refused again at once. */
         if (zk->auth_failed)
@@ -661,7 +496,7 @@ void zk_report_noauth(struct zk *zk, const char *path)
     if (zk->auth[0])
         log_error("zk: ZooKeeper does not let user '%.*s' change %s: its ACL is for another "
                   "identity; every daemon sharing root %s needs the same [zookeeper] auth",
-                  auth_user_len(zk), zk->auth, path, zk->root);
+                  zk_auth_user_len(zk), zk->auth, path, zk->root);
     else
         log_error("zk: ZooKeeper does not let this daemon change %s: its ACL is for a digest "
                   "identity; set [zookeeper] auth to the file the other daemons use",
@@ -671,80 +506,6 @@ void zk_report_noauth(struct zk *zk, const char *path)
 void zk_session_path(const struct zk *zk, int64_t id, char *buf, size_t len)
 {
     snprintf(buf, len, "%s/sessions/%llx", zk->root, (unsigned long long)id);
-}
-
-/*
- * Every session has an ephemeral node of its own, <root>/sessions/<id>,
- * which ZooKeeper deletes in the same transaction as the session's lock
- * nodes when the session ends. A daemon that sees a lock node with a
- * lock-delay vanish looks for it: gone, the holder did not release the
- * lock, its session ended (lock.c, lock-delay). Without it (not made
- * yet, refused) other daemons only wait longer.
- */
-struct registration {
-    struct zk *zk;
-    int64_t session_id;
-    bool parent_made;        /* the second attempt, after making the parents */
-};
-
-static void on_session_registered(int rc, const char *value, const void *data);
-
-static void zk_register_session(struct zk *zk, bool parent_made)
-{
-    char path[512];
-    struct registration *ctx = malloc(sizeof(*ctx));
-
-    if (!ctx)
-        return;
-    ctx->zk = zk;
-    ctx->session_id = zk->session_id;
-    ctx->parent_made = parent_made;
-    zk_session_path(zk, zk->session_id, path, sizeof(path));
-    if (zoo_acreate(zk->zh, path, NULL, -1, zk->acl, ZOO_EPHEMERAL, on_session_registered,
-                    ctx) != ZOK) {
-        free(ctx);
-        return;
-    }
-    zk->outstanding++;
-    zk_kick(zk);
-}
-
-static void on_parent_made(int rc, const char *value, const void *data)
-{
-    struct zk *zk = (struct zk *)data;
-
-    zk->outstanding--;
-}
-
-static void on_session_registered(int rc, const char *value, const void *data)
-{
-    struct registration *ctx = (struct registration *)data;
-    struct zk *zk = ctx->zk;
-    char path[512], *slash;
-
-    zk->outstanding--;
-    if (rc == ZNONODE && !ctx->parent_made && zk->state == ZK_CONNECTED &&
-        ctx->session_id == zk->session_id) {
-        /* <root>/sessions (or <root>) is missing: make it, then again. */
-        zk_session_path(zk, ctx->session_id, path, sizeof(path));
-        if ((slash = strrchr(path, '/')))
-            *slash = '\0';
-        if ((slash = strrchr(path, '/')) && slash != path) {
-            *slash = '\0';
-            if (zoo_acreate(zk->zh, path, NULL, -1, zk->acl, 0, on_parent_made, zk) == ZOK)
-                zk->outstanding++;
-            *slash = '/';
-        }
-        if (zoo_acreate(zk->zh, path, NULL, -1, zk->acl, 0, on_parent_made, zk) == ZOK)
-            zk->outstanding++;
-        zk_register_session(zk, true);
-    } else if (rc != ZOK && rc != ZNODEEXISTS && rc != ZCLOSING && rc != ZSESSIONEXPIRED &&
-               rc != ZCONNECTIONLOSS) {
-        log_warn("zk: cannot create %s's session node under %s/sessions: %s; other daemons "
-                 "will apply lock-delays after this daemon's releases too", zk->daemon_id,
-                 zk->root, zerror(rc));
-    }
-    free(ctx);
 }
 
 void zk_request_done(struct zk *zk, int64_t sent_us)
@@ -760,24 +521,13 @@ void zk_arm_retry(struct zk *zk)
         evtimer_add(zk->retry, &tv);
 }
 
-
 /* ------------------------------------------------------------- lifecycle */
 
-struct backend *zk_backend_new(struct event_base *base, const struct settings *s,
-                               const char *daemon_id, const char *auth)
+int zk_session_init(struct zk *zk, struct event_base *base, const struct settings *s,
+                    const char *daemon_id, const char *auth)
 {
-    struct zk *zk = calloc(1, sizeof(*zk));
-
-    if (!zk)
-        return NULL;
-    zk->be.ops = &zk_ops;
-    zk->be.impl = zk;
     zk->base = base;
     zk->settings = s;
-    TAILQ_INIT(&zk->zlocks);
-    TAILQ_INIT(&zk->watches);
-    TAILQ_INIT(&zk->idle);
-    TAILQ_INIT(&zk->wq);
     snprintf(zk->root, sizeof(zk->root), "%s", s->zk_root);
     snprintf(zk->daemon_id, sizeof(zk->daemon_id), "%s", daemon_id);
     zk->acl = &ZOO_OPEN_ACL_UNSAFE;
@@ -803,37 +553,29 @@ struct backend *zk_backend_new(struct event_base *base, const struct settings *s
     zk->retry = evtimer_new(base, on_retry, zk);
     zk->stalled = evtimer_new(base, on_stalled, zk);
     zk->down_report = evtimer_new(base, on_down_report, zk);
-    zk->idle_timer = evtimer_new(base, zk_idle_expire, zk);
-    zk->confirm = evtimer_new(base, on_confirm_timer, zk);
-    zk->chroot_timer = evtimer_new(base, on_chroot_timer, zk);
-    zk->chroot_missing = strchr(s->zk_hosts, '/') != NULL;   /* until it is found */
-    zk->chroot_missing_since_ms = locks_mono_ms();
     if (!zk->io || !zk->kick || !zk->lost_timer || !zk->restart || !zk->retry || !zk->stalled ||
-        !zk->down_report || !zk->idle_timer || !zk->confirm || !zk->chroot_timer) {
-        zk_free(zk);
-        return NULL;
-    }
-    zk_open(zk, NULL);
-    log_info("zk: daemon id %s, connecting to %s, root %s", zk->daemon_id, s->zk_hosts,
-             zk->root);
-    if (zk->auth[0])
-        log_info("zk: authenticating as digest user '%.*s' (from %s); nodes are created "
-                 "readable by anyone, changeable by that identity only", auth_user_len(zk),
-                 zk->auth, s->zk_auth);
-    else
-        log_info("zk: no [zookeeper] auth: nodes are created with the open ACL (anyone "
-                 "who can reach ZooKeeper may delete them)");
-    return &zk->be;
+        !zk->down_report)
+        return -1;
+    return 0;
 }
 
-static void zk_free(void *impl)
+void zk_session_serving(struct zk *zk)
 {
-    struct zk *zk = impl;
+    TELL(zk, serving);
+}
 
-    zk->state = ZK_EXPIRED;    /* completions run by zookeeper_close are ignored */
-    zk_close_handle(zk);       /* closing the session removes our ephemeral nodes */
-    zk_locks_free_all(zk);
-    zk_lease_free_all(zk);
+void zk_session_open(struct zk *zk)
+{
+    zk_open(zk, NULL);
+}
+
+void zk_session_close(struct zk *zk)
+{
+    zk_close_handle(zk);
+}
+
+void zk_session_free(struct zk *zk)
+{
     explicit_bzero(zk->auth, sizeof(zk->auth));
     if (zk->io)
         event_free(zk->io);
@@ -849,60 +591,4 @@ static void zk_free(void *impl)
         event_free(zk->stalled);
     if (zk->down_report)
         event_free(zk->down_report);
-    if (zk->idle_timer)
-        event_free(zk->idle_timer);
-    if (zk->confirm)
-        event_free(zk->confirm);
-    if (zk->chroot_timer)
-        event_free(zk->chroot_timer);
-    free(zk);
-}
-
-static void stat_u64(backend_stat_fn add, void *cookie, const char *name, uint64_t value)
-{
-    char v[24];
-
-    snprintf(v, sizeof(v), "%llu", (unsigned long long)value);
-    add(cookie, name, v);
-}
-
-/* STAT lines: zk_state, zk_session_id, ...; zk_requests counts the
- * acquisitions and releases this daemon is working on. */
-static void zk_stats(void *impl, backend_stat_fn add, void *cookie)
-{
-    struct zk *zk = impl;
-    char v[32];
-
-    add(cookie, "zk_state", zk->state == ZK_CONNECTED ? "connected"
-                            : zk->state == ZK_CONNECTING ? "connecting" : "expired");
-    snprintf(v, sizeof(v), "0x%llx", (unsigned long long)zk->session_id);
-    add(cookie, "zk_session_id", v);
-    snprintf(v, sizeof(v), "%d", zk->negotiated_ms);
-    add(cookie, "zk_session_timeout_ms", v);
-    stat_u64(add, cookie, "zk_sessions", zk->sessions);
-    stat_u64(add, cookie, "zk_reconnects", zk->reconnects);
-    stat_u64(add, cookie, "zk_outstanding", zk->outstanding);
-    stat_u64(add, cookie, "zk_requests", zk->nzlocks - zk->nidle);
-    stat_u64(add, cookie, "zk_idle_nodes", zk->nidle);
-    stat_u64(add, cookie, "zk_idle_reuses", zk->idle_reuses);
-    stat_u64(add, cookie, "zk_leases_removed", zk->leases_removed);
-    stat_u64(add, cookie, "zk_session_delays", zk->session_delays);
-    stat_u64(add, cookie, "zk_batches", zk->batches);
-    stat_u64(add, cookie, "zk_batched_ops", zk->batched_ops);
-    stat_u64(add, cookie, "zk_batch_failures", zk->batch_failures);
-    stat_u64(add, cookie, "zk_batch_resent", zk->batch_resent);
-    stat_u64(add, cookie, "zk_batches_inflight", zk->batches_inflight);
-    stat_u64(add, cookie, "zk_write_queue", zk->wq_len);
-}
-
-static void zk_histograms(void *impl, backend_hist_fn add, void *cookie)
-{
-    struct zk *zk = impl;
-
-    add(cookie, "zk_request_duration_seconds",
-        "ZooKeeper requests of the lock recipe (create, list, read, delete), from sending to "
-        "completion", &zk->request_hist, true);
-    add(cookie, "zk_batch_size_ops",
-        "Writes (creates and deletes of lock nodes) per ZooKeeper multi sent", &zk->batch_hist,
-        false);
 }

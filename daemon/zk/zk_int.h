@@ -32,6 +32,7 @@ struct settings;
 struct zlock;
 struct zcall;
 struct zwrite;
+struct zk_listener;
 
 enum zk_state { ZK_CONNECTING, ZK_CONNECTED, ZK_EXPIRED };
 
@@ -65,6 +66,11 @@ struct zk {
                                         * 0: none yet in this session */
     int negotiated_ms;
     int64_t session_id;
+    struct {                           /* the layers above, in registration order */
+        const struct zk_listener *l;   /* borrowed */
+        void *arg;
+    } listeners[8];                    /* ZK_LISTENERS_MAX (session.h) */
+    unsigned nlisteners;
     /* lock.c's bookkeeping */
     void *by_id;                       /* tsearch tree of struct zlock by id */
     TAILQ_HEAD(, zlock) zlocks;
@@ -118,20 +124,6 @@ static inline bool zk_serving(const struct zk *zk)
     return zk->state == ZK_CONNECTED && !zk->chroot_missing;
 }
 
-/* session.c */
-/* Requests were queued: make sure the loop wants to write them. */
-void zk_kick(struct zk *zk);
-/* Something failed: run zk_locks_resume() after a back-off. */
-void zk_arm_retry(struct zk *zk);
-/* ZooKeeper answered ZNOAUTH for a change to path: says why, at most once
- * a minute. */
-void zk_report_noauth(struct zk *zk, const char *path);
-/* A request sent at sent_us (locks_mono_us()) completed: for /metrics. */
-void zk_request_done(struct zk *zk, int64_t sent_us);
-/* The path of the node that exists while session `id` lives (lock-delay,
- * lock.c): <root>/sessions/<id in hex>. */
-void zk_session_path(const struct zk *zk, int64_t id, char *buf, size_t len);
-
 /* lock.c: the backend ops for acquisitions (see backend.h). */
 enum locks_result zk_lock_acquire(void *impl, struct hold *h, uint64_t *token);
 void zk_lock_handover(void *impl, struct hold *h);
@@ -167,9 +159,6 @@ struct zkind zk_kind_of(const char *child);
  * requests of different classes never hold a name together. */
 bool zk_same_class(struct zkind a, struct zkind b);
 
-/* Wall-clock milliseconds since the epoch: what lease deadlines are in. */
-int64_t zk_now_ms(void);
-
 /* lease.c: leases in ZooKeeper (see the comment there). */
 /* Makes sure the lease node at path is removed once it has expired
  * (lease_skew_ms after its deadline), unless it is renewed or removed
@@ -183,31 +172,6 @@ void zk_lease_op_cancel(void *impl, struct backend_lease_op *op);
 void zk_lease_sweep(struct zk *zk);
 /* Frees the lease bookkeeping (the daemon is stopping). */
 void zk_lease_free_all(struct zk *zk);
-
-/* batch.c: group commit (see the comment there). */
-/* Told, with the write's arg, right after a multi carrying it was sent:
- * requests sent now are answered after that multi. */
-typedef void (*zk_batch_sent_fn)(const void *arg);
-/* Queue a create or a delete, as zoo_acreate / zoo_adelete would send it
- * (path and data are copied; acl is borrowed until it is sent). done runs
- * once with the outcome, later, on the loop thread. Returns ZOK, or
- * ZSYSTEMERROR (out of memory: nothing queued, done never runs). */
-int zk_batch_create(struct zk *zk, const char *path, const char *data, int datalen,
-                    const struct ACL_vector *acl, int flags, string_completion_t done,
-                    zk_batch_sent_fn sent, const void *arg);
-int zk_batch_delete(struct zk *zk, const char *path, int version, void_completion_t done,
-                    const void *arg);
-/* Queue a setData of a node, as zoo_aset would send it (data is copied).
- * Its zxid may be shared with the other writes of its multi. */
-int zk_batch_set(struct zk *zk, const char *path, const char *data, int datalen, int version,
-                 stat_completion_t done, const void *arg);
-/* Sends queued writes while fewer than the window of multis are in flight
- * (connected only). Called after each pass of zookeeper_process() and from
- * the kick; not from inside a completion. */
-void zk_batch_flush(struct zk *zk);
-/* Every queued (unsent) write completes with rc: the connection or the
- * handle went away. */
-void zk_batch_fail_queued(struct zk *zk, int rc);
 
 /* query.c: the backend ops for STATUS (see backend.h). */
 struct backend_query *zk_query(void *impl, const char *name, struct backend_queue_info *now,

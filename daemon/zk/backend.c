@@ -1,0 +1,206 @@
+/*
+ * backend.c - distributed mode, top layer: the backend object and its
+ * operations (backend.h), its STATS lines and histograms (zk.h draws the
+ * layers). It builds the stack bottom up, registering each layer with the
+ * session, and hands every backend operation to the layer that does it.
+ */
+#include "config.h"
+#include "zk.h"
+#include "session.h"
+#include "batch.h"
+
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "locks.h"
+#include "log.h"
+#include "settings.h"
+
+static void zk_stats(void *impl, backend_stat_fn add, void *cookie);
+static void zk_histograms(void *impl, backend_hist_fn add, void *cookie);
+static void zk_free(void *impl);
+static void zk_before_request(void *impl);
+static int64_t zk_unreachable_since(void *impl);
+static const char *zk_why_unavailable(void *impl);
+static int64_t zk_window_ms(void *impl, struct hold *h);
+
+static const struct backend_ops zk_ops = {
+    .name = "distributed",
+    .acquire = zk_lock_acquire,
+    .handover = zk_lock_handover,
+    .cancel = zk_lock_let_go,
+    .pass_on = zk_lock_pass_on,
+    .release = zk_lock_let_go,
+    .stats = zk_stats,
+    .histograms = zk_histograms,
+    .query = zk_query,
+    .query_cancel = zk_query_cancel,
+    .ends_leases = true,
+    .early_places = true,
+    .lease_op = zk_lease_op,
+    .lease_op_cancel = zk_lease_op_cancel,
+    .before_request = zk_before_request,
+    .unreachable_since = zk_unreachable_since,
+    .why_unavailable = zk_why_unavailable,
+    .window_ms = zk_window_ms,
+    .free = zk_free,
+};
+
+
+static void zk_before_request(void *impl)
+{
+    zk_session_check_stall(impl);
+}
+
+static int64_t zk_unreachable_since(void *impl)
+{
+    return zk_session_unreachable_since(impl);
+}
+
+/* Why requests cannot be served now, in words (for /healthz and the log). */
+static const char *zk_why_unavailable(void *impl)
+{
+    return zk_session_why_down(impl);
+}
+
+/* CHECK's window (presence.c). */
+static int64_t zk_window_ms(void *impl, struct hold *h)
+{
+    return zk_presence_window_ms(impl);
+}
+
+/* ------------------------------------------------ what the session tells */
+
+static void locks_serving(void *arg)
+{
+    zk_locks_resume(arg);
+}
+
+static void locks_lost(void *arg, const char *reason)
+{
+    zk_locks_drop_held(arg, reason);
+}
+
+static void locks_stale_reads(void *arg)
+{
+    zk_locks_forget_reads(arg);
+}
+
+static void locks_closed(void *arg, bool session_gone)
+{
+    zk_locks_handle_closed(arg, session_gone);
+}
+
+static void leases_serving(void *arg)
+{
+    zk_lease_sweep(arg);
+}
+
+/* ------------------------------------------------------------- lifecycle */
+
+struct backend *zk_backend_new(struct event_base *base, const struct settings *s,
+                               const char *daemon_id, const char *auth)
+{
+    static const struct zk_listener locks_listener = {
+        .serving = locks_serving,
+        .resume = locks_serving,
+        .lost = locks_lost,
+        .stale_reads = locks_stale_reads,
+        .closed = locks_closed,
+    };
+    static const struct zk_listener leases_listener = { .serving = leases_serving };
+    struct zk *zk = calloc(1, sizeof(*zk));
+
+    if (!zk)
+        return NULL;
+    zk->be.ops = &zk_ops;
+    zk->be.impl = zk;
+    TAILQ_INIT(&zk->zlocks);
+    TAILQ_INIT(&zk->watches);
+    TAILQ_INIT(&zk->idle);
+    /* Bottom up: each layer's listener hears the session after those below it. */
+    if (zk_session_init(zk, base, s, daemon_id, auth) < 0 || zk_presence_init(zk) < 0 ||
+        zk_batch_init(zk) < 0 || !(zk->idle_timer = evtimer_new(base, zk_idle_expire, zk)) ||
+        zk_session_listen(zk, &locks_listener, zk) < 0 ||
+        zk_session_listen(zk, &leases_listener, zk) < 0) {
+        zk_free(zk);
+        return NULL;
+    }
+    zk_session_open(zk);
+    log_info("zk: daemon id %s, connecting to %s, root %s", zk->daemon_id, s->zk_hosts,
+             zk->root);
+    if (zk->auth[0])
+        log_info("zk: authenticating as digest user '%.*s' (from %s); nodes are created "
+                 "readable by anyone, changeable by that identity only", zk_auth_user_len(zk),
+                 zk->auth, s->zk_auth);
+    else
+        log_info("zk: no [zookeeper] auth: nodes are created with the open ACL (anyone "
+                 "who can reach ZooKeeper may delete them)");
+    return &zk->be;
+}
+
+static void zk_free(void *impl)
+{
+    struct zk *zk = impl;
+
+    zk->state = ZK_EXPIRED;    /* completions run by zookeeper_close are ignored */
+    zk_session_close(zk);      /* closing the session removes our ephemeral nodes */
+    zk_locks_free_all(zk);
+    zk_lease_free_all(zk);
+    if (zk->idle_timer)
+        event_free(zk->idle_timer);
+    zk_presence_free(zk);
+    zk_session_free(zk);
+    free(zk);
+}
+
+static void stat_u64(backend_stat_fn add, void *cookie, const char *name, uint64_t value)
+{
+    char v[24];
+
+    snprintf(v, sizeof(v), "%llu", (unsigned long long)value);
+    add(cookie, name, v);
+}
+
+/* STAT lines: zk_state, zk_session_id, ...; zk_requests counts the
+ * acquisitions and releases this daemon is working on. */
+static void zk_stats(void *impl, backend_stat_fn add, void *cookie)
+{
+    struct zk *zk = impl;
+    char v[32];
+
+    add(cookie, "zk_state", zk->state == ZK_CONNECTED ? "connected"
+                            : zk->state == ZK_CONNECTING ? "connecting" : "expired");
+    snprintf(v, sizeof(v), "0x%llx", (unsigned long long)zk->session_id);
+    add(cookie, "zk_session_id", v);
+    snprintf(v, sizeof(v), "%d", zk->negotiated_ms);
+    add(cookie, "zk_session_timeout_ms", v);
+    stat_u64(add, cookie, "zk_sessions", zk->sessions);
+    stat_u64(add, cookie, "zk_reconnects", zk->reconnects);
+    stat_u64(add, cookie, "zk_outstanding", zk->outstanding);
+    stat_u64(add, cookie, "zk_requests", zk->nzlocks - zk->nidle);
+    stat_u64(add, cookie, "zk_idle_nodes", zk->nidle);
+    stat_u64(add, cookie, "zk_idle_reuses", zk->idle_reuses);
+    stat_u64(add, cookie, "zk_leases_removed", zk->leases_removed);
+    stat_u64(add, cookie, "zk_session_delays", zk->session_delays);
+    stat_u64(add, cookie, "zk_batches", zk->batches);
+    stat_u64(add, cookie, "zk_batched_ops", zk->batched_ops);
+    stat_u64(add, cookie, "zk_batch_failures", zk->batch_failures);
+    stat_u64(add, cookie, "zk_batch_resent", zk->batch_resent);
+    stat_u64(add, cookie, "zk_batches_inflight", zk->batches_inflight);
+    stat_u64(add, cookie, "zk_write_queue", zk->wq_len);
+}
+
+static void zk_histograms(void *impl, backend_hist_fn add, void *cookie)
+{
+    struct zk *zk = impl;
+
+    add(cookie, "zk_request_duration_seconds",
+        "ZooKeeper requests of the lock recipe (create, list, read, delete), from sending to "
+        "completion", &zk->request_hist, true);
+    add(cookie, "zk_batch_size_ops",
+        "Writes (creates and deletes of lock nodes) per ZooKeeper multi sent", &zk->batch_hist,
+        false);
+}

@@ -1,0 +1,269 @@
+/*
+ * presence.c - distributed mode, bottom layer: what a connected session
+ * does before anything else (zk.h draws the layers). Registered as the
+ * session's first listener, on every connection it
+ *
+ * - sends a confirmation read now and then: its answer proves the session
+ *   alive when it was sent (CHECK's window, zk_presence_window_ms);
+ * - makes the session node, <root>/sessions/<id>, on a new session (the
+ *   lock-delay of fair.c looks for it);
+ * - looks for the chroot of [zookeeper] hosts, which ZooKeeper does not
+ *   make: until it is found nothing is sent for locks, leases or STATUS
+ *   (zk_serving), and once found the session tells its listeners
+ *   `serving`.
+ */
+#include "config.h"
+#include "session.h"
+
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include "locks.h"
+#include "log.h"
+#include "settings.h"
+
+static void zk_register_session(struct zk *zk, bool parent_made);
+
+
+/*
+ * CHECK's window (PROTOCOL.md, CHECK). ZooKeeper expires a session no
+ * sooner than its timeout after the server last heard from it, and it
+ * heard from us when it received a request it answered: the session lives
+ * at least until confirmed_ms + timeout, confirmed_ms being when we SENT
+ * the latest request answered in this session. Nobody on another daemon is
+ * granted our nodes' places before they are deleted, and until then only
+ * this daemon deletes them. A stall past 2/3 of the timeout has already
+ * made LOST go out (before_request runs first): what is left is held.
+ */
+int64_t zk_presence_window_ms(const struct zk *zk)
+{
+    int64_t left;
+
+    if (zk->state == ZK_EXPIRED || !zk->session_id || !zk->confirmed_ms)
+        return 0;
+    left = zk->confirmed_ms + zk_timeout_ms(zk) - locks_mono_ms();
+    return left > 0 ? left : 0;
+}
+
+struct confirm_ctx {
+    struct zk *zk;
+    int64_t sent_ms;
+    int64_t session_id;
+};
+
+static void on_confirmed(int rc, const struct Stat *stat, const void *data)
+{
+    struct confirm_ctx *cc = (struct confirm_ctx *)data;
+    struct zk *zk = cc->zk;
+
+    zk->outstanding--;
+    zk->confirming = false;
+    /* Answered by the server (the root may not exist in a chroot). */
+    if ((rc == ZOK || rc == ZNONODE) && zk->state != ZK_EXPIRED &&
+        cc->session_id == zk->session_id && cc->sent_ms > zk->confirmed_ms)
+        zk->confirmed_ms = cc->sent_ms;
+    free(cc);
+}
+
+/* Sends a cheap read whose answer proves the session alive when it was sent. */
+static void zk_confirm(struct zk *zk)
+{
+    struct confirm_ctx *cc;
+
+    if (zk->confirming || zk->state != ZK_CONNECTED || !zk->zh ||
+        !(cc = malloc(sizeof(*cc))))
+        return;
+    cc->zk = zk;
+    cc->sent_ms = locks_mono_ms();
+    cc->session_id = zk->session_id;
+    if (zoo_aexists(zk->zh, "/", 0, on_confirmed, cc) != ZOK) {
+        free(cc);
+        return;
+    }
+    zk->confirming = true;
+    zk->outstanding++;
+    zk_kick(zk);
+}
+
+/* Every tenth of the timeout: CHECK's windows stay within 10% of it. */
+static void on_confirm_timer(evutil_socket_t fd, short what, void *arg)
+{
+    zk_confirm(arg);
+}
+
+static void arm_confirm(struct zk *zk)
+{
+    int ms = zk_timeout_ms(zk) / 10;
+    struct timeval tv;
+
+    if (ms < 100)
+        ms = 100;
+    tv.tv_sec = ms / 1000;
+    tv.tv_usec = (ms % 1000) * 1000;
+    event_del(zk->confirm);
+    event_assign(zk->confirm, zk->base, -1, EV_PERSIST, on_confirm_timer, zk);
+    event_add(zk->confirm, &tv);
+}
+
+#define CHROOT_RECHECK_MS 10000
+
+static void on_chroot_checked(int rc, const struct Stat *stat, const void *data)
+{
+    struct zk *zk = (struct zk *)data;
+    const char *chroot = strchr(zk->settings->zk_hosts, '/');
+    struct timeval tv = { CHROOT_RECHECK_MS / 1000, 0 };
+
+    zk->outstanding--;
+    if (rc == ZNONODE) {
+        /* It cannot heal by itself: said once, then looked for every 10 s. */
+        if (!zk->chroot_reported)
+            log_error("zk: the chroot %s of [zookeeper] hosts does not exist: requests "
+                      "answer ERR UNAVAILABLE and /healthz 503 until it is created "
+                      "(zkCli.sh create %s)", chroot, chroot);
+        zk->chroot_reported = true;
+        evtimer_add(zk->chroot_timer, &tv);
+    } else if (rc == ZOK) {
+        zk->chroot_checked = true;
+        if (zk->chroot_missing) {
+            if (zk->chroot_reported)
+                log_info("zk: the chroot %s exists now", chroot);
+            zk->chroot_missing = false;
+            zk->chroot_reported = false;
+            zk_session_serving(zk);
+        }
+    }
+}
+
+/* A chroot in hosts must exist: ZooKeeper does not make it. Looked for in
+ * each new session until found (every path is relative to it); until then
+ * nothing is sent for locks, leases or STATUS (zk_serving). */
+static void zk_check_chroot(struct zk *zk)
+{
+    if (zk->chroot_checked || !strchr(zk->settings->zk_hosts, '/'))
+        return;
+    if (zoo_aexists(zk->zh, "/", 0, on_chroot_checked, zk) == ZOK) {
+        zk->outstanding++;
+        zk_kick(zk);
+    }
+}
+
+static void on_chroot_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct zk *zk = arg;
+
+    if (zk->state == ZK_CONNECTED)
+        zk_check_chroot(zk);
+}
+
+/*
+ * Every session has an ephemeral node of its own, <root>/sessions/<id>,
+ * which ZooKeeper deletes in the same transaction as the session's lock
+ * nodes when the session ends. A daemon that sees a lock node with a
+ * lock-delay vanish looks for it: gone, the holder did not release the
+ * lock, its session ended (lock.c, lock-delay). Without it (not made
+ * yet, refused) other daemons only wait longer.
+ */
+struct registration {
+    struct zk *zk;
+    int64_t session_id;
+    bool parent_made;        /* the second attempt, after making the parents */
+};
+
+static void on_session_registered(int rc, const char *value, const void *data);
+
+static void zk_register_session(struct zk *zk, bool parent_made)
+{
+    char path[512];
+    struct registration *ctx = malloc(sizeof(*ctx));
+
+    if (!ctx)
+        return;
+    ctx->zk = zk;
+    ctx->session_id = zk->session_id;
+    ctx->parent_made = parent_made;
+    zk_session_path(zk, zk->session_id, path, sizeof(path));
+    if (zoo_acreate(zk->zh, path, NULL, -1, zk->acl, ZOO_EPHEMERAL, on_session_registered,
+                    ctx) != ZOK) {
+        free(ctx);
+        return;
+    }
+    zk->outstanding++;
+    zk_kick(zk);
+}
+
+static void on_parent_made(int rc, const char *value, const void *data)
+{
+    struct zk *zk = (struct zk *)data;
+
+    zk->outstanding--;
+}
+
+static void on_session_registered(int rc, const char *value, const void *data)
+{
+    struct registration *ctx = (struct registration *)data;
+    struct zk *zk = ctx->zk;
+    char path[512], *slash;
+
+    zk->outstanding--;
+    if (rc == ZNONODE && !ctx->parent_made && zk->state == ZK_CONNECTED &&
+        ctx->session_id == zk->session_id) {
+        /* <root>/sessions (or <root>) is missing: make it, then again. */
+        zk_session_path(zk, ctx->session_id, path, sizeof(path));
+        if ((slash = strrchr(path, '/')))
+            *slash = '\0';
+        if ((slash = strrchr(path, '/')) && slash != path) {
+            *slash = '\0';
+            if (zoo_acreate(zk->zh, path, NULL, -1, zk->acl, 0, on_parent_made, zk) == ZOK)
+                zk->outstanding++;
+            *slash = '/';
+        }
+        if (zoo_acreate(zk->zh, path, NULL, -1, zk->acl, 0, on_parent_made, zk) == ZOK)
+            zk->outstanding++;
+        zk_register_session(zk, true);
+    } else if (rc != ZOK && rc != ZNODEEXISTS && rc != ZCLOSING && rc != ZSESSIONEXPIRED &&
+               rc != ZCONNECTIONLOSS) {
+        log_warn("zk: cannot create %s's session node under %s/sessions: %s; other daemons "
+                 "will apply lock-delays after this daemon's releases too", zk->daemon_id,
+                 zk->root, zerror(rc));
+    }
+    free(ctx);
+}
+
+/* The session's `connected`: before any request of the layers above. */
+static void presence_connected(void *arg, bool fresh)
+{
+    struct zk *zk = arg;
+
+    /* Sent before the lock requests resume: ZooKeeper answers a session's
+     * requests in order, so it is confirmed before any grant. */
+    zk->confirming = false;      /* one in flight on a lost connection failed */
+    zk_confirm(zk);
+    arm_confirm(zk);
+    if (fresh)
+        zk_register_session(zk, false);
+    zk_check_chroot(zk);
+}
+
+int zk_presence_init(struct zk *zk)
+{
+    static const struct zk_listener listener = { .connected = presence_connected };
+
+    zk->confirm = evtimer_new(zk->base, on_confirm_timer, zk);
+    zk->chroot_timer = evtimer_new(zk->base, on_chroot_timer, zk);
+    zk->chroot_missing = strchr(zk->settings->zk_hosts, '/') != NULL;   /* until it is found */
+    zk->chroot_missing_since_ms = locks_mono_ms();
+    if (!zk->confirm || !zk->chroot_timer)
+        return -1;
+    return zk_session_listen(zk, &listener, zk);
+}
+
+void zk_presence_free(struct zk *zk)
+{
+    if (zk->confirm)
+        event_free(zk->confirm);
+    if (zk->chroot_timer)
+        event_free(zk->chroot_timer);
+}

@@ -1,0 +1,125 @@
+/*
+ * session.h - the bottom layer of distributed mode (zk.h draws the stack):
+ * one ZooKeeper session driven from the libevent loop (session.c), and
+ * what proves it alive and ready (presence.c).
+ *
+ * The layers above never get called by name from here: each registers a
+ * struct zk_listener (zk_session_listen), and the session tells every
+ * registered listener, in the order they registered, what happened.
+ */
+#ifndef LOCKBROKER_ZK_SESSION_H
+#define LOCKBROKER_ZK_SESSION_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include "zk_int.h"
+
+/*
+ * What the session tells a layer above it. Every member may be NULL; each
+ * is called with the arg given to zk_session_listen(), on the loop thread,
+ * never from inside zookeeper_process() unless said.
+ */
+struct zk_listener {
+    /* A pass of the event loop is over (after zookeeper_process(), or the
+     * kick after requests were queued outside it): send what was queued. */
+    void (*flush)(void *arg);
+    /* Connected: a new session (fresh) or the same one again. Inside
+     * zookeeper_process(). */
+    void (*connected)(void *arg, bool fresh);
+    /* Requests may go out: just connected (after every `connected`), or
+     * the chroot appeared (presence.c). Inside zookeeper_process(). */
+    void (*serving)(void *arg);
+    /* Work parked after an error may go again: the retry timer ran or a
+     * barrier returned, while connected. */
+    void (*resume)(void *arg);
+    /* The connection (ZCONNECTIONLOSS), the session (ZSESSIONEXPIRED) or
+     * the handle (ZCLOSING: closed, its completions ran) is gone: what was
+     * queued and never sent fails with rc. */
+    void (*down)(void *arg, int rc);
+    /* Every hold is presumed lost, with reason ("zk-disconnected",
+     * "session-expired"). */
+    void (*lost)(void *arg, const char *reason);
+    /* After an event-loop stall: replies to reads in flight may be stale
+     * (after `lost`). */
+    void (*stale_reads)(void *arg);
+    /* The handle was closed and a new one opened. session_gone: with its
+     * session, so every ephemeral node went with it; otherwise the session
+     * lives on and only watches are gone. */
+    void (*closed)(void *arg, bool session_gone);
+};
+
+/* Listeners of one session, at most. */
+#define ZK_LISTENERS_MAX 8
+
+/* Registers l (borrowed, must outlive zk) with arg; returns 0, or -1 when
+ * ZK_LISTENERS_MAX are registered already. Register bottom layer first. */
+int zk_session_listen(struct zk *zk, const struct zk_listener *l, void *arg);
+
+/*
+ * Sets up the session part of zk (zeroed by the caller): base and s are
+ * borrowed; auth "user:password" is copied (or NULL). Returns 0, or -1
+ * when an event cannot be made (zk_session_free() cleans up). Nothing is
+ * sent before zk_session_open().
+ */
+int zk_session_init(struct zk *zk, struct event_base *base, const struct settings *s,
+                    const char *daemon_id, const char *auth);
+/* Starts connecting (asynchronously): a new session. */
+void zk_session_open(struct zk *zk);
+/* Closes the handle (its pending completions run now, with ZCLOSING, and
+ * the listeners hear `down` ZCLOSING). Blocks: not from a callback. */
+void zk_session_close(struct zk *zk);
+/* Frees the session's events and forgets the credentials (after close). */
+void zk_session_free(struct zk *zk);
+
+/* Requests were queued: make sure the loop wants to write them. */
+void zk_kick(struct zk *zk);
+/* Something failed: the listeners' `resume` runs after a back-off. */
+void zk_arm_retry(struct zk *zk);
+/* Tells every listener `serving` (presence.c, once the chroot is found). */
+void zk_session_serving(struct zk *zk);
+/* ZooKeeper answered ZNOAUTH for a change to path: says why, at most once
+ * a minute. */
+void zk_report_noauth(struct zk *zk, const char *path);
+/* A request sent at sent_us (locks_mono_us()) completed: for /metrics. */
+void zk_request_done(struct zk *zk, int64_t sent_us);
+/* The path of the node that exists while session `id` lives (lock-delay,
+ * fair.c; made by presence.c): <root>/sessions/<id in hex>. */
+void zk_session_path(const struct zk *zk, int64_t id, char *buf, size_t len);
+/* The session timeout in force: negotiated, or else the one we asked for. */
+int zk_timeout_ms(const struct zk *zk);
+
+/* Before a request is served: if the event loop stalled past 2/3 of the
+ * session timeout, holds are presumed lost now (see session.c). */
+void zk_session_check_stall(struct zk *zk);
+/* Monotonic ms since requests cannot be served, or 0 (backend.h). */
+int64_t zk_session_unreachable_since(const struct zk *zk);
+/* Why requests cannot be served now, in words, or NULL (static string). */
+const char *zk_session_why_down(const struct zk *zk);
+
+/* presence.c: registers what a new connection must do first (a confirmation
+ * read, the session node, the chroot check). Returns 0 or -1. */
+int zk_presence_init(struct zk *zk);
+/* CHECK's window (backend.h window_ms): how long the session surely lives. */
+int64_t zk_presence_window_ms(const struct zk *zk);
+void zk_presence_free(struct zk *zk);
+
+/* The user name of the digest identity: auth up to its ':'. */
+static inline int zk_auth_user_len(const struct zk *zk)
+{
+    return (int)strcspn(zk->auth, ":");
+}
+
+/* Wall-clock milliseconds since the epoch: what lease deadlines are in. */
+static inline int64_t zk_now_ms(void)
+{
+    struct timeval now;
+
+    gettimeofday(&now, NULL);
+    return (int64_t)now.tv_sec * 1000 + now.tv_usec / 1000;
+}
+
+#endif
