@@ -6,8 +6,7 @@
  */
 #include "config.h"
 #include "zk.h"
-#include "session.h"
-#include "batch.h"
+#include "recipes.h"
 
 #include <event2/event.h>
 #include <stdio.h>
@@ -71,60 +70,21 @@ static int64_t zk_window_ms(void *impl, struct hold *h)
     return zk_presence_window_ms(impl);
 }
 
-/* ------------------------------------------------ what the session tells */
-
-static void locks_serving(void *arg)
-{
-    zk_locks_resume(arg);
-}
-
-static void locks_lost(void *arg, const char *reason)
-{
-    zk_locks_drop_held(arg, reason);
-}
-
-static void locks_stale_reads(void *arg)
-{
-    zk_locks_forget_reads(arg);
-}
-
-static void locks_closed(void *arg, bool session_gone)
-{
-    zk_locks_handle_closed(arg, session_gone);
-}
-
-static void leases_serving(void *arg)
-{
-    zk_lease_sweep(arg);
-}
-
 /* ------------------------------------------------------------- lifecycle */
 
 struct backend *zk_backend_new(struct event_base *base, const struct settings *s,
                                const char *daemon_id, const char *auth)
 {
-    static const struct zk_listener locks_listener = {
-        .serving = locks_serving,
-        .resume = locks_serving,
-        .lost = locks_lost,
-        .stale_reads = locks_stale_reads,
-        .closed = locks_closed,
-    };
-    static const struct zk_listener leases_listener = { .serving = leases_serving };
     struct zk *zk = calloc(1, sizeof(*zk));
 
     if (!zk)
         return NULL;
     zk->be.ops = &zk_ops;
     zk->be.impl = zk;
-    TAILQ_INIT(&zk->zlocks);
-    TAILQ_INIT(&zk->watches);
-    TAILQ_INIT(&zk->idle);
     /* Bottom up: each layer's listener hears the session after those below it. */
     if (zk_session_init(zk, base, s, daemon_id, auth) < 0 || zk_presence_init(zk) < 0 ||
-        zk_batch_init(zk) < 0 || !(zk->idle_timer = evtimer_new(base, zk_idle_expire, zk)) ||
-        zk_session_listen(zk, &locks_listener, zk) < 0 ||
-        zk_session_listen(zk, &leases_listener, zk) < 0) {
+        zk_batch_init(zk) < 0 || zk_idle_init(zk) < 0 || zk_locks_init(zk) < 0 ||
+        zk_lease_init(zk) < 0) {
         zk_free(zk);
         return NULL;
     }
@@ -149,8 +109,7 @@ static void zk_free(void *impl)
     zk_session_close(zk);      /* closing the session removes our ephemeral nodes */
     zk_locks_free_all(zk);
     zk_lease_free_all(zk);
-    if (zk->idle_timer)
-        event_free(zk->idle_timer);
+    zk_idle_free(zk);
     zk_presence_free(zk);
     zk_session_free(zk);
     free(zk);

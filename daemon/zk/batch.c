@@ -14,7 +14,7 @@
  * (ZOK), the ones after it were not tried (ZRUNTIMEINCONSISTENCY). Those
  * go back to the head of the queue, in order, and are sent again; the
  * culprit's completion gets its own error, exactly as if it had been sent
- * alone (lock.c handles a missing parent, a vanished node, ...). The
+ * alone (node.c handles a missing parent, a vanished node, ...). The
  * operations before the culprit succeeded once and go again as one
  * multi; each one after it goes in a multi of its own, all at once,
  * because another may fail as well (several locks taken for the first

@@ -2,7 +2,7 @@
  * lease.c - distributed mode: leases in ZooKeeper, beyond the lock recipe.
  *
  * A lease is a persistent node "<daemon>-<id>-<tag>.lease-<seq>" whose data
- * ends in "deadline=<wall-clock ms>" (lock.c creates it). Because it
+ * ends in "deadline=<wall-clock ms>" (lease_lock.c creates it). Because it
  * outlives the daemon that made it, any daemon may end or renew it:
  *
  * - The janitor. Every lease node a daemon sees (its own, those in a
@@ -27,7 +27,7 @@
  * after the deadline in real time. Fencing tokens remain the safety net.
  */
 #include "config.h"
-#include "session.h"
+#include "recipes.h"
 
 #include <event2/event.h>
 #include <search.h>
@@ -286,7 +286,7 @@ static void on_sweep_root(int rc, const struct String_vector *children, const vo
     zk_kick(zk);
 }
 
-void zk_lease_sweep(struct zk *zk)
+static void zk_lease_sweep(struct zk *zk)
 {
     char path[300];
 
@@ -490,4 +490,17 @@ enum locks_result zk_lease_op(void *impl, const char *name, uint64_t token, int6
 void zk_lease_op_cancel(void *impl, struct backend_lease_op *op)
 {
     op->cb = NULL;           /* freed by its completions */
+}
+
+/* The session's `serving`: a new session may sweep (once per daemon run). */
+static void leases_serving(void *arg)
+{
+    zk_lease_sweep(arg);
+}
+
+int zk_lease_init(struct zk *zk)
+{
+    static const struct zk_listener listener = { .serving = leases_serving };
+
+    return zk_session_listen(zk, &listener, zk);
 }

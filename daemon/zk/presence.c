@@ -163,7 +163,7 @@ static void on_chroot_timer(evutil_socket_t fd, short what, void *arg)
  * which ZooKeeper deletes in the same transaction as the session's lock
  * nodes when the session ends. A daemon that sees a lock node with a
  * lock-delay vanish looks for it: gone, the holder did not release the
- * lock, its session ended (lock.c, lock-delay). Without it (not made
+ * lock, its session ended (fair.c, lock-delay). Without it (not made
  * yet, refused) other daemons only wait longer.
  */
 struct registration {

@@ -4,7 +4,7 @@
  * parent, then a getData of its first node.
  */
 #include "config.h"
-#include "session.h"
+#include "recipes.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,7 +42,7 @@ static void on_query_data(int rc, const char *value, int len, const struct Stat 
         sscanf(buf, "daemon=%127s client=%127s", daemon, client);
         if (q->info.mode == LOCK_EXCLUSIVE && strcmp(client, "-") == 0) {
             /* Nobody holds it: a released lock's node, kept idle or about
-             * to be deleted (lock.c); the next in line gets it then. */
+             * to be deleted (handoff.c); the next in line gets it then. */
             q->info.holders = 0;
             q->info.queue--;
             query_finish(q, true);
@@ -50,7 +50,7 @@ static void on_query_data(int rc, const char *value, int len, const struct Stat 
         }
         if ((label = strstr(buf, " label=")))
             sscanf(label, " label=%127s", q->info.label);
-        if ((deadline = strstr(buf, " deadline="))) {     /* a lease (lock.c) */
+        if ((deadline = strstr(buf, " deadline="))) {     /* a lease (lease_lock.c) */
             long long d = strtoll(deadline + 10, NULL, 10);
 
             q->info.lease_ms = d > zk_now_ms() ? d - zk_now_ms() : 0;
@@ -63,7 +63,7 @@ static void on_query_data(int rc, const char *value, int len, const struct Stat 
 }
 
 /*
- * How many nodes hold the name, by the rules of lock.c: the first node
+ * How many nodes hold the name, by the rules of fair.c: the first node
  * decides the mode; exclusive - the first; shared - the shared nodes before
  * the first that is not; limit=n - the first n of its class. *mode and
  * *limit are the first node's.
@@ -110,7 +110,7 @@ static void on_query_children(int rc, const struct String_vector *children, cons
         return;
     }
     q->info.queue = (unsigned)children->count;
-    /* The first holder: a lease node wherever it sits (lock.c), else the first node. */
+    /* The first holder: a lease node wherever it sits (fair.c), else the first node. */
     for (int pass = 0; pass < 2 && !first; pass++)
         for (int i = 0; i < children->count; i++)
             if ((pass == 1 || zk_kind_of(children->data[i]).lease) &&

@@ -235,7 +235,7 @@ static void on_io(evutil_socket_t fd, short what, void *arg)
     int64_t now = locks_mono_ms();
     int events = 0;
 
-    zk_session_check_stall(zk);      /* before anything read now is believed */
+    zk_session_check_stall(zk);   /* before anything read now is believed */
     if (what & EV_READ)
         events |= ZOOKEEPER_READ;
     if (what & EV_WRITE)

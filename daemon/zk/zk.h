@@ -1,6 +1,19 @@
 /*
  * zk.h - distributed mode: a backend (see backend.h) that takes each lock in
  * ZooKeeper, on one session per daemon, driven from the libevent loop.
+ *
+ * daemon/zk/ is a stack; each file calls only the layers below it, and
+ * hears from them through what it registered (session.h struct zk_listener,
+ * zlock.h struct zl_hooks), never by name:
+ *
+ *   backend   backend.c (ops table, STATS), acquire.c (acquire, release)
+ *   recipes   fair.c -> lease_lock.c -> lease.c; handoff.c; query.c   recipes.h
+ *   nodes     node.c (create, find, data, delete) on zlock.c, names.c  node.h
+ *   commit    batch.c (writes as multis)                             batch.h
+ *   session   session.c (loop adapter, lifecycle, retry), presence.c session.h
+ *
+ * zk_int.h holds struct zk, the state they share; only this folder
+ * includes it and zookeeper.h.
  */
 #ifndef LOCKBROKER_ZK_H
 #define LOCKBROKER_ZK_H

@@ -1,16 +1,12 @@
 /*
- * zk_int.h - what the parts of distributed mode share; nothing else
- * in the daemon includes it.
+ * zk_int.h - the state of distributed mode (struct zk), which its files
+ * share; nothing outside daemon/zk/ includes it. Each group of fields says
+ * which file owns it (zk.h draws the layers; each layer's functions are in
+ * its own header). Functions are never declared here.
  *
- *   session.c  the backend object, the libevent adapter that drives the
- *                 single-threaded C client, and the session's lifecycle
- *   lock.c     the lock recipe: one ZooKeeper node per request
- *   query.c    read-only queries for STATUS
- *   lease.c    leases: persistent nodes, the janitor
- *   batch.c    group commit: lock nodes' creates and deletes as multis
- *
- * Only these files include zookeeper.h. Everything runs on the event loop
- * thread; completions and watchers run inside zookeeper_process().
+ * Only the files of daemon/zk/ include zookeeper.h. Everything runs on the
+ * event loop thread; completions and watchers run inside
+ * zookeeper_process().
  */
 #ifndef LOCKBROKER_ZK_INT_H
 #define LOCKBROKER_ZK_INT_H
@@ -33,6 +29,7 @@ struct zlock;
 struct zcall;
 struct zwrite;
 struct zk_listener;
+struct zl_hooks;
 
 enum zk_state { ZK_CONNECTING, ZK_CONNECTED, ZK_EXPIRED };
 
@@ -71,12 +68,14 @@ struct zk {
         void *arg;
     } listeners[8];                    /* ZK_LISTENERS_MAX (session.h) */
     unsigned nlisteners;
-    /* lock.c's bookkeeping */
+    const struct zl_hooks *zl_hooks;   /* the layer above the node machinery's (node.h) */
+    /* zlock.c's bookkeeping */
     void *by_id;                       /* tsearch tree of struct zlock by id */
     TAILQ_HEAD(, zlock) zlocks;
     TAILQ_HEAD(, zcall) watches;       /* watch contexts registered with zh */
     uint64_t next_id;
     unsigned nzlocks;
+    /* handoff.c's bookkeeping */
     void *idle_by_parent;              /* tsearch tree of idle struct zlock by parent path */
     TAILQ_HEAD(, zlock) idle;          /* idle zlocks, oldest first (see keep_idle_ms) */
     unsigned nidle;
@@ -93,8 +92,9 @@ struct zk {
     void *lease_nodes;                 /* tsearch tree of tracked lease nodes by path */
     bool swept;                        /* the start-up sweep ran */
     uint64_t leases_removed;           /* expired lease nodes this daemon removed */
+    /* counters of every layer, for STATS (backend.c) */
     uint64_t sessions, reconnects, outstanding;
-    uint64_t session_delays;           /* lock-delays begun because a holder's session ended */
+    uint64_t session_delays;           /* lock-delays begun because a holder's session ended (fair.c) */
     struct histogram request_hist;     /* the lock recipe's requests, sent to completed */
     struct histogram batch_hist;       /* writes per multi sent (batch.c) */
     char daemon_id[96];                /* "<host>-<pid>-<random>", unique per daemon run */
@@ -123,59 +123,5 @@ static inline bool zk_serving(const struct zk *zk)
 {
     return zk->state == ZK_CONNECTED && !zk->chroot_missing;
 }
-
-/* lock.c: the backend ops for acquisitions (see backend.h). */
-enum locks_result zk_lock_acquire(void *impl, struct hold *h, uint64_t *token);
-void zk_lock_handover(void *impl, struct hold *h);
-void zk_lock_let_go(void *impl, struct hold *h);
-enum locks_result zk_lock_pass_on(void *impl, struct hold *from, struct hold *to,
-                                  uint64_t *token);
-/* Restarts every request that waits for the connection or a retry
- * (nothing while zk->barrier is set). */
-void zk_locks_resume(struct zk *zk);
-/* The event loop stalled: replies to reads in flight may be stale. Makes
- * them ignored and their requests wait for zk_locks_resume(). */
-void zk_locks_forget_reads(struct zk *zk);
-/* Every held lock is given up with reason; the waiters keep waiting. */
-void zk_locks_drop_held(struct zk *zk, const char *reason);
-/* The handle was closed. session_gone: with its session, so every node
- * went with it; otherwise the session lives on and only watches are gone. */
-void zk_locks_handle_closed(struct zk *zk, bool session_gone);
-/* Frees every request without calling the table (the daemon is stopping). */
-void zk_locks_free_all(struct zk *zk);
-/* The idle_timer's callback: deletes the idle nodes whose keep is over. */
-void zk_idle_expire(evutil_socket_t fd, short what, void *arg);
-/* The sequence number ZooKeeper appended to child: its last 10 digits. */
-long long zk_seq_of(const char *child);
-/* What a lock node asks for, from the tag in its name. */
-struct zkind {
-    enum lock_mode mode;
-    unsigned limit;            /* LOCK_LIMIT only */
-    bool lease;                /* a lease's persistent node (tag has ".lease") */
-    int64_t delay_ms;          /* its request's lock-delay (tag ends in ".d<ms>"), or 0 */
-};
-struct zkind zk_kind_of(const char *child);
-/* Semaphores of one limit are one class, read/write locks the other:
- * requests of different classes never hold a name together. */
-bool zk_same_class(struct zkind a, struct zkind b);
-
-/* lease.c: leases in ZooKeeper (see the comment there). */
-/* Makes sure the lease node at path is removed once it has expired
- * (lease_skew_ms after its deadline), unless it is renewed or removed
- * first. path is copied. */
-void zk_lease_track(struct zk *zk, const char *path);
-/* The backend op (backend.h): release or renew a lease by its token. */
-enum locks_result zk_lease_op(void *impl, const char *name, uint64_t token, int64_t ttl_ms,
-                              backend_lease_cb cb, void *arg, struct backend_lease_op **pending);
-void zk_lease_op_cancel(void *impl, struct backend_lease_op *op);
-/* A new session: look for expired leases under the root, once per daemon run. */
-void zk_lease_sweep(struct zk *zk);
-/* Frees the lease bookkeeping (the daemon is stopping). */
-void zk_lease_free_all(struct zk *zk);
-
-/* query.c: the backend ops for STATUS (see backend.h). */
-struct backend_query *zk_query(void *impl, const char *name, struct backend_queue_info *now,
-                               backend_query_cb cb, void *arg);
-void zk_query_cancel(void *impl, struct backend_query *q);
 
 #endif

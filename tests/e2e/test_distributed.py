@@ -1950,7 +1950,7 @@ class AclTest(DistributedBase):
 
 @dump_on_failure
 class BatchTest(DistributedBase):
-    """Group commit (daemon/zk_batch.c): creates and deletes go out as
+    """Group commit (daemon/zk/batch.c): creates and deletes go out as
     multis, at most 2 in flight; a failed multi's culprit is handled as a
     single request would be and the other writes are sent again. The proxy
     holds the server's replies back, so that writes queue up behind 2

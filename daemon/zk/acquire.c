@@ -1,0 +1,272 @@
+/*
+ * acquire.c - distributed mode, top layer: the backend's operations for
+ * acquisitions (acquire, handover, cancel and release; pass_on is
+ * handoff.c's), and what each change of the session means for them.
+ *
+ * zl_start() decides every zlock's next request, whatever happened
+ * before: the node machinery (node.h) runs it through its `next` hook, and
+ * the session's `serving` and `resume` run it for every parked zlock.
+ */
+#include "config.h"
+#include "recipes.h"
+
+#include <event2/event.h>
+#include <search.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "locks.h"
+#include "log.h"
+
+/* Decides the next request from what is known, whatever happened before. */
+static void zl_start(struct zlock *zl)
+{
+    zl->step = ZL_IDLE;
+    if (zk_serving(zl->zk) && zl->lease) {
+        zl_lease_start(zl);
+        return;
+    }
+    if (!zk_serving(zl->zk)) {
+        zl_try_unavailable(zl);
+        if (!zl->hold && !zl->node && !zl->create_uncertain)
+            zl_free(zl);     /* nothing of it in ZooKeeper */
+        return;
+    }
+    if (zl->node) {
+        if (zl->data_stale && zl->hold)
+            zl_write_data(zl);   /* a handover while disconnected */
+        if (zl->hold && zl->awaiting_token) {
+            zl_check_turn(zl);   /* passed on at the end of a turn: look again */
+        } else if (zl->hold) {
+            zl_list(zl);
+        }
+        else
+            zl_delete(zl);
+    } else if (zl->create_uncertain) {
+        zl_find_lost_create(zl);
+    } else if (zl->hold) {
+        zl_fair_create(zl);
+    } else {
+        zl_free(zl);
+    }
+}
+
+static void zk_locks_resume(struct zk *zk)
+{
+    struct zlock *zl, *next;
+
+    if (zk->barrier)
+        return;
+    for (zl = TAILQ_FIRST(&zk->zlocks); zl; zl = next) {
+        next = TAILQ_NEXT(zl, link);
+        if (zl->step == ZL_IDLE)
+            zl_start(zl);
+    }
+}
+
+static void zk_locks_forget_reads(struct zk *zk)
+{
+    struct zlock *zl;
+
+    /* Writes stay in flight: their outcome says where our nodes are. A
+     * listing sent behind a create is not believed: on_created lists again. */
+    TAILQ_FOREACH(zl, &zk->zlocks, link)
+        if (zl->step == ZL_LISTING || zl->step == ZL_WATCHING || zl->step == ZL_CHECKING ||
+            zl->step == ZL_LEASED) {
+            zl->gen++;
+            zl->step = ZL_IDLE;
+        } else if (zl->step == ZL_CREATING) {
+            zl->listing_sent = false;
+        }
+}
+
+/* ------------------------------------------------------- backend calls */
+
+enum locks_result zk_lock_acquire(void *impl, struct hold *h, uint64_t *token)
+{
+    struct zk *zk = impl;
+    struct zlock *zl;
+    char parent[512];
+
+    /* A try cannot be answered without ZooKeeper: say so now. */
+    if (hold_try(h) && !zk_serving(zk))
+        return LOCKS_UNAVAILABLE;
+    snprintf(parent, sizeof(parent), "%s/locks/%s", zk->root, hold_name(h));
+    if ((zl = zl_idle_find(zk, parent))) {
+        if (zl_idle_adopt(zl, h, token))
+            return LOCKS_GRANTED;
+        zl_idle_drop(zl);    /* it goes first; ours queues behind it */
+    }
+    /* Nothing would ever retry: fail the request rather than let it hang. */
+    if (!(zl = zl_new(zk, h, parent)))
+        return LOCKS_UNAVAILABLE;
+    /* Answers come from completions, never from here: a failed send only
+     * parks the zlock for the retry timer. */
+    zl_start(zl);
+    return LOCKS_WAITING;
+}
+
+/* The acquisition now serves h (the table moved it into h's slot). */
+void zk_lock_handover(void *impl, struct hold *h)
+{
+    struct zlock *zl = hold_backend_data(h);
+
+    if (!zl)
+        return;
+    zl->hold = h;
+    /* The node's data names the owner that left; STATUS on every daemon
+     * reads it. Rewritten now, or once the node is known. */
+    zl->data_stale = true;
+    zl_write_data(zl);
+}
+
+/* cancel and release: the table is done with the request; take our node back. */
+void zk_lock_let_go(void *impl, struct hold *h)
+{
+    struct zlock *zl = hold_backend_data(h);
+
+    if (!zl)
+        return;
+    zl_detach(zl);
+    if (zl_idle_begin(zl))
+        return;              /* kept for a while: see "idle nodes" */
+    switch (zl->step) {
+    case ZL_DELAYING:
+        evtimer_del(zl->delay_timer);
+        /* fall through */
+    case ZL_HELD:
+    case ZL_WATCHING:
+    case ZL_LEASED:
+        zl_delete_when_connected(zl);   /* the pending watch is stale either way */
+        break;
+    case ZL_IDLE:
+        zl_start(zl);        /* deletes or frees now, or once connected */
+        break;
+    default:
+        break;               /* the reply in flight sees hold == NULL */
+    }
+}
+
+static void zk_locks_drop_held(struct zk *zk, const char *reason)
+{
+    struct zlock *zl, *next;
+
+    for (zl = TAILQ_FIRST(&zk->zlocks); zl; zl = next) {
+        next = TAILQ_NEXT(zl, link);
+        if (zl->step == ZL_HELD && zl->hold && !zl->awaiting_token) {
+            struct hold *h = zl_detach(zl);
+            zl->step = ZL_IDLE;          /* node deleted once connected, if it survived */
+            locks_backend_lost(h, reason);
+        } else if (zl->idle) {
+            zl_idle_drop(zl);            /* not trusted any more either */
+        }
+    }
+}
+
+static void zk_locks_handle_closed(struct zk *zk, bool session_gone)
+{
+    struct zlock *zl, *next;
+
+    zl_free_watches(zk);
+    for (zl = TAILQ_FIRST(&zk->zlocks); zl; zl = next) {
+        next = TAILQ_NEXT(zl, link);
+        zl->child_watched = false;   /* watches belonged to the old handle */
+        if (!session_gone) {
+            /* Look again once connected; an idle node goes then. */
+            if (zl->step == ZL_WATCHING || zl->step == ZL_LEASED) {
+                zl->gen++;
+                zl->step = ZL_IDLE;
+            } else if (zl->idle) {
+                zl_idle_end(zl);
+                zl->gen++;
+                zl->step = ZL_IDLE;   /* zl_start deletes it once connected */
+            }
+            continue;
+        }
+        zl->gen++;
+        if (zl->lease) {
+            /* A lease node is persistent: it is still there (or its create
+             * may have gone through). Look again once connected. */
+            zl->step = ZL_IDLE;
+            continue;
+        }
+        /* Forget nodes (they went with the session); waiters will queue again. */
+        zl_node_gone(zl);
+        zl->create_uncertain = false;
+        zl->create_attempts = 0;
+        if (!zl->hold) {         /* includes the holds dropped at expiry */
+            zl_free(zl);
+        } else if (zl->try) {
+            struct hold *h = zl_detach(zl);
+            zl_free(zl);
+            locks_backend_refused(h, LOCKS_UNAVAILABLE);
+        } else {
+            zl->step = ZL_IDLE;
+        }
+    }
+}
+
+void zk_locks_free_all(struct zk *zk)
+{
+    struct zlock *zl;
+
+    zl_free_watches(zk);
+    while ((zl = TAILQ_FIRST(&zk->zlocks)))
+        zl_free(zl);
+}
+
+/* --------------------------------------------- what the layers below tell */
+
+static void locks_serving(void *arg)
+{
+    zk_locks_resume(arg);
+}
+
+static void locks_lost(void *arg, const char *reason)
+{
+    zk_locks_drop_held(arg, reason);
+}
+
+static void locks_stale_reads(void *arg)
+{
+    zk_locks_forget_reads(arg);
+}
+
+static void locks_closed(void *arg, bool session_gone)
+{
+    zk_locks_handle_closed(arg, session_gone);
+}
+
+/* The node is going: an idle node's keep ends. */
+static void zl_node_going(struct zlock *zl)
+{
+    zl_idle_end(zl);
+}
+
+static void zl_freeing(struct zlock *zl)
+{
+    zl_lease_freeing(zl);
+    zl_idle_end(zl);
+}
+
+int zk_locks_init(struct zk *zk)
+{
+    static const struct zl_hooks hooks = {
+        .next = zl_start,
+        .node_going = zl_node_going,
+        .freeing = zl_freeing,
+    };
+    static const struct zk_listener listener = {
+        .serving = locks_serving,
+        .resume = locks_serving,
+        .lost = locks_lost,
+        .stale_reads = locks_stale_reads,
+        .closed = locks_closed,
+    };
+
+    TAILQ_INIT(&zk->zlocks);
+    TAILQ_INIT(&zk->watches);
+    zl_set_hooks(zk, &hooks);
+    return zk_session_listen(zk, &listener, zk);
+}

@@ -1,0 +1,404 @@
+/*
+ * fair.c - distributed mode, a recipe: the fair queue.
+ *
+ * The node whose 10-digit suffix is lowest holds the lock (shared and
+ * semaphore requests: as many as may hold together); every other node
+ * watches (with a data watch, which a vanished node cannot leave behind)
+ * only the node just before it, or for a semaphore's first waiter, the
+ * parent's children. The fencing token is made (ztoken.h) from the
+ * parent's pzxid in the getChildren reply that showed our node first.
+ *
+ * The getChildren that confirms a new node is sent right behind the multi
+ * that creates it (zl_fair_create), without waiting for its reply:
+ * ZooKeeper answers one session's requests in order, so it sees the node,
+ * and an uncontended grant costs one round trip.
+ *
+ * A request for a lease queues here like any other; once it may hold,
+ * lease_lock.c takes over (zl_convert).
+ */
+#include "config.h"
+#include "recipes.h"
+
+#include <event2/event.h>
+#include <search.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "locks.h"
+#include "log.h"
+
+static void on_listed(int rc, const struct String_vector *children, const struct Stat *stat,
+                      const void *data);
+
+static void zl_list_watching(struct zlock *zl);
+
+static const char *basename_of(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+
+    return slash ? slash + 1 : path;
+}
+
+/* The multi carrying our create was sent: list the parent right behind it. */
+static void on_create_sent(const void *data)
+{
+    const struct zcall *cc = data;
+    struct zlock *zl = zl_find(cc->zk, cc->id);
+    struct zcall *c;
+
+    if (!zl || zl->gen != cc->gen || zl->step != ZL_CREATING || zl->lease || !zl->hold)
+        return;
+    /* Sent again after another write of a multi failed: the listing
+     * behind the earlier attempt is answered before this multi is, while
+     * the create is not known to be done, and on_listed ignores it. */
+    zl->listing_sent = false;
+    if (!(c = zcall_also(zl)))
+        return;              /* on_created lists instead */
+    if (zoo_aget_children2(zl->zk->zh, zl->parent, 0, on_listed, c) != ZOK) {
+        free(c);
+        return;
+    }
+    zl->zk->outstanding++;
+    zl->listing_sent = true;
+}
+
+/* Creates zl's node and lists the parent right behind it. */
+void zl_fair_create(struct zlock *zl)
+{
+    zl_create(zl, on_create_sent);
+}
+
+/* ------------------------------------------------------- list and watch */
+
+/*
+ * Lock-delay across daemons (PROTOCOL.md, Lock-delay). A node whose request
+ * has a lock-delay says so in its name (".d<ms>"). When such a node we
+ * wait behind vanishes, its daemon either deleted it (a release, or the
+ * end of a lock-delay it kept itself) or its session ended. ZooKeeper
+ * deletes a session's ephemeral nodes in one transaction, its session
+ * node (presence.c) among them: if that node is gone too, the holder
+ * did not release, and nobody here goes ahead before the delay has passed
+ * since we saw it go. An answer we cannot read counts as gone.
+ */
+static void on_delay_over(evutil_socket_t fd, short what, void *arg)
+{
+    struct zlock *zl = arg;
+
+    if (zl->step != ZL_DELAYING)
+        return;
+    log_info("zk: lock-delay before %s is over", zl->parent);
+    zl->step = ZL_IDLE;
+    if (zl->zk->state == ZK_CONNECTED || !zl->hold)
+        zl_next(zl);         /* lists again, or deletes a node nobody wants */
+}
+
+static void zl_begin_delay(struct zlock *zl)
+{
+    struct timeval tv = { zl->pred_delay_ms / 1000, (zl->pred_delay_ms % 1000) * 1000 };
+
+    if (!zl->delay_timer && !(zl->delay_timer = evtimer_new(zl->zk->base, on_delay_over, zl))) {
+        zl_list(zl);         /* out of memory: cannot wait, a fencing token still orders */
+        return;
+    }
+    zl->gen++;               /* nothing in flight is ours any more */
+    zl->step = ZL_DELAYING;
+    zl->zk->session_delays++;
+    log_info("zk: the holder before %s in %s ended with its daemon's session, without a "
+             "release: waiting its lock-delay of %lld ms", zl->node, zl->parent,
+             (long long)zl->pred_delay_ms);
+    evtimer_add(zl->delay_timer, &tv);
+}
+
+static void on_session_asked(int rc, const struct Stat *stat, const void *data)
+{
+    struct zlock *zl = zcall_done(data);
+
+    if (!zl || zl->step != ZL_ASKING)
+        return;
+    if (!zl->hold) {
+        zl_next(zl);
+        return;
+    }
+    if (rc == ZOK)
+        zl_list(zl);         /* its session lives: it was released */
+    else
+        zl_begin_delay(zl);
+}
+
+static void zl_ask_session(struct zlock *zl, const char *pred_path)
+{
+    struct zk *zk = zl->zk;
+    char path[512];
+    struct zcall *c;
+
+    /* Our own session deleted it: a release (kept for its delay if abandoned). */
+    if (zl->pred_session == zk->session_id) {
+        zl_list(zl);
+        return;
+    }
+    if (!zl->pred_session) {     /* never read: a node that is not ephemeral */
+        zl_list(zl);
+        return;
+    }
+    if (!(c = zl_begin(zl, ZL_ASKING)))
+        return;
+    zk_session_path(zk, zl->pred_session, path, sizeof(path));
+    log_debug("zk: %s (lock-delay %lld ms) is gone; is %s?", pred_path,
+              (long long)zl->pred_delay_ms, path);
+    zk_sent(zl, c, zoo_aexists(zk->zh, path, 0, on_session_asked, c), "exists");
+}
+
+static void on_watch_event(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+    unsigned gen;
+    struct zlock *zl = watch_fired(ctx, type, &gen);
+
+    if (zl && zl->gen == gen && zl->step == ZL_WATCHING && type == ZOO_DELETED_EVENT &&
+        zl->pred_delay_ms > 0) {
+        zl_ask_session(zl, path);   /* released, or did its session end? */
+    } else if (zl && zl->gen == gen && zl->step == ZL_WATCHING) {
+        log_debug("zk: %s changed; %s looks again", path, zl->node);
+        /* A semaphore's waiter may be first now: that listing must watch. */
+        if (zl->mode == LOCK_LIMIT)
+            zl_list_watching(zl);
+        else
+            zl_list(zl);
+    }
+}
+
+static void on_predecessor_read(int rc, const char *value, int len, const struct Stat *stat,
+                                const void *data)
+{
+    struct zlock *zl = zcall_done_watched(data, rc);
+
+    if (!zl)
+        return;
+    if (rc == ZOK) {
+        zl->pred_session = stat->ephemeralOwner;
+        return;              /* watching; on_watch_event continues */
+    }
+    if (rc == ZNONODE) {
+        zl_list(zl);         /* the predecessor went before we could watch it */
+        return;
+    }
+    zl_park(zl, rc);
+}
+
+static void zl_watch(struct zlock *zl, const char *predecessor)
+{
+    struct zk *zk = zl->zk;
+    char path[512];
+    struct zcall *c = zl_begin_watched(zl, ZL_WATCHING);
+
+    if (!c)
+        return;
+    snprintf(path, sizeof(path), "%s/%s", zl->parent, predecessor);
+    log_debug("zk: %s waits for %s", zl->node, path);
+    zl->pred_delay_ms = zk_kind_of(predecessor).delay_ms;
+    zl->pred_session = 0;
+    zl_sent_watched(zl, c, zoo_awget(zk->zh, path, on_watch_event, c->watch,
+                                     on_predecessor_read, c), "getData");
+}
+
+/* What one listing of the parent says about our node. */
+struct zview {
+    bool found;                /* our node is among the children */
+    bool first_other_class;    /* the first holder is of another class than ours */
+    unsigned below;            /* nodes before ours */
+    unsigned after;            /* nodes after ours */
+    unsigned leases_after;     /* lease nodes after ours */
+    const char *pred;          /* the node just before ours, or NULL */
+    const char *blocker;       /* the last node before ours that is not shared, or NULL */
+    const char *lease;         /* the first lease node, or NULL */
+    const char *lease_blocker; /* the first lease node that is not shared, or NULL */
+};
+
+/*
+ * Reads one listing of the parent. A lease node is a holder wherever it
+ * sits: it replaced an ephemeral node that was first in line when it was
+ * created (zl_convert), so waiters queued behind that one may come before
+ * it. Every lease node seen is handed to the janitor (lease.c).
+ */
+static void zl_view(const struct zlock *zl, const struct String_vector *children,
+                    struct zview *v)
+{
+    const char *mine = basename_of(zl->node), *lowest = NULL;
+    long long my_seq = zk_seq_of(mine), pred_seq = -1, blocker_seq = -1;
+    struct zkind me = { zl->mode, zl->limit, false, 0 };
+    char path[512];
+
+    memset(v, 0, sizeof(*v));
+    /* Order by the sequence suffix alone: prefixes differ between daemons. */
+    for (int i = 0; i < children->count; i++) {
+        const char *child = children->data[i];
+        long long seq = zk_seq_of(child);
+        struct zkind k = zk_kind_of(child);
+
+        if (!lowest || seq < zk_seq_of(lowest))
+            lowest = child;
+        if (k.lease && strcmp(child, mine) != 0) {
+            if (!v->lease || seq < zk_seq_of(v->lease))
+                v->lease = child;
+            if (k.mode != LOCK_SHARED && (!v->lease_blocker || seq < zk_seq_of(v->lease_blocker)))
+                v->lease_blocker = child;
+            v->leases_after += seq > my_seq;
+            snprintf(path, sizeof(path), "%s/%s", zl->parent, child);
+            zk_lease_track(zl->zk, path);
+        }
+        if (strcmp(child, mine) == 0) {
+            v->found = true;
+        } else if (seq > my_seq) {
+            v->after++;
+        } else {
+            v->below++;
+            if (seq > pred_seq) {
+                pred_seq = seq;
+                v->pred = child;
+            }
+            if (seq > blocker_seq && k.mode != LOCK_SHARED) {
+                blocker_seq = seq;
+                v->blocker = child;
+            }
+        }
+    }
+    /* The class of the name is its first holder's: a lease if any. */
+    if (v->lease)
+        lowest = v->lease;
+    v->first_other_class = lowest && strcmp(lowest, mine) != 0 &&
+                           !zk_same_class(zk_kind_of(lowest), me);
+}
+
+/*
+ * Who may hold, over every node before ours whatever its class, and every
+ * lease node: exclusive - no node before it and no lease; shared - no node
+ * before it but shared ones, no lease but shared ones; limit=n - fewer than
+ * n nodes before it and leases after it. A node whose first holder is of
+ * another class is refused (CONFLICT), so classes never hold together.
+ */
+static bool zl_may_hold(const struct zlock *zl, const struct zview *v)
+{
+    switch (zl->mode) {
+    case LOCK_SHARED:
+        return v->blocker == NULL && v->lease_blocker == NULL;
+    case LOCK_LIMIT:
+        return v->below + v->leases_after < zl->limit;
+    default:
+        return v->below == 0 && v->lease == NULL;
+    }
+}
+
+/* Waits for the one change that can let us in (no herd): the node just
+ * before ours goes (exclusive), the last non-shared one before ours goes
+ * (shared), then the leases that still hold; for a semaphore's first
+ * waiter, any holder goes. */
+static void zl_wait(struct zlock *zl, const struct zview *v, bool children_watched)
+{
+    if (zl->mode == LOCK_LIMIT && (v->below + v->leases_after == zl->limit ||
+                                   v->leases_after > 0)) {
+        /* First in line (or behind leases, which may sit anywhere): any
+         * holder's departure may let us in. The listing that showed this
+         * must itself have set the watch, or a departure between the two
+         * would go unnoticed. */
+        if (children_watched) {
+            zl->step = ZL_WATCHING;
+            log_debug("zk: %s waits for one of %u holders", zl->node, zl->limit);
+        } else {
+            zl_list_watching(zl);
+        }
+        return;
+    }
+    /* A later semaphore waiter watches its predecessor, which rewrites its
+     * own data once granted (see zl_write_data): then this one is first. */
+    if (zl->mode == LOCK_SHARED)
+        zl_watch(zl, v->blocker ? v->blocker : v->lease_blocker);
+    else
+        zl_watch(zl, v->pred ? v->pred : v->lease);
+}
+
+static void on_listed(int rc, const struct String_vector *children, const struct Stat *stat,
+                      const void *data)
+{
+    /* A listing that set a child watch (zl_list_watching) succeeded. */
+    bool children_watched = rc == ZOK && ((const struct zcall *)data)->watch;
+    struct zlock *zl = zcall_done_watched(data, rc);
+    struct zview v;
+    struct hold *h;
+
+    /* A listing sent behind a create that failed or is sent again: the
+     * create's own reply decides (on_created). */
+    if (!zl || zl->step != ZL_LISTING)
+        return;
+    if (rc == ZNONODE) {     /* the parent, and so our node, is gone */
+        zl_node_gone(zl);
+        zl_next(zl);
+        return;
+    }
+    if (rc != ZOK) {
+        zl_park(zl, rc);
+        return;
+    }
+    zl_view(zl, children, &v);
+    if (!v.found) {          /* our node vanished (session trouble): start over */
+        log_warn("zk: %s is gone; creating a new node", zl->node);
+        zl_node_gone(zl);
+        zl_next(zl);
+        return;
+    }
+    if (!zl->hold) {
+        zl_delete(zl);
+        return;
+    }
+    if (v.first_other_class) {    /* another daemon uses the name in another mode */
+        h = zl_detach(zl);
+        zl_delete(zl);
+        locks_backend_refused(h, LOCKS_CONFLICT);
+        return;
+    }
+    if (zl_may_hold(zl, &v) && zl->ttl_ms > 0) {
+        zl_convert(zl);      /* a lease: a persistent node takes over from ours */
+        return;
+    }
+    if (zl_may_hold(zl, &v)) {
+        if (!zl_take_token(zl, stat->pzxid))
+            return;
+        zl->step = ZL_HELD;
+        zl->create_attempts = 0;
+        zl->handoffs = 0;
+        log_debug("zk: %s holds %s, token %llu", zl->node, zl->parent,
+                  (unsigned long long)zl->token);
+        /* The semaphore waiter after ours may have seen this node waiting
+         * and watch it: tell it that it may be first now. Whoever lists
+         * after this listing sees this node holding and needs no word. */
+        if (zl->mode == LOCK_LIMIT && v.after > 0)
+            zl_write_data(zl);
+        locks_backend_granted(zl->hold, zl->token);
+        return;
+    }
+    if (zl->try) {           /* not first: give the place back, answer busy */
+        h = zl_detach(zl);
+        zl_delete(zl);
+        locks_backend_refused(h, LOCKS_BUSY);
+        return;
+    }
+    zl_wait(zl, &v, children_watched);
+}
+
+void zl_list(struct zlock *zl)
+{
+    struct zcall *c = zl_begin(zl, ZL_LISTING);
+
+    if (c)
+        zk_sent(zl, c, zoo_aget_children2(zl->zk->zh, zl->parent, 0, on_listed, c),
+                "getChildren");
+}
+
+/* Lists with a child watch; on_listed decides whether to keep waiting on it. */
+static void zl_list_watching(struct zlock *zl)
+{
+    struct zcall *c = zl_begin_watched(zl, ZL_LISTING);
+
+    if (c)
+        zl_sent_watched(zl, c, zoo_awget_children2(zl->zk->zh, zl->parent, on_watch_event,
+                                                   c->watch, on_listed, c), "getChildren");
+}

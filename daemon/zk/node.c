@@ -1,0 +1,338 @@
+/*
+ * node.c - distributed mode, node machinery: one acquisition's node in
+ * ZooKeeper (node.h).
+ *
+ * Each acquisition has an EPHEMERAL_SEQUENTIAL node
+ * <root>/locks/<name>/<daemon>-<id>-<tag>-NNNNNNNNNN (a lease's is
+ * persistent, lease_lock.c). Creates, deletes and writes of the node's
+ * data go out in multis (batch.c). A create whose reply was lost is looked
+ * for by name after reconnecting, and deletes are retried until they
+ * succeed, the node is gone, or the session is. Once a create, a find or
+ * a delete is answered, zl_next() lets the layer above decide.
+ */
+#include "config.h"
+#include "node.h"
+
+#include <event2/event.h>
+#include <search.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "locks.h"
+#include "log.h"
+#include "ztoken.h"
+
+/* How often ancestors may be re-created for one acquisition before we wait
+ * for the retry timer (a container parent can vanish between two calls). */
+#define CREATE_ATTEMPTS 5
+
+/* ---------------------------------------------------------- the node's data */
+
+/* Completion of a write of our node's data, which nothing waits for. */
+static void on_data_written(int rc, const struct Stat *stat, const void *data)
+{
+    struct zlock *zl = nodecall_done((struct nodecall *)data);
+
+    if (rc != ZOK && rc != ZNONODE)
+        log_debug("zk: writing a node's data: %s", zerror(rc));
+    if (!zl)
+        return;
+    zl->data_writing = false;
+    if (rc != ZOK && rc != ZNONODE)
+        zl->data_stale = true;    /* written again once connected (zl_start) */
+    else if (zl->data_stale && (zl->hold || zl->idle))
+        zl_write_data(zl);        /* the owner changed meanwhile */
+}
+
+/* "daemon=<id> client=<owner>": who a node is for, read by STATUS. */
+static void zl_format_data(const struct zlock *zl, char *buf, size_t len)
+{
+    const char *label = zl->hold ? hold_label(zl->hold) : NULL;
+    int n = snprintf(buf, len, "daemon=%s client=%s%s%s", zl->zk->daemon_id,
+                     zl->hold ? hold_owner_desc(zl->hold) : "-", label ? " label=" : "",
+                     label ? label : "");
+
+    /* A lease's end, as wall-clock ms: what any daemon may remove it by. */
+    if (zl->lease && n > 0 && (size_t)n < len)
+        snprintf(buf + n, len - (size_t)n, " deadline=%lld",
+                 (long long)(zk_now_ms() + zl->ttl_ms));
+}
+
+/*
+ * Rewrites our node's data with the current owner. A data watch on the
+ * node fires, so this also wakes the waiter behind it, which is how a
+ * semaphore's next waiter learns that it is now the first one. Sent
+ * without a zcall: nothing waits for the reply, and the zlock's
+ * generation (which keeps a pending watch valid) must not change.
+ */
+/*
+ * Queues a write of our node's current data (batch.c: it may share a
+ * multi's zxid with other writes); done gets a nodecall. Returns ZOK, or
+ * the error with nothing sent.
+ */
+int zl_send_data(struct zlock *zl, stat_completion_t done)
+{
+    struct zk *zk = zl->zk;
+    struct nodecall *n = nodecall_new(zl);
+    char data[512];
+    int rc;
+
+    if (!n)
+        return ZSYSTEMERROR;
+    zl_format_data(zl, data, sizeof(data));
+    if ((rc = zk_batch_set(zk, zl->node, data, (int)strlen(data), -1, done, n)) != ZOK) {
+        free(n);
+        return rc;
+    }
+    zl->data_stale = false;
+    zl->data_writing = true;
+    zk->outstanding++;
+    zk_kick(zk);
+    return ZOK;
+}
+
+void zl_write_data(struct zlock *zl)
+{
+    zl->data_stale = true;
+    /* One write at a time: its completion sends the newest owner, so a lock
+     * passed on locally many times meanwhile costs one more write, not one
+     * per handoff. No token depends on its zxid. */
+    if (zl->node && zl->zk->state == ZK_CONNECTED && !zl->data_writing)
+        zl_send_data(zl, on_data_written);
+}
+
+/*
+ * The grant's token, made from zxid into zl->token (ztoken.h). A zxid too
+ * large for a token is refused rather than wrapped: the request gets
+ * UNAVAILABLE and our node goes. Returns false then (zl is detached).
+ */
+bool zl_take_token(struct zlock *zl, int64_t zxid)
+{
+    struct hold *h;
+
+    if (ztoken_of_zxid(zxid, &zl->token))
+        return true;
+    log_error("zk: zxid %lld is beyond what a fencing token can carry (2^56); "
+              "not granting %s", (long long)zxid, zl->parent);
+    h = zl_detach(zl);
+    zl_delete(zl);
+    if (h)
+        locks_backend_refused(h, LOCKS_UNAVAILABLE);
+    return false;
+}
+
+/* ---------------------------------------------------------------- create */
+
+static void on_ancestor_created(int rc, const char *value, const void *data)
+{
+    struct zk *zk = (struct zk *)data;
+
+    zk->outstanding--;
+    /* A ZNOAUTH comes again for the node created under it, which says why. */
+    if (rc != ZOK && rc != ZNODEEXISTS && rc != ZCONNECTIONLOSS && rc != ZCLOSING &&
+        rc != ZSESSIONEXPIRED && rc != ZOPERATIONTIMEOUT && rc != ZNOAUTH)
+        log_warn("zk: creating a parent node: %s", zerror(rc));
+}
+
+/* Sends creates for <root>, <root>/locks (persistent) and the lock's parent
+ * (a container, so that the server removes it once empty). Their replies do
+ * not matter: the create of our node that follows them says it all. */
+static void zk_create_ancestors(struct zk *zk, const char *parent)
+{
+    char path[512];
+
+    for (const char *p = strchr(parent + 1, '/');; p = strchr(p + 1, '/')) {
+        size_t len = p ? (size_t)(p - parent) : strlen(parent);
+        int flags = p ? 0 : ZOO_CONTAINER;
+
+        snprintf(path, sizeof(path), "%.*s", (int)len, parent);
+        if (zoo_acreate(zk->zh, path, NULL, -1, zk->acl, flags,
+                        on_ancestor_created, zk) == ZOK)
+            zk->outstanding++;
+        if (!p)
+            break;
+    }
+}
+
+static void on_created(int rc, const char *value, const void *data)
+{
+    struct zlock *zl = zcall_done(data);
+
+    if (!zl)
+        return;
+    switch (rc) {
+    case ZOK:
+        zl->node = strdup(value);
+        zl->create_uncertain = false;
+        if (!zl->node) {   /* cannot track it: let the session's end remove it */
+            log_error("zk: out of memory tracking %s", value);
+            zl_try_unavailable(zl);
+            zl->step = ZL_IDLE;
+            return;
+        }
+        log_debug("zk: created %s", zl->node);
+        if (zl->data_stale)
+            zl_write_data(zl);
+        if (zl->listing_sent && zl->hold && !zl->lease) {
+            zl->listing_sent = false;
+            zl->step = ZL_LISTING;   /* its reply comes next: on_listed */
+            break;
+        }
+        zl_next(zl);             /* a new request makes that listing stale */
+        break;
+    case ZNONODE:
+        /* The parent is missing (never made, or an empty container removed). */
+        zl->create_uncertain = false;
+        zl->step = ZL_IDLE;
+        if (zl->create_attempts >= CREATE_ATTEMPTS) {
+            zl->create_attempts = 0;
+            zl_park(zl, rc);
+            return;
+        }
+        zk_create_ancestors(zl->zk, zl->parent);
+        zl_next(zl);
+        break;
+    case ZCONNECTIONLOSS:
+    case ZOPERATIONTIMEOUT:
+    case ZCLOSING:           /* the handle was reopened: whether it went out is unknown */
+        /* The node may exist: look for it by name once connected again. */
+        zl->create_uncertain = true;
+        zl_park(zl, rc);
+        break;
+    default:
+        zl->create_uncertain = false;   /* session gone: so is any node */
+        zl_park(zl, rc);
+        break;
+    }
+}
+
+void zl_create(struct zlock *zl, zk_batch_sent_fn sent)
+{
+    struct zk *zk = zl->zk;
+    char prefix[512], data[512];
+    struct zcall *c = zl_begin(zl, ZL_CREATING);
+
+    if (!c)
+        return;
+    char tag[24];
+
+    if (zl->mode == LOCK_LIMIT)
+        snprintf(tag, sizeof(tag), "limit%u%s", zl->limit, zl->lease ? ".lease" : "");
+    else
+        snprintf(tag, sizeof(tag), "%s%s", zl->mode == LOCK_SHARED ? "shared" : "excl",
+                 zl->lease ? ".lease" : "");
+    if (zl->delay_ms > 0)
+        snprintf(tag + strlen(tag), sizeof(tag) - strlen(tag), ".d%lld",
+                 (long long)zl->delay_ms);
+    /* The daemon id and request id make the node findable if the reply is
+     * lost; the tag tells every daemon what the node asks for. */
+    snprintf(prefix, sizeof(prefix), "%s/%s-%llu-%s-", zl->parent, zk->daemon_id,
+             (unsigned long long)zl->id, tag);
+    zl->data_stale = false;
+    zl_format_data(zl, data, sizeof(data));
+    zl->create_attempts++;
+    zl->create_sent = true;
+    zl->listing_sent = false;
+    /* A lease outlives this daemon's session: its node is persistent. */
+    zk_sent(zl, c,
+            zk_batch_create(zk, prefix, data, (int)strlen(data), zk->acl,
+                            zl->lease ? ZOO_PERSISTENT_SEQUENTIAL : ZOO_EPHEMERAL_SEQUENTIAL,
+                            on_created, sent, c),
+            "create");
+}
+
+/* ------------------------------------------------ find a lost create's node */
+
+static void on_found(int rc, const struct String_vector *children, const void *data)
+{
+    struct zlock *zl = zcall_done(data);
+    char prefix[128];
+
+    if (!zl)
+        return;
+    if (rc != ZOK && rc != ZNONODE) {
+        zl_park(zl, rc);
+        return;
+    }
+    zl->create_uncertain = false;
+    snprintf(prefix, sizeof(prefix), "%s-%llu-", zl->zk->daemon_id, (unsigned long long)zl->id);
+    for (int i = 0; rc == ZOK && i < children->count; i++) {
+        if (strncmp(children->data[i], prefix, strlen(prefix)) == 0) {
+            size_t len = strlen(zl->parent) + strlen(children->data[i]) + 2;
+            if ((zl->node = malloc(len)))
+                snprintf(zl->node, len, "%s/%s", zl->parent, children->data[i]);
+            log_info("zk: found %s, whose create reply was lost", zl->node);
+            if (zl->data_stale)
+                zl_write_data(zl);
+            break;
+        }
+    }
+    zl_next(zl);
+}
+
+void zl_find_lost_create(struct zlock *zl)
+{
+    struct zcall *c = zl_begin(zl, ZL_FINDING);
+
+    if (c)
+        zk_sent(zl, c, zoo_aget_children(zl->zk->zh, zl->parent, 0, on_found, c),
+                "getChildren");
+}
+
+/* ---------------------------------------------------------------- delete */
+
+static void on_deleted(int rc, const void *data)
+{
+    struct zlock *zl = zcall_done(data);
+
+    if (!zl)
+        return;
+    if (rc == ZOK || rc == ZNONODE) {
+        zl_node_gone(zl);
+        zl_next(zl);
+        return;
+    }
+    if (rc == ZSESSIONEXPIRED && !zl->lease) {   /* the node went with the session */
+        zl_node_gone(zl);
+    }
+    zl_park(zl, rc);
+}
+
+/* Our node goes now, or, while not connected, once connected (zl_start
+ * deletes a node nobody holds); a pending reply or watch is made stale. */
+void zl_delete_when_connected(struct zlock *zl)
+{
+    if (zl->zk->state == ZK_CONNECTED) {
+        zl_delete(zl);
+    } else {
+        zl->gen++;
+        zl->step = ZL_IDLE;
+    }
+}
+
+void zl_delete(struct zlock *zl)
+{
+    struct zcall *c;
+
+    zl->zk->zl_hooks->node_going(zl);   /* an idle node is no more */
+    c = zl_begin(zl, ZL_DELETING);
+
+    if (!c)
+        return;
+    log_debug("zk: deleting %s", zl->node);
+    zk_sent(zl, c, zk_batch_delete(zl->zk, zl->node, -1, on_deleted, c), "delete");
+}
+
+void zl_node_gone(struct zlock *zl)
+{
+    zl->zk->zl_hooks->node_going(zl);
+    free(zl->node);
+    zl->node = NULL;
+    zl->epoch++;             /* writes and watches for the old node are stale */
+    zl->child_watched = false;
+    zl->contended = false;
+    zl->data_writing = false;
+    zl->handoffs = 0;
+    zl->awaiting_token = false;  /* a waiting holder queues again with a new node */
+}

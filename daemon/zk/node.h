@@ -1,0 +1,49 @@
+/*
+ * node.h - distributed mode, the node machinery (zk.h draws the layers),
+ * on group commit and the session:
+ *
+ *   names.c   what a lock node's name says (mode, limit, lease, lock-delay)
+ *   zlock.c   struct zlock, one acquisition's node: bookkeeping, request
+ *             and watch contexts, parking on errors
+ *   node.c    create (and find a create whose reply was lost), write the
+ *             node's data, delete; the grant's token from a zxid
+ *
+ * It knows no recipe: whatever must happen next once a create, a find or a
+ * delete is answered, and what a node's end means to the layers above,
+ * goes through the hooks they registered (struct zl_hooks). A completion
+ * or a watch carries its zlock's id, looked up again when it runs.
+ */
+#ifndef LOCKBROKER_ZK_NODE_H
+#define LOCKBROKER_ZK_NODE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "batch.h"
+#include "names.h"
+#include "zlock.h"
+
+/* ------------------------------------------------------------- node.c */
+
+/* Creates zl's node (sequential; persistent for a lease). sent, if not
+ * NULL, is told with the request's context right after the multi carrying
+ * the create went out. */
+void zl_create(struct zlock *zl, zk_batch_sent_fn sent);
+/* Lists the parent for the node whose create reply was lost. */
+void zl_find_lost_create(struct zlock *zl);
+/* Queues a write of our node's current data; done gets a nodecall.
+ * Returns ZOK, or the error with nothing sent. */
+int zl_send_data(struct zlock *zl, stat_completion_t done);
+/* Rewrites our node's data with the current owner, once at a time. */
+void zl_write_data(struct zlock *zl);
+/* The grant's token, made from zxid into zl->token (ztoken.h); false when
+ * the zxid is too large (zl is detached, its request refused). */
+bool zl_take_token(struct zlock *zl, int64_t zxid);
+/* Deletes our node (its completion decides what next). */
+void zl_delete(struct zlock *zl);
+/* Our node goes now, or, while not connected, once connected. */
+void zl_delete_when_connected(struct zlock *zl);
+/* Our node is gone: forgets it (writes and watches for it become stale). */
+void zl_node_gone(struct zlock *zl);
+
+#endif

@@ -1,0 +1,86 @@
+/*
+ * recipes.h - distributed mode, the recipes and what sits beside them (zk.h
+ * draws the layers), on the node machinery (node.h):
+ *
+ *   fair.c        the fair queue: list, watch the node before ours, grant
+ *   lease_lock.c  a granted request held as a lease: a persistent node
+ *   lease.c       leases made by any daemon: the janitor, release and
+ *                 renewal by token, the start-up sweep
+ *   handoff.c     local handoff and idle nodes
+ *   query.c       read-only queries for STATUS
+ *
+ * Within the layer, calls go one way: fair.c -> lease_lock.c -> lease.c.
+ */
+#ifndef LOCKBROKER_ZK_RECIPES_H
+#define LOCKBROKER_ZK_RECIPES_H
+
+#include "node.h"
+
+/* fair.c */
+/* Creates zl's node and lists the parent right behind the multi. */
+void zl_fair_create(struct zlock *zl);
+/* Lists the parent: may our node hold? Grants, waits or refuses. */
+void zl_list(struct zlock *zl);
+
+/* lease_lock.c */
+/* zl may hold and is for a lease: a new zlock, holding a persistent
+ * node, takes its request over; zl's node holds until that node exists. */
+void zl_convert(struct zlock *zl);
+/* zl_start() for a lease zlock (zl->lease). */
+void zl_lease_start(struct zlock *zl);
+/* zl is about to be freed: the ephemeral node it was converted from, if
+ * any, is let go. */
+void zl_lease_freeing(struct zlock *zl);
+
+/* lease.c: leases in ZooKeeper (see the comment there). */
+/* Registers the start-up sweep with the session. Returns 0 or -1. */
+int zk_lease_init(struct zk *zk);
+/* Makes sure the lease node at path is removed once it has expired
+ * (lease_skew_ms after its deadline), unless it is renewed or removed
+ * first. path is copied. */
+void zk_lease_track(struct zk *zk, const char *path);
+/* The backend op (backend.h): release or renew a lease by its token. */
+enum locks_result zk_lease_op(void *impl, const char *name, uint64_t token, int64_t ttl_ms,
+                              backend_lease_cb cb, void *arg, struct backend_lease_op **pending);
+void zk_lease_op_cancel(void *impl, struct backend_lease_op *op);
+/* Frees the lease bookkeeping (the daemon is stopping). */
+void zk_lease_free_all(struct zk *zk);
+
+/* handoff.c */
+/* Makes the idle nodes' timer. Returns 0 or -1; zk_idle_free() frees it. */
+int zk_idle_init(struct zk *zk);
+void zk_idle_free(struct zk *zk);
+/* The backend op (backend.h): passes a held lock on to a local waiter. */
+enum locks_result zk_lock_pass_on(void *impl, struct hold *from, struct hold *to,
+                                  uint64_t *token);
+/* Passed on at the end of a turn: is another daemon waiting? */
+void zl_check_turn(struct zlock *zl);
+/* zl's holder released it and nobody here waits: keeps the node idle for
+ * a while (true), or not (false). */
+bool zl_idle_begin(struct zlock *zl);
+/* Looks up the idle node of a name (its parent path), or NULL. */
+struct zlock *zl_idle_find(struct zk *zk, const char *parent);
+/* A LOCK of the name of an idle node: takes it over (true, *token set),
+ * or false. */
+bool zl_idle_adopt(struct zlock *zl, struct hold *h, uint64_t *token);
+/* Stops keeping zl's node idle (if it was). */
+void zl_idle_end(struct zlock *zl);
+/* The idle node goes now, or once connected. */
+void zl_idle_drop(struct zlock *zl);
+
+/* query.c: the backend ops for STATUS (see backend.h). */
+struct backend_query *zk_query(void *impl, const char *name, struct backend_queue_info *now,
+                               backend_query_cb cb, void *arg);
+void zk_query_cancel(void *impl, struct backend_query *q);
+
+/* acquire.c: the backend ops for acquisitions (see backend.h). */
+/* Registers the node machinery's hooks and the session's listener.
+ * Returns 0 or -1. */
+int zk_locks_init(struct zk *zk);
+enum locks_result zk_lock_acquire(void *impl, struct hold *h, uint64_t *token);
+void zk_lock_handover(void *impl, struct hold *h);
+void zk_lock_let_go(void *impl, struct hold *h);
+/* Frees every request without calling the table (the daemon is stopping). */
+void zk_locks_free_all(struct zk *zk);
+
+#endif
