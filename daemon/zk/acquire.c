@@ -58,7 +58,7 @@ static void zk_locks_resume(struct zk *zk)
 
     if (zk->barrier)
         return;
-    for (zl = TAILQ_FIRST(&zk->zlocks); zl; zl = next) {
+    for (zl = TAILQ_FIRST(&zk->nodes->zlocks); zl; zl = next) {
         next = TAILQ_NEXT(zl, link);
         if (zl->step == ZL_IDLE)
             zl_start(zl);
@@ -71,7 +71,7 @@ static void zk_locks_forget_reads(struct zk *zk)
 
     /* Writes stay in flight: their outcome says where our nodes are. A
      * listing sent behind a create is not believed: on_created lists again. */
-    TAILQ_FOREACH(zl, &zk->zlocks, link)
+    TAILQ_FOREACH(zl, &zk->nodes->zlocks, link)
         if (zl->step == ZL_LISTING || zl->step == ZL_WATCHING || zl->step == ZL_CHECKING ||
             zl->step == ZL_LEASED) {
             zl->gen++;
@@ -152,7 +152,7 @@ static void zk_locks_drop_held(struct zk *zk, const char *reason)
 {
     struct zlock *zl, *next;
 
-    for (zl = TAILQ_FIRST(&zk->zlocks); zl; zl = next) {
+    for (zl = TAILQ_FIRST(&zk->nodes->zlocks); zl; zl = next) {
         next = TAILQ_NEXT(zl, link);
         if (zl->step == ZL_HELD && zl->hold && !zl->awaiting_token) {
             struct hold *h = zl_detach(zl);
@@ -169,7 +169,7 @@ static void zk_locks_handle_closed(struct zk *zk, bool session_gone)
     struct zlock *zl, *next;
 
     zl_free_watches(zk);
-    for (zl = TAILQ_FIRST(&zk->zlocks); zl; zl = next) {
+    for (zl = TAILQ_FIRST(&zk->nodes->zlocks); zl; zl = next) {
         next = TAILQ_NEXT(zl, link);
         zl->child_watched = false;   /* watches belonged to the old handle */
         if (!session_gone) {
@@ -211,9 +211,12 @@ void zk_locks_free_all(struct zk *zk)
 {
     struct zlock *zl;
 
+    if (!zk->nodes)
+        return;
     zl_free_watches(zk);
-    while ((zl = TAILQ_FIRST(&zk->zlocks)))
+    while ((zl = TAILQ_FIRST(&zk->nodes->zlocks)))
         zl_free(zl);
+    zl_nodes_free(zk);
 }
 
 /* --------------------------------------------- what the layers below tell */
@@ -265,8 +268,7 @@ int zk_locks_init(struct zk *zk)
         .closed = locks_closed,
     };
 
-    TAILQ_INIT(&zk->zlocks);
-    TAILQ_INIT(&zk->watches);
-    zl_set_hooks(zk, &hooks);
+    if (zl_nodes_init(zk, &hooks) < 0)
+        return -1;
     return zk_session_listen(zk, &listener, zk);
 }

@@ -110,6 +110,7 @@ static void zk_free(void *impl)
     zk_locks_free_all(zk);
     zk_lease_free_all(zk);
     zk_idle_free(zk);
+    zk_batch_free(zk);
     zk_presence_free(zk);
     zk_session_free(zk);
     free(zk);
@@ -139,17 +140,17 @@ static void zk_stats(void *impl, backend_stat_fn add, void *cookie)
     stat_u64(add, cookie, "zk_sessions", zk->sessions);
     stat_u64(add, cookie, "zk_reconnects", zk->reconnects);
     stat_u64(add, cookie, "zk_outstanding", zk->outstanding);
-    stat_u64(add, cookie, "zk_requests", zk->nzlocks - zk->nidle);
-    stat_u64(add, cookie, "zk_idle_nodes", zk->nidle);
-    stat_u64(add, cookie, "zk_idle_reuses", zk->idle_reuses);
-    stat_u64(add, cookie, "zk_leases_removed", zk->leases_removed);
+    stat_u64(add, cookie, "zk_requests", zk->nodes->nzlocks - zk->idle->nidle);
+    stat_u64(add, cookie, "zk_idle_nodes", zk->idle->nidle);
+    stat_u64(add, cookie, "zk_idle_reuses", zk->idle->idle_reuses);
+    stat_u64(add, cookie, "zk_leases_removed", zk->leases->leases_removed);
     stat_u64(add, cookie, "zk_session_delays", zk->session_delays);
-    stat_u64(add, cookie, "zk_batches", zk->batches);
-    stat_u64(add, cookie, "zk_batched_ops", zk->batched_ops);
-    stat_u64(add, cookie, "zk_batch_failures", zk->batch_failures);
-    stat_u64(add, cookie, "zk_batch_resent", zk->batch_resent);
-    stat_u64(add, cookie, "zk_batches_inflight", zk->batches_inflight);
-    stat_u64(add, cookie, "zk_write_queue", zk->wq_len);
+    stat_u64(add, cookie, "zk_batches", zk->batch->batches);
+    stat_u64(add, cookie, "zk_batched_ops", zk->batch->batched_ops);
+    stat_u64(add, cookie, "zk_batch_failures", zk->batch->batch_failures);
+    stat_u64(add, cookie, "zk_batch_resent", zk->batch->batch_resent);
+    stat_u64(add, cookie, "zk_batches_inflight", zk->batch->batches_inflight);
+    stat_u64(add, cookie, "zk_write_queue", zk->batch->wq_len);
 }
 
 static void zk_histograms(void *impl, backend_hist_fn add, void *cookie)
@@ -158,8 +159,8 @@ static void zk_histograms(void *impl, backend_hist_fn add, void *cookie)
 
     add(cookie, "zk_request_duration_seconds",
         "ZooKeeper requests of the lock recipe (create, list, read, delete), from sending to "
-        "completion", &zk->request_hist, true);
+        "completion", &zk->nodes->request_hist, true);
     add(cookie, "zk_batch_size_ops",
-        "Writes (creates and deletes of lock nodes) per ZooKeeper multi sent", &zk->batch_hist,
-        false);
+        "Writes (creates and deletes of lock nodes) per ZooKeeper multi sent",
+        &zk->batch->batch_hist, false);
 }

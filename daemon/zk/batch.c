@@ -103,8 +103,8 @@ static struct zwrite *zwrite_new(struct zk *zk, int type, const char *path, cons
     w->arg = arg;
     /* Path and data, ACL, headers: an estimate is all a cap needs. */
     w->bytes = plen + dlen + 64;
-    TAILQ_INSERT_TAIL(&zk->wq, w, link);
-    zk->wq_len++;
+    TAILQ_INSERT_TAIL(&zk->batch->wq, w, link);
+    zk->batch->wq_len++;
     zk_kick(zk);
     return w;
 }
@@ -178,10 +178,10 @@ static void batch_send(struct zk *zk)
     }
     b->zk = zk;
     b->n = 0;
-    while ((w = TAILQ_FIRST(&zk->wq)) && b->n < BATCH_OPS &&
+    while ((w = TAILQ_FIRST(&zk->batch->wq)) && b->n < BATCH_OPS &&
            (b->n == 0 || (bytes + w->bytes <= BATCH_BYTES && !w->alone && !b->w[0]->alone))) {
-        TAILQ_REMOVE(&zk->wq, w, link);
-        zk->wq_len--;
+        TAILQ_REMOVE(&zk->batch->wq, w, link);
+        zk->batch->wq_len--;
         bytes += w->bytes;
         if (w->type == ZOO_CREATE_OP)
             zoo_create_op_init(&ops[b->n], w->path, w->data, w->datalen, w->acl, w->flags,
@@ -206,10 +206,10 @@ static void batch_send(struct zk *zk)
         free(b);
         return;
     }
-    zk->batches_inflight++;
-    zk->batches++;
-    zk->batched_ops += (uint64_t)b->n;
-    histogram_observe(&zk->batch_hist, b->n);
+    zk->batch->batches_inflight++;
+    zk->batch->batches++;
+    zk->batch->batched_ops += (uint64_t)b->n;
+    histogram_observe(&zk->batch->batch_hist, b->n);
     /* Requests sent now reach the server after this multi. */
     for (int i = 0; i < b->n; i++)
         if (b->w[i]->sent)
@@ -222,10 +222,11 @@ static void batch_send(struct zk *zk)
 static void batch_flush(void *arg)
 {
     struct zk *zk = arg;
+    struct zk_batch *zb = zk->batch;
     struct zwrite *w;
 
     /* Writes sent alone after a failure do not wait for the window. */
-    while ((w = TAILQ_FIRST(&zk->wq)) && (w->alone || zk->batches_inflight < BATCH_WINDOW) &&
+    while ((w = TAILQ_FIRST(&zb->wq)) && (w->alone || zb->batches_inflight < BATCH_WINDOW) &&
            zk->zh && zk->state == ZK_CONNECTED)
         batch_send(zk);
 }
@@ -237,9 +238,9 @@ static void on_batch_done(int rc, const void *data)
     struct zwrite *again[BATCH_OPS];
     int nagain = 0, nfailed = 0;
 
-    zk->batches_inflight--;
+    zk->batch->batches_inflight--;
     if (rc != ZOK) {
-        zk->batch_failures++;
+        zk->batch->batch_failures++;
         log_debug("zk: a multi of %d writes failed: %s", b->n, zerror(rc));
     }
     for (int i = 0; i < b->n; i++) {
@@ -262,10 +263,10 @@ static void on_batch_done(int rc, const void *data)
     }
     /* Back to the head of the queue, in their order. */
     for (int i = nagain - 1; i >= 0; i--) {
-        TAILQ_INSERT_HEAD(&zk->wq, again[i], link);
-        zk->wq_len++;
+        TAILQ_INSERT_HEAD(&zk->batch->wq, again[i], link);
+        zk->batch->wq_len++;
     }
-    zk->batch_resent += (uint64_t)nagain;
+    zk->batch->batch_resent += (uint64_t)nagain;
     free(b);
     zk_kick(zk);
 }
@@ -278,11 +279,11 @@ static void batch_fail_queued(void *arg, int rc)
     struct zwrite *w;
 
     if (rc == ZCLOSING)
-        zk->batches_inflight = 0;  /* their completions ran, with ZCLOSING */
+        zk->batch->batches_inflight = 0;  /* their completions ran, with ZCLOSING */
     /* A completion may queue more: those fail too. */
-    while ((w = TAILQ_FIRST(&zk->wq))) {
-        TAILQ_REMOVE(&zk->wq, w, link);
-        zk->wq_len--;
+    while ((w = TAILQ_FIRST(&zk->batch->wq))) {
+        TAILQ_REMOVE(&zk->batch->wq, w, link);
+        zk->batch->wq_len--;
         zwrite_finish(w, rc);
     }
 }
@@ -294,6 +295,14 @@ int zk_batch_init(struct zk *zk)
         .down = batch_fail_queued,
     };
 
-    TAILQ_INIT(&zk->wq);
+    if (!(zk->batch = calloc(1, sizeof(*zk->batch))))
+        return -1;
+    TAILQ_INIT(&zk->batch->wq);
     return zk_session_listen(zk, &listener, zk);
+}
+
+void zk_batch_free(struct zk *zk)
+{
+    free(zk->batch);
+    zk->batch = NULL;
 }

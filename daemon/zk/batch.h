@@ -7,13 +7,31 @@
 #ifndef LOCKBROKER_ZK_BATCH_H
 #define LOCKBROKER_ZK_BATCH_H
 
+#include <sys/queue.h>
+
+#include "histogram.h"
 #include "session.h"
+
+struct zwrite;
+
+/* batch.c's state (zk->batch). */
+struct zk_batch {
+    TAILQ_HEAD(, zwrite) wq;           /* writes waiting for a multi, oldest first */
+    unsigned wq_len;
+    unsigned batches_inflight;         /* multis sent and not answered */
+    uint64_t batches, batched_ops;     /* multis sent; writes they carried (re-sends too) */
+    uint64_t batch_failures;           /* multis that failed (an operation, or the connection) */
+    uint64_t batch_resent;             /* writes sent again after another one failed */
+    struct histogram batch_hist;       /* writes per multi sent */
+};
 
 /* Told, with the write's arg, right after a multi carrying it was sent:
  * requests sent now are answered after that multi. */
 typedef void (*zk_batch_sent_fn)(const void *arg);
-/* Registers group commit with zk's session. Returns 0 or -1. */
+/* Makes zk->batch and registers group commit with zk's session. Returns 0
+ * or -1; zk_batch_free() frees it (after the handle is closed). */
 int zk_batch_init(struct zk *zk);
+void zk_batch_free(struct zk *zk);
 /* Queue a create or a delete, as zoo_acreate / zoo_adelete would send it
  * (path and data are copied; acl is borrowed until it is sent). done runs
  * once with the outcome, later, on the loop thread. Returns ZOK, or

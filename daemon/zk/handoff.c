@@ -164,9 +164,9 @@ void zl_idle_end(struct zlock *zl)
     if (!zl->idle)
         return;
     zl->idle = false;
-    tdelete(zl, &zk->idle_by_parent, by_parent);
-    TAILQ_REMOVE(&zk->idle, zl, idle_link);
-    zk->nidle--;
+    tdelete(zl, &zk->idle->by_parent, by_parent);
+    TAILQ_REMOVE(&zk->idle->idle, zl, idle_link);
+    zk->idle->nidle--;
 }
 
 /* The idle node goes now, or once connected. */
@@ -186,8 +186,8 @@ static void zl_contended(struct zlock *zl)
     }
 }
 
-/* The child watch: its context is a zcall in zk->watches whose gen holds
- * the epoch of the node it was set for. */
+/* The child watch: its context is a zcall in zk->nodes->watches whose gen
+ * holds the epoch of the node it was set for. */
 static void on_idle_watch(zhandle_t *zh, int type, int state, const char *path, void *ctx)
 {
     unsigned epoch;
@@ -234,7 +234,7 @@ static void zl_watch_children(struct zlock *zl)
     }
     *c = (struct zcall){ .zk = zk, .id = zl->id, .gen = zl->epoch, .watch = w };
     *w = (struct zcall){ .zk = zk, .id = zl->id, .gen = zl->epoch };
-    TAILQ_INSERT_TAIL(&zk->watches, w, link);
+    TAILQ_INSERT_TAIL(&zk->nodes->watches, w, link);
     if (zoo_awget_children(zk->zh, zl->parent, on_idle_watch, w, on_idle_listed, c) != ZOK) {
         watch_forget(zk, w);
         free(c);
@@ -248,7 +248,7 @@ static void zl_watch_children(struct zlock *zl)
 
 static void zk_idle_arm(struct zk *zk)
 {
-    struct zlock *zl = TAILQ_FIRST(&zk->idle);
+    struct zlock *zl = TAILQ_FIRST(&zk->idle->idle);
     int64_t wait_us;
     struct timeval tv;
 
@@ -259,7 +259,7 @@ static void zk_idle_arm(struct zk *zk)
         wait_us = 0;
     tv.tv_sec = wait_us / 1000000;
     tv.tv_usec = wait_us % 1000000;
-    evtimer_add(zk->idle_timer, &tv);
+    evtimer_add(zk->idle->idle_timer, &tv);
 }
 
 static void zk_idle_expire(evutil_socket_t fd, short what, void *arg)
@@ -268,7 +268,7 @@ static void zk_idle_expire(evutil_socket_t fd, short what, void *arg)
     int64_t now = locks_mono_us();
     struct zlock *zl;
 
-    while ((zl = TAILQ_FIRST(&zk->idle)) && zl->idle_until_us <= now)
+    while ((zl = TAILQ_FIRST(&zk->idle->idle)) && zl->idle_until_us <= now)
         zl_idle_drop(zl);
     zk_idle_arm(zk);
 }
@@ -284,16 +284,16 @@ bool zl_idle_begin(struct zlock *zl)
         zl->mode != LOCK_EXCLUSIVE || zl->step != ZL_HELD || zl->awaiting_token ||
         zl->contended || !zl->node || zk->state != ZK_CONNECTED)
         return false;
-    if (zk->nidle >= IDLE_MAX)
-        zl_idle_drop(TAILQ_FIRST(&zk->idle));
+    if (zk->idle->nidle >= IDLE_MAX)
+        zl_idle_drop(TAILQ_FIRST(&zk->idle->idle));
     /* One node per name: another would be a second acquisition, not idle. */
-    if (!(slot = tsearch(zl, &zk->idle_by_parent, by_parent)) || *(struct zlock **)slot != zl)
+    if (!(slot = tsearch(zl, &zk->idle->by_parent, by_parent)) || *(struct zlock **)slot != zl)
         return false;
     zl->idle = true;
     zl->idle_until_us = locks_mono_us() + (int64_t)s->zk_keep_idle_ms * 1000;
-    TAILQ_INSERT_TAIL(&zk->idle, zl, idle_link);
-    zk->nidle++;
-    if (!evtimer_pending(zk->idle_timer, NULL))
+    TAILQ_INSERT_TAIL(&zk->idle->idle, zl, idle_link);
+    zk->idle->nidle++;
+    if (!evtimer_pending(zk->idle->idle_timer, NULL))
         zk_idle_arm(zk);
     zl_write_data(zl);       /* "client=-": STATUS anywhere says free */
     if (!zl->child_watched)
@@ -319,7 +319,7 @@ bool zl_idle_adopt(struct zlock *zl, struct hold *h, uint64_t *token)
     /* As a local handoff: local_handoff <= ZTOKEN_HANDOFFS_MAX, no carry. */
     zl->handoffs++;
     *token = ++zl->token;
-    zk->idle_reuses++;
+    zk->idle->idle_reuses++;
     zl_write_data(zl);
     log_debug("zk: %s taken over while idle, token %llu", zl->node, (unsigned long long)*token);
     return true;
@@ -329,20 +329,26 @@ bool zl_idle_adopt(struct zlock *zl, struct hold *h, uint64_t *token)
 struct zlock *zl_idle_find(struct zk *zk, const char *parent)
 {
     struct zlock key = { .parent = (char *)parent };
-    void *found = tfind(&key, &zk->idle_by_parent, by_parent);
+    void *found = tfind(&key, &zk->idle->by_parent, by_parent);
 
     return found ? *(struct zlock **)found : NULL;
 }
 
 int zk_idle_init(struct zk *zk)
 {
-    TAILQ_INIT(&zk->idle);
-    zk->idle_timer = evtimer_new(zk->base, zk_idle_expire, zk);
-    return zk->idle_timer ? 0 : -1;
+    if (!(zk->idle = calloc(1, sizeof(*zk->idle))))
+        return -1;
+    TAILQ_INIT(&zk->idle->idle);
+    zk->idle->idle_timer = evtimer_new(zk->base, zk_idle_expire, zk);
+    return zk->idle->idle_timer ? 0 : -1;
 }
 
 void zk_idle_free(struct zk *zk)
 {
-    if (zk->idle_timer)
-        event_free(zk->idle_timer);
+    if (!zk->idle)
+        return;
+    if (zk->idle->idle_timer)
+        event_free(zk->idle->idle_timer);
+    free(zk->idle);
+    zk->idle = NULL;
 }

@@ -81,7 +81,7 @@ static void ln_free(struct lease_node *ln)
 
 static void ln_untrack(struct lease_node *ln)
 {
-    tdelete(ln, &ln->zk->lease_nodes, by_path);
+    tdelete(ln, &ln->zk->leases->lease_nodes, by_path);
     if (ln->busy)
         ln->gone = true;     /* the completion in flight frees it */
     else
@@ -118,7 +118,7 @@ static void on_expired_deleted(int rc, const void *data)
     if (!ln)
         return;
     if (rc == ZOK) {
-        ln->zk->leases_removed++;
+        ln->zk->leases->leases_removed++;
         log_info("zk: removed expired lease %s", ln->path);
     }
     if (rc == ZNOAUTH)       /* looking again would get it again: leave it to its owners */
@@ -206,7 +206,7 @@ void zk_lease_track(struct zk *zk, const char *path)
     if (!key)
         return;
     memcpy(key->path, path, len + 1);
-    found = tfind(key, &zk->lease_nodes, by_path);
+    found = tfind(key, &zk->leases->lease_nodes, by_path);
     if (found) {
         free(key);
         return;
@@ -215,7 +215,7 @@ void zk_lease_track(struct zk *zk, const char *path)
     ln->zk = zk;
     ln->busy = ln->gone = false;
     if (!(ln->timer = evtimer_new(zk->base, on_ln_timer, ln)) ||
-        !tsearch(ln, &zk->lease_nodes, by_path)) {
+        !tsearch(ln, &zk->leases->lease_nodes, by_path)) {
         if (ln->timer)
             event_free(ln->timer);
         free(ln);
@@ -237,8 +237,11 @@ static void free_ln_node(void *p)
 
 void zk_lease_free_all(struct zk *zk)
 {
-    tdestroy(zk->lease_nodes, free_ln_node);
-    zk->lease_nodes = NULL;
+    if (!zk->leases)
+        return;
+    tdestroy(zk->leases->lease_nodes, free_ln_node);
+    free(zk->leases);
+    zk->leases = NULL;
 }
 
 /* ------------------------------------------------------ start-up sweep */
@@ -265,7 +268,7 @@ static void on_sweep_root(int rc, const struct String_vector *children, const vo
     zk->outstanding--;
     if (rc != ZOK) {
         if (rc != ZNONODE)
-            zk->swept = false;      /* try again with the next session */
+            zk->leases->swept = false;      /* try again with the next session */
         return;
     }
     for (int i = 0; i < children->count; i++) {
@@ -290,15 +293,15 @@ static void zk_lease_sweep(struct zk *zk)
 {
     char path[300];
 
-    if (zk->swept)
+    if (zk->leases->swept)
         return;
-    zk->swept = true;
+    zk->leases->swept = true;
     snprintf(path, sizeof(path), "%s/locks", zk->root);
     if (zoo_aget_children(zk->zh, path, 0, on_sweep_root, zk) == ZOK) {
         zk->outstanding++;
         zk_kick(zk);
     } else {
-        zk->swept = false;
+        zk->leases->swept = false;
     }
 }
 
@@ -502,5 +505,7 @@ int zk_lease_init(struct zk *zk)
 {
     static const struct zk_listener listener = { .serving = leases_serving };
 
+    if (!(zk->leases = calloc(1, sizeof(*zk->leases))))
+        return -1;
     return zk_session_listen(zk, &listener, zk);
 }

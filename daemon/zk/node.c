@@ -315,7 +315,7 @@ void zl_delete(struct zlock *zl)
 {
     struct zcall *c;
 
-    zl->zk->zl_hooks->node_going(zl);   /* an idle node is no more */
+    zl->zk->nodes->hooks->node_going(zl);   /* an idle node is no more */
     c = zl_begin(zl, ZL_DELETING);
 
     if (!c)
@@ -326,7 +326,7 @@ void zl_delete(struct zlock *zl)
 
 void zl_node_gone(struct zlock *zl)
 {
-    zl->zk->zl_hooks->node_going(zl);
+    zl->zk->nodes->hooks->node_going(zl);
     free(zl->node);
     zl->node = NULL;
     zl->epoch++;             /* writes and watches for the old node are stale */

@@ -14,7 +14,25 @@
 #ifndef LOCKBROKER_ZK_RECIPES_H
 #define LOCKBROKER_ZK_RECIPES_H
 
+#include <sys/queue.h>
+
 #include "node.h"
+
+/* handoff.c's state (zk->idle). */
+struct zk_idle {
+    void *by_parent;                   /* tsearch tree of idle struct zlock by parent path */
+    TAILQ_HEAD(, zlock) idle;          /* idle zlocks, oldest first (see keep_idle_ms) */
+    unsigned nidle;
+    uint64_t idle_reuses;              /* LOCKs that took an idle node over */
+    struct event *idle_timer;          /* ends the oldest idle zlock's keep */
+};
+
+/* lease.c's state (zk->leases). */
+struct zk_leases {
+    void *lease_nodes;                 /* tsearch tree of tracked lease nodes by path */
+    bool swept;                        /* the start-up sweep ran */
+    uint64_t leases_removed;           /* expired lease nodes this daemon removed */
+};
 
 /* fair.c */
 /* Creates zl's node and lists the parent right behind the multi. */
@@ -33,7 +51,8 @@ void zl_lease_start(struct zlock *zl);
 void zl_lease_freeing(struct zlock *zl);
 
 /* lease.c: leases in ZooKeeper (see the comment there). */
-/* Registers the start-up sweep with the session. Returns 0 or -1. */
+/* Makes zk->leases and registers the start-up sweep with the session.
+ * Returns 0 or -1; zk_lease_free_all() frees them. */
 int zk_lease_init(struct zk *zk);
 /* Makes sure the lease node at path is removed once it has expired
  * (lease_skew_ms after its deadline), unless it is renewed or removed
@@ -47,7 +66,7 @@ void zk_lease_op_cancel(void *impl, struct backend_lease_op *op);
 void zk_lease_free_all(struct zk *zk);
 
 /* handoff.c */
-/* Makes the idle nodes' timer. Returns 0 or -1; zk_idle_free() frees it. */
+/* Makes zk->idle and its timer. Returns 0 or -1; zk_idle_free() frees them. */
 int zk_idle_init(struct zk *zk);
 void zk_idle_free(struct zk *zk);
 /* The backend op (backend.h): passes a held lock on to a local waiter. */
@@ -80,7 +99,8 @@ int zk_locks_init(struct zk *zk);
 enum locks_result zk_lock_acquire(void *impl, struct hold *h, uint64_t *token);
 void zk_lock_handover(void *impl, struct hold *h);
 void zk_lock_let_go(void *impl, struct hold *h);
-/* Frees every request without calling the table (the daemon is stopping). */
+/* Frees every request without calling the table, and zk->nodes (the
+ * daemon is stopping; the handle is closed). */
 void zk_locks_free_all(struct zk *zk);
 
 #endif

@@ -508,11 +508,6 @@ void zk_session_path(const struct zk *zk, int64_t id, char *buf, size_t len)
     snprintf(buf, len, "%s/sessions/%llx", zk->root, (unsigned long long)id);
 }
 
-void zk_request_done(struct zk *zk, int64_t sent_us)
-{
-    histogram_observe(&zk->request_hist, locks_mono_us() - sent_us);
-}
-
 void zk_arm_retry(struct zk *zk)
 {
     struct timeval tv = { 0, RETRY_MS * 1000 };

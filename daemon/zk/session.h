@@ -52,9 +52,6 @@ struct zk_listener {
     void (*closed)(void *arg, bool session_gone);
 };
 
-/* Listeners of one session, at most. */
-#define ZK_LISTENERS_MAX 8
-
 /* Registers l (borrowed, must outlive zk) with arg; returns 0, or -1 when
  * ZK_LISTENERS_MAX are registered already. Register bottom layer first. */
 int zk_session_listen(struct zk *zk, const struct zk_listener *l, void *arg);
@@ -84,8 +81,6 @@ void zk_session_serving(struct zk *zk);
 /* ZooKeeper answered ZNOAUTH for a change to path: says why, at most once
  * a minute. */
 void zk_report_noauth(struct zk *zk, const char *path);
-/* A request sent at sent_us (locks_mono_us()) completed: for /metrics. */
-void zk_request_done(struct zk *zk, int64_t sent_us);
 /* The path of the node that exists while session `id` lives (lock-delay,
  * fair.c; made by presence.c): <root>/sessions/<id in hex>. */
 void zk_session_path(const struct zk *zk, int64_t id, char *buf, size_t len);

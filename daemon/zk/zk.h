@@ -2,18 +2,26 @@
  * zk.h - distributed mode: a backend (see backend.h) that takes each lock in
  * ZooKeeper, on one session per daemon, driven from the libevent loop.
  *
- * daemon/zk/ is a stack; each file calls only the layers below it, and
- * hears from them through what it registered (session.h struct zk_listener,
- * zlock.h struct zl_hooks), never by name:
+ * daemon/zk/ is a stack. Each file calls only the layers below it and
+ * hears from them through what it registered with them (session.h struct
+ * zk_listener, zlock.h struct zl_hooks), never by name:
  *
- *   backend   backend.c (ops table, STATS), acquire.c (acquire, release)
- *   recipes   fair.c -> lease_lock.c -> lease.c; handoff.c; query.c   recipes.h
- *   nodes     node.c (create, find, data, delete) on zlock.c, names.c  node.h
- *   commit    batch.c (writes as multis)                             batch.h
- *   session   session.c (loop adapter, lifecycle, retry), presence.c session.h
+ *   backend.c  acquire.c              the backend's operations     zk.h
+ *   ------------------------------------------------------------------------
+ *   fair.c -> lease_lock.c -> lease.c the fair queue, leases,      recipes.h
+ *   handoff.c  query.c                local handoff, STATUS
+ *   ------------------------------------------------------------------------
+ *   node.c  zlock.c  names.c          create, find, delete; the    node.h
+ *                                     contexts of requests, watches
+ *   ------------------------------------------------------------------------
+ *   batch.c                           group commit (multis)        batch.h
+ *   ------------------------------------------------------------------------
+ *   session.c  presence.c             connect, expiry, the libevent
+ *                                     adapter, retry               session.h
  *
- * zk_int.h holds struct zk, the state they share; only this folder
- * includes it and zookeeper.h.
+ * zk_int.h holds struct zk: the session's state, and a pointer to each
+ * upper layer's own, whose type only that layer's header defines. Only
+ * this folder includes it and zookeeper.h.
  */
 #ifndef LOCKBROKER_ZK_H
 #define LOCKBROKER_ZK_H

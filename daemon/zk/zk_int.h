@@ -1,8 +1,8 @@
 /*
  * zk_int.h - the state of distributed mode (struct zk), which its files
- * share; nothing outside daemon/zk/ includes it. Each group of fields says
- * which file owns it (zk.h draws the layers; each layer's functions are in
- * its own header). Functions are never declared here.
+ * share: the session's (session.c, presence.c), and a pointer to the
+ * state of each layer above, whose type only that layer's header defines
+ * (zk.h draws the layers). Nothing outside daemon/zk/ includes it.
  *
  * Only the files of daemon/zk/ include zookeeper.h. Everything runs on the
  * event loop thread; completions and watchers run inside
@@ -20,18 +20,20 @@
 
 #include "backend.h"
 #include "settings.h"
-#include "histogram.h"
 
 struct event;
 struct event_base;
 struct settings;
-struct zlock;
-struct zcall;
-struct zwrite;
 struct zk_listener;
-struct zl_hooks;
+struct zk_batch;
+struct zk_nodes;
+struct zk_idle;
+struct zk_leases;
 
 enum zk_state { ZK_CONNECTING, ZK_CONNECTED, ZK_EXPIRED };
+
+/* Listeners of one session, at most (session.h). */
+#define ZK_LISTENERS_MAX 8
 
 struct zk {
     struct backend be;
@@ -66,37 +68,18 @@ struct zk {
     struct {                           /* the layers above, in registration order */
         const struct zk_listener *l;   /* borrowed */
         void *arg;
-    } listeners[8];                    /* ZK_LISTENERS_MAX (session.h) */
+    } listeners[ZK_LISTENERS_MAX];
     unsigned nlisteners;
-    const struct zl_hooks *zl_hooks;   /* the layer above the node machinery's (node.h) */
-    /* zlock.c's bookkeeping */
-    void *by_id;                       /* tsearch tree of struct zlock by id */
-    TAILQ_HEAD(, zlock) zlocks;
-    TAILQ_HEAD(, zcall) watches;       /* watch contexts registered with zh */
-    uint64_t next_id;
-    unsigned nzlocks;
-    /* handoff.c's bookkeeping */
-    void *idle_by_parent;              /* tsearch tree of idle struct zlock by parent path */
-    TAILQ_HEAD(, zlock) idle;          /* idle zlocks, oldest first (see keep_idle_ms) */
-    unsigned nidle;
-    uint64_t idle_reuses;              /* LOCKs that took an idle node over */
-    struct event *idle_timer;          /* ends the oldest idle zlock's keep */
-    /* batch.c's bookkeeping */
-    TAILQ_HEAD(, zwrite) wq;           /* writes waiting for a multi, oldest first */
-    unsigned wq_len;
-    unsigned batches_inflight;         /* multis sent and not answered */
-    uint64_t batches, batched_ops;     /* multis sent; writes they carried (re-sends too) */
-    uint64_t batch_failures;           /* multis that failed (an operation, or the connection) */
-    uint64_t batch_resent;             /* writes sent again after another one failed */
-    /* lease.c's bookkeeping */
-    void *lease_nodes;                 /* tsearch tree of tracked lease nodes by path */
-    bool swept;                        /* the start-up sweep ran */
-    uint64_t leases_removed;           /* expired lease nodes this daemon removed */
-    /* counters of every layer, for STATS (backend.c) */
-    uint64_t sessions, reconnects, outstanding;
-    uint64_t session_delays;           /* lock-delays begun because a holder's session ended (fair.c) */
-    struct histogram request_hist;     /* the lock recipe's requests, sent to completed */
-    struct histogram batch_hist;       /* writes per multi sent (batch.c) */
+    /* The layers above keep their own state; each allocates and frees it. */
+    struct zk_batch *batch;            /* batch.c's (batch.h) */
+    struct zk_nodes *nodes;            /* zlock.c's (zlock.h) */
+    struct zk_idle *idle;              /* handoff.c's (recipes.h) */
+    struct zk_leases *leases;          /* lease.c's (recipes.h) */
+    /* counters, for STATS (backend.c) */
+    uint64_t sessions, reconnects;
+    uint64_t outstanding;              /* requests in flight, of every layer */
+    uint64_t session_delays;           /* lock-delays begun because a holder's session
+                                        * ended (fair.c) */
     char daemon_id[96];                /* "<host>-<pid>-<random>", unique per daemon run */
     char root[256];
     /* Who may change our nodes. Every create passes acl: the open ACL, or,

@@ -5,7 +5,7 @@
  * it lets through; each such acquisition is a struct zlock (node.h), found
  * by id. Every request sent for it carries a context (struct zcall) with
  * the zlock's id and generation: a reply to an older generation is stale.
- * A watch has a context of its own, registered in zk->watches until it
+ * A watch has a context of its own, registered in zk->nodes->watches until it
  * fires or its handle goes. On an error the zlock parks (ZL_IDLE) until
  * the session's `resume` or `serving` (acquire.c) starts it again.
  *
@@ -24,14 +24,31 @@
 #include "locks.h"
 #include "log.h"
 
-void zl_set_hooks(struct zk *zk, const struct zl_hooks *hooks)
+int zl_nodes_init(struct zk *zk, const struct zl_hooks *hooks)
 {
-    zk->zl_hooks = hooks;
+    if (!(zk->nodes = calloc(1, sizeof(*zk->nodes))))
+        return -1;
+    zk->nodes->hooks = hooks;
+    TAILQ_INIT(&zk->nodes->zlocks);
+    TAILQ_INIT(&zk->nodes->watches);
+    return 0;
+}
+
+void zl_nodes_free(struct zk *zk)
+{
+    free(zk->nodes);
+    zk->nodes = NULL;
+}
+
+/* A request sent at sent_us (locks_mono_us()) completed: for /metrics. */
+static void zl_request_done(struct zk *zk, int64_t sent_us)
+{
+    histogram_observe(&zk->nodes->request_hist, locks_mono_us() - sent_us);
 }
 
 void zl_next(struct zlock *zl)
 {
-    zl->zk->zl_hooks->next(zl);
+    zl->zk->nodes->hooks->next(zl);
 }
 
 /* ------------------------------------------------------------ bookkeeping */
@@ -46,7 +63,7 @@ static int by_id(const void *a, const void *b)
 struct zlock *zl_find(struct zk *zk, uint64_t id)
 {
     struct zlock key = { .id = id };
-    void *found = tfind(&key, &zk->by_id, by_id);
+    void *found = tfind(&key, &zk->nodes->by_id, by_id);
 
     return found ? *(struct zlock **)found : NULL;
 }
@@ -56,12 +73,12 @@ void zl_free(struct zlock *zl)
     struct zk *zk = zl->zk;
 
     log_debug("zk: request %llu on %s done", (unsigned long long)zl->id, zl->parent);
-    zk->zl_hooks->freeing(zl);      /* a lease's conversion, an idle node */
+    zk->nodes->hooks->freeing(zl);      /* a lease's conversion, an idle node */
     if (zl->delay_timer)
         event_free(zl->delay_timer);
-    tdelete(zl, &zk->by_id, by_id);
-    TAILQ_REMOVE(&zk->zlocks, zl, link);
-    zk->nzlocks--;
+    tdelete(zl, &zk->nodes->by_id, by_id);
+    TAILQ_REMOVE(&zk->nodes->zlocks, zl, link);
+    zk->nodes->nzlocks--;
     free(zl->parent);
     free(zl->node);
     free(zl);
@@ -114,7 +131,7 @@ struct zlock *zcall_done(const void *data)
     unsigned gen = c->gen;
 
     zk->outstanding--;
-    zk_request_done(zk, c->sent_us);
+    zl_request_done(zk, c->sent_us);
     free(c);
     if (zk->state == ZK_EXPIRED || !zl || zl->gen != gen)
         return NULL;
@@ -123,7 +140,7 @@ struct zlock *zcall_done(const void *data)
 
 void watch_forget(struct zk *zk, struct zcall *w)
 {
-    TAILQ_REMOVE(&zk->watches, w, link);
+    TAILQ_REMOVE(&zk->nodes->watches, w, link);
     free(w);
 }
 
@@ -170,7 +187,7 @@ bool zk_sent(struct zlock *zl, struct zcall *c, int rc, const char *what)
 
 /*
  * Starts a request step that also sets a watch: the request's context,
- * whose `watch` is the watch's own context (registered in zk->watches), or
+ * whose `watch` is the watch's own context (registered in zk->nodes->watches), or
  * NULL (parked, retried later) when out of memory.
  */
 struct zcall *zl_begin_watched(struct zlock *zl, enum zl_step step)
@@ -185,7 +202,7 @@ struct zcall *zl_begin_watched(struct zlock *zl, enum zl_step step)
     }
     *w = *c;
     c->watch = w;
-    TAILQ_INSERT_TAIL(&zl->zk->watches, w, link);
+    TAILQ_INSERT_TAIL(&zl->zk->nodes->watches, w, link);
     return c;
 }
 
@@ -250,7 +267,7 @@ struct zlock *nodecall_done(struct nodecall *n)
 }
 
 /*
- * A watch event reached the watch context ctx (a zcall in zk->watches).
+ * A watch event reached the watch context ctx (a zcall in zk->nodes->watches).
  * Session events reach every registered watcher and do not remove it:
  * NULL. Otherwise the watch fired once and its context is freed; returns
  * its zlock if still there (or NULL), and *gen the context's gen.
@@ -265,7 +282,7 @@ struct zlock *watch_fired(void *ctx, int type, unsigned *gen)
         return NULL;
     zl = zl_find(zk, w->id);
     *gen = w->gen;
-    TAILQ_REMOVE(&zk->watches, w, link);
+    TAILQ_REMOVE(&zk->nodes->watches, w, link);
     free(w);
     return zl;
 }
@@ -282,19 +299,19 @@ struct zlock *zl_new(struct zk *zk, struct hold *h, const char *parent)
     }
     zl->zk = zk;
     zl->hold = h;
-    zl->id = ++zk->next_id;
+    zl->id = ++zk->nodes->next_id;
     zl->try = hold_try(h);
     zl->mode = hold_mode(h);
     zl->limit = hold_limit(h);
     zl->ttl_ms = hold_ttl_ms(h);
     zl->delay_ms = hold_delay_ms(h);
-    if (!tsearch(zl, &zk->by_id, by_id)) {
+    if (!tsearch(zl, &zk->nodes->by_id, by_id)) {
         free(zl->parent);
         free(zl);
         return NULL;
     }
-    TAILQ_INSERT_TAIL(&zk->zlocks, zl, link);
-    zk->nzlocks++;
+    TAILQ_INSERT_TAIL(&zk->nodes->zlocks, zl, link);
+    zk->nodes->nzlocks++;
     hold_set_backend_data(h, zl);
     return zl;
 }
@@ -303,8 +320,8 @@ void zl_free_watches(struct zk *zk)
 {
     struct zcall *w;
 
-    while ((w = TAILQ_FIRST(&zk->watches))) {
-        TAILQ_REMOVE(&zk->watches, w, link);
+    while ((w = TAILQ_FIRST(&zk->nodes->watches))) {
+        TAILQ_REMOVE(&zk->nodes->watches, w, link);
         free(w);
     }
 }

@@ -10,10 +10,25 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <sys/queue.h>
+
 #include "batch.h"
+#include "histogram.h"
 #include "locks.h"
 
 struct event;
+struct zl_hooks;
+
+/* zlock.c's state (zk->nodes). */
+struct zk_nodes {
+    const struct zl_hooks *hooks;      /* the layer above's (borrowed) */
+    void *by_id;                       /* tsearch tree of struct zlock by id */
+    TAILQ_HEAD(, zlock) zlocks;
+    TAILQ_HEAD(, zcall) watches;       /* watch contexts registered with zh */
+    uint64_t next_id;
+    unsigned nzlocks;
+    struct histogram request_hist;     /* requests of the lock recipe, sent to completed */
+};
 
 enum zl_step {
     ZL_IDLE,       /* nothing in flight: waiting for a connection or the retry timer */
@@ -34,7 +49,7 @@ enum zl_step {
 struct zlock {
     struct zk *zk;
     struct hold *hold;         /* the table's request; NULL once it let go (detached) */
-    TAILQ_ENTRY(zlock) link;   /* zk->zlocks, in creation order */
+    TAILQ_ENTRY(zlock) link;   /* zk->nodes->zlocks, in creation order */
     uint64_t id;               /* unique within this daemon; part of the node name */
     unsigned gen;              /* bumped by every request; older replies are stale */
     enum zl_step step;
@@ -59,7 +74,7 @@ struct zlock {
     uint64_t token;            /* the last token granted with our node */
     unsigned epoch;            /* bumped whenever `node` changes: a turn's setData names one */
     bool awaiting_token;       /* passed on at a turn's end: the hold waits (step HELD) */
-    bool idle;                 /* released, our node kept for a local LOCK (zk->idle) */
+    bool idle;                 /* released, our node kept for a local LOCK (zk->idle->idle) */
     bool child_watched;        /* a child watch on the parent is set (idle nodes) */
     bool contended;            /* that watch fired: another daemon may wait */
     int64_t idle_until_us;     /* idle: locks_mono_us() when the node goes */
@@ -75,7 +90,7 @@ struct zcall {
     unsigned gen;
     int64_t sent_us;           /* locks_mono_us() when the request was sent */
     struct zcall *watch;       /* getData only: the watch's context, freed here if unset */
-    TAILQ_ENTRY(zcall) link;   /* zk->watches, for watch contexts only */
+    TAILQ_ENTRY(zcall) link;   /* zk->nodes->watches, for watch contexts only */
 };
 
 /* Context of a write to our node outside the request steps (its data, a
@@ -98,8 +113,10 @@ struct zl_hooks {
     void (*freeing)(struct zlock *zl);
 };
 
-/* Registers the layer above (hooks borrowed, must outlive zk). */
-void zl_set_hooks(struct zk *zk, const struct zl_hooks *hooks);
+/* Makes zk->nodes, with the layer above's hooks (borrowed, must outlive
+ * zk). Returns 0 or -1; zl_nodes_free() frees it, once no zlock is left. */
+int zl_nodes_init(struct zk *zk, const struct zl_hooks *hooks);
+void zl_nodes_free(struct zk *zk);
 /* Runs the `next` hook: decides zl's next request. */
 void zl_next(struct zlock *zl);
 /* A zlock for h, in h's backend slot; parent is copied. NULL when out of
@@ -136,7 +153,7 @@ struct zcall *zl_begin(struct zlock *zl, enum zl_step step);
  * parks the zlock if it failed. Returns whether it was sent. */
 bool zk_sent(struct zlock *zl, struct zcall *c, int rc, const char *what);
 /* zl_begin() for a request that also sets a watch: c->watch is the
- * watch's own context (registered in zk->watches). */
+ * watch's own context (registered in zk->nodes->watches). */
 struct zcall *zl_begin_watched(struct zlock *zl, enum zl_step step);
 /* zk_sent() for a watched request: an unsent request sets no watch. */
 void zl_sent_watched(struct zlock *zl, struct zcall *c, int rc, const char *what);
