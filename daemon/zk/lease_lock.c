@@ -1,5 +1,8 @@
 /*
- * lease_lock.c - distributed mode, a recipe: a lock held as a lease.
+ * lease_lock.c - distributed mode, a recipe: a granted request held as a
+ * lease, on a persistent node. The fair queue hands a lease request over
+ * once it may hold (zl_convert); the janitor (lease.c) removes the node
+ * once the lease expired, whoever made it.
  */
 #include "config.h"
 #include "recipes.h"

@@ -21,17 +21,18 @@
 /*
  * What the session tells a layer above it. Every member may be NULL; each
  * is called with the arg given to zk_session_listen(), on the loop thread,
- * never from inside zookeeper_process() unless said.
+ * often from inside zookeeper_process() (a session event, a completion): a
+ * listener may send requests (zk_kick) but never closes the handle.
  */
 struct zk_listener {
     /* A pass of the event loop is over (after zookeeper_process(), or the
-     * kick after requests were queued outside it): send what was queued. */
+     * kick after requests were queued outside it): send what was queued.
+     * Never inside zookeeper_process() nor a completion. */
     void (*flush)(void *arg);
-    /* Connected: a new session (fresh) or the same one again. Inside
-     * zookeeper_process(). */
+    /* Connected: a new session (fresh) or the same one again. */
     void (*connected)(void *arg, bool fresh);
     /* Requests may go out: just connected (after every `connected`), or
-     * the chroot appeared (presence.c). Inside zookeeper_process(). */
+     * the chroot appeared (presence.c). */
     void (*serving)(void *arg);
     /* Work parked after an error may go again: the retry timer ran or a
      * barrier returned, while connected. */
