@@ -52,35 +52,6 @@ static void zl_start(struct zlock *zl)
     }
 }
 
-static void zk_locks_resume(struct zk *zk)
-{
-    struct zlock *zl, *next;
-
-    if (zk->barrier)
-        return;
-    for (zl = TAILQ_FIRST(&zk->nodes->zlocks); zl; zl = next) {
-        next = TAILQ_NEXT(zl, link);
-        if (zl->step == ZL_IDLE)
-            zl_start(zl);
-    }
-}
-
-static void zk_locks_forget_reads(struct zk *zk)
-{
-    struct zlock *zl;
-
-    /* Writes stay in flight: their outcome says where our nodes are. A
-     * listing sent behind a create is not believed: on_created lists again. */
-    TAILQ_FOREACH(zl, &zk->nodes->zlocks, link)
-        if (zl->step == ZL_LISTING || zl->step == ZL_WATCHING || zl->step == ZL_CHECKING ||
-            zl->step == ZL_LEASED) {
-            zl->gen++;
-            zl->step = ZL_IDLE;
-        } else if (zl->step == ZL_CREATING) {
-            zl->listing_sent = false;
-        }
-}
-
 /* ------------------------------------------------------- backend calls */
 
 enum locks_result zk_lock_acquire(void *impl, struct hold *h, uint64_t *token)
@@ -148,8 +119,48 @@ void zk_lock_let_go(void *impl, struct hold *h)
     }
 }
 
-static void zk_locks_drop_held(struct zk *zk, const char *reason)
+/* ------------------------------------------------ what the session tells */
+
+/* The session's `serving` and `resume`: restarts every request that waits
+ * for the connection or a retry (nothing while zk->barrier is set). */
+static void locks_resume(void *arg)
 {
+    struct zk *zk = arg;
+    struct zlock *zl, *next;
+
+    if (zk->barrier)
+        return;
+    for (zl = TAILQ_FIRST(&zk->nodes->zlocks); zl; zl = next) {
+        next = TAILQ_NEXT(zl, link);
+        if (zl->step == ZL_IDLE)
+            zl_start(zl);
+    }
+}
+
+/* `stale_reads`: the event loop stalled, replies to reads in flight may
+ * be stale. Makes them ignored and their requests wait for a resume. */
+static void locks_forget_reads(void *arg)
+{
+    struct zk *zk = arg;
+    struct zlock *zl;
+
+    /* Writes stay in flight: their outcome says where our nodes are. A
+     * listing sent behind a create is not believed: on_created lists again. */
+    TAILQ_FOREACH(zl, &zk->nodes->zlocks, link)
+        if (zl->step == ZL_LISTING || zl->step == ZL_WATCHING || zl->step == ZL_CHECKING ||
+            zl->step == ZL_LEASED) {
+            zl->gen++;
+            zl->step = ZL_IDLE;
+        } else if (zl->step == ZL_CREATING) {
+            zl->listing_sent = false;
+        }
+}
+
+/* `lost`: every held lock is given up with reason; the waiters keep
+ * waiting. */
+static void locks_drop_held(void *arg, const char *reason)
+{
+    struct zk *zk = arg;
     struct zlock *zl, *next;
 
     for (zl = TAILQ_FIRST(&zk->nodes->zlocks); zl; zl = next) {
@@ -164,8 +175,12 @@ static void zk_locks_drop_held(struct zk *zk, const char *reason)
     }
 }
 
-static void zk_locks_handle_closed(struct zk *zk, bool session_gone)
+/* `closed`: the handle was closed. session_gone: with its session, so
+ * every node went with it; otherwise the session lives on and only
+ * watches are gone. */
+static void locks_handle_closed(void *arg, bool session_gone)
 {
+    struct zk *zk = arg;
     struct zlock *zl, *next;
 
     zl_free_watches(zk);
@@ -219,27 +234,7 @@ void zk_locks_free_all(struct zk *zk)
     zl_nodes_free(zk);
 }
 
-/* --------------------------------------------- what the layers below tell */
-
-static void locks_serving(void *arg)
-{
-    zk_locks_resume(arg);
-}
-
-static void locks_lost(void *arg, const char *reason)
-{
-    zk_locks_drop_held(arg, reason);
-}
-
-static void locks_stale_reads(void *arg)
-{
-    zk_locks_forget_reads(arg);
-}
-
-static void locks_closed(void *arg, bool session_gone)
-{
-    zk_locks_handle_closed(arg, session_gone);
-}
+/* ------------------------------------------- what the node machinery tells */
 
 /* The node is going: an idle node's keep ends. */
 static void zl_node_going(struct zlock *zl)
@@ -261,11 +256,11 @@ int zk_locks_init(struct zk *zk)
         .freeing = zl_freeing,
     };
     static const struct zk_listener listener = {
-        .serving = locks_serving,
-        .resume = locks_serving,
-        .lost = locks_lost,
-        .stale_reads = locks_stale_reads,
-        .closed = locks_closed,
+        .serving = locks_resume,
+        .resume = locks_resume,
+        .lost = locks_drop_held,
+        .stale_reads = locks_forget_reads,
+        .closed = locks_handle_closed,
     };
 
     if (zl_nodes_init(zk, &hooks) < 0)
