@@ -72,15 +72,24 @@ static int64_t zk_window_ms(void *impl, struct hold *h)
 
 /* ------------------------------------------------------------- lifecycle */
 
+/* What zk_backend_new() makes: zk first, so that the ops' impl (&zk) is
+ * also the whole object. */
+struct zk_backend {
+    struct zk zk;
+    struct backend be;
+};
+
 struct backend *zk_backend_new(struct event_base *base, const struct settings *s,
                                const char *daemon_id, const char *auth)
 {
-    struct zk *zk = calloc(1, sizeof(*zk));
+    struct zk_backend *zb = calloc(1, sizeof(*zb));
+    struct zk *zk;
 
-    if (!zk)
+    if (!zb)
         return NULL;
-    zk->be.ops = &zk_ops;
-    zk->be.impl = zk;
+    zk = &zb->zk;
+    zb->be.ops = &zk_ops;
+    zb->be.impl = zk;
     /* Bottom up: each layer's listener hears the session after those below it. */
     if (zk_session_init(zk, base, s, daemon_id, auth) < 0 || zk_presence_init(zk) < 0 ||
         zk_batch_init(zk) < 0 || zk_idle_init(zk) < 0 || zk_locks_init(zk) < 0 ||
@@ -98,12 +107,13 @@ struct backend *zk_backend_new(struct event_base *base, const struct settings *s
     else
         log_info("zk: no [zookeeper] auth: nodes are created with the open ACL (anyone "
                  "who can reach ZooKeeper may delete them)");
-    return &zk->be;
+    return &zb->be;
 }
 
 static void zk_free(void *impl)
 {
-    struct zk *zk = impl;
+    struct zk_backend *zb = impl;    /* impl is &zb->zk, its first member */
+    struct zk *zk = &zb->zk;
 
     zk->state = ZK_EXPIRED;    /* completions run by zookeeper_close are ignored */
     zk_session_close(zk);      /* closing the session removes our ephemeral nodes */
@@ -113,7 +123,7 @@ static void zk_free(void *impl)
     zk_batch_free(zk);
     zk_presence_free(zk);
     zk_session_free(zk);
-    free(zk);
+    free(zb);
 }
 
 static void stat_u64(backend_stat_fn add, void *cookie, const char *name, uint64_t value)

@@ -16,6 +16,7 @@
 
 #include <sys/queue.h>
 
+#include "backend.h"
 #include "node.h"
 
 /* handoff.c's state (zk->idle). */

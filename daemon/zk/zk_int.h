@@ -18,7 +18,6 @@
 #include <sys/time.h>
 #include <zookeeper/zookeeper.h>
 
-#include "backend.h"
 #include "settings.h"
 
 struct event;
@@ -36,7 +35,6 @@ enum zk_state { ZK_CONNECTING, ZK_CONNECTED, ZK_EXPIRED };
 #define ZK_LISTENERS_MAX 8
 
 struct zk {
-    struct backend be;
     struct event_base *base;           /* borrowed */
     const struct settings *settings;   /* borrowed */
     zhandle_t *zh;                     /* owned; NULL between sessions */
