@@ -42,10 +42,11 @@ struct options {
     int json;              /* --json (stats, status, locks): JSON objects */
     int human;             /* status, locks: 1 a table (--human), 0 the lines (--raw),
                             * -1 a table when stdout is a terminal */
+    int cluster;           /* locks --cluster: every daemon's holders (HOLDERS) */
 };
 
 /* Long options without a short form. */
-enum { OPT_LABEL = 256, OPT_PASSWORD_FILE, OPT_JSON, OPT_RAW, OPT_HUMAN };
+enum { OPT_LABEL = 256, OPT_PASSWORD_FILE, OPT_JSON, OPT_RAW, OPT_HUMAN, OPT_CLUSTER };
 
 static void usage(FILE *f)
 {
@@ -56,7 +57,7 @@ static void usage(FILE *f)
         "       lockbroker [OPTIONS] renew NAME TOKEN TTL\n"
         "       lockbroker [OPTIONS] release NAME TOKEN\n"
         "       lockbroker [OPTIONS] status [--json | --human | --raw] [NAME]\n"
-        "       lockbroker [OPTIONS] locks [--json | --human | --raw] [GLOB]\n"
+        "       lockbroker [OPTIONS] locks [--cluster] [--json | --human | --raw] [GLOB]\n"
         "       lockbroker [OPTIONS] stats [--json]\n"
         "       lockbroker [OPTIONS] ping\n"
         "Client of lockbrokerd. `run` holds lock NAME while COMMAND runs, with\n"
@@ -67,7 +68,8 @@ static void usage(FILE *f)
         "`renew`, or when `release` ends it.\n"
         "`status NAME` prints the lock's STATUS line and exits 0 if it is held, 1 if\n"
         "it is free. `locks` lists the locks held or awaited on the broker (those\n"
-        "whose name matches GLOB: * ? [...]), one LOCK line each.\n"
+        "whose name matches GLOB: * ? [...]), one LOCK line each; with --cluster,\n"
+        "every holder and queued request on every daemon, one HOLDER line each.\n"
         "TIME and TTL are a number with a unit, ms, s, m or h (500ms, 60s, 2m, 1h), or\n"
         "a plain number of milliseconds: -w 60 waits 60 ms, -w 60s a minute.\n"
         "Options go before or after the subcommand, but before NAME. A COMMAND that\n"
@@ -96,6 +98,9 @@ static void usage(FILE *f)
         "                        user@host:pid:command, command `lease` for lease)\n"
         "      --json            stats, status, locks: print JSON objects (numbers as\n"
         "                        numbers, a token as a string) instead of lines\n"
+        "      --cluster         locks: every holder (all of a shared or limit lock's)\n"
+        "                        and queued request through every daemon of the\n"
+        "                        cluster, as ZooKeeper has them (HOLDERS)\n"
         "      --human, --raw    status NAME, locks: a table with durations (the default\n"
         "                        on a terminal), or the protocol's lines (otherwise)\n"
         "  -v, --verbose         run, lease: once a wait for the lock passes 1 s, say on\n"
@@ -303,6 +308,7 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
         { "json", no_argument, NULL, OPT_JSON },
         { "raw", no_argument, NULL, OPT_RAW },
         { "human", no_argument, NULL, OPT_HUMAN },
+        { "cluster", no_argument, NULL, OPT_CLUSTER },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
@@ -385,6 +391,9 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
             break;
         case OPT_JSON:
             o->json = 1;
+            break;
+        case OPT_CLUSTER:
+            o->cluster = 1;
             break;
         case 'h':
             usage(stdout);
@@ -700,8 +709,9 @@ static int cmd_status(const struct options *o, const struct client_addr *a, stru
 }
 
 /*
- * LOCKS [<glob>]: prints every line before END (the LOCK lines, and MORE
- * when the daemon left some out) as it comes.
+ * LOCKS [<glob>] (HOLDERS with --cluster): prints every line before END
+ * (the LOCK or HOLDER lines, and MORE when the daemon left some out) as it
+ * comes, or keeps them for a table.
  */
 /* Lines kept for a table (at most LOCKS' 10000 and a MORE). */
 struct kept_lines {
@@ -737,11 +747,12 @@ static int cmd_locks(const struct options *o, const struct client_addr *a, struc
                      const char *glob)
 {
     struct kept_lines kept = { NULL, 0, 0 };
+    const char *cmd = o->cluster ? "HOLDERS" : "LOCKS";
     struct exchange x;
     char req[PROTO_NAME_MAX + 16], line[CLIENT_LINE_MAX + 1];
     int rc;
 
-    snprintf(req, sizeof(req), "LOCKS%s%s\n", glob ? " " : "", glob ? glob : "");
+    snprintf(req, sizeof(req), "%s%s%s\n", cmd, glob ? " " : "", glob ? glob : "");
     if ((rc = exchange_start(&x, o, a, c, req)))
         return rc;
     for (;;) {
@@ -755,12 +766,12 @@ static int cmd_locks(const struct options *o, const struct client_addr *a, struc
             break;
         }
         if (strncmp(line, "ERR BAD_COMMAND", 15) == 0 && (line[15] == ' ' || line[15] == '\0')) {
-            fprintf(stderr, "lockbroker: the broker at %s does not support LOCKS "
-                    "(it replied: %s); it needs a newer lockbrokerd\n", a->spec, line);
+            fprintf(stderr, "lockbroker: the broker at %s does not support %s "
+                    "(it replied: %s); it needs a newer lockbrokerd\n", a->spec, cmd, line);
             return CLI_EXIT_PROTOCOL;
         }
         if (strncmp(line, "ERR ", 4) == 0) {
-            rc = report_err(&x, "LOCKS", line);
+            rc = report_err(&x, cmd, line);
             break;
         }
         if (o->json)
@@ -1007,6 +1018,8 @@ int main(int argc, char **argv)
     if (o.json && strcmp(sub, "stats") != 0 && strcmp(sub, "status") != 0 &&
         strcmp(sub, "locks") != 0)
         return usage_error("%s: --json is an option of stats, status and locks", sub);
+    if (o.cluster && strcmp(sub, "locks") != 0)
+        return usage_error("%s: --cluster is an option of locks", sub);
     if (strcmp(sub, "run") != 0 && strcmp(sub, "lease") != 0 && (o.label || o.verbose))
         return usage_error("%s: --label and -v are options of run and lease", sub);
     if (strcmp(sub, "lease") == 0 && o.grace_given)

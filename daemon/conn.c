@@ -69,6 +69,7 @@ struct conn {
     enum conn_state state;         /* change only through conn_set_state() */
     enum proto_cmd waiting_cmd;    /* LOCK, TRYLOCK, UNLOCK, RENEW, STATUS or AUTH, in CONN_WAITING */
     struct backend_query *query;   /* STATUS: the backend's answer pending, or NULL */
+    struct backend_list *listing;  /* HOLDERS: the backend's answer pending, or NULL */
     struct lease *lease;           /* LOCK ... ttl=: the lease being acquired, or NULL */
     struct backend_lease_op *lease_op; /* UNLOCK/RENEW by token: the answer pending, or NULL */
     char status_name[PROTO_NAME_MAX + 1]; /* the name that query or lease_op is about */
@@ -173,6 +174,9 @@ static void conn_release_all(struct conn *c, bool abandon)
     if (c->query)
         be->ops->query_cancel(be->impl, c->query);
     c->query = NULL;
+    if (c->listing)
+        be->ops->list_cancel(be->impl, c->listing);
+    c->listing = NULL;
     if (c->lease)
         leases_cancel(c->srv->leases, c->lease);
     c->lease = NULL;
@@ -488,6 +492,16 @@ static void conn_on_queue_info(void *arg, const struct backend_queue_info *info)
     conn_resume(c);
 }
 
+/* The end of a LOCKS or HOLDERS reply: how many lines were left out, END. */
+static void reply_end(struct conn *c, size_t more)
+{
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+
+    if (more)
+        evbuffer_add_printf(out, "MORE %zu\n", more);
+    evbuffer_add(out, "END\n", 4);
+}
+
 /* The most LOCK lines one LOCKS reply carries (its output is not bounded otherwise). */
 #define LOCKS_LINES_MAX 10000
 
@@ -531,12 +545,88 @@ static bool add_locks_line(void *arg, const char *name, const struct locks_statu
 static void reply_locks(struct conn *c, const char *glob)
 {
     struct locks_reply lr = { c, 0, 0 };
-    struct evbuffer *out = bufferevent_get_output(c->bev);
 
     locks_each(c->srv->locks, glob[0] ? glob : NULL, add_locks_line, &lr);
-    if (lr.more)
-        evbuffer_add_printf(out, "MORE %u\n", lr.more);
-    evbuffer_add(out, "END\n", 4);
+    reply_end(c, lr.more);
+}
+
+/* One HOLDER line; holder is "<daemon>/<client>" already or, with a
+ * daemon id, this daemon's client. */
+static void add_holder_line(struct evbuffer *out, const struct backend_holder *r,
+                            const char *daemon_id)
+{
+    char mode[24], token[24] = "-", lease[32] = "";
+
+    if (r->mode == LOCK_LIMIT)
+        snprintf(mode, sizeof(mode), "limit=%u", r->limit);
+    else
+        snprintf(mode, sizeof(mode), "%s", lock_mode_name(r->mode));
+    if (r->token)
+        snprintf(token, sizeof(token), "%llu", (unsigned long long)r->token);
+    if (r->lease_ms >= 0)
+        snprintf(lease, sizeof(lease), " lease=%lld", (long long)r->lease_ms);
+    evbuffer_add_printf(out, "HOLDER %s %s %s holder=%s%s%s label=%s token=%s since=%lld%s\n",
+                        r->name, mode, r->held ? "held" : "queued", daemon_id ? daemon_id : "",
+                        daemon_id ? "/" : "", r->holder, r->label && r->label[0] ? r->label : "-",
+                        token, (long long)r->since_ms, lease);
+}
+
+static bool add_local_holder(void *arg, const struct backend_holder *row)
+{
+    struct locks_reply *lr = arg;
+
+    if (!conn_may(lr->c, row->name))
+        return true;
+    if (lr->lines == HOLDERS_LINES_MAX) {
+        lr->more++;
+        return true;
+    }
+    lr->lines++;
+    add_holder_line(bufferevent_get_output(lr->c->bev), row, lr->c->srv->daemon_id);
+    return true;
+}
+
+static bool conn_may_list(void *arg, const char *name)
+{
+    return conn_may(arg, name);
+}
+
+static void conn_on_holders(void *arg, bool ok, const struct backend_holder *rows, size_t n,
+                            size_t more)
+{
+    struct conn *c = arg;
+
+    c->listing = NULL;
+    if (!ok) {
+        reply_unavailable(c);
+    } else {
+        for (size_t i = 0; i < n; i++)
+            add_holder_line(bufferevent_get_output(c->bev), &rows[i], NULL);
+        reply_end(c, more);
+    }
+    conn_resume(c);
+}
+
+/* HOLDERS [<glob>]: every holder and queued request, from the backend's
+ * queues when it has its own (all daemons), else from the table. */
+static void reply_holders(struct conn *c, const char *glob)
+{
+    struct backend *be = c->srv->backend;
+    struct locks_reply lr = { c, 0, 0 };
+
+    if (!be->ops->list) {
+        locks_each_hold(c->srv->locks, glob[0] ? glob : NULL, add_local_holder, &lr);
+        reply_end(c, lr.more);
+        return;
+    }
+    c->listing = be->ops->list(be->impl, glob[0] ? glob : "*", conn_may_list,
+                               conn_on_holders, c);
+    if (!c->listing) {
+        reply_unavailable(c);
+        return;
+    }
+    c->waiting_cmd = PROTO_CMD_HOLDERS;
+    conn_set_state(c, CONN_WAITING);
 }
 
 static void reply_help(struct conn *c)
@@ -621,7 +711,7 @@ static bool conn_allowed(struct conn *c, const struct proto_req *req, const char
                   "(only PING, HELP and QUIT work before)");
         return false;
     }
-    if (!req->name || req->cmd == PROTO_CMD_LOCKS ||
+    if (!req->name || req->cmd == PROTO_CMD_LOCKS || req->cmd == PROTO_CMD_HOLDERS ||
         (req->cmd == PROTO_CMD_UNLOCK && !req->has_token) || user_may(c->user, name))
         return true;
     snprintf(text, sizeof(text), "user %s may not use lock %s", c->user_name, name);
@@ -732,6 +822,9 @@ static void handle_request(struct conn *c, const struct proto_req *req)
         break;
     case PROTO_CMD_LOCKS:
         reply_locks(c, name);
+        break;
+    case PROTO_CMD_HOLDERS:
+        reply_holders(c, name);
         break;
     case PROTO_CMD_CLIENT:
         memcpy(c->label, req->label, req->label_len);

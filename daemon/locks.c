@@ -713,10 +713,17 @@ void locks_status(const struct locks *t, const char *name, struct locks_status *
     }
 }
 
+typedef bool (*status_cb)(void *arg, const char *name, const struct locks_status *st);
+typedef bool (*hold_cb)(void *arg, const struct backend_holder *row);
+
+/* A walk of the table in name order: visit(e, l) for each lock that
+ * matches glob, until it returns false. */
 struct each_ctx {
     const struct locks *t;
     const char *glob;
-    bool (*cb)(void *arg, const char *name, const struct locks_status *st);
+    bool (*visit)(struct each_ctx *e, const struct lock *l);
+    status_cb status;              /* the caller's callback, for visit */
+    hold_cb hold;
     void *arg;
     bool stop;
 };
@@ -725,22 +732,67 @@ static void each_visit(const void *node, VISIT which, void *closure)
 {
     struct each_ctx *e = closure;
     const struct lock *l = *(struct lock *const *)node;
-    struct locks_status st;
 
     /* In name order: a node between its subtrees, or a leaf. */
     if (e->stop || (which != postorder && which != leaf))
         return;
     if (e->glob && fnmatch(e->glob, l->name, 0) != 0)
         return;
-    locks_status(e->t, l->name, &st);
-    e->stop = !e->cb(e->arg, l->name, &st);
+    e->stop = !e->visit(e, l);
 }
 
-void locks_each(const struct locks *t, const char *glob,
-                bool (*cb)(void *arg, const char *name, const struct locks_status *st),
-                void *arg)
+static bool visit_status(struct each_ctx *e, const struct lock *l)
 {
-    struct each_ctx e = { t, glob, cb, arg, false };
+    struct locks_status st;
+
+    locks_status(e->t, l->name, &st);
+    return e->status(e->arg, l->name, &st);
+}
+
+void locks_each(const struct locks *t, const char *glob, status_cb cb, void *arg)
+{
+    struct each_ctx e = { t, glob, visit_status, cb, NULL, arg, false };
+
+    twalk_r(t->tree, each_visit, &e);
+}
+
+static bool visit_hold(const struct each_ctx *e, const struct lock *l, const struct hold *h)
+{
+    struct backend_holder row = {
+        .name = l->name, .mode = h->mode, .limit = h->mode == LOCK_LIMIT ? l->limit : 0,
+        .held = h->state == HOLD_HELD, .holder = hold_owner_desc(h), .label = h->owner->label,
+        .token = h->state == HOLD_HELD ? h->token : 0, .lease_ms = -1,
+    };
+    struct timeval now;
+
+    if (row.held) {
+        row.since_ms = h->since_ms;
+        if (h->owner->ops->ends_in_ms)
+            row.lease_ms = h->owner->ops->ends_in_ms(h->owner);
+    } else {
+        gettimeofday(&now, NULL);
+        row.since_ms = (int64_t)now.tv_sec * 1000 + now.tv_usec / 1000 -
+                       (locks_mono_us() - h->asked_us) / 1000;
+    }
+    return e->hold(e->arg, &row);
+}
+
+static bool visit_holds(struct each_ctx *e, const struct lock *l)
+{
+    const struct hold *h;
+
+    TAILQ_FOREACH(h, &l->admitted, in_lock)
+        if (!visit_hold(e, l, h))
+            return false;
+    TAILQ_FOREACH(h, &l->waiters, in_lock)
+        if (!visit_hold(e, l, h))
+            return false;
+    return true;
+}
+
+void locks_each_hold(const struct locks *t, const char *glob, hold_cb cb, void *arg)
+{
+    struct each_ctx e = { t, glob, visit_holds, NULL, cb, arg, false };
 
     twalk_r(t->tree, each_visit, &e);
 }

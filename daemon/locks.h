@@ -197,6 +197,17 @@ void locks_each(const struct locks *t, const char *glob,
                 bool (*cb)(void *arg, const char *name, const struct locks_status *st),
                 void *arg);
 
+/*
+ * HOLDERS in embedded mode: calls cb(arg, row) for every hold and queued
+ * request of each lock whose name matches glob (NULL: every lock), in name
+ * order, each name's holds before its waiters, until cb returns false.
+ * row->holder is the owner's desc without a daemon id; the row is borrowed
+ * for the call. The table must not change meanwhile.
+ */
+struct backend_holder;
+void locks_each_hold(const struct locks *t, const char *glob,
+                     bool (*cb)(void *arg, const struct backend_holder *row), void *arg);
+
 /* New limit for later requests; holds beyond it are kept. */
 void locks_set_max_per_client(struct locks *t, unsigned max_per_client);
 

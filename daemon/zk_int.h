@@ -5,7 +5,7 @@
  *   zk_session.c  the backend object, the libevent adapter that drives the
  *                 single-threaded C client, and the session's lifecycle
  *   zk_lock.c     the lock recipe: one ZooKeeper node per request
- *   zk_query.c    read-only queries for STATUS
+ *   zk_query.c    read-only queries for STATUS and HOLDERS
  *   zk_lease.c    leases: persistent nodes, the janitor
  *   zk_batch.c    group commit: lock nodes' creates and deletes as multis
  *
@@ -213,5 +213,9 @@ void zk_batch_fail_queued(struct zk *zk, int rc);
 struct backend_query *zk_query(void *impl, const char *name, struct backend_queue_info *now,
                                backend_query_cb cb, void *arg);
 void zk_query_cancel(void *impl, struct backend_query *q);
+/* zk_query.c: the backend ops for HOLDERS (see backend.h). */
+struct backend_list *zk_list(void *impl, const char *glob, backend_name_filter may,
+                             backend_list_cb cb, void *arg);
+void zk_list_cancel(void *impl, struct backend_list *l);
 
 #endif

@@ -71,6 +71,8 @@ enum proto_arg {
       "who holds a lock, with which token, since when, and how many wait")         \
     X(LOCKS,   "LOCKS",   0, PROTO_ARGS(PROTO_ARG_GLOB), "LOCKS [<glob>]",          \
       "the locks held or awaited on this daemon, a LOCK line each, then END")     \
+    X(HOLDERS, "HOLDERS", 0, PROTO_ARGS(PROTO_ARG_GLOB), "HOLDERS [<glob>]",       \
+      "every holder and queued request, all daemons, a HOLDER line each, then END") \
     X(CLIENT,  "CLIENT",  1, PROTO_ARGS(PROTO_ARG_LABEL), "CLIENT <label>",         \
       "name this connection in STATUS and LOCKS (label=) for its later locks")    \
     X(STATS,   "STATS",   0, PROTO_NO_ARGS, "STATS",                               \

@@ -1153,6 +1153,14 @@ START_TEST(locks_glob)
     ck_error("LOCKS a/b", PROTO_ERR_BAD_ARGS);
     ck_error("LOCKS a b", PROTO_ERR_BAD_ARGS);
     ck_assert_int_eq(proto_parse("LOCKS a\0*", 9, &req), PROTO_ERROR);
+    /* HOLDERS takes the same pattern. */
+    ck_request("HOLDERS", PROTO_CMD_HOLDERS);
+    ck_assert_uint_eq(req.name_len, 0);
+    ck_request("holders deploy-*", PROTO_CMD_HOLDERS);
+    ck_assert_uint_eq(req.name_len, 8);
+    ck_error("HOLDERS a/b", PROTO_ERR_BAD_ARGS);
+    ck_error("HOLDERS a b", PROTO_ERR_BAD_ARGS);
+    ck_error("HOLDER a", PROTO_ERR_BAD_COMMAND);
 }
 END_TEST
 

@@ -1074,7 +1074,8 @@ class ErrorTests(DaemonCase):
                 for code in [1] + list(range(118, 128)):
                     self.assertRegex(p.out, r"\n +%d " % code)
                 self.assertRegex(p.out, r"\n +1  status NAME: the lock is free")
-                self.assertIn("lockbroker [OPTIONS] locks [--json | --human | --raw] [GLOB]", p.out)
+                self.assertIn("lockbroker [OPTIONS] locks [--cluster] [--json | --human | --raw] "
+                              "[GLOB]", p.out)
                 self.assertIn("--label L", p.out)
                 self.assertIn("--verbose", p.out)
         p = self.lb(["-V"])
@@ -1173,6 +1174,23 @@ class InfoTests(DaemonCase):
         self.assertEqual(objs[1]["token"], token)
         self.assertIsInstance(objs[1]["lease"], int)
         self.assertEqual(objs[1]["label"], "ops@web-3")
+        # --cluster: HOLDERS, one row per holder, in each of the three forms.
+        p = self.lb(self.hp() + ["locks", "--cluster", "--human", n + "-l"])
+        self.assert_exit(p, 0)
+        lines = p.out.splitlines()
+        self.assertRegex(lines[0], self.HEADER)
+        self.assertRegex(lines[1], r"^%s-l +held +exclusive +\S+/lease:\S+ +ops@web-3 +%s +%s +"
+                         r"1 +- +%s +-$" % (re.escape(n), token, self.DURATION, self.DURATION))
+        raw = self.lb(self.hp() + ["locks", "--cluster", n + "-l"])
+        self.assertRegex(raw.out, r"^HOLDER %s-l exclusive held holder=\S+ label=ops@web-3 "
+                         r"token=%s since=[0-9]+ lease=[0-9]+\n$" % (re.escape(n), token))
+        p = self.lb(self.hp() + ["locks", "--cluster", "--json", n + "-l"])
+        obj = json.loads(p.out)
+        self.assertEqual((obj["name"], obj["mode"], obj["state"], obj["token"]),
+                         (n + "-l", "exclusive", "held", token))
+        p = self.lb(self.hp() + ["status", "--cluster", n])
+        self.assert_exit(p, EXIT_USAGE)
+        self.assertIn("--cluster is an option of locks", p.err)
 
     def test_locks(self):
         # One lock held, one held and awaited; a glob picks one of them.

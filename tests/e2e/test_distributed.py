@@ -877,6 +877,7 @@ class DistributedTest(DistributedBase):
         self.assertRegex(c.request("LOCK x 200"), r"^ERR UNAVAILABLE ")
         self.assertRegex(c.request("LOCK x 0 shared"), r"^ERR UNAVAILABLE ")
         self.assertRegex(c.request("STATUS x"), r"^ERR UNAVAILABLE ")
+        self.assertRegex(c.request("HOLDERS"), r"^ERR UNAVAILABLE ")
         self.assertEqual(c.request("PING"), "PONG")
         h = self.client(a)
         h.send("LOCK x 200\n")
@@ -1231,6 +1232,62 @@ class ModesTest(DistributedBase):
         self.assertEqual(stats(c)["grants_exclusive"], "1")
         self.assertEqual(stats(a)["grants_shared"], "2")
         self.wait_no_nodes(hosts)
+
+    def test_holders_lists_every_daemons_holders_from_zookeeper(self):
+        """HOLDERS: every holder of a shared and a limit lock and every queued
+        request, whichever daemon they came through, from any daemon."""
+        hosts = self.zk.connect_string
+        a, b, c = (self.start_daemon(hosts, n) for n in ("A", "B", "C"))
+
+        def take(d, line, label=None):
+            cl = self.client(d)
+            if label:
+                self.assertEqual(cl.request("CLIENT " + label), "OK")
+            self.assertRegex(cl.request(line), r"^OK \S+ \d+$")
+            return cl
+
+        def holders(d, glob):
+            q = self.client(d)
+            q.send("HOLDERS %s\n" % glob)
+            return list(iter(q.line, "END"))
+
+        r1 = take(a, "LOCK h shared", "reader-1")
+        r2 = take(a, "LOCK h 5000 shared")
+        r3 = take(b, "LOCK h 5000 shared", "reader-3")
+        w = self.client(c)
+        w.send("LOCK h\n")
+        queued(c, w, "h")
+        self.wait_node(hosts, "h", c)
+        row = r"^HOLDER h %s holder=%s/%s label=%s token=- since=\d+$"
+        expect = [("shared held", a, r1, "reader-1"), ("shared held", a, r2, "-"),
+                  ("shared held", b, r3, "reader-3"), ("exclusive queued", c, w, "-")]
+        for d in (a, b, c):
+            rows = holders(d, "h*")
+            self.assertEqual(len(rows), 4, rows)
+            for line, (state, dd, cl, label) in zip(rows, expect):
+                self.assertRegex(line, row % (state, re.escape(dd.daemon_id),
+                                              re.escape(cl.local), label))
+        # A semaphore's holders through two daemons, and its queue.
+        s1 = take(a, "LOCK s 5000 limit=2")
+        s2 = take(b, "LOCK s 5000 limit=2")
+        s3 = self.client(c)
+        s3.send("LOCK s limit=2\n")
+        queued(c, s3, "s")
+        self.wait_node(hosts, "s", c)
+        rows = holders(b, "s")
+        self.assertEqual([r.split()[2:4] for r in rows],
+                         [["limit=2", "held"], ["limit=2", "held"], ["limit=2", "queued"]], rows)
+        self.assertIn(s3.local, rows[2])
+        # Released and idle nodes are nobody's: not listed.
+        for cl, name in ((r1, "h"), (r2, "h"), (r3, "h"), (s1, "s"), (s2, "s")):
+            self.assertEqual(cl.request("UNLOCK " + name), "OK " + name)
+        w.expect_match(r"OK h %s" % TOKEN)
+        s3.expect_match(r"OK s %s" % TOKEN)
+        self.assertEqual(w.request("UNLOCK h"), "OK h")
+        self.assertEqual(s3.request("UNLOCK s"), "OK s")
+        for d in (a, b, c):
+            self.assertEqual(holders(d, "*"), [])
+        self.assertEqual(holders(a, "nothing-*"), [])
 
     def test_semaphore_bound_under_churn(self):
         hosts = self.zk.connect_string

@@ -1244,7 +1244,8 @@ class AdminTests(Case):
         lines = read_block(c)
         words = [re.match(r"HELP (\S+)", l).group(1) for l in lines]
         self.assertEqual(words, ["LOCK", "TRYLOCK", "UNLOCK", "RENEW", "CHECK", "PING", "QUIT",
-                                 "STATUS", "LOCKS", "CLIENT", "STATS", "HELP", "AUTH"])
+                                 "STATUS", "LOCKS", "HOLDERS", "CLIENT", "STATS", "HELP",
+                                 "AUTH"])
         self.assertIn("HELP LOCK <name> [<wait-ms>] [shared|limit=<n>] [ttl=<ms>] "
                       "[delay=<ms>] - ", lines[0])
         self.ping(c)                                  # still usable, in order
@@ -1324,6 +1325,44 @@ class AdminTests(Case):
         q.expect("OK")
         q.send("LOCKS a/b\n")
         self.assertRegex(q.line(), r"^ERR BAD_ARGS a pattern is ")
+
+    def test_holders_lists_every_holder_and_waiter(self):
+        n = self.name()
+        r1, r2, w, q = self.connect(), self.connect(), self.connect(), self.connect()
+        r1.send("CLIENT reader-1\n")
+        r1.expect("OK")
+        def take(c, name, opts):
+            c.send("LOCK %s %s\n" % (name, opts))
+            return self.granted(c, name)
+        t1 = take(r1, n, "shared")
+        t2 = take(r2, n, "shared")
+        self.queue(w, n)
+        # HOLDERS: every hold of a shared lock, then its queue, by name, then END.
+        q.send("HOLDERS %s*\n" % n)
+        rows = read_block(q)
+        holder = r"HOLDER %s %%s holder=%s/%%s label=%%s token=%%s since=\d+$" % (
+            n, re.escape(self.daemon_id))
+        self.assertEqual(len(rows), 3, rows)
+        self.assertRegex(rows[0], holder % ("shared held", re.escape(r1.local), "reader-1", t1))
+        self.assertRegex(rows[1], holder % ("shared held", re.escape(r2.local), "-", t2))
+        self.assertRegex(rows[2], holder % ("exclusive queued", re.escape(w.local), "-", "-"))
+        # A semaphore's holders, and a lease's time left.
+        s = n + "-s"
+        ts = [take(self.connect(), s, "limit=2") for _ in range(2)]
+        q.send("LOCK %s 1000 limit=2 ttl=60000\n" % (n + "-l"))
+        tl = int(q.expect_match(r"OK %s-l (\d+)" % n).group(1))
+        q.send("HOLDERS %s-?\n" % n)
+        rows = read_block(q)
+        self.assertEqual(len(rows), 3, rows)
+        self.assertRegex(rows[0], r"^HOLDER %s-l limit=2 held holder=%s/lease:\S+ label=- "
+                         r"token=%d since=\d+ lease=\d+$" % (n, re.escape(self.daemon_id), tl))
+        for row, t in zip(rows[1:], ts):
+            self.assertRegex(row, r"^HOLDER %s limit=2 held .* token=%d since=\d+$" % (s, t))
+        q.send("HOLDERS %s-nothing-*\n" % n)
+        self.assertEqual(q.line(), "END")
+        q.send("HOLDERS a/b\n")
+        self.assertRegex(q.line(), r"^ERR BAD_ARGS a pattern is ")
+        self.ping(q)
 
     def test_status_errors(self):
         c = self.connect()

@@ -86,7 +86,7 @@ static void check_request(const struct proto_req *req, const char *line, size_t 
         CHECK(req->name && within(req->name, req->name_len, line, len));
         CHECK(proto_name_valid(req->name, req->name_len));
         check_name_replies(req);
-    } else if (cmd == PROTO_CMD_LOCKS && req->name) {
+    } else if ((cmd == PROTO_CMD_LOCKS || cmd == PROTO_CMD_HOLDERS) && req->name) {
         CHECK(within(req->name, req->name_len, line, len));
         CHECK(req->name_len >= 1 && req->name_len <= PROTO_NAME_MAX);
         for (size_t i = 0; i < req->name_len; i++)
