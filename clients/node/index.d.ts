@@ -60,6 +60,8 @@ export class Client {
         opts?: { wait?: number; shared?: boolean; limit?: number; renew?: boolean }): Promise<Lease>;
   status(name: string): Promise<Status>;
   locks(glob?: string): Promise<Array<Status & { name: string }>>;
+  /** HOLDERS: every holder and queued request, all daemons; state 'held' or 'queued'. */
+  holders(glob?: string): Promise<Array<Status & { name: string }>>;
   stats(): Promise<Record<string, number | string>>;
   ping(): Promise<void>;
   close(): Promise<void>;

@@ -601,6 +601,20 @@ class Client {
     });
   }
 
+  /**
+   * HOLDERS [glob]: every holder (all of a shared or limit lock's) and queued
+   * request, through every daemon in distributed mode, one object each, with
+   * `state` 'held' or 'queued' (token null where the daemon does not know it).
+   */
+  async holders(glob) {
+    const lines = await this.ask(glob ? `HOLDERS ${glob}` : 'HOLDERS', true);
+    if (lines[0].startsWith('ERR ')) throw errorOf(lines[0], 'HOLDERS');
+    return lines.slice(0, -1).filter((l) => l.startsWith('HOLDER ')).map((l) => {
+      const w = l.split(' ');
+      return { name: w[1], ...statusOf(w[3], fields(w.slice(4))), mode: w[2] };
+    });
+  }
+
   /** STATS: { name: number|string }. */
   async stats() {
     const lines = await this.ask('STATS', true);

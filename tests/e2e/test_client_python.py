@@ -58,6 +58,8 @@ class EmbeddedTests(unittest.TestCase):
         with self.c.lock("m", shared=True) as r1, self.c.lock("m", shared=True) as r2:
             self.assertEqual(self.c.status("m")["holders"], 2)
             self.assertEqual([lk["name"] for lk in self.c.locks("m*")], ["m"])
+            self.assertEqual([(h["name"], h["mode"], h["state"]) for h in self.c.holders("m*")],
+                             [("m", "shared", "held")] * 2)
             with self.assertRaises(lockbroker.Conflict):
                 self.c.trylock("m", limit=2)
             self.assertFalse(r1.lost or r2.lost)

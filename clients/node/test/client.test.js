@@ -46,6 +46,8 @@ test('modes, conflict, bad names, locks', { skip: !env.LB_ADDR }, async () => {
   const r2 = await c.lock('n-m', { shared: true });
   assert.strictEqual((await c.status('n-m')).holders, 2);
   assert.deepStrictEqual((await c.locks('n-m*')).map((l) => l.name), ['n-m']);
+  assert.deepStrictEqual((await c.holders('n-m*')).map((h) => [h.name, h.mode, h.state]),
+    [['n-m', 'shared', 'held'], ['n-m', 'shared', 'held']]);
   await rejectsWith(c.trylock('n-m', { limit: 2 }), 'CONFLICT');
   await r1.release();
   await r2.release();

@@ -761,6 +761,23 @@ class Client:
                 out.append(d)
         return out
 
+    def holders(self, glob=None):
+        """HOLDERS [glob]: every holder (all of a shared or limit lock's) and
+        queued request, through every daemon in distributed mode: a list of
+        dicts (name, mode, state "held" or "queued", holder, label, token -
+        None where the daemon does not know it - since, lease)."""
+        lines = self._ask("HOLDERS" + (" %s" % glob if glob else ""), until_end=True)
+        if lines[0].startswith("ERR "):
+            raise _error_of(lines[0], "HOLDERS")
+        out = []
+        for line in lines[:-1]:
+            words = line.split(" ")
+            if words[0] == "HOLDER" and len(words) >= 4:
+                d = _status_dict(words[3], _fields(words[4:]))
+                d["name"], d["mode"] = words[1], words[2]
+                out.append(d)
+        return out
+
     def stats(self):
         """STATS: {name: value}, numbers as int where they are."""
         lines = self._ask("STATS", until_end=True)

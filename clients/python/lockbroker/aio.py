@@ -144,6 +144,9 @@ class AsyncClient:
     async def locks(self, glob=None):
         return await asyncio.to_thread(self._client.locks, glob)
 
+    async def holders(self, glob=None):
+        return await asyncio.to_thread(self._client.holders, glob)
+
     async def stats(self):
         return await asyncio.to_thread(self._client.stats)
 
