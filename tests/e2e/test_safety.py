@@ -288,7 +288,11 @@ class DistributedSafetyTests(td.DistributedBase):
         a = self.start_daemon(hosts, "A", extra="lease_skew_ms = 0\n")
         b = self.start_daemon(hosts, "B", extra="lease_skew_ms = 0\n")
         taker = self.client(a)
-        taker.request("LOCK ld ttl=300 delay=1500")
+        self.assertRegex(taker.request("LOCK ld ttl=1000 delay=1500"), r"^OK ld \d+$")
+        # The lease node replaces the request's ephemeral node, which goes
+        # after the grant: wait for the lease node alone.
+        self.wait_zk(lambda: len(td.lock_nodes(hosts, self.root).get("ld", [])) == 1,
+                     scaled(10.0), "the lease node alone")
         kids = td.lock_nodes(hosts, self.root)["ld"]
         self.assertEqual(len(kids), 1)
         self.assertIn(".lease.d1500-", kids[0])
