@@ -80,6 +80,11 @@ typedef bool (*backend_name_filter)(void *arg, const char *name);
 typedef void (*backend_list_cb)(void *arg, bool ok, const struct backend_holder *rows,
                                 size_t n, size_t more);
 
+struct backend_watch;
+/* A watched name's state across daemons, at first and after each change
+ * the backend sees (info->ok false: it cannot be asked now). */
+typedef void (*backend_watch_cb)(void *arg, const struct backend_queue_info *info);
+
 struct backend_lease_op;
 /* ttl_ms of a lease_op that only asks whether the lease is held (CHECK). */
 #define LEASE_CHECK (-1)
@@ -146,6 +151,15 @@ struct backend_ops {
                                  backend_list_cb cb, void *arg);
     /* The listing is no longer wanted: neither may nor cb will run again. */
     void (*list_cancel)(void *impl, struct backend_list *l);
+    /*
+     * WATCH: follows name across daemons; cb(arg, info) runs from the loop
+     * with its state once known and after every change seen, until
+     * watch_cancel. NULL (embedded mode): the lock table is the whole
+     * picture. Returns NULL when out of memory.
+     */
+    struct backend_watch *(*watch)(void *impl, const char *name, backend_watch_cb cb, void *arg);
+    /* cb will not run again. */
+    void (*watch_cancel)(void *impl, struct backend_watch *w);
     /*
      * Leases (lease.h). ends_leases: the backend ends each lease at its ttl
      * itself and every renewal goes through lease_op (distributed mode,

@@ -38,6 +38,7 @@
 #include "settings.h"
 #include "users.h"
 #include "stats.h"
+#include "watch.h"
 
 enum conn_state {
     CONN_READING,   /* parsing request lines as they arrive */
@@ -70,6 +71,8 @@ struct conn {
     enum proto_cmd waiting_cmd;    /* LOCK, TRYLOCK, UNLOCK, RENEW, STATUS or AUTH, in CONN_WAITING */
     struct backend_query *query;   /* STATUS: the backend's answer pending, or NULL */
     struct backend_list *listing;  /* HOLDERS: the backend's answer pending, or NULL */
+    struct watch_sub **watches;    /* WATCH: this connection's, owned (the array and each) */
+    unsigned nwatches, watches_cap;
     struct lease *lease;           /* LOCK ... ttl=: the lease being acquired, or NULL */
     struct backend_lease_op *lease_op; /* UNLOCK/RENEW by token: the answer pending, or NULL */
     char status_name[PROTO_NAME_MAX + 1]; /* the name that query or lease_op is about */
@@ -185,6 +188,8 @@ static void conn_release_all(struct conn *c, bool abandon)
     c->lease_op = NULL;
     if (c->auth_timer)
         evtimer_del(c->auth_timer);
+    while (c->nwatches)
+        watch_remove(c->watches[--c->nwatches]);
     if (abandon)
         locks_owner_abandon_all(c->srv->locks, &c->owner);
     else
@@ -629,6 +634,75 @@ static void reply_holders(struct conn *c, const char *glob)
     conn_set_state(c, CONN_WAITING);
 }
 
+/* An EVENT line for this connection: false while its output is backed up
+ * (the watch keeps the latest line for conn_on_write to ask for). */
+static bool conn_on_watch_event(void *arg, const char *line, size_t len)
+{
+    struct conn *c = arg;
+
+    if (evbuffer_get_length(bufferevent_get_output(c->bev)) >= OUTPUT_MAX)
+        return false;
+    evbuffer_add(bufferevent_get_output(c->bev), line, len);
+    return true;
+}
+
+static int conn_find_watch(const struct conn *c, const char *name)
+{
+    for (unsigned i = 0; i < c->nwatches; i++)
+        if (strcmp(watch_sub_name(c->watches[i]), name) == 0)
+            return (int)i;
+    return -1;
+}
+
+/* WATCH <name>: OK now, the EVENT lines from the loop. Watching a name
+ * twice is watching it once. */
+static void conn_watch(struct conn *c, const char *name, size_t len)
+{
+    struct watch_sub *s;
+    char text[96];
+    bool limit;
+
+    if (conn_find_watch(c, name) < 0) {
+        if (c->nwatches == WATCHES_PER_CONN_MAX) {
+            snprintf(text, sizeof(text), "a connection watches at most %d locks",
+                     WATCHES_PER_CONN_MAX);
+            reply_err(c, PROTO_ERR_LIMIT, text);
+            return;
+        }
+        if (c->nwatches == c->watches_cap) {
+            unsigned cap = c->watches_cap ? 2 * c->watches_cap : 4;
+            struct watch_sub **more = realloc(c->watches, cap * sizeof(*more));
+
+            if (!more) {
+                reply_err(c, PROTO_ERR_INTERNAL, "out of memory");
+                return;
+            }
+            c->watches = more;
+            c->watches_cap = cap;
+        }
+        if (!(s = watch_add(c->srv->watches, name, conn_on_watch_event, c, &limit))) {
+            snprintf(text, sizeof(text), "this daemon has %d watches", WATCHES_MAX);
+            reply_err(c, limit ? PROTO_ERR_LIMIT : PROTO_ERR_INTERNAL,
+                      limit ? text : "out of memory");
+            return;
+        }
+        c->watches[c->nwatches++] = s;
+    }
+    reply_word(c, "OK", name, len);
+}
+
+/* UNWATCH <name>: OK whether it was watched or not. */
+static void conn_unwatch(struct conn *c, const char *name, size_t len)
+{
+    int i = conn_find_watch(c, name);
+
+    if (i >= 0) {
+        watch_remove(c->watches[i]);
+        c->watches[i] = c->watches[--c->nwatches];
+    }
+    reply_word(c, "OK", name, len);
+}
+
 static void reply_help(struct conn *c)
 {
     struct evbuffer *out = bufferevent_get_output(c->bev);
@@ -826,6 +900,12 @@ static void handle_request(struct conn *c, const struct proto_req *req)
     case PROTO_CMD_HOLDERS:
         reply_holders(c, name);
         break;
+    case PROTO_CMD_WATCH:
+        conn_watch(c, name, req->name_len);
+        break;
+    case PROTO_CMD_UNWATCH:
+        conn_unwatch(c, name, req->name_len);
+        break;
     case PROTO_CMD_CLIENT:
         memcpy(c->label, req->label, req->label_len);
         c->label[req->label_len] = '\0';
@@ -969,6 +1049,9 @@ static void conn_on_write(struct bufferevent *bev, void *arg)
     struct conn *c = arg;
     struct timeval tv = { LINGER_SECONDS, 0 };
 
+    /* Drained: watches whose latest line did not fit get it now. */
+    for (unsigned i = 0; i < c->nwatches; i++)
+        watch_flush(c->watches[i]);
     switch (c->state) {
     case CONN_DRAINING:
         conn_set_state(c, CONN_READING);
@@ -1119,5 +1202,6 @@ void conn_free(struct conn *c)
     if (c->auth_timer)
         event_free(c->auth_timer);
     bufferevent_free(c->bev);
+    free(c->watches);
     free(c);
 }

@@ -78,6 +78,8 @@ struct locks {
     struct locks_stats stats;
     struct locks_histograms hist;
     struct lock_owner abandoned;   /* owns the holds kept for their lock-delay */
+    void (*changed)(void *arg, const char *name); /* locks_set_observer(), or NULL */
+    void *changed_arg;
 };
 
 #define MAX_DEPTH UINT32_MAX
@@ -204,12 +206,21 @@ static bool lock_takes_place(const struct lock *l, const struct hold *h)
            (h->mode == LOCK_SHARED && last->state == HOLD_ACQUIRING);
 }
 
+/* A name's holds changed: tell the observer (WATCH). */
+static void lock_changed(const struct lock *l)
+{
+    if (l->table->changed)
+        l->table->changed(l->table->changed_arg, l->name);
+}
+
 /* Takes h out of its lists and the counters, and frees it. */
 static void hold_unlink(struct hold *h)
 {
     struct lock *l = h->lock;
     struct locks *t = l->table;
 
+    if (h->state == HOLD_HELD)
+        lock_changed(l);
     switch (h->state) {
     case HOLD_WAITING:
         TAILQ_REMOVE(&l->waiters, h, in_lock);
@@ -274,6 +285,7 @@ static void hold_grant(struct hold *h, uint64_t token)
     t->stats.held++;
     t->stats.grants++;
     t->stats.grants_by_mode[h->mode]++;
+    lock_changed(h->lock);
     log_debug("lock %s: granted to %s, token %llu%s", h->lock->name, h->owner->desc,
               (unsigned long long)token, mode_suffix(h->mode));
 }
@@ -449,6 +461,7 @@ static bool hold_keep_for_delay(struct hold *h)
     h->owner = &t->abandoned;
     TAILQ_INSERT_TAIL(&t->abandoned.holds, h, in_owner);
     t->abandoned.nholds++;
+    lock_changed(h->lock);
     t->stats.delays++;
     t->stats.delayed++;
     log_info("lock %s: %s ended without a release (token %llu): nobody else is granted it "
@@ -795,6 +808,13 @@ void locks_each_hold(const struct locks *t, const char *glob, hold_cb cb, void *
     struct each_ctx e = { t, glob, visit_holds, NULL, cb, arg, false };
 
     twalk_r(t->tree, each_visit, &e);
+}
+
+void locks_set_observer(struct locks *t, void (*changed)(void *arg, const char *name),
+                        void *arg)
+{
+    t->changed = changed;
+    t->changed_arg = arg;
 }
 
 void locks_set_max_per_client(struct locks *t, unsigned max_per_client)

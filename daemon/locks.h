@@ -208,6 +208,11 @@ struct backend_holder;
 void locks_each_hold(const struct locks *t, const char *glob,
                      bool (*cb)(void *arg, const struct backend_holder *row), void *arg);
 
+/* changed(arg, name) runs whenever a name's holds change: granted,
+ * released, ended, abandoned (for WATCH). It must not change the table. */
+void locks_set_observer(struct locks *t, void (*changed)(void *arg, const char *name),
+                        void *arg);
+
 /* New limit for later requests; holds beyond it are kept. */
 void locks_set_max_per_client(struct locks *t, unsigned max_per_client);
 

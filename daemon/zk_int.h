@@ -6,6 +6,7 @@
  *                 single-threaded C client, and the session's lifecycle
  *   zk_lock.c     the lock recipe: one ZooKeeper node per request
  *   zk_query.c    read-only queries for STATUS and HOLDERS
+ *   zk_watch.c    WATCH: a name's nodes watched for changes
  *   zk_lease.c    leases: persistent nodes, the janitor
  *   zk_batch.c    group commit: lock nodes' creates and deletes as multis
  *
@@ -69,6 +70,8 @@ struct zk {
     void *by_id;                       /* tsearch tree of struct zlock by id */
     TAILQ_HEAD(, zlock) zlocks;
     TAILQ_HEAD(, zcall) watches;       /* watch contexts registered with zh */
+    TAILQ_HEAD(, backend_watch) watched; /* zk_watch.c: WATCHed names, cancelled ones too
+                                        * until their ZooKeeper watches are gone */
     uint64_t next_id;
     unsigned nzlocks;
     void *idle_by_parent;              /* tsearch tree of idle struct zlock by parent path */
@@ -217,5 +220,20 @@ void zk_query_cancel(void *impl, struct backend_query *q);
 struct backend_list *zk_list(void *impl, const char *glob, backend_name_filter may,
                              backend_list_cb cb, void *arg);
 void zk_list_cancel(void *impl, struct backend_list *l);
+/* zk_query.c: the state of one name as STATUS has it, from its node list
+ * (children) and its first holder's data (NULL before it is read). */
+void zk_queue_info(const struct String_vector *children, struct backend_queue_info *info,
+                   const char **first);
+void zk_queue_holder(const char *value, int len, const struct Stat *stat,
+                     struct backend_queue_info *info);
+
+/* zk_watch.c: the backend ops for WATCH (see backend.h), and what the
+ * session tells them: connected (read every watched name again), handle
+ * closed (every watch of that handle is gone). */
+struct backend_watch *zk_watch(void *impl, const char *name, backend_watch_cb cb, void *arg);
+void zk_watch_cancel(void *impl, struct backend_watch *w);
+void zk_watches_connected(struct zk *zk);
+void zk_watches_closed(struct zk *zk);
+void zk_watches_free_all(struct zk *zk);   /* the backend is being freed */
 
 #endif

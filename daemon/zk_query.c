@@ -60,31 +60,6 @@ static void parse_node_data(const char *value, int len, struct node_data *d)
     }
 }
 
-static void on_query_data(int rc, const char *value, int len, const struct Stat *stat,
-                          const void *data)
-{
-    struct backend_query *q = (struct backend_query *)data;
-    struct node_data d;
-
-    if (rc == ZOK && value && len > 0) {
-        parse_node_data(value, len, &d);
-        if (q->info.mode == LOCK_EXCLUSIVE && strcmp(d.client, "-") == 0) {
-            /* Nobody holds it: a released lock's node, kept idle or about
-             * to be deleted (zk_lock.c); the next in line gets it then. */
-            q->info.holders = 0;
-            q->info.queue--;
-            query_finish(q, true);
-            return;
-        }
-        snprintf(q->info.label, sizeof(q->info.label), "%s", d.label);
-        q->info.lease_ms = d.lease_ms;
-        snprintf(q->info.holder, sizeof(q->info.holder), "%s/%s", d.daemon, d.client);
-        q->info.since_ms = stat->ctime;
-    }
-    /* ZNONODE: the holder left between the two reads; report what we saw. */
-    query_finish(q, rc == ZOK || rc == ZNONODE);
-}
-
 /* The first holder among a name's nodes: a lease node wherever it sits
  * (zk_lock.c), else the first node; NULL when there is none. */
 static const char *first_holder(const struct String_vector *children)
@@ -150,6 +125,52 @@ static unsigned mark_holders(const struct String_vector *children, const char *f
     return n;
 }
 
+void zk_queue_info(const struct String_vector *children, struct backend_queue_info *info,
+                   const char **first)
+{
+    *first = NULL;
+    info->ok = true;
+    info->queue = 0;
+    info->holders = 0;
+    if (!children || children->count == 0)
+        return;
+    info->queue = (unsigned)children->count;
+    *first = first_holder(children);
+    info->holders = mark_holders(children, *first, &info->mode, &info->limit, NULL);
+}
+
+void zk_queue_holder(const char *value, int len, const struct Stat *stat,
+                     struct backend_queue_info *info)
+{
+    struct node_data d;
+
+    if (!value || len <= 0)
+        return;
+    parse_node_data(value, len, &d);
+    if (info->mode == LOCK_EXCLUSIVE && strcmp(d.client, "-") == 0) {
+        /* Nobody holds it: a released lock's node, kept idle or about
+         * to be deleted (zk_lock.c); the next in line gets it then. */
+        info->holders = 0;
+        info->queue--;
+        return;
+    }
+    snprintf(info->label, sizeof(info->label), "%s", d.label);
+    info->lease_ms = d.lease_ms;
+    snprintf(info->holder, sizeof(info->holder), "%s/%s", d.daemon, d.client);
+    info->since_ms = stat->ctime;
+}
+
+static void on_query_data(int rc, const char *value, int len, const struct Stat *stat,
+                          const void *data)
+{
+    struct backend_query *q = (struct backend_query *)data;
+
+    if (rc == ZOK)
+        zk_queue_holder(value, len, stat, &q->info);
+    /* ZNONODE: the holder left between the two reads; report what we saw. */
+    query_finish(q, rc == ZOK || rc == ZNONODE);
+}
+
 static void on_query_children(int rc, const struct String_vector *children, const void *data)
 {
     struct backend_query *q = (struct backend_query *)data;
@@ -164,9 +185,7 @@ static void on_query_children(int rc, const struct String_vector *children, cons
         query_finish(q, rc == ZOK);
         return;
     }
-    q->info.queue = (unsigned)children->count;
-    first = first_holder(children);
-    q->info.holders = mark_holders(children, first, &q->info.mode, &q->info.limit, NULL);
+    zk_queue_info(children, &q->info, &first);
     snprintf(path, sizeof(path), "%s/%s", q->parent, first);
     /* The request's count carries over to the getData. */
     if (zoo_aget(q->zk->zh, path, 0, on_query_data, q) != ZOK)

@@ -53,6 +53,8 @@ static const struct backend_ops zk_ops = {
     .query_cancel = zk_query_cancel,
     .list = zk_list,
     .list_cancel = zk_list_cancel,
+    .watch = zk_watch,
+    .watch_cancel = zk_watch_cancel,
     .ends_leases = true,
     .early_places = true,
     .lease_op = zk_lease_op,
@@ -406,6 +408,7 @@ static void zk_close_handle(struct zk *zk)
     event_del(zk->io);
     zookeeper_close(zk->zh);
     zk->zh = NULL;
+    zk_watches_closed(zk);     /* their watchers cannot run any more */
     zk->batches_inflight = 0;  /* their completions ran, with ZCLOSING */
     /* Writes never sent either: whatever they were for looks again. */
     zk_batch_fail_queued(zk, ZCLOSING);
@@ -609,6 +612,7 @@ static void on_session_event(zhandle_t *zh, int type, int state, const char *pat
         zk_check_chroot(zk);
         zk_locks_resume(zk);
         zk_lease_sweep(zk);
+        zk_watches_connected(zk);
     } else if (state == ZOO_CONNECTING_STATE) {
         int64_t left = zk->heard_ms + (int64_t)zk->negotiated_ms * 2 / 3 - locks_mono_ms();
         struct timeval tv = { 0, 0 };
@@ -778,6 +782,7 @@ struct backend *zk_backend_new(struct event_base *base, const struct settings *s
     zk->settings = s;
     TAILQ_INIT(&zk->zlocks);
     TAILQ_INIT(&zk->watches);
+    TAILQ_INIT(&zk->watched);
     TAILQ_INIT(&zk->idle);
     TAILQ_INIT(&zk->wq);
     snprintf(zk->root, sizeof(zk->root), "%s", s->zk_root);
@@ -834,6 +839,7 @@ static void zk_free(void *impl)
 
     zk->state = ZK_EXPIRED;    /* completions run by zookeeper_close are ignored */
     zk_close_handle(zk);       /* closing the session removes our ephemeral nodes */
+    zk_watches_free_all(zk);
     zk_locks_free_all(zk);
     zk_lease_free_all(zk);
     explicit_bzero(zk->auth, sizeof(zk->auth));

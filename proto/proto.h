@@ -73,6 +73,10 @@ enum proto_arg {
       "the locks held or awaited on this daemon, a LOCK line each, then END")     \
     X(HOLDERS, "HOLDERS", 0, PROTO_ARGS(PROTO_ARG_GLOB), "HOLDERS [<glob>]",       \
       "every holder and queued request, all daemons, a HOLDER line each, then END") \
+    X(WATCH,   "WATCH",   1, PROTO_ARGS(PROTO_ARG_NAME), "WATCH <name>",            \
+      "push the lock's state now and at each change, as EVENT lines")             \
+    X(UNWATCH, "UNWATCH", 1, PROTO_ARGS(PROTO_ARG_NAME), "UNWATCH <name>",          \
+      "stop a WATCH")                                                              \
     X(CLIENT,  "CLIENT",  1, PROTO_ARGS(PROTO_ARG_LABEL), "CLIENT <label>",         \
       "name this connection in STATUS and LOCKS (label=) for its later locks")    \
     X(STATS,   "STATS",   0, PROTO_NO_ARGS, "STATS",                               \

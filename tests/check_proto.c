@@ -1164,6 +1164,20 @@ START_TEST(locks_glob)
 }
 END_TEST
 
+START_TEST(watch)
+{
+    struct proto_req req;
+
+    ck_request("WATCH leader", PROTO_CMD_WATCH);
+    ck_assert_uint_eq(req.name_len, 6);
+    ck_request("unwatch leader", PROTO_CMD_UNWATCH);
+    ck_error("WATCH", PROTO_ERR_BAD_ARGS);
+    ck_error("WATCH a b", PROTO_ERR_BAD_ARGS);
+    ck_error("WATCH a*", PROTO_ERR_BAD_NAME);
+    ck_error("UNWATCH", PROTO_ERR_BAD_ARGS);
+}
+END_TEST
+
 START_TEST(auth)
 {
     struct proto_req req;
@@ -1450,6 +1464,7 @@ static Suite *proto_suite(void)
     tcase_add_test(tc, cmd_words_parse_back);
     tcase_add_test(tc, client_label);
     tcase_add_test(tc, locks_glob);
+    tcase_add_test(tc, watch);
     tcase_add_test(tc, auth);
     tcase_add_test(tc, user_valid);
     tcase_add_test(tc, err_codes);

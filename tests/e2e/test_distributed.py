@@ -1289,6 +1289,63 @@ class ModesTest(DistributedBase):
             self.assertEqual(holders(d, "*"), [])
         self.assertEqual(holders(a, "nothing-*"), [])
 
+    def test_watch_follows_every_daemon(self):
+        """WATCH through B sees grants, local handoffs, releases, a lease's
+        end and a killed daemon's holds going, whichever daemon they are on;
+        one ZooKeeper watch per name per daemon."""
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A", extra="keep_idle_ms = 0\n")
+        b = self.start_daemon(hosts, "B")
+        w = self.client(b, timeout=scaled(SESSION_MS / 1000.0 + 20))
+
+        def event(state):
+            # The next EVENT for wt; a read in flight may show a state once
+            # more, so lines equal to the one before are skipped.
+            while True:
+                line = w.line()
+                if line != event.last:
+                    event.last = line
+                    self.assertRegex(line, r"^EVENT wt %s$" % state)
+                    return line
+        event.last = None
+        holder = r"held - holders=1 label=%s holder=%s/%s mode=exclusive"
+        w.send("WATCH wt\n")
+        w.expect("OK wt")
+        event("free")
+        h1, h2 = self.client(a), self.client(a)
+        self.assertEqual(h1.request("CLIENT leader-1"), "OK")
+        self.assertEqual(h2.request("CLIENT leader-2"), "OK")
+        self.assertRegex(h1.request("LOCK wt"), r"^OK wt \d+$")
+        event(holder % ("leader-1", re.escape(a.daemon_id), re.escape(h1.local)))
+        h2.send("LOCK wt\n")
+        queued(a, h2, "wt")
+        self.assertEqual(h1.request("UNLOCK wt"), "OK wt")  # a local handoff on A
+        h2.expect_match(r"OK wt %s" % TOKEN)
+        event(holder % ("leader-2", re.escape(a.daemon_id), re.escape(h2.local)))
+        self.assertEqual(h2.request("UNLOCK wt"), "OK wt")
+        event("free")
+        # A lease through A ends by itself.
+        self.assertRegex(h1.request("LOCK wt 1000 ttl=300"), r"^OK wt \d+$")
+        event(r"held - holders=1 label=leader-1 holder=\S+ mode=exclusive")
+        event("free")
+        # Shared holders across daemons.
+        r1 = self.client(b)
+        self.assertRegex(r1.request("LOCK wt shared"), r"^OK wt \d+$")
+        event(r"held - holders=1 label=- holder=%s/%s mode=shared"
+              % (re.escape(b.daemon_id), re.escape(r1.local)))
+        self.assertRegex(h1.request("LOCK wt shared"), r"^OK wt \d+$")
+        event(r"held - holders=2 label=- holder=%s/%s mode=shared"
+              % (re.escape(b.daemon_id), re.escape(r1.local)))
+        self.assertEqual(r1.request("UNLOCK wt"), "OK wt")
+        event(r"held - holders=1 label=leader-1 holder=%s/%s mode=shared"
+              % (re.escape(a.daemon_id), re.escape(h1.local)))
+        # A's daemon dies holding it: free once its session has expired.
+        a.killed = True
+        a.send_signal(signal.SIGKILL)
+        self.assertEqual(a.wait_exit(), -signal.SIGKILL)
+        event("free")
+        self.assertEqual(stats(b)["cmd_watch"], "1")
+
     def test_semaphore_bound_under_churn(self):
         hosts = self.zk.connect_string
         daemons = [self.start_daemon(hosts, "lb%d" % i) for i in range(3)]

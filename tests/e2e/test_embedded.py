@@ -1244,8 +1244,8 @@ class AdminTests(Case):
         lines = read_block(c)
         words = [re.match(r"HELP (\S+)", l).group(1) for l in lines]
         self.assertEqual(words, ["LOCK", "TRYLOCK", "UNLOCK", "RENEW", "CHECK", "PING", "QUIT",
-                                 "STATUS", "LOCKS", "HOLDERS", "CLIENT", "STATS", "HELP",
-                                 "AUTH"])
+                                 "STATUS", "LOCKS", "HOLDERS", "WATCH", "UNWATCH", "CLIENT",
+                                 "STATS", "HELP", "AUTH"])
         self.assertIn("HELP LOCK <name> [<wait-ms>] [shared|limit=<n>] [ttl=<ms>] "
                       "[delay=<ms>] - ", lines[0])
         self.ping(c)                                  # still usable, in order
@@ -1363,6 +1363,59 @@ class AdminTests(Case):
         q.send("HOLDERS a/b\n")
         self.assertRegex(q.line(), r"^ERR BAD_ARGS a pattern is ")
         self.ping(q)
+
+    def test_watch_pushes_each_change(self):
+        n = self.name()
+        w, a, b = self.connect(), self.connect(), self.connect()
+        w.send("WATCH %s\n" % n)
+        w.expect("OK %s" % n)
+        w.expect("EVENT %s free" % n)               # the state at once
+        a.send("CLIENT job-a\n")
+        a.expect("OK")
+        ta = self.lock(a, n)
+        holder = "holder=%s/%%s mode=%%s" % re.escape(self.daemon_id)
+        w.expect_match(r"EVENT %s held %d holders=1 label=job-a %s$"
+                       % (n, ta, holder % (re.escape(a.local), "exclusive")))
+        self.queue(b, n)
+        self.unlock(a, n)                             # handed on: one event, not free first
+        tb = self.granted(b, n)
+        w.expect_match(r"EVENT %s held %d holders=1 label=- %s$"
+                       % (n, tb, holder % (re.escape(b.local), "exclusive")))
+        b.close()                                     # the holder goes
+        w.expect("EVENT %s free" % n)
+        # A lease's end is a change too.
+        a.send("LOCK %s 1000 ttl=200\n" % n)
+        tl = self.granted(a, n)
+        w.expect_match(r"EVENT %s held %d holders=1 label=job-a holder=\S+/lease:\S+ "
+                       r"mode=exclusive$" % (n, tl))
+        w.expect("EVENT %s free" % n)
+        # UNWATCH: no more events; watching twice is watching once.
+        w.send("WATCH %s\nUNWATCH %s\n" % (n, n))
+        w.expect("OK %s" % n)
+        w.expect("OK %s" % n)
+        self.lock(a, n)
+        self.ping(w)                                  # nothing came before PONG
+        self.assertTrue(w.silent())
+
+    def test_watch_limits_and_errors(self):
+        n = self.name()
+        w = self.connect()
+        w.send("".join("WATCH %s-%d\n" % (n, i) for i in range(100)))
+        lines = [w.line() for _ in range(200)]       # replies in order, events among them
+        self.assertEqual([l for l in lines if l.startswith("OK ")],
+                         ["OK %s-%d" % (n, i) for i in range(100)])
+        self.assertEqual(sorted(l for l in lines if l.startswith("EVENT ")),
+                         sorted("EVENT %s-%d free" % (n, i) for i in range(100)))
+        w.send("WATCH %s-x\n" % n)
+        w.expect("ERR LIMIT a connection watches at most 100 locks")
+        for bad, err in (("WATCH", "BAD_ARGS"), ("WATCH a*", "BAD_NAME"),
+                         ("UNWATCH a b", "BAD_ARGS")):
+            w.send(bad + "\n")
+            self.assertRegex(w.line(), r"^ERR %s " % err, bad)
+        w.send("UNWATCH %s-0\nWATCH %s-x\n" % (n, n))
+        w.expect("OK %s-0" % n)
+        w.expect("OK %s-x" % n)
+        w.expect("EVENT %s-x free" % n)
 
     def test_status_errors(self):
         c = self.connect()

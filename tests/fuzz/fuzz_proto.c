@@ -77,7 +77,8 @@ static void check_request(const struct proto_req *req, const char *line, size_t 
     enum proto_cmd cmd = req->cmd;
     int takes_name = cmd == PROTO_CMD_LOCK || cmd == PROTO_CMD_TRYLOCK ||
                      cmd == PROTO_CMD_UNLOCK || cmd == PROTO_CMD_RENEW ||
-                     cmd == PROTO_CMD_STATUS || cmd == PROTO_CMD_CHECK;
+                     cmd == PROTO_CMD_STATUS || cmd == PROTO_CMD_CHECK ||
+                     cmd == PROTO_CMD_WATCH || cmd == PROTO_CMD_UNWATCH;
     int takes_options = cmd == PROTO_CMD_LOCK || cmd == PROTO_CMD_TRYLOCK;
     char buf[PROTO_REPLY_MAX];
 
