@@ -58,6 +58,8 @@ static void usage(FILE *f)
         "       lockbroker [OPTIONS] release NAME TOKEN\n"
         "       lockbroker [OPTIONS] status [--json | --human | --raw] [NAME]\n"
         "       lockbroker [OPTIONS] locks [--cluster] [--json | --human | --raw] [GLOB]\n"
+        "       lockbroker [OPTIONS] elect [--label L] NAME [--] COMMAND [ARGS...]\n"
+        "       lockbroker [OPTIONS] observe NAME\n"
         "       lockbroker [OPTIONS] stats [--json]\n"
         "       lockbroker [OPTIONS] ping\n"
         "Client of lockbrokerd. `run` holds lock NAME while COMMAND runs, with\n"
@@ -70,6 +72,10 @@ static void usage(FILE *f)
         "it is free. `locks` lists the locks held or awaited on the broker (those\n"
         "whose name matches GLOB: * ? [...]), one LOCK line each; with --cluster,\n"
         "every holder and queued request on every daemon, one HOLDER line each.\n"
+        "`elect NAME -- COMMAND` is `run` for a leader election: it waits in line and\n"
+        "runs COMMAND while it leads; --label names it to followers (an address).\n"
+        "`observe NAME` prints the holder's label each time it changes (- when none):\n"
+        "who leads, until it is stopped.\n"
         "TIME and TTL are a number with a unit, ms, s, m or h (500ms, 60s, 2m, 1h), or\n"
         "a plain number of milliseconds: -w 60 waits 60 ms, -w 60s a minute.\n"
         "Options go before or after the subcommand, but before NAME. A COMMAND that\n"
@@ -788,6 +794,62 @@ static int cmd_locks(const struct options *o, const struct client_addr *a, struc
     return rc;
 }
 
+/*
+ * observe NAME: WATCH, then the holder's label each time it changes ("-"
+ * while nobody holds it): who the leader of an election (elect) is. Runs
+ * until the connection ends (121) or lockbroker is stopped.
+ */
+static int cmd_observe(const struct options *o, const struct client_addr *a, struct client *c,
+                       const char *name)
+{
+    char req[PROTO_NAME_MAX + 16], ok[PROTO_NAME_MAX + 8], line[CLIENT_LINE_MAX + 1],
+         last[PROTO_LABEL_MAX + 2] = "", label[PROTO_LABEL_MAX + 2];
+    size_t nlen = strlen(name);
+    struct exchange x;
+    int rc;
+
+    snprintf(req, sizeof(req), "WATCH %s\n", name);
+    snprintf(ok, sizeof(ok), "OK %s", name);
+    if ((rc = exchange_start(&x, o, a, c, req)) || (rc = exchange_line(&x, line, sizeof(line))))
+        return rc;
+    if (strcmp(line, ok) != 0) {
+        if (strncmp(line, "ERR BAD_COMMAND", 15) == 0)
+            fprintf(stderr, "lockbroker: the broker at %s does not support WATCH (it replied: "
+                    "%s); it needs a newer lockbrokerd\n", a->spec, line);
+        return strncmp(line, "ERR ", 4) == 0 ? report_err(&x, "WATCH", line)
+                                              : CLI_EXIT_PROTOCOL;
+    }
+    x.deadline = -1;            /* events come when they come */
+    for (;;) {
+        const char *state;
+
+        if ((rc = exchange_line(&x, line, sizeof(line))))
+            return rc;
+        /* EVENT <name> free | held <token> ... label=<label> ... | unavailable */
+        if (strncmp(line, "EVENT ", 6) != 0 || strncmp(line + 6, name, nlen) != 0 ||
+            line[6 + nlen] != ' ')
+            continue;           /* a later version's line */
+        state = line + 7 + nlen;
+        if (strncmp(state, "unavailable", 11) == 0) {
+            fprintf(stderr, "lockbroker: %s cannot reach its lock service: the leader of %s "
+                    "is not known for now\n", a->spec, name);
+            continue;
+        }
+        snprintf(label, sizeof(label), "-");
+        if (strncmp(state, "held ", 5) == 0) {
+            const char *l = strstr(state, " label=");
+
+            if (l)
+                snprintf(label, sizeof(label), "%.*s", (int)strcspn(l + 7, " "), l + 7);
+        }
+        if (strcmp(label, last) != 0) {
+            snprintf(last, sizeof(last), "%s", label);
+            printf("%s\n", label);
+            fflush(stdout);
+        }
+    }
+}
+
 /* ------------------------------------------------ lease, renew, release */
 
 /* UNLOCK <name> <token> on c, when the token could not be handed on. Returns 0 or -1. */
@@ -965,7 +1027,7 @@ static int finish_stdout(int rc)
 }
 
 static const char *const subcommands[] = {
-    "run", "lease", "renew", "release", "status", "locks", "stats", "ping",
+    "run", "lease", "renew", "release", "status", "locks", "stats", "ping", "elect", "observe",
 };
 #define NSUBCOMMANDS (sizeof(subcommands) / sizeof(subcommands[0]))
 
@@ -987,13 +1049,14 @@ int main(int argc, char **argv)
     const char *sub;
     char **rest, label[PROTO_LABEL_MAX + 1];
     int nrest, rc, notice;
+    bool elect;
 
     /* Options before the subcommand, then the subcommand's own (the same set). */
     if (parse_options(argc, argv, &o, &rc) != 0)
         return finish_stdout(rc);
     if (optind >= argc)
         return usage_error("%s", "missing subcommand: run, lease, renew, release, status, "
-                           "locks, stats or ping");
+                           "locks, elect, observe, stats or ping");
     sub = argv[optind];
     argv += optind;
     argc -= optind;
@@ -1003,6 +1066,11 @@ int main(int argc, char **argv)
     }
     if (!subcommand_known(sub))
         return usage_error("unknown subcommand '%s'", sub);
+    /* elect NAME -- COMMAND is run NAME -- COMMAND, waiting in line for as
+     * long as it takes, its label naming the leader to observe. */
+    elect = strcmp(sub, "elect") == 0;
+    if (elect)
+        sub = "run";
     if (parse_options(argc, argv, &o, &rc) != 0)
         return finish_stdout(rc);
     rest = argv + optind;
@@ -1105,6 +1173,12 @@ int main(int argc, char **argv)
         if ((rc = check_name(rest[0])) != 0)
             return rc;
         rc = cmd_status(&o, &addr, &conn, rest[0]);
+    } else if (strcmp(sub, "observe") == 0) {
+        if (nrest != 1)
+            return usage_error("%s", "observe: expected one lock NAME");
+        if ((rc = check_name(rest[0])) != 0)
+            return rc;
+        rc = cmd_observe(&o, &addr, &conn, rest[0]);
     } else if (strcmp(sub, "locks") == 0) {
         if (nrest > 1)
             return usage_error("unexpected argument '%s'", rest[1]);

@@ -1192,6 +1192,28 @@ class InfoTests(DaemonCase):
         self.assert_exit(p, EXIT_USAGE)
         self.assertIn("--cluster is an option of locks", p.err)
 
+    def test_elect_and_observe(self):
+        n = self.name()
+        obs = self.start(self.hp() + ["observe", n])
+        self.assertEqual(obs.read_line(), "-")            # nobody leads yet
+        # The leader runs while it leads; a second candidate waits its turn.
+        first = self.start(self.hp() + ["elect", "--label", "10.0.0.1:80", n, "--",
+                                        "sh", "-c", "echo leading; read x"],
+                           stdin=subprocess.PIPE)
+        self.assertEqual(first.read_line(), "leading")
+        self.assertEqual(obs.read_line(), "10.0.0.1:80")
+        second = self.start(self.hp() + ["elect", "--label", "10.0.0.2:80", n, "--",
+                                         "echo", "second"])
+        self.d.wait_log(r"lock %s: \S+ queued$" % re.escape(n))
+        first.write("done\n")                             # the leader steps down
+        self.assertEqual(first.finish(), 0)
+        self.assertEqual(second.finish(), 0)
+        self.assertEqual(second.out, "second\n")
+        # Handed straight on: the new leader, then nobody once it is done.
+        self.assertEqual([obs.read_line(), obs.read_line()], ["10.0.0.2:80", "-"])
+        obs.kill()
+        self.assert_exit(self.lb(self.hp() + ["observe", "bad/name"]), 122)
+
     def test_locks(self):
         # One lock held, one held and awaited; a glob picks one of them.
         prefix = self.name()
