@@ -60,6 +60,7 @@ static void usage(FILE *f)
         "       lockbroker [OPTIONS] locks [--cluster] [--json | --human | --raw] [GLOB]\n"
         "       lockbroker [OPTIONS] elect [--label L] NAME [--] COMMAND [ARGS...]\n"
         "       lockbroker [OPTIONS] observe NAME\n"
+        "       lockbroker [OPTIONS] break NAME [TOKEN]\n"
         "       lockbroker [OPTIONS] stats [--json]\n"
         "       lockbroker [OPTIONS] ping\n"
         "Client of lockbrokerd. `run` holds lock NAME while COMMAND runs, with\n"
@@ -75,7 +76,8 @@ static void usage(FILE *f)
         "`elect NAME -- COMMAND` is `run` for a leader election: it waits in line and\n"
         "runs COMMAND while it leads; --label names it to followers (an address).\n"
         "`observe NAME` prints the holder's label each time it changes (- when none):\n"
-        "who leads, until it is stopped.\n"
+        "who leads, until it is stopped. `break NAME` ends every hold of NAME granted\n"
+        "through this broker (TOKEN: that one), each holder told LOST ... broken.\n"
         "TIME and TTL are a number with a unit, ms, s, m or h (500ms, 60s, 2m, 1h), or\n"
         "a plain number of milliseconds: -w 60 waits 60 ms, -w 60s a minute.\n"
         "Options go before or after the subcommand, but before NAME. A COMMAND that\n"
@@ -130,7 +132,7 @@ static void usage(FILE *f)
         "       users), wants one (ERR NOAUTH: give -a), or USER may not use NAME\n"
         "       (ERR DENIED)\n"
         "  118  renew, release: the lease is not held (ERR NOT_HELD): wrong TOKEN, or\n"
-        "       it expired or was released\n"
+        "       it expired or was released; break: no such hold through this broker\n"
         "  119  run, lease: the lock is in use in another mode or with another limit\n"
         "       (ERR CONFLICT)\n"
         "  120  the lock was lost while COMMAND ran (LOST, or the connection dropped);\n"
@@ -550,6 +552,30 @@ static int cmd_ping(const struct options *o, const struct client_addr *a, struct
     if (strncmp(line, "ERR ", 4) == 0)
         return report_err(&x, "PING", line);
     fprintf(stderr, "lockbroker: unexpected reply to PING: %s\n", line);
+    return CLI_EXIT_PROTOCOL;
+}
+
+/* break NAME [TOKEN]: BREAK, OK or the ERR line's exit status (118: nothing to break here). */
+static int cmd_break(const struct options *o, const struct client_addr *a, struct client *c,
+                     const char *name, const char *token)
+{
+    char req[PROTO_NAME_MAX + 48], ok[PROTO_NAME_MAX + 8], line[CLIENT_LINE_MAX + 1];
+    struct exchange x;
+    int rc;
+
+    snprintf(req, sizeof(req), "BREAK %s%s%s\n", name, token ? " " : "", token ? token : "");
+    snprintf(ok, sizeof(ok), "OK %s", name);
+    if ((rc = exchange_start(&x, o, a, c, req)) || (rc = exchange_line(&x, line, sizeof(line))))
+        return rc;
+    if (strcmp(line, ok) == 0)
+        return CLI_EXIT_OK;
+    if (strncmp(line, "ERR NOT_HELD ", 13) == 0) {
+        report_err(&x, "BREAK", line);
+        return CLI_EXIT_NOT_HELD;
+    }
+    if (strncmp(line, "ERR ", 4) == 0)
+        return report_err(&x, "BREAK", line);
+    fprintf(stderr, "lockbroker: unexpected reply to BREAK %s: %s\n", name, line);
     return CLI_EXIT_PROTOCOL;
 }
 
@@ -1028,6 +1054,7 @@ static int finish_stdout(int rc)
 
 static const char *const subcommands[] = {
     "run", "lease", "renew", "release", "status", "locks", "stats", "ping", "elect", "observe",
+    "break",
 };
 #define NSUBCOMMANDS (sizeof(subcommands) / sizeof(subcommands[0]))
 
@@ -1056,7 +1083,7 @@ int main(int argc, char **argv)
         return finish_stdout(rc);
     if (optind >= argc)
         return usage_error("%s", "missing subcommand: run, lease, renew, release, status, "
-                           "locks, elect, observe, stats or ping");
+                           "locks, elect, observe, break, stats or ping");
     sub = argv[optind];
     argv += optind;
     argc -= optind;
@@ -1173,6 +1200,15 @@ int main(int argc, char **argv)
         if ((rc = check_name(rest[0])) != 0)
             return rc;
         rc = cmd_status(&o, &addr, &conn, rest[0]);
+    } else if (strcmp(sub, "break") == 0) {
+        uint64_t token = 0;
+
+        if (nrest < 1 || nrest > 2)
+            return usage_error("%s", "break: expected NAME [TOKEN]");
+        if ((rc = check_name(rest[0])) != 0 ||
+            (nrest == 2 && (rc = check_token(sub, rest[1], &token)) != 0))
+            return rc;
+        rc = cmd_break(&o, &addr, &conn, rest[0], nrest == 2 ? rest[1] : NULL);
     } else if (strcmp(sub, "observe") == 0) {
         if (nrest != 1)
             return usage_error("%s", "observe: expected one lock NAME");

@@ -691,6 +691,29 @@ static void conn_watch(struct conn *c, const char *name, size_t len)
     reply_word(c, "OK", name, len);
 }
 
+/*
+ * BREAK <name> [<token>]: ends the holds of name granted through this
+ * daemon (the one with token), whoever holds them; each holder hears
+ * LOST <name> <token> broken. Holds through other daemons are theirs.
+ */
+static void conn_break(struct conn *c, const struct proto_req *req, const char *name)
+{
+    char by[PROTO_USER_MAX + 128], text[PROTO_NAME_MAX + 160];
+    unsigned n;
+
+    snprintf(by, sizeof(by), "conn %llu (%s%s%s)", (unsigned long long)c->id, c->peer,
+             c->user ? " as " : "", c->user ? c->user_name : "");
+    n = locks_break(c->srv->locks, name, req->has_token ? req->token : 0, by);
+    if (n > 0) {
+        reply_word(c, "OK", name, req->name_len);
+        return;
+    }
+    snprintf(text, sizeof(text), "no hold of %s%s through this daemon (a hold through "
+             "another daemon is broken there: STATUS and HOLDERS name it)", name,
+             req->has_token ? " with that token" : "");
+    reply_err(c, PROTO_ERR_NOT_HELD, text);
+}
+
 /* UNWATCH <name>: OK whether it was watched or not. */
 static void conn_unwatch(struct conn *c, const char *name, size_t len)
 {
@@ -783,6 +806,14 @@ static bool conn_allowed(struct conn *c, const struct proto_req *req, const char
     if (!c->user) {
         reply_err(c, PROTO_ERR_NOAUTH, "log in first with AUTH <user> <password> "
                   "(only PING, HELP and QUIT work before)");
+        return false;
+    }
+    if (req->cmd == PROTO_CMD_BREAK) {
+        if (user_may_break(c->user, name))
+            return true;
+        snprintf(text, sizeof(text), "user %s may not break lock %s (no break= pattern for it)",
+                 c->user_name, name);
+        reply_err(c, PROTO_ERR_DENIED, text);
         return false;
     }
     if (!req->name || req->cmd == PROTO_CMD_LOCKS || req->cmd == PROTO_CMD_HOLDERS ||
@@ -899,6 +930,9 @@ static void handle_request(struct conn *c, const struct proto_req *req)
         break;
     case PROTO_CMD_HOLDERS:
         reply_holders(c, name);
+        break;
+    case PROTO_CMD_BREAK:
+        conn_break(c, req, name);
         break;
     case PROTO_CMD_WATCH:
         conn_watch(c, name, req->name_len);

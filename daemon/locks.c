@@ -681,6 +681,46 @@ void locks_owner_abandon_all(struct locks *t, struct lock_owner *o)
     }
 }
 
+unsigned locks_break(struct locks *t, const char *name, uint64_t token, const char *by)
+{
+    struct lock *l = lock_find(t, name);
+    uint64_t *tokens;
+    unsigned n = 0, ended = 0;
+    struct hold *h;
+    char copy[NAME_COPY];
+
+    if (!l || !l->nheld || !(tokens = calloc(l->nheld, sizeof(*tokens))))
+        return 0;
+    /* The tokens first: releasing one may grant the next waiter, who is
+     * not to be broken too. */
+    TAILQ_FOREACH(h, &l->admitted, in_lock)
+        if (h->state == HOLD_HELD && (!token || h->token == token) && n < l->nheld)
+            tokens[n++] = h->token;
+    snprintf(copy, sizeof(copy), "%s", name);
+    for (unsigned i = 0; i < n; i++) {
+        struct lock_owner *o;
+
+        if (!(l = lock_find(t, copy)))
+            break;
+        TAILQ_FOREACH(h, &l->admitted, in_lock)
+            if (h->state == HOLD_HELD && h->token == tokens[i])
+                break;
+        if (!h)
+            continue;
+        o = h->owner;
+        log_warn("lock %s: broken by %s: %s loses it (token %llu)", copy, by, o->desc,
+                 (unsigned long long)tokens[i]);
+        t->stats.lost++;
+        t->stats.broken++;
+        h->count = 0;
+        hold_release(h);      /* as UNLOCK: no lock-delay, the next one goes on */
+        o->ops->lost(o, copy, tokens[i], "broken");
+        ended++;
+    }
+    free(tokens);
+    return ended;
+}
+
 void locks_get_stats(const struct locks *t, struct locks_stats *out)
 {
     *out = t->stats;

@@ -73,6 +73,9 @@ enum proto_arg {
       "the locks held or awaited on this daemon, a LOCK line each, then END")     \
     X(HOLDERS, "HOLDERS", 0, PROTO_ARGS(PROTO_ARG_GLOB), "HOLDERS [<glob>]",       \
       "every holder and queued request, all daemons, a HOLDER line each, then END") \
+    X(BREAK,   "BREAK",   1, PROTO_ARGS(PROTO_ARG_NAME, PROTO_ARG_TOKEN),           \
+      "BREAK <name> [<token>]",                                                    \
+      "end others' holds of a lock (the one with that token) on this daemon")      \
     X(WATCH,   "WATCH",   1, PROTO_ARGS(PROTO_ARG_NAME), "WATCH <name>",            \
       "push the lock's state now and at each change, as EVENT lines")             \
     X(UNWATCH, "UNWATCH", 1, PROTO_ARGS(PROTO_ARG_NAME), "UNWATCH <name>",          \

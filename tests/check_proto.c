@@ -1175,6 +1175,12 @@ START_TEST(watch)
     ck_error("WATCH a b", PROTO_ERR_BAD_ARGS);
     ck_error("WATCH a*", PROTO_ERR_BAD_NAME);
     ck_error("UNWATCH", PROTO_ERR_BAD_ARGS);
+    ck_request("BREAK deploy", PROTO_CMD_BREAK);
+    ck_assert(!req.has_token);
+    ck_request("BREAK deploy 1795534720850", PROTO_CMD_BREAK);
+    ck_assert(req.has_token && req.token == 1795534720850ULL);
+    ck_error("BREAK", PROTO_ERR_BAD_ARGS);
+    ck_error("BREAK deploy x", PROTO_ERR_BAD_ARGS);
 }
 END_TEST
 

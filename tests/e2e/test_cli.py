@@ -1214,6 +1214,21 @@ class InfoTests(DaemonCase):
         obs.kill()
         self.assert_exit(self.lb(self.hp() + ["observe", "bad/name"]), 122)
 
+    def test_break(self):
+        n = self.name()
+        h = self.client()
+        h.send("LOCK %s\n" % n)
+        t = h.expect_match(r"OK %s ([0-9]+)" % re.escape(n)).group(1)
+        p = self.lb(self.hp() + ["break", n, "1"])
+        self.assert_exit(p, 118, r"\S+ refused BREAK: ERR NOT_HELD no hold of %s with that "
+                         r"token " % re.escape(n))
+        p = self.lb(self.hp() + ["break", n])
+        self.assert_exit(p, 0)
+        h.expect("LOST %s %s broken" % (n, t))
+        self.assert_exit(self.lb(self.hp() + ["break", n]), 118, r"\S+ refused BREAK")
+        self.assert_exit(self.lb(self.hp() + ["break"]), EXIT_USAGE,
+                         r"break: expected NAME \[TOKEN\]")
+
     def test_locks(self):
         # One lock held, one held and awaited; a glob picks one of them.
         prefix = self.name()

@@ -1346,6 +1346,33 @@ class ModesTest(DistributedBase):
         event("free")
         self.assertEqual(stats(b)["cmd_watch"], "1")
 
+    def test_break_through_the_holding_daemon(self):
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A")
+        b = self.start_daemon(hosts, "B")
+        h = self.client(a)
+        t = int(h.request("LOCK br").split()[2])
+        w = self.client(b)
+        w.send("LOCK br\n")
+        queued(b, w, "br")
+        self.wait_node(hosts, "br", b)
+        op_b, op_a = self.client(b), self.client(a)
+        # Held through A: B cannot break it, and says where it is broken.
+        self.assertRegex(op_b.request("BREAK br"), r"^ERR NOT_HELD no hold of br through "
+                         r"this daemon \(a hold through another daemon is broken there")
+        self.assertTrue(w.silent())
+        self.assertEqual(op_a.request("BREAK br"), "OK br")
+        self.assertEqual(h.line(), "LOST br %d broken" % t)
+        tw = int(w.expect_match(r"OK br %s" % TOKEN).group(1))
+        self.assertGreater(tw, t)
+        self.assertEqual(stats(a)["locks_broken"], "1")
+        # A lease through A, broken there: its node goes.
+        t2 = int(h.request("LOCK brl ttl=60000").split()[2])
+        self.assertEqual(op_a.request("BREAK brl %d" % t2), "OK brl")
+        self.wait_node(hosts, "brl", a, count=0)
+        self.assertRegex(self.client(b).request("TRYLOCK brl"), r"^OK brl \d+$")
+        self.assertEqual(w.request("UNLOCK br"), "OK br")
+
     def test_semaphore_bound_under_churn(self):
         hosts = self.zk.connect_string
         daemons = [self.start_daemon(hosts, "lb%d" % i) for i in range(3)]

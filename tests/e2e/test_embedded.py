@@ -1244,7 +1244,7 @@ class AdminTests(Case):
         lines = read_block(c)
         words = [re.match(r"HELP (\S+)", l).group(1) for l in lines]
         self.assertEqual(words, ["LOCK", "TRYLOCK", "UNLOCK", "RENEW", "CHECK", "PING", "QUIT",
-                                 "STATUS", "LOCKS", "HOLDERS", "WATCH", "UNWATCH", "CLIENT",
+                                 "STATUS", "LOCKS", "HOLDERS", "BREAK", "WATCH", "UNWATCH", "CLIENT",
                                  "STATS", "HELP", "AUTH"])
         self.assertIn("HELP LOCK <name> [<wait-ms>] [shared|limit=<n>] [ttl=<ms>] "
                       "[delay=<ms>] - ", lines[0])
@@ -1396,6 +1396,46 @@ class AdminTests(Case):
         self.lock(a, n)
         self.ping(w)                                  # nothing came before PONG
         self.assertTrue(w.silent())
+
+    def test_break_ends_others_holds(self):
+        n = self.name()
+        h, w, op = self.connect(), self.connect(), self.connect()
+        th = self.lock(h, n)
+        self.queue(w, n)
+        op.send("BREAK %s\n" % n)
+        op.expect("OK %s" % n)
+        h.expect("LOST %s %d broken" % (n, th))        # the holder is told
+        tw = self.granted(w, n)                         # the next one goes on
+        self.assertGreater(tw, th)
+        h.send("UNLOCK %s\n" % n)
+        h.expect_match(r"ERR NOT_HELD .*")
+        # With a token: only that hold; a wrong token breaks nothing.
+        op.send("BREAK %s %d\n" % (n, th))
+        op.expect_match(r"ERR NOT_HELD no hold of %s with that token through this daemon .*"
+                        % re.escape(n))
+        op.send("BREAK %s %d\n" % (n, tw))
+        op.expect("OK %s" % n)
+        w.expect("LOST %s %d broken" % (n, tw))
+        # A lease, and a hold kept for its lock-delay, can be broken too.
+        h.send("LOCK %s-l ttl=60000\n" % n)
+        tl = self.granted(h, n + "-l")
+        op.send("BREAK %s-l %d\n" % (n, tl))
+        op.expect("OK %s-l" % n)
+        self.assert_free(n + "-l")
+        g = self.connect()
+        g.send("LOCK %s-d delay=60000\n" % n)
+        self.granted(g, n + "-d")
+        g.close()
+        self.d.wait_log(r"lock %s-d: \S+ ended without a release" % re.escape(n))
+        self.assert_busy(n + "-d")
+        op.send("BREAK %s-d\n" % n)
+        op.expect("OK %s-d" % n)
+        self.assert_free(n + "-d")
+        op.send("BREAK %s-none\n" % n)
+        op.expect_match(r"ERR NOT_HELD no hold of %s-none through this daemon .*"
+                        % re.escape(n))
+        st = stat_map(op)
+        self.assertEqual((st["locks_broken"], st["cmd_break"]), ("4", "6"))
 
     def test_watch_limits_and_errors(self):
         n = self.name()

@@ -78,7 +78,8 @@ static void check_request(const struct proto_req *req, const char *line, size_t 
     int takes_name = cmd == PROTO_CMD_LOCK || cmd == PROTO_CMD_TRYLOCK ||
                      cmd == PROTO_CMD_UNLOCK || cmd == PROTO_CMD_RENEW ||
                      cmd == PROTO_CMD_STATUS || cmd == PROTO_CMD_CHECK ||
-                     cmd == PROTO_CMD_WATCH || cmd == PROTO_CMD_UNWATCH;
+                     cmd == PROTO_CMD_WATCH || cmd == PROTO_CMD_UNWATCH ||
+                     cmd == PROTO_CMD_BREAK;
     int takes_options = cmd == PROTO_CMD_LOCK || cmd == PROTO_CMD_TRYLOCK;
     char buf[PROTO_REPLY_MAX];
 
@@ -126,7 +127,7 @@ static void check_request(const struct proto_req *req, const char *line, size_t 
     if (cmd == PROTO_CMD_RENEW)
         CHECK(req->has_token && req->ttl_ms != 0);
     CHECK(!req->has_token || cmd == PROTO_CMD_UNLOCK || cmd == PROTO_CMD_RENEW ||
-          cmd == PROTO_CMD_CHECK);
+          cmd == PROTO_CMD_CHECK || cmd == PROTO_CMD_BREAK);
     CHECK(req->delay_ms == -1 || (takes_options && req->delay_ms >= 0 &&
                                   req->delay_ms <= PROTO_DELAY_MAX));
     CHECK(req->has_token || req->token == 0);
