@@ -65,7 +65,10 @@ static void usage(FILE *f)
         "       lockbroker [OPTIONS] ping\n"
         "Client of lockbrokerd. `run` holds lock NAME while COMMAND runs, with\n"
         "LOCKBROKER_NAME, LOCKBROKER_TOKEN (the fencing token) and LOCKBROKER_ADDR in its\n"
-        "environment, and exits with its status (128+N if signal N killed it).\n"
+        "environment, and exits with its status (128+N if signal N killed it). For\n"
+        "`run`, NAME may be a set a,b,c of up to 16 names, held all or none (no deadlock\n"
+        "with other sets); LOCKBROKER_NAME and LOCKBROKER_TOKEN are then lists in\n"
+        "that order, and losing any of the names ends COMMAND as losing the lock would.\n"
         "`lease` takes lock NAME as a lease, which outlives lockbroker, and prints its\n"
         "TOKEN. The lease ends TTL (100ms to 24h) after the grant or the latest\n"
         "`renew`, or when `release` ends it.\n"
@@ -472,6 +475,30 @@ static int check_name(const char *name)
         return 0;
     fprintf(stderr, "lockbroker: invalid lock name '%s': names are 1-%d bytes of "
             "A-Z a-z 0-9 . _ : @ -, not . or ..\n", name, PROTO_NAME_MAX);
+    return CLI_EXIT_BAD_NAME;
+}
+
+/* run's NAME: a name, or a set a,b,c of up to PROTO_SET_MAX (the daemon checks the rest). */
+static int check_names(const char *list)
+{
+    char name[PROTO_NAME_MAX + 2];
+    unsigned n = 0;
+
+    for (const char *p = list;; n++) {
+        size_t len = strcspn(p, ",");
+
+        snprintf(name, sizeof(name), "%.*s", (int)(len > PROTO_NAME_MAX ? PROTO_NAME_MAX + 1
+                                                                        : len), p);
+        if (check_name(name) != 0)
+            return CLI_EXIT_BAD_NAME;
+        if (!p[len])
+            break;
+        p += len + 1;
+    }
+    if (n < PROTO_SET_MAX)
+        return 0;
+    fprintf(stderr, "lockbroker: a set of locks has at most %d names: '%s'\n", PROTO_SET_MAX,
+            list);
     return CLI_EXIT_BAD_NAME;
 }
 
@@ -1150,7 +1177,7 @@ int main(int argc, char **argv)
         }
         if (nrest < 1)
             return usage_error("run %s: missing COMMAND", ro.name);
-        if ((rc = check_name(ro.name)) != 0)
+        if ((rc = check_names(ro.name)) != 0)
             return rc;
         ro.argv = rest;
         if (!ro.label) {

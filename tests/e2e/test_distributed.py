@@ -34,7 +34,7 @@ import threading
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lbharness import Daemon, scaled, stats  # noqa: E402
+from lbharness import Daemon, contend_sets, scaled, stats  # noqa: E402
 import zkharness  # noqa: E402
 from zkharness import ZkClient, ZkEnsemble, ZkServer, wait_for  # noqa: E402
 
@@ -1743,6 +1743,77 @@ class HandoffTest(DistributedBase):
         self.wait_zk(lambda: re.match(want, q.request("STATUS ho")), scaled(10.0),
                      "B's STATUS to name the new holder")
         self.assertEqual(h2.request("UNLOCK ho"), "OK ho")
+        self.wait_no_nodes(hosts)
+
+
+@dump_on_failure
+class SetTest(DistributedBase):
+    """LOCK a,b,c through several daemons (PROTOCOL.md, "Sets of locks"):
+    names taken one by one in name order, so sets that overlap cannot
+    deadlock, whichever daemon each client uses."""
+
+    def check_overlapping_sets(self, extra):
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A", extra=extra)
+        b = self.start_daemon(hosts, "B", extra=extra)
+        clients = [self.client(a), self.client(b), self.client(a), self.client(b)]
+        rounds = 40
+        sets = [["s-a", "s-b"], ["s-b", "s-a"], ["s-b", "s-c", "s-a"], ["s-c", "s-b"]]
+        tokens = contend_sets(clients, sets, rounds)
+        self.assertEqual([len(t) for t in tokens], [rounds] * 4)
+        # Tokens come in the order of the names asked for: by name, each
+        # client's tokens grow from grant to grant, and no two grants of a
+        # name share one.
+        by_name = {}
+        for names, toks in zip(sets, tokens):
+            for i, n in enumerate(names):
+                mine = [int(t[i]) for t in toks]
+                self.assertEqual(mine, sorted(set(mine)), n)
+                by_name.setdefault(n, []).extend(mine)
+        for n, toks in by_name.items():
+            self.assertEqual(len(toks), len(set(toks)), n)
+        for d in (a, b):
+            self.assertEqual(int(stats(d)["lost"]), 0, d.name)
+            self.assert_no_trouble(d)
+        self.wait_no_nodes(hosts)
+
+    def test_overlapping_sets_in_opposite_orders_through_two_daemons(self):
+        self.check_overlapping_sets("")
+
+    def test_overlapping_sets_strict_fifo(self):
+        # Every grant through ZooKeeper's queue: no local handoff.
+        self.check_overlapping_sets(STRICT_FIFO)
+
+    def test_tokens_in_order_and_one_grant_per_name(self):
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A")
+        b = self.start_daemon(hosts, "B")
+        c, q = self.client(a), self.client(b)
+        c.send("LOCK t-z,t-a\n")
+        m = c.expect_match(r"OK t-z,t-a %s,%s" % (TOKEN, TOKEN))
+        tz, ta = int(m.group(1)), int(m.group(2))
+        self.assertEqual(c.request("CHECK t-z").split()[2], str(tz))
+        self.assertEqual(c.request("CHECK t-a").split()[2], str(ta))
+        self.wait_node(hosts, "t-z", a)
+        self.wait_node(hosts, "t-a", a)
+        self.assertEqual(q.request("TRYLOCK t-a,t-q"), "BUSY t-a,t-q")
+        self.assertEqual(c.request("UNLOCK t-a,t-z"), "OK t-a,t-z")
+        self.wait_no_nodes(hosts)
+
+    def test_timeout_through_another_daemon_releases_what_was_taken(self):
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A")
+        b = self.start_daemon(hosts, "B")
+        holder, c = self.client(b), self.client(a)
+        self.assertRegex(holder.request("LOCK w-b"), r"^OK w-b \d+$")
+        c.send("LOCK w-c,w-b,w-a 300\n")
+        queued(a, c, "w-b")
+        self.wait_node(hosts, "w-a", a)          # w-a (first in order) is held meanwhile
+        self.assertEqual(holder.request("TRYLOCK w-a"), "BUSY w-a")
+        c.expect("TIMEOUT w-c,w-b,w-a")
+        self.wait_node(hosts, "w-a", a, count=0)  # released, as an UNLOCK would be
+        self.assertRegex(holder.request("TRYLOCK w-a,w-c"), r"^OK w-a,w-c \d+,\d+$")
+        self.assertEqual(holder.request("UNLOCK w-a,w-b,w-c"), "OK w-a,w-b,w-c")
         self.wait_no_nodes(hosts)
 
 

@@ -29,7 +29,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lbharness  # noqa: E402
 from lbharness import Daemon, TIMEOUT, START_TIMEOUT, STOP_TIMEOUT, check_failure_exit, \
-    run_daemon, scaled  # noqa: E402
+    contend_sets, run_daemon, scaled  # noqa: E402
 
 # The daemon's exact error lines (from proto/proto.c, daemon/conn.c, daemon/server.c).
 ERR_BAD_COMMAND = "ERR BAD_COMMAND unknown command"
@@ -414,6 +414,187 @@ class EndOfInputTests(SharedDaemonCase):
         holder.send("UNLOCK %s\n" % n)
         holder.expect("OK %s" % n)
         self.assert_free(n)                     # nothing was left queued
+
+
+class SetTests(SharedDaemonCase):
+    """LOCK, TRYLOCK and UNLOCK of a set of names (PROTOCOL.md, "Sets of locks")."""
+
+    def names(self, *suffixes):
+        return [self.name(s) for s in suffixes]
+
+    def token_of(self, name):
+        with self.d.client() as c:
+            c.send("STATUS %s\n" % name)
+            m = c.expect_match(r"STATUS %s held .* token=(\d+) .*" % re.escape(name))
+            return int(m.group(1))
+
+    def test_granted_with_tokens_in_the_order_given(self):
+        c = self.connect()
+        n = self.names("c", "a", "b")
+        c.send("LOCK %s\n" % ",".join(n))
+        m = c.expect_match(r"OK %s (\d+),(\d+),(\d+)" % re.escape(",".join(n)))
+        toks = [self.check_token(t) for t in m.groups()]
+        self.assertEqual(toks, [self.token_of(x) for x in n])
+        # Each is an ordinary hold: one name can be checked and released alone.
+        c.send("CHECK %s\n" % n[1])
+        c.expect_match(r"OK %s %d \d+" % (n[1], toks[1]))
+        self.unlock(c, n[1])
+        self.assert_free(n[1])
+        c.send("UNLOCK %s,%s\n" % (n[2], n[0]))
+        c.expect("OK %s,%s" % (n[2], n[0]))
+        for x in n:
+            self.assert_free(x)
+
+    def test_taken_in_name_order_and_granted_when_all_are_held(self):
+        holder, c = self.connect(), self.connect()
+        a, b, z = self.names("a", "b", "z")
+        self.lock(holder, b)
+        c.send("LOCK %s,%s,%s\n" % (z, b, a))
+        self.d.wait_queued(c, b)
+        # a (before b in order) is held meanwhile; z (after) not yet asked for.
+        self.assert_busy(a)
+        self.assert_free(z)
+        self.assertTrue(c.silent(), "answered before every name was held")
+        self.unlock(holder, b)
+        c.expect_match(r"OK %s,%s,%s \d+,\d+,\d+" % (z, b, a))
+        self.assert_busy(z)
+
+    def test_timeout_releases_what_was_taken(self):
+        holder, c = self.connect(), self.connect()
+        a, b, z = self.names("a", "b", "z")
+        self.lock(holder, b)
+        c.send("LOCK %s,%s,%s 200\n" % (a, b, z))
+        c.expect("TIMEOUT %s,%s,%s" % (a, b, z))
+        self.assert_free(a)
+        self.assert_free(z)
+        self.ping(c)
+        self.unlock(holder, b)
+        self.assert_free(b)
+
+    def test_one_deadline_for_the_whole_set(self):
+        # The wait-ms of 0 covers every name: none may be waited for.
+        holder, c = self.connect(), self.connect()
+        a, b = self.names("a", "b")
+        self.lock(holder, b)
+        c.send("LOCK %s,%s 0\n" % (a, b))
+        c.expect("TIMEOUT %s,%s" % (a, b))
+        self.assert_free(a)
+
+    def test_trylock_busy_releases_what_was_taken(self):
+        holder, c = self.connect(), self.connect()
+        a, b, z = self.names("a", "b", "z")
+        self.lock(holder, z)
+        c.send("TRYLOCK %s,%s,%s\n" % (b, z, a))
+        c.expect("BUSY %s,%s,%s" % (b, z, a))
+        self.assert_free(a)
+        self.assert_free(b)
+        self.unlock(holder, z)
+        c.send("TRYLOCK %s,%s,%s\n" % (b, z, a))
+        c.expect_match(r"OK %s,%s,%s \d+,\d+,\d+" % (b, z, a))
+
+    def test_unlock_all_or_nothing(self):
+        c = self.connect()
+        a, b, z = self.names("a", "b", "z")
+        c.send("LOCK %s,%s\n" % (a, b))
+        c.expect_match(r"OK %s,%s \d+,\d+" % (a, b))
+        c.send("UNLOCK %s,%s,%s\n" % (a, z, b))
+        c.expect("ERR NOT_HELD this connection does not hold %s; nothing was released" % z)
+        self.assert_busy(a)
+        self.assert_busy(b)
+        c.send("UNLOCK %s,%s\n" % (b, a))
+        c.expect("OK %s,%s" % (b, a))
+        self.assert_free(a)
+        self.assert_free(b)
+
+    def test_options_apply_to_every_name(self):
+        x, y = self.connect(), self.connect()
+        a, b = self.names("a", "b")
+        for c in (x, y):
+            c.send("LOCK %s,%s shared\n" % (a, b))
+            c.expect_match(r"OK %s,%s \d+,\d+" % (a, b))
+        self.assert_busy(a)
+        with self.d.client() as c:
+            c.send("STATUS %s\n" % b)
+            c.expect_match(r"STATUS %s held .* mode=shared holders=2" % b)
+        # A set asking with limit= meets CONFLICT at its first name.
+        z = self.connect()
+        z.send("LOCK %s,%s 100 limit=2\n" % (a, b))
+        z.expect(ERR_CONFLICT_LOCK)
+
+    def test_bad_sets(self):
+        c = self.connect()
+        a, b = self.names("a", "b")
+        for line, reply in (
+                ("LOCK %s,%s,%s" % (a, b, a), "ERR BAD_ARGS a name is given twice in the set"),
+                ("LOCK %s,,%s" % (a, b), "ERR BAD_ARGS a set of names has no empty element"),
+                ("TRYLOCK %s," % a, "ERR BAD_ARGS a set of names has no empty element"),
+                ("LOCK %s,%s ttl=1000" % (a, b),
+                 "ERR BAD_ARGS a set of locks cannot be a lease (ttl=)"),
+                ("UNLOCK %s,%s 1" % (a, b), "ERR BAD_ARGS UNLOCK of a set takes no token"),
+                ("LOCK " + ",".join("n%d" % i for i in range(17)),
+                 "ERR BAD_ARGS a set has at most 16 names"),
+                ("LOCK %s,a/b" % a, ERR_BAD_NAME),
+                ("STATUS %s,%s" % (a, b), ERR_BAD_NAME),
+                ("CHECK %s,%s" % (a, b), ERR_BAD_NAME)):
+            with self.subTest(line=line):
+                c.send(line + "\n")
+                c.expect(reply)
+        self.assert_free(a)
+        self.ping(c)
+
+    def test_sixteen_names(self):
+        c = self.connect()
+        n = ["%s-%d" % (self.name(), i) for i in range(16)]
+        c.send("TRYLOCK %s\n" % ",".join(n))
+        m = c.expect_match(r"OK %s ((?:\d+,){15}\d+)" % re.escape(",".join(n)))
+        self.assertEqual(len(set(m.group(1).split(","))), 16)
+        c.send("UNLOCK %s\n" % ",".join(reversed(n)))
+        c.expect("OK %s" % ",".join(reversed(n)))
+
+    def test_end_of_input_ends_the_wait_and_releases(self):
+        holder, c = self.connect(), self.connect()
+        a, b = self.names("a", "b")
+        self.lock(holder, b)
+        c.send("LOCK %s,%s 60000\n" % (b, a))
+        self.d.wait_queued(c, b)
+        c.shutdown_write()
+        c.expect("TIMEOUT %s,%s" % (b, a))
+        c.expect_eof()
+        self.assert_free(a)
+        self.unlock(holder, b)
+        self.assert_free(b)
+
+    def test_close_while_waiting_releases(self):
+        holder, c = self.connect(), self.connect()
+        a, b = self.names("a", "b")
+        self.lock(holder, b)
+        c.send("LOCK %s,%s\n" % (a, b))
+        self.d.wait_queued(c, b)
+        self.assert_busy(a)
+        c.close()
+        self.d.wait_closed(c)
+        self.assert_free(a)
+        self.unlock(holder, b)
+        self.assert_free(b)
+
+    def test_requests_behind_a_set_wait_their_turn(self):
+        holder, c = self.connect(), self.connect()
+        a, b = self.names("a", "b")
+        self.lock(holder, b)
+        c.send("LOCK %s,%s\nPING\n" % (a, b))
+        self.d.wait_queued(c, b)
+        self.assertTrue(c.silent())
+        self.unlock(holder, b)
+        c.expect_match(r"OK %s,%s \d+,\d+" % (a, b))
+        c.expect("PONG")
+
+    def test_overlapping_sets_in_opposite_orders_never_deadlock(self):
+        a, b, z = self.names("a", "b", "z")
+        tokens = contend_sets([self.connect() for _ in range(3)],
+                              [[a, b], [b, a], [z, b, a]], 200)
+        self.assertEqual([len(t) for t in tokens], [200, 200, 200])
+        for x in (a, b, z):
+            self.assert_free(x)
 
 
 class WaitTests(SharedDaemonCase):
@@ -850,7 +1031,7 @@ class ErrorTests(SharedDaemonCase):
     def test_bad_name(self):
         c = self.connect()
         bad = [b"x" * 201, b".", b"..", b"/", b"a/b", b"../etc", b"caf\xc3\xa9", b"\xff",
-               b"a\x00b", b"\x00", b"a*b", b"a#b", b"a+b", b"a=b", b"a,b", b"a\\b",
+               b"a\x00b", b"\x00", b"a*b", b"a#b", b"a+b", b"a=b", b"a,b/c", b"a\\b",
                b"a\x7fb", b"a\x01b", b"a~b", b"a!b", b"a$b", b'"a"', b"a%b", b"[a]"]
         for name in bad:
             for cmd in (b"LOCK ", b"TRYLOCK ", b"UNLOCK "):
@@ -1093,6 +1274,31 @@ class LimitTests(Case):
         c.expect_eof()
 
 
+    def test_set_counts_every_name(self):
+        a = self.connect()
+        n = [self.name(str(i)) for i in range(4)]
+        limit = ERR_LIMIT_LOCKS % 3
+        a.send("LOCK %s\n" % ",".join(n))      # 4 > 3: refused before anything is taken
+        a.expect(limit)
+        for name in n:
+            self.assert_free(name)
+        self.lock(a, n[0])
+        a.send("LOCK %s,%s,%s\n" % (n[1], n[2], n[3]))  # 1 + 3 > 3
+        a.expect(limit)
+        for name in n[1:]:
+            self.assert_free(name)
+        # A name held already is taken again re-entrantly: not one more.
+        a.send("LOCK %s,%s,%s\n" % (n[2], n[0], n[1]))
+        a.expect_match(r"OK %s,%s,%s \d+,\d+,\d+" % (n[2], n[0], n[1]))
+
+    def test_set_must_fit_the_line(self):
+        c = self.connect()
+        names = ",".join("%s-%03d" % ("x" * 60, i) for i in range(5))   # 5 x 64 bytes
+        c.send("LOCK %s\n" % names)
+        c.expect(ERR_LINE_TOO_LONG % 300)
+        c.expect_eof()
+
+
 class MaxClientsTests(Case):
 
     def test_max_clients(self):
@@ -1244,9 +1450,9 @@ class AdminTests(Case):
         lines = read_block(c)
         words = [re.match(r"HELP (\S+)", l).group(1) for l in lines]
         self.assertEqual(words, ["LOCK", "TRYLOCK", "UNLOCK", "RENEW", "CHECK", "PING", "QUIT",
-                                 "STATUS", "LOCKS", "HOLDERS", "BREAK", "WATCH", "UNWATCH", "CLIENT",
-                                 "STATS", "HELP", "AUTH"])
-        self.assertIn("HELP LOCK <name> [<wait-ms>] [shared|limit=<n>] [ttl=<ms>] "
+                                 "STATUS", "LOCKS", "HOLDERS", "BREAK", "WATCH", "UNWATCH",
+                                 "CLIENT", "STATS", "HELP", "AUTH"])
+        self.assertIn("HELP LOCK <name>[,<name>...] [<wait-ms>] [shared|limit=<n>] [ttl=<ms>] "
                       "[delay=<ms>] - ", lines[0])
         self.ping(c)                                  # still usable, in order
 
