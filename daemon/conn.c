@@ -844,6 +844,8 @@ static bool conn_allowed(struct conn *c, const struct proto_req *req)
         return false;
     }
     if (req->cmd == PROTO_CMD_BREAK) {
+        memcpy(name, req->name, req->name_len);
+        name[req->name_len] = '\0';
         if (user_may_break(c->user, name))
             return true;
         snprintf(text, sizeof(text), "user %s may not break lock %s (no break= pattern for it)",
