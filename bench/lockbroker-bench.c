@@ -42,6 +42,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "bench_util.h"
@@ -53,9 +54,9 @@
 /* Pause before reading /proc so the daemon has handled everything we sent. */
 #define SETTLE_MS 300
 
-enum workload { WL_DISTINCT, WL_HOT, WL_ZIPF, WL_TRYLOCK, WL_WAITERS, WL_IDLE };
+enum workload { WL_DISTINCT, WL_COLD, WL_HOT, WL_ZIPF, WL_TRYLOCK, WL_WAITERS, WL_IDLE };
 static const char *const workload_names[] = {
-    "distinct", "hot", "zipf", "trylock", "waiters", "idle",
+    "distinct", "cold", "hot", "zipf", "trylock", "waiters", "idle",
 };
 
 enum req_kind { REQ_PING, REQ_LOCK, REQ_TRYLOCK, REQ_UNLOCK };
@@ -69,7 +70,8 @@ struct req {
 
 /* One cycle in flight on a connection (a pipelining slot). */
 struct slot {
-    unsigned name;             /* index of the name this cycle works on */
+    unsigned name;             /* index of the name this cycle works on; cold: the
+                                  connection's cycle number, which makes the name */
     bool held;                 /* shared and limit modes: granted, UNLOCK not sent yet */
 };
 
@@ -99,6 +101,7 @@ struct bconn {
     bool waiting;              /* fairness: a LOCK on the shared name is out */
     uint64_t wait_since;       /* fairness: when that LOCK went out */
     uint64_t bypassed;         /* fairness: later LOCKs granted before ours */
+    unsigned cold_next;        /* cold: cycles begun, so the next name's number */
 };
 
 /* Per shared name: who holds it as far as the replies tell. */
@@ -122,6 +125,7 @@ struct bench {
     const char *zk_hosts;
     enum out_mode out;
     char prefix[64];
+    char run_id[24];           /* cold: in every name, so no two runs share one */
     char mode[16];             /* "exclusive", "shared" or "limit=N", for the record */
     char mode_word[16];        /* appended to LOCK / TRYLOCK: "" (exclusive), " shared",
                                   " limit=N" */
@@ -205,6 +209,9 @@ static int name_fmt(const struct bench *b, const struct bconn *c, unsigned slot,
     switch (b->wl) {
     case WL_DISTINCT:
         return snprintf(buf, len, "%sd%u_%u", b->prefix, c->idx, slot);
+    case WL_COLD:
+        /* The counter is per connection, so slots never collide. */
+        return snprintf(buf, len, "%sc%s.%u.%u", b->prefix, b->run_id, c->idx, name);
     case WL_HOT:
         return snprintf(buf, len, "%shot", b->prefix);
     case WL_ZIPF:
@@ -304,7 +311,7 @@ static unsigned pick_name(struct bench *b)
 
 static void slot_begin(struct bconn *c, unsigned slot)
 {
-    c->slots[slot].name = pick_name(c->b);
+    c->slots[slot].name = c->b->wl == WL_COLD ? c->cold_next++ : pick_name(c->b);
     bc_stage(c, c->b->wl == WL_TRYLOCK ? REQ_TRYLOCK : REQ_LOCK, slot);
 }
 
@@ -546,8 +553,11 @@ static void report_load(struct bench *b)
     double client_us = tv_us(&b->ru1.ru_utime) - tv_us(&b->ru0.ru_utime) +
                        tv_us(&b->ru1.ru_stime) - tv_us(&b->ru0.ru_stime);
     char target[300];
+    uint64_t cold_names = 0;
 
     snprintf(target, sizeof(target), "%s:%d", b->host, b->port);
+    for (unsigned i = 0; i < b->nconns; i++)
+        cold_names += b->conns[i].cold_next;
     out_begin(b->out);
     out_str("tool", "lockbroker-bench");
     out_str("workload", workload_names[b->wl]);
@@ -555,7 +565,9 @@ static void report_load(struct bench *b)
     out_str("mode", b->mode);
     out_u64("conns", b->nconns);
     out_u64("pipeline", b->pipeline);
+    /* cold: every name the run used, warm-up included */
     out_u64("names", b->wl == WL_DISTINCT ? (uint64_t)b->nconns * b->pipeline
+                     : b->wl == WL_COLD ? cold_names
                      : b->wl == WL_HOT ? 1 : b->nnames);
     out_dbl("seconds", secs, 2);
     out_u64("cycles", b->cycles);
@@ -1086,8 +1098,11 @@ static void usage(FILE *f)
     fprintf(f,
 "Usage: lockbroker-bench [options]\n"
 "  -H HOST:PORT   lockbrokerd address (default 127.0.0.1:7411)\n"
-"  -W WORKLOAD    distinct | hot | zipf | trylock | waiters | idle (default distinct)\n"
+"  -W WORKLOAD    distinct | cold | hot | zipf | trylock | waiters | idle\n"
+"                 (default distinct)\n"
 "                   distinct  each connection cycles LOCK/UNLOCK on names of its own\n"
+"                   cold      as distinct, but every LOCK is on a name never used\n"
+"                             before (in this run or any other): a job id per lock\n"
 "                   hot       every connection cycles LOCK/UNLOCK on one name\n"
 "                   zipf      each cycle picks one of -n names, Zipf(s)-distributed\n"
 "                   trylock   TRYLOCK/UNLOCK storm over -n names (default 1);\n"
@@ -1097,8 +1112,8 @@ static void usage(FILE *f)
 "                   idle      -c idle connections: daemon memory per connection\n"
 "                             (needs --pid)\n"
 "  -m MODE        exclusive (default), shared, or limit=N (N from 1 to 65535):\n"
-"                 the lock mode every LOCK and TRYLOCK asks for (distinct, hot,\n"
-"                 zipf, trylock). mutex_violations counts grants that left more\n"
+"                 the lock mode every LOCK and TRYLOCK asks for (distinct, cold,\n"
+"                 hot, zipf, trylock). mutex_violations counts grants that left more\n"
 "                 connections holding a name than the mode allows (1, any, N);\n"
 "                 token_regressions is checked in exclusive mode only.\n"
 "  -c N           connections (default 50)\n"
@@ -1108,7 +1123,8 @@ static void usage(FILE *f)
 "  -s S           Zipf exponent (default 1.0)\n"
 "  -p DEPTH       pipelining depth (default 1). distinct: each connection owns\n"
 "                 DEPTH names and keeps DEPTH LOCK/UNLOCK cycles in flight, all\n"
-"                 on the one connection; trylock: DEPTH TRYLOCKs in flight.\n"
+"                 on the one connection; cold: DEPTH cycles in flight, each on\n"
+"                 a new name; trylock: DEPTH TRYLOCKs in flight.\n"
 "                 hot and zipf refuse DEPTH > 1 (a queued LOCK holds back the\n"
 "                 connection's later requests, so shared names could deadlock).\n"
 "  --zk HOSTS     ZooKeeper connect string: report ZooKeeper writes per cycle\n"
@@ -1117,9 +1133,21 @@ static void usage(FILE *f)
 "                 zk_batched_ops, before and after)\n"
 "  --pid PID      the daemon's pid: report its CPU time per cycle (/proc)\n"
 "  --zk-pid PID   the ZooKeeper server's pid: report its CPU time per cycle\n"
-"  --prefix P     lock name prefix (default lb<pid>-)\n"
+"  --prefix P     lock name prefix (default lb<pid>-; cold adds the start time)\n"
 "  -o FORMAT      table (default) or json (one line)\n"
 "  -h             this help\n");
+}
+
+/* Wall-clock microseconds and our pid, in hex: no earlier run, and no
+ * run started with another --prefix, made the same names. */
+static void cold_run_id(struct bench *b)
+{
+    struct timeval tv;
+
+    gettimeofday(&tv, NULL);
+    snprintf(b->run_id, sizeof(b->run_id), "%llx-%x",
+             (unsigned long long)tv.tv_sec * 1000000ull + (unsigned long long)tv.tv_usec,
+             (unsigned)getpid());
 }
 
 static int parse_uint(const char *s, unsigned *v, unsigned min)
@@ -1192,6 +1220,7 @@ int main(int argc, char **argv)
     b->zipf_s = 1.0;
     b->out = OUT_TABLE;
     snprintf(b->prefix, sizeof(b->prefix), "lb%d-", (int)getpid());
+    cold_run_id(b);
     parse_mode(b, "exclusive");
 
     while ((opt = getopt_long(argc, argv, "H:W:m:c:d:w:n:s:p:o:h", longopts, NULL)) != -1) {
@@ -1273,13 +1302,14 @@ bad:
         b->nnames = b->wl == WL_ZIPF ? 1000 : 1;
     if (b->wl == WL_HOT)
         b->nnames = 1;
-    if (b->pipeline > 1 && !(b->wl == WL_DISTINCT || b->wl == WL_TRYLOCK)) {
-        fprintf(stderr, "lockbroker-bench: -p > 1 only for distinct and trylock\n");
+    if (b->pipeline > 1 && !(b->wl == WL_DISTINCT || b->wl == WL_COLD || b->wl == WL_TRYLOCK)) {
+        fprintf(stderr, "lockbroker-bench: -p > 1 only for distinct, cold and trylock\n");
         return 2;
     }
     if (b->wl == WL_WAITERS || b->wl == WL_IDLE) {
         if (b->mode_word[0]) {
-            fprintf(stderr, "lockbroker-bench: -m only for distinct, hot, zipf and trylock\n");
+            fprintf(stderr, "lockbroker-bench: -m only for distinct, cold, hot, zipf and "
+                    "trylock\n");
             return 2;
         }
         b->pipeline = 1;

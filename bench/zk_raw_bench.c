@@ -17,6 +17,17 @@
  * Cycles per second, and the grant latency (create sent to getChildren2
  * answered), compare with lockbrokerd's distinct-names rows.
  *
+ * --recipe --cold: every cycle locks a name never used before, as a program
+ * that locks by job id does: the node goes under a new parent,
+ * <parent>/k<client>-<cycle>, which does not exist yet. The create fails
+ * with ZNONODE; the parent is created as a container (the server removes
+ * it once it is empty again) and the create is sent again, as Curator's
+ * creatingParentContainersIfNeeded() does; then getChildren2 and delete as
+ * above. The parents are left to the server, as Curator leaves them.
+ * (Curator's ZKPaths.mkdirs also asks exists() of every ancestor before
+ * creating it; we skip those reads, which makes this peer, if anything,
+ * faster than Curator.) Peer of lockbroker-bench -W cold.
+ *
  * The single-threaded C client
  * (libzookeeper_st, async calls only) is driven from one libevent loop
  * through zookeeper_interest() / zookeeper_process(), as the daemon does.
@@ -58,8 +69,11 @@ struct client {
     struct session *s;
     uint64_t t_create;    /* when this pair's create went out */
     bool busy;            /* a request is out */
-    char parent[160];     /* --recipe: this client's lock parent */
+    char parent[160];     /* --recipe: this client's lock parent; --cold: this cycle's */
     char node[192];       /* --recipe: the node created, until deleted */
+    unsigned idx;
+    unsigned cycle;       /* --cold: cycles begun, which names the next parent */
+    bool parent_tried;    /* --cold: this cycle created its parent already */
 };
 
 struct rb {
@@ -70,6 +84,7 @@ struct rb {
     int resolve_delay_ms;  /* zoo_set_servers_resolution_delay(); 0 is the library's default */
     bool lean;             /* fewer system calls per reply; see session_rearm() */
     bool recipe;           /* create + getChildren2 + delete per cycle */
+    bool cold;             /* --recipe under a new parent per cycle, made when missing */
     pid_t zk_pid;
     enum out_mode out;
 
@@ -90,9 +105,12 @@ struct rb {
     int first_rc;
     unsigned parents_made;      /* --recipe: client parents created so far */
     uint64_t not_first;         /* --recipe: a listing did not show our node first */
+    uint64_t cold_nonode;       /* --cold: creates that found no parent */
+    uint64_t cold_parents;      /* --cold: parents created (not found existing) */
 };
 
 static void client_create(struct client *c);
+static int client_send_create(struct client *c);
 static void rb_stop(struct rb *rb);
 
 /* (Re)starts the one timer; it may still be pending. */
@@ -256,12 +274,55 @@ static void on_listed(int rc, const struct String_vector *children, const struct
     session_sent(c->s);
 }
 
+/* --cold: the parent exists now (or another client made it): the create again. */
+static void on_cold_parent_created(int rc, const char *value, const void *data)
+{
+    struct client *c = (struct client *)data;
+    struct rb *rb = c->rb;
+
+    if (rc == ZOK && rb->measuring)
+        rb->cold_parents++;
+    if (rc != ZOK && rc != ZNODEEXISTS) {
+        note_rc(rb, rc);
+        client_idle(c);
+        if (rb->running)
+            client_create(c);
+        return;
+    }
+    /* Even when stopping: the create's reply leads to the delete. The
+     * client stays busy. */
+    client_send_create(c);
+}
+
+/* --cold: the create found no parent; make it, a container, as Curator does. */
+static void cold_create_parent(struct client *c)
+{
+    struct rb *rb = c->rb;
+    int r;
+
+    if (rb->measuring)
+        rb->cold_nonode++;
+    c->parent_tried = true;
+    r = zoo_acreate(c->s->zh, c->parent, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_CONTAINER,
+                    on_cold_parent_created, c);
+    if (r != ZOK) {
+        note_rc(rb, r);
+        client_idle(c);
+        return;
+    }
+    session_sent(c->s);
+}
+
 static void on_created(int rc, const char *value, const void *data)
 {
     struct client *c = (struct client *)data;
     struct rb *rb = c->rb;
     int r;
 
+    if (rc == ZNONODE && rb->cold && !c->parent_tried) {
+        cold_create_parent(c);
+        return;
+    }
     if (rc != ZOK) {
         note_rc(rb, rc);
         client_idle(c);
@@ -294,25 +355,40 @@ static void on_created(int rc, const char *value, const void *data)
     session_sent(c->s);
 }
 
+/* A new cycle: its start time and, with --cold, its new parent. */
 static void client_create(struct client *c)
+{
+    struct rb *rb = c->rb;
+
+    if (rb->cold) {
+        snprintf(c->parent, sizeof(c->parent), "%s/k%u-%u", rb->parent, c->idx, c->cycle++);
+        c->parent_tried = false;
+    }
+    c->t_create = bench_now_ns();
+    if (client_send_create(c) < 0)
+        return;
+    c->busy = true;
+    rb->busy++;
+}
+
+/* Sends the cycle's create; -1 (and the run stops) when it cannot. */
+static int client_send_create(struct client *c)
 {
     struct rb *rb = c->rb;
     char prefix[200];
     int r;
 
     snprintf(prefix, sizeof(prefix), "%s/n-", rb->recipe ? c->parent : rb->parent);
-    c->t_create = bench_now_ns();
     r = zoo_acreate(c->s->zh, prefix, NODE_DATA, (int)strlen(NODE_DATA), &ZOO_OPEN_ACL_UNSAFE,
                     ZOO_EPHEMERAL_SEQUENTIAL, on_created, c);
     if (r != ZOK) {
         note_rc(rb, r);
         rb->failure = "zoo_acreate failed";
         event_base_loopbreak(rb->base);
-        return;
+        return -1;
     }
-    c->busy = true;
-    rb->busy++;
     session_sent(c->s);
+    return 0;
 }
 
 /* ------------------------------------------------------------ phases */
@@ -417,7 +493,7 @@ static void on_parent_created(int rc, const char *value, const void *data)
         event_base_loopbreak(rb->base);
         return;
     }
-    if (rb->recipe) {
+    if (rb->recipe && !rb->cold) {
         for (unsigned i = 0; i < rb->nclients; i++) {
             struct client *c = &rb->clients[i];
             snprintf(c->parent, sizeof(c->parent), "%s/c%u", rb->parent, i);
@@ -445,8 +521,10 @@ static void on_session_event(zhandle_t *zh, int type, int state, const char *pat
         s->connected = true;
         if (++rb->connected == rb->nsessions) {
             struct session *s0 = &rb->sessions[0];
-            if (zoo_acreate(s0->zh, rb->parent, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0,
-                            on_parent_created, rb) != ZOK) {
+            /* --cold leaves the parents under it to the server: a container
+             * goes with them. */
+            if (zoo_acreate(s0->zh, rb->parent, NULL, -1, &ZOO_OPEN_ACL_UNSAFE,
+                            rb->cold ? ZOO_CONTAINER : 0, on_parent_created, rb) != ZOK) {
                 rb->failure = "cannot create the parent node";
                 event_base_loopbreak(rb->base);
             }
@@ -490,12 +568,17 @@ static void report(struct rb *rb)
     out_dbl("seconds", secs, 2);
     if (rb->recipe) {
         /* A pair is a lock cycle here: create, getChildren2, delete. */
-        out_str("mode", "recipe");
+        out_str("mode", rb->cold ? "recipe-cold" : "recipe");
         out_u64("cycles", rb->pairs);
         out_dbl("cycles_per_s", p / secs, 0);
         out_histo("grant", &rb->grant_lat);
         out_histo("cycle", &rb->pair_lat);
         out_u64("not_first", rb->not_first);
+        if (rb->cold) {
+            /* Parents the server removes later, once a minute by default. */
+            out_u64("parents_created", rb->cold_parents);
+            out_dbl("nonode_per_cycle", p > 0 ? (double)rb->cold_nonode / p : 0, 2);
+        }
     } else {
         out_u64("pairs", rb->pairs);
         out_dbl("pairs_per_s", p / secs, 0);
@@ -531,6 +614,10 @@ static void usage(FILE *f)
 "  --recipe       each client runs the lock recipe instead: create\n"
 "                 EPHEMERAL_SEQUENTIAL + getChildren2 + delete, under a parent\n"
 "                 of its own (distinct names); reports cycles and grant latency\n"
+"  --cold         with --recipe: each cycle under a new parent, which the\n"
+"                 create finds missing (ZNONODE); the parent is created as a\n"
+"                 container and the create sent again, as Curator's\n"
+"                 creatingParentContainersIfNeeded() does (names used once)\n"
 "  -S N           sessions shared by the clients round-robin (default 1;\n"
 "                 0: one session per client)\n"
 "  -d SECONDS     measured duration (default 10)\n"
@@ -555,6 +642,7 @@ int main(int argc, char **argv)
         { "lean", no_argument, NULL, 'L' },
         { "plain", no_argument, NULL, 'N' },
         { "recipe", no_argument, NULL, 'C' },
+        { "cold", no_argument, NULL, 'K' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -578,6 +666,7 @@ int main(int argc, char **argv)
         case 'L': rb->lean = true; break;
         case 'N': rb->lean = false; break;
         case 'C': rb->recipe = true; break;
+        case 'K': rb->cold = true; break;
         case 'R':
             rb->resolve_delay_ms = (int)strtol(optarg, &end, 10);
             if (!*optarg || *end || rb->resolve_delay_ms < -1)
@@ -615,7 +704,7 @@ int main(int argc, char **argv)
         default: usage(stderr); return 2;
         }
     }
-    if (optind < argc || !rb->hosts) {
+    if (optind < argc || !rb->hosts || (rb->cold && !rb->recipe)) {
 bad:
         usage(stderr);
         return 2;
@@ -648,6 +737,7 @@ bad:
     }
     for (unsigned i = 0; i < rb->nclients; i++) {
         rb->clients[i].rb = rb;
+        rb->clients[i].idx = i;
         rb->clients[i].s = &rb->sessions[i % rb->nsessions];
     }
     rb_timer(rb, 20, on_connect_timeout, rb);

@@ -124,6 +124,8 @@ static void write_fields(FILE *f, const char *rest)
 
 void json_write_lock(FILE *f, const char *line)
 {
+    /* LOCK <name> <mode> k=v ..., or HOLDER <name> <mode> <state> k=v ... */
+    size_t skip = strncmp(line, "LOCK ", 5) == 0 ? 5 : strncmp(line, "HOLDER ", 7) == 0 ? 7 : 0;
     const char *name, *mode, *rest;
     size_t nlen, mlen;
 
@@ -133,13 +135,13 @@ void json_write_lock(FILE *f, const char *line)
         fputs("}\n", f);
         return;
     }
-    if (strncmp(line, "LOCK ", 5) != 0 || !strchr(line + 5, ' ')) {
+    if (!skip || !strchr(line + skip, ' ')) {
         fputs("{\"line\":", f);
         json_write_string(f, line, strlen(line));
         fputs("}\n", f);
         return;
     }
-    name = line + 5;
+    name = line + skip;
     nlen = strcspn(name, " ");
     mode = name + nlen + 1;
     mlen = strcspn(mode, " ");
@@ -148,6 +150,13 @@ void json_write_lock(FILE *f, const char *line)
     json_write_string(f, name, nlen);
     fputs(",\"mode\":", f);
     json_write_string(f, mode, mlen);
+    if (skip == 7 && *rest == ' ') {
+        size_t slen = strcspn(rest + 1, " ");
+
+        fputs(",\"state\":", f);
+        json_write_string(f, rest + 1, slen);
+        rest += 1 + slen;
+    }
     write_fields(f, rest);
     fputs("}\n", f);
 }

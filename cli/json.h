@@ -28,9 +28,10 @@ void json_write_value(FILE *f, const char *v, size_t len);
 bool json_write_status(FILE *f, const char *name, const char *line);
 
 /*
- * One line of LOCKS as one JSON object on a line: "LOCK <name> <mode> k=v..."
- * -> {"name":..,"mode":..,"holder":..,...} (a token as a string, "-" as
- * null); "MORE <n>" -> {"more":n}; anything else -> {"line":"..."}.
+ * One line of LOCKS or HOLDERS as one JSON object on a line: "LOCK <name>
+ * <mode> k=v..." -> {"name":..,"mode":..,"holder":..,...} (a token as a
+ * string, "-" as null); "HOLDER <name> <mode> <state> k=v..." likewise with
+ * "state"; "MORE <n>" -> {"more":n}; anything else -> {"line":"..."}.
  */
 void json_write_lock(FILE *f, const char *line);
 

@@ -42,10 +42,11 @@ struct options {
     int json;              /* --json (stats, status, locks): JSON objects */
     int human;             /* status, locks: 1 a table (--human), 0 the lines (--raw),
                             * -1 a table when stdout is a terminal */
+    int cluster;           /* locks --cluster: every daemon's holders (HOLDERS) */
 };
 
 /* Long options without a short form. */
-enum { OPT_LABEL = 256, OPT_PASSWORD_FILE, OPT_JSON, OPT_RAW, OPT_HUMAN };
+enum { OPT_LABEL = 256, OPT_PASSWORD_FILE, OPT_JSON, OPT_RAW, OPT_HUMAN, OPT_CLUSTER };
 
 static void usage(FILE *f)
 {
@@ -56,18 +57,30 @@ static void usage(FILE *f)
         "       lockbroker [OPTIONS] renew NAME TOKEN TTL\n"
         "       lockbroker [OPTIONS] release NAME TOKEN\n"
         "       lockbroker [OPTIONS] status [--json | --human | --raw] [NAME]\n"
-        "       lockbroker [OPTIONS] locks [--json | --human | --raw] [GLOB]\n"
+        "       lockbroker [OPTIONS] locks [--cluster] [--json | --human | --raw] [GLOB]\n"
+        "       lockbroker [OPTIONS] elect [--label L] NAME [--] COMMAND [ARGS...]\n"
+        "       lockbroker [OPTIONS] observe NAME\n"
+        "       lockbroker [OPTIONS] break NAME [TOKEN]\n"
         "       lockbroker [OPTIONS] stats [--json]\n"
         "       lockbroker [OPTIONS] ping\n"
         "Client of lockbrokerd. `run` holds lock NAME while COMMAND runs, with\n"
         "LOCKBROKER_NAME, LOCKBROKER_TOKEN (the fencing token) and LOCKBROKER_ADDR in its\n"
-        "environment, and exits with its status (128+N if signal N killed it).\n"
+        "environment, and exits with its status (128+N if signal N killed it). For\n"
+        "`run`, NAME may be a set a,b,c of up to 16 names, held all or none (no deadlock\n"
+        "with other sets); LOCKBROKER_NAME and LOCKBROKER_TOKEN are then lists in\n"
+        "that order, and losing any of the names ends COMMAND as losing the lock would.\n"
         "`lease` takes lock NAME as a lease, which outlives lockbroker, and prints its\n"
         "TOKEN. The lease ends TTL (100ms to 24h) after the grant or the latest\n"
         "`renew`, or when `release` ends it.\n"
         "`status NAME` prints the lock's STATUS line and exits 0 if it is held, 1 if\n"
         "it is free. `locks` lists the locks held or awaited on the broker (those\n"
-        "whose name matches GLOB: * ? [...]), one LOCK line each.\n"
+        "whose name matches GLOB: * ? [...]), one LOCK line each; with --cluster,\n"
+        "every holder and queued request on every daemon, one HOLDER line each.\n"
+        "`elect NAME -- COMMAND` is `run` for a leader election: it waits in line and\n"
+        "runs COMMAND while it leads; --label names it to followers (an address).\n"
+        "`observe NAME` prints the holder's label each time it changes (- when none):\n"
+        "who leads, until it is stopped. `break NAME` ends every hold of NAME granted\n"
+        "through this broker (TOKEN: that one), each holder told LOST ... broken.\n"
         "TIME and TTL are a number with a unit, ms, s, m or h (500ms, 60s, 2m, 1h), or\n"
         "a plain number of milliseconds: -w 60 waits 60 ms, -w 60s a minute.\n"
         "Options go before or after the subcommand, but before NAME. A COMMAND that\n"
@@ -96,6 +109,9 @@ static void usage(FILE *f)
         "                        user@host:pid:command, command `lease` for lease)\n"
         "      --json            stats, status, locks: print JSON objects (numbers as\n"
         "                        numbers, a token as a string) instead of lines\n"
+        "      --cluster         locks: every holder (all of a shared or limit lock's)\n"
+        "                        and queued request through every daemon of the\n"
+        "                        cluster, as ZooKeeper has them (HOLDERS)\n"
         "      --human, --raw    status NAME, locks: a table with durations (the default\n"
         "                        on a terminal), or the protocol's lines (otherwise)\n"
         "  -v, --verbose         run, lease: once a wait for the lock passes 1 s, say on\n"
@@ -119,7 +135,7 @@ static void usage(FILE *f)
         "       users), wants one (ERR NOAUTH: give -a), or USER may not use NAME\n"
         "       (ERR DENIED)\n"
         "  118  renew, release: the lease is not held (ERR NOT_HELD): wrong TOKEN, or\n"
-        "       it expired or was released\n"
+        "       it expired or was released; break: no such hold through this broker\n"
         "  119  run, lease: the lock is in use in another mode or with another limit\n"
         "       (ERR CONFLICT)\n"
         "  120  the lock was lost while COMMAND ran (LOST, or the connection dropped);\n"
@@ -303,6 +319,7 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
         { "json", no_argument, NULL, OPT_JSON },
         { "raw", no_argument, NULL, OPT_RAW },
         { "human", no_argument, NULL, OPT_HUMAN },
+        { "cluster", no_argument, NULL, OPT_CLUSTER },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
@@ -386,6 +403,9 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
         case OPT_JSON:
             o->json = 1;
             break;
+        case OPT_CLUSTER:
+            o->cluster = 1;
+            break;
         case 'h':
             usage(stdout);
             *exit_code = CLI_EXIT_OK;
@@ -455,6 +475,30 @@ static int check_name(const char *name)
         return 0;
     fprintf(stderr, "lockbroker: invalid lock name '%s': names are 1-%d bytes of "
             "A-Z a-z 0-9 . _ : @ -, not . or ..\n", name, PROTO_NAME_MAX);
+    return CLI_EXIT_BAD_NAME;
+}
+
+/* run's NAME: a name, or a set a,b,c of up to PROTO_SET_MAX (the daemon checks the rest). */
+static int check_names(const char *list)
+{
+    char name[PROTO_NAME_MAX + 2];
+    unsigned n = 0;
+
+    for (const char *p = list;; n++) {
+        size_t len = strcspn(p, ",");
+
+        snprintf(name, sizeof(name), "%.*s", (int)(len > PROTO_NAME_MAX ? PROTO_NAME_MAX + 1
+                                                                        : len), p);
+        if (check_name(name) != 0)
+            return CLI_EXIT_BAD_NAME;
+        if (!p[len])
+            break;
+        p += len + 1;
+    }
+    if (n < PROTO_SET_MAX)
+        return 0;
+    fprintf(stderr, "lockbroker: a set of locks has at most %d names: '%s'\n", PROTO_SET_MAX,
+            list);
     return CLI_EXIT_BAD_NAME;
 }
 
@@ -535,6 +579,30 @@ static int cmd_ping(const struct options *o, const struct client_addr *a, struct
     if (strncmp(line, "ERR ", 4) == 0)
         return report_err(&x, "PING", line);
     fprintf(stderr, "lockbroker: unexpected reply to PING: %s\n", line);
+    return CLI_EXIT_PROTOCOL;
+}
+
+/* break NAME [TOKEN]: BREAK, OK or the ERR line's exit status (118: nothing to break here). */
+static int cmd_break(const struct options *o, const struct client_addr *a, struct client *c,
+                     const char *name, const char *token)
+{
+    char req[PROTO_NAME_MAX + 48], ok[PROTO_NAME_MAX + 8], line[CLIENT_LINE_MAX + 1];
+    struct exchange x;
+    int rc;
+
+    snprintf(req, sizeof(req), "BREAK %s%s%s\n", name, token ? " " : "", token ? token : "");
+    snprintf(ok, sizeof(ok), "OK %s", name);
+    if ((rc = exchange_start(&x, o, a, c, req)) || (rc = exchange_line(&x, line, sizeof(line))))
+        return rc;
+    if (strcmp(line, ok) == 0)
+        return CLI_EXIT_OK;
+    if (strncmp(line, "ERR NOT_HELD ", 13) == 0) {
+        report_err(&x, "BREAK", line);
+        return CLI_EXIT_NOT_HELD;
+    }
+    if (strncmp(line, "ERR ", 4) == 0)
+        return report_err(&x, "BREAK", line);
+    fprintf(stderr, "lockbroker: unexpected reply to BREAK %s: %s\n", name, line);
     return CLI_EXIT_PROTOCOL;
 }
 
@@ -700,8 +768,9 @@ static int cmd_status(const struct options *o, const struct client_addr *a, stru
 }
 
 /*
- * LOCKS [<glob>]: prints every line before END (the LOCK lines, and MORE
- * when the daemon left some out) as it comes.
+ * LOCKS [<glob>] (HOLDERS with --cluster): prints every line before END
+ * (the LOCK or HOLDER lines, and MORE when the daemon left some out) as it
+ * comes, or keeps them for a table.
  */
 /* Lines kept for a table (at most LOCKS' 10000 and a MORE). */
 struct kept_lines {
@@ -737,11 +806,12 @@ static int cmd_locks(const struct options *o, const struct client_addr *a, struc
                      const char *glob)
 {
     struct kept_lines kept = { NULL, 0, 0 };
+    const char *cmd = o->cluster ? "HOLDERS" : "LOCKS";
     struct exchange x;
     char req[PROTO_NAME_MAX + 16], line[CLIENT_LINE_MAX + 1];
     int rc;
 
-    snprintf(req, sizeof(req), "LOCKS%s%s\n", glob ? " " : "", glob ? glob : "");
+    snprintf(req, sizeof(req), "%s%s%s\n", cmd, glob ? " " : "", glob ? glob : "");
     if ((rc = exchange_start(&x, o, a, c, req)))
         return rc;
     for (;;) {
@@ -755,12 +825,12 @@ static int cmd_locks(const struct options *o, const struct client_addr *a, struc
             break;
         }
         if (strncmp(line, "ERR BAD_COMMAND", 15) == 0 && (line[15] == ' ' || line[15] == '\0')) {
-            fprintf(stderr, "lockbroker: the broker at %s does not support LOCKS "
-                    "(it replied: %s); it needs a newer lockbrokerd\n", a->spec, line);
+            fprintf(stderr, "lockbroker: the broker at %s does not support %s "
+                    "(it replied: %s); it needs a newer lockbrokerd\n", a->spec, cmd, line);
             return CLI_EXIT_PROTOCOL;
         }
         if (strncmp(line, "ERR ", 4) == 0) {
-            rc = report_err(&x, "LOCKS", line);
+            rc = report_err(&x, cmd, line);
             break;
         }
         if (o->json)
@@ -775,6 +845,62 @@ static int cmd_locks(const struct options *o, const struct client_addr *a, struc
     }
     lines_free(&kept);
     return rc;
+}
+
+/*
+ * observe NAME: WATCH, then the holder's label each time it changes ("-"
+ * while nobody holds it): who the leader of an election (elect) is. Runs
+ * until the connection ends (121) or lockbroker is stopped.
+ */
+static int cmd_observe(const struct options *o, const struct client_addr *a, struct client *c,
+                       const char *name)
+{
+    char req[PROTO_NAME_MAX + 16], ok[PROTO_NAME_MAX + 8], line[CLIENT_LINE_MAX + 1],
+         last[PROTO_LABEL_MAX + 2] = "", label[PROTO_LABEL_MAX + 2];
+    size_t nlen = strlen(name);
+    struct exchange x;
+    int rc;
+
+    snprintf(req, sizeof(req), "WATCH %s\n", name);
+    snprintf(ok, sizeof(ok), "OK %s", name);
+    if ((rc = exchange_start(&x, o, a, c, req)) || (rc = exchange_line(&x, line, sizeof(line))))
+        return rc;
+    if (strcmp(line, ok) != 0) {
+        if (strncmp(line, "ERR BAD_COMMAND", 15) == 0)
+            fprintf(stderr, "lockbroker: the broker at %s does not support WATCH (it replied: "
+                    "%s); it needs a newer lockbrokerd\n", a->spec, line);
+        return strncmp(line, "ERR ", 4) == 0 ? report_err(&x, "WATCH", line)
+                                              : CLI_EXIT_PROTOCOL;
+    }
+    x.deadline = -1;            /* events come when they come */
+    for (;;) {
+        const char *state;
+
+        if ((rc = exchange_line(&x, line, sizeof(line))))
+            return rc;
+        /* EVENT <name> free | held <token> ... label=<label> ... | unavailable */
+        if (strncmp(line, "EVENT ", 6) != 0 || strncmp(line + 6, name, nlen) != 0 ||
+            line[6 + nlen] != ' ')
+            continue;           /* a later version's line */
+        state = line + 7 + nlen;
+        if (strncmp(state, "unavailable", 11) == 0) {
+            fprintf(stderr, "lockbroker: %s cannot reach its lock service: the leader of %s "
+                    "is not known for now\n", a->spec, name);
+            continue;
+        }
+        snprintf(label, sizeof(label), "-");
+        if (strncmp(state, "held ", 5) == 0) {
+            const char *l = strstr(state, " label=");
+
+            if (l)
+                snprintf(label, sizeof(label), "%.*s", (int)strcspn(l + 7, " "), l + 7);
+        }
+        if (strcmp(label, last) != 0) {
+            snprintf(last, sizeof(last), "%s", label);
+            printf("%s\n", label);
+            fflush(stdout);
+        }
+    }
 }
 
 /* ------------------------------------------------ lease, renew, release */
@@ -954,7 +1080,8 @@ static int finish_stdout(int rc)
 }
 
 static const char *const subcommands[] = {
-    "run", "lease", "renew", "release", "status", "locks", "stats", "ping",
+    "run", "lease", "renew", "release", "status", "locks", "stats", "ping", "elect", "observe",
+    "break",
 };
 #define NSUBCOMMANDS (sizeof(subcommands) / sizeof(subcommands[0]))
 
@@ -976,13 +1103,14 @@ int main(int argc, char **argv)
     const char *sub;
     char **rest, label[PROTO_LABEL_MAX + 1];
     int nrest, rc, notice;
+    bool elect;
 
     /* Options before the subcommand, then the subcommand's own (the same set). */
     if (parse_options(argc, argv, &o, &rc) != 0)
         return finish_stdout(rc);
     if (optind >= argc)
         return usage_error("%s", "missing subcommand: run, lease, renew, release, status, "
-                           "locks, stats or ping");
+                           "locks, elect, observe, break, stats or ping");
     sub = argv[optind];
     argv += optind;
     argc -= optind;
@@ -992,6 +1120,11 @@ int main(int argc, char **argv)
     }
     if (!subcommand_known(sub))
         return usage_error("unknown subcommand '%s'", sub);
+    /* elect NAME -- COMMAND is run NAME -- COMMAND, waiting in line for as
+     * long as it takes, its label naming the leader to observe. */
+    elect = strcmp(sub, "elect") == 0;
+    if (elect)
+        sub = "run";
     if (parse_options(argc, argv, &o, &rc) != 0)
         return finish_stdout(rc);
     rest = argv + optind;
@@ -1007,6 +1140,8 @@ int main(int argc, char **argv)
     if (o.json && strcmp(sub, "stats") != 0 && strcmp(sub, "status") != 0 &&
         strcmp(sub, "locks") != 0)
         return usage_error("%s: --json is an option of stats, status and locks", sub);
+    if (o.cluster && strcmp(sub, "locks") != 0)
+        return usage_error("%s: --cluster is an option of locks", sub);
     if (strcmp(sub, "run") != 0 && strcmp(sub, "lease") != 0 && (o.label || o.verbose))
         return usage_error("%s: --label and -v are options of run and lease", sub);
     if (strcmp(sub, "lease") == 0 && o.grace_given)
@@ -1042,7 +1177,7 @@ int main(int argc, char **argv)
         }
         if (nrest < 1)
             return usage_error("run %s: missing COMMAND", ro.name);
-        if ((rc = check_name(ro.name)) != 0)
+        if ((rc = check_names(ro.name)) != 0)
             return rc;
         ro.argv = rest;
         if (!ro.label) {
@@ -1092,6 +1227,21 @@ int main(int argc, char **argv)
         if ((rc = check_name(rest[0])) != 0)
             return rc;
         rc = cmd_status(&o, &addr, &conn, rest[0]);
+    } else if (strcmp(sub, "break") == 0) {
+        uint64_t token = 0;
+
+        if (nrest < 1 || nrest > 2)
+            return usage_error("%s", "break: expected NAME [TOKEN]");
+        if ((rc = check_name(rest[0])) != 0 ||
+            (nrest == 2 && (rc = check_token(sub, rest[1], &token)) != 0))
+            return rc;
+        rc = cmd_break(&o, &addr, &conn, rest[0], nrest == 2 ? rest[1] : NULL);
+    } else if (strcmp(sub, "observe") == 0) {
+        if (nrest != 1)
+            return usage_error("%s", "observe: expected one lock NAME");
+        if ((rc = check_name(rest[0])) != 0)
+            return rc;
+        rc = cmd_observe(&o, &addr, &conn, rest[0]);
     } else if (strcmp(sub, "locks") == 0) {
         if (nrest > 1)
             return usage_error("unexpected argument '%s'", rest[1]);

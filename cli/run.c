@@ -68,7 +68,8 @@
 
 #include "proto.h"
 
-#define RUN_REPLY_MAX 1024   /* requests, and the replies to LOCK and UNLOCK (OK, TIMEOUT, ERR) */
+/* Requests, and the replies to LOCK and UNLOCK (OK, TIMEOUT, ERR), a set's included. */
+#define RUN_REPLY_MAX (PROTO_SET_REPLY_MAX + 64)
 #define CHECK_EVERY_MIN_MS 100    /* CHECKs at most this often, however short the window */
 #define CHECK_EVERY_MAX_MS 1000   /* and at least this often, however long: a table lookup */
 
@@ -87,7 +88,10 @@ enum run_state {
 struct run {
     const struct run_opts *o;
     struct client *conn;      /* closed (fd -1) once the lock is lost */
-    char token[32];           /* decimal, as the broker sent it */
+    char token[PROTO_SET_MAX * 21]; /* decimal, as the broker sent it (a set's: t1,t2,...) */
+    unsigned nnames;          /* o->name split at its commas (a set: PROTOCOL.md, Sets of locks) */
+    char names[PROTO_SET_MAX][PROTO_NAME_MAX + 1];
+    char tokens[PROTO_SET_MAX][21];  /* token split likewise: tokens[i] is names[i]'s */
     pid_t pid;                /* the command's main process; also its process group id */
     int tty;                  /* controlling terminal handed to the command, or -1 */
     int resume;               /* lockbroker was stopped with the command: continue it */
@@ -97,7 +101,10 @@ struct run {
     int guardian_pipe;        /* its write end: lockbroker's death closes it; -1: none */
     /* Jeopardy (all times monotonic ms, on this clock). */
     int checking;             /* the broker answers CHECK (0: an older daemon) */
-    int check_inflight;       /* a CHECK was sent and its reply is due */
+    int check_inflight;       /* CHECKs were sent (one per name) and their replies are due */
+    unsigned check_next;      /* the name whose CHECK reply comes next */
+    int64_t check_min;        /* the smallest window of this round's replies so far */
+    int check_bad;            /* a reply of this round had no window */
     int64_t check_sent;       /* when it was sent */
     int64_t next_check;       /* when to send the next one */
     int64_t safe_until;       /* no other holder before this (the furthest promise) */
@@ -241,6 +248,12 @@ static void notice_ask(const struct run_opts *o, struct notice *n)
     int64_t deadline = client_now_ms() + o->io_ms;
     int len = snprintf(req, sizeof(req), "STATUS %s\n", o->name);
 
+    if (strchr(o->name, ',')) {
+        /* A set: which name it waits for is not known here. */
+        notice_say(o, "");
+        notice_end(n);
+        return;
+    }
     if (client_connect(n->c, o->addr, deadline, err, sizeof(err)) != 0) {
         notice_fail(o, n, err);
         return;
@@ -423,7 +436,7 @@ int run_lock(const struct run_opts *o, struct client *c, char *token, size_t tok
     if (strncmp(line, "OK ", 3) == 0 && strncmp(line + 3, o->name, nl) == 0 &&
         line[3 + nl] == ' ') {
         const char *t = line + 4 + nl;
-        size_t tl = strspn(t, "0123456789");
+        size_t tl = strspn(t, "0123456789,");   /* a set's: t1,t2,... */
 
         if (tl > 0 && t[tl] == '\0' && tl < tokcap) {
             memcpy(token, t, tl + 1);
@@ -467,27 +480,49 @@ enum check_reply {
     CHECK_OTHER,         /* anything else */
 };
 
-/* Sends `CHECK <name> <token>`. Returns 0, or -1 if the connection failed. */
+/* Sends `CHECK <name> <token>`, one per name of a set. Returns 0, or -1 if
+ * the connection failed. */
 static int check_send(struct run *r)
 {
-    char req[RUN_REPLY_MAX], err[CLIENT_ERR_MAX];
-    int n = snprintf(req, sizeof(req), "CHECK %s %s\n", r->o->name, r->token);
+    char req[PROTO_SET_MAX * (PROTO_NAME_MAX + 30)], err[CLIENT_ERR_MAX];
     int64_t now = client_now_ms();
+    int n = 0;
 
+    for (unsigned i = 0; i < r->nnames; i++)
+        n += snprintf(req + n, sizeof(req) - (size_t)n, "CHECK %s %s\n", r->names[i],
+                      r->tokens[i]);
     if (client_send(r->conn, req, (size_t)n, now + r->o->io_ms, err, sizeof(err)) != CLIENT_OK)
         return -1;
     r->check_inflight = 1;
+    r->check_next = 0;
+    r->check_min = INT64_MAX;
+    r->check_bad = 0;
     r->check_sent = now;
     return 0;
 }
 
-/* What line says as the reply to a CHECK; *safe_ms is set for CHECK_WINDOW. */
+/* "LOST <name> <token> <reason>" of one of the names held: its reason, or NULL. */
+static const char *lost_reason(const struct run *r, const char *line)
+{
+    for (unsigned i = 0; i < r->nnames && strncmp(line, "LOST ", 5) == 0; i++) {
+        size_t nl = strlen(r->names[i]), tl = strlen(r->tokens[i]);
+
+        if (strncmp(line + 5, r->names[i], nl) == 0 && line[5 + nl] == ' ' &&
+            strncmp(line + 6 + nl, r->tokens[i], tl) == 0 && line[6 + nl + tl] == ' ')
+            return line + 7 + nl + tl;
+    }
+    return NULL;
+}
+
+/* What line says as the reply to the CHECK of names[check_next]; *safe_ms
+ * is set for CHECK_WINDOW. */
 static enum check_reply check_parse(const struct run *r, const char *line, int64_t *safe_ms)
 {
-    size_t nl = strlen(r->o->name), tl = strlen(r->token);
+    const char *name = r->names[r->check_next], *token = r->tokens[r->check_next];
+    size_t nl = strlen(name), tl = strlen(token);
 
-    if (strncmp(line, "OK ", 3) == 0 && strncmp(line + 3, r->o->name, nl) == 0 &&
-        line[3 + nl] == ' ' && strncmp(line + 4 + nl, r->token, tl) == 0 &&
+    if (strncmp(line, "OK ", 3) == 0 && strncmp(line + 3, name, nl) == 0 &&
+        line[3 + nl] == ' ' && strncmp(line + 4 + nl, token, tl) == 0 &&
         line[4 + nl + tl] == ' ') {
         const char *w = line + 5 + nl + tl;
         size_t digits = strspn(w, "0123456789");
@@ -525,6 +560,27 @@ static void check_answered(struct run *r, int64_t safe_ms)
 }
 
 /*
+ * One reply of this round of CHECKs (ok: with a window, safe_ms). The
+ * round ends with the last name's: the set is as safe as its least safe
+ * name; a reply without a window means none this round, ask again soon.
+ */
+static void check_round(struct run *r, int ok, int64_t safe_ms)
+{
+    if (!ok)
+        r->check_bad = 1;
+    else if (safe_ms < r->check_min)
+        r->check_min = safe_ms;
+    if (++r->check_next < r->nnames)
+        return;
+    if (!r->check_bad) {
+        check_answered(r, r->check_min);
+        return;
+    }
+    r->check_inflight = 0;
+    r->next_check = client_now_ms() + CHECK_EVERY_MIN_MS;
+}
+
+/*
  * When the command gets SIGTERM if no fresh window has come: the grace
  * period before safe_until, but at most a third of the largest window, so
  * that CHECKs every quarter of a window that is not shrinking never get
@@ -553,11 +609,16 @@ static int check_first(struct run *r)
     int64_t safe = 0;
 
     r->checking = 1;
+    if (r->nnames == 0 || r->nnames > PROTO_SET_MAX) {
+        fprintf(stderr, "lockbroker: unexpected reply to LOCK %s: %s\n", r->o->name, r->token);
+        return CLI_EXIT_PROTOCOL;
+    }
     if (check_send(r) < 0) {
         fprintf(stderr, "lockbroker: %s: cannot send CHECK %s: the connection failed\n",
                 r->o->addr->spec, r->o->name);
         return CLI_EXIT_UNAVAILABLE;
     }
+next:
     st = client_read_line(r->conn, line, sizeof(line), r->check_sent + r->o->io_ms, err,
                           sizeof(err));
     if (st == CLIENT_CLOSED || st == CLIENT_TIMEOUT) {
@@ -577,11 +638,13 @@ static int check_first(struct run *r)
     }
     switch (check_parse(r, line, &safe)) {
     case CHECK_WINDOW:
-        check_answered(r, safe);
+        check_round(r, 1, safe);
+        if (r->check_inflight && r->check_next < r->nnames)
+            goto next;           /* the next name's reply */
         if (client_now_ms() < jeopardy_at(r))
             return 0;
         fprintf(stderr, "lockbroker: lock %s is certain for only %" PRId64 " ms (CHECK); the "
-                "command was not run\n", r->o->name, safe);
+                "command was not run\n", r->o->name, r->check_min);
         return CLI_EXIT_JEOPARDY;
     case CHECK_NOT_HELD:
         fprintf(stderr, "lockbroker: lock %s lost before the command started: %s\n",
@@ -738,15 +801,13 @@ static void run_read_conn(struct run *r)
 
     /* Lines that arrived before an end of file still count. */
     while (r->state == RUN_HOLDING && (got = client_pop_line(r->conn, line, sizeof(line))) != 0) {
-        size_t nl = strlen(r->o->name), tl = strlen(r->token);
+        const char *reason;
 
         if (got < 0)
             break;   /* cannot happen: client_fill refuses longer lines */
-        /* LOST <name> <token> <reason> */
-        if (strncmp(line, "LOST ", 5) == 0 && strncmp(line + 5, r->o->name, nl) == 0 &&
-            line[5 + nl] == ' ' && strncmp(line + 6 + nl, r->token, tl) == 0 &&
-            line[6 + nl + tl] == ' ') {
-            snprintf(lost, sizeof(lost), "%s", line + 7 + nl + tl);
+        /* LOST <name> <token> <reason>: of a set, any name's ends the command. */
+        if ((reason = lost_reason(r, line))) {
+            snprintf(lost, sizeof(lost), "%s", reason);
             run_lose(r, lost);
             return;
         }
@@ -755,7 +816,7 @@ static void run_read_conn(struct run *r)
 
             switch (check_parse(r, line, &safe)) {
             case CHECK_WINDOW:
-                check_answered(r, safe);
+                check_round(r, 1, safe);
                 break;
             case CHECK_NOT_HELD:
                 snprintf(lost, sizeof(lost), "CHECK: %.900s", line);
@@ -764,9 +825,8 @@ static void run_read_conn(struct run *r)
             default:
                 /* No window this time: ask again a little later. */
                 fprintf(stderr, "lockbroker: unexpected reply to CHECK %s: %s\n",
-                        r->o->name, line);
-                r->check_inflight = 0;
-                r->next_check = client_now_ms() + CHECK_EVERY_MIN_MS;
+                        r->names[r->check_next], line);
+                check_round(r, 0, 0);
                 break;
             }
             continue;
@@ -950,7 +1010,9 @@ static void run_unlock(struct run *r)
         if (st != CLIENT_OK)
             break;
         if (r->check_inflight && strncmp(line, "LOST ", 5) != 0) {
-            r->check_inflight = 0;   /* the reply to the CHECK sent before the UNLOCK */
+            /* The replies to the CHECKs sent before the UNLOCK. */
+            if (++r->check_next >= r->nnames)
+                r->check_inflight = 0;
             continue;
         }
         if (strcmp(line, ok) == 0)
@@ -960,8 +1022,10 @@ static void run_unlock(struct run *r)
                     r->o->name, line);
             continue;   /* the UNLOCK reply (ERR NOT_HELD) follows */
         }
+        /* The LOST line above said why; of a set, UNLOCK released none of
+         * it, and closing the connection releases the rest. */
         if (strncmp(line, "ERR NOT_HELD", 12) == 0)
-            return;     /* the LOST line above said why */
+            return;
         fprintf(stderr, "lockbroker: warning: unexpected reply to UNLOCK %s: %s\n",
                 r->o->name, line);
         return;
@@ -1041,6 +1105,30 @@ static void guardian_stop(struct run *r)
     r->guardian_pipe = -1;
 }
 
+/* Splits the name (a set's list) and the tokens granted; nnames 0 when
+ * they do not pair up (check_first() says so). */
+static void run_split(struct run *r)
+{
+    const char *n = r->o->name, *t = r->token;
+
+    for (r->nnames = 0; r->nnames < PROTO_SET_MAX; ) {
+        size_t nl = strcspn(n, ","), tl = strcspn(t, ",");
+
+        if (nl == 0 || nl > PROTO_NAME_MAX || tl == 0 || tl >= sizeof(r->tokens[0]))
+            break;
+        snprintf(r->names[r->nnames], sizeof(r->names[0]), "%.*s", (int)nl, n);
+        snprintf(r->tokens[r->nnames], sizeof(r->tokens[0]), "%.*s", (int)tl, t);
+        r->nnames++;
+        if (!n[nl] && !t[tl])
+            return;
+        if (!n[nl] || !t[tl])
+            break;
+        n += nl + 1;
+        t += tl + 1;
+    }
+    r->nnames = 0;
+}
+
 int run_command(const struct run_opts *o)
 {
     static struct client conn;   /* 64 KiB buffer: not on the stack */
@@ -1051,6 +1139,8 @@ int run_command(const struct run_opts *o)
     int rc, wstatus;
 
     rc = run_lock(o, &conn, r.token, sizeof(r.token));
+    if (rc == 0)
+        run_split(&r);
     if (rc == 0 && (rc = check_first(&r)) == CLI_EXIT_JEOPARDY)
         run_unlock(&r);
     if (rc != 0) {

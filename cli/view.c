@@ -1,5 +1,5 @@
 /*
- * view.c - STATUS and LOCKS lines as a table for people (lockbroker status
+ * view.c - STATUS, LOCKS and HOLDERS lines as a table for people (lockbroker status
  * and locks on a terminal, or with --human). The protocol's lines stay the
  * interface for programs (--raw, or stdout not a terminal; --json).
  */
@@ -125,6 +125,14 @@ void view_locks(FILE *f, char **lines, size_t n, int64_t now_ms)
         char name[256], mode[32];
         int used = 0;
 
+        char state[16];
+
+        /* HOLDER <name> <mode> held|queued k=v ... (one holder or request) */
+        if (sscanf(lines[i], "HOLDER %255s %31s %15s%n", name, mode, state, &used) == 3 &&
+            used > 0) {
+            fill_row(rows[nrows++], name, state, mode, lines[i] + used, now_ms);
+            continue;
+        }
         /* LOCK <name> <mode> k=v ... */
         if (sscanf(lines[i], "LOCK %255s %31s%n", name, mode, &used) == 2 && used > 0) {
             char token[32];
@@ -136,7 +144,7 @@ void view_locks(FILE *f, char **lines, size_t n, int64_t now_ms)
     }
     print_rows(f, rows, nrows);
     for (size_t i = 0; i < n; i++)
-        if (strncmp(lines[i], "LOCK ", 5) != 0)
+        if (strncmp(lines[i], "LOCK ", 5) != 0 && strncmp(lines[i], "HOLDER ", 7) != 0)
             fprintf(f, "%s\n", lines[i]);     /* MORE <n>, or a later version's line */
     free(rows);
 }

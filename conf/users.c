@@ -21,6 +21,7 @@ struct user {
     char name[PROTO_USER_MAX + 1];
     char *hash;                 /* NUL-terminated; points into line */
     char **patterns;            /* npatterns NUL-terminated globs; point into line */
+    bool *breaks;               /* breaks[i]: patterns[i] came as break=<glob> (BREAK) */
     size_t npatterns;
     unsigned lineno;            /* where it was defined, for the duplicate message */
     char *line;                 /* owned: a copy of the line, cut into fields */
@@ -40,6 +41,7 @@ void users_free(struct users *u)
         return;
     for (size_t i = 0; i < u->n; i++) {
         free(u->v[i].patterns);
+        free(u->v[i].breaks);
         free(u->v[i].line);
     }
     free(u->v);
@@ -117,7 +119,8 @@ static const char *split_patterns(struct user *u, char *list)
         n += *p == ',';
     if (n > USERS_PATTERNS_MAX)
         return "more than 64 patterns";
-    if (!(u->patterns = calloc(n, sizeof(*u->patterns))))
+    if (!(u->patterns = calloc(n, sizeof(*u->patterns))) ||
+        !(u->breaks = calloc(n, sizeof(*u->breaks))))
         return "out of memory";
     for (char *p = list;; p++) {
         char *end = p + strcspn(p, ","), *last = end;
@@ -128,9 +131,12 @@ static const char *split_patterns(struct user *u, char *list)
         while (last > p && is_blank(last[-1]))
             last--;
         *last = '\0';
+        /* break=<glob>: BREAK of those names (other holders' holds). */
+        if ((u->breaks[u->npatterns] = strncmp(p, "break=", 6) == 0))
+            p += 6;
         if (!pattern_valid(p, (size_t)(last - p)))
-            return "a pattern is 1-200 bytes of lock name characters and * ? [ ] ! "
-                   "(patterns are separated by commas)";
+            return "a pattern is 1-200 bytes of lock name characters and * ? [ ] !, "
+                   "break=<pattern> for BREAK (patterns are separated by commas)";
         u->patterns[u->npatterns++] = p;
         if (!more)
             break;
@@ -345,7 +351,15 @@ int users_verify(const struct users *u, const struct user *user, const char *pas
 int user_may(const struct user *user, const char *name)
 {
     for (size_t i = 0; i < user->npatterns; i++)
-        if (fnmatch(user->patterns[i], name, 0) == 0)
+        if (!user->breaks[i] && fnmatch(user->patterns[i], name, 0) == 0)
+            return 1;
+    return 0;
+}
+
+int user_may_break(const struct user *user, const char *name)
+{
+    for (size_t i = 0; i < user->npatterns; i++)
+        if (user->breaks[i] && fnmatch(user->patterns[i], name, 0) == 0)
             return 1;
     return 0;
 }

@@ -4,7 +4,8 @@
  *
  * One user a line, `name:hash:patterns`: a user name as AUTH takes it
  * (proto_user_valid), a crypt(3) hash (`openssl passwd -6`, `mkpasswd`), and
- * a comma-separated list of fnmatch(3) globs of lock names (`*` for all).
+ * a comma-separated list of fnmatch(3) globs of lock names (`*` for all);
+ * `break=<glob>` in that list lets the user BREAK others' holds of those names.
  * Blank lines and lines starting with '#' are ignored. Pure code apart from
  * libcrypt and fnmatch: no sockets, no logging, so that the parser can be
  * unit-tested and fuzzed from a memory buffer.
@@ -59,5 +60,9 @@ int users_verify(const struct users *u, const struct user *user, const char *pas
 /* 1 if the user may use lock name `name` (NUL-terminated): one of its
  * patterns matches it (fnmatch(3), no flags). */
 int user_may(const struct user *user, const char *name);
+
+/* 1 if the user may BREAK holds of lock `name`: one of its break=<glob>
+ * patterns matches it. */
+int user_may_break(const struct user *user, const char *name);
 
 #endif

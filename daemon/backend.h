@@ -24,6 +24,7 @@
 #define LOCKBROKER_BACKEND_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "locks.h"
@@ -48,6 +49,41 @@ struct backend_queue_info {
 struct backend_query;
 /* Runs exactly once for a pending query, unless it was cancelled first. */
 typedef void (*backend_query_cb)(void *arg, const struct backend_queue_info *info);
+
+/*
+ * One request in a name's queue, for HOLDERS: a hold granted or a request
+ * queued. The strings are borrowed for the callback that carries it.
+ */
+struct backend_holder {
+    const char *name;
+    enum lock_mode mode;
+    unsigned limit;          /* LOCK_LIMIT only */
+    bool held;               /* false: queued, not granted yet */
+    const char *holder;      /* "<daemon>/<client>" */
+    const char *label;       /* its CLIENT label when it asked, or NULL */
+    uint64_t token;          /* its fencing token when held here; 0: not known */
+    int64_t since_ms;        /* wall-clock ms: granted (held here) or queued */
+    int64_t lease_ms;        /* a lease ending in this many ms, or -1 */
+};
+
+/* The most requests one HOLDERS reply lists (PROTOCOL.md). */
+#define HOLDERS_LINES_MAX 10000
+
+struct backend_list;
+/* Whether a name may be listed (the user's permissions); names it refuses
+ * are neither listed nor counted. */
+typedef bool (*backend_name_filter)(void *arg, const char *name);
+/* Runs exactly once for a pending listing, unless it was cancelled first:
+ * ok false when the backend could not be asked; else rows[0..n) in name
+ * order, each name's requests in queue order, and `more` requests past
+ * HOLDERS_LINES_MAX that were left out. */
+typedef void (*backend_list_cb)(void *arg, bool ok, const struct backend_holder *rows,
+                                size_t n, size_t more);
+
+struct backend_watch;
+/* A watched name's state across daemons, at first and after each change
+ * the backend sees (info->ok false: it cannot be asked now). */
+typedef void (*backend_watch_cb)(void *arg, const struct backend_queue_info *info);
 
 struct backend_lease_op;
 /* ttl_ms of a lease_op that only asks whether the lease is held (CHECK). */
@@ -104,6 +140,26 @@ struct backend_ops {
                                    backend_query_cb cb, void *arg);
     /* The query's answer is no longer wanted; cb will not run. */
     void (*query_cancel)(void *impl, struct backend_query *q);
+    /*
+     * HOLDERS: every request the backend's own queues hold for the names
+     * that match glob (fnmatch) and pass may(arg, name), across daemons.
+     * NULL (embedded mode): the lock table is the whole picture. Returns a
+     * pending listing whose cb runs later from the loop, or NULL when the
+     * backend cannot be asked now (an outage, out of memory).
+     */
+    struct backend_list *(*list)(void *impl, const char *glob, backend_name_filter may,
+                                 backend_list_cb cb, void *arg);
+    /* The listing is no longer wanted: neither may nor cb will run again. */
+    void (*list_cancel)(void *impl, struct backend_list *l);
+    /*
+     * WATCH: follows name across daemons; cb(arg, info) runs from the loop
+     * with its state once known and after every change seen, until
+     * watch_cancel. NULL (embedded mode): the lock table is the whole
+     * picture. Returns NULL when out of memory.
+     */
+    struct backend_watch *(*watch)(void *impl, const char *name, backend_watch_cb cb, void *arg);
+    /* cb will not run again. */
+    void (*watch_cancel)(void *impl, struct backend_watch *w);
     /*
      * Leases (lease.h). ends_leases: the backend ends each lease at its ttl
      * itself and every renewal goes through lease_op (distributed mode,

@@ -15,6 +15,13 @@
  * timer: meanwhile the connection is CONN_WAITING like a waiting LOCK, so
  * the requests behind it stay unparsed (bounded as for any wait) and one
  * connection cannot try more than one password at a time.
+ *
+ * A set (LOCK a,b,c) is taken one name at a time, each an ordinary hold of
+ * the connection, in strcmp order whatever the order given: every client
+ * on every daemon takes overlapping names in the same order, so none can
+ * hold a name another waits for while waiting for one that other holds.
+ * The answer goes out once all are held; a step that fails releases the
+ * names taken so far (PROTOCOL.md, "Sets of locks").
  */
 #include "config.h"
 #include "conn.h"
@@ -38,6 +45,7 @@
 #include "settings.h"
 #include "users.h"
 #include "stats.h"
+#include "watch.h"
 
 enum conn_state {
     CONN_READING,   /* parsing request lines as they arrive */
@@ -62,6 +70,23 @@ static const char *const state_names[] = {
  * one guess per second per connection. */
 #define AUTH_FAIL_DELAY_MS 1000
 
+/* A set being acquired (LOCK/TRYLOCK a,b,c); see the top of the file. */
+struct conn_set {
+    enum proto_cmd cmd;            /* LOCK or TRYLOCK */
+    struct lock_req lreq;          /* for every name; wait_ms is set again at each step */
+    int64_t deadline_ms;           /* monotonic end of the whole wait; -1: for ever */
+    unsigned n;                    /* names, 2..PROTO_SET_MAX */
+    unsigned taken;                /* names held so far: those of order[0..taken) */
+    unsigned order[PROTO_SET_MAX]; /* indexes of names in strcmp order */
+    enum locks_result r;           /* what done() said of order[taken]'s wait */
+    struct event *step;            /* owned: done() may not call into the lock table,
+                                    * so the next step runs from this event */
+    uint64_t tokens[PROTO_SET_MAX];              /* by index, as given */
+    char names[PROTO_SET_MAX][PROTO_NAME_MAX + 1]; /* as given */
+    size_t list_len;
+    char list[];                   /* "a,b,c" as given, for the replies */
+};
+
 struct conn {
     struct server *srv;            /* borrowed */
     struct bufferevent *bev;       /* owned; closes the fd */
@@ -69,7 +94,11 @@ struct conn {
     enum conn_state state;         /* change only through conn_set_state() */
     enum proto_cmd waiting_cmd;    /* LOCK, TRYLOCK, UNLOCK, RENEW, STATUS or AUTH, in CONN_WAITING */
     struct backend_query *query;   /* STATUS: the backend's answer pending, or NULL */
+    struct backend_list *listing;  /* HOLDERS: the backend's answer pending, or NULL */
+    struct watch_sub **watches;    /* WATCH: this connection's, owned (the array and each) */
+    unsigned nwatches, watches_cap;
     struct lease *lease;           /* LOCK ... ttl=: the lease being acquired, or NULL */
+    struct conn_set *set;          /* owned: LOCK a,b,c being acquired, or NULL */
     struct backend_lease_op *lease_op; /* UNLOCK/RENEW by token: the answer pending, or NULL */
     char status_name[PROTO_NAME_MAX + 1]; /* the name that query or lease_op is about */
     uint64_t check_token;          /* the token that lease_op is about */
@@ -155,9 +184,10 @@ static void reply_err(struct conn *c, enum proto_err err, const char *text)
     conn_write(c, buf, proto_fmt_err(buf, sizeof(buf), err, text));
 }
 
+/* name may be a set's list. */
 static void reply_word(struct conn *c, const char *word, const char *name, size_t len)
 {
-    char buf[PROTO_REPLY_MAX];
+    char buf[PROTO_SET_REPLY_MAX];
 
     conn_write(c, buf, proto_fmt_word_name(buf, sizeof(buf), word, name, len));
 }
@@ -166,6 +196,8 @@ static void reply_word(struct conn *c, const char *word, const char *name, size_
  * its leases, which belong to no connection). abandon: the client ended
  * without saying so (not QUIT): holds with a lock-delay keep their names
  * for it (PROTOCOL.md, Lock-delay). */
+static void conn_set_free(struct conn *c);
+
 static void conn_release_all(struct conn *c, bool abandon)
 {
     struct backend *be = c->srv->backend;
@@ -173,6 +205,9 @@ static void conn_release_all(struct conn *c, bool abandon)
     if (c->query)
         be->ops->query_cancel(be->impl, c->query);
     c->query = NULL;
+    if (c->listing)
+        be->ops->list_cancel(be->impl, c->listing);
+    c->listing = NULL;
     if (c->lease)
         leases_cancel(c->srv->leases, c->lease);
     c->lease = NULL;
@@ -181,6 +216,9 @@ static void conn_release_all(struct conn *c, bool abandon)
     c->lease_op = NULL;
     if (c->auth_timer)
         evtimer_del(c->auth_timer);
+    while (c->nwatches)
+        watch_remove(c->watches[--c->nwatches]);
+    conn_set_free(c);               /* its holds go with the others */
     if (abandon)
         locks_owner_abandon_all(c->srv->locks, &c->owner);
     else
@@ -343,6 +381,7 @@ static void reply_status(struct conn *c, const char *name, const struct backend_
 }
 
 static void conn_resume(struct conn *c);
+static void conn_set_fail(struct conn *c, enum locks_result r, bool at_once);
 
 /* Whether the connection may use lock `name`: without a users file anyone
  * may; with one, a logged-in user whose patterns match it. */
@@ -372,6 +411,11 @@ static void conn_end_bound_wait(struct conn *c)
     }
     log_debug("conn %llu (%s): wait for %s ended by the end of input",
               (unsigned long long)c->id, c->peer, c->lock_name);
+    if (c->set) {
+        conn_set_fail(c, c->srv->backend->ops->unreachable_since(c->srv->backend->impl) ?
+                      LOCKS_UNAVAILABLE : LOCKS_TIMEOUT, true);
+        return;
+    }
     if (c->srv->backend->ops->unreachable_since(c->srv->backend->impl))
         reply_unavailable(c);
     else
@@ -488,6 +532,16 @@ static void conn_on_queue_info(void *arg, const struct backend_queue_info *info)
     conn_resume(c);
 }
 
+/* The end of a LOCKS or HOLDERS reply: how many lines were left out, END. */
+static void reply_end(struct conn *c, size_t more)
+{
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+
+    if (more)
+        evbuffer_add_printf(out, "MORE %zu\n", more);
+    evbuffer_add(out, "END\n", 4);
+}
+
 /* The most LOCK lines one LOCKS reply carries (its output is not bounded otherwise). */
 #define LOCKS_LINES_MAX 10000
 
@@ -531,12 +585,180 @@ static bool add_locks_line(void *arg, const char *name, const struct locks_statu
 static void reply_locks(struct conn *c, const char *glob)
 {
     struct locks_reply lr = { c, 0, 0 };
-    struct evbuffer *out = bufferevent_get_output(c->bev);
 
     locks_each(c->srv->locks, glob[0] ? glob : NULL, add_locks_line, &lr);
-    if (lr.more)
-        evbuffer_add_printf(out, "MORE %u\n", lr.more);
-    evbuffer_add(out, "END\n", 4);
+    reply_end(c, lr.more);
+}
+
+/* One HOLDER line; holder is "<daemon>/<client>" already or, with a
+ * daemon id, this daemon's client. */
+static void add_holder_line(struct evbuffer *out, const struct backend_holder *r,
+                            const char *daemon_id)
+{
+    char mode[24], token[24] = "-", lease[32] = "";
+
+    if (r->mode == LOCK_LIMIT)
+        snprintf(mode, sizeof(mode), "limit=%u", r->limit);
+    else
+        snprintf(mode, sizeof(mode), "%s", lock_mode_name(r->mode));
+    if (r->token)
+        snprintf(token, sizeof(token), "%llu", (unsigned long long)r->token);
+    if (r->lease_ms >= 0)
+        snprintf(lease, sizeof(lease), " lease=%lld", (long long)r->lease_ms);
+    evbuffer_add_printf(out, "HOLDER %s %s %s holder=%s%s%s label=%s token=%s since=%lld%s\n",
+                        r->name, mode, r->held ? "held" : "queued", daemon_id ? daemon_id : "",
+                        daemon_id ? "/" : "", r->holder, r->label && r->label[0] ? r->label : "-",
+                        token, (long long)r->since_ms, lease);
+}
+
+static bool add_local_holder(void *arg, const struct backend_holder *row)
+{
+    struct locks_reply *lr = arg;
+
+    if (!conn_may(lr->c, row->name))
+        return true;
+    if (lr->lines == HOLDERS_LINES_MAX) {
+        lr->more++;
+        return true;
+    }
+    lr->lines++;
+    add_holder_line(bufferevent_get_output(lr->c->bev), row, lr->c->srv->daemon_id);
+    return true;
+}
+
+static bool conn_may_list(void *arg, const char *name)
+{
+    return conn_may(arg, name);
+}
+
+static void conn_on_holders(void *arg, bool ok, const struct backend_holder *rows, size_t n,
+                            size_t more)
+{
+    struct conn *c = arg;
+
+    c->listing = NULL;
+    if (!ok) {
+        reply_unavailable(c);
+    } else {
+        for (size_t i = 0; i < n; i++)
+            add_holder_line(bufferevent_get_output(c->bev), &rows[i], NULL);
+        reply_end(c, more);
+    }
+    conn_resume(c);
+}
+
+/* HOLDERS [<glob>]: every holder and queued request, from the backend's
+ * queues when it has its own (all daemons), else from the table. */
+static void reply_holders(struct conn *c, const char *glob)
+{
+    struct backend *be = c->srv->backend;
+    struct locks_reply lr = { c, 0, 0 };
+
+    if (!be->ops->list) {
+        locks_each_hold(c->srv->locks, glob[0] ? glob : NULL, add_local_holder, &lr);
+        reply_end(c, lr.more);
+        return;
+    }
+    c->listing = be->ops->list(be->impl, glob[0] ? glob : "*", conn_may_list,
+                               conn_on_holders, c);
+    if (!c->listing) {
+        reply_unavailable(c);
+        return;
+    }
+    c->waiting_cmd = PROTO_CMD_HOLDERS;
+    conn_set_state(c, CONN_WAITING);
+}
+
+/* An EVENT line for this connection: false while its output is backed up
+ * (the watch keeps the latest line for conn_on_write to ask for). */
+static bool conn_on_watch_event(void *arg, const char *line, size_t len)
+{
+    struct conn *c = arg;
+
+    if (evbuffer_get_length(bufferevent_get_output(c->bev)) >= OUTPUT_MAX)
+        return false;
+    evbuffer_add(bufferevent_get_output(c->bev), line, len);
+    return true;
+}
+
+static int conn_find_watch(const struct conn *c, const char *name)
+{
+    for (unsigned i = 0; i < c->nwatches; i++)
+        if (strcmp(watch_sub_name(c->watches[i]), name) == 0)
+            return (int)i;
+    return -1;
+}
+
+/* WATCH <name>: OK now, the EVENT lines from the loop. Watching a name
+ * twice is watching it once. */
+static void conn_watch(struct conn *c, const char *name, size_t len)
+{
+    struct watch_sub *s;
+    char text[96];
+    bool limit;
+
+    if (conn_find_watch(c, name) < 0) {
+        if (c->nwatches == WATCHES_PER_CONN_MAX) {
+            snprintf(text, sizeof(text), "a connection watches at most %d locks",
+                     WATCHES_PER_CONN_MAX);
+            reply_err(c, PROTO_ERR_LIMIT, text);
+            return;
+        }
+        if (c->nwatches == c->watches_cap) {
+            unsigned cap = c->watches_cap ? 2 * c->watches_cap : 4;
+            struct watch_sub **more = realloc(c->watches, cap * sizeof(*more));
+
+            if (!more) {
+                reply_err(c, PROTO_ERR_INTERNAL, "out of memory");
+                return;
+            }
+            c->watches = more;
+            c->watches_cap = cap;
+        }
+        if (!(s = watch_add(c->srv->watches, name, conn_on_watch_event, c, &limit))) {
+            snprintf(text, sizeof(text), "this daemon has %d watches", WATCHES_MAX);
+            reply_err(c, limit ? PROTO_ERR_LIMIT : PROTO_ERR_INTERNAL,
+                      limit ? text : "out of memory");
+            return;
+        }
+        c->watches[c->nwatches++] = s;
+    }
+    reply_word(c, "OK", name, len);
+}
+
+/*
+ * BREAK <name> [<token>]: ends the holds of name granted through this
+ * daemon (the one with token), whoever holds them; each holder hears
+ * LOST <name> <token> broken. Holds through other daemons are theirs.
+ */
+static void conn_break(struct conn *c, const struct proto_req *req, const char *name)
+{
+    char by[PROTO_USER_MAX + 128], text[PROTO_NAME_MAX + 160];
+    unsigned n;
+
+    snprintf(by, sizeof(by), "conn %llu (%s%s%s)", (unsigned long long)c->id, c->peer,
+             c->user ? " as " : "", c->user ? c->user_name : "");
+    n = locks_break(c->srv->locks, name, req->has_token ? req->token : 0, by);
+    if (n > 0) {
+        reply_word(c, "OK", name, req->name_len);
+        return;
+    }
+    snprintf(text, sizeof(text), "no hold of %s%s through this daemon (a hold through "
+             "another daemon is broken there: STATUS and HOLDERS name it)", name,
+             req->has_token ? " with that token" : "");
+    reply_err(c, PROTO_ERR_NOT_HELD, text);
+}
+
+/* UNWATCH <name>: OK whether it was watched or not. */
+static void conn_unwatch(struct conn *c, const char *name, size_t len)
+{
+    int i = conn_find_watch(c, name);
+
+    if (i >= 0) {
+        watch_remove(c->watches[i]);
+        c->watches[i] = c->watches[--c->nwatches];
+    }
+    reply_word(c, "OK", name, len);
 }
 
 static void reply_help(struct conn *c)
@@ -601,9 +823,9 @@ static void conn_auth(struct conn *c, const struct proto_req *req)
  * or ERR DENIED answer is sent. A plain UNLOCK <name> needs no name
  * permission: it only ever releases the connection's own hold.
  */
-static bool conn_allowed(struct conn *c, const struct proto_req *req, const char *name)
+static bool conn_allowed(struct conn *c, const struct proto_req *req)
 {
-    char text[PROTO_NAME_MAX + PROTO_USER_MAX + 64];
+    char text[PROTO_NAME_MAX + PROTO_USER_MAX + 64], name[PROTO_NAME_MAX + 1];
 
     if (!c->srv->users)
         return true;
@@ -621,12 +843,211 @@ static bool conn_allowed(struct conn *c, const struct proto_req *req, const char
                   "(only PING, HELP and QUIT work before)");
         return false;
     }
-    if (!req->name || req->cmd == PROTO_CMD_LOCKS ||
-        (req->cmd == PROTO_CMD_UNLOCK && !req->has_token) || user_may(c->user, name))
+    if (req->cmd == PROTO_CMD_BREAK) {
+        memcpy(name, req->name, req->name_len);
+        name[req->name_len] = '\0';
+        if (user_may_break(c->user, name))
+            return true;
+        snprintf(text, sizeof(text), "user %s may not break lock %s (no break= pattern for it)",
+                 c->user_name, name);
+        reply_err(c, PROTO_ERR_DENIED, text);
+        return false;
+    }
+    if (!req->name || req->cmd == PROTO_CMD_LOCKS || req->cmd == PROTO_CMD_HOLDERS ||
+        (req->cmd == PROTO_CMD_UNLOCK && !req->has_token))
         return true;
-    snprintf(text, sizeof(text), "user %s may not use lock %s", c->user_name, name);
-    reply_err(c, PROTO_ERR_DENIED, text);
-    return false;
+    /* Every name of a set. */
+    for (unsigned i = 0; i < (req->nnames ? req->nnames : 1); i++) {
+        const struct proto_name n = req->nnames ? req->names[i]
+                                                : (struct proto_name){ req->name, req->name_len };
+
+        memcpy(name, n.p, n.len);
+        name[n.len] = '\0';
+        if (user_may(c->user, name))
+            continue;
+        snprintf(text, sizeof(text), "user %s may not use lock %s", c->user_name, name);
+        reply_err(c, PROTO_ERR_DENIED, text);
+        return false;
+    }
+    return true;
+}
+
+/* The lock table's request for a LOCK or TRYLOCK. */
+static void lock_req_of(const struct conn *c, const struct proto_req *req, struct lock_req *lreq)
+{
+    lreq->mode = req->mode == PROTO_MODE_SHARED ? LOCK_SHARED
+                 : req->mode == PROTO_MODE_LIMIT ? LOCK_LIMIT : LOCK_EXCLUSIVE;
+    lreq->limit = req->limit;
+    lreq->wait_ms = req->wait_ms;
+    lreq->try = req->cmd == PROTO_CMD_TRYLOCK;
+    lreq->ttl_ms = req->ttl_ms;
+    lreq->delay_ms = req->delay_ms >= 0 ? req->delay_ms
+                                        : (int64_t)c->srv->settings->lock_delay_ms;
+}
+
+/* Frees the set being acquired, if any, leaving its holds to the connection. */
+static void conn_set_free(struct conn *c)
+{
+    if (!c->set)
+        return;
+    event_free(c->set->step);
+    free(c->set);
+    c->set = NULL;
+}
+
+/* The set's answer is queued: the connection reads on. */
+static void conn_set_end(struct conn *c)
+{
+    conn_set_free(c);
+    if (c->state == CONN_WAITING)
+        conn_resume(c);
+}
+
+/*
+ * A step failed with r (or the wait was cut short): releases the names
+ * taken so far and answers as for one name, with the list.
+ */
+static void conn_set_fail(struct conn *c, enum locks_result r, bool at_once)
+{
+    struct conn_set *s = c->set;
+
+    for (unsigned k = 0; k < s->taken; k++)
+        locks_unlock(c->srv->locks, &c->owner, s->names[s->order[k]]);
+    log_debug("conn %llu (%s): set %s not granted, %u of %u released",
+              (unsigned long long)c->id, c->peer, s->list, s->taken, s->n);
+    if (r == LOCKS_BUSY || r == LOCKS_TIMEOUT)
+        reply_word(c, r == LOCKS_BUSY && s->cmd == PROTO_CMD_TRYLOCK ? "BUSY" : "TIMEOUT",
+                   s->list, s->list_len);
+    else
+        reply_lock_result(c, s->cmd, s->names[s->order[s->taken]], r, 0, at_once);
+    conn_set_end(c);
+}
+
+/*
+ * Takes the set's names from order[taken] on, as long as each is granted
+ * at once; a wait leaves the connection CONN_WAITING until done().
+ */
+static void conn_set_next(struct conn *c, bool at_once)
+{
+    struct conn_set *s = c->set;
+    char buf[PROTO_SET_REPLY_MAX];
+    uint64_t token = 0;
+    enum locks_result r;
+
+    while (s->taken < s->n) {
+        const char *name = s->names[s->order[s->taken]];
+
+        /* One deadline for the whole set: what is left of it. */
+        if (s->deadline_ms >= 0) {
+            int64_t now = locks_mono_ms();
+
+            s->lreq.wait_ms = s->deadline_ms > now ? s->deadline_ms - now : 0;
+        }
+        r = locks_lock(c->srv->locks, &c->owner, name, &s->lreq, &token);
+        if (r == LOCKS_WAITING) {
+            c->waiting_cmd = s->cmd;
+            snprintf(c->lock_name, sizeof(c->lock_name), "%s", name);
+            conn_set_state(c, CONN_WAITING);
+            conn_end_bound_wait(c);
+            return;
+        }
+        if (r != LOCKS_GRANTED) {
+            conn_set_fail(c, r, at_once);
+            return;
+        }
+        s->tokens[s->order[s->taken++]] = token;
+    }
+    /* A name taken earlier may have been lost (LOST line) while the rest was awaited. */
+    for (unsigned i = 0; i < s->n; i++)
+        if (!locks_owner_token(c->srv->locks, &c->owner, s->names[i], &token) ||
+            token != s->tokens[i]) {
+            reply_err(c, PROTO_ERR_UNAVAILABLE, "a lock of the set was lost while the others "
+                      "were awaited; retry later");
+            for (unsigned k = 0; k < s->n; k++)
+                locks_unlock(c->srv->locks, &c->owner, s->names[k]);
+            conn_set_end(c);
+            return;
+        }
+    conn_write(c, buf, proto_fmt_granted_set(buf, sizeof(buf), s->list, s->list_len,
+                                             s->tokens, s->n));
+    conn_set_end(c);
+}
+
+/* The step after done(): the next name, or the end of a failed set. */
+static void conn_on_set_step(evutil_socket_t fd, short what, void *arg)
+{
+    struct conn *c = arg;
+
+    if (c->set->r == LOCKS_GRANTED)
+        conn_set_next(c, false);
+    else
+        conn_set_fail(c, c->set->r, false);
+}
+
+/* LOCK, TRYLOCK or UNLOCK of a set "a,b,c" (req->nnames > 1). */
+static void conn_set_request(struct conn *c, const struct proto_req *req)
+{
+    char text[PROTO_NAME_MAX + 64];
+    struct conn_set *s;
+    unsigned fresh = 0;
+    uint64_t token;
+
+    s = malloc(sizeof(*s) + req->name_len + 1);
+    if (!s || !(s->step = event_new(c->srv->base, -1, 0, conn_on_set_step, c))) {
+        free(s);
+        reply_err(c, PROTO_ERR_INTERNAL, "out of memory");
+        return;
+    }
+    s->n = req->nnames;
+    for (unsigned i = 0; i < s->n; i++) {
+        memcpy(s->names[i], req->names[i].p, req->names[i].len);
+        s->names[i][req->names[i].len] = '\0';
+        fresh += !locks_owner_token(c->srv->locks, &c->owner, s->names[i], &token);
+    }
+    memcpy(s->list, req->name, req->name_len);
+    s->list[req->name_len] = '\0';
+    s->list_len = req->name_len;
+    c->set = s;
+
+    if (req->cmd == PROTO_CMD_UNLOCK) {
+        /* All or nothing: every name must be held. */
+        for (unsigned i = 0; i < s->n; i++)
+            if (!locks_owner_token(c->srv->locks, &c->owner, s->names[i], &token)) {
+                snprintf(text, sizeof(text), "this connection does not hold %s; "
+                         "nothing was released", s->names[i]);
+                reply_err(c, PROTO_ERR_NOT_HELD, text);
+                conn_set_free(c);
+                return;
+            }
+        for (unsigned i = 0; i < s->n; i++)
+            locks_unlock(c->srv->locks, &c->owner, s->names[i]);
+        reply_word(c, "OK", s->list, s->list_len);
+        conn_set_free(c);
+        return;
+    }
+
+    /* Over the limit once all are held: refused before anything is taken. */
+    if (c->owner.nholds + fresh > c->srv->settings->max_locks_per_client) {
+        reply_lock_result(c, req->cmd, s->names[0], LOCKS_LIMIT, 0, true);
+        conn_set_free(c);
+        return;
+    }
+    /* Insertion sort: at most PROTO_SET_MAX names. */
+    for (unsigned i = 0; i < s->n; i++) {
+        unsigned j = i;
+
+        for (; j > 0 && strcmp(s->names[s->order[j - 1]], s->names[i]) > 0; j--)
+            s->order[j] = s->order[j - 1];
+        s->order[j] = i;
+    }
+    s->cmd = req->cmd;
+    lock_req_of(c, req, &s->lreq);
+    s->deadline_ms = req->wait_ms >= 0 ? locks_mono_ms() + req->wait_ms : -1;
+    s->taken = 0;
+    s->r = LOCKS_GRANTED;
+    log_debug("conn %llu (%s): set %s, %u names", (unsigned long long)c->id, c->peer,
+              s->list, s->n);
+    conn_set_next(c, true);
 }
 
 static void handle_request(struct conn *c, const struct proto_req *req)
@@ -642,10 +1063,14 @@ static void handle_request(struct conn *c, const struct proto_req *req)
 
     c->srv->stats.cmds[req->cmd]++;
     be->ops->before_request(be->impl);
+    if (!conn_allowed(c, req))
+        return;
+    if (req->nnames > 1) {
+        conn_set_request(c, req);
+        return;
+    }
     memcpy(name, req->name ? req->name : "", req->name_len);
     name[req->name_len] = '\0';
-    if (!conn_allowed(c, req, name))
-        return;
 
     switch (req->cmd) {
     case PROTO_CMD_PING:
@@ -657,14 +1082,7 @@ static void handle_request(struct conn *c, const struct proto_req *req)
         break;
     case PROTO_CMD_LOCK:
     case PROTO_CMD_TRYLOCK:
-        lreq.mode = req->mode == PROTO_MODE_SHARED ? LOCK_SHARED
-                    : req->mode == PROTO_MODE_LIMIT ? LOCK_LIMIT : LOCK_EXCLUSIVE;
-        lreq.limit = req->limit;
-        lreq.wait_ms = req->wait_ms;
-        lreq.try = req->cmd == PROTO_CMD_TRYLOCK;
-        lreq.ttl_ms = req->ttl_ms;
-        lreq.delay_ms = req->delay_ms >= 0 ? req->delay_ms
-                                           : (int64_t)c->srv->settings->lock_delay_ms;
+        lock_req_of(c, req, &lreq);
         if (lreq.ttl_ms > 0)
             r = leases_lock(c->srv->leases, &c->owner, name, &lreq, &token, &c->lease);
         else
@@ -732,6 +1150,18 @@ static void handle_request(struct conn *c, const struct proto_req *req)
         break;
     case PROTO_CMD_LOCKS:
         reply_locks(c, name);
+        break;
+    case PROTO_CMD_HOLDERS:
+        reply_holders(c, name);
+        break;
+    case PROTO_CMD_BREAK:
+        conn_break(c, req, name);
+        break;
+    case PROTO_CMD_WATCH:
+        conn_watch(c, name, req->name_len);
+        break;
+    case PROTO_CMD_UNWATCH:
+        conn_unwatch(c, name, req->name_len);
         break;
     case PROTO_CMD_CLIENT:
         memcpy(c->label, req->label, req->label_len);
@@ -835,6 +1265,14 @@ static void conn_on_lock_done(struct lock_owner *o, const char *name, enum locks
                   state_names[c->state]);
         return;
     }
+    if (c->set) {
+        /* A name of a set: the next step runs from the loop. */
+        c->set->r = r;
+        if (r == LOCKS_GRANTED)
+            c->set->tokens[c->set->order[c->set->taken++]] = token;
+        event_active(c->set->step, 0, 0);
+        return;
+    }
     c->lease = NULL;     /* answered: a granted lease is on its own now */
     reply_lock_result(c, c->waiting_cmd, name, r, token, false);
     conn_resume(c);
@@ -876,6 +1314,9 @@ static void conn_on_write(struct bufferevent *bev, void *arg)
     struct conn *c = arg;
     struct timeval tv = { LINGER_SECONDS, 0 };
 
+    /* Drained: watches whose latest line did not fit get it now. */
+    for (unsigned i = 0; i < c->nwatches; i++)
+        watch_flush(c->watches[i]);
     switch (c->state) {
     case CONN_DRAINING:
         conn_set_state(c, CONN_READING);
@@ -1026,5 +1467,6 @@ void conn_free(struct conn *c)
     if (c->auth_timer)
         event_free(c->auth_timer);
     bufferevent_free(c->bev);
+    free(c->watches);
     free(c);
 }

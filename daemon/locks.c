@@ -78,6 +78,8 @@ struct locks {
     struct locks_stats stats;
     struct locks_histograms hist;
     struct lock_owner abandoned;   /* owns the holds kept for their lock-delay */
+    void (*changed)(void *arg, const char *name); /* locks_set_observer(), or NULL */
+    void *changed_arg;
 };
 
 #define MAX_DEPTH UINT32_MAX
@@ -204,12 +206,21 @@ static bool lock_takes_place(const struct lock *l, const struct hold *h)
            (h->mode == LOCK_SHARED && last->state == HOLD_ACQUIRING);
 }
 
+/* A name's holds changed: tell the observer (WATCH). */
+static void lock_changed(const struct lock *l)
+{
+    if (l->table->changed)
+        l->table->changed(l->table->changed_arg, l->name);
+}
+
 /* Takes h out of its lists and the counters, and frees it. */
 static void hold_unlink(struct hold *h)
 {
     struct lock *l = h->lock;
     struct locks *t = l->table;
 
+    if (h->state == HOLD_HELD)
+        lock_changed(l);
     switch (h->state) {
     case HOLD_WAITING:
         TAILQ_REMOVE(&l->waiters, h, in_lock);
@@ -274,6 +285,7 @@ static void hold_grant(struct hold *h, uint64_t token)
     t->stats.held++;
     t->stats.grants++;
     t->stats.grants_by_mode[h->mode]++;
+    lock_changed(h->lock);
     log_debug("lock %s: granted to %s, token %llu%s", h->lock->name, h->owner->desc,
               (unsigned long long)token, mode_suffix(h->mode));
 }
@@ -449,6 +461,7 @@ static bool hold_keep_for_delay(struct hold *h)
     h->owner = &t->abandoned;
     TAILQ_INSERT_TAIL(&t->abandoned.holds, h, in_owner);
     t->abandoned.nholds++;
+    lock_changed(h->lock);
     t->stats.delays++;
     t->stats.delayed++;
     log_info("lock %s: %s ended without a release (token %llu): nobody else is granted it "
@@ -668,6 +681,46 @@ void locks_owner_abandon_all(struct locks *t, struct lock_owner *o)
     }
 }
 
+unsigned locks_break(struct locks *t, const char *name, uint64_t token, const char *by)
+{
+    struct lock *l = lock_find(t, name);
+    uint64_t *tokens;
+    unsigned n = 0, ended = 0;
+    struct hold *h;
+    char copy[NAME_COPY];
+
+    if (!l || !l->nheld || !(tokens = calloc(l->nheld, sizeof(*tokens))))
+        return 0;
+    /* The tokens first: releasing one may grant the next waiter, who is
+     * not to be broken too. */
+    TAILQ_FOREACH(h, &l->admitted, in_lock)
+        if (h->state == HOLD_HELD && (!token || h->token == token) && n < l->nheld)
+            tokens[n++] = h->token;
+    snprintf(copy, sizeof(copy), "%s", name);
+    for (unsigned i = 0; i < n; i++) {
+        struct lock_owner *o;
+
+        if (!(l = lock_find(t, copy)))
+            break;
+        TAILQ_FOREACH(h, &l->admitted, in_lock)
+            if (h->state == HOLD_HELD && h->token == tokens[i])
+                break;
+        if (!h)
+            continue;
+        o = h->owner;
+        log_warn("lock %s: broken by %s: %s loses it (token %llu)", copy, by, o->desc,
+                 (unsigned long long)tokens[i]);
+        t->stats.lost++;
+        t->stats.broken++;
+        h->count = 0;
+        hold_release(h);      /* as UNLOCK: no lock-delay, the next one goes on */
+        o->ops->lost(o, copy, tokens[i], "broken");
+        ended++;
+    }
+    free(tokens);
+    return ended;
+}
+
 void locks_get_stats(const struct locks *t, struct locks_stats *out)
 {
     *out = t->stats;
@@ -713,10 +766,17 @@ void locks_status(const struct locks *t, const char *name, struct locks_status *
     }
 }
 
+typedef bool (*status_cb)(void *arg, const char *name, const struct locks_status *st);
+typedef bool (*hold_cb)(void *arg, const struct backend_holder *row);
+
+/* A walk of the table in name order: visit(e, l) for each lock that
+ * matches glob, until it returns false. */
 struct each_ctx {
     const struct locks *t;
     const char *glob;
-    bool (*cb)(void *arg, const char *name, const struct locks_status *st);
+    bool (*visit)(struct each_ctx *e, const struct lock *l);
+    status_cb status;              /* the caller's callback, for visit */
+    hold_cb hold;
     void *arg;
     bool stop;
 };
@@ -725,24 +785,76 @@ static void each_visit(const void *node, VISIT which, void *closure)
 {
     struct each_ctx *e = closure;
     const struct lock *l = *(struct lock *const *)node;
-    struct locks_status st;
 
     /* In name order: a node between its subtrees, or a leaf. */
     if (e->stop || (which != postorder && which != leaf))
         return;
     if (e->glob && fnmatch(e->glob, l->name, 0) != 0)
         return;
-    locks_status(e->t, l->name, &st);
-    e->stop = !e->cb(e->arg, l->name, &st);
+    e->stop = !e->visit(e, l);
 }
 
-void locks_each(const struct locks *t, const char *glob,
-                bool (*cb)(void *arg, const char *name, const struct locks_status *st),
-                void *arg)
+static bool visit_status(struct each_ctx *e, const struct lock *l)
 {
-    struct each_ctx e = { t, glob, cb, arg, false };
+    struct locks_status st;
+
+    locks_status(e->t, l->name, &st);
+    return e->status(e->arg, l->name, &st);
+}
+
+void locks_each(const struct locks *t, const char *glob, status_cb cb, void *arg)
+{
+    struct each_ctx e = { t, glob, visit_status, cb, NULL, arg, false };
 
     twalk_r(t->tree, each_visit, &e);
+}
+
+static bool visit_hold(const struct each_ctx *e, const struct lock *l, const struct hold *h)
+{
+    struct backend_holder row = {
+        .name = l->name, .mode = h->mode, .limit = h->mode == LOCK_LIMIT ? l->limit : 0,
+        .held = h->state == HOLD_HELD, .holder = hold_owner_desc(h), .label = h->owner->label,
+        .token = h->state == HOLD_HELD ? h->token : 0, .lease_ms = -1,
+    };
+    struct timeval now;
+
+    if (row.held) {
+        row.since_ms = h->since_ms;
+        if (h->owner->ops->ends_in_ms)
+            row.lease_ms = h->owner->ops->ends_in_ms(h->owner);
+    } else {
+        gettimeofday(&now, NULL);
+        row.since_ms = (int64_t)now.tv_sec * 1000 + now.tv_usec / 1000 -
+                       (locks_mono_us() - h->asked_us) / 1000;
+    }
+    return e->hold(e->arg, &row);
+}
+
+static bool visit_holds(struct each_ctx *e, const struct lock *l)
+{
+    const struct hold *h;
+
+    TAILQ_FOREACH(h, &l->admitted, in_lock)
+        if (!visit_hold(e, l, h))
+            return false;
+    TAILQ_FOREACH(h, &l->waiters, in_lock)
+        if (!visit_hold(e, l, h))
+            return false;
+    return true;
+}
+
+void locks_each_hold(const struct locks *t, const char *glob, hold_cb cb, void *arg)
+{
+    struct each_ctx e = { t, glob, visit_holds, NULL, cb, arg, false };
+
+    twalk_r(t->tree, each_visit, &e);
+}
+
+void locks_set_observer(struct locks *t, void (*changed)(void *arg, const char *name),
+                        void *arg)
+{
+    t->changed = changed;
+    t->changed_arg = arg;
 }
 
 void locks_set_max_per_client(struct locks *t, unsigned max_per_client)

@@ -96,6 +96,7 @@ struct locks_stats {
     uint64_t handoffs;    /* holds passed to the next local waiter (distributed mode) */
     uint64_t delays;      /* abandoned holds kept for their lock-delay, since start */
     uint64_t delayed;     /* such holds now */
+    uint64_t broken;      /* holds ended by BREAK, since start (in lost too) */
 };
 
 /* Durations on the lock path, for /metrics. Re-entrant grants are not
@@ -196,6 +197,31 @@ void locks_status(const struct locks *t, const char *name, struct locks_status *
 void locks_each(const struct locks *t, const char *glob,
                 bool (*cb)(void *arg, const char *name, const struct locks_status *st),
                 void *arg);
+
+/*
+ * HOLDERS in embedded mode: calls cb(arg, row) for every hold and queued
+ * request of each lock whose name matches glob (NULL: every lock), in name
+ * order, each name's holds before its waiters, until cb returns false.
+ * row->holder is the owner's desc without a daemon id; the row is borrowed
+ * for the call. The table must not change meanwhile.
+ */
+struct backend_holder;
+void locks_each_hold(const struct locks *t, const char *glob,
+                     bool (*cb)(void *arg, const struct backend_holder *row), void *arg);
+
+/* changed(arg, name) runs whenever a name's holds change: granted,
+ * released, ended, abandoned (for WATCH). It must not change the table. */
+void locks_set_observer(struct locks *t, void (*changed)(void *arg, const char *name),
+                        void *arg);
+
+/*
+ * BREAK: ends every hold of name granted on this table (only the one with
+ * token, when token is not 0) as if its owner had released it (no
+ * lock-delay; the next in line goes on), then tells each owner it is lost
+ * with reason "broken". by names who broke them, for the log. Returns how
+ * many ended.
+ */
+unsigned locks_break(struct locks *t, const char *name, uint64_t token, const char *by);
 
 /* New limit for later requests; holds beyond it are kept. */
 void locks_set_max_per_client(struct locks *t, unsigned max_per_client);

@@ -88,6 +88,8 @@ static const struct metric_row rows[] = {
       "since start." },
     { "locks_delayed", "locks_delayed", "gauge", NULL, 0,
       "Abandoned holds keeping their name for their lock-delay now." },
+    { "locks_broken", "locks_broken_total", "counter", NULL, 0,
+      "Holds ended by BREAK since start (counted in locks_lost_total too)." },
     { "errors", "errors_total", "counter", NULL, 0, "ERR replies sent since start." },
     { "auth_failures", "auth_failures_total", "counter", NULL, 0,
       "Failed authentications since start." },

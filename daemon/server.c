@@ -21,8 +21,10 @@
 #include <unistd.h>
 
 #include "conn.h"
+#include "locks.h"
 #include "log.h"
 #include "settings.h"
+#include "watch.h"
 
 #define LISTEN_BACKLOG 1024
 
@@ -280,8 +282,15 @@ int server_start(struct server *srv, struct event_base *base, const struct setti
     srv->daemon_id = daemon_id;
     srv->started = time(NULL);
     TAILQ_INIT(&srv->conns);
-    if (listen_tcp(srv) < 0)
+    if (!(srv->watches = watches_new(base, locks, backend, daemon_id))) {
+        log_error("out of memory");
         return -1;
+    }
+    locks_set_observer(locks, watches_lock_changed, srv->watches);
+    if (listen_tcp(srv) < 0) {
+        server_stop(srv);
+        return -1;
+    }
     if (s->unix_socket && listen_unix(srv) < 0) {
         server_stop(srv);
         return -1;
@@ -319,4 +328,9 @@ void server_stop(struct server *srv)
     }
     while ((c = TAILQ_FIRST(&srv->conns)))
         conn_free(c);
+    if (srv->watches) {
+        locks_set_observer(srv->locks, NULL, NULL);
+        watches_free(srv->watches);
+        srv->watches = NULL;
+    }
 }

@@ -21,6 +21,7 @@ struct leases;
 struct backend;
 struct conn;
 struct users;
+struct watches;
 
 struct server_stats {
     uint64_t conns_total;     /* accepted since start */
@@ -36,6 +37,7 @@ struct server {
     struct locks *locks;               /* borrowed */
     struct leases *leases;             /* borrowed */
     struct backend *backend;           /* borrowed */
+    struct watches *watches;           /* owned: WATCH's registry */
     const struct users *users;         /* borrowed; NULL: no users_file, no AUTH needed.
                                         * Change it through server_set_users() */
     struct evconnlistener *tcp;        /* owned; NULL once stopped */

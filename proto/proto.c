@@ -277,6 +277,38 @@ static enum proto_parse_result parse_option(const struct token *t, unsigned *see
     return PROTO_REQUEST;
 }
 
+#define MSG_BAD_NAME "names are 1-200 bytes of A-Z a-z 0-9 . _ : @ -, not . or .."
+
+/* A name, or a set "a,b,c" (PROTOCOL.md, "Sets of locks"), into name, names, nnames. */
+static enum proto_parse_result parse_names(const struct token *t, struct proto_req *req)
+{
+    const char *p = t->p, *end = t->p + t->len;
+
+    _Static_assert(PROTO_SET_MAX == 16, "the set messages spell out the bound");
+    req->name = t->p;
+    req->name_len = t->len;
+    req->nnames = 0;
+    for (;;) {
+        const char *comma = memchr(p, ',', (size_t)(end - p));
+        const char *stop = comma ? comma : end;
+        struct proto_name n = { p, (size_t)(stop - p) };
+
+        if (n.len == 0)
+            return fail(req, PROTO_ERR_BAD_ARGS, "a set of names has no empty element");
+        if (!proto_name_valid(n.p, n.len))
+            return fail(req, PROTO_ERR_BAD_NAME, MSG_BAD_NAME);
+        if (req->nnames == PROTO_SET_MAX)
+            return fail(req, PROTO_ERR_BAD_ARGS, "a set has at most 16 names");
+        for (unsigned i = 0; i < req->nnames; i++)
+            if (req->names[i].len == n.len && memcmp(req->names[i].p, n.p, n.len) == 0)
+                return fail(req, PROTO_ERR_BAD_ARGS, "a name is given twice in the set");
+        req->names[req->nnames++] = n;
+        if (!comma)
+            return PROTO_REQUEST;
+        p = comma + 1;
+    }
+}
+
 /* Checks one positional argument of kind `arg` and stores it in *req. */
 static enum proto_parse_result parse_arg(enum proto_arg arg, const struct token *t,
                                          struct proto_req *req)
@@ -287,11 +319,12 @@ static enum proto_parse_result parse_arg(enum proto_arg arg, const struct token 
     switch (arg) {
     case PROTO_ARG_NAME:
         if (!proto_name_valid(t->p, t->len))
-            return fail(req, PROTO_ERR_BAD_NAME,
-                        "names are 1-200 bytes of A-Z a-z 0-9 . _ : @ -, not . or ..");
+            return fail(req, PROTO_ERR_BAD_NAME, MSG_BAD_NAME);
         req->name = t->p;
         req->name_len = t->len;
         break;
+    case PROTO_ARG_NAMES:
+        return parse_names(t, req);
     case PROTO_ARG_WAIT:
         req->wait_ms = parse_wait(t);
         if (req->wait_ms < 0)
@@ -402,6 +435,11 @@ enum proto_parse_result proto_parse(const char *line, size_t len, struct proto_r
     for (unsigned i = 1 + npos; i < ntok; i++)
         if (parse_option(&tok[i], &seen, req) != PROTO_REQUEST)
             return PROTO_ERROR;
+    /* A set is bound to the connection and released by name. */
+    if (req->nnames > 1 && req->ttl_ms > 0)
+        return fail(req, PROTO_ERR_BAD_ARGS, "a set of locks cannot be a lease (ttl=)");
+    if (req->nnames > 1 && req->has_token)
+        return fail(req, PROTO_ERR_BAD_ARGS, "UNLOCK of a set takes no token");
     return PROTO_REQUEST;
 }
 
@@ -450,6 +488,18 @@ int proto_fmt_checked(char *buf, size_t cap, const char *name, size_t len, uint6
 {
     return fitted(snprintf(buf, cap, "OK %.*s %" PRIu64 " %lld\n", (int)len, name, token,
                            (long long)safe_ms), cap);
+}
+
+int proto_fmt_granted_set(char *buf, size_t cap, const char *list, size_t len,
+                          const uint64_t *tokens, unsigned n)
+{
+    int k = snprintf(buf, cap, "OK %.*s ", (int)len, list);
+
+    for (unsigned i = 0; i < n && fitted(k, cap) >= 0; i++)
+        k += snprintf(buf + k, cap - (size_t)k, "%s%" PRIu64, i ? "," : "", tokens[i]);
+    if (fitted(k, cap) >= 0)
+        k += snprintf(buf + k, cap - (size_t)k, "\n");
+    return fitted(k, cap);
 }
 
 int proto_fmt_lost(char *buf, size_t cap, const char *name, uint64_t token, const char *reason)

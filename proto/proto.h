@@ -24,6 +24,9 @@
 #define PROTO_SAFE_MAX 86400000LL     /* largest <safe-ms> a CHECK answers: 24 h */
 #define PROTO_PASSWORD_MAX 128        /* bytes in an AUTH password; with the longest
                                        * user the line fits the smallest max_line */
+#define PROTO_SET_MAX 16              /* names in one set: LOCK/TRYLOCK/UNLOCK a,b,c */
+/* The longest reply about a set: "OK <16 longest names, commas> <16 tokens, commas>". */
+#define PROTO_SET_REPLY_MAX (3 + PROTO_SET_MAX * (PROTO_NAME_MAX + 1) + PROTO_SET_MAX * 21 + 2)
 
 /*
  * Argument layouts for the command table. A command's arguments are
@@ -34,6 +37,8 @@
 enum proto_arg {
     PROTO_ARG_END,      /* ends a layout; unused entries are zero */
     PROTO_ARG_NAME,     /* a lock name (proto_name_valid) -> name, name_len */
+    PROTO_ARG_NAMES,    /* a lock name, or a set: 2..PROTO_SET_MAX distinct names joined
+                         * by commas -> name, name_len (as given), names, nnames */
     PROTO_ARG_WAIT,     /* wait-ms, digits only, 0..PROTO_WAIT_MAX -> wait_ms */
     PROTO_ARG_TOKEN,    /* a token, digits only, 0..UINT64_MAX -> token, has_token */
     PROTO_ARG_TTL,      /* ttl-ms, digits only, PROTO_TTL_MIN..MAX -> ttl_ms */
@@ -52,14 +57,15 @@ enum proto_arg {
  * The parser, the HELP reply and the statistics are all generated from it.
  */
 #define PROTO_COMMANDS(X)                                                          \
-    X(LOCK,    "LOCK",    1, PROTO_ARGS(PROTO_ARG_NAME, PROTO_ARG_WAIT, PROTO_ARG_OPTIONS), \
-      "LOCK <name> [<wait-ms>] [shared|limit=<n>] [ttl=<ms>] [delay=<ms>]",        \
-      "take a lock, waiting up to wait-ms (default: for ever)")                   \
-    X(TRYLOCK, "TRYLOCK", 1, PROTO_ARGS(PROTO_ARG_NAME, PROTO_ARG_OPTIONS),         \
-      "TRYLOCK <name> [shared|limit=<n>] [ttl=<ms>] [delay=<ms>]",                 \
-      "take a lock only if it is free")                                           \
-    X(UNLOCK,  "UNLOCK",  1, PROTO_ARGS(PROTO_ARG_NAME, PROTO_ARG_TOKEN),           \
-      "UNLOCK <name> [<token>]", "release a lock this connection holds")          \
+    X(LOCK,    "LOCK",    1, PROTO_ARGS(PROTO_ARG_NAMES, PROTO_ARG_WAIT, PROTO_ARG_OPTIONS), \
+      "LOCK <name>[,<name>...] [<wait-ms>] [shared|limit=<n>] [ttl=<ms>] [delay=<ms>]", \
+      "take a lock (or all of a set), waiting up to wait-ms (default: for ever)") \
+    X(TRYLOCK, "TRYLOCK", 1, PROTO_ARGS(PROTO_ARG_NAMES, PROTO_ARG_OPTIONS),        \
+      "TRYLOCK <name>[,<name>...] [shared|limit=<n>] [ttl=<ms>] [delay=<ms>]",     \
+      "take a lock (or all of a set) only if it is free")                        \
+    X(UNLOCK,  "UNLOCK",  1, PROTO_ARGS(PROTO_ARG_NAMES, PROTO_ARG_TOKEN),          \
+      "UNLOCK <name>[,<name>...] [<token>]",                                      \
+      "release a lock (or a set) this connection holds")                         \
     X(RENEW,   "RENEW",   3, PROTO_ARGS(PROTO_ARG_NAME, PROTO_ARG_TOKEN, PROTO_ARG_TTL), \
       "RENEW <name> <token> <ttl-ms>", "extend a lease: it now ends ttl-ms from now") \
     X(CHECK,   "CHECK",   1, PROTO_ARGS(PROTO_ARG_NAME, PROTO_ARG_TOKEN),           \
@@ -71,6 +77,15 @@ enum proto_arg {
       "who holds a lock, with which token, since when, and how many wait")         \
     X(LOCKS,   "LOCKS",   0, PROTO_ARGS(PROTO_ARG_GLOB), "LOCKS [<glob>]",          \
       "the locks held or awaited on this daemon, a LOCK line each, then END")     \
+    X(HOLDERS, "HOLDERS", 0, PROTO_ARGS(PROTO_ARG_GLOB), "HOLDERS [<glob>]",       \
+      "every holder and queued request, all daemons, a HOLDER line each, then END") \
+    X(BREAK,   "BREAK",   1, PROTO_ARGS(PROTO_ARG_NAME, PROTO_ARG_TOKEN),           \
+      "BREAK <name> [<token>]",                                                    \
+      "end others' holds of a lock (the one with that token) on this daemon")      \
+    X(WATCH,   "WATCH",   1, PROTO_ARGS(PROTO_ARG_NAME), "WATCH <name>",            \
+      "push the lock's state now and at each change, as EVENT lines")             \
+    X(UNWATCH, "UNWATCH", 1, PROTO_ARGS(PROTO_ARG_NAME), "UNWATCH <name>",          \
+      "stop a WATCH")                                                              \
     X(CLIENT,  "CLIENT",  1, PROTO_ARGS(PROTO_ARG_LABEL), "CLIENT <label>",         \
       "name this connection in STATUS and LOCKS (label=) for its later locks")    \
     X(STATS,   "STATS",   0, PROTO_NO_ARGS, "STATS",                               \
@@ -109,10 +124,21 @@ enum proto_parse_result {
     PROTO_ERROR,    /* req->err and req->errmsg say what is wrong */
 };
 
+/* One name of a set; points into the parsed line, NOT NUL-terminated. */
+struct proto_name {
+    const char *p;
+    size_t len;           /* 1..PROTO_NAME_MAX */
+};
+
 struct proto_req {
     enum proto_cmd cmd;
-    const char *name;     /* points into the parsed line; NOT NUL-terminated */
-    size_t name_len;      /* 1..PROTO_NAME_MAX when cmd takes a name */
+    const char *name;     /* points into the parsed line; NOT NUL-terminated; for a set,
+                           * the whole list as given ("a,b,c") */
+    size_t name_len;      /* 1..PROTO_NAME_MAX when cmd takes a name; a set's list may be
+                           * longer (the line bounds it) */
+    unsigned nnames;      /* LOCK, TRYLOCK, UNLOCK: 1, or 2..PROTO_SET_MAX for a set; else 0 */
+    struct proto_name names[PROTO_SET_MAX]; /* the first nnames: each name, in the order
+                                             * given, pairwise distinct */
     int64_t wait_ms;      /* LOCK only: -1 = wait for ever, else 0..PROTO_WAIT_MAX */
     enum proto_mode mode; /* LOCK/TRYLOCK: EXCLUSIVE unless an option says otherwise */
     unsigned limit;       /* PROTO_MODE_LIMIT: 1..PROTO_LIMIT_MAX; otherwise 0 */
@@ -162,5 +188,9 @@ int proto_fmt_checked(char *buf, size_t cap, const char *name, size_t len, uint6
                       int64_t safe_ms);                                                   /* OK n t s */
 int proto_fmt_lost(char *buf, size_t cap, const char *name, uint64_t token,
                    const char *reason);                                                   /* LOST n t r */
+/* "OK a,b,c t1,t2,t3": list as the client gave it, tokens[i] the token of its i-th name;
+ * PROTO_SET_REPLY_MAX bytes take any set's. */
+int proto_fmt_granted_set(char *buf, size_t cap, const char *list, size_t len,
+                          const uint64_t *tokens, unsigned n);
 
 #endif

@@ -374,7 +374,10 @@ START_TEST(name_bad_bytes)
     ck_error("LOCK \x80", PROTO_ERR_BAD_NAME);
     ck_error("LOCK \xff", PROTO_ERR_BAD_NAME);
     ck_error("LOCK a*b", PROTO_ERR_BAD_NAME);
-    ck_error("LOCK a,b", PROTO_ERR_BAD_NAME);
+    ck_error("LOCK a,b/c", PROTO_ERR_BAD_NAME);   /* a set's names are names */
+    ck_error("STATUS a,b", PROTO_ERR_BAD_NAME);   /* only LOCK, TRYLOCK, UNLOCK take sets */
+    ck_error("CHECK a,b", PROTO_ERR_BAD_NAME);
+    ck_error("RENEW a,b 1 1000", PROTO_ERR_BAD_NAME);
     ck_error("LOCK a=b", PROTO_ERR_BAD_NAME);
     ck_error("LOCK a\\b", PROTO_ERR_BAD_NAME);
     ck_error("LOCK a~b", PROTO_ERR_BAD_NAME);
@@ -1093,11 +1096,12 @@ END_TEST
 START_TEST(cmd_usage_and_help)
 {
     ck_assert_str_eq(proto_cmd_usage(PROTO_CMD_LOCK),
-                     "LOCK <name> [<wait-ms>] [shared|limit=<n>] [ttl=<ms>] [delay=<ms>]");
+                     "LOCK <name>[,<name>...] [<wait-ms>] [shared|limit=<n>] [ttl=<ms>] "
+                     "[delay=<ms>]");
     ck_assert_str_eq(proto_cmd_usage(PROTO_CMD_TRYLOCK),
-                     "TRYLOCK <name> [shared|limit=<n>] [ttl=<ms>] [delay=<ms>]");
+                     "TRYLOCK <name>[,<name>...] [shared|limit=<n>] [ttl=<ms>] [delay=<ms>]");
     ck_assert_str_eq(proto_cmd_usage(PROTO_CMD_CHECK), "CHECK <name> [<token>]");
-    ck_assert_str_eq(proto_cmd_usage(PROTO_CMD_UNLOCK), "UNLOCK <name> [<token>]");
+    ck_assert_str_eq(proto_cmd_usage(PROTO_CMD_UNLOCK), "UNLOCK <name>[,<name>...] [<token>]");
     ck_assert_str_eq(proto_cmd_usage(PROTO_CMD_RENEW), "RENEW <name> <token> <ttl-ms>");
     ck_assert_str_eq(proto_cmd_help(PROTO_CMD_RENEW),
                      "extend a lease: it now ends ttl-ms from now");
@@ -1153,6 +1157,34 @@ START_TEST(locks_glob)
     ck_error("LOCKS a/b", PROTO_ERR_BAD_ARGS);
     ck_error("LOCKS a b", PROTO_ERR_BAD_ARGS);
     ck_assert_int_eq(proto_parse("LOCKS a\0*", 9, &req), PROTO_ERROR);
+    /* HOLDERS takes the same pattern. */
+    ck_request("HOLDERS", PROTO_CMD_HOLDERS);
+    ck_assert_uint_eq(req.name_len, 0);
+    ck_request("holders deploy-*", PROTO_CMD_HOLDERS);
+    ck_assert_uint_eq(req.name_len, 8);
+    ck_error("HOLDERS a/b", PROTO_ERR_BAD_ARGS);
+    ck_error("HOLDERS a b", PROTO_ERR_BAD_ARGS);
+    ck_error("HOLDER a", PROTO_ERR_BAD_COMMAND);
+}
+END_TEST
+
+START_TEST(watch)
+{
+    struct proto_req req;
+
+    ck_request("WATCH leader", PROTO_CMD_WATCH);
+    ck_assert_uint_eq(req.name_len, 6);
+    ck_request("unwatch leader", PROTO_CMD_UNWATCH);
+    ck_error("WATCH", PROTO_ERR_BAD_ARGS);
+    ck_error("WATCH a b", PROTO_ERR_BAD_ARGS);
+    ck_error("WATCH a*", PROTO_ERR_BAD_NAME);
+    ck_error("UNWATCH", PROTO_ERR_BAD_ARGS);
+    ck_request("BREAK deploy", PROTO_CMD_BREAK);
+    ck_assert(!req.has_token);
+    ck_request("BREAK deploy 1795534720850", PROTO_CMD_BREAK);
+    ck_assert(req.has_token && req.token == 1795534720850ULL);
+    ck_error("BREAK", PROTO_ERR_BAD_ARGS);
+    ck_error("BREAK deploy x", PROTO_ERR_BAD_ARGS);
 }
 END_TEST
 
@@ -1357,6 +1389,135 @@ START_TEST(fmt_longest_reply_fits)
 }
 END_TEST
 
+/* ------------------------------------------------------------ sets */
+
+/* names[i] of the last parse must be exactly `want`. */
+#define ck_set_name(i, want)                                           \
+    do {                                                               \
+        ck_assert_uint_eq(req.names[i].len, strlen(want));             \
+        ck_assert_mem_eq(req.names[i].p, want, strlen(want));          \
+    } while (0)
+
+START_TEST(set_lock)
+{
+    struct proto_req req;
+
+    ck_request("LOCK c,a,b 1500 shared", PROTO_CMD_LOCK);
+    ck_name("c,a,b");                  /* the list as given, for the replies */
+    ck_assert_uint_eq(req.nnames, 3);
+    ck_set_name(0, "c");               /* in the order given */
+    ck_set_name(1, "a");
+    ck_set_name(2, "b");
+    ck_assert_int_eq(req.wait_ms, 1500);
+    ck_assert_int_eq(req.mode, PROTO_MODE_SHARED);
+
+    ck_request("TRYLOCK x.1,x.2 limit=3 delay=10", PROTO_CMD_TRYLOCK);
+    ck_assert_uint_eq(req.nnames, 2);
+    ck_set_name(1, "x.2");
+    ck_assert_uint_eq(req.limit, 3);
+    ck_assert_int_eq(req.delay_ms, 10);
+
+    ck_request("UNLOCK a,b", PROTO_CMD_UNLOCK);
+    ck_assert_uint_eq(req.nnames, 2);
+    ck_assert_int_eq(req.has_token, 0);
+}
+END_TEST
+
+START_TEST(set_single_name)
+{
+    struct proto_req req;
+
+    /* One name is a set of one: names[0] is the name. */
+    ck_request("LOCK backup", PROTO_CMD_LOCK);
+    ck_assert_uint_eq(req.nnames, 1);
+    ck_set_name(0, "backup");
+    ck_request("UNLOCK backup 7", PROTO_CMD_UNLOCK);
+    ck_assert_uint_eq(req.nnames, 1);
+    ck_request("STATUS backup", PROTO_CMD_STATUS);
+    ck_assert_uint_eq(req.nnames, 0);  /* not a set command */
+    ck_request("PING", PROTO_CMD_PING);
+    ck_assert_uint_eq(req.nnames, 0);
+}
+END_TEST
+
+START_TEST(set_bounds)
+{
+    struct proto_req req;
+
+    ck_request("LOCK a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p", PROTO_CMD_LOCK);
+    ck_assert_uint_eq(req.nnames, PROTO_SET_MAX);
+    ck_set_name(15, "p");
+    ck_error_msg("LOCK a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q", PROTO_ERR_BAD_ARGS,
+                 "a set has at most 16 names");
+}
+END_TEST
+
+START_TEST(set_bad)
+{
+    struct proto_req req;
+
+    ck_error_msg("LOCK a,b,a", PROTO_ERR_BAD_ARGS, "a name is given twice in the set");
+    ck_error_msg("UNLOCK a,a", PROTO_ERR_BAD_ARGS, "a name is given twice in the set");
+    ck_error_msg("LOCK a,,b", PROTO_ERR_BAD_ARGS, "a set of names has no empty element");
+    ck_error_msg("LOCK a,", PROTO_ERR_BAD_ARGS, "a set of names has no empty element");
+    ck_error_msg("LOCK ,a", PROTO_ERR_BAD_ARGS, "a set of names has no empty element");
+    ck_error_msg("LOCK ,", PROTO_ERR_BAD_ARGS, "a set of names has no empty element");
+    ck_error("LOCK a,..", PROTO_ERR_BAD_NAME);
+    ck_error_msg("LOCK a,b ttl=1000", PROTO_ERR_BAD_ARGS,
+                 "a set of locks cannot be a lease (ttl=)");
+    ck_error_msg("TRYLOCK a,b ttl=1000", PROTO_ERR_BAD_ARGS,
+                 "a set of locks cannot be a lease (ttl=)");
+    ck_error_msg("UNLOCK a,b 5", PROTO_ERR_BAD_ARGS, "UNLOCK of a set takes no token");
+    /* The shape is checked first, as for one name. */
+    ck_error_msg("UNLOCK a,b 5 6", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    /* One name keeps its lease and its token. */
+    ck_request("LOCK a ttl=1000", PROTO_CMD_LOCK);
+    ck_request("UNLOCK a 5", PROTO_CMD_UNLOCK);
+}
+END_TEST
+
+START_TEST(set_reset_between_parses)
+{
+    struct proto_req req;
+
+    ck_request("LOCK a,b,c", PROTO_CMD_LOCK);
+    ck_request("LOCK d", PROTO_CMD_LOCK);
+    ck_assert_uint_eq(req.nnames, 1);
+    ck_set_name(0, "d");
+}
+END_TEST
+
+START_TEST(fmt_granted_set)
+{
+    char buf[PROTO_REPLY_MAX];
+    uint64_t tokens[] = { 7, 0, UINT64_MAX };
+
+    ck_fmt(proto_fmt_granted_set(buf, sizeof(buf), "c,a,bb", 6, tokens, 3),
+           "OK c,a,bb 7,0,18446744073709551615\n");
+    ck_assert_int_eq(proto_fmt_granted_set(buf, 10, "c,a,bb", 6, tokens, 3), -1);
+}
+END_TEST
+
+START_TEST(fmt_longest_set_reply_fits)
+{
+    static char buf[PROTO_SET_REPLY_MAX], list[PROTO_SET_MAX * (PROTO_NAME_MAX + 1)];
+    uint64_t tokens[PROTO_SET_MAX];
+    int n;
+
+    /* PROTO_SET_REPLY_MAX holds 16 maximal names and tokens. */
+    memset(list, 'n', sizeof(list));
+    for (unsigned i = 0; i < PROTO_SET_MAX; i++) {
+        tokens[i] = UINT64_MAX;
+        if (i)
+            list[i * (PROTO_NAME_MAX + 1) - 1] = ',';
+    }
+    n = proto_fmt_granted_set(buf, sizeof(buf), list, sizeof(list) - 1, tokens, PROTO_SET_MAX);
+    ck_assert_int_eq(n, 3 + (int)sizeof(list) - 1 + 1 + PROTO_SET_MAX * 21 - 1 + 1);
+    ck_assert_int_eq(buf[n - 1], '\n');
+    ck_assert_int_gt(proto_fmt_word_name(buf, sizeof(buf), "TIMEOUT", list, sizeof(list) - 1), 0);
+}
+END_TEST
+
 static Suite *proto_suite(void)
 {
     Suite *s = suite_create("proto");
@@ -1442,6 +1603,7 @@ static Suite *proto_suite(void)
     tcase_add_test(tc, cmd_words_parse_back);
     tcase_add_test(tc, client_label);
     tcase_add_test(tc, locks_glob);
+    tcase_add_test(tc, watch);
     tcase_add_test(tc, auth);
     tcase_add_test(tc, user_valid);
     tcase_add_test(tc, err_codes);
@@ -1456,6 +1618,16 @@ static Suite *proto_suite(void)
     tcase_add_test(tc, fmt_lost);
     tcase_add_test(tc, fmt_too_small);
     tcase_add_test(tc, fmt_longest_reply_fits);
+    tcase_add_test(tc, fmt_granted_set);
+    tcase_add_test(tc, fmt_longest_set_reply_fits);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("sets");
+    tcase_add_test(tc, set_lock);
+    tcase_add_test(tc, set_single_name);
+    tcase_add_test(tc, set_bounds);
+    tcase_add_test(tc, set_bad);
+    tcase_add_test(tc, set_reset_between_parses);
     suite_add_tcase(s, tc);
     return s;
 }

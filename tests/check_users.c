@@ -108,6 +108,27 @@ START_TEST(permissions)
     ck_assert_int_eq(user_may(some, "job-x1"), 1);
     ck_assert_int_eq(user_may(some, "job-1x"), 0);
     ck_assert_int_eq(user_may(some, "xdeploy-1"), 0);
+    ck_assert_int_eq(user_may_break(all, "deploy-web"), 0);
+    users_free(u);
+}
+END_TEST
+
+START_TEST(break_patterns)
+{
+    struct users *u = parse("ops:" SHA256_SECRET ":*, break=deploy-*\n"
+                            "bad:" SHA256_SECRET ":break=\n");
+    const struct user *ops;
+
+    ck_assert(u == NULL);
+    ck_assert_str_eq(err, "u:2: a pattern is 1-200 bytes of lock name characters and * ? [ ] !, "
+                     "break=<pattern> for BREAK (patterns are separated by commas)");
+    u = parse("ops:" SHA256_SECRET ":job-*, break=deploy-*\n");
+    ck_assert_msg(u != NULL, "%s", err);
+    ops = find(u, "ops");
+    ck_assert_int_eq(user_may_break(ops, "deploy-web"), 1);
+    ck_assert_int_eq(user_may_break(ops, "job-1"), 0);     /* using is not breaking */
+    ck_assert_int_eq(user_may(ops, "deploy-web"), 0);      /* nor the other way round */
+    ck_assert_int_eq(user_may(ops, "job-1"), 1);
     users_free(u);
 }
 END_TEST
@@ -154,14 +175,14 @@ START_TEST(errors_name_the_line)
     parse_fails("alice:$9$nope$nope:*\n",
                 "u:1: is not a crypt(3) hash this system's libcrypt knows");
     parse_fails("alice:" SHA256_SECRET ":\n",
-                "u:1: a pattern is 1-200 bytes of lock name characters and * ? [ ] ! "
-                "(patterns are separated by commas)");
+                "u:1: a pattern is 1-200 bytes of lock name characters and * ? [ ] !, "
+                "break=<pattern> for BREAK (patterns are separated by commas)");
     parse_fails("alice:" SHA256_SECRET ":a,,b\n",
-                "u:1: a pattern is 1-200 bytes of lock name characters and * ? [ ] ! "
-                "(patterns are separated by commas)");
+                "u:1: a pattern is 1-200 bytes of lock name characters and * ? [ ] !, "
+                "break=<pattern> for BREAK (patterns are separated by commas)");
     parse_fails("alice:" SHA256_SECRET ":a/b\n",
-                "u:1: a pattern is 1-200 bytes of lock name characters and * ? [ ] ! "
-                "(patterns are separated by commas)");
+                "u:1: a pattern is 1-200 bytes of lock name characters and * ? [ ] !, "
+                "break=<pattern> for BREAK (patterns are separated by commas)");
     parse_fails("alice:" SHA256_SECRET ":*\nbob:" SHA256_SECRET ":*\nalice:" SHA256_SECRET
                 ":x\n", "u:3: user 'alice' is already defined on line 1");
 }
@@ -275,6 +296,7 @@ static Suite *users_suite(void)
     tcase_add_test(tc, parse_three_users);
     tcase_add_test(tc, verify_passwords);
     tcase_add_test(tc, permissions);
+    tcase_add_test(tc, break_patterns);
     tcase_add_test(tc, empty_input_no_users);
     tcase_add_test(tc, errors_name_the_line);
     tcase_add_test(tc, bounds);

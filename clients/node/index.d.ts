@@ -24,8 +24,12 @@ export class LockbrokerError extends Error {
 }
 
 export class Hold extends EventEmitter {
+  /** For a set: the names joined by commas. */
   readonly name: string;
-  readonly token: bigint;
+  /** For a set: a token per name, in the order of the names. */
+  readonly token: bigint | bigint[];
+  readonly names: string[];
+  readonly tokens: bigint[];
   readonly lost: boolean;
   readonly lostReason: string | null;
   readonly lostSignal: AbortSignal;
@@ -54,12 +58,14 @@ export interface Status {
 }
 
 export class Client {
-  lock(name: string, opts?: LockOptions): Promise<Hold>;
-  trylock(name: string, opts?: Omit<LockOptions, 'wait'>): Promise<Hold>;
+  lock(name: string | string[], opts?: LockOptions): Promise<Hold>;
+  trylock(name: string | string[], opts?: Omit<LockOptions, 'wait'>): Promise<Hold>;
   lease(name: string, ttl: number,
         opts?: { wait?: number; shared?: boolean; limit?: number; renew?: boolean }): Promise<Lease>;
   status(name: string): Promise<Status>;
   locks(glob?: string): Promise<Array<Status & { name: string }>>;
+  /** HOLDERS: every holder and queued request, all daemons; state 'held' or 'queued'. */
+  holders(glob?: string): Promise<Array<Status & { name: string }>>;
   stats(): Promise<Record<string, number | string>>;
   ping(): Promise<void>;
   close(): Promise<void>;

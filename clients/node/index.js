@@ -211,11 +211,16 @@ class Conn {
  * A lock held through a connection of its own. Events: 'lost' (reason).
  * .token (BigInt), .lost, .lostReason, .lostSignal (an AbortSignal aborted
  * on loss), await release(), await using (Symbol.asyncDispose).
+ * A set (lock(['a', 'b'])): .names and .tokens are arrays (a token per
+ * name, in order), .token is that array and .name 'a,b'; a LOST of any name
+ * loses the set.
  */
 class Hold extends EventEmitter {
   constructor(client, conn, name, token) {
     super();
-    this.name = name;
+    this.names = Array.isArray(name) ? name : [name];
+    this.tokens = Array.isArray(token) ? token : [token];
+    this.name = this.names.join(',');
     this.token = token;
     this.lost = false;
     this.lostReason = null;
@@ -227,7 +232,8 @@ class Hold extends EventEmitter {
     this.checking = null;      // the CHECK in flight
     this.abort = new AbortController();
     conn.onLost = (n, t, reason) => {
-      if (n === null || (n === name && t === String(token))) this.markLost(reason);
+      const i = this.names.indexOf(n);
+      if (n === null || (i >= 0 && t === String(this.tokens[i]))) this.markLost(reason);
     };
   }
 
@@ -249,22 +255,32 @@ class Hold extends EventEmitter {
     if (this.listenerCount('lost') > 0) this.emit('lost', reason);
   }
 
+  /** A CHECK per name; a set is as safe as its least safe name. */
   async check() {
     const sent = Date.now();
     const timeout = this.safeUntil === null ? undefined : Math.max(0, this.safeUntil - sent);
+    let safe = null;
+    for (let i = 0; i < this.names.length; i++) {
+      const one = await this.checkOne(this.names[i], this.tokens[i], timeout);
+      if (one === null || one <= 0) return one;
+      safe = safe === null ? one : Math.min(safe, one);
+    }
+    if (this.safeUntil === null || sent + safe > this.safeUntil) this.safeUntil = sent + safe;
+    return safe;
+  }
+
+  async checkOne(name, token, timeout) {
     let reply;
     try {
-      reply = await this.conn.request(`CHECK ${this.name} ${this.token}`, timeout);
+      reply = await this.conn.request(`CHECK ${name} ${token}`, timeout);
     } catch (e) {
       this.markLost(this.safeUntil === null ? e.message : `jeopardy: ${e.message}`);
       return null;
     }
     const w = reply.split(' ');
-    if (w.length === 4 && w[0] === 'OK' && w[1] === this.name && w[2] === String(this.token) &&
+    if (w.length === 4 && w[0] === 'OK' && w[1] === name && w[2] === String(token) &&
         /^\d+$/.test(w[3])) {
-      const safe = Number(w[3]);
-      if (this.safeUntil === null || sent + safe > this.safeUntil) this.safeUntil = sent + safe;
-      return safe;
+      return Number(w[3]);
     }
     if (reply.startsWith('ERR BAD_COMMAND')) return -1;      // an older daemon: no jeopardy
     if (reply.startsWith('ERR NOT_HELD')) {
@@ -471,7 +487,13 @@ class Client {
   }
 
   async acquire(cmd, name, opts = {}) {
-    checkName(name);
+    const multi = Array.isArray(name);     // a set (PROTOCOL.md, Sets of locks)
+    const names = multi ? name : [name];
+    names.forEach(checkName);
+    if (multi && (names.length < 1 || names.length > 16 || new Set(names).size !== names.length)) {
+      throw new LockbrokerError('BAD_NAME', 'a set is 1 to 16 distinct names');
+    }
+    name = names.join(',');
     const words = [cmd, name];
     if (cmd === 'LOCK' && opts.wait != null) words.push(String(Math.round(opts.wait)));
     words.push(...options(opts));
@@ -492,8 +514,11 @@ class Client {
       if (signal) signal.removeEventListener('abort', onAbort);
     }
     const p = reply.split(' ');
-    if (p.length === 3 && p[0] === 'OK' && p[1] === name && /^\d+$/.test(p[2])) {
-      const hold = new Hold(this, conn, name, BigInt(p[2]));
+    const t = p.length === 3 ? p[2].split(',') : [];
+    if (p.length === 3 && p[0] === 'OK' && p[1] === name && t.length === names.length &&
+        t.every((x) => /^\d+$/.test(x))) {
+      const tokens = t.map((x) => BigInt(x));
+      const hold = new Hold(this, conn, multi ? names : name, multi ? tokens : tokens[0]);
       if (this.check) await hold.start();
       return hold;
     }
@@ -507,7 +532,9 @@ class Client {
 
   /**
    * Takes the lock: opts.wait (ms; default for ever), shared, limit, delay,
-   * signal (an AbortSignal that cancels the wait). Resolves to a Hold;
+   * signal (an AbortSignal that cancels the wait). name may be an array of
+   * up to 16 names, a set: all held or none, no deadlock between sets
+   * (Hold.names, Hold.tokens). Resolves to a Hold;
    * rejects with code TIMEOUT, CONFLICT, UNAVAILABLE, DENIED, BAD_NAME, ...
    */
   lock(name, opts = {}) { return this.acquire('LOCK', name, opts); }
@@ -598,6 +625,20 @@ class Client {
     return lines.slice(0, -1).filter((l) => l.startsWith('LOCK ')).map((l) => {
       const w = l.split(' ');
       return { name: w[1], ...statusOf('held', fields(w.slice(3))), mode: w[2] };
+    });
+  }
+
+  /**
+   * HOLDERS [glob]: every holder (all of a shared or limit lock's) and queued
+   * request, through every daemon in distributed mode, one object each, with
+   * `state` 'held' or 'queued' (token null where the daemon does not know it).
+   */
+  async holders(glob) {
+    const lines = await this.ask(glob ? `HOLDERS ${glob}` : 'HOLDERS', true);
+    if (lines[0].startsWith('ERR ')) throw errorOf(lines[0], 'HOLDERS');
+    return lines.slice(0, -1).filter((l) => l.startsWith('HOLDER ')).map((l) => {
+      const w = l.split(' ');
+      return { name: w[1], ...statusOf(w[3], fields(w.slice(4))), mode: w[2] };
     });
   }
 

@@ -36,6 +36,10 @@ static const struct backend_ops zk_ops = {
     .histograms = zk_histograms,
     .query = zk_query,
     .query_cancel = zk_query_cancel,
+    .list = zk_list,
+    .list_cancel = zk_list_cancel,
+    .watch = zk_watch,
+    .watch_cancel = zk_watch_cancel,
     .ends_leases = true,
     .early_places = true,
     .lease_op = zk_lease_op,
@@ -93,7 +97,7 @@ struct backend *zk_backend_new(struct event_base *base, const struct settings *s
     /* Bottom up: each layer's listener hears the session after those below it. */
     if (zk_session_init(zk, base, s, daemon_id, auth) < 0 || zk_presence_init(zk) < 0 ||
         zk_batch_init(zk) < 0 || zk_idle_init(zk) < 0 || zk_locks_init(zk) < 0 ||
-        zk_lease_init(zk) < 0) {
+        zk_lease_init(zk) < 0 || zk_watch_init(zk) < 0) {
         zk_free(zk);
         return NULL;
     }
@@ -117,6 +121,7 @@ static void zk_free(void *impl)
 
     zk->state = ZK_EXPIRED;    /* completions run by zookeeper_close are ignored */
     zk_session_close(zk);      /* closing the session removes our ephemeral nodes */
+    zk_watch_free(zk);
     zk_locks_free_all(zk);
     zk_lease_free_all(zk);
     zk_idle_free(zk);

@@ -1,11 +1,13 @@
 /*
- * query.c - distributed mode: what ZooKeeper says about one lock name
- * across all daemons, for STATUS. Read-only: a getChildren of the name's
- * parent, then a getData of its first node.
+ * query.c - distributed mode: what ZooKeeper says about lock names
+ * across all daemons. Read-only. STATUS: a getChildren of the name's
+ * parent, then a getData of its first node. HOLDERS: a getChildren of
+ * <root>/locks, one of each matching name's parent, a getData of each node.
  */
 #include "config.h"
 #include "recipes.h"
 
+#include <fnmatch.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,47 +31,58 @@ static void query_finish(struct backend_query *q, bool ok)
     free(q);
 }
 
-static void on_query_data(int rc, const char *value, int len, const struct Stat *stat,
-                          const void *data)
+/* What a lock node's data says: "daemon=<id> client=<addr>[ label=<label>]
+ * [ deadline=<ms>]...", as zl_format_data (node.c) writes it. */
+struct node_data {
+    char daemon[128], client[128], label[128];
+    int64_t lease_ms;          /* a lease's time left by this daemon's clock, or -1 */
+};
+
+static void parse_node_data(const char *value, int len, struct node_data *d)
 {
-    struct backend_query *q = (struct backend_query *)data;
-    char buf[512], daemon[128] = "-", client[128] = "-";
+    char buf[512];
     const char *label, *deadline;
 
-    if (rc == ZOK && value && len > 0) {
-        /* "daemon=<id> client=<addr>[ label=<label>]...", as zl_format_data writes it */
-        snprintf(buf, sizeof(buf), "%.*s", len, value);
-        sscanf(buf, "daemon=%127s client=%127s", daemon, client);
-        if (q->info.mode == LOCK_EXCLUSIVE && strcmp(client, "-") == 0) {
-            /* Nobody holds it: a released lock's node, kept idle or about
-             * to be deleted (handoff.c); the next in line gets it then. */
-            q->info.holders = 0;
-            q->info.queue--;
-            query_finish(q, true);
-            return;
-        }
-        if ((label = strstr(buf, " label=")))
-            sscanf(label, " label=%127s", q->info.label);
-        if ((deadline = strstr(buf, " deadline="))) {     /* a lease (lease_lock.c) */
-            long long d = strtoll(deadline + 10, NULL, 10);
+    snprintf(d->daemon, sizeof(d->daemon), "-");
+    snprintf(d->client, sizeof(d->client), "-");
+    d->label[0] = '\0';
+    d->lease_ms = -1;
+    if (!value || len <= 0)
+        return;
+    snprintf(buf, sizeof(buf), "%.*s", len, value);
+    sscanf(buf, "daemon=%127s client=%127s", d->daemon, d->client);
+    if ((label = strstr(buf, " label=")))
+        sscanf(label, " label=%127s", d->label);
+    if ((deadline = strstr(buf, " deadline="))) {     /* a lease (lease_lock.c) */
+        long long t = strtoll(deadline + 10, NULL, 10);
 
-            q->info.lease_ms = d > zk_now_ms() ? d - zk_now_ms() : 0;
-        }
-        snprintf(q->info.holder, sizeof(q->info.holder), "%s/%s", daemon, client);
-        q->info.since_ms = stat->ctime;
+        d->lease_ms = t > zk_now_ms() ? t - zk_now_ms() : 0;
     }
-    /* ZNONODE: the holder left between the two reads; report what we saw. */
-    query_finish(q, rc == ZOK || rc == ZNONODE);
+}
+
+/* The first holder among a name's nodes: a lease node wherever it sits
+ * (lease_lock.c), else the first node; NULL when there is none. */
+static const char *first_holder(const struct String_vector *children)
+{
+    const char *first = NULL;
+
+    for (int pass = 0; pass < 2 && !first; pass++)
+        for (int i = 0; i < children->count; i++)
+            if ((pass == 1 || zk_kind_of(children->data[i]).lease) &&
+                (!first || zk_seq_of(children->data[i]) < zk_seq_of(first)))
+                first = children->data[i];
+    return first;
 }
 
 /*
- * How many nodes hold the name, by the rules of fair.c: the first node
- * decides the mode; exclusive - the first; shared - the shared nodes before
- * the first that is not; limit=n - the first n of its class. *mode and
- * *limit are the first node's.
+ * Which nodes hold the name, by the rules of fair.c: the first holder
+ * (first_holder) decides the mode; exclusive - it alone; shared - the
+ * shared nodes before the first that is not; limit=n - the first n of its
+ * class. Sets held[i] for children->data[i] (held may be NULL) and returns
+ * how many hold; *mode and *limit are the first holder's.
  */
-static unsigned holders_of(const struct String_vector *children, const char *first,
-                           enum lock_mode *mode, unsigned *limit)
+static unsigned mark_holders(const struct String_vector *children, const char *first,
+                             enum lock_mode *mode, unsigned *limit, bool *held)
 {
     struct zkind k = zk_kind_of(first);
     long long bound = -1;      /* shared: the first non-shared node's sequence */
@@ -77,8 +90,6 @@ static unsigned holders_of(const struct String_vector *children, const char *fir
 
     *mode = k.mode;
     *limit = k.limit;
-    if (k.mode == LOCK_EXCLUSIVE)
-        return 1;
     for (int i = 0; i < children->count; i++) {
         long long seq = zk_seq_of(children->data[i]);
         if (k.mode == LOCK_SHARED && zk_kind_of(children->data[i]).mode != LOCK_SHARED &&
@@ -86,13 +97,78 @@ static unsigned holders_of(const struct String_vector *children, const char *fir
             bound = seq;
     }
     for (int i = 0; i < children->count; i++) {
-        struct zkind c = zk_kind_of(children->data[i]);
-        if (k.mode == LOCK_SHARED)
-            n += bound < 0 || zk_seq_of(children->data[i]) < bound;
-        else
-            n += zk_same_class(c, k);
+        const char *child = children->data[i];
+        bool h;
+
+        if (k.mode == LOCK_EXCLUSIVE) {
+            h = child == first;
+        } else if (k.mode == LOCK_SHARED) {
+            h = bound < 0 || zk_seq_of(child) < bound;
+        } else {
+            /* As zl_may_hold: fewer than n nodes before it and lease nodes
+             * (which hold wherever they sit) after it. */
+            unsigned ahead = 0;
+
+            h = zk_same_class(zk_kind_of(child), k);
+            for (int j = 0; h && j < children->count; j++) {
+                struct zkind o = zk_kind_of(children->data[j]);
+                long long d = zk_seq_of(children->data[j]) - zk_seq_of(child);
+
+                ahead += zk_same_class(o, k) && (d < 0 || (d > 0 && o.lease));
+            }
+            h = h && ahead < k.limit;
+        }
+        if (held)
+            held[i] = h;
+        n += h;
     }
-    return k.mode == LOCK_LIMIT && n > k.limit ? k.limit : n;
+    return n;
+}
+
+void zk_queue_info(const struct String_vector *children, struct backend_queue_info *info,
+                   const char **first)
+{
+    *first = NULL;
+    info->ok = true;
+    info->queue = 0;
+    info->holders = 0;
+    if (!children || children->count == 0)
+        return;
+    info->queue = (unsigned)children->count;
+    *first = first_holder(children);
+    info->holders = mark_holders(children, *first, &info->mode, &info->limit, NULL);
+}
+
+void zk_queue_holder(const char *value, int len, const struct Stat *stat,
+                     struct backend_queue_info *info)
+{
+    struct node_data d;
+
+    if (!value || len <= 0)
+        return;
+    parse_node_data(value, len, &d);
+    if (info->mode == LOCK_EXCLUSIVE && strcmp(d.client, "-") == 0) {
+        /* Nobody holds it: a released lock's node, kept idle or about
+         * to be deleted (handoff.c); the next in line gets it then. */
+        info->holders = 0;
+        info->queue--;
+        return;
+    }
+    snprintf(info->label, sizeof(info->label), "%s", d.label);
+    info->lease_ms = d.lease_ms;
+    snprintf(info->holder, sizeof(info->holder), "%s/%s", d.daemon, d.client);
+    info->since_ms = stat->ctime;
+}
+
+static void on_query_data(int rc, const char *value, int len, const struct Stat *stat,
+                          const void *data)
+{
+    struct backend_query *q = (struct backend_query *)data;
+
+    if (rc == ZOK)
+        zk_queue_holder(value, len, stat, &q->info);
+    /* ZNONODE: the holder left between the two reads; report what we saw. */
+    query_finish(q, rc == ZOK || rc == ZNONODE);
 }
 
 static void on_query_children(int rc, const struct String_vector *children, const void *data)
@@ -109,14 +185,7 @@ static void on_query_children(int rc, const struct String_vector *children, cons
         query_finish(q, rc == ZOK);
         return;
     }
-    q->info.queue = (unsigned)children->count;
-    /* The first holder: a lease node wherever it sits (fair.c), else the first node. */
-    for (int pass = 0; pass < 2 && !first; pass++)
-        for (int i = 0; i < children->count; i++)
-            if ((pass == 1 || zk_kind_of(children->data[i]).lease) &&
-                (!first || zk_seq_of(children->data[i]) < zk_seq_of(first)))
-                first = children->data[i];
-    q->info.holders = holders_of(children, first, &q->info.mode, &q->info.limit);
+    zk_queue_info(children, &q->info, &first);
     snprintf(path, sizeof(path), "%s/%s", q->parent, first);
     /* The request's count carries over to the getData. */
     if (zoo_aget(q->zk->zh, path, 0, on_query_data, q) != ZOK)
@@ -153,4 +222,288 @@ struct backend_query *zk_query(void *impl, const char *name,
 void zk_query_cancel(void *impl, struct backend_query *q)
 {
     q->cb = NULL;   /* freed by its completion */
+}
+
+/* ------------------------------------------------------------- HOLDERS */
+
+/* Names whose nodes are listed at once; ZooKeeper answers one session's
+ * requests in order, so more in flight would only cost memory. */
+#define LIST_WINDOW 32
+
+struct list_row {
+    size_t name;               /* index in names */
+    bool held;
+    bool skip;                 /* an idle node (nobody holds it), or gone before its read */
+    struct zkind kind;         /* what its request asked for */
+    int64_t since_ms;          /* the node's creation, wall-clock ms */
+    int64_t lease_ms;
+    char holder[256];
+    char label[128];
+};
+
+struct backend_list {
+    struct zk *zk;
+    backend_list_cb cb;        /* NULL once cancelled */
+    void *arg;
+    backend_name_filter may;
+    char glob[256];
+    char **names;              /* the matching names, sorted; owned */
+    size_t nnames, next;       /* next: the first whose nodes are not asked for yet */
+    unsigned inflight;         /* ZooKeeper requests sent and not answered */
+    struct list_row *rows;     /* in name order, then queue order; owned */
+    size_t nrows, cap, more;
+    bool failed;
+};
+
+/* Context of one request: the listing and a name's or a row's index. */
+struct list_call {
+    struct backend_list *l;
+    size_t index;
+};
+
+static void list_free(struct backend_list *l)
+{
+    for (size_t i = 0; i < l->nnames; i++)
+        free(l->names[i]);
+    free(l->names);
+    free(l->rows);
+    free(l);
+}
+
+/* Answers, once nothing is in flight and nothing more is to be asked. */
+static void list_maybe_finish(struct backend_list *l)
+{
+    struct backend_holder *out;
+    size_t n = 0;
+
+    if (l->inflight > 0 || (l->cb && !l->failed && l->next < l->nnames))
+        return;
+    if (l->cb && !l->failed && (out = calloc(l->nrows + 1, sizeof(*out)))) {
+        for (size_t i = 0; i < l->nrows; i++) {
+            const struct list_row *r = &l->rows[i];
+
+            if (r->skip)
+                continue;
+            out[n++] = (struct backend_holder){
+                .name = l->names[r->name], .mode = r->kind.mode, .limit = r->kind.limit,
+                .held = r->held, .holder = r->holder, .label = r->label,
+                .since_ms = r->since_ms, .lease_ms = r->lease_ms,
+            };
+        }
+        l->cb(l->arg, true, out, n, l->more);
+        free(out);
+    } else if (l->cb) {
+        l->cb(l->arg, false, NULL, 0, 0);
+    }
+    list_free(l);
+}
+
+/* Sends one request with a list_call context; false when it could not go. */
+static bool list_send(struct backend_list *l, size_t index, const char *path, bool data);
+
+static void on_list_data(int rc, const char *value, int len, const struct Stat *stat,
+                         const void *data)
+{
+    struct list_call *call = (struct list_call *)data;
+    struct backend_list *l = call->l;
+    struct list_row *r = &l->rows[call->index];
+    struct node_data d;
+
+    free(call);
+    l->inflight--;
+    l->zk->outstanding--;
+    if (rc == ZOK) {
+        parse_node_data(value, len, &d);
+        /* A released exclusive lock's node, kept idle (handoff.c): nobody's. */
+        r->skip = r->kind.mode == LOCK_EXCLUSIVE && strcmp(d.client, "-") == 0;
+        snprintf(r->holder, sizeof(r->holder), "%s/%s", d.daemon, d.client);
+        snprintf(r->label, sizeof(r->label), "%s", d.label);
+        r->lease_ms = d.lease_ms;
+        r->since_ms = stat->ctime;
+    } else if (rc == ZNONODE) {
+        r->skip = true;           /* it left between the two reads */
+    } else {
+        l->failed = true;
+    }
+    list_maybe_finish(l);
+}
+
+static int by_string(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* qsort() has no context argument: the vector being sorted, by by_seq. */
+static const struct String_vector *sort_children;
+
+static int by_seq(const void *a, const void *b)
+{
+    long long x = zk_seq_of(sort_children->data[*(const int *)a]);
+    long long y = zk_seq_of(sort_children->data[*(const int *)b]);
+
+    return x < y ? -1 : x > y;
+}
+
+/* Asks for the nodes of the next names, up to LIST_WINDOW in flight. */
+static void list_pump(struct backend_list *l)
+{
+    char path[768];
+
+    while (l->cb && !l->failed && l->next < l->nnames && l->inflight < LIST_WINDOW) {
+        snprintf(path, sizeof(path), "%s/locks/%s", l->zk->root, l->names[l->next]);
+        if (!list_send(l, l->next, path, false))
+            l->failed = true;
+        l->next++;
+    }
+}
+
+/* One name's nodes: a row each, in queue order, then a read of each. */
+static void on_list_nodes(int rc, const struct String_vector *children, const void *data)
+{
+    struct list_call *call = (struct list_call *)data;
+    struct backend_list *l = call->l;
+    size_t name = call->index;
+    char path[1024];
+    bool *held = NULL;
+    int *order = NULL;
+
+    free(call);
+    l->inflight--;
+    l->zk->outstanding--;
+    if (rc != ZOK && rc != ZNONODE)
+        l->failed = true;
+    if (rc == ZOK && children->count > 0 && l->cb && !l->failed) {
+        enum lock_mode mode;
+        unsigned limit;
+
+        held = calloc((size_t)children->count, sizeof(*held));
+        order = calloc((size_t)children->count, sizeof(*order));
+        if (!held || !order) {
+            l->failed = true;
+            goto out;
+        }
+        mark_holders(children, first_holder(children), &mode, &limit, held);
+        for (int i = 0; i < children->count; i++)
+            order[i] = i;
+        sort_children = children;
+        qsort(order, (size_t)children->count, sizeof(*order), by_seq);
+        for (int k = 0; k < children->count && !l->failed; k++) {
+            int i = order[k];
+            struct list_row *r;
+
+            if (l->nrows == HOLDERS_LINES_MAX) {
+                l->more++;
+                continue;
+            }
+            if (l->nrows == l->cap) {
+                size_t cap = l->cap ? 2 * l->cap : 64;
+                struct list_row *rows = realloc(l->rows, cap * sizeof(*rows));
+
+                if (!rows) {
+                    l->failed = true;
+                    break;
+                }
+                l->rows = rows;
+                l->cap = cap;
+            }
+            r = &l->rows[l->nrows];
+            *r = (struct list_row){ .name = name, .held = held[i], .lease_ms = -1,
+                                    .kind = zk_kind_of(children->data[i]), .since_ms = -1 };
+            snprintf(path, sizeof(path), "%s/locks/%s/%s", l->zk->root, l->names[name],
+                     children->data[i]);
+            if (!list_send(l, l->nrows, path, true))
+                l->failed = true;
+            l->nrows++;
+        }
+    }
+out:
+    free(held);
+    free(order);
+    list_pump(l);
+    list_maybe_finish(l);
+}
+
+static void on_list_names(int rc, const struct String_vector *children, const void *data)
+{
+    struct list_call *call = (struct list_call *)data;
+    struct backend_list *l = call->l;
+
+    free(call);
+    l->inflight--;
+    l->zk->outstanding--;
+    if (rc != ZOK && rc != ZNONODE)
+        l->failed = true;
+    if (rc == ZOK && l->cb && !l->failed) {
+        if (children->count > 0 &&
+            !(l->names = calloc((size_t)children->count, sizeof(*l->names)))) {
+            l->failed = true;
+        }
+        for (int i = 0; i < children->count && !l->failed; i++) {
+            const char *name = children->data[i];
+
+            if (fnmatch(l->glob, name, 0) != 0 || !l->may(l->arg, name))
+                continue;
+            if (!(l->names[l->nnames] = strdup(name)))
+                l->failed = true;
+            else
+                l->nnames++;
+        }
+        qsort(l->names, l->nnames, sizeof(*l->names), by_string);
+    }
+    list_pump(l);
+    list_maybe_finish(l);
+}
+
+static bool list_send(struct backend_list *l, size_t index, const char *path, bool data)
+{
+    struct list_call *call = malloc(sizeof(*call));
+    int rc;
+
+    if (!call)
+        return false;
+    *call = (struct list_call){ l, index };
+    rc = data ? zoo_aget(l->zk->zh, path, 0, on_list_data, call)
+              : zoo_aget_children(l->zk->zh, path, 0, on_list_nodes, call);
+    if (rc != ZOK) {
+        free(call);
+        return false;
+    }
+    l->inflight++;
+    l->zk->outstanding++;
+    zk_kick(l->zk);
+    return true;
+}
+
+struct backend_list *zk_list(void *impl, const char *glob, backend_name_filter may,
+                             backend_list_cb cb, void *arg)
+{
+    struct zk *zk = impl;
+    struct backend_list *l;
+    struct list_call *call;
+    char path[512];
+
+    if (!zk_serving(zk) || !(l = calloc(1, sizeof(*l))))
+        return NULL;
+    *l = (struct backend_list){ .zk = zk, .cb = cb, .arg = arg, .may = may };
+    snprintf(l->glob, sizeof(l->glob), "%s", glob);
+    snprintf(path, sizeof(path), "%s/locks", zk->root);
+    if (!(call = malloc(sizeof(*call)))) {
+        free(l);
+        return NULL;
+    }
+    *call = (struct list_call){ l, 0 };
+    if (zoo_aget_children(zk->zh, path, 0, on_list_names, call) != ZOK) {
+        free(call);
+        free(l);
+        return NULL;
+    }
+    l->inflight++;
+    zk->outstanding++;
+    zk_kick(zk);
+    return l;
+}
+
+void zk_list_cancel(void *impl, struct backend_list *l)
+{
+    l->cb = NULL;   /* freed once its requests are answered */
 }

@@ -92,6 +92,24 @@ void zl_idle_drop(struct zlock *zl);
 struct backend_query *zk_query(void *impl, const char *name, struct backend_queue_info *now,
                                backend_query_cb cb, void *arg);
 void zk_query_cancel(void *impl, struct backend_query *q);
+/* query.c: the backend ops for HOLDERS (see backend.h). */
+struct backend_list *zk_list(void *impl, const char *glob, backend_name_filter may,
+                             backend_list_cb cb, void *arg);
+void zk_list_cancel(void *impl, struct backend_list *l);
+/* query.c: the state of one name as STATUS has it, from its node list
+ * (children) and its first holder's data (zk_queue_holder). */
+void zk_queue_info(const struct String_vector *children, struct backend_queue_info *info,
+                   const char **first);
+void zk_queue_holder(const char *value, int len, const struct Stat *stat,
+                     struct backend_queue_info *info);
+
+/* watch.c: WATCH (see backend.h): a name's nodes watched for changes, one
+ * entry per name; registers with the session (serving: read again;
+ * closed: its watches are gone). */
+int zk_watch_init(struct zk *zk);
+void zk_watch_free(struct zk *zk);
+struct backend_watch *zk_watch(void *impl, const char *name, backend_watch_cb cb, void *arg);
+void zk_watch_cancel(void *impl, struct backend_watch *w);
 
 /* acquire.c: the backend ops for acquisitions (see backend.h). */
 /* Registers the node machinery's hooks and the session's listener.

@@ -9,7 +9,8 @@
  *   backend.c  acquire.c              the backend's operations     zk.h
  *   ------------------------------------------------------------------------
  *   fair.c -> lease_lock.c -> lease.c the fair queue, leases,      recipes.h
- *   handoff.c  query.c                local handoff, STATUS
+ *   handoff.c  query.c  watch.c       local handoff, STATUS and
+ *                                     HOLDERS, WATCH
  *   ------------------------------------------------------------------------
  *   node.c  zlock.c  names.c          create, find, delete; the    node.h
  *                                     contexts of requests, watches

@@ -28,6 +28,7 @@ struct zk_batch;
 struct zk_nodes;
 struct zk_idle;
 struct zk_leases;
+struct zk_watches;
 
 enum zk_state { ZK_CONNECTING, ZK_CONNECTED, ZK_EXPIRED };
 
@@ -73,6 +74,7 @@ struct zk {
     struct zk_nodes *nodes;            /* zlock.c's (zlock.h) */
     struct zk_idle *idle;              /* handoff.c's (recipes.h) */
     struct zk_leases *leases;          /* lease.c's (recipes.h) */
+    struct zk_watches *watches;        /* watch.c's (recipes.h) */
     /* counters, for STATS (backend.c) */
     uint64_t sessions, reconnects;
     uint64_t outstanding;              /* requests in flight, of every layer */

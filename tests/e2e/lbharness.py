@@ -591,6 +591,47 @@ def read_stats(c):
         out[m.group(1)] = m.group(2)
 
 
+def contend_sets(clients, sets, rounds):
+    """Each client, in a thread of its own, takes its set (a list of names,
+    in its own order) with one LOCK, checks that no other client holds any
+    of them, and releases it with one UNLOCK, `rounds` times. Raises when two
+    holds overlapped, when a reply is wrong or when one stalls past the
+    client's timeout (a deadlock); returns the tokens each client was given."""
+    held, guard, errors = set(), threading.Lock(), []
+    tokens = [[] for _ in clients]
+
+    def run(i):
+        c, names = clients[i], sets[i]
+        joined = ",".join(names)
+        try:
+            for _ in range(rounds):
+                c.send("LOCK %s\n" % joined)
+                m = c.expect_match(r"OK %s (\d+(?:,\d+)*)" % re.escape(joined))
+                toks = m.group(1).split(",")
+                if len(toks) != len(names):
+                    raise AssertionError("%d tokens for %s" % (len(toks), joined))
+                with guard:
+                    if held & set(names):
+                        raise AssertionError("%s granted while %s held" % (joined, held))
+                    held.update(names)
+                tokens[i].append(toks)
+                with guard:
+                    held.difference_update(names)
+                c.send("UNLOCK %s\n" % joined)
+                c.expect("OK %s" % joined)
+        except BaseException as e:              # reported by the caller
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(clients))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return tokens
+
+
 def stats(daemon):
     """The daemon's STATS as {name: value-string}, over a fresh connection."""
     with daemon.client() as c:

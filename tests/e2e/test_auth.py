@@ -274,6 +274,24 @@ class PermissionTests(Case):
         c.expect_match(r"OK deploy-1 \d+$")
 
 
+class BreakTests(Case):
+    def test_break_needs_a_break_pattern(self):
+        d = self.start({"alice": "*", "bob": "deploy-*,break=deploy-*", "carol": "*"})
+        alice, bob, carol = (self.login(d, u) for u in ("alice", "bob", "carol"))
+        alice.send("LOCK deploy-1\nLOCK x\n")
+        t = int(alice.expect_match(r"OK deploy-1 (\d+)$").group(1))
+        alice.expect_match(r"OK x \d+$")
+        carol.send("BREAK deploy-1\n")              # may use it, may not break it
+        carol.expect("ERR DENIED user carol may not break lock deploy-1 (no break= pattern "
+                     "for it)")
+        bob.send("BREAK x\nLOCK break-x\nBREAK deploy-1\n")
+        bob.expect("ERR DENIED user bob may not break lock x (no break= pattern for it)")
+        bob.expect(ERR_DENIED % ("bob", "break-x"))   # break= is not a name pattern
+        bob.expect("OK deploy-1")
+        alice.expect("LOST deploy-1 %d broken" % t)
+        d.wait_log(r"warn lock deploy-1: broken by conn \d+ \(\S+ as bob\): ")
+
+
 class ReloadTests(Case):
     def test_sighup_rereads_users(self):
         d = self.start()

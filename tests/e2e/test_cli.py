@@ -386,6 +386,51 @@ class RunTests(DaemonCase):
         other.send("TRYLOCK %s\n" % n)
         other.expect_match(r"OK %s [0-9]+" % re.escape(n))
 
+    def test_set_is_held_while_the_command_runs(self):
+        names = [self.name() + "-" + x for x in ("c", "a", "b")]
+        script = 'echo "$LOCKBROKER_NAME $LOCKBROKER_TOKEN"; read x; exit 0'
+        p = self.start(self.hp() + ["run", ",".join(names), "--", "sh", "-c", script],
+                       stdin=subprocess.PIPE)
+        listed, tokens = p.read_line().split(" ")
+        self.assertEqual(listed, ",".join(names))             # as given
+        tokens = tokens.split(",")
+        other = self.client()
+        for n, t in zip(names, tokens):                       # each token in its name's place
+            other.send("STATUS %s\n" % n)
+            other.expect_match(r"STATUS %s held .* token=%s .*" % (re.escape(n), t))
+        p.write("done\n")
+        p.finish()
+        self.assert_exit(p, 0)
+        self.assertEqual(p.err, "")
+        for n in names:
+            other.send("TRYLOCK %s\n" % n)
+            other.expect_match(r"OK %s [0-9]+" % re.escape(n))
+
+    def test_set_waits_for_every_name(self):
+        a, b = self.name() + "-a", self.name() + "-b"
+        holder = self.client()
+        holder.send("LOCK %s\n" % b)
+        holder.expect_match(r"OK %s [0-9]+" % re.escape(b))
+        mark = self.d.log_mark()
+        p = self.start(self.hp() + ["run", "%s,%s" % (b, a), "--", "echo", "ran"])
+        self.d.wait_log(r"lock %s: \S+ queued$" % re.escape(b), since=mark)
+        holder.send("TRYLOCK %s\n" % a)                      # taken first, held meanwhile
+        holder.expect("BUSY %s" % a)
+        holder.send("UNLOCK %s\n" % b)
+        holder.expect("OK %s" % b)
+        p.finish()
+        self.assert_exit(p, 0, stdout="ran\n")
+
+    def test_set_timeout(self):
+        a, b = self.name() + "-a", self.name() + "-b"
+        holder = self.client()
+        holder.send("LOCK %s\n" % b)
+        holder.expect_match(r"OK %s [0-9]+" % re.escape(b))
+        p = self.lb(self.hp() + ["run", "-w", "100", "%s,%s" % (a, b), "--", "echo", "ran"])
+        self.assert_exit(p, EXIT_TIMEOUT, stdout="")
+        holder.send("TRYLOCK %s\n" % a)                      # released with the set
+        holder.expect_match(r"OK %s [0-9]+" % re.escape(a))
+
     def test_waits_for_the_lock_then_runs(self):
         n = self.name()
         holder = self.client()
@@ -956,6 +1001,18 @@ class ErrorTests(DaemonCase):
                 p = self.lb(self.hp() + ["status", name])
                 self.assert_exit(p, EXIT_BAD_NAME, r"invalid lock name '", stdout="")
 
+    def test_bad_set(self):
+        n = self.name()
+        for names in (n + ",a/b", n + ",", "," + n, n + ",,b",
+                      ",".join("%s-%d" % (n, i) for i in range(17))):
+            with self.subTest(names=names):
+                p = self.lb(self.hp() + ["run", names, "--", "echo", "ran"])
+                self.assert_exit(p, EXIT_BAD_NAME, r"(invalid lock name '|a set of locks has "
+                                 r"at most 16 names)", stdout="")
+        # Only run takes a set.
+        p = self.lb(self.hp() + ["status", n + ",b"])
+        self.assert_exit(p, EXIT_BAD_NAME, r"invalid lock name '", stdout="")
+
     def test_longest_name_is_fine(self):
         p = self.lb(self.hp() + ["run", "n" * 200, "--", "true"])
         self.assert_exit(p, 0)
@@ -1074,7 +1131,8 @@ class ErrorTests(DaemonCase):
                 for code in [1] + list(range(118, 128)):
                     self.assertRegex(p.out, r"\n +%d " % code)
                 self.assertRegex(p.out, r"\n +1  status NAME: the lock is free")
-                self.assertIn("lockbroker [OPTIONS] locks [--json | --human | --raw] [GLOB]", p.out)
+                self.assertIn("lockbroker [OPTIONS] locks [--cluster] [--json | --human | --raw] "
+                              "[GLOB]", p.out)
                 self.assertIn("--label L", p.out)
                 self.assertIn("--verbose", p.out)
         p = self.lb(["-V"])
@@ -1173,6 +1231,60 @@ class InfoTests(DaemonCase):
         self.assertEqual(objs[1]["token"], token)
         self.assertIsInstance(objs[1]["lease"], int)
         self.assertEqual(objs[1]["label"], "ops@web-3")
+        # --cluster: HOLDERS, one row per holder, in each of the three forms.
+        p = self.lb(self.hp() + ["locks", "--cluster", "--human", n + "-l"])
+        self.assert_exit(p, 0)
+        lines = p.out.splitlines()
+        self.assertRegex(lines[0], self.HEADER)
+        self.assertRegex(lines[1], r"^%s-l +held +exclusive +\S+/lease:\S+ +ops@web-3 +%s +%s +"
+                         r"1 +- +%s +-$" % (re.escape(n), token, self.DURATION, self.DURATION))
+        raw = self.lb(self.hp() + ["locks", "--cluster", n + "-l"])
+        self.assertRegex(raw.out, r"^HOLDER %s-l exclusive held holder=\S+ label=ops@web-3 "
+                         r"token=%s since=[0-9]+ lease=[0-9]+\n$" % (re.escape(n), token))
+        p = self.lb(self.hp() + ["locks", "--cluster", "--json", n + "-l"])
+        obj = json.loads(p.out)
+        self.assertEqual((obj["name"], obj["mode"], obj["state"], obj["token"]),
+                         (n + "-l", "exclusive", "held", token))
+        p = self.lb(self.hp() + ["status", "--cluster", n])
+        self.assert_exit(p, EXIT_USAGE)
+        self.assertIn("--cluster is an option of locks", p.err)
+
+    def test_elect_and_observe(self):
+        n = self.name()
+        obs = self.start(self.hp() + ["observe", n])
+        self.assertEqual(obs.read_line(), "-")            # nobody leads yet
+        # The leader runs while it leads; a second candidate waits its turn.
+        first = self.start(self.hp() + ["elect", "--label", "10.0.0.1:80", n, "--",
+                                        "sh", "-c", "echo leading; read x"],
+                           stdin=subprocess.PIPE)
+        self.assertEqual(first.read_line(), "leading")
+        self.assertEqual(obs.read_line(), "10.0.0.1:80")
+        second = self.start(self.hp() + ["elect", "--label", "10.0.0.2:80", n, "--",
+                                         "echo", "second"])
+        self.d.wait_log(r"lock %s: \S+ queued$" % re.escape(n))
+        first.write("done\n")                             # the leader steps down
+        self.assertEqual(first.finish(), 0)
+        self.assertEqual(second.finish(), 0)
+        self.assertEqual(second.out, "second\n")
+        # Handed straight on: the new leader, then nobody once it is done.
+        self.assertEqual([obs.read_line(), obs.read_line()], ["10.0.0.2:80", "-"])
+        obs.kill()
+        self.assert_exit(self.lb(self.hp() + ["observe", "bad/name"]), 122)
+
+    def test_break(self):
+        n = self.name()
+        h = self.client()
+        h.send("LOCK %s\n" % n)
+        t = h.expect_match(r"OK %s ([0-9]+)" % re.escape(n)).group(1)
+        p = self.lb(self.hp() + ["break", n, "1"])
+        self.assert_exit(p, 118, r"\S+ refused BREAK: ERR NOT_HELD no hold of %s with that "
+                         r"token " % re.escape(n))
+        p = self.lb(self.hp() + ["break", n])
+        self.assert_exit(p, 0)
+        h.expect("LOST %s %s broken" % (n, t))
+        self.assert_exit(self.lb(self.hp() + ["break", n]), 118, r"\S+ refused BREAK")
+        self.assert_exit(self.lb(self.hp() + ["break"]), EXIT_USAGE,
+                         r"break: expected NAME \[TOKEN\]")
 
     def test_locks(self):
         # One lock held, one held and awaited; a glob picks one of them.
@@ -1497,6 +1609,37 @@ class FakeBrokerTests(Case):
         self.assert_exit(p, EXIT_LOST, r"lock %s lost \(session-expired\); terminating the command$"
                          % re.escape(n), stdout="trapped-TERM\n")
         self.assertFalse(pid_alive(int(pid)))
+
+    def test_set_checks_every_name_and_a_lost_one_ends_the_command(self):
+        a, b = self.name() + "-a", self.name() + "-b"
+        p = self.start(["-H", self.addr, "run", "%s,%s" % (a, b), "--"]
+                       + trapper(code=0, ready=PID_AND_TOKEN))
+        c = self.accept_locker()
+        c.expect("LOCK %s,%s" % (a, b))
+        c.send("OK %s,%s 42,43\n" % (a, b))
+        self.confirm(c, a, "42")                  # a CHECK per name, with its own token
+        self.confirm(c, b, "43")
+        pid, token = p.read_line().split()
+        self.assertEqual(token, "42,43")
+        c.send("LOST %s 43 session-expired\n" % b)
+        p.finish()
+        self.assert_exit(p, EXIT_LOST, r"lock %s,%s lost \(session-expired\); terminating the "
+                         r"command$" % (re.escape(a), re.escape(b)), stdout="trapped-TERM\n")
+        self.assertFalse(pid_alive(int(pid)))
+
+    def test_set_not_run_when_one_name_is_not_safe(self):
+        a, b = self.name() + "-a", self.name() + "-b"
+        p = self.start(["-H", self.addr, "run", "%s,%s" % (a, b), "--", "echo", "ran"])
+        c = self.accept_locker()
+        c.expect("LOCK %s,%s" % (a, b))
+        c.send("OK %s,%s 42,43\n" % (a, b))
+        self.confirm(c, a, "42")
+        self.confirm(c, b, "43", safe=10)        # the smallest window counts
+        c.expect("UNLOCK %s,%s" % (a, b))
+        c.send("OK %s,%s\n" % (a, b))
+        p.finish()
+        self.assert_exit(p, EXIT_JEOPARDY, r"lock %s,%s is certain for only 10 ms"
+                         % (re.escape(a), re.escape(b)), stdout="")
 
     def test_connection_drop_terminates_the_command(self):
         n = self.name()

@@ -54,10 +54,42 @@ class EmbeddedTests(unittest.TestCase):
         self.c.ping()
         self.assertGreaterEqual(self.c.stats()["grants"], 2)
 
+    def test_set_of_locks(self):
+        h = self.c.lock(["s-c", "s-a", "s-b"], wait=T)
+        self.assertEqual(h.names, ["s-c", "s-a", "s-b"])
+        self.assertEqual(h.name, "s-c,s-a,s-b")
+        self.assertEqual(h.token, h.tokens)
+        self.assertEqual(len(h.tokens), 3)
+        for n, t in zip(h.names, h.tokens):          # a token per name, in order
+            self.assertEqual(self.c.status(n)["token"], t)
+        self.assertGreater(h.safe_remaining(), 0)     # every name CHECKed
+        with self.assertRaises(lockbroker.Busy):
+            self.c.trylock(["s-x", "s-b"])
+        self.assertEqual(self.c.status("s-x")["state"], "free")   # all or none
+        with self.assertRaises(lockbroker.Timeout):
+            self.c.lock(["s-a", "s-y"], wait=0.05)
+        self.assertFalse(h.lost)
+        # A LOST of any name (as the reader thread passes it on) loses the set.
+        h._on_line_lost("s-a", str(h.tokens[1]), "session-expired")
+        self.assertTrue(h.lost)
+        with self.assertRaises(lockbroker.NotHeld):
+            h.release()
+        for n in ("s-a", "s-b", "s-c"):
+            self.assertEqual(self.c.status(n)["state"], "free")   # the connection closed
+        with self.assertRaises(lockbroker.BadName):
+            self.c.lock(["s-a", "s-a"])
+        with self.assertRaises(lockbroker.BadName):
+            self.c.lock(["s-a", "s,b"])
+        with self.c.lock(["s-b", "s-a"]) as h:
+            h.release()
+            self.assertEqual(self.c.status("s-a")["state"], "free")
+
     def test_modes_conflict_and_bad_names(self):
         with self.c.lock("m", shared=True) as r1, self.c.lock("m", shared=True) as r2:
             self.assertEqual(self.c.status("m")["holders"], 2)
             self.assertEqual([lk["name"] for lk in self.c.locks("m*")], ["m"])
+            self.assertEqual([(h["name"], h["mode"], h["state"]) for h in self.c.holders("m*")],
+                             [("m", "shared", "held")] * 2)
             with self.assertRaises(lockbroker.Conflict):
                 self.c.trylock("m", limit=2)
             self.assertFalse(r1.lost or r2.lost)

@@ -34,7 +34,7 @@ import threading
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lbharness import Daemon, scaled, stats  # noqa: E402
+from lbharness import Daemon, contend_sets, scaled, stats  # noqa: E402
 import zkharness  # noqa: E402
 from zkharness import ZkClient, ZkEnsemble, ZkServer, wait_for  # noqa: E402
 
@@ -877,6 +877,7 @@ class DistributedTest(DistributedBase):
         self.assertRegex(c.request("LOCK x 200"), r"^ERR UNAVAILABLE ")
         self.assertRegex(c.request("LOCK x 0 shared"), r"^ERR UNAVAILABLE ")
         self.assertRegex(c.request("STATUS x"), r"^ERR UNAVAILABLE ")
+        self.assertRegex(c.request("HOLDERS"), r"^ERR UNAVAILABLE ")
         self.assertEqual(c.request("PING"), "PONG")
         h = self.client(a)
         h.send("LOCK x 200\n")
@@ -1231,6 +1232,146 @@ class ModesTest(DistributedBase):
         self.assertEqual(stats(c)["grants_exclusive"], "1")
         self.assertEqual(stats(a)["grants_shared"], "2")
         self.wait_no_nodes(hosts)
+
+    def test_holders_lists_every_daemons_holders_from_zookeeper(self):
+        """HOLDERS: every holder of a shared and a limit lock and every queued
+        request, whichever daemon they came through, from any daemon."""
+        hosts = self.zk.connect_string
+        a, b, c = (self.start_daemon(hosts, n) for n in ("A", "B", "C"))
+
+        def take(d, line, label=None):
+            cl = self.client(d)
+            if label:
+                self.assertEqual(cl.request("CLIENT " + label), "OK")
+            self.assertRegex(cl.request(line), r"^OK \S+ \d+$")
+            return cl
+
+        def holders(d, glob):
+            q = self.client(d)
+            q.send("HOLDERS %s\n" % glob)
+            return list(iter(q.line, "END"))
+
+        r1 = take(a, "LOCK h shared", "reader-1")
+        r2 = take(a, "LOCK h 5000 shared")
+        r3 = take(b, "LOCK h 5000 shared", "reader-3")
+        w = self.client(c)
+        w.send("LOCK h\n")
+        queued(c, w, "h")
+        self.wait_node(hosts, "h", c)
+        row = r"^HOLDER h %s holder=%s/%s label=%s token=- since=\d+$"
+        expect = [("shared held", a, r1, "reader-1"), ("shared held", a, r2, "-"),
+                  ("shared held", b, r3, "reader-3"), ("exclusive queued", c, w, "-")]
+        for d in (a, b, c):
+            rows = holders(d, "h*")
+            self.assertEqual(len(rows), 4, rows)
+            for line, (state, dd, cl, label) in zip(rows, expect):
+                self.assertRegex(line, row % (state, re.escape(dd.daemon_id),
+                                              re.escape(cl.local), label))
+        # A semaphore's holders through two daemons, and its queue.
+        s1 = take(a, "LOCK s 5000 limit=2")
+        s2 = take(b, "LOCK s 5000 limit=2")
+        s3 = self.client(c)
+        s3.send("LOCK s limit=2\n")
+        queued(c, s3, "s")
+        self.wait_node(hosts, "s", c)
+        rows = holders(b, "s")
+        self.assertEqual([r.split()[2:4] for r in rows],
+                         [["limit=2", "held"], ["limit=2", "held"], ["limit=2", "queued"]], rows)
+        self.assertIn(s3.local, rows[2])
+        # Released and idle nodes are nobody's: not listed.
+        for cl, name in ((r1, "h"), (r2, "h"), (r3, "h"), (s1, "s"), (s2, "s")):
+            self.assertEqual(cl.request("UNLOCK " + name), "OK " + name)
+        w.expect_match(r"OK h %s" % TOKEN)
+        s3.expect_match(r"OK s %s" % TOKEN)
+        self.assertEqual(w.request("UNLOCK h"), "OK h")
+        self.assertEqual(s3.request("UNLOCK s"), "OK s")
+        for d in (a, b, c):
+            self.assertEqual(holders(d, "*"), [])
+        self.assertEqual(holders(a, "nothing-*"), [])
+
+    def test_watch_follows_every_daemon(self):
+        """WATCH through B sees grants, local handoffs, releases, a lease's
+        end and a killed daemon's holds going, whichever daemon they are on;
+        one ZooKeeper watch per name per daemon."""
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A", extra="keep_idle_ms = 0\n")
+        b = self.start_daemon(hosts, "B")
+        w = self.client(b, timeout=scaled(SESSION_MS / 1000.0 + 20))
+
+        def event(state):
+            # The next EVENT for wt; a read in flight may show a state once
+            # more, so lines equal to the one before are skipped.
+            while True:
+                line = w.line()
+                if line != event.last:
+                    event.last = line
+                    self.assertRegex(line, r"^EVENT wt %s$" % state)
+                    return line
+        event.last = None
+        holder = r"held - holders=1 label=%s holder=%s/%s mode=exclusive"
+        w.send("WATCH wt\n")
+        w.expect("OK wt")
+        event("free")
+        h1, h2 = self.client(a), self.client(a)
+        self.assertEqual(h1.request("CLIENT leader-1"), "OK")
+        self.assertEqual(h2.request("CLIENT leader-2"), "OK")
+        self.assertRegex(h1.request("LOCK wt"), r"^OK wt \d+$")
+        event(holder % ("leader-1", re.escape(a.daemon_id), re.escape(h1.local)))
+        h2.send("LOCK wt\n")
+        queued(a, h2, "wt")
+        self.assertEqual(h1.request("UNLOCK wt"), "OK wt")  # a local handoff on A
+        h2.expect_match(r"OK wt %s" % TOKEN)
+        event(holder % ("leader-2", re.escape(a.daemon_id), re.escape(h2.local)))
+        self.assertEqual(h2.request("UNLOCK wt"), "OK wt")
+        event("free")
+        # A lease through A ends by itself.
+        self.assertRegex(h1.request("LOCK wt 1000 ttl=300"), r"^OK wt \d+$")
+        event(r"held - holders=1 label=leader-1 holder=\S+ mode=exclusive")
+        event("free")
+        # Shared holders across daemons.
+        r1 = self.client(b)
+        self.assertRegex(r1.request("LOCK wt shared"), r"^OK wt \d+$")
+        event(r"held - holders=1 label=- holder=%s/%s mode=shared"
+              % (re.escape(b.daemon_id), re.escape(r1.local)))
+        self.assertRegex(h1.request("LOCK wt shared"), r"^OK wt \d+$")
+        event(r"held - holders=2 label=- holder=%s/%s mode=shared"
+              % (re.escape(b.daemon_id), re.escape(r1.local)))
+        self.assertEqual(r1.request("UNLOCK wt"), "OK wt")
+        event(r"held - holders=1 label=leader-1 holder=%s/%s mode=shared"
+              % (re.escape(a.daemon_id), re.escape(h1.local)))
+        # A's daemon dies holding it: free once its session has expired.
+        a.killed = True
+        a.send_signal(signal.SIGKILL)
+        self.assertEqual(a.wait_exit(), -signal.SIGKILL)
+        event("free")
+        self.assertEqual(stats(b)["cmd_watch"], "1")
+
+    def test_break_through_the_holding_daemon(self):
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A")
+        b = self.start_daemon(hosts, "B")
+        h = self.client(a)
+        t = int(h.request("LOCK br").split()[2])
+        w = self.client(b)
+        w.send("LOCK br\n")
+        queued(b, w, "br")
+        self.wait_node(hosts, "br", b)
+        op_b, op_a = self.client(b), self.client(a)
+        # Held through A: B cannot break it, and says where it is broken.
+        self.assertRegex(op_b.request("BREAK br"), r"^ERR NOT_HELD no hold of br through "
+                         r"this daemon \(a hold through another daemon is broken there")
+        self.assertTrue(w.silent())
+        self.assertEqual(op_a.request("BREAK br"), "OK br")
+        self.assertEqual(h.line(), "LOST br %d broken" % t)
+        tw = int(w.expect_match(r"OK br %s" % TOKEN).group(1))
+        self.assertGreater(tw, t)
+        self.assertEqual(stats(a)["locks_broken"], "1")
+        # A lease through A, broken there: its node goes.
+        t2 = int(h.request("LOCK brl ttl=60000").split()[2])
+        self.assertEqual(op_a.request("BREAK brl %d" % t2), "OK brl")
+        self.wait_node(hosts, "brl", a, count=0)
+        self.assertRegex(self.client(b).request("TRYLOCK brl"), r"^OK brl \d+$")
+        self.assertEqual(w.request("UNLOCK br"), "OK br")
 
     def test_semaphore_bound_under_churn(self):
         hosts = self.zk.connect_string
@@ -1602,6 +1743,77 @@ class HandoffTest(DistributedBase):
         self.wait_zk(lambda: re.match(want, q.request("STATUS ho")), scaled(10.0),
                      "B's STATUS to name the new holder")
         self.assertEqual(h2.request("UNLOCK ho"), "OK ho")
+        self.wait_no_nodes(hosts)
+
+
+@dump_on_failure
+class SetTest(DistributedBase):
+    """LOCK a,b,c through several daemons (PROTOCOL.md, "Sets of locks"):
+    names taken one by one in name order, so sets that overlap cannot
+    deadlock, whichever daemon each client uses."""
+
+    def check_overlapping_sets(self, extra):
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A", extra=extra)
+        b = self.start_daemon(hosts, "B", extra=extra)
+        clients = [self.client(a), self.client(b), self.client(a), self.client(b)]
+        rounds = 40
+        sets = [["s-a", "s-b"], ["s-b", "s-a"], ["s-b", "s-c", "s-a"], ["s-c", "s-b"]]
+        tokens = contend_sets(clients, sets, rounds)
+        self.assertEqual([len(t) for t in tokens], [rounds] * 4)
+        # Tokens come in the order of the names asked for: by name, each
+        # client's tokens grow from grant to grant, and no two grants of a
+        # name share one.
+        by_name = {}
+        for names, toks in zip(sets, tokens):
+            for i, n in enumerate(names):
+                mine = [int(t[i]) for t in toks]
+                self.assertEqual(mine, sorted(set(mine)), n)
+                by_name.setdefault(n, []).extend(mine)
+        for n, toks in by_name.items():
+            self.assertEqual(len(toks), len(set(toks)), n)
+        for d in (a, b):
+            self.assertEqual(int(stats(d)["lost"]), 0, d.name)
+            self.assert_no_trouble(d)
+        self.wait_no_nodes(hosts)
+
+    def test_overlapping_sets_in_opposite_orders_through_two_daemons(self):
+        self.check_overlapping_sets("")
+
+    def test_overlapping_sets_strict_fifo(self):
+        # Every grant through ZooKeeper's queue: no local handoff.
+        self.check_overlapping_sets(STRICT_FIFO)
+
+    def test_tokens_in_order_and_one_grant_per_name(self):
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A")
+        b = self.start_daemon(hosts, "B")
+        c, q = self.client(a), self.client(b)
+        c.send("LOCK t-z,t-a\n")
+        m = c.expect_match(r"OK t-z,t-a %s,%s" % (TOKEN, TOKEN))
+        tz, ta = int(m.group(1)), int(m.group(2))
+        self.assertEqual(c.request("CHECK t-z").split()[2], str(tz))
+        self.assertEqual(c.request("CHECK t-a").split()[2], str(ta))
+        self.wait_node(hosts, "t-z", a)
+        self.wait_node(hosts, "t-a", a)
+        self.assertEqual(q.request("TRYLOCK t-a,t-q"), "BUSY t-a,t-q")
+        self.assertEqual(c.request("UNLOCK t-a,t-z"), "OK t-a,t-z")
+        self.wait_no_nodes(hosts)
+
+    def test_timeout_through_another_daemon_releases_what_was_taken(self):
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A")
+        b = self.start_daemon(hosts, "B")
+        holder, c = self.client(b), self.client(a)
+        self.assertRegex(holder.request("LOCK w-b"), r"^OK w-b \d+$")
+        c.send("LOCK w-c,w-b,w-a 300\n")
+        queued(a, c, "w-b")
+        self.wait_node(hosts, "w-a", a)          # w-a (first in order) is held meanwhile
+        self.assertEqual(holder.request("TRYLOCK w-a"), "BUSY w-a")
+        c.expect("TIMEOUT w-c,w-b,w-a")
+        self.wait_node(hosts, "w-a", a, count=0)  # released, as an UNLOCK would be
+        self.assertRegex(holder.request("TRYLOCK w-a,w-c"), r"^OK w-a,w-c \d+,\d+$")
+        self.assertEqual(holder.request("UNLOCK w-a,w-b,w-c"), "OK w-a,w-b,w-c")
         self.wait_no_nodes(hosts)
 
 

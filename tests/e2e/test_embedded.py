@@ -29,7 +29,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lbharness  # noqa: E402
 from lbharness import Daemon, TIMEOUT, START_TIMEOUT, STOP_TIMEOUT, check_failure_exit, \
-    run_daemon, scaled  # noqa: E402
+    contend_sets, run_daemon, scaled  # noqa: E402
 
 # The daemon's exact error lines (from proto/proto.c, daemon/conn.c, daemon/server.c).
 ERR_BAD_COMMAND = "ERR BAD_COMMAND unknown command"
@@ -414,6 +414,187 @@ class EndOfInputTests(SharedDaemonCase):
         holder.send("UNLOCK %s\n" % n)
         holder.expect("OK %s" % n)
         self.assert_free(n)                     # nothing was left queued
+
+
+class SetTests(SharedDaemonCase):
+    """LOCK, TRYLOCK and UNLOCK of a set of names (PROTOCOL.md, "Sets of locks")."""
+
+    def names(self, *suffixes):
+        return [self.name(s) for s in suffixes]
+
+    def token_of(self, name):
+        with self.d.client() as c:
+            c.send("STATUS %s\n" % name)
+            m = c.expect_match(r"STATUS %s held .* token=(\d+) .*" % re.escape(name))
+            return int(m.group(1))
+
+    def test_granted_with_tokens_in_the_order_given(self):
+        c = self.connect()
+        n = self.names("c", "a", "b")
+        c.send("LOCK %s\n" % ",".join(n))
+        m = c.expect_match(r"OK %s (\d+),(\d+),(\d+)" % re.escape(",".join(n)))
+        toks = [self.check_token(t) for t in m.groups()]
+        self.assertEqual(toks, [self.token_of(x) for x in n])
+        # Each is an ordinary hold: one name can be checked and released alone.
+        c.send("CHECK %s\n" % n[1])
+        c.expect_match(r"OK %s %d \d+" % (n[1], toks[1]))
+        self.unlock(c, n[1])
+        self.assert_free(n[1])
+        c.send("UNLOCK %s,%s\n" % (n[2], n[0]))
+        c.expect("OK %s,%s" % (n[2], n[0]))
+        for x in n:
+            self.assert_free(x)
+
+    def test_taken_in_name_order_and_granted_when_all_are_held(self):
+        holder, c = self.connect(), self.connect()
+        a, b, z = self.names("a", "b", "z")
+        self.lock(holder, b)
+        c.send("LOCK %s,%s,%s\n" % (z, b, a))
+        self.d.wait_queued(c, b)
+        # a (before b in order) is held meanwhile; z (after) not yet asked for.
+        self.assert_busy(a)
+        self.assert_free(z)
+        self.assertTrue(c.silent(), "answered before every name was held")
+        self.unlock(holder, b)
+        c.expect_match(r"OK %s,%s,%s \d+,\d+,\d+" % (z, b, a))
+        self.assert_busy(z)
+
+    def test_timeout_releases_what_was_taken(self):
+        holder, c = self.connect(), self.connect()
+        a, b, z = self.names("a", "b", "z")
+        self.lock(holder, b)
+        c.send("LOCK %s,%s,%s 200\n" % (a, b, z))
+        c.expect("TIMEOUT %s,%s,%s" % (a, b, z))
+        self.assert_free(a)
+        self.assert_free(z)
+        self.ping(c)
+        self.unlock(holder, b)
+        self.assert_free(b)
+
+    def test_one_deadline_for_the_whole_set(self):
+        # The wait-ms of 0 covers every name: none may be waited for.
+        holder, c = self.connect(), self.connect()
+        a, b = self.names("a", "b")
+        self.lock(holder, b)
+        c.send("LOCK %s,%s 0\n" % (a, b))
+        c.expect("TIMEOUT %s,%s" % (a, b))
+        self.assert_free(a)
+
+    def test_trylock_busy_releases_what_was_taken(self):
+        holder, c = self.connect(), self.connect()
+        a, b, z = self.names("a", "b", "z")
+        self.lock(holder, z)
+        c.send("TRYLOCK %s,%s,%s\n" % (b, z, a))
+        c.expect("BUSY %s,%s,%s" % (b, z, a))
+        self.assert_free(a)
+        self.assert_free(b)
+        self.unlock(holder, z)
+        c.send("TRYLOCK %s,%s,%s\n" % (b, z, a))
+        c.expect_match(r"OK %s,%s,%s \d+,\d+,\d+" % (b, z, a))
+
+    def test_unlock_all_or_nothing(self):
+        c = self.connect()
+        a, b, z = self.names("a", "b", "z")
+        c.send("LOCK %s,%s\n" % (a, b))
+        c.expect_match(r"OK %s,%s \d+,\d+" % (a, b))
+        c.send("UNLOCK %s,%s,%s\n" % (a, z, b))
+        c.expect("ERR NOT_HELD this connection does not hold %s; nothing was released" % z)
+        self.assert_busy(a)
+        self.assert_busy(b)
+        c.send("UNLOCK %s,%s\n" % (b, a))
+        c.expect("OK %s,%s" % (b, a))
+        self.assert_free(a)
+        self.assert_free(b)
+
+    def test_options_apply_to_every_name(self):
+        x, y = self.connect(), self.connect()
+        a, b = self.names("a", "b")
+        for c in (x, y):
+            c.send("LOCK %s,%s shared\n" % (a, b))
+            c.expect_match(r"OK %s,%s \d+,\d+" % (a, b))
+        self.assert_busy(a)
+        with self.d.client() as c:
+            c.send("STATUS %s\n" % b)
+            c.expect_match(r"STATUS %s held .* mode=shared holders=2" % b)
+        # A set asking with limit= meets CONFLICT at its first name.
+        z = self.connect()
+        z.send("LOCK %s,%s 100 limit=2\n" % (a, b))
+        z.expect(ERR_CONFLICT_LOCK)
+
+    def test_bad_sets(self):
+        c = self.connect()
+        a, b = self.names("a", "b")
+        for line, reply in (
+                ("LOCK %s,%s,%s" % (a, b, a), "ERR BAD_ARGS a name is given twice in the set"),
+                ("LOCK %s,,%s" % (a, b), "ERR BAD_ARGS a set of names has no empty element"),
+                ("TRYLOCK %s," % a, "ERR BAD_ARGS a set of names has no empty element"),
+                ("LOCK %s,%s ttl=1000" % (a, b),
+                 "ERR BAD_ARGS a set of locks cannot be a lease (ttl=)"),
+                ("UNLOCK %s,%s 1" % (a, b), "ERR BAD_ARGS UNLOCK of a set takes no token"),
+                ("LOCK " + ",".join("n%d" % i for i in range(17)),
+                 "ERR BAD_ARGS a set has at most 16 names"),
+                ("LOCK %s,a/b" % a, ERR_BAD_NAME),
+                ("STATUS %s,%s" % (a, b), ERR_BAD_NAME),
+                ("CHECK %s,%s" % (a, b), ERR_BAD_NAME)):
+            with self.subTest(line=line):
+                c.send(line + "\n")
+                c.expect(reply)
+        self.assert_free(a)
+        self.ping(c)
+
+    def test_sixteen_names(self):
+        c = self.connect()
+        n = ["%s-%d" % (self.name(), i) for i in range(16)]
+        c.send("TRYLOCK %s\n" % ",".join(n))
+        m = c.expect_match(r"OK %s ((?:\d+,){15}\d+)" % re.escape(",".join(n)))
+        self.assertEqual(len(set(m.group(1).split(","))), 16)
+        c.send("UNLOCK %s\n" % ",".join(reversed(n)))
+        c.expect("OK %s" % ",".join(reversed(n)))
+
+    def test_end_of_input_ends_the_wait_and_releases(self):
+        holder, c = self.connect(), self.connect()
+        a, b = self.names("a", "b")
+        self.lock(holder, b)
+        c.send("LOCK %s,%s 60000\n" % (b, a))
+        self.d.wait_queued(c, b)
+        c.shutdown_write()
+        c.expect("TIMEOUT %s,%s" % (b, a))
+        c.expect_eof()
+        self.assert_free(a)
+        self.unlock(holder, b)
+        self.assert_free(b)
+
+    def test_close_while_waiting_releases(self):
+        holder, c = self.connect(), self.connect()
+        a, b = self.names("a", "b")
+        self.lock(holder, b)
+        c.send("LOCK %s,%s\n" % (a, b))
+        self.d.wait_queued(c, b)
+        self.assert_busy(a)
+        c.close()
+        self.d.wait_closed(c)
+        self.assert_free(a)
+        self.unlock(holder, b)
+        self.assert_free(b)
+
+    def test_requests_behind_a_set_wait_their_turn(self):
+        holder, c = self.connect(), self.connect()
+        a, b = self.names("a", "b")
+        self.lock(holder, b)
+        c.send("LOCK %s,%s\nPING\n" % (a, b))
+        self.d.wait_queued(c, b)
+        self.assertTrue(c.silent())
+        self.unlock(holder, b)
+        c.expect_match(r"OK %s,%s \d+,\d+" % (a, b))
+        c.expect("PONG")
+
+    def test_overlapping_sets_in_opposite_orders_never_deadlock(self):
+        a, b, z = self.names("a", "b", "z")
+        tokens = contend_sets([self.connect() for _ in range(3)],
+                              [[a, b], [b, a], [z, b, a]], 200)
+        self.assertEqual([len(t) for t in tokens], [200, 200, 200])
+        for x in (a, b, z):
+            self.assert_free(x)
 
 
 class WaitTests(SharedDaemonCase):
@@ -850,7 +1031,7 @@ class ErrorTests(SharedDaemonCase):
     def test_bad_name(self):
         c = self.connect()
         bad = [b"x" * 201, b".", b"..", b"/", b"a/b", b"../etc", b"caf\xc3\xa9", b"\xff",
-               b"a\x00b", b"\x00", b"a*b", b"a#b", b"a+b", b"a=b", b"a,b", b"a\\b",
+               b"a\x00b", b"\x00", b"a*b", b"a#b", b"a+b", b"a=b", b"a,b/c", b"a\\b",
                b"a\x7fb", b"a\x01b", b"a~b", b"a!b", b"a$b", b'"a"', b"a%b", b"[a]"]
         for name in bad:
             for cmd in (b"LOCK ", b"TRYLOCK ", b"UNLOCK "):
@@ -1093,6 +1274,31 @@ class LimitTests(Case):
         c.expect_eof()
 
 
+    def test_set_counts_every_name(self):
+        a = self.connect()
+        n = [self.name(str(i)) for i in range(4)]
+        limit = ERR_LIMIT_LOCKS % 3
+        a.send("LOCK %s\n" % ",".join(n))      # 4 > 3: refused before anything is taken
+        a.expect(limit)
+        for name in n:
+            self.assert_free(name)
+        self.lock(a, n[0])
+        a.send("LOCK %s,%s,%s\n" % (n[1], n[2], n[3]))  # 1 + 3 > 3
+        a.expect(limit)
+        for name in n[1:]:
+            self.assert_free(name)
+        # A name held already is taken again re-entrantly: not one more.
+        a.send("LOCK %s,%s,%s\n" % (n[2], n[0], n[1]))
+        a.expect_match(r"OK %s,%s,%s \d+,\d+,\d+" % (n[2], n[0], n[1]))
+
+    def test_set_must_fit_the_line(self):
+        c = self.connect()
+        names = ",".join("%s-%03d" % ("x" * 60, i) for i in range(5))   # 5 x 64 bytes
+        c.send("LOCK %s\n" % names)
+        c.expect(ERR_LINE_TOO_LONG % 300)
+        c.expect_eof()
+
+
 class MaxClientsTests(Case):
 
     def test_max_clients(self):
@@ -1244,8 +1450,9 @@ class AdminTests(Case):
         lines = read_block(c)
         words = [re.match(r"HELP (\S+)", l).group(1) for l in lines]
         self.assertEqual(words, ["LOCK", "TRYLOCK", "UNLOCK", "RENEW", "CHECK", "PING", "QUIT",
-                                 "STATUS", "LOCKS", "CLIENT", "STATS", "HELP", "AUTH"])
-        self.assertIn("HELP LOCK <name> [<wait-ms>] [shared|limit=<n>] [ttl=<ms>] "
+                                 "STATUS", "LOCKS", "HOLDERS", "BREAK", "WATCH", "UNWATCH",
+                                 "CLIENT", "STATS", "HELP", "AUTH"])
+        self.assertIn("HELP LOCK <name>[,<name>...] [<wait-ms>] [shared|limit=<n>] [ttl=<ms>] "
                       "[delay=<ms>] - ", lines[0])
         self.ping(c)                                  # still usable, in order
 
@@ -1324,6 +1531,137 @@ class AdminTests(Case):
         q.expect("OK")
         q.send("LOCKS a/b\n")
         self.assertRegex(q.line(), r"^ERR BAD_ARGS a pattern is ")
+
+    def test_holders_lists_every_holder_and_waiter(self):
+        n = self.name()
+        r1, r2, w, q = self.connect(), self.connect(), self.connect(), self.connect()
+        r1.send("CLIENT reader-1\n")
+        r1.expect("OK")
+        def take(c, name, opts):
+            c.send("LOCK %s %s\n" % (name, opts))
+            return self.granted(c, name)
+        t1 = take(r1, n, "shared")
+        t2 = take(r2, n, "shared")
+        self.queue(w, n)
+        # HOLDERS: every hold of a shared lock, then its queue, by name, then END.
+        q.send("HOLDERS %s*\n" % n)
+        rows = read_block(q)
+        holder = r"HOLDER %s %%s holder=%s/%%s label=%%s token=%%s since=\d+$" % (
+            n, re.escape(self.daemon_id))
+        self.assertEqual(len(rows), 3, rows)
+        self.assertRegex(rows[0], holder % ("shared held", re.escape(r1.local), "reader-1", t1))
+        self.assertRegex(rows[1], holder % ("shared held", re.escape(r2.local), "-", t2))
+        self.assertRegex(rows[2], holder % ("exclusive queued", re.escape(w.local), "-", "-"))
+        # A semaphore's holders, and a lease's time left.
+        s = n + "-s"
+        ts = [take(self.connect(), s, "limit=2") for _ in range(2)]
+        q.send("LOCK %s 1000 limit=2 ttl=60000\n" % (n + "-l"))
+        tl = int(q.expect_match(r"OK %s-l (\d+)" % n).group(1))
+        q.send("HOLDERS %s-?\n" % n)
+        rows = read_block(q)
+        self.assertEqual(len(rows), 3, rows)
+        self.assertRegex(rows[0], r"^HOLDER %s-l limit=2 held holder=%s/lease:\S+ label=- "
+                         r"token=%d since=\d+ lease=\d+$" % (n, re.escape(self.daemon_id), tl))
+        for row, t in zip(rows[1:], ts):
+            self.assertRegex(row, r"^HOLDER %s limit=2 held .* token=%d since=\d+$" % (s, t))
+        q.send("HOLDERS %s-nothing-*\n" % n)
+        self.assertEqual(q.line(), "END")
+        q.send("HOLDERS a/b\n")
+        self.assertRegex(q.line(), r"^ERR BAD_ARGS a pattern is ")
+        self.ping(q)
+
+    def test_watch_pushes_each_change(self):
+        n = self.name()
+        w, a, b = self.connect(), self.connect(), self.connect()
+        w.send("WATCH %s\n" % n)
+        w.expect("OK %s" % n)
+        w.expect("EVENT %s free" % n)               # the state at once
+        a.send("CLIENT job-a\n")
+        a.expect("OK")
+        ta = self.lock(a, n)
+        holder = "holder=%s/%%s mode=%%s" % re.escape(self.daemon_id)
+        w.expect_match(r"EVENT %s held %d holders=1 label=job-a %s$"
+                       % (n, ta, holder % (re.escape(a.local), "exclusive")))
+        self.queue(b, n)
+        self.unlock(a, n)                             # handed on: one event, not free first
+        tb = self.granted(b, n)
+        w.expect_match(r"EVENT %s held %d holders=1 label=- %s$"
+                       % (n, tb, holder % (re.escape(b.local), "exclusive")))
+        b.close()                                     # the holder goes
+        w.expect("EVENT %s free" % n)
+        # A lease's end is a change too.
+        a.send("LOCK %s 1000 ttl=200\n" % n)
+        tl = self.granted(a, n)
+        w.expect_match(r"EVENT %s held %d holders=1 label=job-a holder=\S+/lease:\S+ "
+                       r"mode=exclusive$" % (n, tl))
+        w.expect("EVENT %s free" % n)
+        # UNWATCH: no more events; watching twice is watching once.
+        w.send("WATCH %s\nUNWATCH %s\n" % (n, n))
+        w.expect("OK %s" % n)
+        w.expect("OK %s" % n)
+        self.lock(a, n)
+        self.ping(w)                                  # nothing came before PONG
+        self.assertTrue(w.silent())
+
+    def test_break_ends_others_holds(self):
+        n = self.name()
+        h, w, op = self.connect(), self.connect(), self.connect()
+        th = self.lock(h, n)
+        self.queue(w, n)
+        op.send("BREAK %s\n" % n)
+        op.expect("OK %s" % n)
+        h.expect("LOST %s %d broken" % (n, th))        # the holder is told
+        tw = self.granted(w, n)                         # the next one goes on
+        self.assertGreater(tw, th)
+        h.send("UNLOCK %s\n" % n)
+        h.expect_match(r"ERR NOT_HELD .*")
+        # With a token: only that hold; a wrong token breaks nothing.
+        op.send("BREAK %s %d\n" % (n, th))
+        op.expect_match(r"ERR NOT_HELD no hold of %s with that token through this daemon .*"
+                        % re.escape(n))
+        op.send("BREAK %s %d\n" % (n, tw))
+        op.expect("OK %s" % n)
+        w.expect("LOST %s %d broken" % (n, tw))
+        # A lease, and a hold kept for its lock-delay, can be broken too.
+        h.send("LOCK %s-l ttl=60000\n" % n)
+        tl = self.granted(h, n + "-l")
+        op.send("BREAK %s-l %d\n" % (n, tl))
+        op.expect("OK %s-l" % n)
+        self.assert_free(n + "-l")
+        g = self.connect()
+        g.send("LOCK %s-d delay=60000\n" % n)
+        self.granted(g, n + "-d")
+        g.close()
+        self.d.wait_log(r"lock %s-d: \S+ ended without a release" % re.escape(n))
+        self.assert_busy(n + "-d")
+        op.send("BREAK %s-d\n" % n)
+        op.expect("OK %s-d" % n)
+        self.assert_free(n + "-d")
+        op.send("BREAK %s-none\n" % n)
+        op.expect_match(r"ERR NOT_HELD no hold of %s-none through this daemon .*"
+                        % re.escape(n))
+        st = stat_map(op)
+        self.assertEqual((st["locks_broken"], st["cmd_break"]), ("4", "6"))
+
+    def test_watch_limits_and_errors(self):
+        n = self.name()
+        w = self.connect()
+        w.send("".join("WATCH %s-%d\n" % (n, i) for i in range(100)))
+        lines = [w.line() for _ in range(200)]       # replies in order, events among them
+        self.assertEqual([l for l in lines if l.startswith("OK ")],
+                         ["OK %s-%d" % (n, i) for i in range(100)])
+        self.assertEqual(sorted(l for l in lines if l.startswith("EVENT ")),
+                         sorted("EVENT %s-%d free" % (n, i) for i in range(100)))
+        w.send("WATCH %s-x\n" % n)
+        w.expect("ERR LIMIT a connection watches at most 100 locks")
+        for bad, err in (("WATCH", "BAD_ARGS"), ("WATCH a*", "BAD_NAME"),
+                         ("UNWATCH a b", "BAD_ARGS")):
+            w.send(bad + "\n")
+            self.assertRegex(w.line(), r"^ERR %s " % err, bad)
+        w.send("UNWATCH %s-0\nWATCH %s-x\n" % (n, n))
+        w.expect("OK %s-0" % n)
+        w.expect("OK %s-x" % n)
+        w.expect("EVENT %s-x free" % n)
 
     def test_status_errors(self):
         c = self.connect()

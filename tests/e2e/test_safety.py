@@ -13,6 +13,7 @@ The distributed tests share test_distributed.py's harness and are skipped
 import calendar
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -288,7 +289,11 @@ class DistributedSafetyTests(td.DistributedBase):
         a = self.start_daemon(hosts, "A", extra="lease_skew_ms = 0\n")
         b = self.start_daemon(hosts, "B", extra="lease_skew_ms = 0\n")
         taker = self.client(a)
-        taker.request("LOCK ld ttl=300 delay=1500")
+        self.assertRegex(taker.request("LOCK ld ttl=1000 delay=1500"), r"^OK ld \d+$")
+        # The lease node replaces the request's ephemeral node, which goes
+        # after the grant: wait for the lease node alone.
+        self.wait_zk(lambda: len(td.lock_nodes(hosts, self.root).get("ld", [])) == 1,
+                     scaled(10.0), "the lease node alone")
         kids = td.lock_nodes(hosts, self.root)["ld"]
         self.assertEqual(len(kids), 1)
         self.assertIn(".lease.d1500-", kids[0])
@@ -302,6 +307,53 @@ class DistributedSafetyTests(td.DistributedBase):
         self.assertGreaterEqual(time.time() * 1000, deadline + 1500)
         self.assertEqual(waiter.request("UNLOCK ld"), "OK ld")
         self.wait_no_nodes(hosts)
+
+    def test_elect_fails_over_when_the_leaders_daemon_dies(self):
+        # Two candidates through two daemons and an observer: when the
+        # leader's daemon is killed, the leader's command is ended, the
+        # other candidate leads once the session has expired, and observe
+        # prints its label.
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A")
+        b = self.start_daemon(hosts, "B")
+        limit = scaled((td.SESSION_MS + td.MARGIN_MS) / 1000.0 + 20)
+
+        def lb(d, *args, stdin=subprocess.DEVNULL):
+            p = subprocess.Popen([LOCKBROKER, "-H", d.listen_addr] + list(args),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 stdin=stdin, start_new_session=True)
+            self.addCleanup(lambda: p.poll() is not None or p.kill())
+            return p
+
+        def line(p):
+            if not select.select([p.stdout], [], [], limit)[0]:
+                p.kill()
+                self.fail("%r printed nothing in %.0f s" % (p.args, limit))
+            return p.stdout.readline().decode().rstrip("\n")
+
+        obs = lb(b, "observe", "el")
+        self.assertEqual(line(obs), "-")
+        lead = "import time; print('leading', flush=True); time.sleep(600)"
+        leader = lb(a, "elect", "--label", "leader-a", "el", "--", sys.executable, "-c", lead)
+        self.assertEqual(line(leader), "leading")
+        self.assertEqual(line(obs), "leader-a")
+        follower = lb(b, "elect", "--label", "leader-b", "el", "--", sys.executable, "-c",
+                      "import sys; print('leading', flush=True); sys.stdin.readline()",
+                      stdin=subprocess.PIPE)
+        self.wait_node(hosts, "el", b)
+        a.killed = True
+        a.send_signal(signal.SIGKILL)
+        self.assertEqual(a.wait_exit(), -signal.SIGKILL)
+        # The old leader's command is ended: the connection to its daemon is gone.
+        self.assertEqual(leader.wait(limit), 120)
+        self.assertEqual(line(follower), "leading")
+        seen = [line(obs)]
+        while seen[-1] != "leader-b":
+            self.assertEqual(seen[-1], "-", seen)   # nobody leads between the two
+            seen.append(line(obs))
+        follower.communicate(b"step down\n", timeout=limit)
+        self.assertEqual(follower.returncode, 0)
+        self.assertEqual(line(obs), "-")
 
     def test_run_ends_its_command_before_another_daemon_grants_the_name(self):
         # `lockbroker run` through A, whose command ignores SIGTERM and

@@ -7,7 +7,7 @@
  * behaviour", every result is checked against what proto.h promises, and
  * the same line with a CR, or with spaces around it, must parse the same.
  * Every reply the daemon builds from a parsed request must fit in
- * PROTO_REPLY_MAX and be exactly one line.
+ * PROTO_REPLY_MAX (PROTO_SET_REPLY_MAX for a set's) and be exactly one line.
  */
 #define _GNU_SOURCE         /* memfd_create() in fuzz_check.h */
 #include "proto.h"
@@ -32,9 +32,10 @@ static int is_blank(const char *s, size_t len)
 }
 
 /* A reply: exactly `len` bytes, NUL-terminated, one LF, at the end. */
-static void check_reply(const char *buf, int len)
+#define check_reply(buf, len) check_reply_max(buf, len, PROTO_REPLY_MAX)
+static void check_reply_max(const char *buf, int len, int max)
 {
-    CHECK(len > 0 && len < PROTO_REPLY_MAX);
+    CHECK(len > 0 && len < max);
     CHECK(buf[len] == '\0' && buf[len - 1] == '\n');
     CHECK(memchr(buf, '\n', (size_t)len) == buf + len - 1);
 }
@@ -72,21 +73,59 @@ static void check_name_replies(const struct proto_req *req)
     check_reply(buf, n);
 }
 
+/* A set (LOCK, TRYLOCK, UNLOCK a,b,c): 2..PROTO_SET_MAX distinct valid names
+ * that, joined by commas, are the list as given; no lease, no token; its
+ * replies fit PROTO_SET_REPLY_MAX. */
+static void check_set(const struct proto_req *req, const char *line, size_t len)
+{
+    static char buf[PROTO_SET_REPLY_MAX];
+    uint64_t tokens[PROTO_SET_MAX];
+    const char *p = req->name;
+
+    CHECK(req->nnames >= 2 && req->nnames <= PROTO_SET_MAX);
+    CHECK(req->ttl_ms == 0 && !req->has_token);
+    for (unsigned i = 0; i < req->nnames; i++) {
+        const struct proto_name *n = &req->names[i];
+
+        CHECK(within(n->p, n->len, line, len) && proto_name_valid(n->p, n->len));
+        CHECK(n->p == p && (i + 1 == req->nnames ? n->p + n->len == req->name + req->name_len
+                                                  : n->p[n->len] == ','));
+        p = n->p + n->len + 1;
+        for (unsigned j = 0; j < i; j++)
+            CHECK(n->len != req->names[j].len || memcmp(n->p, req->names[j].p, n->len) != 0);
+        tokens[i] = UINT64_MAX;
+    }
+    check_reply_max(buf, proto_fmt_granted_set(buf, sizeof(buf), req->name, req->name_len,
+                                               tokens, req->nnames), PROTO_SET_REPLY_MAX);
+    check_reply_max(buf, proto_fmt_word_name(buf, sizeof(buf), "TIMEOUT", req->name,
+                                             req->name_len), PROTO_SET_REPLY_MAX);
+}
+
 static void check_request(const struct proto_req *req, const char *line, size_t len)
 {
     enum proto_cmd cmd = req->cmd;
     int takes_name = cmd == PROTO_CMD_LOCK || cmd == PROTO_CMD_TRYLOCK ||
                      cmd == PROTO_CMD_UNLOCK || cmd == PROTO_CMD_RENEW ||
-                     cmd == PROTO_CMD_STATUS || cmd == PROTO_CMD_CHECK;
+                     cmd == PROTO_CMD_STATUS || cmd == PROTO_CMD_CHECK ||
+                     cmd == PROTO_CMD_WATCH || cmd == PROTO_CMD_UNWATCH ||
+                     cmd == PROTO_CMD_BREAK;
     int takes_options = cmd == PROTO_CMD_LOCK || cmd == PROTO_CMD_TRYLOCK;
     char buf[PROTO_REPLY_MAX];
 
     CHECK((unsigned)cmd < PROTO_CMD_COUNT);
-    if (takes_name) {
+    CHECK(req->nnames <= PROTO_SET_MAX);
+    CHECK(req->nnames == 0 || cmd == PROTO_CMD_LOCK || cmd == PROTO_CMD_TRYLOCK ||
+          cmd == PROTO_CMD_UNLOCK);
+    if (takes_name && req->nnames > 1) {
+        CHECK(req->name && within(req->name, req->name_len, line, len));
+        check_set(req, line, len);
+    } else if (takes_name) {
+        CHECK(req->nnames == 0 || (req->nnames == 1 && req->names[0].p == req->name &&
+                                   req->names[0].len == req->name_len));
         CHECK(req->name && within(req->name, req->name_len, line, len));
         CHECK(proto_name_valid(req->name, req->name_len));
         check_name_replies(req);
-    } else if (cmd == PROTO_CMD_LOCKS && req->name) {
+    } else if ((cmd == PROTO_CMD_LOCKS || cmd == PROTO_CMD_HOLDERS) && req->name) {
         CHECK(within(req->name, req->name_len, line, len));
         CHECK(req->name_len >= 1 && req->name_len <= PROTO_NAME_MAX);
         for (size_t i = 0; i < req->name_len; i++)
@@ -125,7 +164,7 @@ static void check_request(const struct proto_req *req, const char *line, size_t 
     if (cmd == PROTO_CMD_RENEW)
         CHECK(req->has_token && req->ttl_ms != 0);
     CHECK(!req->has_token || cmd == PROTO_CMD_UNLOCK || cmd == PROTO_CMD_RENEW ||
-          cmd == PROTO_CMD_CHECK);
+          cmd == PROTO_CMD_CHECK || cmd == PROTO_CMD_BREAK);
     CHECK(req->delay_ms == -1 || (takes_options && req->delay_ms >= 0 &&
                                   req->delay_ms <= PROTO_DELAY_MAX));
     CHECK(req->has_token || req->token == 0);
@@ -163,14 +202,17 @@ static void check_same(enum proto_parse_result ra, const struct proto_req *a,
     CHECK(a->password_len == 0 || memcmp(a->password, b->password, a->password_len) == 0);
     CHECK(a->wait_ms == b->wait_ms && a->mode == b->mode && a->limit == b->limit);
     CHECK(a->ttl_ms == b->ttl_ms && a->has_token == b->has_token && a->token == b->token);
-    CHECK(a->delay_ms == b->delay_ms);
+    CHECK(a->delay_ms == b->delay_ms && a->nnames == b->nnames);
+    for (unsigned i = 0; i < a->nnames; i++)
+        CHECK(a->names[i].len == b->names[i].len &&
+              memcmp(a->names[i].p, b->names[i].p, a->names[i].len) == 0);
 }
 
 /* The request written out plainly ("LOCK a 5 shared ttl=100") parses to the
  * same request: nothing the parser accepted was misread. */
 static void check_round_trip(const struct proto_req *req)
 {
-    char line[1024];
+    char line[PROTO_SET_REPLY_MAX + 1024];   /* a set's list and the rest */
     struct proto_req again;
     size_t n;
 
@@ -214,6 +256,8 @@ static void check_fmt_bounds(const char *data, size_t len)
         n = proto_fmt_word_name(buf, cap, "BUSY", data, len);
         CHECK(n == -1 || ((size_t)n < cap && buf[n] == '\0'));
         n = proto_fmt_granted(buf, cap, data, len, 42);
+        CHECK(n == -1 || ((size_t)n < cap && buf[n] == '\0'));
+        n = proto_fmt_granted_set(buf, cap, data, len, (const uint64_t[]){ 1, 42 }, 2);
         CHECK(n == -1 || ((size_t)n < cap && buf[n] == '\0'));
     }
     free(buf);

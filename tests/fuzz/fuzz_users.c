@@ -47,6 +47,7 @@ static void check_table(const struct users *u, const uint8_t *data, size_t size)
             snprintf(name, sizeof(name), "%.*s", (int)(stop - p), p);
             (void)user_may(user, name);
             (void)user_may(user, "deploy");
+            (void)user_may_break(user, name);
         }
         p = nl ? nl + 1 : end;
     }

@@ -40,12 +40,40 @@ test('lock, release, tokens go up, busy and timeout', { skip: !env.LB_ADDR }, as
   await c.close();
 });
 
+test('a set of locks: all or none, tokens in order, lost with any name', { skip: !env.LB_ADDR }, async () => {
+  const c = await lb.connect({ address: env.LB_ADDR, timeout: T });
+  const h = await c.lock(['n-s-c', 'n-s-a', 'n-s-b'], { wait: T });
+  assert.deepStrictEqual(h.names, ['n-s-c', 'n-s-a', 'n-s-b']);
+  assert.strictEqual(h.name, 'n-s-c,n-s-a,n-s-b');
+  assert.strictEqual(h.tokens.length, 3);
+  assert.deepStrictEqual(h.token, h.tokens);
+  for (let i = 0; i < 3; i++) {
+    assert.strictEqual((await c.status(h.names[i])).token, h.tokens[i]);
+  }
+  assert.ok(h.safeRemaining() > 0);                  // every name CHECKed
+  await rejectsWith(c.trylock(['n-s-x', 'n-s-b']), 'BUSY');
+  assert.strictEqual((await c.status('n-s-x')).state, 'free');   // none taken
+  await rejectsWith(c.lock(['n-s-a', 'n-s-y'], { wait: 50 }), 'TIMEOUT');
+  await rejectsWith(c.lock(['n-s-a', 'n-s-a']), 'BAD_NAME');
+  await h.release();
+  for (const n of h.names) assert.strictEqual((await c.status(n)).state, 'free');
+  // A LOST of any name, as the connection passes it on, loses the set.
+  const h2 = await c.lock(['n-s-b', 'n-s-a']);
+  const lost = once(h2, 'lost');
+  h2.conn.onLost('n-s-a', String(h2.tokens[1]), 'session-expired');
+  assert.deepStrictEqual(await lost, ['session-expired']);
+  await rejectsWith(h2.release(), 'NOT_HELD');
+  await c.close();
+});
+
 test('modes, conflict, bad names, locks', { skip: !env.LB_ADDR }, async () => {
   const c = await lb.connect({ address: env.LB_ADDR, timeout: T });
   const r1 = await c.lock('n-m', { shared: true });
   const r2 = await c.lock('n-m', { shared: true });
   assert.strictEqual((await c.status('n-m')).holders, 2);
   assert.deepStrictEqual((await c.locks('n-m*')).map((l) => l.name), ['n-m']);
+  assert.deepStrictEqual((await c.holders('n-m*')).map((h) => [h.name, h.mode, h.state]),
+    [['n-m', 'shared', 'held'], ['n-m', 'shared', 'held']]);
   await rejectsWith(c.trylock('n-m', { limit: 2 }), 'CONFLICT');
   await r1.release();
   await r2.release();

@@ -307,10 +307,16 @@ class _Conn:
 class Hold:
     """A lock held through a connection of its own. Use as a context manager
     (released on exit) or call release(). .token is the fencing token (int);
-    .lost turns true once the hold is known lost, with .lost_reason."""
+    .lost turns true once the hold is known lost, with .lost_reason.
+
+    A set (lock(["a", "b"])): .names and .tokens are lists, a token per name
+    in the order given, .token is that list too and .name is "a,b"; .lost
+    turns true when any of the names is lost (the set is then lost)."""
 
     def __init__(self, conn, name, token, mode, check=True, give_back=None):
-        self.name = name
+        self.names = name if isinstance(name, list) else [name]
+        self.tokens = token if isinstance(token, list) else [token]
+        self.name = ",".join(self.names)
         self._give_back = give_back   # takes the connection after a clean release
         self.token = token
         self.mode = mode
@@ -374,28 +380,37 @@ class Hold:
     def _on_line_lost(self, name, token, reason):
         if name is None:
             self._mark_lost(reason)
-        elif name == self.name and token == str(self.token):
-            self._mark_lost(reason)
+        elif (name, token) in zip(self.names, map(str, self.tokens)):
+            self._mark_lost(reason)     # of a set: any name's loss is the set's
 
     # -- jeopardy
     def _check(self):
-        """One CHECK: updates the window, or marks the hold lost."""
+        """One CHECK per name: updates the window (a set's is its least safe
+        name's), or marks the hold lost."""
         sent = time.monotonic()
         timeout = None if self._safe_until is None else max(0.0, self._safe_until - sent)
+        safe = None
+        for name, token in zip(self.names, self.tokens):
+            one = self._check_one(name, token, timeout)
+            if one is None or one <= 0:
+                return one
+            safe = one if safe is None else min(safe, one)
+        if self._safe_until is None or sent + safe > self._safe_until:
+            self._safe_until = sent + safe
+        return safe
+
+    def _check_one(self, name, token, timeout):
         try:
-            reply = self._conn.request("CHECK %s %d" % (self.name, self.token),
+            reply = self._conn.request("CHECK %s %d" % (name, token),
                                        timeout=timeout if timeout is not None
                                        else self._conn.timeout)
         except ConnectionLost as e:
             self._mark_lost("jeopardy: %s" % e if self._safe_until is not None else str(e))
             return None
         words = reply.split(" ")
-        if len(words) == 4 and words[0] == "OK" and words[1] == self.name and \
-                words[2] == str(self.token) and words[3].isdigit():
-            safe = int(words[3]) / 1000.0
-            if self._safe_until is None or sent + safe > self._safe_until:
-                self._safe_until = sent + safe
-            return safe
+        if len(words) == 4 and words[0] == "OK" and words[1] == name and \
+                words[2] == str(token) and words[3].isdigit():
+            return int(words[3]) / 1000.0
         if reply.startswith("ERR BAD_COMMAND"):
             return -1.0               # an older daemon: no jeopardy
         if reply.startswith("ERR NOT_HELD"):
@@ -463,7 +478,7 @@ class Hold:
                 raise
 
     def __repr__(self):
-        return "<Hold %s token=%d%s>" % (self.name, self.token, " lost" if self.lost else "")
+        return "<Hold %s token=%s%s>" % (self.name, self.token, " lost" if self.lost else "")
 
 
 class Lease:
@@ -642,7 +657,13 @@ class Client:
 
     # -- locks
     def _acquire(self, cmd, name, wait, shared, limit, delay, on_pending=None):
-        check_name(name)
+        multi = isinstance(name, (list, tuple))     # a set (PROTOCOL.md, Sets of locks)
+        names = list(name) if multi else [name]
+        for n in names:
+            check_name(n)
+        if multi and (not 1 <= len(names) <= 16 or len(set(names)) != len(names)):
+            raise BadName("a set is 1 to 16 distinct names: %r" % (name,))
+        name = ",".join(names)
         wait_ms = _ms(wait, "wait")
         words = [cmd, name]
         if cmd == "LOCK" and wait_ms is not None:
@@ -656,10 +677,13 @@ class Client:
                 self.timeout + (wait_ms or 0) / 1000.0
             reply = conn.request(" ".join(words), timeout=timeout)
             parts = reply.split(" ")
-            if len(parts) == 3 and parts[0] == "OK" and parts[1] == name and parts[2].isdigit():
+            tokens = parts[2].split(",") if len(parts) == 3 else []
+            if len(parts) == 3 and parts[0] == "OK" and parts[1] == name and \
+                    len(tokens) == len(names) and all(t.isdigit() for t in tokens):
                 mode = "shared" if shared else "limit=%d" % limit if limit else "exclusive"
-                return Hold(conn, name, int(parts[2]), mode, check=self.check,
-                            give_back=self._give_back)
+                tokens = [int(t) for t in tokens]
+                return Hold(conn, names if multi else name, tokens if multi else tokens[0],
+                            mode, check=self.check, give_back=self._give_back)
             if reply == "TIMEOUT %s" % name:
                 raise Timeout("lock %s not granted within %s s" % (name, wait), reply)
             if reply == "BUSY %s" % name:
@@ -672,7 +696,9 @@ class Client:
     def lock(self, name, wait=None, shared=False, limit=None, delay=None):
         """Takes the lock (waits at most wait seconds; None: for ever) and
         returns its Hold, a context manager. Raises Timeout, Conflict,
-        Unavailable, Denied, BadName, ConnectionLost."""
+        Unavailable, Denied, BadName, ConnectionLost. name may be a list of
+        up to 16 names, a set: all are held or none, without deadlock
+        between sets (Hold.names, Hold.tokens)."""
         return self._acquire("LOCK", name, wait, shared, limit, delay)
 
     def trylock(self, name, shared=False, limit=None, delay=None):
@@ -757,6 +783,23 @@ class Client:
             words = line.split(" ")
             if words[0] == "LOCK" and len(words) >= 3:
                 d = _status_dict("held", _fields(words[3:]))
+                d["name"], d["mode"] = words[1], words[2]
+                out.append(d)
+        return out
+
+    def holders(self, glob=None):
+        """HOLDERS [glob]: every holder (all of a shared or limit lock's) and
+        queued request, through every daemon in distributed mode: a list of
+        dicts (name, mode, state "held" or "queued", holder, label, token -
+        None where the daemon does not know it - since, lease)."""
+        lines = self._ask("HOLDERS" + (" %s" % glob if glob else ""), until_end=True)
+        if lines[0].startswith("ERR "):
+            raise _error_of(lines[0], "HOLDERS")
+        out = []
+        for line in lines[:-1]:
+            words = line.split(" ")
+            if words[0] == "HOLDER" and len(words) >= 4:
+                d = _status_dict(words[3], _fields(words[4:]))
                 d["name"], d["mode"] = words[1], words[2]
                 out.append(d)
         return out

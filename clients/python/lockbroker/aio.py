@@ -32,6 +32,8 @@ class AsyncHold:
 
     token = property(lambda self: self._hold.token)
     name = property(lambda self: self._hold.name)
+    names = property(lambda self: self._hold.names)
+    tokens = property(lambda self: self._hold.tokens)
     lost = property(lambda self: self._hold.lost)
     lost_reason = property(lambda self: self._hold.lost_reason)
 
@@ -143,6 +145,9 @@ class AsyncClient:
 
     async def locks(self, glob=None):
         return await asyncio.to_thread(self._client.locks, glob)
+
+    async def holders(self, glob=None):
+        return await asyncio.to_thread(self._client.holders, glob)
 
     async def stats(self):
         return await asyncio.to_thread(self._client.stats)

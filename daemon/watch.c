@@ -1,0 +1,285 @@
+/*
+ * watch.c - WATCH: see watch.h.
+ */
+#include "config.h"
+#include "watch.h"
+
+#include <event2/event.h>
+#include <inttypes.h>
+#include <search.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/queue.h>
+
+#include "backend.h"
+#include "locks.h"
+#include "log.h"
+#include "proto.h"
+
+/* An EVENT line: name, holder, label and a few words. */
+#define EVENT_MAX (3 * PROTO_NAME_MAX + PROTO_LABEL_MAX + 128)
+
+struct watched {
+    struct watches *ws;
+    TAILQ_HEAD(, watch_sub) subs;
+    struct backend_watch *bw;          /* the backend's (distributed mode), or NULL */
+    struct backend_queue_info zi;      /* what it said last */
+    bool known;                        /* its state is known: the backend has answered */
+    bool dirty;                        /* in ws->dirty: work the state out again */
+    TAILQ_ENTRY(watched) dirty_link;
+    uint64_t gen;                      /* bumped with each new line */
+    size_t len;                        /* of line; 0: none yet */
+    char line[EVENT_MAX];
+    char name[PROTO_NAME_MAX + 1];
+};
+
+struct watch_sub {
+    struct watched *w;
+    TAILQ_ENTRY(watch_sub) link;       /* w->subs */
+    watch_deliver_fn fn;
+    void *arg;
+    uint64_t gen;                      /* of the last line fn took; 0: none */
+};
+
+struct watches {
+    struct event_base *base;
+    struct locks *locks;
+    struct backend *backend;
+    const char *daemon_id;
+    void *tree;                        /* struct watched by name (tsearch) */
+    TAILQ_HEAD(, watched) dirty;
+    struct event *tick;                /* works the dirty ones out, from the loop */
+    unsigned nsubs;
+};
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(((const struct watched *)a)->name, ((const struct watched *)b)->name);
+}
+
+static struct watched *watched_find(struct watches *ws, const char *name)
+{
+    struct watched key;
+    void *found;
+
+    snprintf(key.name, sizeof(key.name), "%s", name);
+    found = tfind(&key, &ws->tree, by_name);
+    return found ? *(struct watched **)found : NULL;
+}
+
+static void mark_dirty(struct watched *w)
+{
+    if (w->dirty)
+        return;
+    w->dirty = true;
+    TAILQ_INSERT_TAIL(&w->ws->dirty, w, dirty_link);
+    event_active(w->ws->tick, 0, 0);
+}
+
+static void mode_word(char *buf, size_t cap, enum lock_mode m, unsigned limit)
+{
+    if (m == LOCK_LIMIT)
+        snprintf(buf, cap, "limit=%u", limit);
+    else
+        snprintf(buf, cap, "%s", lock_mode_name(m));
+}
+
+/*
+ * The name's state as one line. Embedded mode: the table's earliest
+ * holder, with its token. Distributed mode: ZooKeeper's view, the same on
+ * every daemon, where no token is kept (token -).
+ */
+static size_t format_event(const struct watches *ws, const struct watched *w, char *buf,
+                           size_t cap)
+{
+    struct locks_status ls;
+    char mode[24];
+    int n;
+
+    if (w->bw) {
+        const struct backend_queue_info *zi = &w->zi;
+
+        if (!zi->ok)
+            n = snprintf(buf, cap, "EVENT %s unavailable\n", w->name);
+        else if (zi->holders == 0)
+            n = snprintf(buf, cap, "EVENT %s free\n", w->name);
+        else {
+            mode_word(mode, sizeof(mode), zi->mode, zi->limit);
+            n = snprintf(buf, cap, "EVENT %s held - holders=%u label=%s holder=%s mode=%s\n",
+                         w->name, zi->holders, zi->label[0] ? zi->label : "-", zi->holder,
+                         mode);
+        }
+        return n > 0 && (size_t)n < cap ? (size_t)n : 0;
+    }
+    locks_status(ws->locks, w->name, &ls);
+    if (!ls.held) {
+        n = snprintf(buf, cap, "EVENT %s free\n", w->name);
+    } else {
+        mode_word(mode, sizeof(mode), ls.mode, ls.limit);
+        n = snprintf(buf, cap, "EVENT %s held %" PRIu64 " holders=%u label=%s holder=%s/%s "
+                     "mode=%s\n", w->name, ls.token, ls.holders, ls.label ? ls.label : "-",
+                     ws->daemon_id, ls.holder, mode);
+    }
+    return n > 0 && (size_t)n < cap ? (size_t)n : 0;
+}
+
+static void offer(struct watch_sub *s)
+{
+    struct watched *w = s->w;
+
+    if (w->len && s->gen != w->gen && s->fn(s->arg, w->line, w->len))
+        s->gen = w->gen;
+}
+
+/* Works the state out; the line goes to every subscriber that can take it
+ * and has not yet. */
+static void watched_update(struct watched *w)
+{
+    char line[EVENT_MAX];
+    size_t len = format_event(w->ws, w, line, sizeof(line));
+    struct watch_sub *s, *next;
+
+    if (len && (len != w->len || memcmp(line, w->line, len) != 0)) {
+        memcpy(w->line, line, len);
+        w->len = len;
+        w->gen++;
+    }
+    /* Subscribers that have not taken it: all of them when it is new, a
+     * new subscriber otherwise. */
+    for (s = TAILQ_FIRST(&w->subs); s; s = next) {
+        next = TAILQ_NEXT(s, link);
+        offer(s);
+    }
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    struct watches *ws = arg;
+    struct watched *w;
+
+    while ((w = TAILQ_FIRST(&ws->dirty))) {
+        TAILQ_REMOVE(&ws->dirty, w, dirty_link);
+        w->dirty = false;
+        if (w->known)
+            watched_update(w);
+    }
+}
+
+static void on_backend(void *arg, const struct backend_queue_info *info)
+{
+    struct watched *w = arg;
+
+    w->zi = *info;
+    w->known = true;
+    mark_dirty(w);
+}
+
+struct watches *watches_new(struct event_base *base, struct locks *locks,
+                            struct backend *backend, const char *daemon_id)
+{
+    struct watches *ws = calloc(1, sizeof(*ws));
+
+    if (!ws)
+        return NULL;
+    *ws = (struct watches){ .base = base, .locks = locks, .backend = backend,
+                            .daemon_id = daemon_id };
+    TAILQ_INIT(&ws->dirty);
+    if (!(ws->tick = event_new(base, -1, 0, on_tick, ws))) {
+        free(ws);
+        return NULL;
+    }
+    return ws;
+}
+
+void watches_free(struct watches *ws)
+{
+    if (!ws)
+        return;
+    event_free(ws->tick);
+    free(ws);
+}
+
+struct watch_sub *watch_add(struct watches *ws, const char *name, watch_deliver_fn fn,
+                            void *arg, bool *limit)
+{
+    struct backend *be = ws->backend;
+    struct watched *w = watched_find(ws, name);
+    struct watch_sub *s;
+
+    *limit = ws->nsubs >= WATCHES_MAX;
+    if (*limit || !(s = calloc(1, sizeof(*s))))
+        return NULL;
+    if (!w) {
+        if (!(w = calloc(1, sizeof(*w)))) {
+            free(s);
+            return NULL;
+        }
+        w->ws = ws;
+        TAILQ_INIT(&w->subs);
+        snprintf(w->name, sizeof(w->name), "%s", name);
+        if (!tsearch(w, &ws->tree, by_name)) {
+            free(w);
+            free(s);
+            return NULL;
+        }
+        w->known = !be->ops->watch;
+        if (be->ops->watch && !(w->bw = be->ops->watch(be->impl, w->name, on_backend, w))) {
+            tdelete(w, &ws->tree, by_name);
+            free(w);
+            free(s);
+            return NULL;
+        }
+        log_debug("watch %s: watched", name);
+    }
+    s->w = w;
+    s->fn = fn;
+    s->arg = arg;
+    TAILQ_INSERT_TAIL(&w->subs, s, link);
+    ws->nsubs++;
+    /* Its first line: the current one, offered from the loop. */
+    mark_dirty(w);
+    return s;
+}
+
+void watch_remove(struct watch_sub *s)
+{
+    struct watched *w = s->w;
+    struct watches *ws = w->ws;
+    struct backend *be = ws->backend;
+
+    TAILQ_REMOVE(&w->subs, s, link);
+    ws->nsubs--;
+    free(s);
+    if (!TAILQ_EMPTY(&w->subs))
+        return;
+    if (w->bw)
+        be->ops->watch_cancel(be->impl, w->bw);
+    if (w->dirty)
+        TAILQ_REMOVE(&ws->dirty, w, dirty_link);
+    tdelete(w, &ws->tree, by_name);
+    log_debug("watch %s: no longer watched", w->name);
+    free(w);
+}
+
+const char *watch_sub_name(const struct watch_sub *s)
+{
+    return s->w->name;
+}
+
+void watch_flush(struct watch_sub *s)
+{
+    offer(s);
+}
+
+void watches_lock_changed(void *arg, const char *name)
+{
+    struct watches *ws = arg;
+    struct watched *w;
+
+    /* Distributed mode: ZooKeeper's watch sees every change, here or not. */
+    if (ws->nsubs == 0 || ws->backend->ops->watch || !(w = watched_find(ws, name)))
+        return;
+    mark_dirty(w);
+}

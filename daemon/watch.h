@@ -1,0 +1,54 @@
+/*
+ * watch.h - WATCH: the state of watched lock names, pushed as EVENT lines
+ * to the connections that watch them (PROTOCOL.md, WATCH).
+ *
+ * One entry per name, however many connections watch it. Its state comes
+ * from the lock table in embedded mode and from the backend's watch of the
+ * name across daemons in distributed mode; it is worked out from the loop,
+ * after whatever changed it, and a line is pushed only when it differs
+ * from the last one. A subscriber whose output is backed up is not queued
+ * more lines: it gets the latest one when it drains (watch_flush).
+ */
+#ifndef LOCKBROKER_WATCH_H
+#define LOCKBROKER_WATCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct event_base;
+struct locks;
+struct backend;
+struct watches;
+struct watch_sub;
+
+/* Watches per daemon (all connections) and per connection (PROTOCOL.md). */
+#define WATCHES_MAX 10000
+#define WATCHES_PER_CONN_MAX 100
+
+/* Takes one EVENT line (len bytes, ending in LF) for its subscriber, or
+ * returns false when it cannot now: the line stays the latest, offered
+ * again by watch_flush(). */
+typedef bool (*watch_deliver_fn)(void *arg, const char *line, size_t len);
+
+/* The registry. All borrowed; daemon_id names this daemon's holders.
+ * NULL when out of memory. */
+struct watches *watches_new(struct event_base *base, struct locks *locks,
+                            struct backend *backend, const char *daemon_id);
+/* Frees it; every subscription must be removed first. */
+void watches_free(struct watches *ws);
+
+/* Watches name for fn(arg, ...): its first line comes from the loop, later.
+ * NULL when WATCHES_MAX are in use (*limit set) or out of memory. */
+struct watch_sub *watch_add(struct watches *ws, const char *name, watch_deliver_fn fn,
+                            void *arg, bool *limit);
+/* Ends the subscription; fn will not run again. Frees s. */
+void watch_remove(struct watch_sub *s);
+/* The name s watches; lives as long as s. */
+const char *watch_sub_name(const struct watch_sub *s);
+/* Offers s the latest line if it has not taken it yet. */
+void watch_flush(struct watch_sub *s);
+
+/* For the lock table (locks_set_observer): name's holds changed. */
+void watches_lock_changed(void *ws, const char *name);
+
+#endif
