@@ -135,14 +135,17 @@ static void on_ancestor_created(int rc, const char *value, const void *data)
         log_warn("zk: creating a parent node: %s", zerror(rc));
 }
 
-/* Sends creates for <root>, <root>/locks (persistent) and the lock's parent
- * (a container, so that the server removes it once empty). Their replies do
- * not matter: the create of our node that follows them says it all. */
-static void zk_create_ancestors(struct zk *zk, const char *parent)
+/* Sends creates for the lock's parent (a container, so that the server
+ * removes it once empty) and, with all, first for <root> and <root>/locks
+ * (persistent). Their replies do not matter: the create of our node that
+ * follows them says it all. A name used once finds <root>/locks there:
+ * only its parent is created (a create that fails is a transaction too),
+ * and the whole chain only when the create failed again. */
+static void zk_create_ancestors(struct zk *zk, const char *parent, bool all)
 {
     char path[512];
 
-    for (const char *p = strchr(parent + 1, '/');; p = strchr(p + 1, '/')) {
+    for (const char *p = all ? strchr(parent + 1, '/') : NULL;; p = strchr(p + 1, '/')) {
         size_t len = p ? (size_t)(p - parent) : strlen(parent);
         int flags = p ? 0 : ZOO_CONTAINER;
 
@@ -190,7 +193,7 @@ static void on_created(int rc, const char *value, const void *data)
             zl_park(zl, rc);
             return;
         }
-        zk_create_ancestors(zl->zk, zl->parent);
+        zk_create_ancestors(zl->zk, zl->parent, zl->create_attempts > 1);
         zl_next(zl);
         break;
     case ZCONNECTIONLOSS:
