@@ -231,6 +231,7 @@ void zk_locks_free_all(struct zk *zk)
     zl_free_watches(zk);
     while ((zl = TAILQ_FIRST(&zk->nodes->zlocks)))
         zl_free(zl);
+    zl_parents_forget_all(zk);
     zl_nodes_free(zk);
 }
 

@@ -122,6 +122,129 @@ bool zl_take_token(struct zlock *zl, int64_t zxid)
     return false;
 }
 
+/* ----------------------------------------------------- parents known */
+
+/* Parents remembered as existing; a forgotten one costs one failed multi
+ * (its create finds it there) the next time, nothing worse. */
+#define KNOWN_PARENTS 65536
+
+struct known_parent {
+    TAILQ_ENTRY(known_parent) link;    /* zk->nodes->known, oldest first */
+    char path[];
+};
+
+static int by_path(const void *a, const void *b)
+{
+    return strcmp(((const struct known_parent *)a)->path,
+                  ((const struct known_parent *)b)->path);
+}
+
+static struct known_parent *known_find(struct zk *zk, const char *parent)
+{
+    size_t len = strlen(parent) + 1;
+    struct known_parent *key = malloc(sizeof(*key) + len);
+    void *found;
+
+    if (!key)
+        return NULL;
+    memcpy(key->path, parent, len);
+    found = tfind(key, &zk->nodes->known_by_path, by_path);
+    free(key);
+    return found ? *(struct known_parent **)found : NULL;
+}
+
+static void known_drop(struct zk *zk, struct known_parent *k)
+{
+    tdelete(k, &zk->nodes->known_by_path, by_path);
+    TAILQ_REMOVE(&zk->nodes->known, k, link);
+    zk->nodes->nknown--;
+    free(k);
+}
+
+bool zl_parent_is_known(struct zk *zk, const char *parent)
+{
+    return known_find(zk, parent) != NULL;
+}
+
+void zl_parent_known(struct zk *zk, const char *parent, bool known)
+{
+    struct known_parent *k = known_find(zk, parent);
+    size_t len;
+
+    if (!known) {
+        if (k)
+            known_drop(zk, k);
+        return;
+    }
+    if (k)
+        return;
+    if (zk->nodes->nknown >= KNOWN_PARENTS)
+        known_drop(zk, TAILQ_FIRST(&zk->nodes->known));
+    len = strlen(parent) + 1;
+    if (!(k = malloc(sizeof(*k) + len)))
+        return;               /* not remembered: a create of it goes again */
+    memcpy(k->path, parent, len);
+    if (!tsearch(k, &zk->nodes->known_by_path, by_path)) {
+        free(k);
+        return;
+    }
+    TAILQ_INSERT_TAIL(&zk->nodes->known, k, link);
+    zk->nodes->nknown++;
+}
+
+void zl_parents_forget_all(struct zk *zk)
+{
+    struct known_parent *k;
+
+    while ((k = TAILQ_FIRST(&zk->nodes->known)))
+        known_drop(zk, k);
+}
+
+/* Context of a parent's create sent right before a first node's. */
+struct parent_call {
+    struct zk *zk;
+    char path[];
+};
+
+/* It exists now, made by us (ZOK) or by someone before (ZNODEEXISTS); any
+ * other answer leaves it unknown, and the node's create says what to do. */
+static void on_parent_made(int rc, const char *value, const void *data)
+{
+    struct parent_call *pc = (struct parent_call *)data;
+
+    pc->zk->outstanding--;
+    zl_parent_known(pc->zk, pc->path, rc == ZOK || rc == ZNODEEXISTS);
+    free(pc);
+}
+
+/*
+ * A lock taken for the first time (in a while) through this daemon: its
+ * parent is created (a container) right away, ahead of the multi that will
+ * carry the node's create, rather than that create failing for the missing
+ * parent and failing with it every write of its multi. Not in the multi
+ * itself: a parent that exists would fail it all the same (and the C
+ * client cannot read a container's create in a multi's reply). It is
+ * taken as known at once, so that the other requests of the name queued
+ * meanwhile do not create it again.
+ */
+static void zl_make_parent(struct zk *zk, const char *parent)
+{
+    size_t len = strlen(parent) + 1;
+    struct parent_call *pc = malloc(sizeof(*pc) + len);
+
+    if (!pc)
+        return;               /* the node's create finds it missing: ZNONODE */
+    pc->zk = zk;
+    memcpy(pc->path, parent, len);
+    if (zoo_acreate(zk->zh, parent, NULL, -1, zk->acl, ZOO_CONTAINER, on_parent_made,
+                    pc) != ZOK) {
+        free(pc);
+        return;
+    }
+    zk->outstanding++;
+    zl_parent_known(zk, parent, true);
+}
+
 /* ---------------------------------------------------------------- create */
 
 static void on_ancestor_created(int rc, const char *value, const void *data)
@@ -166,6 +289,7 @@ static void on_created(int rc, const char *value, const void *data)
         return;
     switch (rc) {
     case ZOK:
+        zl_parent_known(zl->zk, zl->parent, true);
         zl->node = strdup(value);
         zl->create_uncertain = false;
         if (!zl->node) {   /* cannot track it: let the session's end remove it */
@@ -194,6 +318,7 @@ static void on_created(int rc, const char *value, const void *data)
             return;
         }
         zk_create_ancestors(zl->zk, zl->parent, zl->create_attempts > 1);
+        zl_parent_known(zl->zk, zl->parent, true);   /* sent ahead of the retry */
         zl_next(zl);
         break;
     case ZCONNECTIONLOSS:
@@ -234,6 +359,8 @@ void zl_create(struct zlock *zl, zk_batch_sent_fn sent)
              (unsigned long long)zl->id, tag);
     zl->data_stale = false;
     zl_format_data(zl, data, sizeof(data));
+    if (!zl_parent_is_known(zk, zl->parent))
+        zl_make_parent(zk, zl->parent);
     zl->create_attempts++;
     zl->create_sent = true;
     zl->listing_sent = false;

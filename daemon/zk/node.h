@@ -45,5 +45,13 @@ void zl_delete(struct zlock *zl);
 void zl_delete_when_connected(struct zlock *zl);
 /* Our node is gone: forgets it (writes and watches for it become stale). */
 void zl_node_gone(struct zlock *zl);
+/* Whether a lock's parent (<root>/locks/<name>) is known to exist: a node
+ * was created or its parent created under it lately. zl_create() sends
+ * the create of a parent it does not know right before the node's own, in
+ * the same multi. At most KNOWN_PARENTS are remembered, oldest forgotten. */
+bool zl_parent_is_known(struct zk *zk, const char *parent);
+void zl_parent_known(struct zk *zk, const char *parent, bool known);
+/* Forgets them all (the node machinery is being freed). */
+void zl_parents_forget_all(struct zk *zk);
 
 #endif

@@ -31,6 +31,7 @@ int zl_nodes_init(struct zk *zk, const struct zl_hooks *hooks)
     zk->nodes->hooks = hooks;
     TAILQ_INIT(&zk->nodes->zlocks);
     TAILQ_INIT(&zk->nodes->watches);
+    TAILQ_INIT(&zk->nodes->known);
     return 0;
 }
 

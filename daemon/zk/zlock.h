@@ -19,6 +19,8 @@
 struct event;
 struct zl_hooks;
 
+struct known_parent;
+
 /* zlock.c's state (zk->nodes). */
 struct zk_nodes {
     const struct zl_hooks *hooks;      /* the layer above's (borrowed) */
@@ -28,6 +30,10 @@ struct zk_nodes {
     uint64_t next_id;
     unsigned nzlocks;
     struct histogram request_hist;     /* requests of the lock recipe, sent to completed */
+    /* node.c: lock parents known to exist, oldest first (zl_parent_known) */
+    void *known_by_path;               /* tsearch tree of struct known_parent */
+    TAILQ_HEAD(, known_parent) known;
+    unsigned nknown;
 };
 
 enum zl_step {
@@ -114,7 +120,8 @@ struct zl_hooks {
 };
 
 /* Makes zk->nodes, with the layer above's hooks (borrowed, must outlive
- * zk). Returns 0 or -1; zl_nodes_free() frees it, once no zlock is left. */
+ * zk). Returns 0 or -1; zl_nodes_free() frees it, once no zlock is left
+ * and the parents known are forgotten (node.h). */
 int zl_nodes_init(struct zk *zk, const struct zl_hooks *hooks);
 void zl_nodes_free(struct zk *zk);
 /* Runs the `next` hook: decides zl's next request. */
