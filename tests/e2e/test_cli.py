@@ -1956,9 +1956,11 @@ class FakeBrokerTests(Case):
     def test_lease_requests_are_sent(self):
         cases = [
             (["%(n)s", "30000"], "LOCK %(n)s ttl=30000"),
-            (["-w", "1500", "--shared", "%(n)s", "100"], "LOCK %(n)s 1500 shared ttl=100"),
+            # ttls long enough that no wait here reaches a tenth of them: a
+            # longer one makes lockbroker RENEW (test_lease_granted_after_a_wait_is_renewed_...).
+            (["-w", "1500", "--shared", "%(n)s", "100s"], "LOCK %(n)s 1500 shared ttl=100000"),
             (["-n", "3", "%(n)s", "86400000"], "LOCK %(n)s limit=3 ttl=86400000"),
-            (["-w", "0", "%(n)s", "0100"], "LOCK %(n)s 0 ttl=100"),
+            (["-w", "0", "%(n)s", "0100000"], "LOCK %(n)s 0 ttl=100000"),
         ]
         for args, request in cases:
             with self.subTest(args=args):
