@@ -301,6 +301,12 @@ static void reply_lock_result(struct conn *c, enum proto_cmd cmd, const char *na
         reply_err(c, PROTO_ERR_CONFLICT, "this connection holds that lock in another mode; "
                   "UNLOCK it first (no upgrade or downgrade)");
         break;
+    case LOCKS_UNSUPPORTED:
+        /* PROTOCOL.md, "Non-fair names" */
+        snprintf(buf, sizeof(buf), "lock %s is non-fair ([zookeeper] nonfair): exclusive "
+                 "locks without ttl= or delay= only", name);
+        reply_err(c, PROTO_ERR_BAD_ARGS, buf);
+        break;
     case LOCKS_WAITING:
     case LOCKS_RELEASED:
     case LOCKS_NOT_HELD:

@@ -60,6 +60,7 @@ enum locks_result {
     LOCKS_RELEASED,     /* unlock: done (or one re-entrant hold dropped) */
     LOCKS_NOT_HELD,     /* unlock: this owner does not hold it */
     LOCKS_NOMEM,
+    LOCKS_UNSUPPORTED,  /* the backend serves no such request on this name (non-fair) */
 };
 
 struct lock_owner;

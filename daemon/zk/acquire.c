@@ -33,6 +33,10 @@ static void zl_start(struct zlock *zl)
             zl_free(zl);     /* nothing of it in ZooKeeper */
         return;
     }
+    if (zl->nonfair) {
+        zl_nonfair_start(zl);
+        return;
+    }
     if (zl->node) {
         if (zl->data_stale && zl->hold)
             zl_write_data(zl);   /* a handover while disconnected */
@@ -63,6 +67,15 @@ enum locks_result zk_lock_acquire(void *impl, struct hold *h, uint64_t *token)
     /* A try cannot be answered without ZooKeeper: say so now. */
     if (hold_try(h) && !zk_serving(zk))
         return LOCKS_UNAVAILABLE;
+    if (settings_globs_match(zk->settings->zk_nonfair, hold_name(h))) {
+        /* nonfair.c: the node itself, flat under <root>/nonfair */
+        snprintf(parent, sizeof(parent), "%s/nonfair/%s", zk->root, hold_name(h));
+        if (!(zl = zl_new(zk, h, parent)))
+            return LOCKS_UNAVAILABLE;
+        zl->nonfair = true;
+        zl_start(zl);
+        return LOCKS_WAITING;
+    }
     snprintf(parent, sizeof(parent), "%s/locks/%s", zk->root, hold_name(h));
     if ((zl = zl_idle_find(zk, parent))) {
         if (zl_idle_adopt(zl, h, token))
@@ -76,6 +89,14 @@ enum locks_result zk_lock_acquire(void *impl, struct hold *h, uint64_t *token)
      * parks the zlock for the retry timer. */
     zl_start(zl);
     return LOCKS_WAITING;
+}
+
+bool zk_lock_refuses(void *impl, const char *name, const struct lock_req *req)
+{
+    struct zk *zk = impl;
+
+    return settings_globs_match(zk->settings->zk_nonfair, name) &&
+           (req->mode != LOCK_EXCLUSIVE || req->ttl_ms > 0 || req->delay_ms > 0);
 }
 
 /* The acquisition now serves h (the table moved it into h's slot). */
@@ -102,6 +123,10 @@ void zk_lock_let_go(void *impl, struct hold *h)
     zl_detach(zl);
     if (zl_idle_begin(zl))
         return;              /* kept for a while: see "idle nodes" */
+    if (zl->nonfair && zl->step == ZL_WATCHING) {
+        zl_nonfair_let_go(zl);
+        return;
+    }
     switch (zl->step) {
     case ZL_DELAYING:
         evtimer_del(zl->delay_timer);

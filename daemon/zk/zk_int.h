@@ -80,6 +80,11 @@ struct zk {
     uint64_t outstanding;              /* requests in flight, of every layer */
     uint64_t session_delays;           /* lock-delays begun because a holder's session
                                         * ended (fair.c) */
+    uint64_t nonfair_won, nonfair_lost; /* creates of a non-fair node after its holder
+                                        * ended that got it, or found it taken (nonfair.c) */
+    bool nonfair_disagrees;            /* another daemon of the root has another [zookeeper]
+                                        * nonfair: nothing is served (zk_serving) */
+    char nonfair_why[512];             /* why, when nonfair_disagrees */
     char daemon_id[96];                /* "<host>-<pid>-<random>", unique per daemon run */
     char root[256];
     /* Who may change our nodes. Every create passes acl: the open ACL, or,
@@ -104,7 +109,7 @@ struct zk {
 /* Lock, lease and STATUS requests can go out: a session, and its chroot exists. */
 static inline bool zk_serving(const struct zk *zk)
 {
-    return zk->state == ZK_CONNECTED && !zk->chroot_missing;
+    return zk->state == ZK_CONNECTED && !zk->chroot_missing && !zk->nonfair_disagrees;
 }
 
 #endif
