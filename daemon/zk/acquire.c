@@ -28,7 +28,8 @@ static void zl_start(struct zlock *zl)
         return;
     }
     if (!zk_serving(zl->zk)) {
-        zl_try_unavailable(zl);
+        if (!zk_checking(zl->zk))    /* a try waits for the agreement check */
+            zl_try_unavailable(zl);
         if (!zl->hold && !zl->node && !zl->create_uncertain)
             zl_free(zl);     /* nothing of it in ZooKeeper */
         return;
@@ -65,7 +66,11 @@ enum locks_result zk_lock_acquire(void *impl, struct hold *h, uint64_t *token)
     char parent[512];
 
     /* A try cannot be answered without ZooKeeper: say so now. */
-    if (hold_try(h) && !zk_serving(zk))
+    if (hold_try(h) && !zk_serving(zk) && !zk_checking(zk))
+        return LOCKS_UNAVAILABLE;
+    /* Another daemon takes other names non-fair: nothing is taken here
+     * until a restart (presence.c). */
+    if (zk->nonfair_disagrees)
         return LOCKS_UNAVAILABLE;
     if (settings_globs_match(zk->settings->zk_nonfair, hold_name(h))) {
         /* nonfair.c: the node itself, flat under <root>/nonfair */

@@ -203,7 +203,7 @@ struct backend_query *zk_query(void *impl, const char *name,
     struct backend_query *q;
 
     *now = unavailable;
-    if (!zk_serving(zk) || !(q = calloc(1, sizeof(*q))))
+    if (!zk_reachable(zk) || !(q = calloc(1, sizeof(*q))))
         return NULL;
     q->zk = zk;
     q->cb = cb;
@@ -482,7 +482,7 @@ struct backend_list *zk_list(void *impl, const char *glob, backend_name_filter m
     struct list_call *call;
     char path[512];
 
-    if (!zk_serving(zk) || !(l = calloc(1, sizeof(*l))))
+    if (!zk_reachable(zk) || !(l = calloc(1, sizeof(*l))))
         return NULL;
     *l = (struct backend_list){ .zk = zk, .cb = cb, .arg = arg, .may = may };
     snprintf(l->glob, sizeof(l->glob), "%s", glob);

@@ -67,7 +67,7 @@ static void zw_read_done(struct backend_watch *w, bool ok)
     w->zk->outstanding--;
     if (w->cb && !w->again)
         zw_report(w, ok);
-    if (w->cb && w->again && zk_serving(w->zk)) {
+    if (w->cb && w->again && zk_reachable(w->zk)) {
         zw_read(w);
         return;
     }
@@ -91,7 +91,7 @@ static void on_zw_event(zhandle_t *zh, int type, int state, const char *path, vo
     }
     if (w->reading)
         w->again = true;
-    else if (zk_serving(w->zk))
+    else if (zk_reachable(w->zk))
         zw_read(w);
 }
 
@@ -188,7 +188,7 @@ struct backend_watch *zk_watch(void *impl, const char *name, backend_watch_cb cb
     w->arg = arg;
     if (w->reading)
         w->again = true;
-    else if (zk_serving(zk))
+    else if (zk_reachable(zk))
         zw_read(w);
     else
         zw_report(w, false);

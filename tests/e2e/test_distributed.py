@@ -2574,6 +2574,38 @@ class NonFairTest(DistributedBase):
         self.assertRegex(c.request("LOCK other shared"), r"OK other \d+")
         self.assertEqual(c.request("UNLOCK other"), "OK other")
 
+    def test_05_a_daemon_with_another_setting_refuses_to_serve(self):
+        hosts = self.zk.connect_string
+        a = self.start_nf("A")
+        ca = self.client(a)
+        self.assertRegex(ca.request("LOCK nf-x"), r"OK nf-x \d+")
+        b = self.start_nf("B", extra="nonfair = nf-*,other\n")
+        m = b.wait_log(r"error zk: \[zookeeper\] nonfair is 'nf-\*,other' here but 'nf-\*' on "
+                       r"daemon %s \(session 0x[0-9a-f]+\): every daemon of root %s must have "
+                       r"the same setting; change it and restart$"
+                       % (re.escape(a.daemon_id), re.escape(self.root)), scaled(10.0))
+        self.assertIsNotNone(m)
+        cb = self.client(b)
+        unavailable = "ERR UNAVAILABLE the lock service is not reachable; retry later"
+        self.assertEqual(cb.request("TRYLOCK nf-x"), unavailable)
+        self.assertEqual(cb.request("LOCK other 1000"), unavailable)
+        self.assertEqual(cb.request("LOCK fair-name 1000"), unavailable)
+        # without the setting at all: refuses too, and says so
+        c = self.start_nf("C", extra="")
+        c.wait_log(r"error zk: \[zookeeper\] nonfair is '' here but 'nf-\*' on daemon %s"
+                   % re.escape(a.daemon_id), scaled(10.0))
+        self.assertEqual(self.client(c).request("TRYLOCK y"), unavailable)
+        # A serves on; B and C do not hold up a daemon that agrees
+        self.assertEqual(ca.request("UNLOCK nf-x"), "OK nf-x")
+        d = self.start_nf("D")
+        cd = self.client(d)
+        self.assertRegex(cd.request("TRYLOCK nf-x"), r"OK nf-x \d+")
+        self.assertEqual(ca.request("TRYLOCK nf-x"), "BUSY nf-x")
+        self.assertEqual(cd.request("UNLOCK nf-x"), "OK nf-x")
+        for x in (b, c):
+            x.killed = True          # its logged error is what this test wants
+        self.wait_no_nf_nodes(hosts)
+
     def test_04_kill_9_of_holding_daemon(self):
         hosts = self.zk.connect_string
         a = self.start_nf("A")
