@@ -46,6 +46,7 @@ struct lock_req {
     int64_t ttl_ms;       /* > 0: a lease (see lease.h), ending ttl_ms after its grant */
     int64_t delay_ms;     /* lock-delay: a hold that ends without a release (its owner
                            * abandoned it) keeps the name this long; 0: none */
+    bool delay_default;   /* delay_ms is the daemon's lock_delay_ms, not asked for */
 };
 
 enum locks_result {

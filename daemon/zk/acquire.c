@@ -101,7 +101,15 @@ bool zk_lock_refuses(void *impl, const char *name, const struct lock_req *req)
     struct zk *zk = impl;
 
     return settings_globs_match(zk->settings->zk_nonfair, name) &&
-           (req->mode != LOCK_EXCLUSIVE || req->ttl_ms > 0 || req->delay_ms > 0);
+           (req->mode != LOCK_EXCLUSIVE || req->ttl_ms > 0 ||
+            (req->delay_ms > 0 && !req->delay_default));
+}
+
+const char *zk_lock_recipe(void *impl, const char *name)
+{
+    struct zk *zk = impl;
+
+    return settings_globs_match(zk->settings->zk_nonfair, name) ? "nonfair" : NULL;
 }
 
 /* The acquisition now serves h (the table moved it into h's slot). */

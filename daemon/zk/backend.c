@@ -39,6 +39,7 @@ static const struct backend_ops zk_ops = {
     .list = zk_list,
     .list_cancel = zk_list_cancel,
     .refuses = zk_lock_refuses,
+    .recipe = zk_lock_recipe,
     .watch = zk_watch,
     .watch_cancel = zk_watch_cancel,
     .ends_leases = true,

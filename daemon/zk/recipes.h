@@ -125,8 +125,11 @@ void zk_watch_cancel(void *impl, struct backend_watch *w);
 int zk_locks_init(struct zk *zk);
 enum locks_result zk_lock_acquire(void *impl, struct hold *h, uint64_t *token);
 /* Whether name is non-fair and req something a non-fair name does not
- * serve (shared, limit=, ttl=, delay=). */
+ * serve (shared, limit=, ttl=, an explicit delay=; lock_delay_ms applies
+ * only on this daemon, see PROTOCOL.md "Non-fair names"). */
 bool zk_lock_refuses(void *impl, const char *name, const struct lock_req *req);
+/* "nonfair" for a non-fair name, else NULL (the backend op recipe). */
+const char *zk_lock_recipe(void *impl, const char *name);
 void zk_lock_handover(void *impl, struct hold *h);
 void zk_lock_let_go(void *impl, struct hold *h);
 /* Frees every request without calling the table, and zk->nodes (the

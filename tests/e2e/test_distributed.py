@@ -2538,6 +2538,22 @@ class NonFairTest(DistributedBase):
         t_a = int(holder.expect_match(r"OK nf-w %s" % TOKEN).group(1))
         self.assertEqual(nonfair_nodes(hosts, self.root), ["nf-w"])
         t = self.client(b)
+        # STATUS reads the fixed node; STATUS and LOCKS say recipe=nonfair
+        self.assertRegex(t.request("STATUS nf-w"),
+                         r"^STATUS nf-w held holder=%s/\S+ token=- since=\d+ waiters=0 queue=1 "
+                         r"recipe=nonfair$" % re.escape(a.daemon_id))
+        self.assertRegex(holder.request("STATUS nf-w"),
+                         r"^STATUS nf-w held holder=%s/\S+ token=%d since=\d+ waiters=0 "
+                         r"queue=1 recipe=nonfair$" % (re.escape(a.daemon_id), t_a))
+        self.assertRegex(holder.request("LOCKS nf-*"),
+                         r"^LOCK nf-w exclusive holder=%s/\S+ label=- token=%d since=\d+ "
+                         r"holders=1 waiters=0 recipe=nonfair$" % (re.escape(a.daemon_id), t_a))
+        self.assertEqual(holder.line(), "END")
+        self.assertEqual(t.request("STATUS nf-free"),
+                         "STATUS nf-free free holder=- token=- since=- waiters=0 queue=0 "
+                         "recipe=nonfair")
+        self.assertEqual(t.request("STATUS fair-one"),
+                         "STATUS fair-one free holder=- token=- since=- waiters=0 queue=0")
         self.assertEqual(t.request("TRYLOCK nf-w"), "BUSY nf-w")
         waiter = self.client(b, timeout=scaled(20.0))
         waiter.send("LOCK nf-w 20000\n")
