@@ -137,6 +137,9 @@ static void on_chroot_checked(int rc, const struct Stat *stat, const void *data)
                 log_info("zk: the chroot %s exists now", chroot);
             zk->chroot_missing = false;
             zk->chroot_reported = false;
+            /* Our session node could not be made without it. */
+            if (!zk->nonfair_checked && !zk->nonfair_disagrees)
+                zk_register_session(zk, false);
             zk_session_serving(zk);
         }
     }
@@ -270,7 +273,7 @@ static void nonfair_done(struct agreement *a)
     if (!a->failed && !zk->nonfair_disagrees && a->session_id == zk->session_id &&
         zk->state == ZK_CONNECTED && !zk->nonfair_checked) {
         zk->nonfair_checked = true;
-        log_debug("zk: every daemon of %s has [zookeeper] nonfair '%s'", zk->root,
+        log_info("zk: every daemon of root %s has [zookeeper] nonfair '%s'", zk->root,
                   zk->settings->zk_nonfair ? zk->settings->zk_nonfair : "");
         zk_session_serving(zk);
     }

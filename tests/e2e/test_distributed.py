@@ -392,7 +392,7 @@ class DistributedBase(unittest.TestCase):
         return s
 
     def start_daemon(self, hosts, name, session_ms=SESSION_MS, root=None, wait_session=True,
-                     extra=""):
+                     extra="", wait_agreement=True):
         d = Daemon(config=zk_config(hosts, root or self.root, session_ms, extra), name=name)
         d.start()
         self._daemons.append(d)
@@ -401,6 +401,10 @@ class DistributedBase(unittest.TestCase):
         d.session = None
         if wait_session:
             d.session = int(d.wait_log(SESSION_RE, scaled(15.0)).group(1), 16)
+        # No lock is taken before the daemons' [zookeeper] nonfair were
+        # compared (a chroot must exist first).
+        if wait_session and wait_agreement and "/" not in hosts:
+            d.wait_log(r"zk: every daemon of root \S+ has \[zookeeper\] nonfair", scaled(15.0))
         return d
 
     def _stop_daemon(self, d):
@@ -2595,7 +2599,7 @@ class NonFairTest(DistributedBase):
         a = self.start_nf("A")
         ca = self.client(a)
         self.assertRegex(ca.request("LOCK nf-x"), r"OK nf-x \d+")
-        b = self.start_nf("B", extra="nonfair = nf-*,other\n")
+        b = self.start_nf("B", extra="nonfair = nf-*,other\n", wait_agreement=False)
         m = b.wait_log(r"error zk: \[zookeeper\] nonfair is 'nf-\*,other' here but 'nf-\*' on "
                        r"daemon %s \(session 0x[0-9a-f]+\): every daemon of root %s must have "
                        r"the same setting; change it and restart$"
@@ -2607,7 +2611,7 @@ class NonFairTest(DistributedBase):
         self.assertEqual(cb.request("LOCK other 1000"), unavailable)
         self.assertEqual(cb.request("LOCK fair-name 1000"), unavailable)
         # without the setting at all: refuses too, and says so
-        c = self.start_nf("C", extra="")
+        c = self.start_nf("C", extra="", wait_agreement=False)
         c.wait_log(r"error zk: \[zookeeper\] nonfair is '' here but 'nf-\*' on daemon %s"
                    % re.escape(a.daemon_id), scaled(10.0))
         self.assertEqual(self.client(c).request("TRYLOCK y"), unavailable)
