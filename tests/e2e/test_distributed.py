@@ -2104,7 +2104,7 @@ class AclTest(DistributedBase):
         # a server that refuses them (as a SASL or custom provider may).
         proxy = AuthRefusingProxy(self.zk.port)
         self.addCleanup(proxy.close)
-        d = self.start_daemon(proxy.hosts, "F", extra=auth_file(AUTH))
+        d = self.start_daemon(proxy.hosts, "F", extra=auth_file(AUTH), wait_agreement=False)
         d.killed = True                       # it logs errors, on purpose
         refused = (r"error zk: ZooKeeper refused the digest credentials of user 'lockbroker' "
                    r"\(from \S+zk-auth-\S+\): this handle is unusable; a new session in 10 s")
