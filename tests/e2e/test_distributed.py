@@ -2626,6 +2626,31 @@ class NonFairTest(DistributedBase):
             x.killed = True          # its logged error is what this test wants
         self.wait_no_nf_nodes(hosts)
 
+    def test_06_watch_follows_the_node(self):
+        a = self.start_nf("A")
+        b = self.start_nf("B")
+        w = self.client(b, timeout=scaled(20.0))
+
+        def event(state):
+            # a read in flight may show a state once more: repeats skipped
+            while True:
+                line = w.line()
+                if line != event.last:
+                    event.last = line
+                    self.assertRegex(line, r"^EVENT nf-wt %s$" % state)
+                    return line
+        event.last = None
+        w.send("WATCH nf-wt\n")
+        w.expect("OK nf-wt")
+        event("free")
+        h = self.client(a)
+        self.assertEqual(h.request("CLIENT leader-1"), "OK")
+        self.assertRegex(h.request("LOCK nf-wt"), r"^OK nf-wt \d+$")
+        event(r"held - holders=1 label=leader-1 holder=%s/%s mode=exclusive"
+              % (re.escape(a.daemon_id), re.escape(h.local)))
+        self.assertEqual(h.request("UNLOCK nf-wt"), "OK nf-wt")
+        event("free")
+
     def test_04_kill_9_of_holding_daemon(self):
         hosts = self.zk.connect_string
         a = self.start_nf("A")
