@@ -353,10 +353,23 @@ done
 pick_median zk-recipe-cold-64
 pick_median dist-cold-64
 pick_median dist-cold-64-k0
-# Non-fair rows (issue 22): against a daemon with [zookeeper] nonfair, once
-# lockbrokerd has that setting; not run until then (see the table's note).
+# Non-fair rows (issue 22): a daemon with [zookeeper] nonfair = * on a root
+# of its own (every daemon of a root must have the same setting), started
+# only now so that it costs the rows above nothing; skipped when this
+# lockbrokerd has no such setting.
 nonfair=0
-"$LOCKBROKERD" -t -c "$(zk_conf nonfair 1)" -z "$ZK" >/dev/null 2>&1 && nonfair=1
+printf '[zookeeper]\nroot = /lockbroker-nonfair\nnonfair = *\n' >"$tmp/nonfair.conf"
+if "$LOCKBROKERD" -t -c "$tmp/nonfair.conf" -z "$ZK" >/dev/null 2>&1; then
+    nonfair=1
+    start_lockbrokerd distributed-nf -c "$tmp/nonfair.conf" -z "$ZK"
+    DNF_PORT=$LB_PORT DNF_PID=$LB_PID
+    wait_zk_session distributed-nf
+    DNFB="$LOCKBROKER_BENCH -H 127.0.0.1:$DNF_PORT --pid $DNF_PID --zk $ZK --zk-pid $ZK_PID"
+    for i in $(seq "$REPEAT"); do
+        run "dist-nonfair-cold-64#$i" $DNFB -W cold -c 64
+    done
+    pick_median dist-nonfair-cold-64
+fi
 if [ "$SWEEP" = 1 ]; then
     for h in 8 16 32 64; do
         run "dist-hot-16-lh$h" $LOCKBROKER_BENCH -H "127.0.0.1:${SW_PORT[$h]}" \
@@ -450,6 +463,7 @@ row dist-hot-16-lh0   "distributed hot, 16, handoff=0"
 row dist2-hot-6x2     "2 daemons x 6 conns, hot"
 row dist-cold-64      "distributed cold names, 64 conns"
 row dist-cold-64-k0   "distributed cold, 64, keep=0"
+row dist-nonfair-cold-64 "non-fair cold names, 64 conns"
 if [ "$SWEEP" = 1 ]; then
     for h in 8 16 32 64; do row "dist-hot-16-lh$h" "distributed hot, 16, handoff=$h"; done
     row dist2-hot-6x2-lh0 "2 daemons x 6 conns, hot, handoff=0"
@@ -500,7 +514,8 @@ printf '%-58s %6s  (target >= 1.50: %s)\n' "distributed cold 64 / ZK recipe cold
 rt11=$(ratio "$(rate dist-cold-64-k0)" "$(rate zk-recipe-cold-64)")
 printf '%-58s %6s  (for reference: without idle nodes)\n' "  keep_idle_ms=0: cold 64 / recipe cold 64" "$rt11"
 if [ "$nonfair" = 1 ]; then
-    printf '%-58s %s\n' "non-fair cold rows (issue 22)" "(not written yet: this lockbrokerd has [zookeeper] nonfair)"
+    rt12=$(ratio "$(rate dist-nonfair-cold-64)" "$(rate zk-recipe-cold-64)")
+    printf '%-58s %6s  (target >= 3.00: %s)\n' "non-fair cold 64 / ZK recipe cold, 64 sessions" "$rt12" "$(verdict "$rt12" 3.0)"
 else
     printf '%-58s %s\n' "non-fair cold rows (issue 22)" "(skipped: this lockbrokerd has no [zookeeper] nonfair)"
 fi

@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <netinet/in.h>
 #include <stdbool.h>
 #include <ini.h>
@@ -172,6 +173,55 @@ static int valid_zk_root(const char *v)
 
 #define SET_ERR(...) (snprintf(err, errlen, __VA_ARGS__), -1)
 
+#define GLOBS_MAX 64
+#define GLOB_LEN_MAX 200
+
+/* A SETTING_GLOBS value: 1..GLOBS_MAX patterns, each 1..GLOB_LEN_MAX bytes
+ * of lock-name characters and glob characters, separated by commas. 0 and
+ * a message in err, or -1. */
+static int check_globs(const char *key, const char *v, char *err, size_t errlen)
+{
+    unsigned n = 0;
+
+    for (const char *p = v;; p++) {
+        size_t len = strcspn(p, ",");
+
+        if (len == 0 || len > GLOB_LEN_MAX)
+            return SET_ERR("%s: '%s': each pattern must be 1 to %d bytes, separated by single "
+                           "commas", key, v, GLOB_LEN_MAX);
+        if (++n > GLOBS_MAX)
+            return SET_ERR("%s: more than %d patterns", key, GLOBS_MAX);
+        for (size_t i = 0; i < len; i++)
+            if (!((p[i] >= 'a' && p[i] <= 'z') || (p[i] >= 'A' && p[i] <= 'Z') ||
+                  (p[i] >= '0' && p[i] <= '9') || strchr("._:@-*?[]!", p[i])))
+                return SET_ERR("%s: '%.*s': a pattern may hold A-Z a-z 0-9 . _ : @ - and "
+                               "* ? [ ] ! only", key, (int)len, p);
+        p += len;
+        if (!*p)
+            return 0;
+    }
+}
+
+int settings_globs_match(const char *globs, const char *name)
+{
+    char pat[GLOB_LEN_MAX + 1];
+
+    for (const char *p = globs; p && *p;) {
+        size_t len = strcspn(p, ",");
+
+        if (len <= GLOB_LEN_MAX) {
+            memcpy(pat, p, len);
+            pat[len] = '\0';
+            if (fnmatch(pat, name, 0) == 0)
+                return 1;
+        }
+        p += len;
+        if (*p)
+            p++;
+    }
+    return 0;
+}
+
 /* A row's type and the offset of its field. The pointer comparison, never
  * evaluated, makes a field of another C type than the type implies a
  * compiler warning ("comparison of distinct pointer types"). */
@@ -186,6 +236,7 @@ static int valid_zk_root(const char *v)
 #define ZK_ROOT(f)   SETTING_ZK_ROOT, FIELD(f, char *)
 #define BOOL(f)      SETTING_BOOL, FIELD(f, unsigned)
 #define GROUP(f)     SETTING_GROUP, FIELD(f, char *)
+#define GLOBS(f)     SETTING_GLOBS, FIELD(f, char *)
 
 /* struct setting.restart: NULL, or the name a reload warning gives a group. */
 #define ON_SIGHUP    NULL
@@ -279,6 +330,10 @@ static const struct setting rows[] = {
     { "zookeeper", "lease_skew_ms", UINT(zk_lease_skew_ms), "1000", 0, 3600000, RESTART_ZK,
       "how far daemons' clocks may disagree: a lease is removed by another daemon only "
       "this long after its end" },
+    /* see PROTOCOL.md, "Non-fair names": every daemon of a root must agree */
+    { "zookeeper", "nonfair", GLOBS(zk_nonfair), "", 0, 0, RESTART_ZK,
+      "names (LOCKS-style patterns, comma-separated) taken with one fixed node, no queue; "
+      "empty: none" },
 };
 
 #define NROWS (sizeof(rows) / sizeof(rows[0]))
@@ -305,6 +360,7 @@ static enum storage storage_of(enum setting_type t)
     case SETTING_ZK_HOSTS:
     case SETTING_ZK_ROOT:
     case SETTING_GROUP:
+    case SETTING_GLOBS:
         break;
     }
     return STORE_STR;
@@ -384,6 +440,10 @@ static int set_row(struct settings *s, const struct setting *r, const char *v, c
         if (strlen(v) > r->max || strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
                                             "0123456789._-") != strlen(v) || v[0] == '-')
             return SET_ERR("%s: '%s' is not a group name or number", r->key, v);
+        break;
+    case SETTING_GLOBS:
+        if (*v && check_globs(r->key, v, err, errlen) < 0)
+            return -1;
         break;
     }
     /* A string type that accepts an empty value means "none" by it. */
@@ -531,6 +591,7 @@ void settings_format_reloadable(const struct settings *s, char *buf, size_t len)
         case SETTING_ZK_HOSTS:
         case SETTING_ZK_ROOT:
         case SETTING_GROUP:
+        case SETTING_GLOBS:
             v = *(char *const *)f ? *(char *const *)f : "(none)";
             break;
         }

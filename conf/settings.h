@@ -44,6 +44,8 @@ struct settings {
     unsigned zk_lease_skew_ms;  /* how far apart daemons' clocks may be, for lease ends */
     unsigned zk_local_handoff;  /* consecutive grants passed among this daemon's clients */
     unsigned zk_keep_idle_ms;   /* how long a released lock's node waits for a local LOCK */
+    char *zk_nonfair;           /* "glob[,glob...]": non-fair names, or NULL for none;
+                                 * malloc'd; validated (settings_nonfair_match) */
     /* [log] */
     enum log_level log_level;
 };
@@ -60,6 +62,8 @@ enum setting_type {
     SETTING_ZK_ROOT,    /* char *: absolute znode path, no trailing slash */
     SETTING_BOOL,       /* unsigned 0 or 1: yes/no, true/false, on/off, 1/0, any case */
     SETTING_GROUP,      /* char *: a group name or number, at most max bytes; empty: none */
+    SETTING_GLOBS,      /* char *: 1..64 comma-separated LOCKS-style patterns of 1..200
+                         * name characters and * ? [ ] !; empty means none (NULL) */
 };
 
 /* One setting. Rows live in static storage and never change. */
@@ -118,6 +122,10 @@ int settings_set(struct settings *s, const char *section, const char *key,
 int settings_read_zk_auth(const char *path, char *buf, size_t len, char *err, size_t errlen);
 
 const char *settings_log_level_name(enum log_level l);
+
+/* Whether name matches one of the patterns of globs (a SETTING_GLOBS
+ * value: "a*,b?"), or false when globs is NULL. */
+int settings_globs_match(const char *globs, const char *name);
 
 /*
  * SIGHUP: moves into *live the value of every row that SIGHUP applies and

@@ -108,6 +108,13 @@ struct backend_ops {
     const char *name;  /* "embedded", "distributed": the STATS mode */
     /* Get the lock for h (see the contract above). */
     enum locks_result (*acquire)(void *impl, struct hold *h, uint64_t *token);
+    /* Optional: true when the backend serves no request like req on name
+     * (the table answers LOCKS_UNSUPPORTED at once, queueing nothing).
+     * Must not change anything. */
+    bool (*refuses)(void *impl, const char *name, const struct lock_req *req);
+    /* Optional: the name's recipe when it is not the usual one ("nonfair"),
+     * for STATUS and LOCKS (recipe=), or NULL. Static string. */
+    const char *(*recipe)(void *impl, const char *name);
     /* h's acquisition, stored in its backend slot, now serves h: the hold
      * it was started for left and h, next in line in the same mode, took
      * its place. */

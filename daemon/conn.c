@@ -301,6 +301,12 @@ static void reply_lock_result(struct conn *c, enum proto_cmd cmd, const char *na
         reply_err(c, PROTO_ERR_CONFLICT, "this connection holds that lock in another mode; "
                   "UNLOCK it first (no upgrade or downgrade)");
         break;
+    case LOCKS_UNSUPPORTED:
+        /* PROTOCOL.md, "Non-fair names" */
+        snprintf(buf, sizeof(buf), "lock %s is non-fair ([zookeeper] nonfair): exclusive "
+                 "locks without ttl= or delay= only", name);
+        reply_err(c, PROTO_ERR_BAD_ARGS, buf);
+        break;
     case LOCKS_WAITING:
     case LOCKS_RELEASED:
     case LOCKS_NOT_HELD:
@@ -324,13 +330,21 @@ static void reply_stats(struct conn *c)
     evbuffer_add(out, "END\n", 4);
 }
 
+/* The name's recipe when the backend has another than the usual one, or NULL. */
+static const char *conn_recipe(const struct conn *c, const char *name)
+{
+    const struct backend *b = c->srv->backend;
+
+    return b->ops->recipe ? b->ops->recipe(b->impl, name) : NULL;
+}
+
 /* One STATUS line from this daemon's table and what the backend knows beyond it. */
 static void reply_status(struct conn *c, const char *name, const struct backend_queue_info *zi)
 {
     struct evbuffer *out = bufferevent_get_output(c->bev);
     struct locks_status ls;
     char since[24] = "-", mode[48 + PROTO_LABEL_MAX + 32] = "";
-    const char *label;
+    const char *label, *recipe;
     unsigned queue, holders;
     int64_t lease_ms;
     enum lock_mode m;
@@ -359,6 +373,9 @@ static void reply_status(struct conn *c, const char *name, const struct backend_
     if (lease_ms >= 0)
         snprintf(mode + strlen(mode), sizeof(mode) - strlen(mode), " lease=%lld",
                  (long long)lease_ms);
+    /* A name with a recipe of its own says which (PROTOCOL.md, STATUS). */
+    if ((recipe = conn_recipe(c, name)))
+        snprintf(mode + strlen(mode), sizeof(mode) - strlen(mode), " recipe=%s", recipe);
     /* The holder's CLIENT label comes last, when it has one. */
     label = ls.held ? ls.label : zi->global && zi->holders > 0 && zi->label[0] ? zi->label : NULL;
     if (label)
@@ -554,7 +571,8 @@ static bool add_locks_line(void *arg, const char *name, const struct locks_statu
 {
     struct locks_reply *lr = arg;
     struct evbuffer *out = bufferevent_get_output(lr->c->bev);
-    char mode[24], holder[200] = "-", token[24] = "-", since[24] = "-", lease[32] = "";
+    char mode[24], holder[200] = "-", token[24] = "-", since[24] = "-", lease[48] = "";
+    const char *recipe = conn_recipe(lr->c, name);
 
     if (!conn_may(lr->c, name))
         return true;         /* names the user may not use are not shown, nor counted */
@@ -574,6 +592,8 @@ static bool add_locks_line(void *arg, const char *name, const struct locks_statu
         if (st->lease_ms >= 0)
             snprintf(lease, sizeof(lease), " lease=%lld", (long long)st->lease_ms);
     }
+    if (recipe)
+        snprintf(lease + strlen(lease), sizeof(lease) - strlen(lease), " recipe=%s", recipe);
     evbuffer_add_printf(out, "LOCK %s %s holder=%s label=%s token=%s since=%s holders=%u "
                         "waiters=%u%s\n", name, mode, holder,
                         st->held && st->label ? st->label : "-", token, since, st->holders,
@@ -883,6 +903,7 @@ static void lock_req_of(const struct conn *c, const struct proto_req *req, struc
     lreq->ttl_ms = req->ttl_ms;
     lreq->delay_ms = req->delay_ms >= 0 ? req->delay_ms
                                         : (int64_t)c->srv->settings->lock_delay_ms;
+    lreq->delay_default = req->delay_ms < 0;
 }
 
 /* Frees the set being acquired, if any, leaving its holds to the connection. */

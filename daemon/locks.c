@@ -554,6 +554,8 @@ enum locks_result locks_lock(struct locks *t, struct lock_owner *o, const char *
     bool no_wait = req->try || req->wait_ms == 0;
     enum locks_result r = LOCKS_WAITING;
 
+    if (t->backend->ops->refuses && t->backend->ops->refuses(t->backend->impl, name, req))
+        return LOCKS_UNSUPPORTED;
     if (h) {
         /* Re-entrant in the same mode; anything else could deadlock an upgrade. */
         if (h->mode != req->mode || lock_conflicts(l, req))

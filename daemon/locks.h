@@ -46,6 +46,7 @@ struct lock_req {
     int64_t ttl_ms;       /* > 0: a lease (see lease.h), ending ttl_ms after its grant */
     int64_t delay_ms;     /* lock-delay: a hold that ends without a release (its owner
                            * abandoned it) keeps the name this long; 0: none */
+    bool delay_default;   /* delay_ms is the daemon's lock_delay_ms, not asked for */
 };
 
 enum locks_result {
@@ -60,6 +61,7 @@ enum locks_result {
     LOCKS_RELEASED,     /* unlock: done (or one re-entrant hold dropped) */
     LOCKS_NOT_HELD,     /* unlock: this owner does not hold it */
     LOCKS_NOMEM,
+    LOCKS_UNSUPPORTED,  /* the backend serves no such request on this name (non-fair) */
 };
 
 struct lock_owner;

@@ -587,6 +587,51 @@ START_TEST(zk_root)
 }
 END_TEST
 
+START_TEST(zk_nonfair)
+{
+    static const char *const good[] = {
+        "nf-*", "*", "a", "a*,b?,c[0-9],d[!x]", "jobs:*@host.x_y-1",
+    };
+    static const char *const bad[] = {
+        ",", "a,", ",a", "a,,b", "a b", "a/b", "caf\xc3\xa9", "a;b", "a\\b",
+    };
+    char many[64 * 2 + 8], longp[203];
+
+    ck_assert_ptr_null(s.zk_nonfair);
+    ck_assert(!settings_globs_match(s.zk_nonfair, "x"));
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        set_ok("zookeeper", "nonfair", good[i]);
+        ck_assert_str_eq(s.zk_nonfair, good[i]);
+    }
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        set_fails("zookeeper", "nonfair", bad[i]);
+    ck_assert_str_eq(s.zk_nonfair, "jobs:*@host.x_y-1");
+    /* 64 patterns, not 65 */
+    many[0] = '\0';
+    for (int i = 0; i < 64; i++)
+        strcat(many, i ? ",a" : "a");
+    set_ok("zookeeper", "nonfair", many);
+    strcat(many, ",a");
+    set_fails("zookeeper", "nonfair", many);
+    /* 200 bytes, not 201 */
+    memset(longp, 'p', sizeof(longp));
+    longp[200] = '\0';
+    set_ok("zookeeper", "nonfair", longp);
+    longp[200] = 'p';
+    longp[201] = '\0';
+    set_fails("zookeeper", "nonfair", longp);
+    /* empty: none again */
+    set_ok("zookeeper", "nonfair", "");
+    ck_assert_ptr_null(s.zk_nonfair);
+    ck_assert(settings_globs_match("a*,nf-?", "nf-1"));
+    ck_assert(settings_globs_match("a*,nf-?", "abc"));
+    ck_assert(!settings_globs_match("a*,nf-?", "nf-12"));
+    ck_assert(!settings_globs_match("a*,nf-?", "b"));
+    load_fails("[zookeeper]\nnonfair = a b\n",
+               "t:2: nonfair: 'a b': a pattern may hold A-Z a-z 0-9 . _ : @ - and * ? [ ] ! only");
+}
+END_TEST
+
 START_TEST(zk_root_length)
 {
     char root[203];
@@ -1328,6 +1373,7 @@ static Suite *conf_suite(void)
     tcase_add_test(tc, reload_users_file_needs_restart);
     tcase_add_test(tc, zk_root);
     tcase_add_test(tc, zk_root_length);
+    tcase_add_test(tc, zk_nonfair);
     tcase_add_test(tc, zk_hosts);
     tcase_add_test(tc, log_levels);
     suite_add_tcase(su, tc);

@@ -28,9 +28,14 @@ static void zl_start(struct zlock *zl)
         return;
     }
     if (!zk_serving(zl->zk)) {
-        zl_try_unavailable(zl);
+        if (!zk_checking(zl->zk))    /* a try waits for the agreement check */
+            zl_try_unavailable(zl);
         if (!zl->hold && !zl->node && !zl->create_uncertain)
             zl_free(zl);     /* nothing of it in ZooKeeper */
+        return;
+    }
+    if (zl->nonfair) {
+        zl_nonfair_start(zl);
         return;
     }
     if (zl->node) {
@@ -61,8 +66,21 @@ enum locks_result zk_lock_acquire(void *impl, struct hold *h, uint64_t *token)
     char parent[512];
 
     /* A try cannot be answered without ZooKeeper: say so now. */
-    if (hold_try(h) && !zk_serving(zk))
+    if (hold_try(h) && !zk_serving(zk) && !zk_checking(zk))
         return LOCKS_UNAVAILABLE;
+    /* Another daemon takes other names non-fair: nothing is taken here
+     * until a restart (presence.c). */
+    if (zk->nonfair_disagrees)
+        return LOCKS_UNAVAILABLE;
+    if (settings_globs_match(zk->settings->zk_nonfair, hold_name(h))) {
+        /* nonfair.c: the node itself, flat under <root>/nonfair */
+        snprintf(parent, sizeof(parent), "%s/nonfair/%s", zk->root, hold_name(h));
+        if (!(zl = zl_new(zk, h, parent)))
+            return LOCKS_UNAVAILABLE;
+        zl->nonfair = true;
+        zl_start(zl);
+        return LOCKS_WAITING;
+    }
     snprintf(parent, sizeof(parent), "%s/locks/%s", zk->root, hold_name(h));
     if ((zl = zl_idle_find(zk, parent))) {
         if (zl_idle_adopt(zl, h, token))
@@ -76,6 +94,22 @@ enum locks_result zk_lock_acquire(void *impl, struct hold *h, uint64_t *token)
      * parks the zlock for the retry timer. */
     zl_start(zl);
     return LOCKS_WAITING;
+}
+
+bool zk_lock_refuses(void *impl, const char *name, const struct lock_req *req)
+{
+    struct zk *zk = impl;
+
+    return settings_globs_match(zk->settings->zk_nonfair, name) &&
+           (req->mode != LOCK_EXCLUSIVE || req->ttl_ms > 0 ||
+            (req->delay_ms > 0 && !req->delay_default));
+}
+
+const char *zk_lock_recipe(void *impl, const char *name)
+{
+    struct zk *zk = impl;
+
+    return settings_globs_match(zk->settings->zk_nonfair, name) ? "nonfair" : NULL;
 }
 
 /* The acquisition now serves h (the table moved it into h's slot). */
@@ -102,6 +136,10 @@ void zk_lock_let_go(void *impl, struct hold *h)
     zl_detach(zl);
     if (zl_idle_begin(zl))
         return;              /* kept for a while: see "idle nodes" */
+    if (zl->nonfair && zl->step == ZL_WATCHING) {
+        zl_nonfair_let_go(zl);
+        return;
+    }
     switch (zl->step) {
     case ZL_DELAYING:
         evtimer_del(zl->delay_timer);

@@ -38,6 +38,8 @@ static const struct backend_ops zk_ops = {
     .query_cancel = zk_query_cancel,
     .list = zk_list,
     .list_cancel = zk_list_cancel,
+    .refuses = zk_lock_refuses,
+    .recipe = zk_lock_recipe,
     .watch = zk_watch,
     .watch_cancel = zk_watch_cancel,
     .ends_leases = true,
@@ -160,6 +162,8 @@ static void zk_stats(void *impl, backend_stat_fn add, void *cookie)
     stat_u64(add, cookie, "zk_idle_reuses", zk->idle->idle_reuses);
     stat_u64(add, cookie, "zk_leases_removed", zk->leases->leases_removed);
     stat_u64(add, cookie, "zk_session_delays", zk->session_delays);
+    stat_u64(add, cookie, "zk_nonfair_races_won", zk->nonfair_won);
+    stat_u64(add, cookie, "zk_nonfair_races_lost", zk->nonfair_lost);
     stat_u64(add, cookie, "zk_batches", zk->batch->batches);
     stat_u64(add, cookie, "zk_batched_ops", zk->batch->batched_ops);
     stat_u64(add, cookie, "zk_batch_failures", zk->batch->batch_failures);

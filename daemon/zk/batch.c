@@ -58,6 +58,7 @@ struct zwrite {
     zk_batch_sent_fn sent;     /* NULL, or told each time a multi carries it */
     const void *arg;           /* the caller's context, passed to all three */
     bool alone;                /* untried after a failure: in a multi of its own */
+    bool tied;                 /* rides with the write before it (zk_batch_set_tied) */
     const char *path;          /* in buf */
     const char *data;          /* in buf; NULL for no data */
     int datalen;               /* -1 for no data */
@@ -148,6 +149,16 @@ int zk_batch_set(struct zk *zk, const char *path, const char *data, int datalen,
     return ZOK;
 }
 
+int zk_batch_set_tied(struct zk *zk, const char *path, const char *data, int datalen,
+                      int version, stat_completion_t done, const void *arg)
+{
+    int rc = zk_batch_set(zk, path, data, datalen, version, done, arg);
+
+    if (rc == ZOK)
+        TAILQ_LAST(&zk->batch->wq, zwq)->tied = true;
+    return rc;
+}
+
 /* Runs the write's completion with rc and frees it. */
 static void zwrite_finish(struct zwrite *w, int rc)
 {
@@ -178,8 +189,11 @@ static void batch_send(struct zk *zk)
     }
     b->zk = zk;
     b->n = 0;
-    while ((w = TAILQ_FIRST(&zk->batch->wq)) && b->n < BATCH_OPS &&
-           (b->n == 0 || (bytes + w->bytes <= BATCH_BYTES && !w->alone && !b->w[0]->alone))) {
+    /* A write and the one tied to it go together: room for both. */
+    while ((w = TAILQ_FIRST(&zk->batch->wq)) &&
+           (w->tied || b->n + 1 + (TAILQ_NEXT(w, link) && TAILQ_NEXT(w, link)->tied) <= BATCH_OPS) &&
+           (b->n == 0 || w->tied ||
+            (bytes + w->bytes <= BATCH_BYTES && !w->alone && !b->w[0]->alone))) {
         TAILQ_REMOVE(&zk->batch->wq, w, link);
         zk->batch->wq_len--;
         bytes += w->bytes;
@@ -246,6 +260,23 @@ static void on_batch_done(int rc, const void *data)
     for (int i = 0; i < b->n; i++) {
         int err = b->res[i].err == RESULT_UNSET ? rc : b->res[i].err;
 
+        /* A tied pair fails together: never one of them sent again alone. */
+        if (rc != ZOK && b->w[i]->tied && i > 0 &&
+            (nagain == 0 || again[nagain - 1] != b->w[i - 1])) {
+            zwrite_finish(b->w[i], err == ZOK || err == ZRUNTIMEINCONSISTENCY ?
+                          ZRUNTIMEINCONSISTENCY : err);
+            continue;
+        }
+        if (rc != ZOK && i + 1 < b->n && b->w[i + 1]->tied && (err == ZOK ||
+            err == ZRUNTIMEINCONSISTENCY)) {
+            int next = b->res[i + 1].err == RESULT_UNSET ? rc : b->res[i + 1].err;
+
+            if (next != ZOK && next != ZRUNTIMEINCONSISTENCY) {
+                nfailed++;
+                zwrite_finish(b->w[i], ZRUNTIMEINCONSISTENCY);
+                continue;
+            }
+        }
         if (rc != ZOK && (err == ZOK || err == ZRUNTIMEINCONSISTENCY)) {
             b->w[i]->alone = err != ZOK;    /* never tried: may fail too */
             again[nagain++] = b->w[i];      /* rolled back, or never tried */

@@ -16,7 +16,7 @@ struct zwrite;
 
 /* batch.c's state (zk->batch). */
 struct zk_batch {
-    TAILQ_HEAD(, zwrite) wq;           /* writes waiting for a multi, oldest first */
+    TAILQ_HEAD(zwq, zwrite) wq;        /* writes waiting for a multi, oldest first */
     unsigned wq_len;
     unsigned batches_inflight;         /* multis sent and not answered */
     uint64_t batches, batched_ops;     /* multis sent; writes they carried (re-sends too) */
@@ -45,5 +45,12 @@ int zk_batch_delete(struct zk *zk, const char *path, int version, void_completio
  * Its zxid may be shared with the other writes of its multi. */
 int zk_batch_set(struct zk *zk, const char *path, const char *data, int datalen, int version,
                  stat_completion_t done, const void *arg);
+/* zk_batch_set() tied to the write queued just before it (call it right
+ * after that one): it always goes in the same multi, right behind it, and
+ * is never sent without it. When that write fails, done gets
+ * ZRUNTIMEINCONSISTENCY and nothing is sent again; when it fails itself,
+ * that write fails with ZRUNTIMEINCONSISTENCY too. */
+int zk_batch_set_tied(struct zk *zk, const char *path, const char *data, int datalen,
+                      int version, stat_completion_t done, const void *arg);
 
 #endif

@@ -118,6 +118,10 @@ enum locks_result zk_lock_pass_on(void *impl, struct hold *from, struct hold *to
     if (!zl || zl->lease || zl->step != ZL_HELD || zl->awaiting_token ||
         zk->state != ZK_CONNECTED || !zk->settings->zk_local_handoff)
         return LOCKS_BUSY;
+    /* A non-fair node has no turn to end: at the limit it goes, and the
+     * next waiter races for it like any other daemon's. */
+    if (zl->nonfair && zl->handoffs >= zk->settings->zk_local_handoff)
+        return LOCKS_BUSY;
     hold_set_backend_data(from, NULL);
     zl->hold = to;
     hold_set_backend_data(to, zl);
@@ -280,7 +284,8 @@ bool zl_idle_begin(struct zlock *zl)
     const struct settings *s = zk->settings;
     void *slot;
 
-    if (!s->zk_keep_idle_ms || zl->handoffs >= s->zk_local_handoff || zl->lease ||
+    /* Not for non-fair nodes: nothing would tell us that another daemon waits. */
+    if (!s->zk_keep_idle_ms || zl->handoffs >= s->zk_local_handoff || zl->lease || zl->nonfair ||
         zl->mode != LOCK_EXCLUSIVE || zl->step != ZL_HELD || zl->awaiting_token ||
         zl->contended || !zl->node || zk->state != ZK_CONNECTED)
         return false;

@@ -46,7 +46,7 @@ static void on_data_written(int rc, const struct Stat *stat, const void *data)
 }
 
 /* "daemon=<id> client=<owner>": who a node is for, read by STATUS. */
-static void zl_format_data(const struct zlock *zl, char *buf, size_t len)
+void zl_format_data(const struct zlock *zl, char *buf, size_t len)
 {
     const char *label = zl->hold ? hold_label(zl->hold) : NULL;
     int n = snprintf(buf, len, "daemon=%s client=%s%s%s", zl->zk->daemon_id,

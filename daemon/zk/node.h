@@ -31,6 +31,9 @@
 void zl_create(struct zlock *zl, zk_batch_sent_fn sent);
 /* Lists the parent for the node whose create reply was lost. */
 void zl_find_lost_create(struct zlock *zl);
+/* What our node's data says now ("daemon=<id> client=<owner>[ label=..]"),
+ * into buf (len bytes, truncated). */
+void zl_format_data(const struct zlock *zl, char *buf, size_t len);
 /* Queues a write of our node's current data; done gets a nodecall.
  * Returns ZOK, or the error with nothing sent. */
 int zl_send_data(struct zlock *zl, stat_completion_t done);

@@ -7,6 +7,10 @@
  *   alive when it was sent (CHECK's window, zk_presence_window_ms);
  * - makes the session node, <root>/sessions/<id>, on a new session (the
  *   lock-delay of fair.c looks for it);
+ * - checks, once per run, that every daemon of the root has our [zookeeper]
+ *   nonfair: the session node's data says it ("daemon=<id> nonfair=<globs>"),
+ *   and the other session nodes are read once ours exists; until then no
+ *   lock is taken, and a daemon that disagrees serves nothing, for good;
  * - looks for the chroot of [zookeeper] hosts, which ZooKeeper does not
  *   make: until it is found nothing is sent for locks, leases or STATUS
  *   (zk_serving), and once found the session tells its listeners
@@ -26,6 +30,7 @@
 #include "settings.h"
 
 static void zk_register_session(struct zk *zk, bool parent_made);
+static void nonfair_check(struct zk *zk);
 
 
 /*
@@ -132,6 +137,9 @@ static void on_chroot_checked(int rc, const struct Stat *stat, const void *data)
                 log_info("zk: the chroot %s exists now", chroot);
             zk->chroot_missing = false;
             zk->chroot_reported = false;
+            /* Our session node could not be made without it. */
+            if (!zk->nonfair_checked && !zk->nonfair_disagrees)
+                zk_register_session(zk, false);
             zk_session_serving(zk);
         }
     }
@@ -176,8 +184,9 @@ static void on_session_registered(int rc, const char *value, const void *data);
 
 static void zk_register_session(struct zk *zk, bool parent_made)
 {
-    char path[512];
+    char path[512], data[600];
     struct registration *ctx = malloc(sizeof(*ctx));
+    const char *nf = zk->settings->zk_nonfair;
 
     if (!ctx)
         return;
@@ -185,8 +194,9 @@ static void zk_register_session(struct zk *zk, bool parent_made)
     ctx->session_id = zk->session_id;
     ctx->parent_made = parent_made;
     zk_session_path(zk, zk->session_id, path, sizeof(path));
-    if (zoo_acreate(zk->zh, path, NULL, -1, zk->acl, ZOO_EPHEMERAL, on_session_registered,
-                    ctx) != ZOK) {
+    snprintf(data, sizeof(data), "daemon=%s nonfair=%s", zk->daemon_id, nf ? nf : "");
+    if (zoo_acreate(zk->zh, path, data, (int)strlen(data), zk->acl, ZOO_EPHEMERAL,
+                    on_session_registered, ctx) != ZOK) {
         free(ctx);
         return;
     }
@@ -229,7 +239,152 @@ static void on_session_registered(int rc, const char *value, const void *data)
                  "will apply lock-delays after this daemon's releases too", zk->daemon_id,
                  zk->root, zerror(rc));
     }
+    /* Ours exists (or cannot be made): now the others'. */
+    if (!(rc == ZNONODE && !ctx->parent_made) && ctx->session_id == zk->session_id &&
+        zk->state == ZK_CONNECTED && !zk->nonfair_checked && !zk->nonfair_disagrees)
+        nonfair_check(zk);
     free(ctx);
+}
+
+/* ---------------------------------------------------- [zookeeper] nonfair */
+
+/*
+ * Every daemon of a root must take the same names non-fair: a fair and a
+ * non-fair daemon would both grant one (PROTOCOL.md, "Non-fair names").
+ * Ours is written into our session node first, then the others are read:
+ * of two daemons started at once, the one that lists second sees the
+ * first. A node without nonfair= (a daemon older than the setting) means
+ * none. A daemon that disagrees serves nothing and deletes its session
+ * node, so that the daemons started after it are not held up by it.
+ */
+struct agreement {
+    struct zk *zk;
+    int64_t session_id;
+    unsigned pending;        /* reads in flight */
+    bool failed;             /* one could not be read: looked at again next connection */
+};
+
+static void nonfair_done(struct agreement *a)
+{
+    struct zk *zk = a->zk;
+
+    if (a->pending)
+        return;
+    if (!a->failed && !zk->nonfair_disagrees && a->session_id == zk->session_id &&
+        zk->state == ZK_CONNECTED && !zk->nonfair_checked) {
+        zk->nonfair_checked = true;
+        log_info("zk: every daemon of root %s has [zookeeper] nonfair '%s'", zk->root,
+                  zk->settings->zk_nonfair ? zk->settings->zk_nonfair : "");
+        zk_session_serving(zk);
+    }
+    free(a);
+}
+
+static void on_removed(int rc, const void *data)
+{
+    ((struct zk *)data)->outstanding--;
+}
+
+/* The value of key= ("nonfair=") in a session node's data, or dflt. */
+static void field_of(const char *value, int len, const char *key, const char *dflt,
+                     char *buf, size_t buflen)
+{
+    char data[1024];
+    size_t klen = strlen(key);
+
+    snprintf(data, sizeof(data), "%.*s", len > 0 ? len : 0, len > 0 ? value : "");
+    snprintf(buf, buflen, "%s", dflt);
+    for (const char *p = data; (p = strstr(p, key)); p++)
+        if (p == data || p[-1] == ' ') {
+            snprintf(buf, buflen, "%.*s", (int)strcspn(p + klen, " "), p + klen);
+            return;
+        }
+}
+
+static void on_other_read(int rc, const char *value, int len, const struct Stat *stat,
+                          const void *data)
+{
+    struct agreement *a = (struct agreement *)data;
+    struct zk *zk = a->zk;
+    const char *mine = zk->settings->zk_nonfair ? zk->settings->zk_nonfair : "";
+    char theirs[512], who[128], path[512];
+
+    zk->outstanding--;
+    a->pending--;
+    if (rc == ZNONODE || a->session_id != zk->session_id) {
+        nonfair_done(a);     /* gone: its daemon stopped */
+        return;
+    }
+    if (rc != ZOK) {
+        a->failed = true;
+        nonfair_done(a);
+        return;
+    }
+    field_of(value, len, "nonfair=", "", theirs, sizeof(theirs));
+    if (strcmp(theirs, mine) != 0 && !zk->nonfair_disagrees) {
+        field_of(value, len, "daemon=", "?", who, sizeof(who));
+        snprintf(zk->nonfair_why, sizeof(zk->nonfair_why),
+                 "[zookeeper] nonfair is '%s' here but '%s' on daemon %s (session 0x%llx): "
+                 "every daemon of root %s must have the same setting; change it and restart",
+                 mine, theirs, who, (unsigned long long)stat->ephemeralOwner, zk->root);
+        zk->nonfair_disagrees = true;
+        zk->nonfair_since_ms = locks_mono_ms();
+        log_error("zk: %s", zk->nonfair_why);
+        /* Ours goes, so that daemons started later do not stop for it. */
+        zk_session_path(zk, zk->session_id, path, sizeof(path));
+        if (zoo_adelete(zk->zh, path, -1, on_removed, zk) == ZOK)
+            zk->outstanding++;
+        zk_kick(zk);
+    }
+    nonfair_done(a);
+}
+
+static void on_sessions_listed(int rc, const struct String_vector *children, const void *data)
+{
+    struct agreement *a = (struct agreement *)data;
+    struct zk *zk = a->zk;
+    char mine[32], path[512];
+
+    zk->outstanding--;
+    a->pending--;
+    if (rc != ZOK || a->session_id != zk->session_id) {
+        a->failed = true;
+        nonfair_done(a);
+        return;
+    }
+    snprintf(mine, sizeof(mine), "%llx", (unsigned long long)zk->session_id);
+    for (int i = 0; i < children->count; i++) {
+        if (strcmp(children->data[i], mine) == 0)
+            continue;
+        snprintf(path, sizeof(path), "%s/sessions/%s", zk->root, children->data[i]);
+        if (zoo_aget(zk->zh, path, 0, on_other_read, a) != ZOK) {
+            a->failed = true;
+            break;
+        }
+        zk->outstanding++;
+        a->pending++;
+    }
+    zk_kick(zk);
+    nonfair_done(a);
+}
+
+static void nonfair_check(struct zk *zk)
+{
+    char path[512];
+    struct agreement *a = calloc(1, sizeof(*a));
+
+    if (!a)
+        return;              /* looked at again next connection */
+    a->zk = zk;
+    a->session_id = zk->session_id;
+    snprintf(path, sizeof(path), "%s/sessions", zk->root);
+    if (zoo_aget_children(zk->zh, path, 0, on_sessions_listed, a) != ZOK) {
+        free(a);
+        return;
+    }
+    a->pending = 1;
+    zk->outstanding++;
+    zk_kick(zk);
 }
 
 /* The session's `connected`: before any request of the layers above. */
@@ -242,7 +397,8 @@ static void presence_connected(void *arg, bool fresh)
     zk->confirming = false;      /* one in flight on a lost connection failed */
     zk_confirm(zk);
     arm_confirm(zk);
-    if (fresh)
+    /* Again until the agreement on [zookeeper] nonfair was checked. */
+    if ((fresh || !zk->nonfair_checked) && !zk->nonfair_disagrees)
         zk_register_session(zk, false);
     zk_check_chroot(zk);
 }

@@ -171,6 +171,19 @@ static void on_query_data(int rc, const char *value, int len, const struct Stat 
     query_finish(q, rc == ZOK || rc == ZNONODE);
 }
 
+/* A non-fair name's node: it holds the name while it exists. */
+static void on_nonfair_data(int rc, const char *value, int len, const struct Stat *stat,
+                            const void *data)
+{
+    struct backend_query *q = (struct backend_query *)data;
+
+    if (rc == ZOK) {
+        q->info.queue = q->info.holders = 1;
+        zk_queue_holder(value, len, stat, &q->info);
+    }
+    query_finish(q, rc == ZOK || rc == ZNONODE);
+}
+
 static void on_query_children(int rc, const struct String_vector *children, const void *data)
 {
     struct backend_query *q = (struct backend_query *)data;
@@ -203,12 +216,24 @@ struct backend_query *zk_query(void *impl, const char *name,
     struct backend_query *q;
 
     *now = unavailable;
-    if (!zk_serving(zk) || !(q = calloc(1, sizeof(*q))))
+    if (!zk_reachable(zk) || !(q = calloc(1, sizeof(*q))))
         return NULL;
     q->zk = zk;
     q->cb = cb;
     q->arg = arg;
     q->info = unavailable;
+    if (settings_globs_match(zk->settings->zk_nonfair, name)) {
+        /* nonfair.c: one fixed node, held while it exists */
+        snprintf(q->parent, sizeof(q->parent), "%s/nonfair/%s", zk->root, name);
+        q->info.mode = LOCK_EXCLUSIVE;
+        if (zoo_aget(zk->zh, q->parent, 0, on_nonfair_data, q) != ZOK) {
+            free(q);
+            return NULL;
+        }
+        zk->outstanding++;
+        zk_kick(zk);
+        return q;
+    }
     snprintf(q->parent, sizeof(q->parent), "%s/locks/%s", zk->root, name);
     if (zoo_aget_children(zk->zh, q->parent, 0, on_query_children, q) != ZOK) {
         free(q);
@@ -482,7 +507,7 @@ struct backend_list *zk_list(void *impl, const char *glob, backend_name_filter m
     struct list_call *call;
     char path[512];
 
-    if (!zk_serving(zk) || !(l = calloc(1, sizeof(*l))))
+    if (!zk_reachable(zk) || !(l = calloc(1, sizeof(*l))))
         return NULL;
     *l = (struct backend_list){ .zk = zk, .cb = cb, .arg = arg, .may = may };
     snprintf(l->glob, sizeof(l->glob), "%s", glob);

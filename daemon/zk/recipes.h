@@ -6,6 +6,7 @@
  *   lease_lock.c  a granted request held as a lease: a persistent node
  *   lease.c       leases made by any daemon: the janitor, release and
  *                 renewal by token, the start-up sweep
+ *   nonfair.c     non-fair names: one fixed node, no queue
  *   handoff.c     local handoff and idle nodes
  *   query.c       read-only queries for STATUS
  *
@@ -40,6 +41,13 @@ struct zk_leases {
 void zl_fair_create(struct zlock *zl);
 /* Lists the parent: may our node hold? Grants, waits or refuses. */
 void zl_list(struct zlock *zl);
+
+/* nonfair.c: non-fair names (zl->nonfair), one fixed node each. */
+/* zl_start() for a non-fair zlock: creates, watches, takes the token,
+ * deletes or frees, from what is known. */
+void zl_nonfair_start(struct zlock *zl);
+/* The table let go of a waiting non-fair zlock (step ZL_WATCHING). */
+void zl_nonfair_let_go(struct zlock *zl);
 
 /* lease_lock.c */
 /* zl may hold and is for a lease: a new zlock, holding a persistent
@@ -116,6 +124,12 @@ void zk_watch_cancel(void *impl, struct backend_watch *w);
  * Returns 0 or -1. */
 int zk_locks_init(struct zk *zk);
 enum locks_result zk_lock_acquire(void *impl, struct hold *h, uint64_t *token);
+/* Whether name is non-fair and req something a non-fair name does not
+ * serve (shared, limit=, ttl=, an explicit delay=; lock_delay_ms applies
+ * only on this daemon, see PROTOCOL.md "Non-fair names"). */
+bool zk_lock_refuses(void *impl, const char *name, const struct lock_req *req);
+/* "nonfair" for a non-fair name, else NULL (the backend op recipe). */
+const char *zk_lock_recipe(void *impl, const char *name);
 void zk_lock_handover(void *impl, struct hold *h);
 void zk_lock_let_go(void *impl, struct hold *h);
 /* Frees every request without calling the table, and zk->nodes (the

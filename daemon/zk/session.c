@@ -160,12 +160,16 @@ int64_t zk_session_unreachable_since(const struct zk *zk)
 {
     if (zk->state != ZK_CONNECTED)
         return zk->down_since_ms;
+    if (zk->nonfair_disagrees)
+        return zk->nonfair_since_ms;
     return zk->chroot_missing ? zk->chroot_missing_since_ms : 0;
 }
 
 /* Why requests cannot be served now, in words (for /healthz and the log). */
 const char *zk_session_why_down(const struct zk *zk)
 {
+    if (zk->nonfair_disagrees)
+        return zk->nonfair_why;
     if (zk->state == ZK_CONNECTED)
         return zk->chroot_missing ? "the chroot of [zookeeper] hosts does not exist" : NULL;
     return zk->auth_failed ? "ZooKeeper refuses the [zookeeper] auth credentials"

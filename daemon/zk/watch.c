@@ -33,6 +33,7 @@ struct backend_watch {
     bool reading;                      /* a getChildren or getData is in flight */
     bool again;                        /* a change came meanwhile: read once more */
     struct backend_queue_info info;    /* being read */
+    bool nonfair;                      /* parent is a non-fair name's node (nonfair.c) */
     char name[PROTO_NAME_MAX + 1];
     char parent[512];
 };
@@ -67,7 +68,7 @@ static void zw_read_done(struct backend_watch *w, bool ok)
     w->zk->outstanding--;
     if (w->cb && !w->again)
         zw_report(w, ok);
-    if (w->cb && w->again && zk_serving(w->zk)) {
+    if (w->cb && w->again && zk_reachable(w->zk)) {
         zw_read(w);
         return;
     }
@@ -91,7 +92,7 @@ static void on_zw_event(zhandle_t *zh, int type, int state, const char *path, vo
     }
     if (w->reading)
         w->again = true;
-    else if (zk_serving(w->zk))
+    else if (zk_reachable(w->zk))
         zw_read(w);
 }
 
@@ -151,6 +152,38 @@ static void on_zw_children(int rc, const struct String_vector *children, const v
         zw_read_done(w, false);
 }
 
+/* A non-fair name: its node's data, once it was found (no watch: the
+ * exists watch fires on its changes too). */
+static void on_zw_nf_data(int rc, const char *value, int len, const struct Stat *stat,
+                          const void *data)
+{
+    struct backend_watch *w = (struct backend_watch *)data;
+
+    if (rc == ZOK)
+        zk_queue_holder(value, len, stat, &w->info);
+    else if (rc == ZNONODE)
+        w->again = true;       /* gone between the two reads */
+    zw_read_done(w, rc == ZOK || rc == ZNONODE);
+}
+
+/* A non-fair name: one exists watch on its node, which holds it. */
+static void on_zw_nf_exists(int rc, const struct Stat *stat, const void *data)
+{
+    struct backend_watch *w = (struct backend_watch *)data;
+
+    if (rc == ZOK || rc == ZNONODE)
+        w->armed++;            /* the exists watch is set either way */
+    w->info.ok = true;
+    if (rc != ZOK || !w->cb) {
+        zw_read_done(w, rc == ZOK || rc == ZNONODE);
+        return;
+    }
+    w->info.queue = w->info.holders = 1;
+    w->info.mode = LOCK_EXCLUSIVE;
+    if (zoo_aget(w->zk->zh, w->parent, 0, on_zw_nf_data, w) != ZOK)
+        zw_read_done(w, false);
+}
+
 static void zw_read(struct backend_watch *w)
 {
     static const struct backend_queue_info empty = {
@@ -159,6 +192,16 @@ static void zw_read(struct backend_watch *w)
 
     w->info = empty;
     w->again = false;
+    if (w->nonfair) {
+        if (zoo_awexists(w->zk->zh, w->parent, on_zw_event, w, on_zw_nf_exists, w) != ZOK) {
+            zw_report(w, false);
+            return;
+        }
+        w->reading = true;
+        w->zk->outstanding++;
+        zk_kick(w->zk);
+        return;
+    }
     if (zoo_awget_children(w->zk->zh, w->parent, on_zw_event, w, on_zw_children, w) != ZOK) {
         zw_report(w, false);
         return;
@@ -181,14 +224,16 @@ struct backend_watch *zk_watch(void *impl, const char *name, backend_watch_cb cb
             return NULL;
         w->zk = zk;
         snprintf(w->name, sizeof(w->name), "%s", name);
-        snprintf(w->parent, sizeof(w->parent), "%s/locks/%s", zk->root, name);
+        w->nonfair = settings_globs_match(zk->settings->zk_nonfair, name);
+        snprintf(w->parent, sizeof(w->parent), "%s/%s/%s", zk->root,
+                 w->nonfair ? "nonfair" : "locks", name);
         TAILQ_INSERT_TAIL(&zk->watches->all, w, link);
     }
     w->cb = cb;
     w->arg = arg;
     if (w->reading)
         w->again = true;
-    else if (zk_serving(zk))
+    else if (zk_reachable(zk))
         zw_read(w);
     else
         zw_report(w, false);

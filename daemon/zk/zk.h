@@ -9,6 +9,7 @@
  *   backend.c  acquire.c              the backend's operations     zk.h
  *   ------------------------------------------------------------------------
  *   fair.c -> lease_lock.c -> lease.c the fair queue, leases,      recipes.h
+ *   nonfair.c                         non-fair names (one fixed node),
  *   handoff.c  query.c  watch.c       local handoff, STATUS and
  *                                     HOLDERS, WATCH
  *   ------------------------------------------------------------------------

@@ -80,6 +80,15 @@ struct zk {
     uint64_t outstanding;              /* requests in flight, of every layer */
     uint64_t session_delays;           /* lock-delays begun because a holder's session
                                         * ended (fair.c) */
+    uint64_t nonfair_won, nonfair_lost; /* creates of a non-fair node after its holder
+                                        * ended that got it, or found it taken (nonfair.c) */
+    bool nonfair_checked;              /* every daemon of the root was found to have our
+                                        * [zookeeper] nonfair (presence.c): once per run;
+                                        * until then no lock is taken (zk_serving) */
+    bool nonfair_disagrees;            /* another daemon of the root has another [zookeeper]
+                                        * nonfair: nothing is served, for good (zk_serving) */
+    int64_t nonfair_since_ms;          /* monotonic ms, once nonfair_disagrees */
+    char nonfair_why[1400];            /* why, when nonfair_disagrees */
     char daemon_id[96];                /* "<host>-<pid>-<random>", unique per daemon run */
     char root[256];
     /* Who may change our nodes. Every create passes acl: the open ACL, or,
@@ -101,10 +110,24 @@ struct zk {
     int64_t noauth_reported_ms;        /* when a ZNOAUTH was last explained in the log */
 };
 
-/* Lock, lease and STATUS requests can go out: a session, and its chroot exists. */
+/* Reads (STATUS, HOLDERS, WATCH) can go out: a session, its chroot exists,
+ * and the daemons of the root agree on [zookeeper] nonfair, as far as known. */
+static inline bool zk_reachable(const struct zk *zk)
+{
+    return zk->state == ZK_CONNECTED && !zk->chroot_missing && !zk->nonfair_disagrees;
+}
+
+/* Lock and lease requests can go out: reachable, and the agreement on
+ * [zookeeper] nonfair was checked (presence.c). */
 static inline bool zk_serving(const struct zk *zk)
 {
-    return zk->state == ZK_CONNECTED && !zk->chroot_missing;
+    return zk_reachable(zk) && zk->nonfair_checked;
+}
+
+/* Only that check is pending: requests wait for it rather than fail. */
+static inline bool zk_checking(const struct zk *zk)
+{
+    return zk_reachable(zk) && !zk->nonfair_checked;
 }
 
 #endif

@@ -72,6 +72,9 @@ struct zlock {
     int64_t pred_delay_ms;     /* ZL_WATCHING: the predecessor's lock-delay */
     int64_t pred_session;      /* ZL_WATCHING: its ephemeral owner, once read; 0: none */
     struct event *delay_timer; /* ZL_DELAYING: ends the predecessor's lock-delay; owned */
+    bool nonfair;              /* a non-fair name (nonfair.c): parent is the one fixed
+                                * node's path, node the same once it is ours */
+    bool raced;                /* nonfair: this create follows the holder's end */
     bool lease;                /* our node is (to be) a persistent lease node */
     bool create_sent;          /* lease: its node is created once, never again */
     bool granted;              /* lease: the table has the grant */

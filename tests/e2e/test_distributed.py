@@ -392,7 +392,7 @@ class DistributedBase(unittest.TestCase):
         return s
 
     def start_daemon(self, hosts, name, session_ms=SESSION_MS, root=None, wait_session=True,
-                     extra=""):
+                     extra="", wait_agreement=True):
         d = Daemon(config=zk_config(hosts, root or self.root, session_ms, extra), name=name)
         d.start()
         self._daemons.append(d)
@@ -401,6 +401,10 @@ class DistributedBase(unittest.TestCase):
         d.session = None
         if wait_session:
             d.session = int(d.wait_log(SESSION_RE, scaled(15.0)).group(1), 16)
+        # No lock is taken before the daemons' [zookeeper] nonfair were
+        # compared (a chroot must exist first).
+        if wait_session and wait_agreement and "/" not in hosts:
+            d.wait_log(r"zk: every daemon of root \S+ has \[zookeeper\] nonfair", scaled(15.0))
         return d
 
     def _stop_daemon(self, d):
@@ -2100,7 +2104,7 @@ class AclTest(DistributedBase):
         # a server that refuses them (as a SASL or custom provider may).
         proxy = AuthRefusingProxy(self.zk.port)
         self.addCleanup(proxy.close)
-        d = self.start_daemon(proxy.hosts, "F", extra=auth_file(AUTH))
+        d = self.start_daemon(proxy.hosts, "F", extra=auth_file(AUTH), wait_agreement=False)
         d.killed = True                       # it logs errors, on purpose
         refused = (r"error zk: ZooKeeper refused the digest credentials of user 'lockbroker' "
                    r"\(from \S+zk-auth-\S+\): this handle is unusable; a new session in 10 s")
@@ -2470,6 +2474,203 @@ class AuthRefusingProxy(ReplyDroppingProxy):
         except OSError:
             pass
         self._shut(pair)
+
+# ------------------------------------------------------------ non-fair names
+
+NONFAIR = "nonfair = nf-*\n"
+
+
+def nonfair_nodes(hosts, root):
+    """Names with a node under <root>/nonfair (sorted)."""
+    prefix = root + "/nonfair/"
+    return sorted(p[len(prefix):] for p in zkharness.ls_recursive(hosts, root)
+                  if p.startswith(prefix))
+
+
+class NonFairTest(DistributedBase):
+    """[zookeeper] nonfair (PROTOCOL.md, "Non-fair names"): one fixed node
+    per name, no queue."""
+
+    def start_nf(self, name, extra=NONFAIR, **kw):
+        return self.start_daemon(self.zk.connect_string, name, extra=extra, **kw)
+
+    def wait_no_nf_nodes(self, hosts):
+        self.wait_no_nodes(hosts)
+        try:
+            self.wait_zk(lambda: not nonfair_nodes(hosts, self.root), scaled(15.0),
+                         "no non-fair nodes under %s" % self.root)
+        except AssertionError as e:
+            raise AssertionError("%s; left: %r" % (e, nonfair_nodes(hosts, self.root)))
+
+    def test_01_mutual_exclusion_and_tokens_under_churn(self):
+        hosts = self.zk.connect_string
+        daemons = [self.start_nf("nf%d" % i) for i in range(3)]
+        names = ["nf-a", "nf-b"]
+        clients, iterations = 8, 25
+        load = LockLoad(daemons, seed=7)
+        self.addCleanup(load.close)
+        for d in daemons:
+            for _ in range(clients):
+                load.add(self.client(d), d.name, names, iterations)
+        load.run_until(load.all_done, scaled(120.0))
+        self.assertEqual(len(load.grants), len(daemons) * clients * iterations)
+        self.assertEqual(load.holder, {})
+        won = lost = 0
+        for d in daemons:
+            st = stats(d)
+            self.assertEqual(int(st["lost"]), 0, d.name)
+            won += int(st["zk_nonfair_races_won"])
+            lost += int(st["zk_nonfair_races_lost"])
+            self.assert_no_trouble(d)
+        note("non-fair churn: %d grants, races won %d lost %d"
+             % (len(load.grants), won, lost))
+        # every name went through more than one daemon, so some races were run
+        for n in names:
+            tags = {w.tag for (name, _, w) in load.grants if name == n}
+            self.assertGreater(len(tags), 1, n)
+        self.assertGreater(won, 0)
+        # nothing went through the fair queue
+        self.assertEqual(lock_nodes(hosts, self.root), {})
+        self.wait_no_nf_nodes(hosts)
+
+    def test_02_waiter_on_another_daemon_and_trylock(self):
+        hosts = self.zk.connect_string
+        a = self.start_nf("A")
+        b = self.start_nf("B")
+        holder = self.client(a)
+        holder.send("LOCK nf-w\n")
+        t_a = int(holder.expect_match(r"OK nf-w %s" % TOKEN).group(1))
+        self.assertEqual(nonfair_nodes(hosts, self.root), ["nf-w"])
+        t = self.client(b)
+        # STATUS reads the fixed node; STATUS and LOCKS say recipe=nonfair
+        self.assertRegex(t.request("STATUS nf-w"),
+                         r"^STATUS nf-w held holder=%s/\S+ token=- since=\d+ waiters=0 queue=1 "
+                         r"recipe=nonfair$" % re.escape(a.daemon_id))
+        self.assertRegex(holder.request("STATUS nf-w"),
+                         r"^STATUS nf-w held holder=%s/\S+ token=%d since=\d+ waiters=0 "
+                         r"queue=1 recipe=nonfair$" % (re.escape(a.daemon_id), t_a))
+        self.assertRegex(holder.request("LOCKS nf-*"),
+                         r"^LOCK nf-w exclusive holder=%s/\S+ label=- token=%d since=\d+ "
+                         r"holders=1 waiters=0 recipe=nonfair$" % (re.escape(a.daemon_id), t_a))
+        self.assertEqual(holder.line(), "END")
+        self.assertEqual(t.request("STATUS nf-free"),
+                         "STATUS nf-free free holder=- token=- since=- waiters=0 queue=0 "
+                         "recipe=nonfair")
+        self.assertEqual(t.request("STATUS fair-one"),
+                         "STATUS fair-one free holder=- token=- since=- waiters=0 queue=0")
+        self.assertEqual(t.request("TRYLOCK nf-w"), "BUSY nf-w")
+        waiter = self.client(b, timeout=scaled(20.0))
+        waiter.send("LOCK nf-w 20000\n")
+        b.wait_queued(waiter, "nf-w")
+        second = self.client(b, timeout=scaled(20.0))
+        second.send("LOCK nf-w 20000\n")
+        b.wait_queued(second, "nf-w")
+        self.assertTrue(waiter.silent(), "B's waiter answered while A holds nf-w")
+        self.assertEqual(holder.request("UNLOCK nf-w"), "OK nf-w")
+        t_b = int(waiter.expect_match(r"OK nf-w %s" % TOKEN).group(1))
+        self.assertGreater(t_b, t_a)
+        self.assertEqual(waiter.request("UNLOCK nf-w"), "OK nf-w")
+        t_c = int(second.expect_match(r"OK nf-w %s" % TOKEN).group(1))
+        self.assertGreater(t_c, t_b)
+        self.assertEqual(second.request("UNLOCK nf-w"), "OK nf-w")
+        t_d = int(re.fullmatch(r"OK nf-w %s" % TOKEN, t.request("TRYLOCK nf-w")).group(1))
+        self.assertGreater(t_d, t_c)
+        self.assertEqual(t.request("UNLOCK nf-w"), "OK nf-w")
+        self.wait_no_nf_nodes(hosts)
+
+    def test_03_refused_requests(self):
+        a = self.start_nf("A")
+        c = self.client(a)
+        err = ("ERR BAD_ARGS lock nf-r is non-fair ([zookeeper] nonfair): exclusive locks "
+               "without ttl= or delay= only")
+        for line in ("LOCK nf-r shared", "TRYLOCK nf-r shared", "LOCK nf-r limit=2",
+                     "LOCK nf-r ttl=5000", "LOCK nf-r delay=100"):
+            self.assertEqual(c.request(line), err, line)
+        # a set with a refused member keeps nothing
+        self.assertEqual(c.request("LOCK nf-ok,other shared"),
+                         err.replace("nf-r", "nf-ok"))
+        self.assertEqual(c.request("LOCKS"), "END")
+        # fair names are untouched
+        self.assertRegex(c.request("LOCK other shared"), r"OK other \d+")
+        self.assertEqual(c.request("UNLOCK other"), "OK other")
+
+    def test_05_a_daemon_with_another_setting_refuses_to_serve(self):
+        hosts = self.zk.connect_string
+        a = self.start_nf("A")
+        ca = self.client(a)
+        self.assertRegex(ca.request("LOCK nf-x"), r"OK nf-x \d+")
+        b = self.start_nf("B", extra="nonfair = nf-*,other\n", wait_agreement=False)
+        m = b.wait_log(r"error zk: \[zookeeper\] nonfair is 'nf-\*,other' here but 'nf-\*' on "
+                       r"daemon %s \(session 0x[0-9a-f]+\): every daemon of root %s must have "
+                       r"the same setting; change it and restart$"
+                       % (re.escape(a.daemon_id), re.escape(self.root)), scaled(10.0))
+        self.assertIsNotNone(m)
+        cb = self.client(b)
+        unavailable = "ERR UNAVAILABLE the lock service is not reachable; retry later"
+        self.assertEqual(cb.request("TRYLOCK nf-x"), unavailable)
+        self.assertEqual(cb.request("LOCK other 1000"), unavailable)
+        self.assertEqual(cb.request("LOCK fair-name 1000"), unavailable)
+        # without the setting at all: refuses too, and says so
+        c = self.start_nf("C", extra="", wait_agreement=False)
+        c.wait_log(r"error zk: \[zookeeper\] nonfair is '' here but 'nf-\*' on daemon %s"
+                   % re.escape(a.daemon_id), scaled(10.0))
+        self.assertEqual(self.client(c).request("TRYLOCK y"), unavailable)
+        # A serves on; B and C do not hold up a daemon that agrees
+        self.assertEqual(ca.request("UNLOCK nf-x"), "OK nf-x")
+        d = self.start_nf("D")
+        cd = self.client(d)
+        self.assertRegex(cd.request("TRYLOCK nf-x"), r"OK nf-x \d+")
+        self.assertEqual(ca.request("TRYLOCK nf-x"), "BUSY nf-x")
+        self.assertEqual(cd.request("UNLOCK nf-x"), "OK nf-x")
+        for x in (b, c):
+            x.killed = True          # its logged error is what this test wants
+        self.wait_no_nf_nodes(hosts)
+
+    def test_06_watch_follows_the_node(self):
+        a = self.start_nf("A")
+        b = self.start_nf("B")
+        w = self.client(b, timeout=scaled(20.0))
+
+        def event(state):
+            # a read in flight may show a state once more: repeats skipped
+            while True:
+                line = w.line()
+                if line != event.last:
+                    event.last = line
+                    self.assertRegex(line, r"^EVENT nf-wt %s$" % state)
+                    return line
+        event.last = None
+        w.send("WATCH nf-wt\n")
+        w.expect("OK nf-wt")
+        event("free")
+        h = self.client(a)
+        self.assertEqual(h.request("CLIENT leader-1"), "OK")
+        self.assertRegex(h.request("LOCK nf-wt"), r"^OK nf-wt \d+$")
+        event(r"held - holders=1 label=leader-1 holder=%s/%s mode=exclusive"
+              % (re.escape(a.daemon_id), re.escape(h.local)))
+        self.assertEqual(h.request("UNLOCK nf-wt"), "OK nf-wt")
+        event("free")
+
+    def test_04_kill_9_of_holding_daemon(self):
+        hosts = self.zk.connect_string
+        a = self.start_nf("A")
+        b = self.start_nf("B")
+        holder = self.client(a)
+        holder.send("LOCK nf-k9\n")
+        t_a = int(holder.expect_match(r"OK nf-k9 %s" % TOKEN).group(1))
+        wait_ms = SESSION_MS + MARGIN_MS
+        waiter = self.client(b, timeout=scaled(wait_ms / 1000.0 + 10))
+        waiter.send("LOCK nf-k9 %d\n" % wait_ms)
+        b.wait_queued(waiter, "nf-k9")
+        a.killed = True
+        a.send_signal(signal.SIGKILL)
+        self.assertEqual(a.wait_exit(), -signal.SIGKILL)
+        m = waiter.expect_match(r"(OK|TIMEOUT) nf-k9(?: %s)?" % TOKEN)
+        self.assertEqual(m.group(1), "OK", "B's waiter timed out: A's node outlived its session")
+        self.assertGreater(int(m.group(2)), t_a)
+        self.assertEqual(waiter.request("UNLOCK nf-k9"), "OK nf-k9")
+        self.wait_no_nf_nodes(hosts)
+
 
 if __name__ == "__main__":
     if not zk_available():
