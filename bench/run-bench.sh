@@ -365,10 +365,19 @@ if "$LOCKBROKERD" -t -c "$tmp/nonfair.conf" -z "$ZK" >/dev/null 2>&1; then
     DNF_PORT=$LB_PORT DNF_PID=$LB_PID
     wait_zk_session distributed-nf
     DNFB="$LOCKBROKER_BENCH -H 127.0.0.1:$DNF_PORT --pid $DNF_PID --zk $ZK --zk-pid $ZK_PID"
+    # A second one on the same root, for the hot name through two daemons
+    # (the fair twin of that row is dist2-hot-6x2, above).
+    start_lockbrokerd distributed-nf2 -c "$tmp/nonfair.conf" -z "$ZK"
+    DNF2_PORT=$LB_PORT DNF2_PID=$LB_PID
+    wait_zk_session distributed-nf2
+    TWONF="$PYTHON $here/two_daemons_hot.py -H 127.0.0.1:$DNF_PORT -H 127.0.0.1:$DNF2_PORT -c 6
+           --pid $DNF_PID --pid $DNF2_PID --zk $ZK --zk-pid $ZK_PID"
     for i in $(seq "$REPEAT"); do
         run "dist-nonfair-cold-64#$i" $DNFB -W cold -c 64
+        run "dist2-nonfair-hot-6x2#$i" $TWONF
     done
     pick_median dist-nonfair-cold-64
+    pick_median dist2-nonfair-hot-6x2
 fi
 if [ "$SWEEP" = 1 ]; then
     for h in 8 16 32 64; do
@@ -464,6 +473,7 @@ row dist2-hot-6x2     "2 daemons x 6 conns, hot"
 row dist-cold-64      "distributed cold names, 64 conns"
 row dist-cold-64-k0   "distributed cold, 64, keep=0"
 row dist-nonfair-cold-64 "non-fair cold names, 64 conns"
+row dist2-nonfair-hot-6x2 "non-fair: 2 daemons x 6 conns, hot"
 if [ "$SWEEP" = 1 ]; then
     for h in 8 16 32 64; do row "dist-hot-16-lh$h" "distributed hot, 16, handoff=$h"; done
     row dist2-hot-6x2-lh0 "2 daemons x 6 conns, hot, handoff=0"
@@ -516,6 +526,24 @@ printf '%-58s %6s  (for reference: without idle nodes)\n' "  keep_idle_ms=0: col
 if [ "$nonfair" = 1 ]; then
     rt12=$(ratio "$(rate dist-nonfair-cold-64)" "$(rate zk-recipe-cold-64)")
     printf '%-58s %6s  (target >= 3.00: %s)\n' "non-fair cold 64 / ZK recipe cold, 64 sessions" "$rt12" "$(verdict "$rt12" 3.0)"
+    # Raw create+delete pairs of 64 clients on one session (pipelined, not
+    # batched): what ZooKeeper does for one client without any lock logic.
+    rt13=$(ratio "$(rate dist-nonfair-cold-64)" "$(rate zk-raw-64-1sess)")
+    printf '%-58s %6s  (target >= 0.50: %s)\n' "non-fair cold 64 / raw pairs, 64 clients on 1 session" "$rt13" "$(verdict "$rt13" 0.5)"
+    nfj=${R[dist2-nonfair-hot-6x2]:-}
+    rt14=$(ratio "$(jget "$nfj" grants_per_s)" "$(jget "${R[dist2-hot-6x2]:-}" grants_per_s)")
+    printf '%-58s %6s  (target >= 1.00: %s)\n' "non-fair hot 2 daemons x 6 / fair, grants per second" "$rt14" "$(verdict "$rt14" 1.0)"
+    nf_wait="" nf_bad=0
+    for i in $(seq "$REPEAT"); do
+        j=${R[dist2-nonfair-hot-6x2#$i]:-}
+        [ -n "$j" ] || continue
+        nf_wait=$(awk -v a="$(jget "$j" max_wait_ms)" -v b="${nf_wait:-0}" 'BEGIN { print (a > b) ? a : b }')
+        nf_bad=$(( nf_bad + $(jget "$j" token_regressions) + $(jget "$j" mutex_violations) ))
+    done
+    printf '%-58s %6s  (target <= 2000: %s)\n' "non-fair hot 2 x 6: longest LOCK wait, ms (worst run)" \
+        "${nf_wait:--}" "$(awk -v w="${nf_wait:-99999}" 'BEGIN { print (w <= 2000) ? "met" : "NOT met" }')"
+    printf '%-58s %6s  (target 0: %s)\n' "non-fair hot 2 x 6: token regressions + violations (all runs)" \
+        "$nf_bad" "$([ "$nf_bad" = 0 ] && echo met || echo "NOT met")"
 else
     printf '%-58s %s\n' "non-fair cold rows (issue 22)" "(skipped: this lockbrokerd has no [zookeeper] nonfair)"
 fi

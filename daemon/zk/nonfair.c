@@ -311,6 +311,11 @@ void zl_nonfair_start(struct zlock *zl)
         zl_delete(zl);
     else if (zl->create_uncertain)
         nf_find(zl);
+    else if (zl->hold && nf_owned_here(zl))
+        nf_watch(zl);        /* our node is going (a turn of local handoffs
+                              * ended): wait for it as the other daemons
+                              * do, rather than create it again in the multi
+                              * that deletes it, before any of them can */
     else if (zl->hold)
         nf_create(zl);
     else
