@@ -272,8 +272,10 @@ struct backend_list {
     void *arg;
     backend_name_filter may;
     char glob[256];
-    char **names;              /* the matching names, sorted; owned */
+    char **names;              /* the matching names (fair ones sorted, then the
+                                * non-fair ones); owned */
     size_t nnames, next;       /* next: the first whose nodes are not asked for yet */
+    bool nonfair_asked;        /* <root>/nonfair is being (or was) listed too */
     unsigned inflight;         /* ZooKeeper requests sent and not answered */
     struct list_row *rows;     /* in name order, then queue order; owned */
     size_t nrows, cap, more;
@@ -295,17 +297,41 @@ static void list_free(struct backend_list *l)
     free(l);
 }
 
-/* Answers, once nothing is in flight and nothing more is to be asked. */
+static bool list_ask_nonfair(struct backend_list *l);
+
+/* qsort() has no context argument: the listing whose rows are sorted. */
+static const struct backend_list *sort_list;
+
+/* By name, then in the order they were listed (a name's queue order). */
+static int by_row_name(const void *a, const void *b)
+{
+    const struct list_row *x = *(const struct list_row *const *)a;
+    const struct list_row *y = *(const struct list_row *const *)b;
+    int c = strcmp(sort_list->names[x->name], sort_list->names[y->name]);
+
+    return c ? c : (x > y) - (x < y);
+}
+
+/* Answers, once nothing is in flight and nothing more is to be asked:
+ * the fair names' nodes, then the non-fair ones (nonfair.c), merged. */
 static void list_maybe_finish(struct backend_list *l)
 {
     struct backend_holder *out;
+    const struct list_row **order;
     size_t n = 0;
 
     if (l->inflight > 0 || (l->cb && !l->failed && l->next < l->nnames))
         return;
-    if (l->cb && !l->failed && (out = calloc(l->nrows + 1, sizeof(*out)))) {
+    if (l->cb && !l->failed && !l->nonfair_asked && list_ask_nonfair(l))
+        return;
+    order = calloc(l->nrows + 1, sizeof(*order));
+    if (l->cb && !l->failed && order && (out = calloc(l->nrows + 1, sizeof(*out)))) {
+        for (size_t i = 0; i < l->nrows; i++)
+            order[i] = &l->rows[i];
+        sort_list = l;
+        qsort(order, l->nrows, sizeof(*order), by_row_name);
         for (size_t i = 0; i < l->nrows; i++) {
-            const struct list_row *r = &l->rows[i];
+            const struct list_row *r = order[i];
 
             if (r->skip)
                 continue;
@@ -320,6 +346,7 @@ static void list_maybe_finish(struct backend_list *l)
     } else if (l->cb) {
         l->cb(l->arg, false, NULL, 0, 0);
     }
+    free(order);
     list_free(l);
 }
 
@@ -446,6 +473,96 @@ out:
     free(order);
     list_pump(l);
     list_maybe_finish(l);
+}
+
+/* A row for a non-fair name's node and the read of its data: held, by
+ * whoever its data names (nonfair.c). */
+static void list_nonfair_row(struct backend_list *l, size_t name)
+{
+    struct list_row *r;
+    char path[768];
+
+    if (l->nrows == HOLDERS_LINES_MAX) {
+        l->more++;
+        return;
+    }
+    if (l->nrows == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 64;
+        struct list_row *rows = realloc(l->rows, cap * sizeof(*rows));
+
+        if (!rows) {
+            l->failed = true;
+            return;
+        }
+        l->rows = rows;
+        l->cap = cap;
+    }
+    r = &l->rows[l->nrows];
+    *r = (struct list_row){ .name = name, .held = true, .lease_ms = -1, .since_ms = -1,
+                            .kind = { LOCK_EXCLUSIVE, 0, false, 0 } };
+    snprintf(path, sizeof(path), "%s/nonfair/%s", l->zk->root, l->names[name]);
+    if (!list_send(l, l->nrows, path, true))
+        l->failed = true;
+    l->nrows++;
+}
+
+/* <root>/nonfair's children: the non-fair names held now. */
+static void on_list_nonfair(int rc, const struct String_vector *children, const void *data)
+{
+    struct list_call *call = (struct list_call *)data;
+    struct backend_list *l = call->l;
+
+    free(call);
+    l->inflight--;
+    l->zk->outstanding--;
+    if (rc != ZOK && rc != ZNONODE)
+        l->failed = true;
+    if (rc == ZOK && l->cb && !l->failed && children->count > 0) {
+        char **names = realloc(l->names, (l->nnames + (size_t)children->count) *
+                                             sizeof(*names));
+
+        if (!names)
+            l->failed = true;
+        else
+            l->names = names;
+        for (int i = 0; i < children->count && !l->failed; i++) {
+            const char *name = children->data[i];
+
+            if (fnmatch(l->glob, name, 0) != 0 || !l->may(l->arg, name))
+                continue;
+            if (!(l->names[l->nnames] = strdup(name))) {
+                l->failed = true;
+                break;
+            }
+            l->nnames++;
+            list_nonfair_row(l, l->nnames - 1);
+        }
+    }
+    l->next = l->nnames;       /* nothing for list_pump */
+    list_maybe_finish(l);
+}
+
+/* Lists <root>/nonfair once the fair names are done; false when nothing
+ * was sent (the listing then ends). */
+static bool list_ask_nonfair(struct backend_list *l)
+{
+    struct list_call *call = malloc(sizeof(*call));
+    char path[512];
+
+    l->nonfair_asked = true;
+    if (!call)
+        return false;
+    *call = (struct list_call){ l, 0 };
+    snprintf(path, sizeof(path), "%s/nonfair", l->zk->root);
+    if (zoo_aget_children(l->zk->zh, path, 0, on_list_nonfair, call) != ZOK) {
+        free(call);
+        l->failed = true;
+        return false;
+    }
+    l->inflight++;
+    l->zk->outstanding++;
+    zk_kick(l->zk);
+    return true;
 }
 
 static void on_list_names(int rc, const struct String_vector *children, const void *data)
