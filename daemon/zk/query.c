@@ -409,6 +409,60 @@ static void list_pump(struct backend_list *l)
     }
 }
 
+/* A row for the node at path, and the read of its data (on_list_data
+ * fills in the rest); past HOLDERS_LINES_MAX only counted. */
+static void list_add_row(struct backend_list *l, size_t name, bool held, struct zkind kind,
+                         const char *path)
+{
+    if (l->nrows == HOLDERS_LINES_MAX) {
+        l->more++;
+        return;
+    }
+    if (l->nrows == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 64;
+        struct list_row *rows = realloc(l->rows, cap * sizeof(*rows));
+
+        if (!rows) {
+            l->failed = true;
+            return;
+        }
+        l->rows = rows;
+        l->cap = cap;
+    }
+    l->rows[l->nrows] = (struct list_row){ .name = name, .held = held, .kind = kind,
+                                           .lease_ms = -1, .since_ms = -1 };
+    if (!list_send(l, l->nrows, path, true))
+        l->failed = true;
+    l->nrows++;
+}
+
+/* Adds the children that match the glob and the user's names to l->names.
+ * Returns the index of the first one added. */
+static size_t list_take_names(struct backend_list *l, const struct String_vector *children)
+{
+    size_t first = l->nnames;
+    char **names;
+
+    if (children->count == 0)
+        return first;
+    if (!(names = realloc(l->names, (l->nnames + (size_t)children->count) * sizeof(*names)))) {
+        l->failed = true;
+        return first;
+    }
+    l->names = names;
+    for (int i = 0; i < children->count && !l->failed; i++) {
+        const char *name = children->data[i];
+
+        if (fnmatch(l->glob, name, 0) != 0 || !l->may(l->arg, name))
+            continue;
+        if (!(l->names[l->nnames] = strdup(name)))
+            l->failed = true;
+        else
+            l->nnames++;
+    }
+    return first;
+}
+
 /* One name's nodes: a row each, in queue order, then a read of each. */
 static void on_list_nodes(int rc, const struct String_vector *children, const void *data)
 {
@@ -441,31 +495,10 @@ static void on_list_nodes(int rc, const struct String_vector *children, const vo
         qsort(order, (size_t)children->count, sizeof(*order), by_seq);
         for (int k = 0; k < children->count && !l->failed; k++) {
             int i = order[k];
-            struct list_row *r;
 
-            if (l->nrows == HOLDERS_LINES_MAX) {
-                l->more++;
-                continue;
-            }
-            if (l->nrows == l->cap) {
-                size_t cap = l->cap ? 2 * l->cap : 64;
-                struct list_row *rows = realloc(l->rows, cap * sizeof(*rows));
-
-                if (!rows) {
-                    l->failed = true;
-                    break;
-                }
-                l->rows = rows;
-                l->cap = cap;
-            }
-            r = &l->rows[l->nrows];
-            *r = (struct list_row){ .name = name, .held = held[i], .lease_ms = -1,
-                                    .kind = zk_kind_of(children->data[i]), .since_ms = -1 };
             snprintf(path, sizeof(path), "%s/locks/%s/%s", l->zk->root, l->names[name],
                      children->data[i]);
-            if (!list_send(l, l->nrows, path, true))
-                l->failed = true;
-            l->nrows++;
+            list_add_row(l, name, held[i], zk_kind_of(children->data[i]), path);
         }
     }
 out:
@@ -473,37 +506,6 @@ out:
     free(order);
     list_pump(l);
     list_maybe_finish(l);
-}
-
-/* A row for a non-fair name's node and the read of its data: held, by
- * whoever its data names (nonfair.c). */
-static void list_nonfair_row(struct backend_list *l, size_t name)
-{
-    struct list_row *r;
-    char path[768];
-
-    if (l->nrows == HOLDERS_LINES_MAX) {
-        l->more++;
-        return;
-    }
-    if (l->nrows == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 64;
-        struct list_row *rows = realloc(l->rows, cap * sizeof(*rows));
-
-        if (!rows) {
-            l->failed = true;
-            return;
-        }
-        l->rows = rows;
-        l->cap = cap;
-    }
-    r = &l->rows[l->nrows];
-    *r = (struct list_row){ .name = name, .held = true, .lease_ms = -1, .since_ms = -1,
-                            .kind = { LOCK_EXCLUSIVE, 0, false, 0 } };
-    snprintf(path, sizeof(path), "%s/nonfair/%s", l->zk->root, l->names[name]);
-    if (!list_send(l, l->nrows, path, true))
-        l->failed = true;
-    l->nrows++;
 }
 
 /* <root>/nonfair's children: the non-fair names held now. */
@@ -517,52 +519,50 @@ static void on_list_nonfair(int rc, const struct String_vector *children, const 
     l->zk->outstanding--;
     if (rc != ZOK && rc != ZNONODE)
         l->failed = true;
-    if (rc == ZOK && l->cb && !l->failed && children->count > 0) {
-        char **names = realloc(l->names, (l->nnames + (size_t)children->count) *
-                                             sizeof(*names));
+    if (rc == ZOK && l->cb && !l->failed) {
+        static const struct zkind exclusive = { LOCK_EXCLUSIVE, 0, false, 0 };
+        char path[768];
 
-        if (!names)
-            l->failed = true;
-        else
-            l->names = names;
-        for (int i = 0; i < children->count && !l->failed; i++) {
-            const char *name = children->data[i];
-
-            if (fnmatch(l->glob, name, 0) != 0 || !l->may(l->arg, name))
-                continue;
-            if (!(l->names[l->nnames] = strdup(name))) {
-                l->failed = true;
-                break;
-            }
-            l->nnames++;
-            list_nonfair_row(l, l->nnames - 1);
+        /* Each one held, by whoever its node's data names (nonfair.c). */
+        for (size_t n = list_take_names(l, children); n < l->nnames && !l->failed; n++) {
+            snprintf(path, sizeof(path), "%s/nonfair/%s", l->zk->root, l->names[n]);
+            list_add_row(l, n, true, exclusive, path);
         }
     }
     l->next = l->nnames;       /* nothing for list_pump */
     list_maybe_finish(l);
 }
 
-/* Lists <root>/nonfair once the fair names are done; false when nothing
- * was sent (the listing then ends). */
-static bool list_ask_nonfair(struct backend_list *l)
+/* Lists <root>/<dir> (the names under it) for done; false when it could
+ * not be sent. */
+static bool list_ask_names(struct backend_list *l, const char *dir, strings_completion_t done)
 {
     struct list_call *call = malloc(sizeof(*call));
     char path[512];
 
-    l->nonfair_asked = true;
     if (!call)
         return false;
     *call = (struct list_call){ l, 0 };
-    snprintf(path, sizeof(path), "%s/nonfair", l->zk->root);
-    if (zoo_aget_children(l->zk->zh, path, 0, on_list_nonfair, call) != ZOK) {
+    snprintf(path, sizeof(path), "%s/%s", l->zk->root, dir);
+    if (zoo_aget_children(l->zk->zh, path, 0, done, call) != ZOK) {
         free(call);
-        l->failed = true;
         return false;
     }
     l->inflight++;
     l->zk->outstanding++;
     zk_kick(l->zk);
     return true;
+}
+
+/* Lists <root>/nonfair once the fair names are done; false when nothing
+ * was sent (the listing then ends). */
+static bool list_ask_nonfair(struct backend_list *l)
+{
+    l->nonfair_asked = true;
+    if (list_ask_names(l, "nonfair", on_list_nonfair))
+        return true;
+    l->failed = true;
+    return false;
 }
 
 static void on_list_names(int rc, const struct String_vector *children, const void *data)
@@ -576,20 +576,7 @@ static void on_list_names(int rc, const struct String_vector *children, const vo
     if (rc != ZOK && rc != ZNONODE)
         l->failed = true;
     if (rc == ZOK && l->cb && !l->failed) {
-        if (children->count > 0 &&
-            !(l->names = calloc((size_t)children->count, sizeof(*l->names)))) {
-            l->failed = true;
-        }
-        for (int i = 0; i < children->count && !l->failed; i++) {
-            const char *name = children->data[i];
-
-            if (fnmatch(l->glob, name, 0) != 0 || !l->may(l->arg, name))
-                continue;
-            if (!(l->names[l->nnames] = strdup(name)))
-                l->failed = true;
-            else
-                l->nnames++;
-        }
+        list_take_names(l, children);
         qsort(l->names, l->nnames, sizeof(*l->names), by_string);
     }
     list_pump(l);
@@ -621,27 +608,15 @@ struct backend_list *zk_list(void *impl, const char *glob, backend_name_filter m
 {
     struct zk *zk = impl;
     struct backend_list *l;
-    struct list_call *call;
-    char path[512];
 
     if (!zk_reachable(zk) || !(l = calloc(1, sizeof(*l))))
         return NULL;
     *l = (struct backend_list){ .zk = zk, .cb = cb, .arg = arg, .may = may };
     snprintf(l->glob, sizeof(l->glob), "%s", glob);
-    snprintf(path, sizeof(path), "%s/locks", zk->root);
-    if (!(call = malloc(sizeof(*call)))) {
+    if (!list_ask_names(l, "locks", on_list_names)) {
         free(l);
         return NULL;
     }
-    *call = (struct list_call){ l, 0 };
-    if (zoo_aget_children(zk->zh, path, 0, on_list_names, call) != ZOK) {
-        free(call);
-        free(l);
-        return NULL;
-    }
-    l->inflight++;
-    zk->outstanding++;
-    zk_kick(zk);
     return l;
 }
 
