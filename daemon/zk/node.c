@@ -130,7 +130,8 @@ bool zl_take_token(struct zlock *zl, int64_t zxid)
 
 struct known_parent {
     TAILQ_ENTRY(known_parent) link;    /* zk->nodes->known, oldest first */
-    char path[];
+    const char *path;                  /* buf, or a lookup's key */
+    char buf[];
 };
 
 static int by_path(const void *a, const void *b)
@@ -139,17 +140,12 @@ static int by_path(const void *a, const void *b)
                   ((const struct known_parent *)b)->path);
 }
 
+/* A lookup on every create: its key lives on the stack. */
 static struct known_parent *known_find(struct zk *zk, const char *parent)
 {
-    size_t len = strlen(parent) + 1;
-    struct known_parent *key = malloc(sizeof(*key) + len);
-    void *found;
+    struct known_parent key = { .path = parent };
+    void *found = tfind(&key, &zk->nodes->known_by_path, by_path);
 
-    if (!key)
-        return NULL;
-    memcpy(key->path, parent, len);
-    found = tfind(key, &zk->nodes->known_by_path, by_path);
-    free(key);
     return found ? *(struct known_parent **)found : NULL;
 }
 
@@ -183,7 +179,8 @@ void zl_parent_known(struct zk *zk, const char *parent, bool known)
     len = strlen(parent) + 1;
     if (!(k = malloc(sizeof(*k) + len)))
         return;               /* not remembered: a create of it goes again */
-    memcpy(k->path, parent, len);
+    memcpy(k->buf, parent, len);
+    k->path = k->buf;
     if (!tsearch(k, &zk->nodes->known_by_path, by_path)) {
         free(k);
         return;
