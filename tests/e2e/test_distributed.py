@@ -2196,7 +2196,17 @@ class BatchTest(DistributedBase):
         # its node at once, not after keeping it idle.
         a = self.start_daemon(proxy.hosts, "A", session_ms, extra="keep_idle_ms = 0\n")
         self.make_parents(names)
-        return proxy, a, {n: self.client(a, timeout=timeout) for n in names}
+        clients = {n: self.client(a, timeout=timeout) for n in names}
+        # Each name once, so that the daemon knows its parent: a first use
+        # sends a create of the parent ahead of its multi, at once, which
+        # raced test_parent_removed_while_writes_wait's removal of the
+        # parent (when it reached the server after the removal, the multi
+        # did not fail: a CI failure).
+        for n, c in clients.items():
+            self.assertRegex(c.request("LOCK %s" % n), r"^OK %s %s$" % (n, TOKEN))
+            self.assertEqual(c.request("UNLOCK %s" % n), "OK %s" % n)
+        self.wait_stat(a, "zk_requests", "0")
+        return proxy, a, clients
 
     def nodes_of(self, d, name):
         kids = lock_nodes(self.zk.connect_string, self.root).get(name, [])
