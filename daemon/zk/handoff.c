@@ -151,6 +151,13 @@ enum locks_result zk_lock_pass_on(void *impl, struct hold *from, struct hold *to
  * over, the node goes as it would have at the release. So a client that
  * takes and releases the same lock in a loop pays nothing to ZooKeeper,
  * and a waiter on another daemon waits one watch notification longer.
+ *
+ * Not on a name's first use: a node whose parent this daemon did not know
+ * when it created it (zl->first_use: the name was not taken through this
+ * daemon among the last KNOWN_PARENTS names) goes at once. A program that
+ * takes every name once (job ids) would pay the keep's data write, child
+ * watch and late delete on every name and never take a node over; a name
+ * taken again is known by then, and its next release keeps the node.
  */
 
 /* Idle nodes kept at once, at most; the oldest goes first. */
@@ -285,7 +292,8 @@ bool zl_idle_begin(struct zlock *zl)
     void *slot;
 
     /* Not for non-fair nodes: nothing would tell us that another daemon waits. */
-    if (!s->zk_keep_idle_ms || zl->handoffs >= s->zk_local_handoff || zl->lease || zl->nonfair ||
+    if (!s->zk_keep_idle_ms || zl->first_use || zl->handoffs >= s->zk_local_handoff ||
+        zl->lease || zl->nonfair ||
         zl->mode != LOCK_EXCLUSIVE || zl->step != ZL_HELD || zl->awaiting_token ||
         zl->contended || !zl->node || zk->state != ZK_CONNECTED)
         return false;

@@ -332,15 +332,15 @@ static void on_created(int rc, const char *value, const void *data)
     }
 }
 
-void zl_create(struct zlock *zl, zk_batch_sent_fn sent)
+void zl_create(struct zlock *zl, zk_batch_sent_fn sent, stat_completion_t parent_stat)
 {
     struct zk *zk = zl->zk;
-    char prefix[512], data[512];
-    struct zcall *c = zl_begin(zl, ZL_CREATING);
+    char prefix[512], data[512], tag[24];
+    struct zcall *c = zl_begin(zl, ZL_CREATING), *s = NULL;
+    int rc;
 
     if (!c)
         return;
-    char tag[24];
 
     if (zl->mode == LOCK_LIMIT)
         snprintf(tag, sizeof(tag), "limit%u%s", zl->limit, zl->lease ? ".lease" : "");
@@ -356,17 +356,28 @@ void zl_create(struct zlock *zl, zk_batch_sent_fn sent)
              (unsigned long long)zl->id, tag);
     zl->data_stale = false;
     zl_format_data(zl, data, sizeof(data));
-    if (!zl_parent_is_known(zk, zl->parent))
+    if (!zl_parent_is_known(zk, zl->parent)) {
+        zl->first_use = true;
         zl_make_parent(zk, zl->parent);
+        if (parent_stat && (s = zcall_also(zl)))
+            sent = NULL;
+    }
     zl->create_attempts++;
     zl->create_sent = true;
     zl->listing_sent = false;
     /* A lease outlives this daemon's session: its node is persistent. */
-    zk_sent(zl, c,
-            zk_batch_create(zk, prefix, data, (int)strlen(data), zk->acl,
-                            zl->lease ? ZOO_PERSISTENT_SEQUENTIAL : ZOO_EPHEMERAL_SEQUENTIAL,
-                            on_created, sent, c),
-            "create");
+    rc = zk_batch_create(zk, prefix, data, (int)strlen(data), zk->acl,
+                         zl->lease ? ZOO_PERSISTENT_SEQUENTIAL : ZOO_EPHEMERAL_SEQUENTIAL,
+                         on_created, sent, c);
+    /* The parent's data is empty and stays so: the write is for its Stat. */
+    if (s && rc == ZOK &&
+        zk_batch_set_tied(zk, zl->parent, NULL, -1, -1, parent_stat, s) == ZOK) {
+        zk->outstanding++;   /* the setData's; zk_sent counts the create's */
+        zl->listing_sent = true;
+    } else {
+        free(s);             /* the create fails with ZRUNTIMEINCONSISTENCY, or never went */
+    }
+    zk_sent(zl, c, rc, "create");
 }
 
 /* ------------------------------------------------ find a lost create's node */

@@ -27,8 +27,15 @@
 
 /* Creates zl's node (sequential; persistent for a lease). sent, if not
  * NULL, is told with the request's context right after the multi carrying
- * the create went out. */
-void zl_create(struct zlock *zl, zk_batch_sent_fn sent);
+ * the create went out. parent_stat, if not NULL, is for a parent this
+ * daemon does not know (a name taken for the first time in a while): then
+ * sent is not told; a setData of the parent is tied to the create (same
+ * multi, right behind it: the parent's Stat after our create, whose
+ * numChildren says whether our node is alone and whose pzxid is that of
+ * the create), parent_stat gets it with a zcall_also() context, after the
+ * create's own reply, and zl->listing_sent is set meanwhile. Either way a
+ * parent not known sets zl->first_use. */
+void zl_create(struct zlock *zl, zk_batch_sent_fn sent, stat_completion_t parent_stat);
 /* Lists the parent for the node whose create reply was lost. */
 void zl_find_lost_create(struct zlock *zl);
 /* What our node's data says now ("daemon=<id> client=<owner>[ label=..]"),
@@ -50,8 +57,8 @@ void zl_delete_when_connected(struct zlock *zl);
 void zl_node_gone(struct zlock *zl);
 /* Whether a lock's parent (<root>/locks/<name>) is known to exist: a node
  * was created or its parent created under it lately. zl_create() sends
- * the create of a parent it does not know right before the node's own, in
- * the same multi. At most KNOWN_PARENTS are remembered, oldest forgotten. */
+ * the create of a parent it does not know right before the multi that
+ * carries the node's own. At most KNOWN_PARENTS are remembered, oldest forgotten. */
 bool zl_parent_is_known(struct zk *zk, const char *parent);
 void zl_parent_known(struct zk *zk, const char *parent, bool known);
 /* Forgets them all (the node machinery is being freed). */

@@ -80,6 +80,8 @@ struct zk {
     uint64_t outstanding;              /* requests in flight, of every layer */
     uint64_t session_delays;           /* lock-delays begun because a holder's session
                                         * ended (fair.c) */
+    uint64_t grants_unlisted;          /* first creates under a parent we did not know
+                                        * that showed our node alone (fair.c) */
     uint64_t nonfair_won, nonfair_lost; /* creates of a non-fair node after its holder
                                         * ended that got it, or found it taken (nonfair.c) */
     bool nonfair_checked;              /* every daemon of the root was found to have our

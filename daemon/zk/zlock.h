@@ -65,7 +65,9 @@ struct zlock {
     bool data_stale;           /* the node's data names an owner that left (handover) */
     bool data_writing;         /* a write of the node's data is in flight */
     bool create_uncertain;     /* a create was sent and its reply lost */
-    bool listing_sent;         /* a getChildren went out right behind the create's multi */
+    bool listing_sent;         /* a getChildren went out right behind the create's multi,
+                                * or a setData of the parent rides in it (zl_create) */
+    bool first_use;            /* the parent was not known when the node was created */
     unsigned create_attempts;
     int64_t ttl_ms;            /* > 0: the request is for a lease */
     int64_t delay_ms;          /* the request's lock-delay; part of the node name */

@@ -1828,12 +1828,64 @@ class SetTest(DistributedBase):
 @dump_on_failure
 class IdleTest(DistributedBase):
     """keep_idle_ms: a released exclusive lock's node stays a while, for a
-    LOCK of it on the same daemon, unless another daemon wants it."""
+    LOCK of it on the same daemon, unless another daemon wants it; not on
+    the name's first use through the daemon."""
+
+    def first_use(self, hosts, daemon, c, name="x"):
+        """Takes name once through daemon: its node goes at the release."""
+        self.assertRegex(c.request("LOCK %s" % name), r"^OK %s %s$" % (name, TOKEN))
+        self.assertEqual(c.request("UNLOCK %s" % name), "OK %s" % name)
+        self.assertEqual(stats(daemon)["zk_idle_nodes"], "0")
+        self.wait_no_nodes(hosts)
+
+    def test_a_name_used_once_is_not_kept(self):
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A", extra="keep_idle_ms = 60000\n")
+        c = self.client(a)
+        # The root's first name also makes <root>/locks: it lists as usual.
+        self.first_use(hosts, a, c, "warm-up")
+        unlisted = int(stats(a)["zk_grants_unlisted"])
+        last = 0
+        for name in ("job-1", "job-2", "job-3"):
+            t = int(c.request("LOCK %s" % name).split()[2])
+            self.assertGreater(t, last)
+            last = t
+            self.assertEqual(c.request("UNLOCK %s" % name), "OK %s" % name)
+            self.assertEqual(stats(a)["zk_idle_nodes"], "0")
+        # Each was alone under its new parent: granted without a listing.
+        self.assertEqual(int(stats(a)["zk_grants_unlisted"]), unlisted + 3)
+        self.wait_no_nodes(hosts)
+        # Taken again, a name is known: its release keeps the node.
+        self.assertRegex(c.request("LOCK job-2"), r"^OK job-2 %s$" % TOKEN)
+        self.assertEqual(c.request("UNLOCK job-2"), "OK job-2")
+        self.assertEqual(stats(a)["zk_idle_nodes"], "1")
+        self.assertEqual(int(stats(a)["zk_grants_unlisted"]), unlisted + 3)
+
+    def test_first_use_behind_another_daemons_holder_waits(self):
+        """A first create that does not find its node alone lists and
+        queues like any other."""
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A")
+        b = self.start_daemon(hosts, "B")
+        ca, cb = self.client(a), self.client(b)
+        self.first_use(hosts, a, ca, "warm-up")
+        unlisted = int(stats(a)["zk_grants_unlisted"])
+        t_a = int(ca.request("LOCK x").split()[2])
+        self.assertEqual(int(stats(a)["zk_grants_unlisted"]), unlisted + 1)
+        cb.send("LOCK x 20000\n")
+        queued(b, cb, "x")
+        self.assertTrue(cb.silent(), "B granted x while A holds it")
+        self.assertEqual(ca.request("UNLOCK x"), "OK x")
+        t_b = int(cb.expect_match(r"OK x %s" % TOKEN).group(1))
+        self.assertGreater(t_b, t_a)
+        self.assertEqual(stats(b)["zk_grants_unlisted"], "0")
+        self.assertEqual(cb.request("UNLOCK x"), "OK x")
 
     def test_relock_takes_the_idle_node_over(self):
         hosts = self.zk.connect_string
         a = self.start_daemon(hosts, "A")
         c = self.client(a)
+        self.first_use(hosts, a, c)
         t1 = int(c.request("LOCK x").split()[2])
         (node,) = lock_nodes(hosts, self.root)["x"]
         self.assertEqual(c.request("UNLOCK x"), "OK x")
@@ -1859,6 +1911,7 @@ class IdleTest(DistributedBase):
         a = self.start_daemon(hosts, "A", extra=keep)
         b = self.start_daemon(hosts, "B", extra=keep)
         ca, cb = self.client(a), self.client(b)
+        self.first_use(hosts, a, ca)
         t1 = int(ca.request("LOCK x").split()[2])
         self.assertEqual(ca.request("UNLOCK x"), "OK x")
         self.assertEqual(stats(a)["zk_idle_nodes"], "1")
@@ -1885,6 +1938,7 @@ class IdleTest(DistributedBase):
         hosts = self.zk.connect_string
         a = self.start_daemon(hosts, "A", extra="keep_idle_ms = 60000\n")
         c = self.client(a)
+        self.first_use(hosts, a, c)
         last = 0
         for req in ("LOCK x shared", "LOCK x limit=2", "LOCK x ttl=60000"):
             t = int(c.request("LOCK x").split()[2])
@@ -1906,6 +1960,7 @@ class IdleTest(DistributedBase):
         hosts = self.zk.connect_string
         a = self.start_daemon(hosts, "A", extra="local_handoff = 2\nkeep_idle_ms = 60000\n")
         c = self.client(a)
+        self.first_use(hosts, a, c)
         tokens, nodes = [], []
         for _ in range(6):
             tokens.append(int(c.request("LOCK x").split()[2]))
@@ -1925,6 +1980,7 @@ class IdleTest(DistributedBase):
         a = self.start_daemon(hosts, "A", extra=keep)
         b = self.start_daemon(hosts, "B", extra=keep)
         ca = self.client(a, timeout=scaled(15.0))
+        self.first_use(hosts, a, ca)
         t_a = int(ca.request("LOCK x").split()[2])
         self.assertEqual(ca.request("UNLOCK x"), "OK x")
         self.assertEqual(stats(a)["zk_idle_nodes"], "1")
@@ -2201,7 +2257,8 @@ class BatchTest(DistributedBase):
         # sends a create of the parent ahead of its multi, at once, which
         # raced test_parent_removed_while_writes_wait's removal of the
         # parent (when it reached the server after the removal, the multi
-        # did not fail: a CI failure).
+        # did not fail: a CI failure), and its multi carries a setData of
+        # the parent too (counted in the writes).
         for n, c in clients.items():
             self.assertRegex(c.request("LOCK %s" % n), r"^OK %s %s$" % (n, TOKEN))
             self.assertEqual(c.request("UNLOCK %s" % n), "OK %s" % n)
