@@ -322,26 +322,46 @@ pick_median zk-recipe-1
 pick_median dist-distinct-1
 pick_median dist-distinct-1-k0
 pick_median zk-raw-1
+# Non-fair names (issue 22): two daemons with [zookeeper] nonfair = * on a
+# root of their own (every daemon of a root must have the same setting),
+# idle until their rows; skipped when this lockbrokerd has no such setting.
+# Their hot row runs beside its fair twin (dist2-hot-6x2), alternating, as
+# the target compares the two; their cold row runs with the cold rows.
+nonfair=0
+printf '[zookeeper]\nroot = /lockbroker-nonfair\nnonfair = *\n' >"$tmp/nonfair.conf"
+if "$LOCKBROKERD" -t -c "$tmp/nonfair.conf" -z "$ZK" >/dev/null 2>&1; then
+    nonfair=1
+    start_lockbrokerd distributed-nf -c "$tmp/nonfair.conf" -z "$ZK"
+    DNF_PORT=$LB_PORT DNF_PID=$LB_PID
+    wait_zk_session distributed-nf
+    DNFB="$LOCKBROKER_BENCH -H 127.0.0.1:$DNF_PORT --pid $DNF_PID --zk $ZK --zk-pid $ZK_PID"
+    start_lockbrokerd distributed-nf2 -c "$tmp/nonfair.conf" -z "$ZK"
+    DNF2_PORT=$LB_PORT DNF2_PID=$LB_PID
+    wait_zk_session distributed-nf2
+    TWONF="$PYTHON $here/two_daemons_hot.py -H 127.0.0.1:$DNF_PORT -H 127.0.0.1:$DNF2_PORT -c 6
+           --pid $DNF_PID --pid $DNF2_PID --zk $ZK --zk-pid $ZK_PID"
+fi
 # Local handoff (issue 12): one daemon's 16 connections on one name, with the
 # default local_handoff and with 0, beside the embedded daemon's; and two
-# daemons' clients on one name.
+# daemons' clients on one name (fair, and non-fair).
 for i in $(seq "$REPEAT"); do
     run "emb-hot-16#$i"       $EB -W hot -c 16
     run "dist-hot-16#$i"      $DB -W hot -c 16
     run "dist-hot-16-lh0#$i"  $D0B -W hot -c 16
     run "dist2-hot-6x2#$i"    $TWO
+    [ "$nonfair" = 1 ] && run "dist2-nonfair-hot-6x2#$i" $TWONF
 done
 pick_median emb-hot-16
 pick_median dist-hot-16
 pick_median dist-hot-16-lh0
 pick_median dist2-hot-6x2
+[ "$nonfair" = 1 ] && pick_median dist2-nonfair-hot-6x2
 # Names used once (issue 22): every LOCK on a name never used before (a job
 # id per lock), against the recipe under a new parent per cycle, created as a
 # container when the create finds it missing (Curator). The default daemon
-# is the row judged: a cold name never reuses an idle node, so the idle keep
-# (keep_idle_ms, 500 ms by default) only adds its data write, its child
-# watch and a later delete to each cycle; the keep_idle_ms = 0 daemon shows
-# that share, for reference. These rows come after the other ZooKeeper rows:
+# is the row judged: a name's first use is not kept idle (keep_idle_ms), so
+# it should match the keep_idle_ms = 0 daemon's row, shown for reference.
+# These rows come after the other ZooKeeper rows:
 # they leave empty containers behind, which the server deletes later (its
 # container check runs once a minute), and those deletes are transactions
 # that would count in the rows after them.
@@ -353,31 +373,13 @@ done
 pick_median zk-recipe-cold-64
 pick_median dist-cold-64
 pick_median dist-cold-64-k0
-# Non-fair rows (issue 22): a daemon with [zookeeper] nonfair = * on a root
-# of its own (every daemon of a root must have the same setting), started
-# only now so that it costs the rows above nothing; skipped when this
-# lockbrokerd has no such setting.
-nonfair=0
-printf '[zookeeper]\nroot = /lockbroker-nonfair\nnonfair = *\n' >"$tmp/nonfair.conf"
-if "$LOCKBROKERD" -t -c "$tmp/nonfair.conf" -z "$ZK" >/dev/null 2>&1; then
-    nonfair=1
-    start_lockbrokerd distributed-nf -c "$tmp/nonfair.conf" -z "$ZK"
-    DNF_PORT=$LB_PORT DNF_PID=$LB_PID
-    wait_zk_session distributed-nf
-    DNFB="$LOCKBROKER_BENCH -H 127.0.0.1:$DNF_PORT --pid $DNF_PID --zk $ZK --zk-pid $ZK_PID"
-    # A second one on the same root, for the hot name through two daemons
-    # (the fair twin of that row is dist2-hot-6x2, above).
-    start_lockbrokerd distributed-nf2 -c "$tmp/nonfair.conf" -z "$ZK"
-    DNF2_PORT=$LB_PORT DNF2_PID=$LB_PID
-    wait_zk_session distributed-nf2
-    TWONF="$PYTHON $here/two_daemons_hot.py -H 127.0.0.1:$DNF_PORT -H 127.0.0.1:$DNF2_PORT -c 6
-           --pid $DNF_PID --pid $DNF2_PID --zk $ZK --zk-pid $ZK_PID"
+# Non-fair names used once (issue 22), after the fair cold rows for the
+# same reason.
+if [ "$nonfair" = 1 ]; then
     for i in $(seq "$REPEAT"); do
         run "dist-nonfair-cold-64#$i" $DNFB -W cold -c 64
-        run "dist2-nonfair-hot-6x2#$i" $TWONF
     done
     pick_median dist-nonfair-cold-64
-    pick_median dist2-nonfair-hot-6x2
 fi
 if [ "$SWEEP" = 1 ]; then
     for h in 8 16 32 64; do
