@@ -2733,6 +2733,81 @@ class NonFairTest(DistributedBase):
         self.assertEqual(h.request("UNLOCK nf-wt"), "OK nf-wt")
         event("free")
 
+    def test_07_zookeeper_restart_within_session_timeout(self):
+        """The sessions survive a restart of the server: the holder keeps the
+        node, the other daemon's waiter its watch, and gets the name when it
+        is released."""
+        zk = self.own_server(name="zk-nf-restart", max_session_ms=MAX_SESSION_MS)
+        zk.start()
+        hosts = zk.connect_string
+        a = self.start_daemon(hosts, "A", LONG_SESSION_MS, extra=NONFAIR)
+        b = self.start_daemon(hosts, "B", LONG_SESSION_MS, extra=NONFAIR)
+        holder = self.client(a)
+        t_a = int(holder.request("LOCK nf-r").split()[2])
+        waiter = self.client(b, timeout=scaled(20.0))
+        waiter.send("LOCK nf-r\n")
+        b.wait_queued(waiter, "nf-r")
+        marks = {d: d.log_mark() for d in (a, b)}
+        zk.stop()
+        for d in (a, b):
+            d.wait_log(r"zk: disconnected from ZooKeeper", since=marks[d])
+        zk.start()
+        for d in (a, b):
+            d.wait_log(r"zk: reconnected to session 0x%x\b" % d.session, scaled(15.0),
+                       since=marks[d])
+        for d in (a, b):
+            self.assert_no_trouble(d, marks[d])
+            self.assertIsNone(d.find_log(SESSION_RE, marks[d]), d.name + " got a new session")
+        self.assertEqual(holder.request("PING"), "PONG")
+        self.assertTrue(waiter.silent(), "B granted nf-r while A holds it")
+        self.assertEqual(nonfair_nodes(hosts, self.root), ["nf-r"])
+        self.assertEqual(len(lock_ephemerals(zk.port).get(a.session, [])), 1)
+        self.assertEqual(self.client(b).request("TRYLOCK nf-r"), "BUSY nf-r")
+        self.assertEqual(holder.request("UNLOCK nf-r"), "OK nf-r")
+        t_b = int(waiter.expect_match(r"OK nf-r %s" % TOKEN).group(1))
+        self.assertGreater(t_b, t_a)
+        self.assertEqual(waiter.request("UNLOCK nf-r"), "OK nf-r")
+        for d in (a, b):
+            self.assertEqual((stats(d)["zk_sessions"], stats(d)["lost"]), ("1", "0"))
+        self.wait_no_nf_nodes(hosts)
+
+    def test_08_lost_when_the_session_is_lost(self):
+        """A holder whose daemon stalls past the session timeout is told
+        LOST, first, once the daemon runs again, as with fair names; the
+        other daemon's waiter is granted once the session expired."""
+        hosts = self.zk.connect_string
+        a = self.start_nf("A")
+        b = self.start_nf("B")
+        holder = self.client(a, timeout=scaled(15.0))
+        t_a = int(holder.request("LOCK nf-st").split()[2])
+        wait_ms = SESSION_MS + MARGIN_MS
+        waiter = self.client(b, timeout=scaled(wait_ms / 1000.0 + 10))
+        waiter.send("LOCK nf-st %d\n" % wait_ms)
+        b.wait_queued(waiter, "nf-st")
+        mark = a.log_mark()
+        a.send_signal(signal.SIGSTOP)
+        try:
+            m = waiter.expect_match(r"(OK|TIMEOUT) nf-st(?: %s)?" % TOKEN)
+            self.assertEqual(m.group(1), "OK", "the stopped daemon's node outlived its session")
+            t_b = int(m.group(2))
+            self.assertGreater(t_b, t_a)
+            holder.send("UNLOCK nf-st\nPING\n")   # waits in A's socket
+        finally:
+            a.send_signal(signal.SIGCONT)
+        self.assertRegex(holder.line(),
+                         r"^LOST nf-st %d (zk-disconnected|session-expired)$" % t_a)
+        self.assertEqual(holder.line(), "ERR NOT_HELD this connection does not hold that lock")
+        self.assertEqual(holder.line(), "PONG")
+        a.wait_log(SESSION_RE, scaled(15.0), since=mark)
+        self.assertEqual(stats(a)["lost"], "1")
+        c = self.client(a)
+        self.assertEqual(c.request("TRYLOCK nf-st"), "BUSY nf-st")   # B holds it
+        self.assertEqual(waiter.request("UNLOCK nf-st"), "OK nf-st")
+        c.send("LOCK nf-st 5000\n")
+        self.assertGreater(int(c.expect_match(r"OK nf-st %s" % TOKEN).group(1)), t_b)
+        self.assertEqual(c.request("UNLOCK nf-st"), "OK nf-st")
+        self.wait_no_nf_nodes(hosts)
+
     def test_04_kill_9_of_holding_daemon(self):
         hosts = self.zk.connect_string
         a = self.start_nf("A")
