@@ -1874,6 +1874,7 @@ class IdleTest(DistributedBase):
         self.assertEqual(int(stats(a)["zk_grants_unlisted"]), unlisted + 1)
         cb.send("LOCK x 20000\n")
         queued(b, cb, "x")
+        self.wait_node(hosts, "x", b)     # created while A's node is there
         self.assertTrue(cb.silent(), "B granted x while A holds it")
         self.assertEqual(ca.request("UNLOCK x"), "OK x")
         t_b = int(cb.expect_match(r"OK x %s" % TOKEN).group(1))
