@@ -33,9 +33,6 @@
 static void on_listed(int rc, const struct String_vector *children, const struct Stat *stat,
                       const void *data);
 static void on_parent_stat(int rc, const struct Stat *stat, const void *data);
-struct zview;
-static void zl_decide(struct zlock *zl, const struct zview *vp, int64_t pzxid,
-                      bool children_watched);
 
 static void zl_list_watching(struct zlock *zl);
 
@@ -324,6 +321,52 @@ static void zl_wait(struct zlock *zl, const struct zview *v, bool children_watch
         zl_watch(zl, v->pred ? v->pred : v->lease);
 }
 
+/* What one view of the parent with our node in it means for zl: hold,
+ * refuse, or wait. pzxid: the parent's, as the view was taken. */
+static void zl_decide(struct zlock *zl, const struct zview *v, int64_t pzxid,
+                      bool children_watched)
+{
+    struct hold *h;
+
+    if (!zl->hold) {
+        zl_delete(zl);
+        return;
+    }
+    if (v->first_other_class) {    /* another daemon uses the name in another mode */
+        h = zl_detach(zl);
+        zl_delete(zl);
+        locks_backend_refused(h, LOCKS_CONFLICT);
+        return;
+    }
+    if (zl_may_hold(zl, v) && zl->ttl_ms > 0) {
+        zl_convert(zl);      /* a lease: a persistent node takes over from ours */
+        return;
+    }
+    if (zl_may_hold(zl, v)) {
+        if (!zl_take_token(zl, pzxid))
+            return;
+        zl->step = ZL_HELD;
+        zl->create_attempts = 0;
+        zl->handoffs = 0;
+        log_debug("zk: %s holds %s, token %llu", zl->node, zl->parent,
+                  (unsigned long long)zl->token);
+        /* The semaphore waiter after ours may have seen this node waiting
+         * and watch it: tell it that it may be first now. Whoever lists
+         * after this listing sees this node holding and needs no word. */
+        if (zl->mode == LOCK_LIMIT && v->after > 0)
+            zl_write_data(zl);
+        locks_backend_granted(zl->hold, zl->token);
+        return;
+    }
+    if (zl->try) {           /* not first: give the place back, answer busy */
+        h = zl_detach(zl);
+        zl_delete(zl);
+        locks_backend_refused(h, LOCKS_BUSY);
+        return;
+    }
+    zl_wait(zl, v, children_watched);
+}
+
 static void on_listed(int rc, const struct String_vector *children, const struct Stat *stat,
                       const void *data)
 {
@@ -378,53 +421,6 @@ static void on_parent_stat(int rc, const struct Stat *stat, const void *data)
     } else {
         zl_list(zl);
     }
-}
-
-/* What one view of the parent with our node in it means for zl: hold,
- * refuse, or wait. pzxid: the parent's, as the view was taken. */
-static void zl_decide(struct zlock *zl, const struct zview *vp, int64_t pzxid,
-                      bool children_watched)
-{
-    const struct zview v = *vp;
-    struct hold *h;
-
-    if (!zl->hold) {
-        zl_delete(zl);
-        return;
-    }
-    if (v.first_other_class) {    /* another daemon uses the name in another mode */
-        h = zl_detach(zl);
-        zl_delete(zl);
-        locks_backend_refused(h, LOCKS_CONFLICT);
-        return;
-    }
-    if (zl_may_hold(zl, &v) && zl->ttl_ms > 0) {
-        zl_convert(zl);      /* a lease: a persistent node takes over from ours */
-        return;
-    }
-    if (zl_may_hold(zl, &v)) {
-        if (!zl_take_token(zl, pzxid))
-            return;
-        zl->step = ZL_HELD;
-        zl->create_attempts = 0;
-        zl->handoffs = 0;
-        log_debug("zk: %s holds %s, token %llu", zl->node, zl->parent,
-                  (unsigned long long)zl->token);
-        /* The semaphore waiter after ours may have seen this node waiting
-         * and watch it: tell it that it may be first now. Whoever lists
-         * after this listing sees this node holding and needs no word. */
-        if (zl->mode == LOCK_LIMIT && v.after > 0)
-            zl_write_data(zl);
-        locks_backend_granted(zl->hold, zl->token);
-        return;
-    }
-    if (zl->try) {           /* not first: give the place back, answer busy */
-        h = zl_detach(zl);
-        zl_delete(zl);
-        locks_backend_refused(h, LOCKS_BUSY);
-        return;
-    }
-    zl_wait(zl, &v, children_watched);
 }
 
 void zl_list(struct zlock *zl)
