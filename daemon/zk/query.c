@@ -353,17 +353,40 @@ static void list_maybe_finish(struct backend_list *l)
 /* Sends one request with a list_call context; false when it could not go. */
 static bool list_send(struct backend_list *l, size_t index, const char *path, bool data);
 
-static void on_list_data(int rc, const char *value, int len, const struct Stat *stat,
-                         const void *data)
+/* A list request was answered: frees its context; returns its listing and
+ * (index, unless NULL) the row or name it was for. */
+static struct backend_list *list_call_done(const void *data, size_t *index)
 {
     struct list_call *call = (struct list_call *)data;
     struct backend_list *l = call->l;
-    struct list_row *r = &l->rows[call->index];
-    struct node_data d;
 
+    if (index)
+        *index = call->index;
     free(call);
     l->inflight--;
     l->zk->outstanding--;
+    return l;
+}
+
+/* list_call_done() for a listing: one that found no node (ZNONODE) lists
+ * nothing; any other error fails the whole listing. */
+static struct backend_list *list_listing_done(const void *data, int rc, size_t *index)
+{
+    struct backend_list *l = list_call_done(data, index);
+
+    if (rc != ZOK && rc != ZNONODE)
+        l->failed = true;
+    return l;
+}
+
+static void on_list_data(int rc, const char *value, int len, const struct Stat *stat,
+                         const void *data)
+{
+    size_t row;
+    struct backend_list *l = list_call_done(data, &row);
+    struct list_row *r = &l->rows[row];
+    struct node_data d;
+
     if (rc == ZOK) {
         parse_node_data(value, len, &d);
         /* A released exclusive lock's node, kept idle (handoff.c): nobody's. */
@@ -466,18 +489,12 @@ static size_t list_take_names(struct backend_list *l, const struct String_vector
 /* One name's nodes: a row each, in queue order, then a read of each. */
 static void on_list_nodes(int rc, const struct String_vector *children, const void *data)
 {
-    struct list_call *call = (struct list_call *)data;
-    struct backend_list *l = call->l;
-    size_t name = call->index;
+    size_t name;
+    struct backend_list *l = list_listing_done(data, rc, &name);
     char path[1024];
     bool *held = NULL;
     int *order = NULL;
 
-    free(call);
-    l->inflight--;
-    l->zk->outstanding--;
-    if (rc != ZOK && rc != ZNONODE)
-        l->failed = true;
     if (rc == ZOK && children->count > 0 && l->cb && !l->failed) {
         enum lock_mode mode;
         unsigned limit;
@@ -511,14 +528,8 @@ out:
 /* <root>/nonfair's children: the non-fair names held now. */
 static void on_list_nonfair(int rc, const struct String_vector *children, const void *data)
 {
-    struct list_call *call = (struct list_call *)data;
-    struct backend_list *l = call->l;
+    struct backend_list *l = list_listing_done(data, rc, NULL);
 
-    free(call);
-    l->inflight--;
-    l->zk->outstanding--;
-    if (rc != ZOK && rc != ZNONODE)
-        l->failed = true;
     if (rc == ZOK && l->cb && !l->failed) {
         static const struct zkind exclusive = { LOCK_EXCLUSIVE, 0, false, 0 };
         char path[768];
@@ -533,18 +544,22 @@ static void on_list_nonfair(int rc, const struct String_vector *children, const 
     list_maybe_finish(l);
 }
 
-/* Lists <root>/<dir> (the names under it) for done; false when it could
- * not be sent. */
-static bool list_ask_names(struct backend_list *l, const char *dir, strings_completion_t done)
+/* A context for a list request about row or name index; NULL when out
+ * of memory. */
+static struct list_call *list_call_new(struct backend_list *l, size_t index)
 {
     struct list_call *call = malloc(sizeof(*call));
-    char path[512];
 
-    if (!call)
-        return false;
-    *call = (struct list_call){ l, 0 };
-    snprintf(path, sizeof(path), "%s/%s", l->zk->root, dir);
-    if (zoo_aget_children(l->zk->zh, path, 0, done, call) != ZOK) {
+    if (call)
+        *call = (struct list_call){ l, index };
+    return call;
+}
+
+/* After the zoo_a* call that got call, with its rc: counts the request,
+ * or frees call when it did not go. Returns whether it went. */
+static bool list_call_sent(struct backend_list *l, struct list_call *call, int rc)
+{
+    if (rc != ZOK) {
         free(call);
         return false;
     }
@@ -552,6 +567,19 @@ static bool list_ask_names(struct backend_list *l, const char *dir, strings_comp
     l->zk->outstanding++;
     zk_kick(l->zk);
     return true;
+}
+
+/* Lists <root>/<dir> (the names under it) for done; false when it could
+ * not be sent. */
+static bool list_ask_names(struct backend_list *l, const char *dir, strings_completion_t done)
+{
+    struct list_call *call = list_call_new(l, 0);
+    char path[512];
+
+    if (!call)
+        return false;
+    snprintf(path, sizeof(path), "%s/%s", l->zk->root, dir);
+    return list_call_sent(l, call, zoo_aget_children(l->zk->zh, path, 0, done, call));
 }
 
 /* Lists <root>/nonfair once the fair names are done; false when nothing
@@ -567,14 +595,8 @@ static bool list_ask_nonfair(struct backend_list *l)
 
 static void on_list_names(int rc, const struct String_vector *children, const void *data)
 {
-    struct list_call *call = (struct list_call *)data;
-    struct backend_list *l = call->l;
+    struct backend_list *l = list_listing_done(data, rc, NULL);
 
-    free(call);
-    l->inflight--;
-    l->zk->outstanding--;
-    if (rc != ZOK && rc != ZNONODE)
-        l->failed = true;
     if (rc == ZOK && l->cb && !l->failed) {
         list_take_names(l, children);
         qsort(l->names, l->nnames, sizeof(*l->names), by_string);
@@ -585,22 +607,13 @@ static void on_list_names(int rc, const struct String_vector *children, const vo
 
 static bool list_send(struct backend_list *l, size_t index, const char *path, bool data)
 {
-    struct list_call *call = malloc(sizeof(*call));
-    int rc;
+    struct list_call *call = list_call_new(l, index);
 
     if (!call)
         return false;
-    *call = (struct list_call){ l, index };
-    rc = data ? zoo_aget(l->zk->zh, path, 0, on_list_data, call)
-              : zoo_aget_children(l->zk->zh, path, 0, on_list_nodes, call);
-    if (rc != ZOK) {
-        free(call);
-        return false;
-    }
-    l->inflight++;
-    l->zk->outstanding++;
-    zk_kick(l->zk);
-    return true;
+    return list_call_sent(l, call, data ? zoo_aget(l->zk->zh, path, 0, on_list_data, call)
+                                        : zoo_aget_children(l->zk->zh, path, 0, on_list_nodes,
+                                                            call));
 }
 
 struct backend_list *zk_list(void *impl, const char *glob, backend_name_filter may,

@@ -189,20 +189,15 @@ static void zw_read(struct backend_watch *w)
     static const struct backend_queue_info empty = {
         .global = true, .holder = "-", .since_ms = -1, .lease_ms = -1
     };
+    int rc;
 
     w->info = empty;
     w->again = false;
-    if (w->nonfair) {
-        if (zoo_awexists(w->zk->zh, w->parent, on_zw_event, w, on_zw_nf_exists, w) != ZOK) {
-            zw_report(w, false);
-            return;
-        }
-        w->reading = true;
-        w->zk->outstanding++;
-        zk_kick(w->zk);
-        return;
-    }
-    if (zoo_awget_children(w->zk->zh, w->parent, on_zw_event, w, on_zw_children, w) != ZOK) {
+    /* A non-fair name is its one node (exists); a fair one, its queue. */
+    rc = w->nonfair ? zoo_awexists(w->zk->zh, w->parent, on_zw_event, w, on_zw_nf_exists, w)
+                    : zoo_awget_children(w->zk->zh, w->parent, on_zw_event, w, on_zw_children,
+                                         w);
+    if (rc != ZOK) {
         zw_report(w, false);
         return;
     }
