@@ -305,31 +305,39 @@ static void on_created(int rc, const char *value, const void *data)
         }
         zl_next(zl);             /* a new request makes that listing stale */
         break;
-    case ZNONODE:
+    default:
         /* The parent is missing (never made, or an empty container removed). */
+        if (zl_create_failed(zl, rc, CREATE_ATTEMPTS)) {
+            zk_create_ancestors(zl->zk, zl->parent, zl->create_attempts > 1);
+            zl_parent_known(zl->zk, zl->parent, true);   /* sent ahead of the retry */
+            zl_next(zl);
+        }
+        break;
+    }
+}
+
+bool zl_create_failed(struct zlock *zl, int rc, unsigned max_attempts)
+{
+    switch (rc) {
+    case ZNONODE:
         zl->create_uncertain = false;
         zl->step = ZL_IDLE;
-        if (zl->create_attempts >= CREATE_ATTEMPTS) {
-            zl->create_attempts = 0;
-            zl_park(zl, rc);
-            return;
-        }
-        zk_create_ancestors(zl->zk, zl->parent, zl->create_attempts > 1);
-        zl_parent_known(zl->zk, zl->parent, true);   /* sent ahead of the retry */
-        zl_next(zl);
+        if (zl->create_attempts < max_attempts)
+            return true;
+        zl->create_attempts = 0;
         break;
     case ZCONNECTIONLOSS:
     case ZOPERATIONTIMEOUT:
     case ZCLOSING:           /* the handle was reopened: whether it went out is unknown */
         /* The node may exist: look for it by name once connected again. */
         zl->create_uncertain = true;
-        zl_park(zl, rc);
         break;
     default:
         zl->create_uncertain = false;   /* session gone: so is any node */
-        zl_park(zl, rc);
         break;
     }
+    zl_park(zl, rc);
+    return false;
 }
 
 void zl_create(struct zlock *zl, zk_batch_sent_fn sent, stat_completion_t parent_stat)

@@ -36,6 +36,13 @@
  * create's own reply, and zl->listing_sent is set meanwhile. Either way a
  * parent not known sets zl->first_use. */
 void zl_create(struct zlock *zl, zk_batch_sent_fn sent, stat_completion_t parent_stat);
+/* The create of zl's node was answered rc, an error (other than a
+ * non-fair node's ZNODEEXISTS). Returns true when the parent is missing
+ * and the create may go again (at most max_attempts in a row): zl is
+ * ZL_IDLE, and the caller makes the ancestors, then runs zl_next().
+ * Otherwise parks zl (zl_park), remembering whether the node may exist
+ * (a reply lost with the connection: create_uncertain). */
+bool zl_create_failed(struct zlock *zl, int rc, unsigned max_attempts);
 /* Lists the parent for the node whose create reply was lost. */
 void zl_find_lost_create(struct zlock *zl);
 /* What our node's data says now ("daemon=<id> client=<owner>[ label=..]"),

@@ -133,27 +133,13 @@ static void nf_on_created(int rc, const char *value, const void *data)
             zl_next(zl);
         }
         break;
-    case ZNONODE:
-        /* <root>/nonfair is missing: made, then the create goes again. */
-        zl->create_uncertain = false;
-        zl->step = ZL_IDLE;
-        if (zl->create_attempts >= NONFAIR_CREATE_ATTEMPTS) {
-            zl->create_attempts = 0;
-            zl_park(zl, rc);
-            return;
-        }
-        nf_create_ancestors(zl->zk);
-        zl_next(zl);
-        break;
-    case ZCONNECTIONLOSS:
-    case ZOPERATIONTIMEOUT:
-    case ZCLOSING:
-        zl->create_uncertain = true;   /* nf_find looks for it once connected */
-        zl_park(zl, rc);
-        break;
     default:
-        zl->create_uncertain = false;
-        zl_park(zl, rc);
+        /* <root>/nonfair is missing: made, then the create goes again. A
+         * lost reply: nf_find looks for the node once connected. */
+        if (zl_create_failed(zl, rc, NONFAIR_CREATE_ATTEMPTS)) {
+            nf_create_ancestors(zl->zk);
+            zl_next(zl);
+        }
         break;
     }
 }
