@@ -314,6 +314,11 @@ static const struct setting rows[] = {
     /* a dead daemon's locks go within ~10 s */
     { "zookeeper", "session_timeout_ms", UINT(zk_session_timeout_ms), "10000", 1000, 600000,
       RESTART_ZK, "session timeout asked of ZooKeeper, in ms" },
+    /* ZooKeeper's sample and Debian's zoo.cfg: the daemon cannot ask the
+     * ensemble (PROTOCOL.md, CHECK: how c is established) */
+    { "zookeeper", "tick_ms", UINT(zk_tick_ms), "2000", 10, 60000, RESTART_ZK,
+      "the ensemble's tickTime in ms, or more: CHECK's window waits for a leader's ping "
+      "(3/4 of it) before it counts a session touch" },
     /* see docs/PERFORMANCE.md, "Local handoff": most of the gain, a bounded wait elsewhere;
      * at most 255: the handoffs since a zxid fit in a token's low 8 bits (daemon/ztoken.h) */
     { "zookeeper", "local_handoff", UINT(zk_local_handoff), "32", 0, 255, RESTART_ZK,

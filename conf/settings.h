@@ -41,6 +41,7 @@ struct settings {
     char *zk_root;              /* znode prefix, "/lockbroker"; malloc'd, never NULL */
     char *zk_auth;              /* file with user:password (digest scheme), or NULL; malloc'd */
     unsigned zk_session_timeout_ms; /* requested; the server may negotiate another */
+    unsigned zk_tick_ms;        /* the ensemble's tickTime (or more): CHECK's window */
     unsigned zk_lease_skew_ms;  /* how far apart daemons' clocks may be, for lease ends */
     unsigned zk_local_handoff;  /* consecutive grants passed among this daemon's clients */
     unsigned zk_keep_idle_ms;   /* how long a released lock's node waits for a local LOCK */

@@ -73,6 +73,7 @@ START_TEST(defaults)
     ck_assert_ptr_null(s.zk_hosts);
     ck_assert_str_eq(s.zk_root, "/lockbroker");
     ck_assert_uint_eq(s.zk_session_timeout_ms, 10000);
+    ck_assert_uint_eq(s.zk_tick_ms, 2000);
     ck_assert_int_eq(s.log_level, LOG_LVL_INFO);
 }
 END_TEST
@@ -433,6 +434,17 @@ START_TEST(session_timeout_limits)
     set_ok("zookeeper", "session_timeout_ms", "600000");
     ck_assert_uint_eq(s.zk_session_timeout_ms, 600000);
     set_fails("zookeeper", "session_timeout_ms", "600001");
+}
+END_TEST
+
+/* The ensemble's tickTime: CHECK's window waits 3/4 of it (PROTOCOL.md). */
+START_TEST(tick_limits)
+{
+    set_fails("zookeeper", "tick_ms", "9");
+    ck_assert_str_eq(err, "tick_ms: '9' is not an integer from 10 to 60000");
+    set_ok("zookeeper", "tick_ms", "500");
+    ck_assert_uint_eq(s.zk_tick_ms, 500);
+    set_fails("zookeeper", "tick_ms", "60001");
 }
 END_TEST
 
@@ -1365,6 +1377,7 @@ static Suite *conf_suite(void)
     tcase_add_test(tc, max_clients_limits);
     tcase_add_test(tc, max_locks_limits);
     tcase_add_test(tc, session_timeout_limits);
+    tcase_add_test(tc, tick_limits);
     tcase_add_test(tc, local_handoff_limits);
     tcase_add_test(tc, integers_digits_only);
     tcase_add_test(tc, socket_mode);
