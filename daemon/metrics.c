@@ -109,6 +109,14 @@ static const struct metric_row rows[] = {
       "ZooKeeper sessions established since start." },
     { "zk_reconnects", "zk_reconnects_total", "counter", NULL, 0,
       "Reconnections to ZooKeeper within a session since start." },
+    { "zk_window_probes", "zk_window_probes_total", "counter", NULL, 0,
+      "Probe rounds (a sync, then a write) sent to confirm the ZooKeeper session through "
+      "the leader, since start." },
+    { "zk_window_confirms", "zk_window_confirms_total", "counter", NULL, 0,
+      "Probe rounds that moved the time the session is known to live from, since start." },
+    { "zk_window_age_ms", "zk_window_age_seconds", "gauge", NULL, 1000,
+      "Time since the latest request whose session touch a ZooKeeper leader certainly "
+      "received: the session lives at least its timeout minus this (-1: no session)." },
     { "zk_outstanding", "zk_outstanding_requests", "gauge", NULL, 0,
       "ZooKeeper requests sent and not yet answered." },
     { "zk_requests", "zk_lock_operations", "gauge", NULL, 0,
@@ -219,7 +227,7 @@ static void add_seconds(struct evbuffer *out, uint64_t us)
 /* A numeric STATS value, divided as its row says. */
 static void add_value(struct evbuffer *out, const char *v, unsigned divisor)
 {
-    if (divisor <= 1)
+    if (divisor <= 1 || v[0] == '-')      /* -1: none, whatever the unit */
         evbuffer_add_printf(out, "%s\n", v);
     else
         evbuffer_add_printf(out, "%.3f\n", strtod(v, NULL) / divisor);

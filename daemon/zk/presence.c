@@ -3,8 +3,9 @@
  * does before anything else (zk.h draws the layers). Registered as the
  * session's first listener, on every connection it
  *
- * - sends a confirmation read now and then: its answer proves the session
- *   alive when it was sent (CHECK's window, zk_presence_window_ms);
+ * - sends a probe round now and then (a sync, then a write): what they
+ *   prove moves `c`, until when the session surely lives (CHECK's window,
+ *   zk_presence_window_ms; the lost timer of session.c);
  * - makes the session node, <root>/sessions/<id>, on a new session (the
  *   lock-delay of fair.c looks for it);
  * - checks, once per run, that every daemon of the root has our [zookeeper]
@@ -34,14 +35,32 @@ static void nonfair_check(struct zk *zk);
 
 
 /*
- * CHECK's window (PROTOCOL.md, CHECK). ZooKeeper expires a session no
- * sooner than its timeout after the server last heard from it, and it
- * heard from us when it received a request it answered: the session lives
- * at least until confirmed_ms + timeout, confirmed_ms being when we SENT
- * the latest request answered in this session. Nobody on another daemon is
- * granted our nodes' places before they are deleted, and until then only
- * this daemon deletes them. A stall past 2/3 of the timeout has already
- * made LOST go out (before_request runs first): what is left is held.
+ * CHECK's window (PROTOCOL.md, CHECK, "How c is established"). Only a
+ * ZooKeeper leader ends sessions: it expires ours no sooner than the
+ * timeout after the last touch of it that it received (SessionTrackerImpl,
+ * ExpiryQueue.update), and a new leader gives every session a full timeout
+ * from its start. A server touches a session when a request of it arrives
+ * (ZooKeeperServer.submitRequestNow), but a follower passes its touches on
+ * only in its answers to the leader's pings (Learner.ping), which the leader
+ * queues every half tick (Leader.lead) and reads in order with everything
+ * else the follower sends (LearnerHandler.run). An answer from our server
+ * therefore proves nothing about the leader: a follower cut off from it
+ * answers reads for syncLimit ticks. So every probe_period_ms a round:
+ *
+ *   1. a sync, which a follower forwards to the leader and answers after the
+ *      leader's answer (FollowerRequestProcessor, Leader.processSync);
+ *   2. once that is answered, a setData of our session node: a write, which
+ *      a leader commits only with a quorum (no newer leader had started when
+ *      it was sent) and reads after everything the follower sent before it.
+ *
+ * When the write succeeds on the connection the round began on, c moves to
+ * the send time of the latest probe answered at least W (3/4 of tick_ms)
+ * before the round's sync was sent. In between, the leader queued a ping
+ * ahead of its answer to the sync; the follower answered it, with that
+ * probe's touch, before the sync's answer reached us; and the leader read
+ * that before our write, which it committed: the session lives at least
+ * until c + timeout. A follower that leaves its leader closes its client
+ * connections (Learner.shutdown), so one connection means one leader.
  */
 int64_t zk_presence_window_ms(const struct zk *zk)
 {
@@ -53,59 +72,153 @@ int64_t zk_presence_window_ms(const struct zk *zk)
     return left > 0 ? left : 0;
 }
 
-struct confirm_ctx {
-    struct zk *zk;
-    int64_t sent_ms;
-    int64_t session_id;
-};
-
-static void on_confirmed(int rc, const struct Stat *stat, const void *data)
+/* W: the longest a leader goes between two pings, half a tick, and a
+ * quarter tick for its ping loop to be late. */
+static int64_t ping_wait_ms(const struct zk *zk)
 {
-    struct confirm_ctx *cc = (struct confirm_ctx *)data;
-    struct zk *zk = cc->zk;
-
-    zk->outstanding--;
-    zk->confirming = false;
-    /* Answered by the server (the root may not exist in a chroot). */
-    if ((rc == ZOK || rc == ZNONODE) && zk->state != ZK_EXPIRED &&
-        cc->session_id == zk->session_id && cc->sent_ms > zk->confirmed_ms)
-        zk->confirmed_ms = cc->sent_ms;
-    free(cc);
+    return (int64_t)zk->settings->zk_tick_ms * 3 / 4;
 }
 
-/* Sends a cheap read whose answer proves the session alive when it was sent. */
-static void zk_confirm(struct zk *zk)
+int zk_presence_probe_period_ms(const struct zk *zk)
 {
-    struct confirm_ctx *cc;
+    int ms = zk_timeout_ms(zk) / 10;
 
-    if (zk->confirming || zk->state != ZK_CONNECTED || !zk->zh ||
-        !(cc = malloc(sizeof(*cc))))
-        return;
-    cc->zk = zk;
-    cc->sent_ms = locks_mono_ms();
-    cc->session_id = zk->session_id;
-    if (zoo_aexists(zk->zh, "/", 0, on_confirmed, cc) != ZOK) {
-        free(cc);
+    /* ZK_PROBES answered probes (two a round) cover W. */
+    if (ms < ping_wait_ms(zk) / 8)
+        ms = (int)(ping_wait_ms(zk) / 8);
+    return ms < 100 ? 100 : ms;
+}
+
+struct probe_round {
+    struct zk *zk;
+    int64_t session_id;
+    uint64_t conn;           /* zk->conn_serial when it began */
+    int64_t sync_sent_ms, write_sent_ms;
+};
+
+/* Our session node's data, which a probe writes again unchanged. */
+static void session_node_data(const struct zk *zk, char *buf, size_t len)
+{
+    const char *nf = zk->settings->zk_nonfair;
+
+    snprintf(buf, len, "daemon=%s nonfair=%s", zk->daemon_id, nf ? nf : "");
+}
+
+static bool probe_current(const struct probe_round *pr, int rc)
+{
+    struct zk *zk = pr->zk;
+
+    return rc == ZOK && zk->state == ZK_CONNECTED && pr->session_id == zk->session_id &&
+           pr->conn == zk->conn_serial;
+}
+
+static void probe_answered(struct zk *zk, int64_t sent_ms, int64_t answered_ms)
+{
+    if (zk->nprobes == ZK_PROBES) {
+        memmove(&zk->probes[0], &zk->probes[1], sizeof(zk->probes[0]) * (ZK_PROBES - 1));
+        zk->nprobes--;
+    }
+    zk->probes[zk->nprobes].sent_ms = sent_ms;
+    zk->probes[zk->nprobes].answered_ms = answered_ms;
+    zk->nprobes++;
+}
+
+/* The round's write was committed: c moves (see above). */
+static void probe_confirm(struct zk *zk, const struct probe_round *pr)
+{
+    int64_t w = ping_wait_ms(zk);
+
+    for (unsigned i = zk->nprobes; i-- > 0;)
+        if (zk->probes[i].answered_ms + w <= pr->sync_sent_ms) {
+            if (zk->probes[i].sent_ms > zk->confirmed_ms) {
+                zk->confirmed_ms = zk->probes[i].sent_ms;
+                zk->probe_confirms++;
+                zk_session_confirmed(zk);
+            }
+            return;
+        }
+}
+
+static void on_probe_written(int rc, const struct Stat *stat, const void *data)
+{
+    struct probe_round *pr = (struct probe_round *)data;
+    struct zk *zk = pr->zk;
+
+    zk->outstanding--;
+    if (pr->conn == zk->conn_serial)
+        zk->probing = false;
+    if (probe_current(pr, rc)) {
+        probe_confirm(zk, pr);
+        probe_answered(zk, pr->write_sent_ms, locks_mono_ms());
+    } else if (rc == ZNONODE && zk_serving(zk)) {
+        /* Our session node went (an operator?): made again, and the next
+         * round writes it. */
+        log_warn("zk: the session node of this daemon is missing; making it again");
+        zk_register_session(zk, false);
+    }
+    free(pr);
+}
+
+static void on_probe_synced(int rc, const char *value, const void *data)
+{
+    struct probe_round *pr = (struct probe_round *)data;
+    struct zk *zk = pr->zk;
+    char path[512], buf[600];
+
+    zk->outstanding--;
+    if (!probe_current(pr, rc)) {
+        if (pr->conn == zk->conn_serial)
+            zk->probing = false;
+        free(pr);
         return;
     }
-    zk->confirming = true;
+    pr->write_sent_ms = locks_mono_ms();
+    probe_answered(zk, pr->sync_sent_ms, pr->write_sent_ms);
+    /* Nothing to write while the chroot is missing or the daemons of the
+     * root disagree: nothing is held then either. */
+    zk_session_path(zk, zk->session_id, path, sizeof(path));
+    session_node_data(zk, buf, sizeof(buf));
+    if (!zk_reachable(zk) ||
+        zoo_aset(zk->zh, path, buf, (int)strlen(buf), -1, on_probe_written, pr) != ZOK) {
+        zk->probing = false;
+        free(pr);
+        return;
+    }
     zk->outstanding++;
     zk_kick(zk);
 }
 
-/* Every tenth of the timeout: CHECK's windows stay within 10% of it. */
+/* Starts a round: a sync, then (on its answer) a write. */
+static void probe_round(struct zk *zk)
+{
+    struct probe_round *pr;
+
+    if (zk->probing || zk->state != ZK_CONNECTED || !zk->zh || !(pr = calloc(1, sizeof(*pr))))
+        return;
+    pr->zk = zk;
+    pr->session_id = zk->session_id;
+    pr->conn = zk->conn_serial;
+    pr->sync_sent_ms = locks_mono_ms();
+    if (zoo_async(zk->zh, "/", on_probe_synced, pr) != ZOK) {
+        free(pr);
+        return;
+    }
+    zk->probing = true;
+    zk->probe_rounds++;
+    zk->outstanding++;
+    zk_kick(zk);
+}
+
 static void on_confirm_timer(evutil_socket_t fd, short what, void *arg)
 {
-    zk_confirm(arg);
+    probe_round(arg);
 }
 
 static void arm_confirm(struct zk *zk)
 {
-    int ms = zk_timeout_ms(zk) / 10;
+    int ms = zk_presence_probe_period_ms(zk);
     struct timeval tv;
 
-    if (ms < 100)
-        ms = 100;
     tv.tv_sec = ms / 1000;
     tv.tv_usec = (ms % 1000) * 1000;
     event_del(zk->confirm);
@@ -186,7 +299,6 @@ static void zk_register_session(struct zk *zk, bool parent_made)
 {
     char path[512], data[600];
     struct registration *ctx = malloc(sizeof(*ctx));
-    const char *nf = zk->settings->zk_nonfair;
 
     if (!ctx)
         return;
@@ -194,7 +306,7 @@ static void zk_register_session(struct zk *zk, bool parent_made)
     ctx->session_id = zk->session_id;
     ctx->parent_made = parent_made;
     zk_session_path(zk, zk->session_id, path, sizeof(path));
-    snprintf(data, sizeof(data), "daemon=%s nonfair=%s", zk->daemon_id, nf ? nf : "");
+    session_node_data(zk, data, sizeof(data));
     if (zoo_acreate(zk->zh, path, data, (int)strlen(data), zk->acl, ZOO_EPHEMERAL,
                     on_session_registered, ctx) != ZOK) {
         free(ctx);
@@ -392,10 +504,11 @@ static void presence_connected(void *arg, bool fresh)
 {
     struct zk *zk = arg;
 
-    /* Sent before the lock requests resume: ZooKeeper answers a session's
-     * requests in order, so it is confirmed before any grant. */
-    zk->confirming = false;      /* one in flight on a lost connection failed */
-    zk_confirm(zk);
+    /* Probes count only on the connection they were answered on. c itself
+     * stays: what a leader received stays received. */
+    zk->probing = false;         /* one in flight on a lost connection failed */
+    zk->nprobes = 0;
+    probe_round(zk);
     arm_confirm(zk);
     /* Again until the agreement on [zookeeper] nonfair was checked. */
     if ((fresh || !zk->nonfair_checked) && !zk->nonfair_disagrees)

@@ -124,36 +124,79 @@ static void on_barrier(int rc, const char *value, const void *data)
 }
 
 /*
- * The server expires our session a timeout after it last heard from us;
- * we presume it lost 2/3 of a timeout after we last heard from it (see
- * on_session_event). Normally the lost timer does that, but when the
- * event loop itself did not run (SIGSTOP, a paused VM), requests and
- * replies that were waiting would be handled before the timer: check the
- * clock first. Past the limit, holds are lost now (LOST goes out before
- * any reply), replies to reads already in the socket are stale, and
- * nothing is resumed until a sync, sent now, comes back: whatever is read
- * after it is fresh.
+ * Holds are presumed lost 2/3 of the session timeout after c (presence.c),
+ * a third before the session can expire: LOST reaches clients before
+ * anyone else can be granted their locks (PROTOCOL.md, Pushed lines). 0
+ * without a session.
  */
-void zk_session_check_stall(struct zk *zk)
+static int64_t lost_deadline_ms(const struct zk *zk)
 {
-    int64_t now = locks_mono_ms(), silent = now - zk->heard_ms;
+    if (!zk->session_id || !zk->confirmed_ms || zk->state == ZK_EXPIRED)
+        return 0;
+    return zk->confirmed_ms + (int64_t)zk_timeout_ms(zk) * 2 / 3;
+}
 
-    if (!zk->session_id || !zk->heard_ms || silent <= (int64_t)zk_timeout_ms(zk) * 2 / 3)
-        return;
-    /* Disconnected, the lost timer is due too: only a silence while
-     * connected is news. */
-    if (zk->state == ZK_CONNECTED)
-        log_warn("zk: nothing heard from ZooKeeper for %lld ms, past 2/3 of the %d ms "
-                 "session timeout (was this process stopped?); presuming the session lost",
-                 (long long)silent, zk_timeout_ms(zk));
-    zk->heard_ms = now;
+static void arm_lost(struct zk *zk, int64_t at_ms)
+{
+    int64_t left = at_ms - locks_mono_ms();
+    struct timeval tv = { 0, 0 };
+
+    if (left > 0) {
+        tv.tv_sec = left / 1000;
+        tv.tv_usec = (left % 1000) * 1000;
+    }
+    evtimer_add(zk->lost_timer, &tv);
+}
+
+void zk_session_confirmed(struct zk *zk)
+{
+    int64_t at = lost_deadline_ms(zk);
+
+    if (at)
+        arm_lost(zk, at);
+    else
+        evtimer_del(zk->lost_timer);
+}
+
+/*
+ * Every hold is presumed lost (LOST goes out before any reply); replies to
+ * reads already in flight are not believed (they may be stale, or come from
+ * a server cut off from the leader), and nothing is resumed until a sync,
+ * sent now, comes back: whatever is read after it is fresh. Again a probe
+ * period later while c stays, so that a hold granted meanwhile is told too.
+ */
+static void presume_lost(struct zk *zk, int64_t now)
+{
+    zk->lost_told_ms = now;
     TELL(zk, lost, "zk-disconnected");
     TELL(zk, stale_reads);
-    if (zk->zh && !zk->barrier && zoo_async(zk->zh, "/", on_barrier, zk) == ZOK) {
+    if (zk->zh && zk->state == ZK_CONNECTED && !zk->barrier &&
+        zoo_async(zk->zh, "/", on_barrier, zk) == ZOK) {
         zk->barrier = true;
         zk->outstanding++;
         zk_kick(zk);
     }
+    arm_lost(zk, now + zk_presence_probe_period_ms(zk));
+}
+
+/*
+ * Normally the lost timer presumes holds lost, but when the event loop
+ * itself did not run (SIGSTOP, a paused VM), requests and replies that were
+ * waiting would be handled before the timer: check the clock first.
+ */
+void zk_session_check_stall(struct zk *zk)
+{
+    int64_t now = locks_mono_ms(), at = lost_deadline_ms(zk);
+
+    if (!at || now < at || zk->lost_told_ms >= at)
+        return;
+    if (zk->state == ZK_CONNECTED)
+        log_warn("zk: session 0x%llx not confirmed through the ZooKeeper leader for %lld ms, "
+                 "past 2/3 of the %d ms session timeout (was this process stopped, or is "
+                 "its server cut off from the leader?); presuming the session lost",
+                 (unsigned long long)zk->session_id, (long long)(now - zk->confirmed_ms),
+                 zk_timeout_ms(zk));
+    presume_lost(zk, now);
 }
 
 int64_t zk_session_unreachable_since(const struct zk *zk)
@@ -236,7 +279,6 @@ static void zk_came_up(struct zk *zk)
 static void on_io(evutil_socket_t fd, short what, void *arg)
 {
     struct zk *zk = arg;
-    int64_t now = locks_mono_ms();
     int events = 0;
 
     zk_session_check_stall(zk);   /* before anything read now is believed */
@@ -255,10 +297,6 @@ static void on_io(evutil_socket_t fd, short what, void *arg)
             zookeeper_process(zk->zh, ZOOKEEPER_READ);
     }
     zk->in_process = false;
-    /* Readable and still connected: the server spoke (an EOF would have
-     * disconnected us), so the session was alive at `now`. */
-    if ((what & EV_READ) && zk->state == ZK_CONNECTED)
-        zk->heard_ms = now;
     /* Writes queued by the replies just handled go out as one multi. */
     TELL(zk, flush);
     zk_rearm(zk);
@@ -281,13 +319,34 @@ void zk_kick(struct zk *zk)
     event_active(zk->kick, 0, 0);
 }
 
+/*
+ * c + 2/3 of the timeout (lost_deadline_ms) has come: every hold is
+ * presumed lost, and again every probe period while c does not move, so
+ * that a hold granted meanwhile is told too.
+ */
 static void on_lost_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct zk *zk = arg;
+    int64_t now = locks_mono_ms(), at = lost_deadline_ms(zk);
 
-    log_warn("zk: no contact with ZooKeeper for 2/3 of the %d ms session timeout; "
-             "presuming the session lost", zk->negotiated_ms);
-    TELL(zk, lost, "zk-disconnected");
+    if (!at)
+        return;
+    if (now < at) {
+        arm_lost(zk, at);
+        return;
+    }
+    if (zk->lost_told_ms < at) {
+        if (zk->state == ZK_CONNECTED)
+            log_warn("zk: session 0x%llx not confirmed through the ZooKeeper leader for "
+                     "%lld ms, 2/3 of the %d ms session timeout (is its server cut off from "
+                     "the leader?); presuming the session lost",
+                     (unsigned long long)zk->session_id, (long long)(now - zk->confirmed_ms),
+                     zk_timeout_ms(zk));
+        else
+            log_warn("zk: no contact with ZooKeeper for 2/3 of the %d ms session timeout; "
+                     "presuming the session lost", zk_timeout_ms(zk));
+    }
+    presume_lost(zk, now);
 }
 
 static void on_retry(evutil_socket_t fd, short what, void *arg)
@@ -346,6 +405,7 @@ static void zk_open(struct zk *zk, const clientid_t *id)
 
     zk->state = ZK_CONNECTING;
     zk_went_down(zk);
+    zk->conn_started_ms = locks_mono_ms();
     zk->zh = zookeeper_init(zk->settings->zk_hosts, on_session_event,
                             id ? zk_timeout_ms(zk) : (int)zk->settings->zk_session_timeout_ms,
                             id, zk, 0);
@@ -417,6 +477,20 @@ static void on_restart(evutil_socket_t fd, short what, void *arg)
     zk_open(zk, NULL);
 }
 
+/* The window's probes need W (3/4 of tick_ms) and up to two periods
+ * before they move c; past half the timeout, holds would be presumed lost
+ * without a fault. Said once per new session. */
+static void zk_check_window_settings(const struct zk *zk)
+{
+    int64_t lag = (int64_t)zk->settings->zk_tick_ms * 3 / 4 + 2 * zk_presence_probe_period_ms(zk);
+
+    if (lag * 2 >= zk_timeout_ms(zk))
+        log_warn("zk: the %d ms session timeout is short for [zookeeper] tick_ms %u: CHECK "
+                 "windows and locks would be given up at the least delay; use a timeout of "
+                 "at least %lld ms", zk_timeout_ms(zk), zk->settings->zk_tick_ms,
+                 (long long)(lag * 2 + 1));
+}
+
 static void on_session_event(zhandle_t *zh, int type, int state, const char *path, void *ctx)
 {
     struct zk *zk = ctx;
@@ -429,15 +503,22 @@ static void on_session_event(zhandle_t *zh, int type, int state, const char *pat
         zk->state = ZK_CONNECTED;
         zk_came_up(zk);
         zk->negotiated_ms = zoo_recv_timeout(zh);
-        zk->heard_ms = locks_mono_ms();
-        evtimer_del(zk->lost_timer);
+        zk->conn_serial++;
         if (same) {
             zk->reconnects++;
         } else {
+            /* The leader began it, with a full timeout, after its request
+             * was sent, which was after this connection attempt began; that
+             * leader committed it, so no newer one had started (c, presence.c). */
             zk->sessions++;
             zk->session_id = id->client_id;
-            zk->confirmed_ms = 0;
+            zk->confirmed_ms = zk->conn_started_ms;
+            zk->lost_told_ms = 0;
+            zk_check_window_settings(zk);
         }
+        /* A reconnection moves nothing: c moves once probes on this
+         * connection confirm it (presence.c). */
+        zk_session_confirmed(zk);
         log_info("zk: %s session 0x%llx, timeout %d ms", same ? "reconnected to" : "new",
                  (unsigned long long)id->client_id, zk->negotiated_ms);
         zk->auth_failed = false;
@@ -447,25 +528,18 @@ static void on_session_event(zhandle_t *zh, int type, int state, const char *pat
         TELL(zk, connected, !same);
         TELL(zk, serving);
     } else if (state == ZOO_CONNECTING_STATE) {
-        int64_t left = zk->heard_ms + (int64_t)zk->negotiated_ms * 2 / 3 - locks_mono_ms();
-        struct timeval tv = { 0, 0 };
         if (zk->state == ZK_CONNECTED)
             log_warn("zk: disconnected from ZooKeeper; reconnecting");
         zk->state = ZK_CONNECTING;
+        zk->conn_started_ms = locks_mono_ms();
         zk_went_down(zk);
         /* As the client fails the requests it had sent, ours that wait fail
          * too, rather than wait for a reconnection that may not come. */
         TELL(zk, down, ZCONNECTIONLOSS);
-        /* The server expires the session a full timeout after it last heard
-         * from us; we presume it lost 2/3 of a timeout after we last heard
-         * from the server, leaving a third for delays on either side. */
-        if (zk->session_id && !evtimer_pending(zk->lost_timer, NULL)) {
-            if (left > 0) {
-                tv.tv_sec = left / 1000;
-                tv.tv_usec = (left % 1000) * 1000;
-            }
-            evtimer_add(zk->lost_timer, &tv);
-        }
+        /* The lost timer stays armed at c + 2/3 of the timeout: a third
+         * before the session can expire, for delays on either side. */
+        if (!evtimer_pending(zk->lost_timer, NULL))
+            zk_session_confirmed(zk);
     } else if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE) {
         struct timeval later = { AUTH_RETRY_MS / 1000, (AUTH_RETRY_MS % 1000) * 1000 };
         zk->auth_failed = state == ZOO_AUTH_FAILED_STATE;
@@ -477,6 +551,7 @@ static void on_session_event(zhandle_t *zh, int type, int state, const char *pat
         else
             log_warn("zk: session 0x%llx expired", (unsigned long long)zk->session_id);
         zk->state = ZK_EXPIRED;
+        zk->confirmed_ms = 0;
         zk_went_down(zk);
         TELL(zk, down, ZSESSIONEXPIRED);
         evtimer_del(zk->lost_timer);

@@ -88,19 +88,24 @@ void zk_session_path(const struct zk *zk, int64_t id, char *buf, size_t len);
 /* The session timeout in force: negotiated, or else the one we asked for. */
 int zk_timeout_ms(const struct zk *zk);
 
-/* Before a request is served: if the event loop stalled past 2/3 of the
- * session timeout, holds are presumed lost now (see session.c). */
+/* Before a request is served: past c + 2/3 of the session timeout (the
+ * event loop stalled, or probes stopped confirming), holds are presumed
+ * lost now (see session.c). */
 void zk_session_check_stall(struct zk *zk);
+/* c (zk->confirmed_ms) moved: the lost timer follows it. */
+void zk_session_confirmed(struct zk *zk);
 /* Monotonic ms since requests cannot be served, or 0 (backend.h). */
 int64_t zk_session_unreachable_since(const struct zk *zk);
 /* Why requests cannot be served now, in words, or NULL (static string). */
 const char *zk_session_why_down(const struct zk *zk);
 
-/* presence.c: registers what a new connection must do first (a confirmation
- * read, the session node, the chroot check). Returns 0 or -1. */
+/* presence.c: registers what a new connection must do first (a probe round,
+ * the session node, the chroot check). Returns 0 or -1. */
 int zk_presence_init(struct zk *zk);
 /* CHECK's window (backend.h window_ms): how long the session surely lives. */
 int64_t zk_presence_window_ms(const struct zk *zk);
+/* How often a probe round goes out: a tenth of the timeout, at least 100 ms. */
+int zk_presence_probe_period_ms(const struct zk *zk);
 void zk_presence_free(struct zk *zk);
 
 /* The user name of the digest identity: auth up to its ':'. */

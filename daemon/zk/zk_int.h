@@ -35,6 +35,15 @@ enum zk_state { ZK_CONNECTING, ZK_CONNECTED, ZK_EXPIRED };
 /* Listeners of one session, at most (session.h). */
 #define ZK_LISTENERS_MAX 8
 
+/* A request of presence.c's probe rounds that a server answered on the
+ * current connection: when it was sent, and when its answer came. */
+struct zk_probe {
+    int64_t sent_ms, answered_ms;
+};
+/* Probes remembered: the rounds of at least one leader's ping interval
+ * (presence.c spaces rounds so that this many cover it). */
+#define ZK_PROBES 40
+
 struct zk {
     struct event_base *base;           /* borrowed */
     const struct settings *settings;   /* borrowed */
@@ -54,14 +63,23 @@ struct zk {
     bool unresolved;                   /* the last handle could not be made (no host resolves) */
     bool in_process;                   /* inside zookeeper_process(): re-arm after it */
     bool kicked;
-    int64_t heard_ms;                  /* monotonic ms when the server last spoke (0: never) */
     bool barrier;                      /* after a stall: resume nothing until a sync returns */
-    struct event *confirm;             /* sends a confirmation read now and then (CHECK) */
-    bool confirming;                   /* one is in flight */
-    int64_t confirmed_ms;              /* monotonic ms when a request was sent that the
-                                        * server of this session has answered since; the
-                                        * session cannot expire before this + its timeout.
-                                        * 0: none yet in this session */
+    /* CHECK's window (presence.c, PROTOCOL.md "CHECK"): */
+    struct event *confirm;             /* starts a probe round now and then */
+    bool probing;                      /* a round (sync, then setData) is in flight */
+    uint64_t conn_serial;              /* counts connections: a probe counts only on the one
+                                        * it was sent and answered on */
+    struct zk_probe probes[ZK_PROBES]; /* answered probes of this connection, oldest first */
+    unsigned nprobes;
+    int64_t conn_started_ms;           /* monotonic ms before the handshake of the current
+                                        * connection attempt was sent */
+    int64_t confirmed_ms;              /* `c`: monotonic ms when a request was sent whose
+                                        * session touch a legitimate ZooKeeper leader has
+                                        * certainly received since; the session cannot
+                                        * expire before this + its timeout. 0: no session */
+    int64_t lost_told_ms;              /* when holds were last presumed lost (the lost timer
+                                        * or zk_session_check_stall), 0: never */
+    uint64_t probe_rounds, probe_confirms; /* for STATS: rounds sent, and rounds that moved c */
     int negotiated_ms;
     int64_t session_id;
     struct {                           /* the layers above, in registration order */
