@@ -199,13 +199,24 @@ void zk_session_check_stall(struct zk *zk)
     presume_lost(zk, now);
 }
 
+/* Connected, but past c + 2/3 of the timeout: holds are presumed lost and
+ * nothing our server answers is known to come through a leader. */
+static bool zk_unconfirmed(const struct zk *zk)
+{
+    int64_t at = lost_deadline_ms(zk);
+
+    return zk->state == ZK_CONNECTED && at && locks_mono_ms() >= at;
+}
+
 int64_t zk_session_unreachable_since(const struct zk *zk)
 {
     if (zk->state != ZK_CONNECTED)
         return zk->down_since_ms;
     if (zk->nonfair_disagrees)
         return zk->nonfair_since_ms;
-    return zk->chroot_missing ? zk->chroot_missing_since_ms : 0;
+    if (zk->chroot_missing)
+        return zk->chroot_missing_since_ms;
+    return zk_unconfirmed(zk) ? lost_deadline_ms(zk) : 0;
 }
 
 /* Why requests cannot be served now, in words (for /healthz and the log). */
@@ -214,7 +225,11 @@ const char *zk_session_why_down(const struct zk *zk)
     if (zk->nonfair_disagrees)
         return zk->nonfair_why;
     if (zk->state == ZK_CONNECTED)
-        return zk->chroot_missing ? "the chroot of [zookeeper] hosts does not exist" : NULL;
+        return zk->chroot_missing ? "the chroot of [zookeeper] hosts does not exist"
+               : zk_unconfirmed(zk) ? "connected, but no request of the session is confirmed "
+                                      "through the ZooKeeper leader (is that server cut off "
+                                      "from the leader?)"
+               : NULL;
     return zk->auth_failed ? "ZooKeeper refuses the [zookeeper] auth credentials"
            : zk->unresolved ? "none of the [zookeeper] host names resolves"
            : zk->stall_cause ? zk->stall_cause : "no ZooKeeper server accepts a session";

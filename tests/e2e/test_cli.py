@@ -2432,7 +2432,7 @@ class LostTests(Case):
         zk = zkharness.ZkServer(tick_ms=500, name="zk-cli")
         self.addCleanup(zk.cleanup)
         zk.start()
-        d = Daemon(config="[zookeeper]\nhosts = %s\nsession_timeout_ms = %d\n"
+        d = Daemon(config="[zookeeper]\nhosts = %s\nsession_timeout_ms = %d\ntick_ms = 500\n"
                    % (zk.connect_string, self.SESSION_MS), name="lockbrokerd-cli-zk")
         self.addCleanup(d.kill)
         d.start()

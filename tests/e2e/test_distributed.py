@@ -88,7 +88,8 @@ def zk_available():
 
 
 def zk_config(hosts, root, session_ms=SESSION_MS, extra=""):
-    return ("[zookeeper]\nhosts = %s\nroot = %s\nsession_timeout_ms = %d\n%s"
+    # tick_ms: the servers' tickTime (zkharness's default), for CHECK's window.
+    return ("[zookeeper]\nhosts = %s\nroot = %s\nsession_timeout_ms = %d\ntick_ms = 500\n%s"
             % (hosts, root, session_ms, extra))
 
 

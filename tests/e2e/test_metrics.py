@@ -343,7 +343,13 @@ STAT_METRICS = {
     "locks_delayed": ("lockbroker_locks_delayed", {}),
     "locks_broken": ("lockbroker_locks_broken_total", {}),
     "zk_session_delays": ("lockbroker_zk_session_lock_delays_total", {}),
+    "zk_window_probes": ("lockbroker_zk_window_probes_total", {}),
+    "zk_window_confirms": ("lockbroker_zk_window_confirms_total", {}),
+    "zk_window_age_ms": ("lockbroker_zk_window_age_seconds", {}),
 }
+# Statistics that move on their own between STATS and the scrape: the
+# window's probe rounds go out every tenth of the session timeout.
+GROWING_STATS = ("uptime", "zk_window_probes", "zk_window_confirms")
 # Words, not numbers: version and mode are labels of lockbroker_info, zk_state
 # is lockbroker_zk_session_state; the session id is left to STATS.
 WORD_STATS = ("version", "mode", "zk_state", "zk_session_id")
@@ -372,8 +378,12 @@ def check_every_stat_exported(testcase, d):
         testcase.assertRegex(text, r"^\d+$", "STAT %s is not a number" % stat)
         name, labels = metric_of(stat)
         got = value(f, name, **labels)
-        if stat == "uptime":
+        if stat in GROWING_STATS:
             testcase.assertGreaterEqual(got, int(text))
+        elif stat == "zk_window_age_ms":
+            # Grows, and falls back whenever a probe round confirms the session.
+            testcase.assertGreaterEqual(got, 0)
+            testcase.assertLessEqual(got, int(st["zk_session_timeout_ms"]) / 1000.0)
         elif stat == "zk_session_timeout_ms":
             testcase.assertEqual(got, int(text) / 1000.0)
         else:
@@ -581,6 +591,7 @@ class DistributedTest(unittest.TestCase):
     def test_health_and_session_state_follow_zookeeper(self):
         d = start_with_metrics(self, metrics_config(
             "[zookeeper]\nhosts = %s\nroot = /lbmetrics\nsession_timeout_ms = 12000\n"
+            "tick_ms = 500\n"
             % self.zk.connect_string))
         d.wait_log(r"zk: new session 0x[0-9a-f]+", scaled(15.0))
         self.assertEqual(http_request(d, "GET", "/healthz")[:3:2], (200, "ok\n"))

@@ -541,7 +541,7 @@ class Soak:
         self.say("ZooKeeper ensemble %s, leader s%d" % (self.ens.connect_string, leader.myid))
 
     def daemon_config(self):
-        return ("[zookeeper]\nhosts = %s\nroot = %s\nsession_timeout_ms = %d\n"
+        return ("[zookeeper]\nhosts = %s\nroot = %s\nsession_timeout_ms = %d\ntick_ms = 500\n"
                 % (self.ens.connect_string, self.root, self.session_ms))
 
     def start_daemon(self, idx, port):
