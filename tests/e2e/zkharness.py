@@ -8,7 +8,10 @@ always stops what it started.
 Main entry points
 -----------------
 ZkServer            one standalone server (start/stop/kill/restart/pause/resume)
-ZkEnsemble          a 3-server (or n-server) quorum on loopback ports
+ZkEnsemble          a 3-server (or n-server) quorum on loopback ports;
+                    proxied=True puts every path between members (and
+                    clients, through hosts_for()) behind netcut.py proxies
+                    that a test can cut and heal (ZkEnsemble.net)
 register_cleanup()  unittest helper: stop + remove, or keep logs on failure
 fourlw()            send a four-letter word, return the text answer
 srvr(), mntr(), zxid(), mode(), sessions(), ephemerals()  parsed 4lw answers
@@ -658,6 +661,8 @@ class ZkServer:
         self.port = port if port is not None else free_port()
         self._ensemble = _ensemble
         self.myid = _myid
+        # the node name netcut.Net knows this member by
+        self.node = "s%d" % _myid if _myid is not None else None
         self.quorum_port = None
         self.election_port = None
         self._own_dir = base_dir is None
@@ -703,9 +708,16 @@ class ZkServer:
             c["syncLimit"] = self._ensemble.sync_limit
             c["quorumListenOnAllIPs"] = "false"
             c["reconfigEnabled"] = "false"
+            net = self._ensemble.net
             for m in self._ensemble.servers:
-                c["server.%d" % m.myid] = "%s:%d:%d" % (
-                    HOST, m.quorum_port, m.election_port)
+                if net is None or m is self:
+                    c["server.%d" % m.myid] = "%s:%d:%d" % (
+                        HOST, m.quorum_port, m.election_port)
+                else:
+                    # this server reaches m through proxies (ZkEnsemble)
+                    c["server.%d" % m.myid] = "%s:%d:%d" % (
+                        HOST, net.address(self.node, m.node, "quorum")[1],
+                        net.address(self.node, m.node, "election")[1])
         c.update(self.extra_cfg)
         return c
 
@@ -938,6 +950,16 @@ class ZkServer:
             self.name, self.port, self.pid, self.dir)
 
 
+def _netcut():
+    """tests/e2e/netcut.py (beside this file), imported on first use."""
+    try:
+        import netcut
+    except ImportError:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import netcut
+    return netcut
+
+
 class ZkEnsemble:
     """An n-server (default 3) ZooKeeper quorum on loopback ports.
 
@@ -951,11 +973,36 @@ class ZkEnsemble:
     Each member uses 3 ports (client, quorum, election), all on 127.0.0.1,
     its own data dir with a myid file, and zoo.cfg with server.N lines.
     Keyword arguments not listed are passed to every ZkServer.
+
+    Partitions (proxied=True, or net=<a netcut.Net>): every path between
+    two members goes through a proxy of `self.net` (tests/e2e/netcut.py)
+    that the test can cut and heal. Members are the net's nodes "s1".."sn"
+    (ZkServer.node). Each member's zoo.cfg lists the proxies for the OTHER
+    members (its own line stays its real address, which it binds): one
+    listener per ordered pair and port, so member i's connections to j go
+    through i->j listeners, and j's to i through j->i ones. Election
+    connections have their first message's address rewritten (see
+    netcut.election_rewriter). Clients get a hosts string of proxies of
+    their own with hosts_for(client) (a node name, or a Daemon: its name);
+    net.backend(client) then says which member its session is on. The test
+    itself (4lw, ZkClient) still talks to the real ports. A net made here
+    is closed at cleanup(); one passed in is left to its owner.
+
+        ens = ZkEnsemble(proxied=True)
+        leader = ens.start()
+        hosts = ens.hosts_for("D0")
+        ens.net.partition({"D0", "s2"}, {"s1", "s3", "D1"})
     """
 
     def __init__(self, n=3, tick_ms=500, init_limit=10, sync_limit=5,
-                 base_dir=None, name="ens", **server_kwargs):
+                 base_dir=None, name="ens", proxied=False, net=None, **server_kwargs):
         self.n = n
+        self.tick_ms = tick_ms
+        self._own_net = False
+        self.net = net
+        if net is None and proxied:
+            self.net = _netcut().Net(name=name)
+            self._own_net = True
         self.init_limit = init_limit
         self.sync_limit = sync_limit
         self.name = name
@@ -979,9 +1026,52 @@ class ZkEnsemble:
                          name="%s-s%d" % (name, i), _ensemble=self, _myid=i,
                          sys_props=props, **kw)
             self.servers.append(s)
+        if self.net is not None:
+            # before the servers' ports are picked: the proxies hold theirs
+            self._make_proxies()
         self._pick_ports()
         self._cleaned = False
         _register(self)
+
+    def _make_proxies(self):
+        netcut = _netcut()
+        for a in self.servers:
+            for b in self.servers:
+                if a is b:
+                    continue
+                # retry_refused: a follower that connects a few ms before
+                # the new leader listens must not see a reset (netcut.py)
+                self.net.proxy(a.node, b.node, lambda b=b: (HOST, b.quorum_port),
+                               kind="quorum", retry_refused=2.0)
+        for a in self.servers:
+            for b in self.servers:
+                if a is b:
+                    continue
+                # a's election connections to b say "call me back through b->a"
+                back = lambda a=a, b=b: self.net.addr_str(b.node, a.node, "election")
+                self.net.proxy(a.node, b.node, lambda b=b: (HOST, b.election_port),
+                               kind="election", rewrite=netcut.election_rewriter(back),
+                               retry_refused=2.0)
+
+    def hosts_for(self, client):
+        """A hosts string for a client node (a name, or an object with
+        .name such as lbharness.Daemon's name) that reaches each member
+        through a proxy of its own: "127.0.0.1:p1,...", in myid order."""
+        if self.net is None:
+            raise ZkError("hosts_for() needs ZkEnsemble(proxied=True)")
+        client = _netcut().node_name(client)
+        out = []
+        for s in self.servers:
+            h, p = self.net.proxy(client, s.node, lambda s=s: (HOST, s.port), kind="client")
+            out.append("%s:%d" % (h, p))
+        return ",".join(out)
+
+    def server(self, node):
+        """The member whose node name (or myid) this is."""
+        for s in self.servers:
+            if s.node == node or s.myid == node:
+                return s
+        raise ZkError("no member %r" % (node,))
 
     def _pick_ports(self):
         ports = free_ports(3 * self.n)
@@ -1110,6 +1200,8 @@ class ZkEnsemble:
         if self._cleaned:
             return
         self._cleaned = True
+        if self._own_net:
+            self.net.close()
         if self._own_dir and not keep_logs() and not self.keep and \
                 not any(s.keep for s in self.servers):
             shutil.rmtree(self.dir, ignore_errors=True)
