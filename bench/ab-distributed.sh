@@ -10,11 +10,12 @@
 # cycles per second per run. MODE: exclusive (default), shared, limit=N.
 #
 # Environment: BENCH_DURATION (default 5), BENCH_REPEAT (default 3),
-# LOCKBROKER_BENCH (default ./bench/lockbroker-bench).
+# BENCH_WORKLOAD (default hot; distinct, cold, ...), BENCH_CLIENTS (default
+# 16), LOCKBROKER_BENCH (default ./bench/lockbroker-bench).
 set -u
 [ $# -ge 2 ] || { echo "usage: $0 OLD_LOCKBROKERD NEW_LOCKBROKERD [MODE]" >&2; exit 2; }
 OLD=$1 NEW=$2 MODE=${3:-exclusive}
-D=${BENCH_DURATION:-5} R=${BENCH_REPEAT:-3}
+D=${BENCH_DURATION:-5} R=${BENCH_REPEAT:-3} W=${BENCH_WORKLOAD:-hot} C=${BENCH_CLIENTS:-16}
 BENCH=${LOCKBROKER_BENCH:-$PWD/bench/lockbroker-bench}
 tmp=$(mktemp -d /tmp/lockbroker-abd.XXXXXX)
 pids=()
@@ -51,7 +52,7 @@ done
 for _ in $(seq 1 "$R"); do
     for run in "old $pa $ida" "new $pb $idb"; do
         read -r name port pid <<<"$run"
-        "$BENCH" -H "127.0.0.1:$port" --pid "$pid" -W hot -c 16 -m "$MODE" -d "$D" -w 1 -o json |
+        "$BENCH" -H "127.0.0.1:$port" --pid "$pid" -W "$W" -c "$C" -m "$MODE" -d "$D" -w 1 -o json |
             python3 -c 'import json, sys; print(sys.argv[1], json.load(sys.stdin)["cycles_per_s"])' "$name"
     done
 done
