@@ -72,23 +72,6 @@ int64_t zk_presence_window_ms(const struct zk *zk)
     return left > 0 ? left : 0;
 }
 
-/* W: the longest a leader goes between two pings, half a tick, and a
- * quarter tick for its ping loop to be late. */
-static int64_t ping_wait_ms(const struct zk *zk)
-{
-    return (int64_t)zk->settings->zk_tick_ms * 3 / 4;
-}
-
-int zk_presence_probe_period_ms(const struct zk *zk)
-{
-    int ms = zk_timeout_ms(zk) / 10;
-
-    /* ZK_PROBES answered probes (two a round) cover W. */
-    if (ms < ping_wait_ms(zk) / 8)
-        ms = (int)(ping_wait_ms(zk) / 8);
-    return ms < 100 ? 100 : ms;
-}
-
 struct probe_round {
     struct zk *zk;
     int64_t session_id;
@@ -126,7 +109,7 @@ static void probe_answered(struct zk *zk, int64_t sent_ms, int64_t answered_ms)
 /* The round's write was committed: c moves (see above). */
 static void probe_confirm(struct zk *zk, const struct probe_round *pr)
 {
-    int64_t w = ping_wait_ms(zk);
+    int64_t w = zk_ping_wait_ms(zk);
 
     for (unsigned i = zk->nprobes; i-- > 0;)
         if (zk->probes[i].answered_ms + w <= pr->sync_sent_ms) {
@@ -216,7 +199,7 @@ static void on_confirm_timer(evutil_socket_t fd, short what, void *arg)
 
 static void arm_confirm(struct zk *zk)
 {
-    int ms = zk_presence_probe_period_ms(zk);
+    int ms = zk_probe_period_ms(zk);
     struct timeval tv;
 
     tv.tv_sec = ms / 1000;

@@ -60,6 +60,23 @@ int zk_timeout_ms(const struct zk *zk)
     return zk->negotiated_ms > 0 ? zk->negotiated_ms : (int)zk->settings->zk_session_timeout_ms;
 }
 
+/* W (presence.c): the longest a leader goes between two pings, half a
+ * tick, and a quarter tick for its ping loop to be late. */
+int64_t zk_ping_wait_ms(const struct zk *zk)
+{
+    return (int64_t)zk->settings->zk_tick_ms * 3 / 4;
+}
+
+int zk_probe_period_ms(const struct zk *zk)
+{
+    int ms = zk_timeout_ms(zk) / 10;
+
+    /* ZK_PROBES answered probes (two a round) cover W. */
+    if (ms < zk_ping_wait_ms(zk) / 8)
+        ms = (int)(zk_ping_wait_ms(zk) / 8);
+    return ms < 100 ? 100 : ms;
+}
+
 /* How long a handshake may take: short enough that several attempts fit
  * in the 2/3 of the session timeout after which holds are presumed lost. */
 static int zk_handshake_limit_ms(const struct zk *zk)
@@ -176,7 +193,7 @@ static void presume_lost(struct zk *zk, int64_t now)
         zk->outstanding++;
         zk_kick(zk);
     }
-    arm_lost(zk, now + zk_presence_probe_period_ms(zk));
+    arm_lost(zk, now + zk_probe_period_ms(zk));
 }
 
 /*
@@ -497,7 +514,7 @@ static void on_restart(evutil_socket_t fd, short what, void *arg)
  * without a fault. Said once per new session. */
 static void zk_check_window_settings(const struct zk *zk)
 {
-    int64_t lag = (int64_t)zk->settings->zk_tick_ms * 3 / 4 + 2 * zk_presence_probe_period_ms(zk);
+    int64_t lag = zk_ping_wait_ms(zk) + 2 * zk_probe_period_ms(zk);
 
     if (lag * 2 >= zk_timeout_ms(zk))
         log_warn("zk: the %d ms session timeout is short for [zookeeper] tick_ms %u: CHECK "

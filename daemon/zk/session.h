@@ -87,6 +87,12 @@ void zk_report_noauth(struct zk *zk, const char *path);
 void zk_session_path(const struct zk *zk, int64_t id, char *buf, size_t len);
 /* The session timeout in force: negotiated, or else the one we asked for. */
 int zk_timeout_ms(const struct zk *zk);
+/* W, 3/4 of [zookeeper] tick_ms: a leader pings each follower at least this
+ * often (CHECK's window, presence.c). */
+int64_t zk_ping_wait_ms(const struct zk *zk);
+/* How often presence.c sends a probe round: a tenth of the timeout, at
+ * least W/8 and 100 ms. */
+int zk_probe_period_ms(const struct zk *zk);
 
 /* Before a request is served: past c + 2/3 of the session timeout (the
  * event loop stalled, or probes stopped confirming), holds are presumed
@@ -104,8 +110,6 @@ const char *zk_session_why_down(const struct zk *zk);
 int zk_presence_init(struct zk *zk);
 /* CHECK's window (backend.h window_ms): how long the session surely lives. */
 int64_t zk_presence_window_ms(const struct zk *zk);
-/* How often a probe round goes out: a tenth of the timeout, at least 100 ms. */
-int zk_presence_probe_period_ms(const struct zk *zk);
 void zk_presence_free(struct zk *zk);
 
 /* The user name of the digest identity: auth up to its ':'. */
