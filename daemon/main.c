@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <signal.h>
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,8 +61,8 @@ static void usage(FILE *f)
             "                (distributed mode)\n"
             "  -t            check the configuration and exit\n"
             "  -v            log at debug level\n"
-            "  -h            show this help\n"
-            "  -V            show the version\n"
+            "  -h, --help    show this help\n"
+            "  -V, --version show the version\n"
             "Signals: TERM or INT stop the daemon; HUP reloads the log level, the limits\n"
             "and the users file.\n",
             SETTINGS_LISTEN_DEFAULT);
@@ -187,11 +188,25 @@ int main(int argc, char **argv)
 
     memset(&d, 0, sizeof(d));
     log_detect_journal();
-    while ((opt = getopt(argc, argv, "c:l:z:tvhV")) != -1) {
+    static const struct option longopts[] = {
+        { "help", no_argument, NULL, 'h' },
+        { "version", no_argument, NULL, 'V' },
+        { NULL, 0, NULL, 0 },
+    };
+
+    while ((opt = getopt_long(argc, argv, "c:l:z:tvhV", longopts, NULL)) != -1) {
         switch (opt) {
         case 'c': d.opt.conf_file = optarg; break;
         case 'l': d.opt.listen = optarg; break;
-        case 'z': d.opt.zk_hosts = optarg; break;
+        case 'z':
+            /* `-z $ZK` with $ZK unset must not start a daemon of its own. */
+            if (!optarg[strspn(optarg, " \t")]) {
+                fprintf(stderr, "lockbrokerd: -z: empty ZooKeeper hosts; give host:port[,...] "
+                        "or leave -z out for embedded mode\n");
+                return 2;
+            }
+            d.opt.zk_hosts = optarg;
+            break;
         case 't': check_only = true; break;
         case 'v': d.opt.verbose = true; break;
         case 'h': usage(stdout); return 0;

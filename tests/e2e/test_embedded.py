@@ -3110,12 +3110,23 @@ class ConfigTests(Case):
                 self.assertIn("Usage:", r.stderr)
 
     def test_help_and_version(self):
-        r = run_daemon(["-h"])
-        self.assertEqual(r.returncode, 0, r)
-        self.assertIn("Usage: lockbrokerd", r.stdout)
-        r = run_daemon(["-V"])
-        self.assertEqual(r.returncode, 0, r)
-        self.assertRegex(r.stdout, r"^lockbrokerd \S+\n$")
+        for flag in ("-h", "--help"):
+            r = run_daemon([flag])
+            self.assertEqual(r.returncode, 0, r)
+            self.assertIn("Usage: lockbrokerd", r.stdout)
+        for flag in ("-V", "--version"):
+            r = run_daemon([flag])
+            self.assertEqual(r.returncode, 0, r)
+            self.assertRegex(r.stdout, r"^lockbrokerd \S+\n$")
+
+    def test_empty_zookeeper_hosts_flag_is_refused(self):
+        # A unit's `-z $ZK` with $ZK unset: not a daemon with private locks.
+        for value in ("", "  "):
+            with self.subTest(value=value):
+                r = run_daemon(["-z", value, "-t"])
+                self.assertEqual(r.returncode, 2, r)
+                self.assertIn("lockbrokerd: -z: empty ZooKeeper hosts", r.stderr)
+                self.assertNotIn("configuration OK", r.stdout)
 
     def test_flag_overrides_file(self):
         conf = "[server]\nlisten = 192.0.2.1:7411\nallow_anonymous = yes\n"  # cannot be bound
