@@ -150,6 +150,122 @@ test('jeopardy: a frozen daemon makes the hold lost', { skip: !env.LB_JEOPARDY_A
   await c.close();
 });
 
+// Steps the wall clock under the client, as NTP may: Date.now() (and nothing
+// else) reads ms later from now on. Returns the function that undoes it.
+function stepWallClock(ms) {
+  const real = Date.now;
+  Date.now = () => real.call(Date) + ms;
+  return () => { Date.now = real; };
+}
+
+// The windows the daemon answers this hold's CHECKs with; await next(n):
+// n more CHECKs answered, unless the hold (or lease) is lost first.
+function watchChecks(h) {
+  const windows = [];
+  const waiters = [];
+  const request = h.conn.request.bind(h.conn);
+  h.conn.request = async (line, timeout) => {
+    const reply = await request(line, timeout);
+    if (line.startsWith('CHECK ') && /^OK /.test(reply)) {
+      windows.push(Number(reply.split(' ')[3]));
+      for (const w of waiters.splice(0)) if (windows.length >= w.n) w.resolve(); else waiters.push(w);
+    }
+    return reply;
+  };
+  return {
+    windows,
+    next: (n) => new Promise((resolve) => waiters.push({ n: windows.length + n, resolve })),
+  };
+}
+
+// Resolves when what(), a promise, does, or rejects when obj is lost first.
+async function unlessLost(obj, what) {
+  const ac = new AbortController();
+  const lost = once(obj, 'lost', { signal: ac.signal }).then(([reason]) => {
+    throw new Error(`lost: ${reason}`);
+  }, () => {});
+  try {
+    return await Promise.race([what, lost]);
+  } finally {
+    ac.abort();
+  }
+}
+
+test('windows and lease deadlines ignore steps of the wall clock', { skip: !env.LB_ADDR }, async () => {
+  const c = await lb.connect({ address: env.LB_ADDR, timeout: T });
+  const h = await c.lock('n-w');
+  const checks = watchChecks(h);
+  const lease = await c.lease('n-wl', 300);          // renewed every 100 ms
+  const HOUR = 3600000;
+  let undo = () => {};
+  try {
+    // An hour back, mid-hold. Nothing in between: no answer can come.
+    let held = h.safeRemaining(), left = lease.remaining();
+    undo = stepWallClock(-HOUR);
+    assert.ok(h.safeRemaining() <= held, `window stretched: ${held} -> ${h.safeRemaining()}`);
+    assert.ok(lease.remaining() <= left, `lease stretched: ${left} -> ${lease.remaining()}`);
+    assert.ok(h.safeRemaining() > 0 && lease.remaining() > 0);
+    // For display, safeUntil and deadline follow the wall clock as it reads now.
+    assert.ok(Math.abs(h.safeUntil - Date.now() - h.safeRemaining()) <= 5, String(h.safeUntil));
+    assert.ok(Math.abs(lease.deadline - Date.now() - lease.remaining()) <= 5, String(lease.deadline));
+    // CHECKs and renewals go on: still no more than the daemon promised.
+    await unlessLost(h, checks.next(2));
+    await unlessLost(lease, once(lease, 'renewed'));
+    assert.ok(h.safeRemaining() <= Math.max(...checks.windows),
+      `${h.safeRemaining()} ms safe, beyond every window answered (${checks.windows})`);
+    assert.ok(lease.remaining() <= 300, `${lease.remaining()} ms left of a 300 ms lease`);
+    // An hour forward (two from there): nothing runs out early.
+    undo();
+    undo = stepWallClock(HOUR);
+    assert.ok(h.safeRemaining() > 0, 'the window ran out with the wall clock');
+    assert.ok(lease.remaining() > 0, 'the lease ran out with the wall clock');
+    await unlessLost(h, checks.next(2));
+    const renewals = lease.renewals;
+    while (lease.renewals < renewals + 3) await unlessLost(lease, once(lease, 'renewed'));
+    assert.strictEqual(h.lost, false);
+    assert.strictEqual(lease.lost, false);
+    assert.ok(h.safeRemaining() > 0 && lease.remaining() > 0);
+  } catch (e) {
+    h.conn.close();          // a failure leaves nothing open to keep node running
+    lease.conn.close();
+    await c.close();
+    throw e;
+  } finally {
+    undo();
+  }
+  await h.release();
+  await lease.release();
+  await c.close();
+});
+
+test('jeopardy: a window runs out on time with the wall clock stepped back',
+  { skip: !env.LB_JEOPARDY_ADDR }, async () => {
+    const c = await lb.connect({ address: env.LB_JEOPARDY_ADDR, timeout: T });
+    const h = await c.lock('n-jw');
+    assert.ok(h.safeRemaining() > 0);
+    // A window of at most 1350 ms; the wall clock an hour back would
+    // stretch it by the hour. The bound below only fails the test.
+    const bound = T * Number(env.LB_TIMEOUT_SCALE || 1);
+    const lost = once(h, 'lost', { signal: AbortSignal.timeout(bound) });
+    const undo = stepWallClock(-3600000);
+    process.kill(Number(env.LB_JEOPARDY_PID), 'SIGSTOP');
+    try {
+      const [reason] = await lost.catch(() => {
+        throw new Error(`the hold outlived its window by ${bound} ms`);
+      });
+      assert.match(reason, /jeopardy/);
+    } catch (e) {
+      h.conn.close();
+      await c.close();
+      throw e;
+    } finally {
+      process.kill(Number(env.LB_JEOPARDY_PID), 'SIGCONT');
+      undo();
+    }
+    await rejectsWith(h.release(), 'NOT_HELD');
+    await c.close();
+  });
+
 test('AUTH: denied and auth failed', { skip: !env.LB_AUTH_ADDR }, async () => {
   await rejectsWith(lb.connect({ address: env.LB_AUTH_ADDR, user: 'alice', password: 'wrong' }),
     'AUTH_FAILED');
