@@ -18,8 +18,9 @@
  * ties a hold to its connection; a cleanly released hold's connection
  * serves the next one). Each connection reads every line, so a pushed
  * LOST marks its hold lost at once. Jeopardy: a hold sends `CHECK` every
- * quarter of its safe window (at least every second) and is lost when the
- * window runs out without a fresh answer. Leases renew themselves every
+ * quarter of its safe window (at least every second, halfway through a
+ * window too short for that) and is lost when the window runs out without
+ * a fresh answer. Leases renew themselves every
  * third of their ttl. Nothing survives a reconnect.
  *
  * Clocks: every window, deadline and timeout is counted on the monotonic
@@ -274,12 +275,16 @@ class Hold extends EventEmitter {
     if (this.listenerCount('lost') > 0) this.emit('lost', reason);
   }
 
-  /** A CHECK per name; a set is as safe as its least safe name. */
+  /**
+   * A CHECK per name; a set is as safe as its least safe name. Each CHECK
+   * may wait only for what is left of the window when it is sent, so that
+   * a round never runs past the window without the hold being lost.
+   */
   async check() {
     const sent = performance.now();
-    const timeout = this.safeEnd === null ? undefined : Math.max(0, this.safeEnd - sent);
     let safe = null;
     for (let i = 0; i < this.names.length; i++) {
+      const timeout = this.safeEnd === null ? undefined : Math.max(0, this.safeEnd - performance.now());
       const one = await this.checkOne(this.names[i], this.tokens[i], timeout);
       if (one === null || one <= 0) return one;
       safe = safe === null ? one : Math.min(safe, one);
@@ -319,10 +324,17 @@ class Hold extends EventEmitter {
     if (!this.lost) this.schedule();
   }
 
+  /**
+   * The next CHECK: after a quarter of what is left of the window (at most
+   * CHECK_EVERY_MAX, at least CHECK_EVERY_MIN apart), but never later than
+   * half of it, so that even a window shorter than CHECK_EVERY_MIN is asked
+   * about again before it runs out. The daemon decides how long windows
+   * are; nothing here assumes a length.
+   */
   schedule() {
     const window = Math.max(0, this.safeEnd - performance.now());
-    const every = Math.min(CHECK_EVERY_MAX, Math.max(CHECK_EVERY_MIN, window / 4));
-    this.timer = setTimeout(() => this.tick(), Math.min(every, window));
+    const every = Math.min(CHECK_EVERY_MAX, Math.max(CHECK_EVERY_MIN, window / 4), window / 2);
+    this.timer = setTimeout(() => this.tick(), every);
     this.timer.unref();
   }
 

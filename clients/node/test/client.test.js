@@ -3,11 +3,14 @@
 // their addresses: LB_ADDR (embedded), LB_JEOPARDY_ADDR and LB_JEOPARDY_PID
 // (embedded, tcp_user_timeout_ms = 1500), LB_AUTH_ADDR (users file: alice,
 // pattern app-*), LB_DIST_ADDR and LB_ZK_PID (distributed, its ZooKeeper).
+// Tests of windows the daemon does not give run against a fake broker of
+// their own (fakeBroker), always.
 // Waits are for events (replies, 'lost', 'renewed'); nothing sleeps to
 // synchronise and nothing asserts a duration.
 const test = require('node:test');
 const assert = require('node:assert');
 const { once } = require('node:events');
+const net = require('node:net');
 const lb = require('..');
 
 const env = process.env;
@@ -265,6 +268,96 @@ test('jeopardy: a window runs out on time with the wall clock stepped back',
     await rejectsWith(h.release(), 'NOT_HELD');
     await c.close();
   });
+
+// A broker of a few lines, for windows the real daemon does not give:
+// answer(line, reply) calls reply(text) now, later or never.
+async function fakeBroker(answer) {
+  const sockets = new Set();
+  const server = net.createServer((s) => {
+    sockets.add(s);
+    s.setEncoding('ascii');
+    s.on('error', () => {});
+    let buf = '';
+    s.on('data', (d) => {
+      buf += d;
+      let i;
+      while ((i = buf.indexOf('\n')) >= 0) {
+        const line = buf.slice(0, i);
+        buf = buf.slice(i + 1);
+        answer(line, (text) => { if (!s.destroyed) s.write(text + '\n'); });
+      }
+    });
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    address: `127.0.0.1:${server.address().port}`,
+    close: () => { for (const s of sockets) s.destroy(); server.close(); },
+  };
+}
+
+test('a window shorter than the CHECK interval is confirmed in time', async () => {
+  // The client must not assume a minimum window: 99 ms, less than the
+  // 100 ms between CHECKs, is asked about again before it runs out.
+  let checks = 0;
+  let third;
+  const asked = new Promise((resolve) => { third = resolve; });
+  const fake = await fakeBroker((line, reply) => {
+    if (line === 'LOCK n-short') return reply('OK n-short 7');
+    if (line === 'UNLOCK n-short') return reply('OK n-short');
+    if (line === 'CHECK n-short 7') {
+      checks++;
+      reply(`OK n-short 7 ${checks === 1 ? 99 : 60000}`);
+      if (checks === 3) third();     // sent once the second's answer was taken
+    }
+  });
+  const c = await lb.connect({ address: fake.address, timeout: T });
+  try {
+    const h = await c.lock('n-short');
+    await unlessLost(h, asked);
+    assert.strictEqual(h.lost, false);
+    assert.ok(h.safeRemaining() > 99, String(h.safeRemaining()));
+    await h.release();
+  } finally {
+    await c.close();
+    fake.close();
+  }
+});
+
+test("a set's round of CHECKs waits no longer than the window left", async () => {
+  // Each name's CHECK may take only what is left of the window when it is
+  // sent: a slow first answer leaves the second less time, not the round's
+  // start's. The second round's second CHECK is never answered: jeopardy.
+  const round = { a: 0, b: 0 };
+  const fake = await fakeBroker((line, reply) => {
+    if (line === 'LOCK n-ra,n-rb') return reply('OK n-ra,n-rb 1,2');
+    const m = /^CHECK n-r(a|b) (\d)$/.exec(line);
+    if (!m) return;
+    const n = ++round[m[1]];
+    const ok = `OK n-r${m[1]} ${m[2]} 1000`;
+    if (n === 1) reply(ok);
+    else if (m[1] === 'a') setTimeout(() => reply(ok), 200);    // slow, in the window
+  });
+  const c = await lb.connect({ address: fake.address, timeout: T });
+  try {
+    const h = await c.lock(['n-ra', 'n-rb']);
+    const sent = [];
+    const request = h.conn.request.bind(h.conn);
+    h.conn.request = (line, timeout) => {
+      sent.push({ line, timeout, left: h.safeRemaining() });
+      return request(line, timeout);
+    };
+    const [reason] = await once(h, 'lost');
+    assert.match(reason, /jeopardy/);
+    assert.ok(sent.length >= 2, JSON.stringify(sent));
+    for (const s of sent) {
+      assert.ok(s.timeout <= s.left + 1, `${s.line} may wait ${s.timeout} ms, ${s.left} ms left`);
+    }
+    await rejectsWith(h.release(), 'NOT_HELD');
+  } finally {
+    await c.close();
+    fake.close();
+  }
+});
 
 test('AUTH: denied and auth failed', { skip: !env.LB_AUTH_ADDR }, async () => {
   await rejectsWith(lb.connect({ address: env.LB_AUTH_ADDR, user: 'alice', password: 'wrong' }),
