@@ -33,7 +33,13 @@ export class Hold extends EventEmitter {
   readonly lost: boolean;
   readonly lostReason: string | null;
   readonly lostSignal: AbortSignal;
+  /** Milliseconds the hold is certainly safe from now, on the monotonic clock: decide with this. */
   safeRemaining(): number;
+  /**
+   * The window's end as a wall-clock time (Date.now() ms) for display only,
+   * worked out at each read; a step of the wall clock moves it. null: no window.
+   */
+  readonly safeUntil: number | null;
   release(): Promise<void>;
   [Symbol.asyncDispose](): Promise<void>;
 }
@@ -44,7 +50,13 @@ export class Lease extends EventEmitter {
   readonly lost: boolean;
   readonly lostReason: string | null;
   readonly renewals: number;
+  /** Milliseconds the lease certainly lasts from now, on the monotonic clock: decide with this. */
   remaining(): number;
+  /**
+   * The lease's end as a wall-clock time (Date.now() ms) for display only,
+   * worked out at each read; a step of the wall clock moves it.
+   */
+  readonly deadline: number;
   renew(ttl?: number): Promise<void>;
   release(): Promise<void>;
   [Symbol.asyncDispose](): Promise<void>;

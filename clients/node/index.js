@@ -18,13 +18,22 @@
  * ties a hold to its connection; a cleanly released hold's connection
  * serves the next one). Each connection reads every line, so a pushed
  * LOST marks its hold lost at once. Jeopardy: a hold sends `CHECK` every
- * quarter of its safe window (at least every second) and is lost when the
- * window runs out without a fresh answer. Leases renew themselves every
+ * quarter of its safe window (at least every second, halfway through a
+ * window too short for that) and is lost when the window runs out without
+ * a fresh answer. Leases renew themselves every
  * third of their ttl. Nothing survives a reconnect.
+ *
+ * Clocks: every window, deadline and timeout is counted on the monotonic
+ * clock (performance.now(); setTimeout's timers are monotonic too), which
+ * an NTP step of the wall clock does not move: the daemon promises a window
+ * from the send of a CHECK "on the client's own clock" (PROTOCOL.md, CHECK),
+ * and a step back of Date.now() would stretch it. Date.now() is read only
+ * for Hold.safeUntil and Lease.deadline, wall-clock times for display.
  */
 
 const net = require('node:net');
 const { EventEmitter } = require('node:events');
+const { performance } = require('node:perf_hooks');
 
 const DEFAULT_ADDRESS = '127.0.0.1:7411';
 const NAME_RE = /^[A-Za-z0-9._:/-]{1,200}$/;
@@ -227,7 +236,7 @@ class Hold extends EventEmitter {
     this.client = client;
     this.conn = conn;
     this.released = false;
-    this.safeUntil = null;     // Date.now()-based ms; null: no window (an older daemon)
+    this.safeEnd = null;       // monotonic (performance.now()) ms; null: no window (an older daemon)
     this.timer = null;
     this.checking = null;      // the CHECK in flight
     this.abort = new AbortController();
@@ -242,8 +251,19 @@ class Hold extends EventEmitter {
 
   /** Milliseconds the hold is certainly safe from now (0 when lost or unknown). */
   safeRemaining() {
-    if (this.lost || this.safeUntil === null) return 0;
-    return Math.max(0, this.safeUntil - Date.now());
+    if (this.lost || this.safeEnd === null) return 0;
+    return Math.max(0, this.safeEnd - performance.now());
+  }
+
+  /**
+   * When the window ends as a wall-clock time (Date.now() ms), for display
+   * only: it is worked out from the monotonic window at each read, so a step
+   * of the wall clock moves this value, never the window. Decide with
+   * safeRemaining() or lost. null: no window.
+   */
+  get safeUntil() {
+    if (this.safeEnd === null) return null;
+    return Math.floor(Date.now() + (this.safeEnd - performance.now()));   // wall clock: display
   }
 
   markLost(reason) {
@@ -255,17 +275,21 @@ class Hold extends EventEmitter {
     if (this.listenerCount('lost') > 0) this.emit('lost', reason);
   }
 
-  /** A CHECK per name; a set is as safe as its least safe name. */
+  /**
+   * A CHECK per name; a set is as safe as its least safe name. Each CHECK
+   * may wait only for what is left of the window when it is sent, so that
+   * a round never runs past the window without the hold being lost.
+   */
   async check() {
-    const sent = Date.now();
-    const timeout = this.safeUntil === null ? undefined : Math.max(0, this.safeUntil - sent);
+    const sent = performance.now();
     let safe = null;
     for (let i = 0; i < this.names.length; i++) {
+      const timeout = this.safeEnd === null ? undefined : Math.max(0, this.safeEnd - performance.now());
       const one = await this.checkOne(this.names[i], this.tokens[i], timeout);
       if (one === null || one <= 0) return one;
       safe = safe === null ? one : Math.min(safe, one);
     }
-    if (this.safeUntil === null || sent + safe > this.safeUntil) this.safeUntil = sent + safe;
+    if (this.safeEnd === null || sent + safe > this.safeEnd) this.safeEnd = sent + safe;
     return safe;
   }
 
@@ -274,7 +298,7 @@ class Hold extends EventEmitter {
     try {
       reply = await this.conn.request(`CHECK ${name} ${token}`, timeout);
     } catch (e) {
-      this.markLost(this.safeUntil === null ? e.message : `jeopardy: ${e.message}`);
+      this.markLost(this.safeEnd === null ? e.message : `jeopardy: ${e.message}`);
       return null;
     }
     const w = reply.split(' ');
@@ -293,23 +317,30 @@ class Hold extends EventEmitter {
   async start() {
     const safe = await this.check();
     if (safe === -1) {
-      this.safeUntil = null;
+      this.safeEnd = null;
       return;
     }
     if (safe === 0) this.markLost('jeopardy: the broker promises no time (CHECK answered 0)');
     if (!this.lost) this.schedule();
   }
 
+  /**
+   * The next CHECK: after a quarter of what is left of the window (at most
+   * CHECK_EVERY_MAX, at least CHECK_EVERY_MIN apart), but never later than
+   * half of it, so that even a window shorter than CHECK_EVERY_MIN is asked
+   * about again before it runs out. The daemon decides how long windows
+   * are; nothing here assumes a length.
+   */
   schedule() {
-    const window = Math.max(0, this.safeUntil - Date.now());
-    const every = Math.min(CHECK_EVERY_MAX, Math.max(CHECK_EVERY_MIN, window / 4));
-    this.timer = setTimeout(() => this.tick(), Math.min(every, window));
+    const window = Math.max(0, this.safeEnd - performance.now());
+    const every = Math.min(CHECK_EVERY_MAX, Math.max(CHECK_EVERY_MIN, window / 4), window / 2);
+    this.timer = setTimeout(() => this.tick(), every);
     this.timer.unref();
   }
 
   async tick() {
     if (this.lost || this.released) return;
-    if (Date.now() >= this.safeUntil) {
+    if (performance.now() >= this.safeEnd) {
       // The connection stays open until release(): a daemon that was only
       // slow keeps the lock until the program has stopped.
       this.markLost('jeopardy: the broker did not confirm the hold in time');
@@ -351,7 +382,10 @@ class Hold extends EventEmitter {
   }
 }
 
-/** A lease: renewed every third of its ttl until release(). Events: 'lost' (reason). */
+/**
+ * A lease: renewed every third of its ttl until release(). Events: 'lost' (reason).
+ * sent: when the LOCK was sent, on the monotonic clock (performance.now()).
+ */
 class Lease extends EventEmitter {
   constructor(client, conn, name, token, ttl, sent, renew) {
     super();
@@ -364,13 +398,23 @@ class Lease extends EventEmitter {
     this.client = client;
     this.conn = conn;
     this.released = false;
-    this.deadline = sent + ttl;
+    this.end = sent + ttl;     // monotonic (performance.now()) ms, counted from the send
     this.timer = null;
     if (renew) this.arm();
   }
 
   /** Milliseconds the lease certainly lasts from now, 0 once lost. */
-  remaining() { return this.lost ? 0 : Math.max(0, this.deadline - Date.now()); }
+  remaining() { return this.lost ? 0 : Math.max(0, this.end - performance.now()); }
+
+  /**
+   * When the lease ends as a wall-clock time (Date.now() ms), for display
+   * only, worked out from the monotonic deadline at each read: a step of
+   * the wall clock moves this value, never the lease. Decide with
+   * remaining() or lost.
+   */
+  get deadline() {
+    return Math.floor(Date.now() + (this.end - performance.now()));   // wall clock: display
+  }
 
   markLost(reason) {
     if (this.lost || this.released) return;
@@ -387,7 +431,7 @@ class Lease extends EventEmitter {
 
   async tick() {
     if (this.lost || this.released) return;
-    if (Date.now() >= this.deadline) {
+    if (performance.now() >= this.end) {
       this.markLost('expired: no renewal answered within its ttl');
       return;
     }
@@ -405,10 +449,10 @@ class Lease extends EventEmitter {
 
   /** RENEW now, for ttl ms (default the lease's); rejects with NOT_HELD. */
   async renew(ttl = this.ttl) {
-    const sent = Date.now();
+    const sent = performance.now();
     const reply = await this.conn.request(`RENEW ${this.name} ${this.token} ${Math.round(ttl)}`);
     if (reply === `OK ${this.name}`) {
-      this.deadline = sent + ttl;
+      this.end = sent + ttl;
       this.ttl = ttl;
       this.renewals++;
       this.emit('renewed', this.renewals);
@@ -553,7 +597,7 @@ class Client {
     if (opts.wait != null) words.push(String(Math.round(opts.wait)));
     words.push(...options({ shared: opts.shared, limit: opts.limit, ttl }));
     const conn = await this.newConn();
-    const sent = Date.now();
+    const sent = performance.now();
     let reply;
     try {
       reply = await conn.request(words.join(' '), opts.wait == null ? null : this.timeout + opts.wait);
@@ -571,7 +615,7 @@ class Client {
     }
     const lease = new Lease(this, conn, name, BigInt(p[2]), ttl, sent, opts.renew !== false);
     // Granted after a wait: its ttl began at the grant; renew, so that it counts from now.
-    if (Date.now() - sent > ttl / 10) await lease.renew();
+    if (performance.now() - sent > ttl / 10) await lease.renew();
     return lease;
   }
 

@@ -3,11 +3,14 @@
 // their addresses: LB_ADDR (embedded), LB_JEOPARDY_ADDR and LB_JEOPARDY_PID
 // (embedded, tcp_user_timeout_ms = 1500), LB_AUTH_ADDR (users file: alice,
 // pattern app-*), LB_DIST_ADDR and LB_ZK_PID (distributed, its ZooKeeper).
+// Tests of windows the daemon does not give run against a fake broker of
+// their own (fakeBroker), always.
 // Waits are for events (replies, 'lost', 'renewed'); nothing sleeps to
 // synchronise and nothing asserts a duration.
 const test = require('node:test');
 const assert = require('node:assert');
 const { once } = require('node:events');
+const net = require('node:net');
 const lb = require('..');
 
 const env = process.env;
@@ -148,6 +151,212 @@ test('jeopardy: a frozen daemon makes the hold lost', { skip: !env.LB_JEOPARDY_A
   }
   await rejectsWith(h.release(), 'NOT_HELD');
   await c.close();
+});
+
+// Steps the wall clock under the client, as NTP may: Date.now() (and nothing
+// else) reads ms later from now on. Returns the function that undoes it.
+function stepWallClock(ms) {
+  const real = Date.now;
+  Date.now = () => real.call(Date) + ms;
+  return () => { Date.now = real; };
+}
+
+// The windows the daemon answers this hold's CHECKs with; await next(n):
+// n more CHECKs answered, unless the hold (or lease) is lost first.
+function watchChecks(h) {
+  const windows = [];
+  const waiters = [];
+  const request = h.conn.request.bind(h.conn);
+  h.conn.request = async (line, timeout) => {
+    const reply = await request(line, timeout);
+    if (line.startsWith('CHECK ') && /^OK /.test(reply)) {
+      windows.push(Number(reply.split(' ')[3]));
+      for (const w of waiters.splice(0)) if (windows.length >= w.n) w.resolve(); else waiters.push(w);
+    }
+    return reply;
+  };
+  return {
+    windows,
+    next: (n) => new Promise((resolve) => waiters.push({ n: windows.length + n, resolve })),
+  };
+}
+
+// Resolves when what(), a promise, does, or rejects when obj is lost first.
+async function unlessLost(obj, what) {
+  const ac = new AbortController();
+  const lost = once(obj, 'lost', { signal: ac.signal }).then(([reason]) => {
+    throw new Error(`lost: ${reason}`);
+  }, () => {});
+  try {
+    return await Promise.race([what, lost]);
+  } finally {
+    ac.abort();
+  }
+}
+
+test('windows and lease deadlines ignore steps of the wall clock', { skip: !env.LB_ADDR }, async () => {
+  const c = await lb.connect({ address: env.LB_ADDR, timeout: T });
+  const h = await c.lock('n-w');
+  const checks = watchChecks(h);
+  const lease = await c.lease('n-wl', 300);          // renewed every 100 ms
+  const HOUR = 3600000;
+  let undo = () => {};
+  try {
+    // An hour back, mid-hold. Nothing in between: no answer can come.
+    let held = h.safeRemaining(), left = lease.remaining();
+    undo = stepWallClock(-HOUR);
+    assert.ok(h.safeRemaining() <= held, `window stretched: ${held} -> ${h.safeRemaining()}`);
+    assert.ok(lease.remaining() <= left, `lease stretched: ${left} -> ${lease.remaining()}`);
+    assert.ok(h.safeRemaining() > 0 && lease.remaining() > 0);
+    // For display, safeUntil and deadline follow the wall clock as it reads now.
+    assert.ok(Math.abs(h.safeUntil - Date.now() - h.safeRemaining()) <= 5, String(h.safeUntil));
+    assert.ok(Math.abs(lease.deadline - Date.now() - lease.remaining()) <= 5, String(lease.deadline));
+    // CHECKs and renewals go on: still no more than the daemon promised.
+    await unlessLost(h, checks.next(2));
+    await unlessLost(lease, once(lease, 'renewed'));
+    assert.ok(h.safeRemaining() <= Math.max(...checks.windows),
+      `${h.safeRemaining()} ms safe, beyond every window answered (${checks.windows})`);
+    assert.ok(lease.remaining() <= 300, `${lease.remaining()} ms left of a 300 ms lease`);
+    // An hour forward (two from there): nothing runs out early.
+    undo();
+    undo = stepWallClock(HOUR);
+    assert.ok(h.safeRemaining() > 0, 'the window ran out with the wall clock');
+    assert.ok(lease.remaining() > 0, 'the lease ran out with the wall clock');
+    await unlessLost(h, checks.next(2));
+    const renewals = lease.renewals;
+    while (lease.renewals < renewals + 3) await unlessLost(lease, once(lease, 'renewed'));
+    assert.strictEqual(h.lost, false);
+    assert.strictEqual(lease.lost, false);
+    assert.ok(h.safeRemaining() > 0 && lease.remaining() > 0);
+  } catch (e) {
+    h.conn.close();          // a failure leaves nothing open to keep node running
+    lease.conn.close();
+    await c.close();
+    throw e;
+  } finally {
+    undo();
+  }
+  await h.release();
+  await lease.release();
+  await c.close();
+});
+
+test('jeopardy: a window runs out on time with the wall clock stepped back',
+  { skip: !env.LB_JEOPARDY_ADDR }, async () => {
+    const c = await lb.connect({ address: env.LB_JEOPARDY_ADDR, timeout: T });
+    const h = await c.lock('n-jw');
+    assert.ok(h.safeRemaining() > 0);
+    // A window of at most 1350 ms; the wall clock an hour back would
+    // stretch it by the hour. The bound below only fails the test.
+    const bound = T * Number(env.LB_TIMEOUT_SCALE || 1);
+    const lost = once(h, 'lost', { signal: AbortSignal.timeout(bound) });
+    const undo = stepWallClock(-3600000);
+    process.kill(Number(env.LB_JEOPARDY_PID), 'SIGSTOP');
+    try {
+      const [reason] = await lost.catch(() => {
+        throw new Error(`the hold outlived its window by ${bound} ms`);
+      });
+      assert.match(reason, /jeopardy/);
+    } catch (e) {
+      h.conn.close();
+      await c.close();
+      throw e;
+    } finally {
+      process.kill(Number(env.LB_JEOPARDY_PID), 'SIGCONT');
+      undo();
+    }
+    await rejectsWith(h.release(), 'NOT_HELD');
+    await c.close();
+  });
+
+// A broker of a few lines, for windows the real daemon does not give:
+// answer(line, reply) calls reply(text) now, later or never.
+async function fakeBroker(answer) {
+  const sockets = new Set();
+  const server = net.createServer((s) => {
+    sockets.add(s);
+    s.setEncoding('ascii');
+    s.on('error', () => {});
+    let buf = '';
+    s.on('data', (d) => {
+      buf += d;
+      let i;
+      while ((i = buf.indexOf('\n')) >= 0) {
+        const line = buf.slice(0, i);
+        buf = buf.slice(i + 1);
+        answer(line, (text) => { if (!s.destroyed) s.write(text + '\n'); });
+      }
+    });
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    address: `127.0.0.1:${server.address().port}`,
+    close: () => { for (const s of sockets) s.destroy(); server.close(); },
+  };
+}
+
+test('a window shorter than the CHECK interval is confirmed in time', async () => {
+  // The client must not assume a minimum window: 99 ms, less than the
+  // 100 ms between CHECKs, is asked about again before it runs out.
+  let checks = 0;
+  let third;
+  const asked = new Promise((resolve) => { third = resolve; });
+  const fake = await fakeBroker((line, reply) => {
+    if (line === 'LOCK n-short') return reply('OK n-short 7');
+    if (line === 'UNLOCK n-short') return reply('OK n-short');
+    if (line === 'CHECK n-short 7') {
+      checks++;
+      reply(`OK n-short 7 ${checks === 1 ? 99 : 60000}`);
+      if (checks === 3) third();     // sent once the second's answer was taken
+    }
+  });
+  const c = await lb.connect({ address: fake.address, timeout: T });
+  try {
+    const h = await c.lock('n-short');
+    await unlessLost(h, asked);
+    assert.strictEqual(h.lost, false);
+    assert.ok(h.safeRemaining() > 99, String(h.safeRemaining()));
+    await h.release();
+  } finally {
+    await c.close();
+    fake.close();
+  }
+});
+
+test("a set's round of CHECKs waits no longer than the window left", async () => {
+  // Each name's CHECK may take only what is left of the window when it is
+  // sent: a slow first answer leaves the second less time, not the round's
+  // start's. The second round's second CHECK is never answered: jeopardy.
+  const round = { a: 0, b: 0 };
+  const fake = await fakeBroker((line, reply) => {
+    if (line === 'LOCK n-ra,n-rb') return reply('OK n-ra,n-rb 1,2');
+    const m = /^CHECK n-r(a|b) (\d)$/.exec(line);
+    if (!m) return;
+    const n = ++round[m[1]];
+    const ok = `OK n-r${m[1]} ${m[2]} 1000`;
+    if (n === 1) reply(ok);
+    else if (m[1] === 'a') setTimeout(() => reply(ok), 200);    // slow, in the window
+  });
+  const c = await lb.connect({ address: fake.address, timeout: T });
+  try {
+    const h = await c.lock(['n-ra', 'n-rb']);
+    const sent = [];
+    const request = h.conn.request.bind(h.conn);
+    h.conn.request = (line, timeout) => {
+      sent.push({ line, timeout, left: h.safeRemaining() });
+      return request(line, timeout);
+    };
+    const [reason] = await once(h, 'lost');
+    assert.match(reason, /jeopardy/);
+    assert.ok(sent.length >= 2, JSON.stringify(sent));
+    for (const s of sent) {
+      assert.ok(s.timeout <= s.left + 1, `${s.line} may wait ${s.timeout} ms, ${s.left} ms left`);
+    }
+    await rejectsWith(h.release(), 'NOT_HELD');
+  } finally {
+    await c.close();
+    fake.close();
+  }
 });
 
 test('AUTH: denied and auth failed', { skip: !env.LB_AUTH_ADDR }, async () => {
