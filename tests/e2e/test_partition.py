@@ -33,6 +33,20 @@ the leader):
   d3 only F's packets to D0 are dropped (D0 is heard, hears nothing)
   e  a's cut, then everything healed: D0 serves again
 
+RunPartitionTest repeats cases a and b with the command-line client on
+both sides instead of raw-protocol holders, as the issue's reproduction
+did: A = `lockbroker -H D0 run x -- WRITER`, B = `lockbroker -H D1 run x
+-- WRITER`, where WRITER appends its time.monotonic() (CLOCK_MONOTONIC,
+one clock for every process of the machine) to a file of its own every
+50 ms and ignores SIGTERM, so that only the SIGKILL lockbroker sends when
+A's last CHECK window runs out stops A's. B is queued (its node in
+ZooKeeper, behind A's) before the cut. The one timing assertion:
+
+    B's first timestamp > A's last timestamp
+
+and A's lockbroker must exit 116 (jeopardy: its windows ran out) or 120
+(the lock was lost: LOST, or the connection ended), lockbroker(1).
+
 Each test prints its measurements (relative to the cut) to stderr. Set
 LB_KEEP_LOGS=1 to keep the servers' logs. Exit 77 (automake: SKIP) when
 ZooKeeper or java is not installed.
@@ -44,6 +58,7 @@ import os
 import re
 import select
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -56,6 +71,8 @@ from lbharness import Daemon, scaled  # noqa: E402
 import netcut  # noqa: E402
 import zkharness  # noqa: E402
 from zkharness import ZkEnsemble, wait_for  # noqa: E402
+# the built client, how test_cli.py finds and runs it, and its exit statuses
+from test_cli import EXIT_JEOPARDY, EXIT_LOST, LbProc  # noqa: E402
 
 SESSION_MS = 4000
 TICK_MS = 500
@@ -92,6 +109,32 @@ def note(text):
     """A measurement for the log (make check keeps it in the .log file)."""
     sys.stderr.write("[%s] " % text)
     sys.stderr.flush()
+
+
+# ------------------------------------------------------------------ lockbroker run
+
+# The command of `lockbroker run` in RunPartitionTest: appends its
+# time.monotonic() to the file argv[1], one line per write(2) of an O_APPEND
+# descriptor, every 50 ms, and ignores SIGTERM: only SIGKILL stops it.
+WRITER = r"""
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+while True:
+    os.write(fd, b"%.6f\n" % time.monotonic())
+    time.sleep(0.05)
+"""
+
+
+def read_stamps(path):
+    """The timestamps a WRITER wrote to path ([] if none yet); a last
+    line without its newline (a write read while it happens) is left out."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return []
+    return [float(line) for line in data.split(b"\n")[:-1]]
 
 
 # ------------------------------------------------------------------ the holder
@@ -283,6 +326,7 @@ class PartitionBase(unittest.TestCase):
     def setUp(self):
         self._failed = False
         self._daemons = []
+        self._runs = []
         self.ens = None
         self.net = None
         self.root = "/lbpart-" + self._testMethodName
@@ -301,6 +345,16 @@ class PartitionBase(unittest.TestCase):
                 out.write("  %s\n" % (c,))
         for d in self._daemons:
             out.write(d.log_tail(60) + "\n")
+        for p in self._runs:
+            if p.rc is None:
+                if p.proc.poll() is None:
+                    p.proc.kill()   # its guardian kills the command's group
+                try:
+                    p.finish(5.0)
+                except AssertionError as e:
+                    out.write("%s\n" % e)
+            out.write("--- lockbroker %s: exit %r, argv %r ---\n%s---\n"
+                      % (p.label, p.proc.returncode, p.argv[:6], p.err))
         if self.ens is not None:
             self.ens.mark_failed(out, lines=40)
         out.flush()
@@ -423,6 +477,107 @@ class PartitionBase(unittest.TestCase):
                                                   last - t_grant))
         self.assertGreater(t_b, t_a)
         return t_cut, t_grant, t_b
+
+    # -- lockbroker run on both sides
+
+    def lockbroker(self, label, args):
+        """Starts the built cli/lockbroker (env LOCKBROKER) with args; it
+        and its command's process group are killed at cleanup."""
+        p = LbProc(args)
+        p.label = label
+        self.addCleanup(p.kill)
+        self._runs.append(p)
+        return p
+
+    def wait_writes(self, path, p, what, timeout):
+        """Waits until the file at path has a first complete line (the
+        command of lockbroker p wrote); fails if p ends first. Returns
+        the timestamps written so far."""
+        deadline = time.monotonic() + timeout
+        while True:
+            ts = read_stamps(path)
+            if ts:
+                return ts
+            if p.proc.poll() is not None:
+                p.finish(5.0)
+                raise AssertionError("%s: lockbroker exited %d before its command wrote; "
+                                     "stderr %r" % (what, p.rc, p.err))
+            if time.monotonic() >= deadline:
+                raise AssertionError("%s: no line in %s within %.1f s" % (what, path, timeout))
+            time.sleep(0.01)
+
+    def queued_in_zookeeper(self, server, d):
+        """The lock nodes of x in ZooKeeper (read through server's real
+        port, after a sync) when one of them is d's, else None."""
+        paths = zkharness.ls_recursive(server.connect_string, self.root)
+        nodes = [q for q in paths if re.search(r"/x/[^/]+$", q)]
+        mine = [q for q in nodes if q.rsplit("/", 1)[1].startswith(d.daemon_id + "-")]
+        return nodes if mine and len(nodes) >= 2 else None
+
+    def run_both_and_cut(self, d0, d1, zk_server, cut, label):
+        """A = lockbroker run x through d0, writing to a file; B = the same
+        through d1, queued behind A (its node in ZooKeeper, read through
+        zk_server, and watching A's); then cut(), B's first write, A's
+        end. Asserts B's first timestamp > A's last one, A's exit status
+        (116 or 120) and its stderr. Returns the numbers it printed."""
+        files = tempfile.mkdtemp(prefix="run-", dir=WORK_DIR)
+        fa, fb = os.path.join(files, "A"), os.path.join(files, "B")
+        pa = self.lockbroker("A", ["-H", d0.listen_addr, "run", "-w", "10s", "x", "--",
+                                   sys.executable, "-c", WRITER, fa])
+        self.wait_writes(fa, pa, "A", scaled(15.0))
+        mark = d1.log_mark()
+        pb = self.lockbroker("B", ["-H", d1.listen_addr, "run", "-w", "50s", "x", "--",
+                                   sys.executable, "-c", WRITER, fb])
+        # B's node exists and watches A's: the grant can only come from
+        # ZooKeeper telling d1 that A's node went.
+        d1.wait_log(r"zk: \S+/x/%s-\S+ waits for \S+/x/%s-" % (
+            re.escape(d1.daemon_id), re.escape(d0.daemon_id)), scaled(15.0), since=mark)
+        nodes = self.wait_zk(lambda: self.queued_in_zookeeper(zk_server, d1),
+                             "B's node under x in ZooKeeper")
+        self.assertIsNone(pb.proc.poll(), "B's lockbroker ended: %r" % (pb.proc.poll(),))
+        self.assertEqual(read_stamps(fb), [], "B's command ran while A held x")
+        self.assertIsNone(pa.proc.poll(), "A's lockbroker ended before the cut")
+
+        cut()
+        t_cut = time.monotonic()
+        b_first = self.wait_writes(fb, pb, "B", scaled(50.0))[0]
+        t_b_seen = time.monotonic()
+        rc = pa.finish(scaled(30.0))
+        a = read_stamps(fa)
+        a_last = a[-1]
+        a_after = [t for t in a if t >= b_first]
+        numbers = {"b_first": b_first - t_cut, "a_last": a_last - t_cut,
+                   "margin": b_first - a_last, "a_rc": rc,
+                   "a_after_cut": sum(1 for t in a if t > t_cut)}
+        why = pa.err.splitlines()[0] if pa.err else ""
+        note("%s: B's first write %+.3f s after the cut, A's last write %+.3f s "
+             "(margin %+.3f s), A's writes after the cut %d, A's lockbroker exit %d "
+             "(%s); B's first write seen here %+.3f s; ZooKeeper nodes of x %s"
+             % (label, numbers["b_first"], numbers["a_last"], numbers["margin"],
+                numbers["a_after_cut"], rc, why, t_b_seen - t_cut,
+                [q.rsplit("/", 1)[1] for q in nodes]))
+        self.assertGreater(
+            b_first, a_last,
+            "%s: A wrote until %.3f s after the cut, B from %.3f s: both wrote for %.3f s"
+            % (label, a_last - t_cut, b_first - t_cut, a_last - b_first))
+        self.assertEqual(a_after, [], "A wrote at or after B's first write")
+        self.assertIn(rc, (EXIT_LOST, EXIT_JEOPARDY), "A's lockbroker: %r" % pa.err)
+        lines = pa.err.splitlines()
+        self.assertRegex(lines[0], r"^lockbroker: lock x (lost \(.*\)|in jeopardy: .*); "
+                         r"terminating the command$", pa.err)
+        self.assertEqual(rc == EXIT_JEOPARDY, "in jeopardy" in lines[0], pa.err)
+        for line in lines[1:]:
+            self.assertRegex(line, r"^lockbroker: grace period cut to [0-9]+ ms", pa.err)
+        # SIGKILL ended A's command (it ignores SIGTERM), and its whole group
+        # before lockbroker exited: nothing more is written.
+        self.assertEqual(read_stamps(fa), a)
+
+        # B's command ends on SIGINT (forwarded to its group); lockbroker
+        # then releases x.
+        self.assertIsNone(pb.proc.poll(), "B's lockbroker ended: %r" % (pb.proc.poll(),))
+        pb.signal(signal.SIGINT)
+        pb.finish(scaled(20.0))
+        return numbers
 
 
 @dump_on_failure
@@ -704,6 +859,33 @@ class PartitionTest(PartitionBase):
         t_c = int(c.expect_match(r"OK x %s" % TOKEN).group(1))
         self.assertGreater(t_c, t_b)
         self.assertEqual(c.request("UNLOCK x"), "OK x")
+
+
+@dump_on_failure
+class RunPartitionTest(PartitionBase):
+    """Cases a and b with `lockbroker run` on both sides (the issue's
+    reproduction): A's command must be killed before B's starts."""
+
+    def test_run_a_holder_and_its_follower_cut_off(self):
+        """{D0, F} | {L, F2, D1}, D0's session on the follower F."""
+        leader, (f, f2) = self.start_ensemble()
+        d0 = self.start_daemon("D0", cut_from=[leader, f2])
+        d1 = self.start_daemon("D1", cut_from=[f])
+        self.assertIs(d0.backend, f)
+        self.run_both_and_cut(d0, d1, leader,
+                              lambda: self.net.partition({d0, f}, {leader, f2, d1}),
+                              "run-a: {D0,F}|{L,F2,D1}")
+
+    def test_run_b_holder_and_the_leader_cut_off(self):
+        """{D0, L} | {F, F2, D1}, D0's session on the leader L."""
+        leader, (f, f2) = self.start_ensemble()
+        d0 = self.start_daemon("D0", cut_from=[f, f2])
+        d1 = self.start_daemon("D1", cut_from=[leader])
+        self.assertIs(d0.backend, leader)
+        self.run_both_and_cut(d0, d1, f,
+                              lambda: self.net.partition({d0, leader}, {f, f2, d1}),
+                              "run-b: {D0,L}|{F,F2,D1}")
+        self.assertIn("leader", (f.serving_mode(), f2.serving_mode()))
 
 
 if __name__ == "__main__":
