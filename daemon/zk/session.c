@@ -107,9 +107,16 @@ static void zk_rearm(struct zk *zk)
         if (interest & ZOOKEEPER_WRITE)
             what |= EV_WRITE;
     }
-    /* The fd changes on every reconnect and the interest often; when
-     * neither did, only the timeout is renewed (no epoll_ctl). */
-    if (fd != zk->io_fd || what != zk->io_what ||
+    /*
+     * Connected, the client keeps its socket until a session event says
+     * otherwise (inside zookeeper_process, before this): with the same fd
+     * and interest only the timeout is renewed (no epoll_ctl). Otherwise
+     * register again, even for the same fd: a socket the client closed (a
+     * refused connect) left the epoll set by itself, and the next one,
+     * opened in the same zookeeper_interest(), usually gets its number;
+     * never added, its connect would go unseen and its handshake unsent.
+     */
+    if (zk->state != ZK_CONNECTED || fd != zk->io_fd || what != zk->io_what ||
         !event_pending(zk->io, EV_READ | EV_WRITE | EV_TIMEOUT, NULL)) {
         event_del(zk->io);
         event_assign(zk->io, zk->base, fd, what | EV_PERSIST, on_io, zk);
@@ -308,12 +315,32 @@ static void zk_came_up(struct zk *zk)
     evtimer_del(zk->down_report);
 }
 
+/* Why a connection attempt got no session, for the log and the down
+ * report (zk->stall_cause points at one of these). */
+static const char CAUSE_SILENT[] =
+    "a server accepted the connection but did not answer the session handshake";
+static const char CAUSE_REFUSED[] = "no server accepted a connection";
+
 static void on_io(evutil_socket_t fd, short what, void *arg)
 {
     struct zk *zk = arg;
     int events = 0;
 
     zk_session_check_stall(zk);   /* before anything read now is believed */
+    /* A connect has ended. Connected, the client sends its handshake in
+     * this zookeeper_process(): a session it makes begins after now (c of a
+     * new session). Refused or unreachable (no peer), the client goes on to
+     * the next server at once, and no stall will say why: the down report
+     * does, unless a stall said more. */
+    if ((what & EV_WRITE) && zk->state == ZK_CONNECTING &&
+        zoo_state(zk->zh) == ZOO_CONNECTING_STATE) {
+        struct sockaddr_storage peer;
+        socklen_t peer_len = sizeof(peer);
+
+        zk->conn_started_ms = locks_mono_ms();
+        if (getpeername((int)fd, (struct sockaddr *)&peer, &peer_len) != 0 && !zk->stall_cause)
+            zk->stall_cause = CAUSE_REFUSED;
+    }
     if (what & EV_READ)
         events |= ZOOKEEPER_READ;
     if (what & EV_WRITE)
@@ -481,8 +508,7 @@ static void on_stalled(evutil_socket_t fd, short what, void *arg)
         return;
     /* A connection that was accepted, or none at all (refused, no route). */
     cause = zk->io_fd >= 0 && getpeername(zk->io_fd, (struct sockaddr *)&peer, &peer_len) == 0
-            ? "a server accepted the connection but did not answer the session handshake"
-            : "no server accepted a connection";
+            ? CAUSE_SILENT : CAUSE_REFUSED;
     /* Said once per cause and outage; the minute's report says it again. */
     if (!zk->stall_reported || cause != zk->stall_cause)
         log_warn("zk: %s within %d ms; trying again", cause, zk_handshake_limit_ms(zk));

@@ -894,17 +894,25 @@ class DistributedTest(DistributedBase):
         self.assertTrue(y.silent())
         self.assertEqual(stats(a)["zk_state"], "connecting")
         # The log says so in words, once (then once a minute): nobody
-        # listens on that port; each failed attempt is said once.
+        # listens on that port. A refused connect is seen at once and the
+        # client tries again after its own back-off: none is taken for a
+        # stalled handshake. (The socket the client opened right after a
+        # refused one reused its fd and was once left out of the event
+        # loop: its connect was never seen, and each handle waited out the
+        # handshake limit.)
         a.wait_log(r"warn zk: cannot reach ZooKeeper at %s \(no server accepted a "
                    r"connection\)" % re.escape(hosts), scaled(15.0))
-        self.assertEqual(len([ln for ln in a.lines if re.search(
-            r"warn zk: no server accepted a connection within \d+ ms", ln)]), 1)
+        self.assertIsNone(a.find_log(r"zk: .* within \d+ ms; trying again"))
 
         zk = self.own_server(name="zk-outage", port=port)
         zk.start()
         t_y = int(y.expect_match(r"OK y %s" % TOKEN).group(1))
         a.wait_log(r"info zk: ZooKeeper reachable again after \d+ s")
         a.session = int(a.wait_log(SESSION_RE).group(1), 16)
+        # The session began after the attempt that made it, not when the
+        # handle was opened (longer ago than 2/3 of the timeout): its holds
+        # are not presumed lost at once.
+        self.assertIsNone(a.find_log(r"zk: session 0x[0-9a-f]+ not confirmed through"))
         self.assertEqual(y.request("UNLOCK y"), "OK y")
         m = re.fullmatch(r"OK x %s" % TOKEN, c.request("TRYLOCK x"))
         self.assertIsNotNone(m)
