@@ -19,10 +19,40 @@
 #include "locks.h"
 #include "log.h"
 
+static void zl_start(struct zlock *zl);
+
+static void on_keep_over(evutil_socket_t fd, short what, void *arg)
+{
+    zl_start(arg);
+}
+
+/*
+ * A hold presumed lost (locks_drop_held) may have been told, by CHECK, that
+ * nobody else gets the name before c + T: its node, which alone keeps the
+ * other daemons' requests waiting, stays until then, even when ZooKeeper
+ * answers again sooner (PROTOCOL.md, Pushed lines). True while it waits.
+ */
+static bool zl_kept_for_window(struct zlock *zl)
+{
+    int64_t left = zl->keep_until_ms - locks_mono_ms();
+    struct timeval tv;
+
+    if (left <= 0 || zl->hold || !zl->node)
+        return false;
+    if (!zl->keep_timer && !(zl->keep_timer = evtimer_new(zl->zk->base, on_keep_over, zl)))
+        return false;        /* cannot wait: the window may be cut short */
+    tv.tv_sec = left / 1000;
+    tv.tv_usec = (left % 1000) * 1000;
+    evtimer_add(zl->keep_timer, &tv);
+    return true;
+}
+
 /* Decides the next request from what is known, whatever happened before. */
 static void zl_start(struct zlock *zl)
 {
     zl->step = ZL_IDLE;
+    if (zl_kept_for_window(zl))
+        return;
     if (zk_serving(zl->zk) && zl->lease) {
         zl_lease_start(zl);
         return;
@@ -205,7 +235,8 @@ static void locks_drop_held(void *arg, const char *reason)
         next = TAILQ_NEXT(zl, link);
         if (zl->step == ZL_HELD && zl->hold && !zl->awaiting_token) {
             struct hold *h = zl_detach(zl);
-            zl->step = ZL_IDLE;          /* node deleted once connected, if it survived */
+            zl->step = ZL_IDLE;          /* node deleted once connected, if it survived, */
+            zl->keep_until_ms = zk_presence_window_end_ms(zk);   /* not sooner than this */
             locks_backend_lost(h, reason);
         } else if (zl->idle) {
             zl_idle_drop(zl);            /* not trusted any more either */

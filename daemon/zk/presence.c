@@ -72,6 +72,12 @@ int64_t zk_presence_window_ms(const struct zk *zk)
     return left > 0 ? left : 0;
 }
 
+int64_t zk_presence_window_end_ms(const struct zk *zk)
+{
+    return zk->confirmed_ms && zk->state != ZK_EXPIRED ? zk->confirmed_ms + zk_timeout_ms(zk)
+                                                        : 0;
+}
+
 struct probe_round {
     struct zk *zk;
     int64_t session_id;

@@ -110,6 +110,8 @@ const char *zk_session_why_down(const struct zk *zk);
 int zk_presence_init(struct zk *zk);
 /* CHECK's window (backend.h window_ms): how long the session surely lives. */
 int64_t zk_presence_window_ms(const struct zk *zk);
+/* c + T: no CHECK window given so far ends later (monotonic ms; 0: none). */
+int64_t zk_presence_window_end_ms(const struct zk *zk);
 void zk_presence_free(struct zk *zk);
 
 /* The user name of the digest identity: auth up to its ':'. */

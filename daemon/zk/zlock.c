@@ -77,6 +77,8 @@ void zl_free(struct zlock *zl)
     zk->nodes->hooks->freeing(zl);      /* a lease's conversion, an idle node */
     if (zl->delay_timer)
         event_free(zl->delay_timer);
+    if (zl->keep_timer)
+        event_free(zl->keep_timer);
     tdelete(zl, &zk->nodes->by_id, by_id);
     TAILQ_REMOVE(&zk->nodes->zlocks, zl, link);
     zk->nodes->nzlocks--;

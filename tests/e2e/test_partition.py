@@ -777,6 +777,27 @@ class PartitionTest(PartitionBase):
         self.cut_and_grant(lambda: self.net.partition({d0}, self.ens.servers),
                            holder, b, t_a, "c: {D0}|{L,F,F2}")
 
+    def test_f_short_cut_healed_after_lost(self):
+        """D0 cut from every server until it tells A `LOST` (2/3 of the
+        session timeout after c), then healed at once, while the session
+        still lives: D0 gets it back, and A's node must stay until the last
+        window A may have been given ends (c + T), not go at the reconnection
+        (the soak's zk-quorum-freeze found that)."""
+        leader, (f, f2) = self.start_ensemble()
+        d0 = self.start_daemon("D0")
+        d1 = self.start_daemon("D1")
+        a, t_a, holder, b = self.hold_and_wait(d0, d1)
+
+        def heal_once_lost():
+            holder.join(scaled(30.0))          # it stops on the LOST line
+            self.net.heal_all()
+
+        def cut():
+            self.net.partition({d0}, self.ens.servers)
+            threading.Thread(target=heal_once_lost, daemon=True).start()
+        self.cut_and_grant(cut, holder, b, t_a, "f: {D0}|{L,F,F2} until LOST")
+        self.assertTrue(holder.why.startswith("LOST"), holder.why)
+
     def test_d1_follower_outgoing_packets_dropped(self):
         """Only what F sends to L and F2 is dropped, D0's session on F: the
         leader hears nothing from F (no acks, no session touches) and drops
