@@ -7,14 +7,36 @@ against the built daemon (docs/SOAK.md has the figures of past runs).
 What it does
 ------------
 * Starts a 3-server ZooKeeper ensemble (tests/e2e/zkharness.py, tickTime
-  500 ms) and 3 daemons (tests/e2e/lbharness.py) sharing one root, session
-  timeout 4000 ms, each on a fixed loopback port so that a restart keeps it.
+  500 ms) behind cuttable TCP proxies (ZkEnsemble(proxied=True),
+  tests/e2e/netcut.py: every quorum and election path between servers
+  goes through one) and 3 daemons (tests/e2e/lbharness.py) sharing one
+  root, session timeout 4000 ms, tick_ms 500 (--tick-ms; 0 leaves the
+  setting out, for a daemon from before it existed), each on a fixed
+  loopback port so that a restart keeps it. Daemon i is the net's node
+  "D<i>" and reaches the servers ("s1".."s3") only through proxies of its
+  own: its [zookeeper] hosts is ens.hosts_for("D<i>"), the same string at
+  every restart. The soak's own probes, listings and 4-letter words use
+  the servers' real ports, outside the cuts.
 * Runs dozens of clients in one selector thread. Each loops:
-  LOCK <name> [<wait-ms>] [shared], then holds for 0-3 PING round trips with
-  short pauses, then UNLOCK. A client that gets LOST goes on as a careless
-  client would (PINGs, then an UNLOCK answered NOT_HELD); the checker counts
-  the hold as ended at the LOST. A client whose daemon closes the connection
-  (killed) reconnects to another daemon, and goes home again later.
+  LOCK <name> [<wait-ms>] [shared], a hold, then UNLOCK. Two kinds:
+  - careless clients hold for 0-3 PING round trips with short pauses (one
+    hold in twenty 4-10 PINGs, 1-4 s). One that gets LOST goes on
+    regardless (PINGs, then an UNLOCK answered NOT_HELD); the checker
+    counts the hold as ended at the LOST;
+  - window-following clients (--window-followers, a third by default, 1
+    for all) hold for 0-0.3 s (one hold in --wf-long-hold = 0.15: 2-8 s)
+    with CHECK <name>, as PROTOCOL.md ("### CHECK") tells a holder that
+    cannot check a fencing token: CHECK at once, then every quarter of the
+    last window (safe-ms of its answer), never past the hold's intended
+    end. Each answer's window ends at that CHECK's send time + safe-ms.
+    The client stops using the resource (a "wf_stop" event) when its last
+    window runs out without a fresh one (an answer that comes after that
+    does not count), when its first answer's window is already over, on
+    LOST, or on ERR NOT_HELD; it then sends UNLOCK (answered OK, or
+    ERR NOT_HELD when the hold is gone) as soon as no request is
+    outstanding, except after ERR NOT_HELD (the hold is gone already).
+  A client whose daemon closes the connection (killed) reconnects to
+  another daemon, and goes home again later.
 * A nemesis in the main thread injects one fault at a time, from a seeded
   random order, waits for recovery (quorum, every daemon connected) and a
   quiet gap:
@@ -23,25 +45,69 @@ What it does
     zk-restart        restart one ZooKeeper server (SIGTERM, start)
     zk-leader-kill    kill -9 the leader, wait for a new one, restart it
     zk-quorum-freeze  SIGSTOP two of the three servers for 2-6 s, SIGCONT
-* At the end: clients finish their cycle and close, daemons get SIGTERM,
-  the tree under the root is listed (at once, and again after twice the
-  session timeout), ZooKeeper stops, and the checker runs.
+  and partitions, each held for the session timeout + 1.5-4 s, then every
+  cut healed (a cut drops packets: nothing is closed; netcut.py):
+    part-daemon-follower  a daemon whose session is on a follower, with
+                      that follower, cut from the other two servers and
+                      from the other daemons (their paths to that follower)
+    part-daemon-leader  a daemon whose session is on the leader, with the
+                      leader, cut from the two followers and the other
+                      daemons' paths to the leader
+    part-daemon       a daemon cut from all three servers
+    part-oneway       one direction only, one of: follower-out (what a
+                      follower, preferably one with a daemon's session,
+                      sends to the other two servers), daemon-out (what a
+                      daemon sends to its session's server), server-to-
+                      daemon (what that server sends to the daemon)
+    part-zk-minority  one server cut from the other two (both ways)
+  The server of a daemon's session is read from its proxies
+  (netcut backends: its newest open connection that was answered). When
+  no daemon is where part-daemon-follower or part-daemon-leader needs one,
+  the nemesis first steers a daemon there: it cuts that daemon from the
+  other servers until its session is on the wanted one (logged as the
+  fault's "steer"/"steered" steps; the cuts stay, the partition includes
+  them).
+* At the end: clients finish their cycle and close, every cut is healed,
+  daemons get SIGTERM, the tree under the root is listed (at once, and
+  again after twice the session timeout), ZooKeeper stops, and the checker
+  runs.
 
-Every client event (each line sent and received, connects, drops, closes)
-and every nemesis step goes to DIR/events.jsonl, one JSON object a line,
-with time.monotonic() ("t", seconds) and wall time ("w", Unix seconds).
-The daemons' logs go to DIR/daemon-<i>.log, ZooKeeper's under DIR/zk/.
+Every client event (each line sent and received, connects, drops, closes,
+a window-follower's wf_stop) and every nemesis step (fault start with the
+daemons' session servers, cut with the directed cuts made, healed, end)
+goes to DIR/events.jsonl, one JSON object a line, with time.monotonic()
+("t", seconds) and wall time ("w", Unix seconds). The daemons' logs go to
+DIR/daemon-<i>.log, ZooKeeper's under DIR/zk/.
 
-The checker (`soak.py --check DIR/events.jsonl` runs it alone) replays the
-log per client: a hold is [OK received, end], where end is the first of
-UNLOCK sent, LOST received, connection drop seen, client close. It reports:
+The checker (`soak.py --check DIR/events.jsonl` runs it alone;
+`soak.py --self-test` runs it on made-up logs whose verdicts are known)
+replays the log per client: a hold is [OK received, end], where end is the
+first of UNLOCK sent, LOST received, connection drop seen, client close,
+ERR NOT_HELD to a CHECK. It reports:
   * overlapping holds of one name in conflicting modes (shared holders may
-    overlap each other): "told" when the earlier holder had received LOST
-    before the later OK (only a client ignoring LOST would overlap; not a
-    violation), "paused" when the earlier holder's daemon was SIGSTOPped
-    meanwhile and, after SIGCONT, the first line that holder received was
-    the LOST (what fencing tokens are for: reported, not a violation, as
-    long as the later token is greater), and real violations otherwise;
+    overlap each other). When the earlier holder is a window-follower, it
+    used the resource from its first CHECK answer (none: never) until its
+    effective end, min(the hold's end, its last window's end), computed
+    from the CHECK lines alone as the client above follows them; a later
+    grant (its OK received) before that effective end is a
+    **window_violation**, whatever the holder was told and whether its
+    daemon was stopped. When the earlier holder is careless: "told" when
+    it had received LOST before the later OK (only a client ignoring LOST
+    would overlap; not a violation), "paused" when its daemon was
+    SIGSTOPped meanwhile and, after SIGCONT, the first line that holder
+    received was the LOST (what fencing tokens are for: reported, not a
+    violation, as long as the later token is greater), and real
+    violations ("not told") otherwise;
+  * window handoffs: each window-following hold that had a window and was
+    not released by an UNLOCK answered OK (lost, windows ran out, dropped),
+    with the first conflicting grant after it, and its slack: that grant
+    minus the hold's last window end, per fault kind, and the smallest.
+    A negative slack is a violation or a hold told LOST first; for those
+    the daemons' debug logs (DIR/daemon-<i>.log: "deleting <node>" of the
+    hold's node) tell whether the holder's own daemon gave the hold up
+    between its LOST and the grant (the LOST cut the window short) or not
+    (the window outlived the hold's node and only the LOST saved the
+    holder: listed with a timeline);
   * after each SIGCONT, the first line received by every client that held
     a lock on the frozen daemon (it must be the LOST, not an OK);
   * tokens per name, in OK order: an exclusive grant's token must exceed
@@ -50,18 +116,21 @@ UNLOCK sent, LOST received, connection drop seen, client close. It reports:
   * requests without a reply within wait-ms (LOCK) + --margin seconds plus
     the time their daemon spent stopped, with no drop meanwhile (LOCK
     without wait-ms: 60 s + margin); TIMEOUTs that came before wait-ms;
-  * UNLOCK answered NOT_HELD although no LOST was received for the hold;
+  * UNLOCK or CHECK answered NOT_HELD although no LOST was received for
+    the hold; a CHECK answered OK after the hold's LOST;
   * lock nodes left under the root after the clean stop;
   * lines that fit no request, LOST lines for no hold, daemon error lines,
-    daemon exit codes.
-It prints a summary and writes it to DIR/summary.json (with timeline
-excerpts of every violation). Exit status: 0 without violations, 1 with.
+    daemon exit codes, errors of the proxies' thread.
+It prints a summary (faults per kind, partitions per kind and variant)
+and writes it to DIR/summary.json (with timeline excerpts of every
+violation). Exit status: 0 without violations, 1 with.
 
 Python 3 standard library only.
 """
 
 import argparse
 import bisect
+import calendar
 import collections
 import heapq
 import json
@@ -1610,6 +1679,32 @@ def check(events_path, margin=None, out_path=None, quiet=False):
                 "fault_kind": fault_kind_at(b.start), "fault": fault_at(b.start),
                 "earlier": a.brief(), "later": b.brief()})
 
+    # A handoff told LOST first and granted before the last window end:
+    # did the holder's own daemon give the hold up (send the delete of its
+    # node, in its debug log) between the LOST and the grant? If so the
+    # LOST cut the window short (finding 6 of docs/SOAK.md); if not, the
+    # name was freed by something else (the session's expiry, say) before
+    # the window ran out, and only the LOST saved the holder.
+    releases = daemon_releases(os.path.dirname(os.path.abspath(events_path)))
+    ev_w = [(e["t"], e["w"]) for e in events]
+
+    def wall_at(t):
+        i = min(bisect.bisect_left(times, t), len(times) - 1)
+        return ev_w[i][1] + (t - ev_w[i][0])
+    for r in handoffs:
+        if not (r["told_first"] and r["slack_s"] < 0):
+            continue
+        a, b = r["earlier"], r["later"]
+        if releases is None:
+            r["released_by_its_daemon"] = None
+            continue
+        lo, hi = wall_at(a["lost_at"]) - 0.05, wall_at(b["ok_at"]) + 0.005
+        r["released_by_its_daemon"] = any(
+            lo <= x <= hi for x in releases.get((a["daemon"], a["name"], int(a["token"])), ()))
+        if not r["released_by_its_daemon"]:
+            r["timeline"] = timeline(events, times, (a["client"], b["client"]),
+                                     a["ok_at"] - 1.0, b["ok_at"] + 1.0)
+
     # ---- first line after SIGCONT for holders on the frozen daemon
     after_cont = collections.Counter()
     after_cont_bad = []
@@ -1767,7 +1862,18 @@ def check(events_path, margin=None, out_path=None, quiet=False):
         # since a window-follower stops at LOST, but the window was cut short)
         "told_then_granted_within_window": sum(1 for r in handoffs
                                                if r["told_first"] and r["slack_s"] < 0),
+        # ... of which the holder's daemon had given the hold up after its
+        # LOST (True), had not (False: the window outlived the hold's node
+        # for another reason, and only the LOST saved the holder), or no
+        # daemon logs to tell (None)
+        "told_then_granted_within_window_released_by_its_daemon": dict(collections.Counter(
+            str(r.get("released_by_its_daemon")) for r in handoffs
+            if r["told_first"] and r["slack_s"] < 0)),
         "handoffs_by_fault": {k: {"count": len(v), "min_slack_s": min(r["slack_s"] for r in v),
+                                  "told_lost_first": sum(1 for r in v if r["told_first"]),
+                                  "min_slack_not_told_s": min(
+                                      (r["slack_s"] for r in v if not r["told_first"]),
+                                      default=None),
                                   "violations": sum(1 for r in v if r["violation"])}
                               for k, v in sorted(by_kind.items())},
         "never_used_overlaps": len(overlaps["window_unused"]),
@@ -1836,6 +1942,10 @@ def check(events_path, margin=None, out_path=None, quiet=False):
             "window_violation": overlaps["window_violation"][:20],
             "window_smallest_slack": handoffs[:10],
             "window_smallest_slack_not_told": [r for r in handoffs if not r["told_first"]][:10],
+            "window_told_then_granted_within_window": [
+                r for r in handoffs if r["told_first"] and r["slack_s"] < 0][:100],
+            "window_outlived_its_hold_saved_by_lost": [
+                r for r in handoffs if r.get("released_by_its_daemon") is False][:20],
             "first_line_after_sigcont_not_lost": after_cont_bad[:20],
             "token_order": token_viol[:20],
             "unanswered": unanswered[:20],
@@ -1852,6 +1962,42 @@ def check(events_path, margin=None, out_path=None, quiet=False):
     if not quiet:
         print_summary(summary)
     return summary
+
+
+def daemon_releases(out_dir):
+    """From DIR/daemon-<i>.log (debug), when each daemon sent the delete of
+    each hold's node: {(i, name, token): [wall times]}, or None without
+    logs. A hold's node is the one a "holds ... | passed on | taken over
+    while idle, token N" line names."""
+    paths = sorted(f for f in os.listdir(out_dir) if re.match(r"daemon-\d+\.log$", f)) \
+        if os.path.isdir(out_dir) else []
+    if not paths:
+        return None
+    grant_re = re.compile(r"^(\S+Z) debug zk: (\S+/locks/([^/\s]+)/\S+) (?:holds \S+|passed on|"
+                          r"taken over while idle), token (\d+)")
+    del_re = re.compile(r"^(\S+Z) debug zk: deleting (\S+)")
+    out = collections.defaultdict(list)
+
+    def wall(ts):
+        return calendar.timegm(time.strptime(ts[:19], "%Y-%m-%dT%H:%M:%S")) + \
+            float("0" + ts[19:-1])
+    for f in paths:
+        i = int(re.search(r"(\d+)", f).group(1))
+        holds_of = collections.defaultdict(list)     # node -> [(name, token)]
+        with open(os.path.join(out_dir, f), errors="replace") as fh:
+            for line in fh:
+                if " debug zk: " not in line[:40]:
+                    continue
+                m = grant_re.match(line)
+                if m:
+                    holds_of[m.group(2)].append((m.group(3), int(m.group(4))))
+                    continue
+                m = del_re.match(line)
+                if m:
+                    t = wall(m.group(1))
+                    for name, token in holds_of.pop(m.group(2), ()):
+                        out[(i, name, token)].append(t)
+    return out
 
 
 def timeline(events, times, clients, t0, t1, limit=60):
@@ -1921,10 +2067,12 @@ def print_summary(s):
              wf["use_s_max"], wf["checks_answered"], wf["stopped"]))
         w("window handoffs (the next conflicting grant after a window-following hold not "
           "released by an UNLOCK answered OK): %d (told LOST first %d, of which granted "
-          "before the last window end %d); smallest slack (grant - last window end) %s, "
+          "before the last window end %d: its daemon had given the hold up after the LOST "
+          "%s); smallest slack (grant - last window end) %s, "
           "without a LOST first %s; by fault: %s; WINDOW VIOLATIONS %d\n"
           % (wf["handoffs"], wf["handoffs_told_lost_first"],
              wf["told_then_granted_within_window"],
+             wf["told_then_granted_within_window_released_by_its_daemon"],
              "-" if wf["min_slack_s"] is None else "%.3f s" % wf["min_slack_s"],
              "-" if wf["min_slack_not_told_s"] is None else "%.3f s" % wf["min_slack_not_told_s"],
              ", ".join("%s %d (min %.3f s)" % (k, v["count"], v["min_slack_s"])
