@@ -7,14 +7,36 @@ against the built daemon (docs/SOAK.md has the figures of past runs).
 What it does
 ------------
 * Starts a 3-server ZooKeeper ensemble (tests/e2e/zkharness.py, tickTime
-  500 ms) and 3 daemons (tests/e2e/lbharness.py) sharing one root, session
-  timeout 4000 ms, each on a fixed loopback port so that a restart keeps it.
+  500 ms) behind cuttable TCP proxies (ZkEnsemble(proxied=True),
+  tests/e2e/netcut.py: every quorum and election path between servers
+  goes through one) and 3 daemons (tests/e2e/lbharness.py) sharing one
+  root, session timeout 4000 ms, tick_ms 500 (--tick-ms; 0 leaves the
+  setting out, for a daemon from before it existed), each on a fixed
+  loopback port so that a restart keeps it. Daemon i is the net's node
+  "D<i>" and reaches the servers ("s1".."s3") only through proxies of its
+  own: its [zookeeper] hosts is ens.hosts_for("D<i>"), the same string at
+  every restart. The soak's own probes, listings and 4-letter words use
+  the servers' real ports, outside the cuts.
 * Runs dozens of clients in one selector thread. Each loops:
-  LOCK <name> [<wait-ms>] [shared], then holds for 0-3 PING round trips with
-  short pauses, then UNLOCK. A client that gets LOST goes on as a careless
-  client would (PINGs, then an UNLOCK answered NOT_HELD); the checker counts
-  the hold as ended at the LOST. A client whose daemon closes the connection
-  (killed) reconnects to another daemon, and goes home again later.
+  LOCK <name> [<wait-ms>] [shared], a hold, then UNLOCK. Two kinds:
+  - careless clients hold for 0-3 PING round trips with short pauses (one
+    hold in twenty 4-10 PINGs, 1-4 s). One that gets LOST goes on
+    regardless (PINGs, then an UNLOCK answered NOT_HELD); the checker
+    counts the hold as ended at the LOST;
+  - window-following clients (--window-followers, a third by default, 1
+    for all) hold for 0-0.3 s (one hold in --wf-long-hold = 0.15: 2-8 s)
+    with CHECK <name>, as PROTOCOL.md ("### CHECK") tells a holder that
+    cannot check a fencing token: CHECK at once, then every quarter of the
+    last window (safe-ms of its answer), never past the hold's intended
+    end. Each answer's window ends at that CHECK's send time + safe-ms.
+    The client stops using the resource (a "wf_stop" event) when its last
+    window runs out without a fresh one (an answer that comes after that
+    does not count), when its first answer's window is already over, on
+    LOST, or on ERR NOT_HELD; it then sends UNLOCK (answered OK, or
+    ERR NOT_HELD when the hold is gone) as soon as no request is
+    outstanding, except after ERR NOT_HELD (the hold is gone already).
+  A client whose daemon closes the connection (killed) reconnects to
+  another daemon, and goes home again later.
 * A nemesis in the main thread injects one fault at a time, from a seeded
   random order, waits for recovery (quorum, every daemon connected) and a
   quiet gap:
@@ -23,25 +45,69 @@ What it does
     zk-restart        restart one ZooKeeper server (SIGTERM, start)
     zk-leader-kill    kill -9 the leader, wait for a new one, restart it
     zk-quorum-freeze  SIGSTOP two of the three servers for 2-6 s, SIGCONT
-* At the end: clients finish their cycle and close, daemons get SIGTERM,
-  the tree under the root is listed (at once, and again after twice the
-  session timeout), ZooKeeper stops, and the checker runs.
+  and partitions, each held for the session timeout + 1.5-4 s, then every
+  cut healed (a cut drops packets: nothing is closed; netcut.py):
+    part-daemon-follower  a daemon whose session is on a follower, with
+                      that follower, cut from the other two servers and
+                      from the other daemons (their paths to that follower)
+    part-daemon-leader  a daemon whose session is on the leader, with the
+                      leader, cut from the two followers and the other
+                      daemons' paths to the leader
+    part-daemon       a daemon cut from all three servers
+    part-oneway       one direction only, one of: follower-out (what a
+                      follower, preferably one with a daemon's session,
+                      sends to the other two servers), daemon-out (what a
+                      daemon sends to its session's server), server-to-
+                      daemon (what that server sends to the daemon)
+    part-zk-minority  one server cut from the other two (both ways)
+  The server of a daemon's session is read from its proxies
+  (netcut backends: its newest open connection that was answered). When
+  no daemon is where part-daemon-follower or part-daemon-leader needs one,
+  the nemesis first steers a daemon there: it cuts that daemon from the
+  other servers until its session is on the wanted one (logged as the
+  fault's "steer"/"steered" steps; the cuts stay, the partition includes
+  them).
+* At the end: clients finish their cycle and close, every cut is healed,
+  daemons get SIGTERM, the tree under the root is listed (at once, and
+  again after twice the session timeout), ZooKeeper stops, and the checker
+  runs.
 
-Every client event (each line sent and received, connects, drops, closes)
-and every nemesis step goes to DIR/events.jsonl, one JSON object a line,
-with time.monotonic() ("t", seconds) and wall time ("w", Unix seconds).
-The daemons' logs go to DIR/daemon-<i>.log, ZooKeeper's under DIR/zk/.
+Every client event (each line sent and received, connects, drops, closes,
+a window-follower's wf_stop) and every nemesis step (fault start with the
+daemons' session servers, cut with the directed cuts made, healed, end)
+goes to DIR/events.jsonl, one JSON object a line, with time.monotonic()
+("t", seconds) and wall time ("w", Unix seconds). The daemons' logs go to
+DIR/daemon-<i>.log, ZooKeeper's under DIR/zk/.
 
-The checker (`soak.py --check DIR/events.jsonl` runs it alone) replays the
-log per client: a hold is [OK received, end], where end is the first of
-UNLOCK sent, LOST received, connection drop seen, client close. It reports:
+The checker (`soak.py --check DIR/events.jsonl` runs it alone;
+`soak.py --self-test` runs it on made-up logs whose verdicts are known)
+replays the log per client: a hold is [OK received, end], where end is the
+first of UNLOCK sent, LOST received, connection drop seen, client close,
+ERR NOT_HELD to a CHECK. It reports:
   * overlapping holds of one name in conflicting modes (shared holders may
-    overlap each other): "told" when the earlier holder had received LOST
-    before the later OK (only a client ignoring LOST would overlap; not a
-    violation), "paused" when the earlier holder's daemon was SIGSTOPped
-    meanwhile and, after SIGCONT, the first line that holder received was
-    the LOST (what fencing tokens are for: reported, not a violation, as
-    long as the later token is greater), and real violations otherwise;
+    overlap each other). When the earlier holder is a window-follower, it
+    used the resource from its first CHECK answer (none: never) until its
+    effective end, min(the hold's end, its last window's end), computed
+    from the CHECK lines alone as the client above follows them; a later
+    grant (its OK received) before that effective end is a
+    **window_violation**, whatever the holder was told and whether its
+    daemon was stopped. When the earlier holder is careless: "told" when
+    it had received LOST before the later OK (only a client ignoring LOST
+    would overlap; not a violation), "paused" when its daemon was
+    SIGSTOPped meanwhile and, after SIGCONT, the first line that holder
+    received was the LOST (what fencing tokens are for: reported, not a
+    violation, as long as the later token is greater), and real
+    violations ("not told") otherwise;
+  * window handoffs: each window-following hold that had a window and was
+    not released by an UNLOCK answered OK (lost, windows ran out, dropped),
+    with the first conflicting grant after it, and its slack: that grant
+    minus the hold's last window end, per fault kind, and the smallest.
+    A negative slack is a violation or a hold told LOST first; for those
+    the daemons' debug logs (DIR/daemon-<i>.log: "deleting <node>" of the
+    hold's node) tell whether the holder's own daemon gave the hold up
+    between its LOST and the grant (the LOST cut the window short) or not
+    (the window outlived the hold's node and only the LOST saved the
+    holder: listed with a timeline);
   * after each SIGCONT, the first line received by every client that held
     a lock on the frozen daemon (it must be the LOST, not an OK);
   * tokens per name, in OK order: an exclusive grant's token must exceed
@@ -50,18 +116,21 @@ UNLOCK sent, LOST received, connection drop seen, client close. It reports:
   * requests without a reply within wait-ms (LOCK) + --margin seconds plus
     the time their daemon spent stopped, with no drop meanwhile (LOCK
     without wait-ms: 60 s + margin); TIMEOUTs that came before wait-ms;
-  * UNLOCK answered NOT_HELD although no LOST was received for the hold;
+  * UNLOCK or CHECK answered NOT_HELD although no LOST was received for
+    the hold; a CHECK answered OK after the hold's LOST;
   * lock nodes left under the root after the clean stop;
   * lines that fit no request, LOST lines for no hold, daemon error lines,
-    daemon exit codes.
-It prints a summary and writes it to DIR/summary.json (with timeline
-excerpts of every violation). Exit status: 0 without violations, 1 with.
+    daemon exit codes, errors of the proxies' thread.
+It prints a summary (faults per kind, partitions per kind and variant)
+and writes it to DIR/summary.json (with timeline excerpts of every
+violation). Exit status: 0 without violations, 1 with.
 
 Python 3 standard library only.
 """
 
 import argparse
 import bisect
+import calendar
 import collections
 import heapq
 import json
@@ -81,7 +150,10 @@ sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
 
 HOST = "127.0.0.1"
 FAULT_KINDS = ("daemon-kill", "daemon-freeze", "zk-restart", "zk-leader-kill",
-               "zk-quorum-freeze")
+               "zk-quorum-freeze", "part-daemon-follower", "part-daemon-leader",
+               "part-daemon", "part-oneway", "part-zk-minority")
+PART_KINDS = tuple(k for k in FAULT_KINDS if k.startswith("part-"))
+ONEWAY_VARIANTS = ("follower-out", "daemon-out", "server-to-daemon")
 ERROR_RE = re.compile(r"^\S+Z error ")
 NO_WAIT_LIMIT = 60.0     # a LOCK without wait-ms unanswered this long (+margin) stalled
 # The daemon's timers run on libevent's default clock, CLOCK_MONOTONIC_COARSE
@@ -130,14 +202,34 @@ class SoakClient:
     """One lock client (state machine driven by ClientDriver's thread).
 
     States: down (no connection), idle (between cycles), locking (LOCK
-    sent), holding (PING sent or pause), unlocking (UNLOCK sent), done."""
+    sent), holding (PING or CHECK sent, or pause), unlocking (UNLOCK sent),
+    done.
 
-    def __init__(self, drv, idx, home, shared):
+    A careless client (wf False) holds with PINGs and goes on after LOST.
+    A window-following client (wf True) holds with CHECK, as PROTOCOL.md
+    ("### CHECK") tells a holder that cannot check a fencing token: CHECK
+    at once, then every quarter of its last window (safe-ms of the last
+    answer) but no later than the hold's intended end; each answer's window
+    ends at its CHECK's send time + safe-ms. It stops using the resource
+    ("wf_stop" event) when its last window runs out without a fresh one
+    (an answer that comes after the last window ended does not count),
+    when the first answer's window is already over, on LOST, or on
+    ERR NOT_HELD; then (and at the hold's intended end) it sends UNLOCK as
+    soon as no request is outstanding, except after ERR NOT_HELD (the hold
+    is gone: next cycle)."""
+
+    def __init__(self, drv, idx, home, shared, wf=False):
         self.drv = drv
         self.idx = idx
         self.tag = "c%d" % idx
         self.home = home
         self.shared = shared
+        self.wf = wf
+        self.hseq = 0              # bumped per hold: stale hold timers do nothing
+        self.hold_until = None     # window-follower: the hold's intended end
+        self.win_end = None        # window-follower: its last window's end
+        self.wf_stopped = None     # window-follower: why it stopped using, or None
+        self.wf_answers = 0
         self.sock = None
         self.d = None
         self.buf = b""
@@ -319,6 +411,10 @@ class SoakClient:
             parts = line.split()
             if len(parts) >= 3 and parts[1] == self.name and parts[2] == self.token:
                 self.lost = True     # a careless client carries on regardless
+                if self.wf and self.state == "holding":
+                    self.wf_stop("LOST")
+                    if self.pending is None:
+                        self.wf_release()
             return
         p = self.pending
         if p is None:
@@ -330,6 +426,18 @@ class SoakClient:
             if len(parts) == 3 and parts[0] == "OK" and parts[1] == p.name:
                 self.token = parts[2]
                 self.state = "holding"
+                self.hseq += 1
+                if self.wf:
+                    if rng.random() < self.drv.wf_long_hold_p:
+                        dur = rng.uniform(2.0, 8.0)
+                    else:
+                        dur = rng.uniform(0.0, 0.3)
+                    self.hold_until = time.monotonic() + dur
+                    self.win_end = None
+                    self.wf_stopped = None
+                    self.wf_answers = 0
+                    self.wf_step(self.hseq)
+                    return
                 if rng.random() < self.drv.long_hold_p:
                     # a long hold (about 1-4 s): outages and freezes catch some
                     self.pings_left = rng.randint(4, 10)
@@ -348,11 +456,77 @@ class SoakClient:
                 return
             self.pings_left -= 1
             self.drv.at(rng.uniform(*self.ping_gap), self, self.hold_step)
+        elif p.kind == "CHECK":
+            self.on_check_reply(p, line)
         elif p.kind == "UNLOCK":
             if line == "OK %s" % p.name or line.startswith("ERR "):
                 self.next_cycle()
             else:
                 self.confused(line)
+
+    # -- window-following holds
+
+    def wf_step(self, hseq):
+        """Next CHECK of a window-following hold, or its UNLOCK."""
+        if hseq != self.hseq or self.state != "holding" or self.pending is not None:
+            return
+        if self.wf_stopped or (self.wf_answers and time.monotonic() >= self.hold_until):
+            self.wf_release()
+            return
+        self.send("CHECK %s" % self.name, "CHECK", self.name)
+
+    def wf_stop(self, why, at=None):
+        """Stops using the resource (once per hold)."""
+        if self.wf_stopped:
+            return
+        self.wf_stopped = why
+        self.drv.log.emit("wf_stop", c=self.idx, d=self.d, name=self.name, token=self.token,
+                          why=why, win_end=None if self.win_end is None else
+                          round(self.win_end, 6), at=None if at is None else round(at, 6))
+
+    def wf_release(self):
+        self.state = "unlocking"
+        self.send("UNLOCK %s" % self.name, "UNLOCK", self.name)
+
+    def wf_expire(self, hseq, end):
+        """The window that ended at `end` was the last one: stop, and
+        release once no CHECK is outstanding (its answer comes too late)."""
+        if hseq != self.hseq or self.state != "holding" or self.win_end != end:
+            return
+        self.wf_stop("window ran out", end)
+        if self.pending is None:
+            self.wf_release()
+
+    def on_check_reply(self, p, line):
+        now = time.monotonic()
+        parts = line.split()
+        if line.startswith("ERR NOT_HELD"):
+            self.wf_stop("NOT_HELD")
+            self.next_cycle()
+            return
+        if not (len(parts) == 4 and parts[0] == "OK" and parts[1] == p.name
+                and parts[2] == self.token and parts[3].isdigit()):
+            self.confused(line)
+            return
+        if self.state != "holding":
+            return
+        safe_s = int(parts[3]) / 1000.0
+        end = p.t + safe_s
+        if not self.wf_stopped:
+            if self.win_end is not None and now > self.win_end:
+                self.wf_stop("window ran out", self.win_end)     # the timer came late
+            elif self.win_end is None and end <= now:
+                self.wf_stop("no window")
+            else:
+                self.wf_answers += 1
+                if self.win_end is None or end > self.win_end:
+                    self.win_end = end
+                    self.drv.at(end - now, self, lambda h=self.hseq, e=end: self.wf_expire(h, e))
+        if self.wf_stopped:
+            self.wf_release()
+            return
+        nxt = min(p.t + max(safe_s / 4.0, 0.05), self.hold_until)
+        self.drv.at(max(0.0, nxt - now), self, lambda h=self.hseq: self.wf_step(h))
 
     def check_abandon(self, now):
         p = self.pending
@@ -367,7 +541,7 @@ class ClientDriver(threading.Thread):
     """Runs every client from one selector loop with a timer heap."""
 
     def __init__(self, log, ports, nclients, names, shared_frac, seed, abandon_s,
-                 drain_s=45.0, migrate_p=0.01, long_hold_p=0.05):
+                 drain_s=45.0, migrate_p=0.01, long_hold_p=0.05, wf=(), wf_long_hold_p=0.15):
         super().__init__(name="clients", daemon=True)
         self.log = log
         self.ports = ports
@@ -377,13 +551,14 @@ class ClientDriver(threading.Thread):
         self.drain_s = drain_s
         self.migrate_p = migrate_p
         self.long_hold_p = long_hold_p
+        self.wf_long_hold_p = wf_long_hold_p
         self.sel = selectors.DefaultSelector()
         self.timers = []
         self.seq = 0
         self.stopping = False
         self._stop_req = threading.Event()
         nshared = int(round(nclients * shared_frac))
-        self.clients = [SoakClient(self, i, i % len(ports), i < nshared)
+        self.clients = [SoakClient(self, i, i % len(ports), i < nshared, i in wf)
                         for i in range(nclients)]
         self.error = None
 
@@ -519,6 +694,7 @@ class Soak:
         self.names = ["n%d" % i for i in range(args.names)]
         self.daemons = []
         self.ens = None
+        self.net = None
         self.driver = None
         self.fault_counts = collections.Counter()
         self.wedges = 0
@@ -535,14 +711,27 @@ class Soak:
         zkdir = os.path.join(self.out, "zk")
         if os.path.exists(zkdir):
             shutil.rmtree(zkdir)
-        self.ens = zkharness.ZkEnsemble(n=3, tick_ms=500, name="soak", base_dir=zkdir)
+        # Every path between servers, and from each daemon to each server,
+        # goes through a proxy of tests/e2e/netcut.py that the nemesis can
+        # cut (the soak's own probes and 4-letter words use the real ports).
+        self.ens = zkharness.ZkEnsemble(n=3, tick_ms=500, name="soak", base_dir=zkdir,
+                                        proxied=True)
+        self.net = self.ens.net
         leader = self.ens.start(timeout=120.0)
         self.log.emit("zk", phase="started", ports=self.ens.ports, leader=leader.myid)
-        self.say("ZooKeeper ensemble %s, leader s%d" % (self.ens.connect_string, leader.myid))
+        self.say("ZooKeeper ensemble %s, leader s%d (proxied)"
+                 % (self.ens.connect_string, leader.myid))
 
-    def daemon_config(self):
-        return ("[zookeeper]\nhosts = %s\nroot = %s\nsession_timeout_ms = %d\ntick_ms = 500\n"
-                % (self.ens.connect_string, self.root, self.session_ms))
+    @staticmethod
+    def node(idx):
+        """The netcut node name of daemon idx."""
+        return "D%d" % idx
+
+    def daemon_config(self, idx):
+        # The same hosts string (the same proxies) for every start of idx.
+        tick = "tick_ms = %d\n" % self.args.tick_ms if self.args.tick_ms else ""
+        return ("[zookeeper]\nhosts = %s\nroot = %s\nsession_timeout_ms = %d\n%s"
+                % (self.ens.hosts_for(self.node(idx)), self.root, self.session_ms, tick))
 
     def start_daemon(self, idx, port):
         cls = _soak_daemon_class()
@@ -550,7 +739,7 @@ class Soak:
         with open(path, "ab") as f:
             f.write(("--- soak: starting d%d at %s ---\n" % (idx, time.strftime(
                 "%Y-%m-%dT%H:%M:%SZ", time.gmtime()))).encode())
-        d = cls(idx, path, config=self.daemon_config(), listen="%s:%d" % (HOST, port),
+        d = cls(idx, path, config=self.daemon_config(idx), listen="%s:%d" % (HOST, port),
                 verbose=True, name="d%d" % idx)
         d.start(timeout=30.0)
         did = d.wait_log(r"zk: daemon id (\S+), connecting", 10.0).group(1)
@@ -695,10 +884,174 @@ class Soak:
             log.emit("fault", kind=kind, phase="end", zk=[s.myid for s in two],
                      leader=leader.myid)
             return "s%s %.1fs" % ("+s".join(str(s.myid) for s in two), secs)
+        if kind in PART_KINDS:
+            return self.partition(kind)
         raise ValueError(kind)
 
+    # -- partitions
+
+    def session_server(self, d, settle=3.0):
+        """The ZkServer of daemon d's session as its proxies see it, or
+        None. Waits up to `settle` s for d to have one open answered
+        connection to a server (after a heal, a connection the daemon gave
+        up during the cut may still be delivering what was held); then
+        takes the newest such connection."""
+        deadline = time.monotonic() + settle
+        while True:
+            conns = [c for c in self.net.connections(src=self.node(d.idx), kind="client")
+                     if c.state == "open" and c.bytes_down > 0]
+            if len({c.dst for c in conns}) == 1 or time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
+        if not conns:
+            return None
+        return self.ens.server(max(conns, key=lambda c: c.opened).dst)
+
+    def sessions(self):
+        """{"D<i>": "s<n>" or None}: where each daemon's session is."""
+        out = {}
+        for d in self.daemons:
+            s = self.session_server(d)
+            out[self.node(d.idx)] = s.node if s is not None else None
+        return out
+
+    def steer(self, kind, d, target):
+        """Moves daemon d's session to server target: cuts d from the
+        other servers until its session is on target and d is connected,
+        then waits 1 to 2 s more (for fresh windows). The cuts stay: the
+        partition that follows includes them (healing them first would let
+        the handshakes d gave up during the cut reach their servers and
+        move its session away again). Only when no daemon's session is
+        where a fault needs one; a fault of its own (d's holds may be
+        lost), logged as the fault's "steer" steps."""
+        node = self.node(d.idx)
+        others = [s for s in self.ens.servers if s is not target]
+        was = self.session_server(d)
+        t0 = time.monotonic()
+        self.log.emit("fault", kind=kind, phase="steer", d=d.idx, zk=target.myid,
+                      frm=was.myid if was else None)
+        for s in others:
+            self.net.cut(node, s.node)
+        deadline = t0 + 40.0
+        while True:
+            st = daemon_stats(d.port, timeout=2.0)
+            if self.session_server(d, settle=0.0) is target and st and \
+                    st.get("zk_state") == "connected":
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError("could not steer D%d's session to s%d" % (d.idx, target.myid))
+            time.sleep(0.1)
+        self.log.emit("fault", kind=kind, phase="steered", d=d.idx, zk=target.myid,
+                      secs=round(time.monotonic() - t0, 3))
+        time.sleep(self.rng.uniform(1.0, 2.0))
+
+    def partition(self, kind):
+        """One partition fault: cut, hold for the session timeout + 1.5 to
+        4 s, heal every cut. Returns a description."""
+        rng, net, ens = self.rng, self.net, self.ens
+        leader = ens.leader() or ens.wait_quorum(60.0)
+        servers = ens.servers
+        secs = self.session_ms / 1000.0 + rng.uniform(1.5, 4.0)
+        info = {}
+        steered = False
+
+        def on(srv):
+            return [d for d in self.daemons if self.session_server(d) is srv]
+
+        if kind in ("part-daemon-follower", "part-daemon-leader"):
+            if kind == "part-daemon-follower":
+                cands = [(d, self.session_server(d)) for d in self.daemons]
+                cands = [(d, s) for d, s in cands if s is not None and s is not leader]
+            else:
+                cands = [(d, leader) for d in on(leader)]
+            if not cands:
+                d = rng.choice(self.daemons)
+                target = leader if kind == "part-daemon-leader" else \
+                    rng.choice([s for s in servers if s is not leader])
+                self.steer(kind, d, target)
+                steered = True
+                leader = ens.leader()
+                if (target is leader) != (kind == "part-daemon-leader") or \
+                        self.session_server(d) is not target:
+                    raise RuntimeError("after steering D%d to s%d: leader %s, session on %s"
+                                       % (d.idx, target.myid, leader and leader.node,
+                                          self.session_server(d)))
+                cands = [(d, target)]
+            d, srv = rng.choice(cands)
+            side = {self.node(d.idx), srv.node}
+            rest = {s.node for s in servers if s is not srv} | \
+                {self.node(o.idx) for o in self.daemons if o is not d}
+            info = {"d": d.idx, "zk": srv.myid}
+
+            def cut():
+                return net.partition(side, rest)
+        elif kind == "part-daemon":
+            d = rng.choice(self.daemons)
+            srv = self.session_server(d)
+            info = {"d": d.idx, "zk": srv.myid if srv else None}
+
+            def cut():
+                return net.partition({self.node(d.idx)}, {s.node for s in servers})
+        elif kind == "part-zk-minority":
+            srv = rng.choice(servers)
+            info = {"zk": srv.myid}
+
+            def cut():
+                return net.partition({srv.node}, {s.node for s in servers if s is not srv})
+        elif kind == "part-oneway":
+            variant = rng.choice(ONEWAY_VARIANTS)
+            info = {"variant": variant}
+            if variant == "follower-out":
+                fs = [s for s in servers if s is not leader]
+                busy = [s for s in fs if on(s)]
+                srv = rng.choice(busy or fs)
+                info["zk"] = srv.myid
+
+                def cut():
+                    made = []
+                    for s in servers:
+                        if s is not srv:
+                            net.cut(srv.node, s.node, "a->b")
+                            made.append((srv.node, s.node))
+                    return made
+            else:
+                d = rng.choice(self.daemons)
+                srv = self.session_server(d)
+                if srv is None:
+                    raise RuntimeError("D%d has no session server" % d.idx)
+                a, b = self.node(d.idx), srv.node
+                if variant == "server-to-daemon":
+                    a, b = b, a
+                info.update(d=d.idx, zk=srv.myid)
+
+                def cut():
+                    net.cut(a, b, "a->b")
+                    return [(a, b)]
+        else:
+            raise ValueError(kind)
+        if "zk" in info and info["zk"] is not None:
+            info["mode"] = "leader" if info["zk"] == leader.myid else "follower"
+        info.update(leader=leader.myid, sessions=self.sessions(), steered=steered)
+        self.log.emit("fault", kind=kind, phase="start", secs=round(secs, 3), **info)
+        t = time.monotonic()
+        made = cut()
+        self.log.emit("fault", kind=kind, phase="cut", t=t, cuts=sorted(list(x) for x in made))
+        time.sleep(secs)
+        t = time.monotonic()
+        net.heal_all()
+        self.log.emit("fault", kind=kind, phase="healed", t=t)
+        self.log.emit("fault", kind=kind, phase="end", **{k: v for k, v in info.items()
+                                                          if k in ("d", "zk")})
+        what = " ".join("%s=%s" % (k, info[k]) for k in ("variant", "d", "zk", "mode")
+                        if k in info)
+        return "%s %.1fs%s, %d directed cuts" % (what, secs, " (steered)" if steered else "",
+                                                  len(made))
+
     def recover(self):
-        """After a failed fault: every server and daemon running again."""
+        """After a failed fault: every path healed, every server and
+        daemon running again."""
+        if self.net is not None:
+            self.net.heal_all()
         for s in self.ens.servers:
             try:
                 if s.alive():
@@ -776,17 +1129,22 @@ class Soak:
     def run(self):
         a = self.args
         t_start = time.monotonic()
+        nwf = int(round(a.clients * a.window_followers))
+        wf = sorted(random.Random(a.seed * 31 + 7).sample(range(a.clients), nwf))
         self.log.emit("run", phase="start", seed=a.seed, minutes=a.minutes, clients=a.clients,
                       names=self.names, shared=a.shared, session_ms=self.session_ms,
-                      faults=a.faults,
+                      faults=a.faults, window_followers=wf, wf_long_hold=a.wf_long_hold,
+                      tick_ms=a.tick_ms, daemon=os.environ.get("LOCKBROKERD"),
                       margin=a.margin, root=self.root, argv=sys.argv)
-        self.say("seed %d, %g minutes, %d clients on %d names, session %d ms, out %s"
-                 % (a.seed, a.minutes, a.clients, len(self.names), self.session_ms, self.out))
+        self.say("seed %d, %g minutes, %d clients (%d window-following) on %d names, session "
+                 "%d ms, out %s" % (a.seed, a.minutes, a.clients, nwf, len(self.names),
+                                    self.session_ms, self.out))
         try:
             self.start_zk()
             ports = self.start_daemons()
             self.driver = ClientDriver(self.log, ports, a.clients, self.names, a.shared,
-                                       a.seed * 7919 + 1, abandon_s=30.0)
+                                       a.seed * 7919 + 1, abandon_s=30.0, wf=set(wf),
+                                       wf_long_hold_p=a.wf_long_hold)
             self.driver.start()
             until = time.monotonic() + a.minutes * 60.0
             time.sleep(min(10.0, a.minutes * 60.0 / 10))   # a calm start
@@ -802,6 +1160,8 @@ class Soak:
             if self.driver is not None:
                 self.driver.request_stop()
                 self.driver.join(90.0)
+            if self.net is not None:
+                self.net.heal_all()
             if self.ens is not None and self.daemons:
                 try:
                     self.stop_daemons()
@@ -816,6 +1176,12 @@ class Soak:
                 self.ens.stop(grace=10.0)
                 for s in self.ens.servers:        # keep the logs, not the data
                     shutil.rmtree(s.data_dir, ignore_errors=True)
+            if self.net is not None:
+                errs = list(self.net.errors)
+                self.net.close()
+                if errs:
+                    self.log.emit("net", phase="errors", errors=[repr(e) for e in errs[:20]],
+                                  count=len(errs))
             self.log.emit("run", phase="end", secs=round(time.monotonic() - t_start, 3))
             self.log.close()
         return os.path.join(self.out, "events.jsonl")
@@ -839,13 +1205,58 @@ def _r(x, n=3):
 
 class Hold:
     __slots__ = ("c", "d", "name", "mode", "token", "start", "end", "end_kind", "raw_end",
-                 "lost_t", "lost_reason", "rid", "sent")
+                 "lost_t", "lost_reason", "rid", "sent", "wf", "checks", "use_from",
+                 "win_end", "win_stop", "wf_why", "released")
 
-    def __init__(self, c, d, name, mode, token, start, rid, sent):
+    def __init__(self, c, d, name, mode, token, start, rid, sent, wf=False):
         self.c, self.d, self.name, self.mode, self.token = c, d, name, mode, token
         self.start, self.rid, self.sent = start, rid, sent
         self.end = self.end_kind = self.raw_end = None
         self.lost_t = self.lost_reason = None
+        self.wf = wf
+        self.checks = []           # (CHECK sent, answer received, safe-ms), answered OK
+        self.use_from = None       # window-follower: first window received
+        self.win_end = None        # ... its last window's end (send + safe-ms)
+        self.win_stop = None       # ... when it stopped using (at the latest)
+        self.wf_why = None
+        self.released = False      # its UNLOCK was answered OK <name>
+
+    def follow_windows(self):
+        """A window-follower's use of the resource, from its CHECK answers
+        alone (the client's own wf_stop events are not trusted): it starts
+        using at the first answer whose window is not over yet, and stops
+        when its last window ends before a fresh answer arrives (answers
+        after that do not count); a window that ends later extends it."""
+        last = None
+        for sent, recv, safe_ms in sorted(self.checks, key=lambda x: x[1]):
+            if last is not None and recv > last:
+                self.wf_why = "window ran out"
+                break
+            end = sent + safe_ms / 1000.0
+            if last is None:
+                if end <= recv:
+                    self.wf_why = "no window"
+                    break
+                self.use_from = recv
+                last = end
+            elif end > last:
+                last = end
+        self.win_end = self.win_stop = last
+        if last is not None and self.wf_why is None:
+            self.wf_why = "window ran out" if last < self.end else self.end_kind
+        elif last is None and self.wf_why is None:
+            self.wf_why = "no answer"
+
+    def effective_end(self):
+        """Until when the holder used the resource (for overlaps): the
+        hold's end (UNLOCK sent, LOST, drop, close, ERR NOT_HELD), and for
+        a window-follower no later than its last window's end, or never
+        (-inf) if it got no window."""
+        if not self.wf:
+            return self.end
+        if self.win_stop is None:
+            return float("-inf")
+        return min(self.end, self.win_stop)
 
     def finish(self, t, kind):
         """UNLOCK sent, drop, close: the careless client's end too."""
@@ -855,9 +1266,15 @@ class Hold:
             self.raw_end = t
 
     def brief(self):
-        return {"client": self.c, "daemon": self.d, "name": self.name, "mode": self.mode,
-                "token": str(self.token), "ok_at": _r(self.start), "end_at": _r(self.end),
-                "end": self.end_kind, "lost_at": _r(self.lost_t), "lost_reason": self.lost_reason}
+        b = {"client": self.c, "daemon": self.d, "name": self.name, "mode": self.mode,
+             "token": str(self.token), "ok_at": _r(self.start), "end_at": _r(self.end),
+             "end": self.end_kind, "lost_at": _r(self.lost_t), "lost_reason": self.lost_reason}
+        if self.wf:
+            b.update(window_following=True, checks=len(self.checks),
+                     first_window_at=_r(self.use_from), last_window_end=_r(self.win_end),
+                     stopped=self.wf_why,
+                     last_checks=[[_r(x), _r(y), z] for x, y, z in self.checks[-4:]])
+        return b
 
 
 def check(events_path, margin=None, out_path=None, quiet=False):
@@ -879,6 +1296,7 @@ def check(events_path, margin=None, out_path=None, quiet=False):
     run = next((e for e in events if e["ev"] == "run" and e.get("phase") == "start"), {})
     if margin is None:
         margin = run.get("margin", 10.0)
+    wf_clients = set(run.get("window_followers") or ())
     t_first = events[0]["t"] if events else 0.0
     t_last = events[-1]["t"] if events else 0.0
 
@@ -900,6 +1318,7 @@ def check(events_path, margin=None, out_path=None, quiet=False):
     stopped_at = {}
     faults = collections.Counter()
     fault_failed = collections.Counter()
+    fault_details = collections.Counter()
     fault_log = []
     for e in events:
         if e["ev"] == "daemon" and e.get("phase") == "stopped":
@@ -910,6 +1329,14 @@ def check(events_path, margin=None, out_path=None, quiet=False):
             if e.get("phase") == "start":
                 faults[e["kind"]] += 1
                 fault_log.append(e)
+                if e["kind"].startswith("part-"):
+                    detail = e["kind"] + (" " + e["variant"] if e.get("variant") else "")
+                    if e.get("mode"):
+                        detail += " (session server %s)" % e["mode"] if "d" in e and \
+                            e["kind"] != "part-oneway" else " (%s)" % e["mode"]
+                    fault_details[detail] += 1
+                    if e.get("steered"):
+                        fault_details[e["kind"] + " steered first"] += 1
             elif e.get("phase") == "failed":
                 fault_failed[e["kind"]] += 1
     for d, t in stopped_at.items():
@@ -917,6 +1344,35 @@ def check(events_path, margin=None, out_path=None, quiet=False):
 
     def frozen_overlap(d, a, b):
         return sum(max(0.0, min(b, y) - max(a, x)) for x, y in freezes.get(d, ()))
+
+    # Each fault from its start until a session timeout after the soak saw
+    # the system healthy again (or the fault failed), for the holds and
+    # windows given just before recovery: [(t0, t1, kind)].
+    after = (run.get("session_ms") or 4000) / 1000.0
+    fault_spans = []
+    for e in events:
+        if e["ev"] == "fault" and e.get("phase") == "start":
+            if fault_spans:
+                fault_spans[-1][1] = min(fault_spans[-1][1], e["t"])
+            fault_spans.append([e["t"], float("inf"), e["kind"]])
+        elif fault_spans and fault_spans[-1][1] == float("inf") and (
+                e["ev"] == "healthy" or (e["ev"] == "fault" and e.get("phase") == "failed")):
+            fault_spans[-1][1] = e["t"] + after
+    span_starts = [x[0] for x in fault_spans]
+    steering = [e for e in events if e["ev"] == "fault" and e.get("phase") == "steer"]
+    for e in steering:             # a steer step comes before its fault's start
+        i = bisect.bisect_right(span_starts, e["t"])
+        if i < len(fault_spans):
+            fault_spans[i][0] = min(fault_spans[i][0], e["t"])
+    span_starts = [x[0] for x in fault_spans]
+
+    def fault_kind_at(t):
+        """The kind of the fault under way at t (from its start, or its
+        steering, until the system was healthy again), or "none"."""
+        i = bisect.bisect_right(span_starts, t) - 1
+        if i >= 0 and t <= fault_spans[i][1]:
+            return fault_spans[i][2]
+        return "none"
 
     def fault_at(t):
         """The last fault started at or before t, as text."""
@@ -943,6 +1399,7 @@ def check(events_path, margin=None, out_path=None, quiet=False):
     drops = 0
     closes = collections.Counter()
     unlock_replies = collections.Counter()
+    checks_answered = collections.Counter()
     timeouts = []
     early = []                 # TIMEOUT arrival minus wait-ms, unadjusted
     errors = collections.Counter()
@@ -969,6 +1426,8 @@ def check(events_path, margin=None, out_path=None, quiet=False):
                     req["name"] = m.group(1)
                     req["wait"] = int(m.group(2)) if m.group(2) else None
                     req["mode"] = "shared" if m.group(3) else "exclusive"
+                elif req["kind"] == "CHECK":
+                    req["name"] = line.split()[1]
                 elif req["kind"] == "UNLOCK":
                     req["name"] = line.split()[1]
                     if hold is not None and hold.name == req["name"]:
@@ -1009,7 +1468,7 @@ def check(events_path, margin=None, out_path=None, quiet=False):
                     parts = line.split()
                     if len(parts) == 3 and parts[0] == "OK" and parts[1] == req["name"]:
                         hold = Hold(c, d, req["name"], req["mode"], int(parts[2]), t,
-                                    req["rid"], req["t"])
+                                    req["rid"], req["t"], wf=c in wf_clients)
                     elif parts and parts[0] == "TIMEOUT":
                         took = t - req["t"]
                         late = took - frozen_overlap(d, req["t"], t) - (req["wait"] or 0) / 1000.0
@@ -1029,6 +1488,8 @@ def check(events_path, margin=None, out_path=None, quiet=False):
                     h = req["hold"]
                     if line == "OK %s" % req["name"]:
                         unlock_replies["OK"] += 1
+                        if h is not None and h.name == req["name"]:
+                            h.released = True
                         if h is not None and h.lost_t is not None and h.lost_t < t:
                             anomalies["unlock_ok_after_lost"].append(
                                 {"client": c, "daemon": d, "t": t, "hold": h.brief()})
@@ -1039,6 +1500,34 @@ def check(events_path, margin=None, out_path=None, quiet=False):
                             req["not_held_check"] = True
                     else:
                         unlock_replies[line.split()[0]] += 1
+                        if not line.startswith("ERR "):
+                            anomalies["unexpected_reply"].append(
+                                {"client": c, "daemon": d, "t": t, "request": req["line"],
+                                 "line": line})
+                elif kind == "CHECK":
+                    h = req["hold"]
+                    parts = line.split()
+                    if len(parts) == 4 and parts[0] == "OK" and parts[3].isdigit() and \
+                            h is not None and parts[1:3] == [h.name, str(h.token)]:
+                        checks_answered["OK"] += 1
+                        if h.lost_t is not None and h.lost_t < t:
+                            anomalies["check_ok_after_lost"].append(
+                                {"client": c, "daemon": d, "t": t, "line": line,
+                                 "hold": h.brief()})
+                        h.checks.append((req["t"], t, int(parts[3])))
+                        if int(parts[3]) == 0:
+                            checks_answered["OK 0"] += 1
+                    elif line.startswith("ERR NOT_HELD"):
+                        checks_answered["NOT_HELD"] += 1
+                        if h is None or h.lost_t is None:
+                            req["not_held_check"] = True
+                        if h is not None and h is hold:
+                            # the hold is over for the daemon; the client moves on
+                            hold.finish(t, "check_not_held")
+                            holds.append(hold)
+                            last_hold, hold = hold, None
+                    else:
+                        checks_answered[line.split()[0] if line else ""] += 1
                         if not line.startswith("ERR "):
                             anomalies["unexpected_reply"].append(
                                 {"client": c, "daemon": d, "t": t, "request": req["line"],
@@ -1075,15 +1564,21 @@ def check(events_path, margin=None, out_path=None, quiet=False):
         if req.get("not_held_check"):
             h = req["hold"]
             if h is None or h.lost_t is None:
-                anomalies["not_held_without_lost"].append(
+                anomalies["not_held_without_lost" if req["kind"] == "UNLOCK"
+                          else "check_not_held_without_lost"].append(
                     {"client": req["c"], "daemon": req["d"], "t": req["reply_t"],
                      "hold": h.brief() if h else None})
+    for h in holds:
+        if h.wf:
+            h.follow_windows()
 
     # ---- overlaps
     by_name = collections.defaultdict(list)
     for h in holds:
         by_name[h.name].append(h)
-    overlaps = {"told": [], "paused": [], "violation": []}
+    overlaps = {"told": [], "paused": [], "violation": [], "window_unused": [],
+                "window_ok": [], "window_violation": []}
+    handoffs = []              # window-following earlier holders: see below
 
     def freeze_between(h, t):
         """The freeze of h's daemon that began after h's OK and before t."""
@@ -1115,6 +1610,28 @@ def check(events_path, margin=None, out_path=None, quiet=False):
             for a in active:
                 if a.mode == "shared" and b.mode == "shared":
                     continue
+                if a.wf:
+                    # A window-follower uses the resource from its first
+                    # window until min(its hold's end, its last window's
+                    # end): b's grant before that is a violation, whatever
+                    # a was told and whether its daemon was stopped.
+                    if a.win_stop is None:
+                        overlaps["window_unused"].append(
+                            {"name": name, "earlier": a.brief(), "later": b.brief()})
+                        continue
+                    eff = a.effective_end()
+                    rec = {"name": name, "slack_s": _r(b.start - a.win_end, 4),
+                           "effective_end_at": _r(eff), "earlier": a.brief(),
+                           "later": b.brief(), "fault": fault_at(b.start),
+                           "fault_kind": fault_kind_at(b.start)}
+                    if b.start < eff:
+                        rec["overlap_s"] = _r(min(eff, b.end) - b.start)
+                        rec["timeline"] = timeline(events, times, (a.c, b.c),
+                                                   a.start - 1.0, max(b.start, eff) + 1.0)
+                        overlaps["window_violation"].append(rec)
+                    else:
+                        overlaps["window_ok"].append(rec)
+                    continue
                 rec = {"name": name, "earlier": a.brief(), "later": b.brief(),
                        "overlap_s": _r(min(a.end, b.end) - b.start)}
                 if a.end <= b.start:
@@ -1139,6 +1656,54 @@ def check(events_path, margin=None, out_path=None, quiet=False):
                                                max(b.start, a.end) + 1.0)
                     overlaps["violation"].append(rec)
             active.append(b)
+
+    # ---- window handoffs: each window-following hold that had a window
+    # and was not released by an UNLOCK answered OK (it was lost, its
+    # windows ran out, its connection dropped...), with the first grant
+    # after it that conflicts with it. Its slack is that grant's time
+    # minus the hold's last window end: how much sooner than the next
+    # holder the window-follower stopped (a violation if the grant came
+    # before its effective end: listed above as window_violation).
+    for name, hs in by_name.items():
+        for i, a in enumerate(hs):
+            if not a.wf or a.win_end is None:
+                continue
+            b = next((x for x in hs[i + 1:] if x.start > a.start and
+                      not (a.mode == "shared" and x.mode == "shared")), None)
+            if b is None or (a.released and b.start >= a.raw_end):
+                continue
+            handoffs.append({
+                "name": name, "slack_s": _r(b.start - a.win_end, 4),
+                "violation": b.start < a.effective_end(),
+                "told_first": a.lost_t is not None and a.lost_t <= b.start,
+                "fault_kind": fault_kind_at(b.start), "fault": fault_at(b.start),
+                "earlier": a.brief(), "later": b.brief()})
+
+    # A handoff told LOST first and granted before the last window end:
+    # did the holder's own daemon give the hold up (send the delete of its
+    # node, in its debug log) between the LOST and the grant? If so the
+    # LOST cut the window short (finding 6 of docs/SOAK.md); if not, the
+    # name was freed by something else (the session's expiry, say) before
+    # the window ran out, and only the LOST saved the holder.
+    releases = daemon_releases(os.path.dirname(os.path.abspath(events_path)))
+    ev_w = [(e["t"], e["w"]) for e in events]
+
+    def wall_at(t):
+        i = min(bisect.bisect_left(times, t), len(times) - 1)
+        return ev_w[i][1] + (t - ev_w[i][0])
+    for r in handoffs:
+        if not (r["told_first"] and r["slack_s"] < 0):
+            continue
+        a, b = r["earlier"], r["later"]
+        if releases is None:
+            r["released_by_its_daemon"] = None
+            continue
+        lo, hi = wall_at(a["lost_at"]) - 0.05, wall_at(b["ok_at"]) + 0.005
+        r["released_by_its_daemon"] = any(
+            lo <= x <= hi for x in releases.get((a["daemon"], a["name"], int(a["token"])), ()))
+        if not r["released_by_its_daemon"]:
+            r["timeline"] = timeline(events, times, (a["client"], b["client"]),
+                                     a["ok_at"] - 1.0, b["ok_at"] + 1.0)
 
     # ---- first line after SIGCONT for holders on the frozen daemon
     after_cont = collections.Counter()
@@ -1250,6 +1815,7 @@ def check(events_path, margin=None, out_path=None, quiet=False):
     left = final_nodes.get("lock_nodes") if isinstance(final_nodes, dict) else None
     violations = {
         "overlap_not_told": len(overlaps["violation"]),
+        "window_violation": len(overlaps["window_violation"]),
         "first_line_after_sigcont_not_lost": len(after_cont_bad),
         "token_order": len(token_viol),
         "unanswered": len(unanswered),
@@ -1258,6 +1824,8 @@ def check(events_path, margin=None, out_path=None, quiet=False):
         "early_timeout": len(anomalies["early_timeout"]),
         "not_held_without_lost": len(anomalies["not_held_without_lost"]),
         "unlock_ok_after_lost": len(anomalies["unlock_ok_after_lost"]),
+        "check_ok_after_lost": len(anomalies["check_ok_after_lost"]),
+        "check_not_held_without_lost": len(anomalies["check_not_held_without_lost"]),
         "unexpected_reply": len(anomalies["unexpected_reply"]),
         "reply_without_request": len(anomalies["reply_without_request"]),
         "lost_for_no_hold": len(anomalies["lost_for_no_hold"]),
@@ -1268,12 +1836,57 @@ def check(events_path, margin=None, out_path=None, quiet=False):
     }
     total = sum(v for k, v in violations.items()
                 if v and k not in ("lock_nodes_left_at_stop",))
+    wf_holds = [h for h in holds if h.wf]
+    handoffs.sort(key=lambda r: r["slack_s"])
+    by_kind = collections.defaultdict(list)
+    for r in handoffs:
+        by_kind[r["fault_kind"]].append(r)
+    window = {
+        "clients": len(wf_clients),
+        "holds": len(wf_holds),
+        "holds_with_window": sum(1 for h in wf_holds if h.use_from is not None),
+        "checks_answered": dict(checks_answered),
+        "stopped": dict(collections.Counter(h.wf_why for h in wf_holds)),
+        "window_s_max": _r(max((s_ms for h in wf_holds for _x, _y, s_ms in h.checks),
+                               default=0) / 1000.0),
+        "use_s_max": _r(max((h.effective_end() - h.use_from for h in wf_holds
+                             if h.use_from is not None), default=None)),
+        "handoffs": len(handoffs),
+        "handoffs_told_lost_first": sum(1 for r in handoffs if r["told_first"]),
+        "min_slack_s": handoffs[0]["slack_s"] if handoffs else None,
+        # the window alone protected: no LOST before the grant
+        "min_slack_not_told_s": next((r["slack_s"] for r in handoffs if not r["told_first"]),
+                                     None),
+        # LOST came first, and then a grant before the last window's end
+        # (the daemon gave the hold up after telling LOST; not a violation,
+        # since a window-follower stops at LOST, but the window was cut short)
+        "told_then_granted_within_window": sum(1 for r in handoffs
+                                               if r["told_first"] and r["slack_s"] < 0),
+        # ... of which the holder's daemon had given the hold up after its
+        # LOST (True), had not (False: the window outlived the hold's node
+        # for another reason, and only the LOST saved the holder), or no
+        # daemon logs to tell (None)
+        "told_then_granted_within_window_released_by_its_daemon": dict(collections.Counter(
+            str(r.get("released_by_its_daemon")) for r in handoffs
+            if r["told_first"] and r["slack_s"] < 0)),
+        "handoffs_by_fault": {k: {"count": len(v), "min_slack_s": min(r["slack_s"] for r in v),
+                                  "told_lost_first": sum(1 for r in v if r["told_first"]),
+                                  "min_slack_not_told_s": min(
+                                      (r["slack_s"] for r in v if not r["told_first"]),
+                                      default=None),
+                                  "violations": sum(1 for r in v if r["violation"])}
+                              for k, v in sorted(by_kind.items())},
+        "never_used_overlaps": len(overlaps["window_unused"]),
+        "violations": len(overlaps["window_violation"]),
+    }
     summary = {
         "events": events_path,
         "run": {k: run.get(k) for k in ("seed", "minutes", "clients", "names", "shared",
-                                         "session_ms", "margin", "root")},
+                                         "session_ms", "margin", "root", "tick_ms",
+                                         "wf_long_hold", "daemon")},
         "duration_s": _r(t_last - t_first, 1),
         "faults": dict(faults),
+        "fault_details": dict(fault_details),
         "fault_failures": dict(fault_failed),
         "freezes_of_daemons": sum(len(v) for v in freezes.values()),
         "holds": {"total": len(holds), "per_name": per_name, "end": dict(end_kinds),
@@ -1301,15 +1914,20 @@ def check(events_path, margin=None, out_path=None, quiet=False):
         "client_closes": dict(closes),
         "overlaps": {"told": len(overlaps["told"]), "paused_holder": len(overlaps["paused"]),
                      "not_told": len(overlaps["violation"]),
+                     "window_follower_stopped_first": len(overlaps["window_ok"]),
+                     "window_follower_never_used": len(overlaps["window_unused"]),
+                     "window_violation": len(overlaps["window_violation"]),
                      "paused_holder_distinct_holds": len(set(
                          (o["earlier"]["client"], o["earlier"]["token"])
                          for o in overlaps["paused"])),
                      "paused_holder_lost_after_sigcont_s": sorted(set(
                          _r(o["earlier"]["lost_at"] - o["freeze"][1]) for o in overlaps["paused"]
                          if o["earlier"]["lost_at"] is not None))[:20]},
+        "window_following": window,
         "first_line_after_sigcont": dict(after_cont),
         "nodes": nodes,
         "daemon_exit_codes": exit_codes,
+        "net_errors": next((e.get("errors") for e in events if e["ev"] == "net"), None),
         "daemon_errors": daemon_errors,
         "daemon_stats": {d: ({k: s[k] for k in ("grants", "grants_exclusive", "grants_shared",
                                                  "timeouts", "lost", "zk_sessions",
@@ -1321,6 +1939,13 @@ def check(events_path, margin=None, out_path=None, quiet=False):
             "overlap_not_told": overlaps["violation"][:20],
             "overlap_paused_holder": overlaps["paused"][:20],
             "overlap_told_examples": overlaps["told"][:5],
+            "window_violation": overlaps["window_violation"][:20],
+            "window_smallest_slack": handoffs[:10],
+            "window_smallest_slack_not_told": [r for r in handoffs if not r["told_first"]][:10],
+            "window_told_then_granted_within_window": [
+                r for r in handoffs if r["told_first"] and r["slack_s"] < 0][:100],
+            "window_outlived_its_hold_saved_by_lost": [
+                r for r in handoffs if r.get("released_by_its_daemon") is False][:20],
             "first_line_after_sigcont_not_lost": after_cont_bad[:20],
             "token_order": token_viol[:20],
             "unanswered": unanswered[:20],
@@ -1337,6 +1962,42 @@ def check(events_path, margin=None, out_path=None, quiet=False):
     if not quiet:
         print_summary(summary)
     return summary
+
+
+def daemon_releases(out_dir):
+    """From DIR/daemon-<i>.log (debug), when each daemon sent the delete of
+    each hold's node: {(i, name, token): [wall times]}, or None without
+    logs. A hold's node is the one a "holds ... | passed on | taken over
+    while idle, token N" line names."""
+    paths = sorted(f for f in os.listdir(out_dir) if re.match(r"daemon-\d+\.log$", f)) \
+        if os.path.isdir(out_dir) else []
+    if not paths:
+        return None
+    grant_re = re.compile(r"^(\S+Z) debug zk: (\S+/locks/([^/\s]+)/\S+) (?:holds \S+|passed on|"
+                          r"taken over while idle), token (\d+)")
+    del_re = re.compile(r"^(\S+Z) debug zk: deleting (\S+)")
+    out = collections.defaultdict(list)
+
+    def wall(ts):
+        return calendar.timegm(time.strptime(ts[:19], "%Y-%m-%dT%H:%M:%S")) + \
+            float("0" + ts[19:-1])
+    for f in paths:
+        i = int(re.search(r"(\d+)", f).group(1))
+        holds_of = collections.defaultdict(list)     # node -> [(name, token)]
+        with open(os.path.join(out_dir, f), errors="replace") as fh:
+            for line in fh:
+                if " debug zk: " not in line[:40]:
+                    continue
+                m = grant_re.match(line)
+                if m:
+                    holds_of[m.group(2)].append((m.group(3), int(m.group(4))))
+                    continue
+                m = del_re.match(line)
+                if m:
+                    t = wall(m.group(1))
+                    for name, token in holds_of.pop(m.group(2), ()):
+                        out[(i, name, token)].append(t)
+    return out
 
 
 def timeline(events, times, clients, t0, t1, limit=60):
@@ -1365,6 +2026,8 @@ def print_summary(s):
                               r["session_ms"], s["duration_s"] or 0))
     w("faults: %s%s\n" % (", ".join("%s %d" % kv for kv in sorted(s["faults"].items())),
                           ("; FAILED " + str(s["fault_failures"])) if s["fault_failures"] else ""))
+    if s["fault_details"]:
+        w("partitions: %s\n" % ", ".join("%s %d" % kv for kv in sorted(s["fault_details"].items())))
     if s["zk_wedged"]:
         w("ZooKeeper wedged (quorum, but no session could be made) %d times: %s; LOCKs "
           "without wait-ms pending through it: %d\n"
@@ -1387,9 +2050,34 @@ def print_summary(s):
       % (s["lost"], s["lost_after_unlock_sent"], s["unlock_replies"], s["drops"],
          s["client_closes"]))
     o = s["overlaps"]
-    w("overlapping pairs: told first %d (only a client ignoring LOST overlaps), paused "
-      "holder (fencing) %d (%d holds), NOT TOLD %d\n"
+    w("overlapping pairs, careless earlier holder: told first %d (only a client ignoring "
+      "LOST overlaps), paused holder (fencing) %d (%d holds), NOT TOLD %d\n"
       % (o["told"], o["paused_holder"], o["paused_holder_distinct_holds"], o["not_told"]))
+    w("overlapping pairs, window-following earlier holder: it had stopped using first %d, "
+      "never had a window %d, WINDOW VIOLATION %d\n"
+      % (o["window_follower_stopped_first"], o["window_follower_never_used"],
+         o["window_violation"]))
+    if s.get("net_errors"):
+        w("netcut errors: %s\n" % s["net_errors"])
+    wf = s["window_following"]
+    if wf["clients"]:
+        w("window-following: %d clients, %d holds (%d with a window; longest window %ss, "
+          "longest use %ss); CHECK answers %s; stopped using: %s\n"
+          % (wf["clients"], wf["holds"], wf["holds_with_window"], wf["window_s_max"],
+             wf["use_s_max"], wf["checks_answered"], wf["stopped"]))
+        w("window handoffs (the next conflicting grant after a window-following hold not "
+          "released by an UNLOCK answered OK): %d (told LOST first %d, of which granted "
+          "before the last window end %d: its daemon had given the hold up after the LOST "
+          "%s); smallest slack (grant - last window end) %s, "
+          "without a LOST first %s; by fault: %s; WINDOW VIOLATIONS %d\n"
+          % (wf["handoffs"], wf["handoffs_told_lost_first"],
+             wf["told_then_granted_within_window"],
+             wf["told_then_granted_within_window_released_by_its_daemon"],
+             "-" if wf["min_slack_s"] is None else "%.3f s" % wf["min_slack_s"],
+             "-" if wf["min_slack_not_told_s"] is None else "%.3f s" % wf["min_slack_not_told_s"],
+             ", ".join("%s %d (min %.3f s)" % (k, v["count"], v["min_slack_s"])
+                       for k, v in wf["handoffs_by_fault"].items()) or "-",
+             wf["violations"]))
     w("first line after SIGCONT to a holder on the frozen daemon: %s\n"
       % s["first_line_after_sigcont"])
     for phase, n in s["nodes"].items():
@@ -1403,6 +2091,87 @@ def print_summary(s):
     sys.stdout.flush()
 
 
+# ------------------------------------------------------------------ self-test
+
+def self_test():
+    """Runs the checker on small made-up logs whose verdicts are known:
+    that it flags a grant inside a window-follower's window, and only
+    that. Returns the number of failed cases (0: all passed)."""
+    import tempfile
+
+    def case(label, a_lines, b_ok_at, expect, a_wf=True):
+        """Client 0 takes n0 (OK at 1.0; LOCK at 0.5) and then does
+        a_lines [(t, ev, line)]; client 1, which asked at 0.6 on another
+        daemon, is granted n0 at b_ok_at and unlocks 0.1 s later.
+        expect: {summary path: value}."""
+        ev = [dict(ev="run", phase="start", t=0.0, seed=0, minutes=0, clients=2,
+                   names=["n0"], shared=0, session_ms=4000, margin=10.0, root="/x",
+                   window_followers=[0] if a_wf else [])]
+        ev += [dict(ev="conn", c=0, d=0, t=0.1), dict(ev="conn", c=1, d=1, t=0.1),
+               dict(ev="send", c=0, d=0, rid=1, line="LOCK n0 5000", t=0.5),
+               dict(ev="recv", c=0, d=0, line="OK n0 100", t=1.0),
+               dict(ev="send", c=1, d=1, rid=1, line="LOCK n0", t=0.6),
+               dict(ev="recv", c=1, d=1, line="OK n0 200", t=b_ok_at),
+               dict(ev="send", c=1, d=1, rid=2, line="UNLOCK n0", t=b_ok_at + 0.1),
+               dict(ev="recv", c=1, d=1, line="OK n0", t=b_ok_at + 0.101)]
+        rid = 1
+        for t, kind, line in a_lines:
+            if kind == "send":
+                rid += 1
+                ev.append(dict(ev="send", c=0, d=0, rid=rid, line=line, t=t))
+            else:
+                ev.append(dict(ev="recv", c=0, d=0, line=line, t=t))
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "events.jsonl")
+            with open(path, "w") as f:
+                for e in ev:
+                    e.setdefault("w", e["t"])
+                    f.write(json.dumps(e) + "\n")
+            summ = check(path, quiet=True)
+        bad = []
+        for key, want in expect.items():
+            got = summ
+            for k in key.split("."):
+                got = got[k]
+            if got != want:
+                bad.append("%s = %r, not %r" % (key, got, want))
+        sys.stdout.write("self-test %-58s %s\n" % (label, "ok" if not bad else
+                                                   "FAILED: " + "; ".join(bad)))
+        return 1 if bad else 0
+
+    chk = [(1.01, "send", "CHECK n0"), (1.011, "recv", "OK n0 100 3000")]   # window to 4.01
+    unlock = [(6.0, "send", "UNLOCK n0"), (6.001, "recv", "ERR NOT_HELD x")]
+    lost = [(2.5, "recv", "LOST n0 100 zk-disconnected")]
+    fails = 0
+    fails += case("grant inside the window: violation", chk + unlock, 3.0,
+                  {"violations.window_violation": 1, "window_following.min_slack_s": -1.01,
+                   "violations_total": 2})   # + the UNLOCK's NOT_HELD without a LOST
+    fails += case("grant after the window: handoff, no violation",
+                  chk + [(6.0, "send", "UNLOCK n0"), (6.001, "recv", "OK n0")], 4.5,
+                  {"violations.window_violation": 0, "window_following.handoffs": 1,
+                   "window_following.min_slack_s": 0.49, "violations_total": 0})
+    fails += case("LOST, then a grant inside the window: not a violation",
+                  chk + lost + [(2.6, "send", "UNLOCK n0"), (2.601, "recv", "ERR NOT_HELD x")],
+                  3.0, {"violations.window_violation": 0,
+                        "window_following.told_then_granted_within_window": 1,
+                        "violations_total": 0})
+    fails += case("answer after its own window: never used",
+                  [(1.01, "send", "CHECK n0"), (3.5, "recv", "OK n0 100 2000")] + unlock,
+                  3.0, {"violations.window_violation": 0, "overlaps.not_told": 0,
+                        "window_following.never_used_overlaps": 1})
+    two = [(1.01, "send", "CHECK n0"), (1.011, "recv", "OK n0 100 1000"),     # to 2.01
+           (1.9, "send", "CHECK n0"), (2.2, "recv", "OK n0 100 3000")]        # too late
+    fails += case("fresh answer after the last window ran out: ignored", two + unlock, 2.1,
+                  {"violations.window_violation": 0, "window_following.min_slack_s": 0.09})
+    fails += case("... but a grant before that window's end is a violation", two + unlock, 1.5,
+                  {"violations.window_violation": 1})
+    fails += case("careless holder, not told: violation as before",
+                  [(1.01, "send", "PING"), (1.011, "recv", "PONG")] + unlock, 3.0,
+                  {"violations.window_violation": 0, "violations.overlap_not_told": 1},
+                  a_wf=False)
+    return fails
+
+
 # ------------------------------------------------------------------ main
 
 def main(argv=None):
@@ -1414,6 +2183,15 @@ def main(argv=None):
     p.add_argument("--shared", type=float, default=0.15,
                    help="fraction of clients asking for the first name in shared mode")
     p.add_argument("--session-ms", type=int, default=4000)
+    p.add_argument("--window-followers", type=float, default=1.0 / 3, metavar="FRAC",
+                   help="fraction of the clients that hold with CHECK and follow its window "
+                   "(default 1/3; 1 for all)")
+    p.add_argument("--wf-long-hold", type=float, default=0.15, metavar="P",
+                   help="probability that a window-following hold lasts 2-8 s "
+                   "(else 0-0.3 s; default 0.15)")
+    p.add_argument("--tick-ms", type=int, default=500,
+                   help="[zookeeper] tick_ms given to the daemons (the servers' tickTime is "
+                   "500); 0 leaves the setting out, for a daemon that does not know it")
     p.add_argument("--margin", type=float, default=10.0,
                    help="seconds beyond wait-ms before a request counts as unanswered")
     p.add_argument("--out", default="soak-out", help="directory for logs and summary")
@@ -1421,7 +2199,11 @@ def main(argv=None):
                    help="comma-separated fault kinds (default: all of %s)" % ", ".join(FAULT_KINDS))
     p.add_argument("--check", metavar="EVENTS",
                    help="only run the checker on a saved events.jsonl")
+    p.add_argument("--self-test", action="store_true",
+                   help="only run the checker on made-up logs with known verdicts")
     a = p.parse_args(argv)
+    if a.self_test:
+        return 1 if self_test() else 0
     a.faults = [f.strip() for f in a.faults.split(",") if f.strip()]
     bad = [f for f in a.faults if f not in FAULT_KINDS]
     if bad or not a.faults:
