@@ -1816,6 +1816,10 @@ def check(events_path, margin=None, out_path=None, quiet=False):
     violations = {
         "overlap_not_told": len(overlaps["violation"]),
         "window_violation": len(overlaps["window_violation"]),
+        # PROTOCOL.md (Pushed lines): a LOST does not end a window early;
+        # the daemon keeps the hold's node until every window it gave ends
+        "window_cut_short_by_lost": sum(1 for r in handoffs
+                                        if r["told_first"] and r["slack_s"] < 0),
         "first_line_after_sigcont_not_lost": len(after_cont_bad),
         "token_order": len(token_viol),
         "unanswered": len(unanswered),
@@ -1858,8 +1862,8 @@ def check(events_path, margin=None, out_path=None, quiet=False):
         "min_slack_not_told_s": next((r["slack_s"] for r in handoffs if not r["told_first"]),
                                      None),
         # LOST came first, and then a grant before the last window's end
-        # (the daemon gave the hold up after telling LOST; not a violation,
-        # since a window-follower stops at LOST, but the window was cut short)
+        # (the daemon gave the hold up after telling LOST, cutting the window
+        # short: a violation, violations.window_cut_short_by_lost)
         "told_then_granted_within_window": sum(1 for r in handoffs
                                                if r["told_first"] and r["slack_s"] < 0),
         # ... of which the holder's daemon had given the hold up after its
@@ -2150,11 +2154,15 @@ def self_test():
                   chk + [(6.0, "send", "UNLOCK n0"), (6.001, "recv", "OK n0")], 4.5,
                   {"violations.window_violation": 0, "window_following.handoffs": 1,
                    "window_following.min_slack_s": 0.49, "violations_total": 0})
-    fails += case("LOST, then a grant inside the window: not a violation",
+    fails += case("LOST, then a grant inside the window: the window was cut short",
                   chk + lost + [(2.6, "send", "UNLOCK n0"), (2.601, "recv", "ERR NOT_HELD x")],
                   3.0, {"violations.window_violation": 0,
+                        "violations.window_cut_short_by_lost": 1,
                         "window_following.told_then_granted_within_window": 1,
-                        "violations_total": 0})
+                        "violations_total": 1})
+    fails += case("LOST, then a grant after the window: no violation",
+                  chk + lost + [(2.6, "send", "UNLOCK n0"), (2.601, "recv", "ERR NOT_HELD x")],
+                  4.5, {"violations.window_cut_short_by_lost": 0, "violations_total": 0})
     fails += case("answer after its own window: never used",
                   [(1.01, "send", "CHECK n0"), (3.5, "recv", "OK n0 100 2000")] + unlock,
                   3.0, {"violations.window_violation": 0, "overlaps.not_told": 0,
