@@ -78,12 +78,10 @@ static void mark_dirty(struct watched *w)
     event_active(w->ws->tick, 0, 0);
 }
 
-static void mode_word(char *buf, size_t cap, enum lock_mode m, unsigned limit)
+static enum proto_mode proto_mode_of(enum lock_mode m)
 {
-    if (m == LOCK_LIMIT)
-        snprintf(buf, cap, "limit=%u", limit);
-    else
-        snprintf(buf, cap, "%s", lock_mode_name(m));
+    return m == LOCK_SHARED ? PROTO_MODE_SHARED : m == LOCK_LIMIT ? PROTO_MODE_LIMIT
+                                                                   : PROTO_MODE_EXCLUSIVE;
 }
 
 /*
@@ -94,35 +92,40 @@ static void mode_word(char *buf, size_t cap, enum lock_mode m, unsigned limit)
 static size_t format_event(const struct watches *ws, const struct watched *w, char *buf,
                            size_t cap)
 {
+    struct proto_info in = { .name = w->name, .state = PROTO_FREE, .since_ms = -1,
+                             .lease_ms = -1 };
     struct locks_status ls;
-    char mode[24];
     int n;
 
     if (w->bw) {
         const struct backend_queue_info *zi = &w->zi;
 
-        if (!zi->ok)
-            n = snprintf(buf, cap, "EVENT %s unavailable\n", w->name);
-        else if (zi->holders == 0)
-            n = snprintf(buf, cap, "EVENT %s free\n", w->name);
-        else {
-            mode_word(mode, sizeof(mode), zi->mode, zi->limit);
-            n = snprintf(buf, cap, "EVENT %s held - holders=%u label=%s holder=%s mode=%s\n",
-                         w->name, zi->holders, zi->label[0] ? zi->label : "-", zi->holder,
-                         mode);
+        if (!zi->ok) {
+            in.state = PROTO_UNAVAILABLE;
+        } else if (zi->holders > 0) {
+            in.state = PROTO_HELD;
+            in.mode = proto_mode_of(zi->mode);
+            in.limit = zi->limit;
+            in.holders = zi->holders;
+            in.label = zi->label;
+            in.holder = zi->holder;
         }
-        return n > 0 && (size_t)n < cap ? (size_t)n : 0;
-    }
-    locks_status(ws->locks, w->name, &ls);
-    if (!ls.held) {
-        n = snprintf(buf, cap, "EVENT %s free\n", w->name);
     } else {
-        mode_word(mode, sizeof(mode), ls.mode, ls.limit);
-        n = snprintf(buf, cap, "EVENT %s held %" PRIu64 " holders=%u label=%s holder=%s/%s "
-                     "mode=%s\n", w->name, ls.token, ls.holders, ls.label ? ls.label : "-",
-                     ws->daemon_id, ls.holder, mode);
+        locks_status(ws->locks, w->name, &ls);
+        if (ls.held) {
+            in.state = PROTO_HELD;
+            in.mode = proto_mode_of(ls.mode);
+            in.limit = ls.limit;
+            in.holders = ls.holders;
+            in.label = ls.label;
+            in.daemon = ws->daemon_id;
+            in.holder = ls.holder;
+            in.has_token = 1;
+            in.token = ls.token;
+        }
     }
-    return n > 0 && (size_t)n < cap ? (size_t)n : 0;
+    n = proto_fmt_event(buf, cap, &in);
+    return n > 0 ? (size_t)n : 0;
 }
 
 static void offer(struct watch_sub *s)

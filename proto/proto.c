@@ -4,6 +4,7 @@
 #include "proto.h"
 
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -11,12 +12,13 @@ struct proto_cmd_def {
     const char *word;
     unsigned required;                    /* leading entries of args that must be given */
     enum proto_arg args[PROTO_ARGS_MAX];  /* the layout; unused entries are PROTO_ARG_END */
+    unsigned flags;                       /* PROTO_F_* */
     const char *usage, *help;
 };
 
 static const struct proto_cmd_def cmd_defs[PROTO_CMD_COUNT] = {
-#define X(id, word, required, args, usage, help) \
-    [PROTO_CMD_##id] = { word, required, args, usage, help },
+#define X(id, word, required, args, flags, usage, help) \
+    [PROTO_CMD_##id] = { word, required, args, flags, usage, help },
     PROTO_COMMANDS(X)
 #undef X
 };
@@ -463,6 +465,28 @@ const char *proto_err_code(enum proto_err err)
     return err < PROTO_ERR_COUNT ? err_codes[err] : "INTERNAL";
 }
 
+unsigned proto_cmd_flags(enum proto_cmd cmd)
+{
+    return cmd < PROTO_CMD_COUNT ? cmd_defs[cmd].flags : 0;
+}
+
+const enum proto_arg *proto_cmd_args(enum proto_cmd cmd)
+{
+    static const enum proto_arg none[PROTO_ARGS_MAX] = { PROTO_ARG_END };
+
+    return cmd < PROTO_CMD_COUNT ? cmd_defs[cmd].args : none;
+}
+
+int proto_cmd_takes(enum proto_cmd cmd, enum proto_arg arg)
+{
+    const enum proto_arg *args = proto_cmd_args(cmd);
+
+    for (unsigned i = 0; i < PROTO_ARGS_MAX && args[i] != PROTO_ARG_END; i++)
+        if (args[i] == arg)
+            return 1;
+    return 0;
+}
+
 static int fitted(int n, size_t cap)
 {
     return (n < 0 || (size_t)n >= cap) ? -1 : n;
@@ -505,4 +529,184 @@ int proto_fmt_granted_set(char *buf, size_t cap, const char *list, size_t len,
 int proto_fmt_lost(char *buf, size_t cap, const char *name, uint64_t token, const char *reason)
 {
     return fitted(snprintf(buf, cap, "LOST %s %" PRIu64 " %s\n", name, token, reason), cap);
+}
+
+int proto_fmt_word(char *buf, size_t cap, const char *word)
+{
+    return fitted(snprintf(buf, cap, "%s\n", word), cap);
+}
+
+int proto_fmt_more(char *buf, size_t cap, size_t more)
+{
+    return fitted(snprintf(buf, cap, "MORE %zu\n", more), cap);
+}
+
+int proto_fmt_stat(char *buf, size_t cap, const char *name, const char *value)
+{
+    return fitted(snprintf(buf, cap, "STAT %s %s\n", name, value), cap);
+}
+
+int proto_fmt_help(char *buf, size_t cap, enum proto_cmd cmd)
+{
+    return fitted(snprintf(buf, cap, "HELP %s - %s\n", proto_cmd_usage(cmd),
+                           proto_cmd_help(cmd)), cap);
+}
+
+/* Appends to buf[*k..cap); *k becomes -1 once it does not fit. */
+static void append(char *buf, size_t cap, int *k, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void append(char *buf, size_t cap, int *k, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+
+    if (*k < 0)
+        return;
+    va_start(ap, fmt);
+    n = vsnprintf(buf + *k, cap - (size_t)*k, fmt, ap);
+    va_end(ap);
+    *k = n < 0 || (size_t)n >= cap - (size_t)*k ? -1 : *k + n;
+}
+
+static const char *or_dash(const char *s)
+{
+    return s && s[0] ? s : "-";
+}
+
+/* "exclusive", "shared", "limit=<n>" */
+static void append_mode(char *buf, size_t cap, int *k, const struct proto_info *in)
+{
+    if (in->mode == PROTO_MODE_LIMIT)
+        append(buf, cap, k, "limit=%u", in->limit);
+    else
+        append(buf, cap, k, "%s", in->mode == PROTO_MODE_SHARED ? "shared" : "exclusive");
+}
+
+/* "<daemon>/<holder>", or the holder alone, or "-" */
+static void append_holder(char *buf, size_t cap, int *k, const struct proto_info *in)
+{
+    if (!in->holder)
+        append(buf, cap, k, "-");
+    else if (in->daemon)
+        append(buf, cap, k, "%s/%s", in->daemon, in->holder);
+    else
+        append(buf, cap, k, "%s", in->holder);
+}
+
+static void append_token(char *buf, size_t cap, int *k, const struct proto_info *in)
+{
+    if (in->has_token)
+        append(buf, cap, k, "%" PRIu64, in->token);
+    else
+        append(buf, cap, k, "-");
+}
+
+static void append_since(char *buf, size_t cap, int *k, const struct proto_info *in)
+{
+    if (in->since_ms >= 0)
+        append(buf, cap, k, "%lld", (long long)in->since_ms);
+    else
+        append(buf, cap, k, "-");
+}
+
+static void append_lease(char *buf, size_t cap, int *k, const struct proto_info *in)
+{
+    if (in->lease_ms >= 0)
+        append(buf, cap, k, " lease=%lld", (long long)in->lease_ms);
+}
+
+static void append_recipe(char *buf, size_t cap, int *k, const struct proto_info *in)
+{
+    if (in->recipe)
+        append(buf, cap, k, " recipe=%s", in->recipe);
+}
+
+int proto_fmt_status(char *buf, size_t cap, const struct proto_info *in)
+{
+    int k = 0;
+
+    append(buf, cap, &k, "STATUS %s %s holder=", in->name,
+           in->state == PROTO_HELD ? "held" : "free");
+    if (in->state == PROTO_HELD)
+        append_holder(buf, cap, &k, in);
+    else
+        append(buf, cap, &k, "-");
+    append(buf, cap, &k, " token=");
+    if (in->state == PROTO_HELD)
+        append_token(buf, cap, &k, in);
+    else
+        append(buf, cap, &k, "-");
+    append(buf, cap, &k, " since=");
+    if (in->state == PROTO_HELD)
+        append_since(buf, cap, &k, in);
+    else
+        append(buf, cap, &k, "-");
+    append(buf, cap, &k, " waiters=%u queue=%u", in->waiters, in->queue);
+    /* Exclusive lines keep their v1 form; the others end in mode= and holders=. */
+    if (in->mode == PROTO_MODE_SHARED)
+        append(buf, cap, &k, " mode=shared holders=%u", in->holders);
+    else if (in->mode == PROTO_MODE_LIMIT)
+        append(buf, cap, &k, " mode=limit limit=%u holders=%u", in->limit, in->holders);
+    if (in->delay_ms > 0)
+        append(buf, cap, &k, " delay=%lld", (long long)in->delay_ms);
+    append_lease(buf, cap, &k, in);
+    append_recipe(buf, cap, &k, in);
+    if (in->label && in->label[0])
+        append(buf, cap, &k, " label=%s", in->label);
+    append(buf, cap, &k, "\n");
+    return k;
+}
+
+int proto_fmt_lock(char *buf, size_t cap, const struct proto_info *in)
+{
+    int k = 0;
+
+    append(buf, cap, &k, "LOCK %s ", in->name);
+    append_mode(buf, cap, &k, in);
+    append(buf, cap, &k, " holder=");
+    append_holder(buf, cap, &k, in);
+    append(buf, cap, &k, " label=%s token=", or_dash(in->label));
+    append_token(buf, cap, &k, in);
+    append(buf, cap, &k, " since=");
+    append_since(buf, cap, &k, in);
+    append(buf, cap, &k, " holders=%u waiters=%u", in->holders, in->waiters);
+    append_lease(buf, cap, &k, in);
+    append_recipe(buf, cap, &k, in);
+    append(buf, cap, &k, "\n");
+    return k;
+}
+
+int proto_fmt_holder(char *buf, size_t cap, const struct proto_info *in)
+{
+    int k = 0;
+
+    append(buf, cap, &k, "HOLDER %s ", in->name);
+    append_mode(buf, cap, &k, in);
+    append(buf, cap, &k, " %s holder=", in->state == PROTO_QUEUED ? "queued" : "held");
+    append_holder(buf, cap, &k, in);
+    append(buf, cap, &k, " label=%s token=", or_dash(in->label));
+    append_token(buf, cap, &k, in);
+    append(buf, cap, &k, " since=");
+    append_since(buf, cap, &k, in);
+    append_lease(buf, cap, &k, in);
+    append(buf, cap, &k, "\n");
+    return k;
+}
+
+int proto_fmt_event(char *buf, size_t cap, const struct proto_info *in)
+{
+    int k = 0;
+
+    if (in->state != PROTO_HELD)
+        return fitted(snprintf(buf, cap, "EVENT %s %s\n", in->name,
+                               in->state == PROTO_UNAVAILABLE ? "unavailable" : "free"), cap);
+    append(buf, cap, &k, "EVENT %s held ", in->name);
+    append_token(buf, cap, &k, in);
+    append(buf, cap, &k, " holders=%u label=%s holder=", in->holders, or_dash(in->label));
+    append_holder(buf, cap, &k, in);
+    append(buf, cap, &k, " mode=");
+    append_mode(buf, cap, &k, in);
+    append(buf, cap, &k, "\n");
+    return k;
 }

@@ -53,49 +53,70 @@ enum proto_arg {
 #define PROTO_NO_ARGS { PROTO_ARG_END }
 
 /*
- * The command table: X(ID, word, required args, argument layout, usage, help).
- * The parser, the HELP reply and the statistics are all generated from it.
+ * What the request path checks for a command before its handler runs
+ * (daemon/cmd.c), when the daemon has a users file. A command without
+ * PROTO_F_ANON needs a login first.
+ */
+#define PROTO_F_ANON   0x01  /* works before AUTH */
+#define PROTO_F_NAMES  0x02  /* every name given must match the user's patterns */
+#define PROTO_F_OWN    0x04  /* without a token it acts only on the connection's own
+                              * hold: then PROTO_F_NAMES is not checked */
+#define PROTO_F_BREAK  0x08  /* the name must match one of the user's break= patterns */
+#define PROTO_F_LISTS  0x10  /* lists names: those the user may not use are left out */
+
+/*
+ * The command table: X(ID, word, required args, argument layout, flags, usage, help).
+ * The parser, the HELP reply, the statistics, the permission checks and the
+ * fuzz harness are all generated from it.
  */
 #define PROTO_COMMANDS(X)                                                          \
     X(LOCK,    "LOCK",    1, PROTO_ARGS(PROTO_ARG_NAMES, PROTO_ARG_WAIT, PROTO_ARG_OPTIONS), \
+      PROTO_F_NAMES,                                                               \
       "LOCK <name>[,<name>...] [<wait-ms>] [shared|limit=<n>] [ttl=<ms>] [delay=<ms>]", \
       "take a lock (or all of a set), waiting up to wait-ms (default: for ever)") \
     X(TRYLOCK, "TRYLOCK", 1, PROTO_ARGS(PROTO_ARG_NAMES, PROTO_ARG_OPTIONS),        \
+      PROTO_F_NAMES,                                                               \
       "TRYLOCK <name>[,<name>...] [shared|limit=<n>] [ttl=<ms>] [delay=<ms>]",     \
       "take a lock (or all of a set) only if it is free")                        \
     X(UNLOCK,  "UNLOCK",  1, PROTO_ARGS(PROTO_ARG_NAMES, PROTO_ARG_TOKEN),          \
+      PROTO_F_NAMES | PROTO_F_OWN,                                                 \
       "UNLOCK <name>[,<name>...] [<token>]",                                      \
       "release a lock (or a set) this connection holds")                         \
     X(RENEW,   "RENEW",   3, PROTO_ARGS(PROTO_ARG_NAME, PROTO_ARG_TOKEN, PROTO_ARG_TTL), \
+      PROTO_F_NAMES,                                                               \
       "RENEW <name> <token> <ttl-ms>", "extend a lease: it now ends ttl-ms from now") \
     X(CHECK,   "CHECK",   1, PROTO_ARGS(PROTO_ARG_NAME, PROTO_ARG_TOKEN),           \
+      PROTO_F_NAMES,                                                               \
       "CHECK <name> [<token>]",                                                    \
       "is the lock (the lease) still held, and for how many ms is it certainly safe") \
-    X(PING,    "PING",    0, PROTO_NO_ARGS, "PING", "answer PONG")                 \
-    X(QUIT,    "QUIT",    0, PROTO_NO_ARGS, "QUIT", "answer BYE and close the connection") \
-    X(STATUS,  "STATUS",  1, PROTO_ARGS(PROTO_ARG_NAME), "STATUS <name>",           \
+    X(PING,    "PING",    0, PROTO_NO_ARGS, PROTO_F_ANON, "PING", "answer PONG")   \
+    X(QUIT,    "QUIT",    0, PROTO_NO_ARGS, PROTO_F_ANON,                          \
+      "QUIT", "answer BYE and close the connection")                               \
+    X(STATUS,  "STATUS",  1, PROTO_ARGS(PROTO_ARG_NAME), PROTO_F_NAMES, "STATUS <name>", \
       "who holds a lock, with which token, since when, and how many wait")         \
-    X(LOCKS,   "LOCKS",   0, PROTO_ARGS(PROTO_ARG_GLOB), "LOCKS [<glob>]",          \
+    X(LOCKS,   "LOCKS",   0, PROTO_ARGS(PROTO_ARG_GLOB), PROTO_F_LISTS, "LOCKS [<glob>]", \
       "the locks held or awaited on this daemon, a LOCK line each, then END")     \
-    X(HOLDERS, "HOLDERS", 0, PROTO_ARGS(PROTO_ARG_GLOB), "HOLDERS [<glob>]",       \
+    X(HOLDERS, "HOLDERS", 0, PROTO_ARGS(PROTO_ARG_GLOB), PROTO_F_LISTS, "HOLDERS [<glob>]", \
       "every holder and queued request, all daemons, a HOLDER line each, then END") \
     X(BREAK,   "BREAK",   1, PROTO_ARGS(PROTO_ARG_NAME, PROTO_ARG_TOKEN),           \
+      PROTO_F_BREAK,                                                               \
       "BREAK <name> [<token>]",                                                    \
       "end others' holds of a lock (the one with that token) on this daemon")      \
-    X(WATCH,   "WATCH",   1, PROTO_ARGS(PROTO_ARG_NAME), "WATCH <name>",            \
+    X(WATCH,   "WATCH",   1, PROTO_ARGS(PROTO_ARG_NAME), PROTO_F_NAMES, "WATCH <name>", \
       "push the lock's state now and at each change, as EVENT lines")             \
-    X(UNWATCH, "UNWATCH", 1, PROTO_ARGS(PROTO_ARG_NAME), "UNWATCH <name>",          \
+    X(UNWATCH, "UNWATCH", 1, PROTO_ARGS(PROTO_ARG_NAME), PROTO_F_NAMES, "UNWATCH <name>", \
       "stop a WATCH")                                                              \
-    X(CLIENT,  "CLIENT",  1, PROTO_ARGS(PROTO_ARG_LABEL), "CLIENT <label>",         \
+    X(CLIENT,  "CLIENT",  1, PROTO_ARGS(PROTO_ARG_LABEL), 0, "CLIENT <label>",      \
       "name this connection in STATUS and LOCKS (label=) for its later locks")    \
-    X(STATS,   "STATS",   0, PROTO_NO_ARGS, "STATS",                               \
+    X(STATS,   "STATS",   0, PROTO_NO_ARGS, 0, "STATS",                            \
       "counters as STAT <name> <value> lines, then END")                          \
-    X(HELP,    "HELP",    0, PROTO_NO_ARGS, "HELP", "this list as HELP lines, then END") \
+    X(HELP,    "HELP",    0, PROTO_NO_ARGS, PROTO_F_ANON, "HELP",                  \
+      "this list as HELP lines, then END")                                         \
     X(AUTH,    "AUTH",    2, PROTO_ARGS(PROTO_ARG_USER, PROTO_ARG_PASSWORD),       \
-      "AUTH <user> <password>", "log in as a user of the daemon's users_file")
+      PROTO_F_ANON, "AUTH <user> <password>", "log in as a user of the daemon's users_file")
 
 enum proto_cmd {
-#define X(id, word, required, args, usage, help) PROTO_CMD_##id,
+#define X(id, word, required, args, flags, usage, help) PROTO_CMD_##id,
     PROTO_COMMANDS(X)
 #undef X
     PROTO_CMD_COUNT
@@ -174,6 +195,11 @@ const char *proto_cmd_word(enum proto_cmd cmd);   /* "LOCK"; static */
 const char *proto_cmd_usage(enum proto_cmd cmd);  /* "UNLOCK <name> [<token>]"; static */
 const char *proto_cmd_help(enum proto_cmd cmd);   /* one line of explanation; static */
 const char *proto_err_code(enum proto_err err);   /* "BAD_NAME"; static */
+unsigned proto_cmd_flags(enum proto_cmd cmd);     /* PROTO_F_* of its row */
+/* Its argument layout: PROTO_ARGS_MAX entries, ending in PROTO_ARG_END; static. */
+const enum proto_arg *proto_cmd_args(enum proto_cmd cmd);
+/* 1 if the command's layout has an argument of that kind. */
+int proto_cmd_takes(enum proto_cmd cmd, enum proto_arg arg);
 
 /*
  * Reply formatting. Each writes one LF-terminated line into buf (cap bytes,
@@ -192,5 +218,50 @@ int proto_fmt_lost(char *buf, size_t cap, const char *name, uint64_t token,
  * PROTO_SET_REPLY_MAX bytes take any set's. */
 int proto_fmt_granted_set(char *buf, size_t cap, const char *list, size_t len,
                           const uint64_t *tokens, unsigned n);
+
+/* "PONG", "BYE", "OK", "END": a line of one word. */
+int proto_fmt_word(char *buf, size_t cap, const char *word);
+int proto_fmt_more(char *buf, size_t cap, size_t more);                     /* MORE n */
+int proto_fmt_stat(char *buf, size_t cap, const char *name, const char *value); /* STAT n v */
+int proto_fmt_help(char *buf, size_t cap, enum proto_cmd cmd);   /* HELP <usage> - <help> */
+
+/* Enough for any STATUS, LOCK, HOLDER or EVENT line (PROTOCOL.md bounds their fields). */
+#define PROTO_INFO_MAX 2048
+
+enum proto_state { PROTO_FREE, PROTO_HELD, PROTO_QUEUED, PROTO_UNAVAILABLE };
+
+/*
+ * What a STATUS, LOCK, HOLDER or EVENT line says of a lock or of one holder.
+ * Strings are NUL-terminated and borrowed; NULL (or "" for label) prints "-"
+ * where the line has the field, and leaves an optional field out.
+ */
+struct proto_info {
+    const char *name;
+    enum proto_state state;
+    enum proto_mode mode;
+    unsigned limit;         /* PROTO_MODE_LIMIT only */
+    const char *daemon;     /* prefixed to holder as "<daemon>/<holder>", or NULL */
+    const char *holder;     /* the holder, or NULL */
+    const char *label;      /* its CLIENT label, or NULL/"" */
+    int has_token;
+    uint64_t token;
+    int64_t since_ms;       /* wall-clock ms; -1: not known */
+    unsigned holders, waiters, queue;
+    int64_t delay_ms;       /* STATUS: > 0 adds delay= */
+    int64_t lease_ms;       /* >= 0 adds lease= */
+    const char *recipe;     /* adds recipe=, or NULL */
+};
+
+/*
+ * STATUS <name> held|free holder= token= since= waiters= queue= [mode= holders=]
+ * [delay=] [lease=] [recipe=] [label=]. A free lock prints holder, token and since as -.
+ */
+int proto_fmt_status(char *buf, size_t cap, const struct proto_info *in);
+/* LOCK <name> <mode> holder= label= token= since= holders= waiters= [lease=] [recipe=] */
+int proto_fmt_lock(char *buf, size_t cap, const struct proto_info *in);
+/* HOLDER <name> <mode> held|queued holder= label= token= since= [lease=] */
+int proto_fmt_holder(char *buf, size_t cap, const struct proto_info *in);
+/* EVENT <name> free | unavailable | held <token|-> holders= label= holder= mode= */
+int proto_fmt_event(char *buf, size_t cap, const struct proto_info *in);
 
 #endif

@@ -1247,7 +1247,7 @@ START_TEST(cmd_words_parse_back)
      * number of arguments. */
     static const char *const args[] = { "", " x", " x 1", " x 1 100" };
     static const unsigned min_args[PROTO_CMD_COUNT] = {
-#define X(id, word, mina, maxa, usage, help) [PROTO_CMD_##id] = mina,
+#define X(id, word, mina, maxa, flags, usage, help) [PROTO_CMD_##id] = mina,
         PROTO_COMMANDS(X)
 #undef X
     };
@@ -1518,6 +1518,140 @@ START_TEST(fmt_longest_set_reply_fits)
 }
 END_TEST
 
+START_TEST(fmt_one_word_lines)
+{
+    char buf[PROTO_REPLY_MAX];
+
+    ck_fmt(proto_fmt_word(buf, sizeof(buf), "PONG"), "PONG\n");
+    ck_fmt(proto_fmt_word(buf, sizeof(buf), "END"), "END\n");
+    ck_fmt(proto_fmt_more(buf, sizeof(buf), 12), "MORE 12\n");
+    ck_fmt(proto_fmt_stat(buf, sizeof(buf), "grants", "7"), "STAT grants 7\n");
+    ck_fmt(proto_fmt_help(buf, sizeof(buf), PROTO_CMD_PING), "HELP PING - answer PONG\n");
+    ck_assert_int_eq(proto_fmt_word(buf, 5, "PONG"), -1);
+}
+END_TEST
+
+START_TEST(fmt_help_every_command)
+{
+    char buf[PROTO_REPLY_MAX];
+
+    for (int i = 0; i < PROTO_CMD_COUNT; i++) {
+        int n = proto_fmt_help(buf, sizeof(buf), (enum proto_cmd)i);
+
+        ck_assert_int_gt(n, 0);
+        ck_assert_int_eq(strncmp(buf, "HELP ", 5), 0);
+        ck_assert_int_eq(buf[n - 1], '\n');
+    }
+}
+END_TEST
+
+START_TEST(fmt_status_lines)
+{
+    char buf[PROTO_INFO_MAX];
+    struct proto_info in = { .name = "db", .state = PROTO_HELD, .daemon = "h-1-ab",
+                             .holder = "127.0.0.1:5", .has_token = 1, .token = 9,
+                             .since_ms = 1700, .waiters = 2, .queue = 3, .lease_ms = -1 };
+
+    ck_fmt(proto_fmt_status(buf, sizeof(buf), &in),
+           "STATUS db held holder=h-1-ab/127.0.0.1:5 token=9 since=1700 waiters=2 queue=3\n");
+    in.mode = PROTO_MODE_LIMIT;
+    in.limit = 4;
+    in.holders = 2;
+    in.delay_ms = 30;
+    in.lease_ms = 500;
+    in.recipe = "nonfair";
+    in.label = "deploy";
+    ck_fmt(proto_fmt_status(buf, sizeof(buf), &in),
+           "STATUS db held holder=h-1-ab/127.0.0.1:5 token=9 since=1700 waiters=2 queue=3 "
+           "mode=limit limit=4 holders=2 delay=30 lease=500 recipe=nonfair label=deploy\n");
+    /* Held through another daemon: its token is not known here. */
+    in = (struct proto_info){ .name = "db", .state = PROTO_HELD, .holder = "d2/c", .since_ms = -1,
+                              .mode = PROTO_MODE_SHARED, .holders = 3, .queue = 3,
+                              .lease_ms = -1 };
+    ck_fmt(proto_fmt_status(buf, sizeof(buf), &in),
+           "STATUS db held holder=d2/c token=- since=- waiters=0 queue=3 mode=shared "
+           "holders=3\n");
+    in = (struct proto_info){ .name = "db", .state = PROTO_FREE, .holder = "x", .has_token = 1,
+                              .since_ms = 5, .waiters = 1, .queue = 1, .lease_ms = -1 };
+    ck_fmt(proto_fmt_status(buf, sizeof(buf), &in),
+           "STATUS db free holder=- token=- since=- waiters=1 queue=1\n");
+    ck_assert_int_eq(proto_fmt_status(buf, 20, &in), -1);
+}
+END_TEST
+
+START_TEST(fmt_lock_and_holder_lines)
+{
+    char buf[PROTO_INFO_MAX];
+    struct proto_info in = { .name = "db", .state = PROTO_HELD, .mode = PROTO_MODE_SHARED,
+                             .daemon = "h-1-ab", .holder = "unix", .label = "web",
+                             .has_token = 1, .token = 9, .since_ms = 1700, .holders = 2,
+                             .waiters = 1, .lease_ms = 250 };
+
+    ck_fmt(proto_fmt_lock(buf, sizeof(buf), &in),
+           "LOCK db shared holder=h-1-ab/unix label=web token=9 since=1700 holders=2 waiters=1 "
+           "lease=250\n");
+    ck_fmt(proto_fmt_holder(buf, sizeof(buf), &in),
+           "HOLDER db shared held holder=h-1-ab/unix label=web token=9 since=1700 lease=250\n");
+    in = (struct proto_info){ .name = "db", .state = PROTO_FREE, .mode = PROTO_MODE_LIMIT,
+                              .limit = 3, .since_ms = -1, .waiters = 4, .lease_ms = -1,
+                              .recipe = "nonfair" };
+    ck_fmt(proto_fmt_lock(buf, sizeof(buf), &in),
+           "LOCK db limit=3 holder=- label=- token=- since=- holders=0 waiters=4 "
+           "recipe=nonfair\n");
+    in = (struct proto_info){ .name = "db", .state = PROTO_QUEUED, .holder = "d2/c",
+                              .label = "", .since_ms = 12, .lease_ms = -1 };
+    ck_fmt(proto_fmt_holder(buf, sizeof(buf), &in),
+           "HOLDER db exclusive queued holder=d2/c label=- token=- since=12\n");
+}
+END_TEST
+
+START_TEST(fmt_event_lines)
+{
+    char buf[PROTO_INFO_MAX];
+    struct proto_info in = { .name = "db", .state = PROTO_FREE };
+
+    ck_fmt(proto_fmt_event(buf, sizeof(buf), &in), "EVENT db free\n");
+    in.state = PROTO_UNAVAILABLE;
+    ck_fmt(proto_fmt_event(buf, sizeof(buf), &in), "EVENT db unavailable\n");
+    in = (struct proto_info){ .name = "db", .state = PROTO_HELD, .daemon = "h-1", .holder = "c",
+                              .has_token = 1, .token = 4, .holders = 1 };
+    ck_fmt(proto_fmt_event(buf, sizeof(buf), &in),
+           "EVENT db held 4 holders=1 label=- holder=h-1/c mode=exclusive\n");
+    in = (struct proto_info){ .name = "db", .state = PROTO_HELD, .holder = "h-2/c",
+                              .label = "web", .holders = 2, .mode = PROTO_MODE_LIMIT,
+                              .limit = 5 };
+    ck_fmt(proto_fmt_event(buf, sizeof(buf), &in),
+           "EVENT db held - holders=2 label=web holder=h-2/c mode=limit=5\n");
+}
+END_TEST
+
+START_TEST(cmd_flags)
+{
+    /* Before AUTH: PING, HELP, QUIT and AUTH, nothing else. */
+    for (int i = 0; i < PROTO_CMD_COUNT; i++) {
+        enum proto_cmd c = (enum proto_cmd)i;
+        int anon = c == PROTO_CMD_PING || c == PROTO_CMD_HELP || c == PROTO_CMD_QUIT ||
+                   c == PROTO_CMD_AUTH;
+        unsigned f = proto_cmd_flags(c);
+
+        ck_assert_int_eq(!!(f & PROTO_F_ANON), anon);
+        /* A name check needs a name; listing ones filter by glob. */
+        if (f & (PROTO_F_NAMES | PROTO_F_BREAK))
+            ck_assert(proto_cmd_takes(c, PROTO_ARG_NAME) || proto_cmd_takes(c, PROTO_ARG_NAMES));
+        if (f & PROTO_F_LISTS)
+            ck_assert(proto_cmd_takes(c, PROTO_ARG_GLOB));
+        if (f & PROTO_F_OWN)
+            ck_assert(proto_cmd_takes(c, PROTO_ARG_TOKEN));
+    }
+    ck_assert_uint_eq(proto_cmd_flags(PROTO_CMD_BREAK), PROTO_F_BREAK);
+    ck_assert_uint_eq(proto_cmd_flags(PROTO_CMD_UNLOCK), PROTO_F_NAMES | PROTO_F_OWN);
+    ck_assert(proto_cmd_takes(PROTO_CMD_LOCK, PROTO_ARG_OPTIONS));
+    ck_assert(!proto_cmd_takes(PROTO_CMD_PING, PROTO_ARG_NAME));
+    ck_assert_uint_eq(proto_cmd_flags(PROTO_CMD_COUNT), 0);
+    ck_assert_int_eq(proto_cmd_args(PROTO_CMD_COUNT)[0], PROTO_ARG_END);
+}
+END_TEST
+
 static Suite *proto_suite(void)
 {
     Suite *s = suite_create("proto");
@@ -1607,6 +1741,7 @@ static Suite *proto_suite(void)
     tcase_add_test(tc, auth);
     tcase_add_test(tc, user_valid);
     tcase_add_test(tc, err_codes);
+    tcase_add_test(tc, cmd_flags);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("replies");
@@ -1620,6 +1755,11 @@ static Suite *proto_suite(void)
     tcase_add_test(tc, fmt_longest_reply_fits);
     tcase_add_test(tc, fmt_granted_set);
     tcase_add_test(tc, fmt_longest_set_reply_fits);
+    tcase_add_test(tc, fmt_one_word_lines);
+    tcase_add_test(tc, fmt_help_every_command);
+    tcase_add_test(tc, fmt_status_lines);
+    tcase_add_test(tc, fmt_lock_and_holder_lines);
+    tcase_add_test(tc, fmt_event_lines);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("sets");

@@ -104,18 +104,14 @@ static void check_set(const struct proto_req *req, const char *line, size_t len)
 static void check_request(const struct proto_req *req, const char *line, size_t len)
 {
     enum proto_cmd cmd = req->cmd;
-    int takes_name = cmd == PROTO_CMD_LOCK || cmd == PROTO_CMD_TRYLOCK ||
-                     cmd == PROTO_CMD_UNLOCK || cmd == PROTO_CMD_RENEW ||
-                     cmd == PROTO_CMD_STATUS || cmd == PROTO_CMD_CHECK ||
-                     cmd == PROTO_CMD_WATCH || cmd == PROTO_CMD_UNWATCH ||
-                     cmd == PROTO_CMD_BREAK;
-    int takes_options = cmd == PROTO_CMD_LOCK || cmd == PROTO_CMD_TRYLOCK;
+    /* What the command may carry, from its row of the command table. */
+    int takes_name = proto_cmd_takes(cmd, PROTO_ARG_NAME) || proto_cmd_takes(cmd, PROTO_ARG_NAMES);
+    int takes_options = proto_cmd_takes(cmd, PROTO_ARG_OPTIONS);
     char buf[PROTO_REPLY_MAX];
 
     CHECK((unsigned)cmd < PROTO_CMD_COUNT);
     CHECK(req->nnames <= PROTO_SET_MAX);
-    CHECK(req->nnames == 0 || cmd == PROTO_CMD_LOCK || cmd == PROTO_CMD_TRYLOCK ||
-          cmd == PROTO_CMD_UNLOCK);
+    CHECK(req->nnames == 0 || proto_cmd_takes(cmd, PROTO_ARG_NAMES));
     if (takes_name && req->nnames > 1) {
         CHECK(req->name && within(req->name, req->name_len, line, len));
         check_set(req, line, len);
@@ -125,7 +121,7 @@ static void check_request(const struct proto_req *req, const char *line, size_t 
         CHECK(req->name && within(req->name, req->name_len, line, len));
         CHECK(proto_name_valid(req->name, req->name_len));
         check_name_replies(req);
-    } else if ((cmd == PROTO_CMD_LOCKS || cmd == PROTO_CMD_HOLDERS) && req->name) {
+    } else if (proto_cmd_takes(cmd, PROTO_ARG_GLOB) && req->name) {
         CHECK(within(req->name, req->name_len, line, len));
         CHECK(req->name_len >= 1 && req->name_len <= PROTO_NAME_MAX);
         for (size_t i = 0; i < req->name_len; i++)
@@ -134,7 +130,7 @@ static void check_request(const struct proto_req *req, const char *line, size_t 
         CHECK(!req->name && req->name_len == 0);
     }
 
-    if (cmd == PROTO_CMD_CLIENT) {
+    if (proto_cmd_takes(cmd, PROTO_ARG_LABEL)) {
         CHECK(req->label && within(req->label, req->label_len, line, len));
         CHECK(req->label_len >= 1 && req->label_len <= PROTO_LABEL_MAX);
         for (size_t i = 0; i < req->label_len; i++)
@@ -143,7 +139,7 @@ static void check_request(const struct proto_req *req, const char *line, size_t 
         CHECK(!req->label && req->label_len == 0);
     }
 
-    if (cmd == PROTO_CMD_AUTH) {
+    if (proto_cmd_takes(cmd, PROTO_ARG_USER)) {
         CHECK(req->user && within(req->user, req->user_len, line, len));
         CHECK(proto_user_valid(req->user, req->user_len));
         CHECK(req->password && within(req->password, req->password_len, line, len));
@@ -157,14 +153,13 @@ static void check_request(const struct proto_req *req, const char *line, size_t 
         CHECK(!req->user && req->user_len == 0 && !req->password && req->password_len == 0);
     }
 
-    CHECK(req->wait_ms == -1 || (cmd == PROTO_CMD_LOCK && req->wait_ms >= 0 &&
+    CHECK(req->wait_ms == -1 || (proto_cmd_takes(cmd, PROTO_ARG_WAIT) && req->wait_ms >= 0 &&
                                  req->wait_ms <= PROTO_WAIT_MAX));
-    CHECK(req->ttl_ms == 0 || ((takes_options || cmd == PROTO_CMD_RENEW) &&
+    CHECK(req->ttl_ms == 0 || ((takes_options || proto_cmd_takes(cmd, PROTO_ARG_TTL)) &&
                                req->ttl_ms >= PROTO_TTL_MIN && req->ttl_ms <= PROTO_TTL_MAX));
     if (cmd == PROTO_CMD_RENEW)
         CHECK(req->has_token && req->ttl_ms != 0);
-    CHECK(!req->has_token || cmd == PROTO_CMD_UNLOCK || cmd == PROTO_CMD_RENEW ||
-          cmd == PROTO_CMD_CHECK || cmd == PROTO_CMD_BREAK);
+    CHECK(!req->has_token || proto_cmd_takes(cmd, PROTO_ARG_TOKEN));
     CHECK(req->delay_ms == -1 || (takes_options && req->delay_ms >= 0 &&
                                   req->delay_ms <= PROTO_DELAY_MAX));
     CHECK(req->has_token || req->token == 0);
