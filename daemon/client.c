@@ -1,0 +1,125 @@
+/*
+ * client.c - a connection as the commands see it (see client.h): the one
+ * pending request, the replies, the release of everything at the close.
+ */
+#include "config.h"
+#include "client.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "server.h"
+#include "users.h"
+#include "watch.h"
+
+void client_init(struct client *c, struct server *srv, const struct client_io *io,
+                 const struct lock_owner_ops *owner_ops, uint64_t id, const char *peer)
+{
+    c->srv = srv;
+    c->io = io;
+    c->id = id;
+    snprintf(c->peer, sizeof(c->peer), "%s", peer);
+    lock_owner_init(&c->owner, owner_ops, c->peer);
+}
+
+struct client *client_of_owner(struct lock_owner *o)
+{
+    return (struct client *)((char *)o - offsetof(struct client, owner));
+}
+
+void client_suspend(struct client *c, enum proto_cmd cmd, const struct pending_ops *ops,
+                    void *op, const char *name)
+{
+    c->pending = ops;
+    c->pending_op = op;
+    c->pending_cmd = cmd;
+    snprintf(c->pending_name, sizeof(c->pending_name), "%s", name ? name : "");
+    c->io->suspend(c);
+    if (c->input_ended && ops->input_ended)
+        ops->input_ended(c, op);
+}
+
+void client_complete(struct client *c)
+{
+    c->pending = NULL;
+    c->pending_op = NULL;
+    c->io->resume(c);
+}
+
+void client_input_ended(struct client *c)
+{
+    if (c->pending && c->pending->input_ended)
+        c->pending->input_ended(c, c->pending_op);
+}
+
+void client_release_all(struct client *c, bool abandon)
+{
+    const struct pending_ops *p = c->pending;
+
+    c->pending = NULL;
+    if (p && p->cancel)
+        p->cancel(c, c->pending_op);
+    c->pending_op = NULL;
+    while (c->nwatches)
+        watch_remove(c->watches[--c->nwatches]);
+    if (abandon)
+        locks_owner_abandon_all(c->srv->locks, &c->owner);
+    else
+        locks_owner_release_all(c->srv->locks, &c->owner);
+}
+
+void client_destroy(struct client *c)
+{
+    free(c->watches);
+    c->watches = NULL;
+}
+
+void client_reply(struct client *c, const char *buf, int len)
+{
+    if (len < 0) {
+        log_error("conn %llu: reply too long", (unsigned long long)c->id);
+        return;
+    }
+    c->io->write(c, buf, (size_t)len, false);
+}
+
+void client_reply_more(struct client *c, const char *buf, int len)
+{
+    if (len < 0) {
+        log_error("conn %llu: reply line too long", (unsigned long long)c->id);
+        return;
+    }
+    c->io->write(c, buf, (size_t)len, true);
+}
+
+void client_reply_err(struct client *c, enum proto_err err, const char *text)
+{
+    char buf[PROTO_REPLY_MAX];
+
+    c->srv->stats.errors++;
+    client_reply(c, buf, proto_fmt_err(buf, sizeof(buf), err, text));
+}
+
+bool client_may(const struct client *c, const char *name)
+{
+    return !c->srv->users || (c->user && user_may(c->user, name));
+}
+
+bool client_relogin(struct client *c)
+{
+    const struct users *u = c->srv->users;
+
+    if (!c->user)
+        return true;
+    c->user = u ? users_find(u, c->user_name, strlen(c->user_name)) : NULL;
+    return c->user != NULL;
+}
+
+void client_drained(struct client *c)
+{
+    for (unsigned i = 0; i < c->nwatches; i++)
+        watch_flush(c->watches[i]);
+}

@@ -1,0 +1,128 @@
+/*
+ * client.h - a connection as the commands see it: who it is, what it
+ * holds and watches, and the one request it may be waiting on.
+ *
+ * The request path, from the socket up:
+ *   conn.c (transport: socket, framing, back-pressure, the connection's states)
+ *   -> cmd.c (the command table: counts, checks the row's flags, dispatches)
+ *   -> cmd_lock.c, cmd_set.c, cmd_info.c, cmd_session.c (handlers)
+ *   -> the lock table, leases and backend (locks.h, lease.h, backend.h)
+ *   -> replies, formatted in proto/ and queued through struct client_io.
+ * Handlers never see the socket: the transport under a client is reached
+ * only through client_io, which the unit suite (tests/check_cmd.c) fakes.
+ *
+ * A request that cannot be answered at once parks in the client's one
+ * pending slot (client_suspend), with the operations that know how to
+ * cancel it; the transport parses nothing more until client_complete().
+ * Closing a client cancels whatever is pending in one place
+ * (client_release_all), whatever its kind, as redis's blocked.c does.
+ */
+#ifndef LOCKBROKER_CLIENT_H
+#define LOCKBROKER_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "locks.h"
+#include "proto.h"
+
+struct server;
+struct client;
+struct watch_sub;
+
+/* The transport under a client (conn.c; a fake in tests/check_cmd.c). */
+struct client_io {
+    /* Queues one reply line of len bytes, LF included. more: other lines of the
+     * same reply follow at once (queue it; a single line may be sent at once). */
+    void (*write)(struct client *c, const char *line, size_t len, bool more);
+    /* True while the client leaves so many replies unread that pushed lines
+     * (EVENT) must wait. */
+    bool (*backed_up)(const struct client *c);
+    /* A request was parked in the pending slot: parse nothing more. */
+    void (*suspend)(struct client *c);
+    /* The parked request's answer is queued: parse the lines behind it. */
+    void (*resume)(struct client *c);
+    /* QUIT: close once the last reply is out (its holds are released as UNLOCK). */
+    void (*quit)(struct client *c);
+};
+
+/* A kind of parked request (redis's block types). */
+struct pending_ops {
+    const char *what;                             /* "STATUS": for logs */
+    /* The client is going: cancel op, so that its answer never comes. NULL:
+     * nothing to cancel (the owner's release ends the wait). */
+    void (*cancel)(struct client *c, void *op);
+    /* The client ended its input while the request waits. NULL: the answer is
+     * awaited as usual. Otherwise it may answer and client_complete(). */
+    void (*input_ended)(struct client *c, void *op);
+};
+
+struct client {
+    struct server *srv;                  /* borrowed: the services handlers use */
+    const struct client_io *io;          /* borrowed */
+    uint64_t id;
+    char peer[64];                       /* "127.0.0.1:5678" or "unix" */
+    struct lock_owner owner;             /* its holds, managed by the lock table */
+    const struct user *user;             /* logged in as; in srv->users; NULL: not */
+    char user_name[PROTO_USER_MAX + 1];  /* user's name, kept to find it after a reload */
+    char label[PROTO_LABEL_MAX + 1];     /* CLIENT <label>; owner.label points here once set */
+    struct watch_sub **watches;          /* WATCH: owned (the array and each) */
+    unsigned nwatches, watches_cap;
+    bool input_ended;                    /* the client half-closed (set by the transport) */
+    /* The one pending request; pending is NULL when there is none. */
+    const struct pending_ops *pending;
+    void *pending_op;                    /* the kind's handle, cancelled through pending */
+    enum proto_cmd pending_cmd;          /* the request parked */
+    char pending_name[PROTO_NAME_MAX + 1]; /* the name it is about, or "" */
+    uint64_t pending_token;              /* the token it is about (lease operations) */
+};
+
+/* Prepares c (zeroed by the caller) for srv; peer is copied. owner_ops: the
+ * lock table's callbacks for this client (cmd.h's cmd_owner_ops). */
+void client_init(struct client *c, struct server *srv, const struct client_io *io,
+                 const struct lock_owner_ops *owner_ops, uint64_t id, const char *peer);
+
+/* The client whose owner o is. */
+struct client *client_of_owner(struct lock_owner *o);
+
+/* Parks the request cmd about name (may be NULL) until client_complete().
+ * Calling it again while parked replaces the slot (a set's next step). If
+ * the client's input has ended, ops->input_ended runs now. */
+void client_suspend(struct client *c, enum proto_cmd cmd, const struct pending_ops *ops,
+                    void *op, const char *name);
+
+/* The parked request is answered (its reply queued): empties the slot and
+ * lets the transport read on. op is not cancelled. */
+void client_complete(struct client *c);
+
+/* The transport saw the end of input: tells the parked request, if any. */
+void client_input_ended(struct client *c);
+
+/* Cancels the parked request (its answer never comes), removes the watches,
+ * and releases the holds and waits: abandon (the client vanished without
+ * QUIT) keeps a lock-delay's names, as locks_owner_abandon_all(). Leases
+ * are not the client's and stay. */
+void client_release_all(struct client *c, bool abandon);
+
+/* Frees what client_init and the commands allocated; after client_release_all. */
+void client_destroy(struct client *c);
+
+/* Queues a reply line; len -1 (did not fit) is logged and dropped. */
+void client_reply(struct client *c, const char *buf, int len);
+/* Queues one line of a longer reply (more lines follow). */
+void client_reply_more(struct client *c, const char *buf, int len);
+/* ERR <code> <text>, counted in STATS errors. */
+void client_reply_err(struct client *c, enum proto_err err, const char *text);
+
+/* Whether the client may use lock `name`: anyone without a users file; with
+ * one, a logged-in user whose patterns match it. */
+bool client_may(const struct client *c, const char *name);
+
+/* After a users reload: finds the client's user again; false if it is gone. */
+bool client_relogin(struct client *c);
+
+/* The transport's output drained: watches whose latest line waited get it. */
+void client_drained(struct client *c);
+
+#endif

@@ -1,0 +1,393 @@
+/*
+ * cmd_lock.c - LOCK, TRYLOCK, UNLOCK, RENEW and CHECK of one name, and the
+ * lock table's callbacks for a client's holds. Sets of names are in
+ * cmd_set.c.
+ *
+ * A LOCK that must wait parks in the client's pending slot; the lock
+ * table's done() answers it. After the end of input, a LOCK waiting for
+ * the client ends at once with TIMEOUT: a lock bound to the connection
+ * would be released at the close that follows, and the client may be gone
+ * (a full close looks the same), so no wait stays queued for it - a
+ * lease's included. While the backend is unreachable it ends with
+ * ERR UNAVAILABLE, as any wait would then.
+ */
+#include "config.h"
+#include "cmd.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "backend.h"
+#include "lease.h"
+#include "log.h"
+#include "server.h"
+#include "settings.h"
+
+void cmd_reply_word(struct client *c, const char *word, const char *name, size_t len)
+{
+    char buf[PROTO_SET_REPLY_MAX];
+
+    client_reply(c, buf, proto_fmt_word_name(buf, sizeof(buf), word, name, len));
+}
+
+void cmd_reply_unavailable(struct client *c)
+{
+    client_reply_err(c, PROTO_ERR_UNAVAILABLE, "the lock service is not reachable; retry later");
+}
+
+enum proto_mode cmd_proto_mode(enum lock_mode m)
+{
+    return m == LOCK_SHARED ? PROTO_MODE_SHARED : m == LOCK_LIMIT ? PROTO_MODE_LIMIT
+                                                                   : PROTO_MODE_EXCLUSIVE;
+}
+
+/*
+ * Says how the name is in use. The lock table answers a conflict at once;
+ * one answered later came from the backend: another daemon's request.
+ */
+static void reply_conflict(struct client *c, const char *name, bool at_once)
+{
+    struct locks_status ls;
+    char text[128];
+
+    locks_status(c->srv->locks, name, &ls);
+    if (!at_once)
+        snprintf(text, sizeof(text), "the lock is held or awaited through another daemon "
+                 "in another mode or with another limit");
+    else if (ls.mode == LOCK_LIMIT)
+        snprintf(text, sizeof(text), "the lock is in use with limit=%u; every holder and "
+                 "waiter must ask for the same limit", ls.limit);
+    else
+        snprintf(text, sizeof(text), "the lock is in use without limit=; a semaphore needs "
+                 "a name that is not in use as a lock");
+    client_reply_err(c, PROTO_ERR_CONFLICT, text);
+}
+
+/* The refusals of a LOCK or TRYLOCK, each with its own words. */
+static void reply_refused(struct client *c, const char *name, enum locks_result r, bool at_once)
+{
+    char buf[PROTO_REPLY_MAX];
+
+    switch (r) {
+    case LOCKS_UNAVAILABLE:
+        /* Not somebody's hold: the daemon could not ask (ZooKeeper outage). */
+        cmd_reply_unavailable(c);
+        break;
+    case LOCKS_LIMIT:
+        snprintf(buf, sizeof(buf), "this connection already holds or awaits %u locks",
+                 c->srv->settings->max_locks_per_client);
+        client_reply_err(c, PROTO_ERR_LIMIT, buf);
+        break;
+    case LOCKS_NOMEM:
+        client_reply_err(c, PROTO_ERR_INTERNAL, "out of memory");
+        break;
+    case LOCKS_CONFLICT:
+        reply_conflict(c, name, at_once);
+        break;
+    case LOCKS_MODE_HELD:
+        client_reply_err(c, PROTO_ERR_CONFLICT, "this connection holds that lock in another "
+                         "mode; UNLOCK it first (no upgrade or downgrade)");
+        break;
+    case LOCKS_UNSUPPORTED:
+        /* PROTOCOL.md, "Non-fair names" */
+        snprintf(buf, sizeof(buf), "lock %s is non-fair ([zookeeper] nonfair): exclusive "
+                 "locks without ttl= or delay= only", name);
+        client_reply_err(c, PROTO_ERR_BAD_ARGS, buf);
+        break;
+    default:
+        client_reply_err(c, PROTO_ERR_INTERNAL, "unexpected lock table answer");
+        break;
+    }
+}
+
+void cmd_reply_lock_result(struct client *c, enum proto_cmd cmd, const char *name,
+                           enum locks_result r, uint64_t token, bool at_once)
+{
+    char buf[PROTO_REPLY_MAX];
+    size_t len = strlen(name);
+
+    switch (r) {
+    case LOCKS_GRANTED:
+        client_reply(c, buf, proto_fmt_granted(buf, sizeof(buf), name, len, token));
+        break;
+    case LOCKS_BUSY:
+        cmd_reply_word(c, cmd == PROTO_CMD_TRYLOCK ? "BUSY" : "TIMEOUT", name, len);
+        break;
+    case LOCKS_TIMEOUT:
+        cmd_reply_word(c, "TIMEOUT", name, len);
+        break;
+    default:
+        reply_refused(c, name, r, at_once);
+        break;
+    }
+}
+
+void cmd_lock_req(const struct client *c, const struct proto_req *req, struct lock_req *lreq)
+{
+    lreq->mode = req->mode == PROTO_MODE_SHARED ? LOCK_SHARED
+                 : req->mode == PROTO_MODE_LIMIT ? LOCK_LIMIT : LOCK_EXCLUSIVE;
+    lreq->limit = req->limit;
+    lreq->wait_ms = req->wait_ms;
+    lreq->try = req->cmd == PROTO_CMD_TRYLOCK;
+    lreq->ttl_ms = req->ttl_ms;
+    lreq->delay_ms = req->delay_ms >= 0 ? req->delay_ms
+                                        : (int64_t)c->srv->settings->lock_delay_ms;
+    lreq->delay_default = req->delay_ms < 0;
+}
+
+/* A wait cut short by the end of input: TIMEOUT, or ERR UNAVAILABLE in an outage. */
+static void reply_wait_cut(struct client *c)
+{
+    log_debug("conn %llu (%s): wait for %s ended by the end of input",
+              (unsigned long long)c->id, c->peer, c->pending_name);
+    if (c->srv->backend->ops->unreachable_since(c->srv->backend->impl))
+        cmd_reply_unavailable(c);
+    else
+        cmd_reply_word(c, "TIMEOUT", c->pending_name, strlen(c->pending_name));
+    client_complete(c);
+}
+
+static void lock_wait_input_ended(struct client *c, void *op)
+{
+    if (locks_cancel_wait(c->srv->locks, &c->owner, c->pending_name))
+        reply_wait_cut(c);
+}
+
+/* A LOCK waiting in the table: the owner's release at the close ends the wait. */
+static const struct pending_ops lock_wait_ops = {
+    .what = "lock wait", .cancel = NULL, .input_ended = lock_wait_input_ended,
+};
+
+static void lease_wait_cancel(struct client *c, void *op)
+{
+    leases_cancel(c->srv->leases, op);
+}
+
+static void lease_wait_input_ended(struct client *c, void *op)
+{
+    leases_cancel(c->srv->leases, op);
+    reply_wait_cut(c);
+}
+
+/* A LOCK ... ttl= being acquired: the lease is the client's until granted. */
+static const struct pending_ops lease_wait_ops = {
+    .what = "lease wait", .cancel = lease_wait_cancel, .input_ended = lease_wait_input_ended,
+};
+
+/* LOCK and TRYLOCK of one name, as a hold of the client or as a lease (ttl=). */
+void cmd_lock(struct client *c, const struct proto_req *req, const char *name)
+{
+    struct lease *lease = NULL;
+    struct lock_req lreq;
+    enum locks_result r;
+    uint64_t token = 0;
+    char text[96];
+
+    if (req->nnames > 1) {
+        cmd_set(c, req, name);
+        return;
+    }
+    cmd_lock_req(c, req, &lreq);
+    if (lreq.ttl_ms > 0)
+        r = leases_lock(c->srv->leases, &c->owner, name, &lreq, &token, &lease);
+    else
+        r = locks_lock(c->srv->locks, &c->owner, name, &lreq, &token);
+    if (r == LOCKS_WAITING) {
+        client_suspend(c, req->cmd, lease ? &lease_wait_ops : &lock_wait_ops, lease, name);
+    } else if (r == LOCKS_LIMIT && lreq.ttl_ms > 0) {
+        snprintf(text, sizeof(text), "%u leases are held or awaited through this daemon",
+                 c->srv->settings->max_leases);
+        client_reply_err(c, PROTO_ERR_LIMIT, text);
+    } else {
+        cmd_reply_lock_result(c, req->cmd, name, r, token, true);
+    }
+}
+
+/*
+ * CHECK's <safe-ms> (PROTOCOL.md, CHECK) from what is left, in ms, before
+ * another holder could be granted: less a tenth for clocks that do not run
+ * at quite the same rate, rounded down, at most PROTO_SAFE_MAX.
+ */
+static int64_t safe_ms_of(int64_t left_ms)
+{
+    if (left_ms <= 0)
+        return 0;
+    if (left_ms > PROTO_SAFE_MAX)
+        left_ms = PROTO_SAFE_MAX;
+    return left_ms - (left_ms + 9) / 10;
+}
+
+/* UNLOCK <name> <token> of a lease, RENEW, or CHECK <name> <token> of a lease. */
+static void reply_lease_op(struct client *c, enum proto_cmd cmd, const char *name,
+                           enum locks_result r, uint64_t token, int64_t left_ms)
+{
+    char buf[PROTO_REPLY_MAX];
+
+    switch (r) {
+    case LOCKS_RELEASED:
+        if (cmd == PROTO_CMD_CHECK)
+            client_reply(c, buf, proto_fmt_checked(buf, sizeof(buf), name, strlen(name), token,
+                                                   safe_ms_of(left_ms)));
+        else
+            cmd_reply_word(c, "OK", name, strlen(name));
+        break;
+    case LOCKS_NOT_HELD:
+        client_reply_err(c, PROTO_ERR_NOT_HELD, "no lease of that name with that token: the "
+                         "token is wrong, or the lease ended");
+        break;
+    case LOCKS_UNAVAILABLE:
+        cmd_reply_unavailable(c);
+        break;
+    default:
+        client_reply_err(c, PROTO_ERR_INTERNAL, "out of memory");
+        break;
+    }
+}
+
+static void lease_op_cancel(struct client *c, void *op)
+{
+    leases_op_cancel(c->srv->leases, op);
+}
+
+/* A lease operation the backend answers later. */
+static const struct pending_ops lease_op_ops = { .what = "lease", .cancel = lease_op_cancel };
+
+static void on_lease_op(void *arg, enum locks_result r, int64_t left_ms)
+{
+    struct client *c = arg;
+
+    c->pending_op = NULL;      /* answered: nothing left to cancel */
+    if (r == LOCKS_RELEASED && c->pending_cmd == PROTO_CMD_UNLOCK)
+        leases_note_released(c->srv->leases);
+    reply_lease_op(c, c->pending_cmd, c->pending_name, r, c->pending_token, left_ms);
+    client_complete(c);
+}
+
+/* UNLOCK, RENEW or CHECK of the lease with req's token. */
+static void lease_op(struct client *c, const struct proto_req *req, const char *name)
+{
+    struct backend_lease_op *op = NULL;
+    int64_t left_ms = 0;
+    enum locks_result r;
+
+    r = leases_op(c->srv->leases, name, req->token,
+                  req->cmd == PROTO_CMD_RENEW ? req->ttl_ms
+                  : req->cmd == PROTO_CMD_CHECK ? LEASE_CHECK : 0,
+                  on_lease_op, c, &op, &left_ms);
+    if (r != LOCKS_WAITING) {
+        reply_lease_op(c, req->cmd, name, r, req->token, left_ms);
+        return;
+    }
+    c->pending_token = req->token;
+    client_suspend(c, req->cmd, &lease_op_ops, op, name);
+}
+
+/* Whether req is about the client's own hold of name: no token, or its token. */
+static bool own_hold(struct client *c, const struct proto_req *req, const char *name)
+{
+    uint64_t token;
+
+    return !req->has_token ||
+           (locks_owner_token(c->srv->locks, &c->owner, name, &token) && token == req->token);
+}
+
+/* UNLOCK: the client's own hold (with its token, if given), else a lease. */
+void cmd_unlock(struct client *c, const struct proto_req *req, const char *name)
+{
+    if (req->nnames > 1) {
+        cmd_set(c, req, name);
+    } else if (!own_hold(c, req, name)) {
+        lease_op(c, req, name);
+    } else if (locks_unlock(c->srv->locks, &c->owner, name) == LOCKS_RELEASED) {
+        cmd_reply_word(c, "OK", name, req->name_len);
+    } else {
+        client_reply_err(c, PROTO_ERR_NOT_HELD, "this connection does not hold that lock");
+    }
+}
+
+void cmd_renew(struct client *c, const struct proto_req *req, const char *name)
+{
+    lease_op(c, req, name);
+}
+
+/*
+ * How long, from now, this daemon keeps serving a connection whose client
+ * went silent: over TCP, the keepalive probes or the user timeout end it
+ * no sooner than this after the last byte came in (the CHECK itself), and
+ * a close is an abandonment, followed by the hold's lock-delay. Over the
+ * Unix socket only the client's own end closes it.
+ */
+static int64_t conn_window_ms(const struct client *c)
+{
+    const struct settings *s = c->srv->settings;
+    int64_t ka = ((int64_t)s->tcp_keepalive_idle_s +
+                  (int64_t)s->tcp_keepalive_interval_s * s->tcp_keepalive_count) * 1000;
+
+    if (strcmp(c->peer, "unix") == 0)
+        return INT64_MAX;
+    if (s->tcp_user_timeout_ms > 0 && s->tcp_user_timeout_ms < ka)
+        return s->tcp_user_timeout_ms;
+    return ka;
+}
+
+/* CHECK <name> [<token>] of the client's own hold. */
+static void check_own(struct client *c, const char *name)
+{
+    char buf[PROTO_REPLY_MAX];
+    int64_t delay_ms, backend_ms, left;
+    uint64_t token;
+
+    if (!locks_owner_check(c->srv->locks, &c->owner, name, &token, &delay_ms, &backend_ms)) {
+        client_reply_err(c, PROTO_ERR_NOT_HELD, "this connection does not hold that lock");
+        return;
+    }
+    left = conn_window_ms(c);
+    if (left < INT64_MAX - delay_ms)
+        left += delay_ms;
+    if (backend_ms < left)
+        left = backend_ms;
+    client_reply(c, buf, proto_fmt_checked(buf, sizeof(buf), name, strlen(name), token,
+                                           safe_ms_of(left)));
+}
+
+/* CHECK: without a token, or with its own hold's, the client's hold; else a lease. */
+void cmd_check(struct client *c, const struct proto_req *req, const char *name)
+{
+    if (own_hold(c, req, name))
+        check_own(c, name);
+    else
+        lease_op(c, req, name);
+}
+
+/* The lock table's answer to a wait: queue the reply, then read on. */
+static void on_lock_done(struct lock_owner *o, const char *name, enum locks_result r,
+                         uint64_t token)
+{
+    struct client *c = client_of_owner(o);
+
+    if (!c->pending) {
+        log_error("conn %llu: lock answer while no request waits", (unsigned long long)c->id);
+        return;
+    }
+    if (c->pending == &cmd_set_ops) {
+        cmd_set_done(c, r, token);      /* a name of a set: the next step runs from the loop */
+        return;
+    }
+    c->pending_op = NULL;      /* answered: a granted lease is on its own now */
+    cmd_reply_lock_result(c, c->pending_cmd, name, r, token, false);
+    client_complete(c);
+}
+
+static void on_lock_lost(struct lock_owner *o, const char *name, uint64_t token,
+                         const char *reason)
+{
+    struct client *c = client_of_owner(o);
+    char buf[PROTO_REPLY_MAX];
+
+    client_reply(c, buf, proto_fmt_lost(buf, sizeof(buf), name, token, reason));
+}
+
+const struct lock_owner_ops cmd_owner_ops = {
+    .done = on_lock_done,
+    .lost = on_lock_lost,
+};

@@ -1,0 +1,258 @@
+/*
+ * cmd_set.c - LOCK, TRYLOCK and UNLOCK of a set of names "a,b,c".
+ *
+ * A set is taken one name at a time, each an ordinary hold of the client,
+ * in strcmp order whatever the order given: every client on every daemon
+ * takes overlapping names in the same order, so none can hold a name
+ * another waits for while waiting for one that other holds. The answer
+ * goes out once all are held; a step that fails releases the names taken
+ * so far (PROTOCOL.md, "Sets of locks"). While a step waits, the set is
+ * the client's pending request.
+ */
+#include "config.h"
+#include "cmd.h"
+
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "log.h"
+#include "server.h"
+#include "settings.h"
+
+struct cmd_set {
+    struct client *c;              /* borrowed: the set is the client's */
+    enum proto_cmd cmd;            /* LOCK or TRYLOCK */
+    struct lock_req lreq;          /* for every name; wait_ms is set again at each step */
+    int64_t deadline_ms;           /* monotonic end of the whole wait; -1: for ever */
+    unsigned n;                    /* names, 2..PROTO_SET_MAX */
+    unsigned taken;                /* names held so far: those of order[0..taken) */
+    unsigned order[PROTO_SET_MAX]; /* indexes of names in strcmp order */
+    enum locks_result r;           /* what done() said of order[taken]'s wait */
+    struct event *step;            /* owned: done() may not call into the lock table,
+                                    * so the next step runs from this event */
+    uint64_t tokens[PROTO_SET_MAX];              /* by index, as given */
+    char names[PROTO_SET_MAX][PROTO_NAME_MAX + 1]; /* as given */
+    size_t list_len;
+    char list[];                   /* "a,b,c" as given, for the replies */
+};
+
+static void set_free(struct cmd_set *s)
+{
+    event_free(s->step);
+    free(s);
+}
+
+/* The set's answer is queued: frees it and, if it was parked, reads on. */
+static void set_end(struct cmd_set *s)
+{
+    struct client *c = s->c;
+    bool parked = c->pending == &cmd_set_ops && c->pending_op == s;
+
+    set_free(s);
+    if (parked)
+        client_complete(c);
+}
+
+/*
+ * A step failed with r (or the wait was cut short): releases the names
+ * taken so far and answers as for one name, with the list.
+ */
+static void set_fail(struct cmd_set *s, enum locks_result r, bool at_once)
+{
+    struct client *c = s->c;
+
+    for (unsigned k = 0; k < s->taken; k++)
+        locks_unlock(c->srv->locks, &c->owner, s->names[s->order[k]]);
+    log_debug("conn %llu (%s): set %s not granted, %u of %u released",
+              (unsigned long long)c->id, c->peer, s->list, s->taken, s->n);
+    if (r == LOCKS_BUSY || r == LOCKS_TIMEOUT)
+        cmd_reply_word(c, r == LOCKS_BUSY && s->cmd == PROTO_CMD_TRYLOCK ? "BUSY" : "TIMEOUT",
+                       s->list, s->list_len);
+    else
+        cmd_reply_lock_result(c, s->cmd, s->names[s->order[s->taken]], r, 0, at_once);
+    set_end(s);
+}
+
+/* All names held: unless one taken earlier was lost (LOST line) while the
+ * rest was awaited, OK with every token. */
+static void set_granted(struct cmd_set *s)
+{
+    struct client *c = s->c;
+    char buf[PROTO_SET_REPLY_MAX];
+    uint64_t token;
+
+    for (unsigned i = 0; i < s->n; i++)
+        if (!locks_owner_token(c->srv->locks, &c->owner, s->names[i], &token) ||
+            token != s->tokens[i]) {
+            client_reply_err(c, PROTO_ERR_UNAVAILABLE, "a lock of the set was lost while the "
+                             "others were awaited; retry later");
+            for (unsigned k = 0; k < s->n; k++)
+                locks_unlock(c->srv->locks, &c->owner, s->names[k]);
+            set_end(s);
+            return;
+        }
+    client_reply(c, buf, proto_fmt_granted_set(buf, sizeof(buf), s->list, s->list_len,
+                                               s->tokens, s->n));
+    set_end(s);
+}
+
+/*
+ * Takes the set's names from order[taken] on, as long as each is granted
+ * at once; a wait parks the set until done().
+ */
+static void set_next(struct cmd_set *s, bool at_once)
+{
+    struct client *c = s->c;
+    uint64_t token = 0;
+    enum locks_result r;
+
+    while (s->taken < s->n) {
+        const char *name = s->names[s->order[s->taken]];
+
+        /* One deadline for the whole set: what is left of it. */
+        if (s->deadline_ms >= 0) {
+            int64_t now = locks_mono_ms();
+
+            s->lreq.wait_ms = s->deadline_ms > now ? s->deadline_ms - now : 0;
+        }
+        r = locks_lock(c->srv->locks, &c->owner, name, &s->lreq, &token);
+        if (r == LOCKS_WAITING) {
+            client_suspend(c, s->cmd, &cmd_set_ops, s, name);
+            return;
+        }
+        if (r != LOCKS_GRANTED) {
+            set_fail(s, r, at_once);
+            return;
+        }
+        s->tokens[s->order[s->taken++]] = token;
+    }
+    set_granted(s);
+}
+
+/* The step after done(): the next name, or the end of a failed set. */
+static void on_set_step(evutil_socket_t fd, short what, void *arg)
+{
+    struct cmd_set *s = arg;
+
+    if (s->r == LOCKS_GRANTED)
+        set_next(s, false);
+    else
+        set_fail(s, s->r, false);
+}
+
+void cmd_set_done(struct client *c, enum locks_result r, uint64_t token)
+{
+    struct cmd_set *s = c->pending_op;
+
+    s->r = r;
+    if (r == LOCKS_GRANTED)
+        s->tokens[s->order[s->taken++]] = token;
+    event_active(s->step, 0, 0);
+}
+
+/* The client is going: its holds go with the others. */
+static void set_cancel(struct client *c, void *op)
+{
+    set_free(op);
+}
+
+/* The end of input cuts the step's wait short, and with it the set. */
+static void set_input_ended(struct client *c, void *op)
+{
+    struct cmd_set *s = op;
+
+    if (!locks_cancel_wait(c->srv->locks, &c->owner, c->pending_name))
+        return;
+    log_debug("conn %llu (%s): wait for %s ended by the end of input",
+              (unsigned long long)c->id, c->peer, c->pending_name);
+    set_fail(s, c->srv->backend->ops->unreachable_since(c->srv->backend->impl) ?
+             LOCKS_UNAVAILABLE : LOCKS_TIMEOUT, true);
+}
+
+const struct pending_ops cmd_set_ops = {
+    .what = "set", .cancel = set_cancel, .input_ended = set_input_ended,
+};
+
+/* UNLOCK a,b,c: all or nothing, every name must be held. */
+static void set_unlock(struct cmd_set *s)
+{
+    struct client *c = s->c;
+    char text[PROTO_NAME_MAX + 64];
+    uint64_t token;
+
+    for (unsigned i = 0; i < s->n; i++)
+        if (!locks_owner_token(c->srv->locks, &c->owner, s->names[i], &token)) {
+            snprintf(text, sizeof(text), "this connection does not hold %s; "
+                     "nothing was released", s->names[i]);
+            client_reply_err(c, PROTO_ERR_NOT_HELD, text);
+            set_free(s);
+            return;
+        }
+    for (unsigned i = 0; i < s->n; i++)
+        locks_unlock(c->srv->locks, &c->owner, s->names[i]);
+    cmd_reply_word(c, "OK", s->list, s->list_len);
+    set_free(s);
+}
+
+/* A copy of req's set, or NULL (ERR INTERNAL sent). *fresh: names not held yet. */
+static struct cmd_set *set_new(struct client *c, const struct proto_req *req, unsigned *fresh)
+{
+    struct cmd_set *s = malloc(sizeof(*s) + req->name_len + 1);
+    uint64_t token;
+
+    if (!s || !(s->step = event_new(c->srv->base, -1, 0, on_set_step, s))) {
+        free(s);
+        client_reply_err(c, PROTO_ERR_INTERNAL, "out of memory");
+        return NULL;
+    }
+    s->c = c;
+    s->n = req->nnames;
+    *fresh = 0;
+    for (unsigned i = 0; i < s->n; i++) {
+        memcpy(s->names[i], req->names[i].p, req->names[i].len);
+        s->names[i][req->names[i].len] = '\0';
+        *fresh += !locks_owner_token(c->srv->locks, &c->owner, s->names[i], &token);
+    }
+    memcpy(s->list, req->name, req->name_len);
+    s->list[req->name_len] = '\0';
+    s->list_len = req->name_len;
+    /* Insertion sort: at most PROTO_SET_MAX names. */
+    for (unsigned i = 0; i < s->n; i++) {
+        unsigned j = i;
+
+        for (; j > 0 && strcmp(s->names[s->order[j - 1]], s->names[i]) > 0; j--)
+            s->order[j] = s->order[j - 1];
+        s->order[j] = i;
+    }
+    return s;
+}
+
+void cmd_set(struct client *c, const struct proto_req *req, const char *name)
+{
+    struct cmd_set *s;
+    unsigned fresh;
+
+    if (!(s = set_new(c, req, &fresh)))
+        return;
+    if (req->cmd == PROTO_CMD_UNLOCK) {
+        set_unlock(s);
+        return;
+    }
+    /* Over the limit once all are held: refused before anything is taken. */
+    if (c->owner.nholds + fresh > c->srv->settings->max_locks_per_client) {
+        cmd_reply_lock_result(c, req->cmd, s->names[0], LOCKS_LIMIT, 0, true);
+        set_free(s);
+        return;
+    }
+    s->cmd = req->cmd;
+    cmd_lock_req(c, req, &s->lreq);
+    s->deadline_ms = req->wait_ms >= 0 ? locks_mono_ms() + req->wait_ms : -1;
+    s->taken = 0;
+    s->r = LOCKS_GRANTED;
+    log_debug("conn %llu (%s): set %s, %u names", (unsigned long long)c->id, c->peer,
+              s->list, s->n);
+    set_next(s, true);
+}
