@@ -36,7 +36,8 @@ const { EventEmitter } = require('node:events');
 const { performance } = require('node:perf_hooks');
 
 const DEFAULT_ADDRESS = '127.0.0.1:7411';
-const NAME_RE = /^[A-Za-z0-9._:/-]{1,200}$/;
+// PROTOCOL.md, "Lock names"; tests/e2e/lbnames.py holds this to that text.
+const NAME_RE = /^[A-Za-z0-9._:@-]{1,200}$/;
 const CHECK_EVERY_MIN = 100;
 const CHECK_EVERY_MAX = 1000;
 const IDLE_MAX = 8;
@@ -63,9 +64,9 @@ function errorOf(line, what) {
 
 /** Throws a BAD_NAME error unless name is a valid lock name. */
 function checkName(name) {
-  if (typeof name !== 'string' || !NAME_RE.test(name)) {
-    throw new LockbrokerError('BAD_NAME',
-      `invalid lock name ${JSON.stringify(name)}: 1 to 200 of A-Z a-z 0-9 . _ : / -`);
+  if (typeof name !== 'string' || !NAME_RE.test(name) || name === '.' || name === '..') {
+    throw new LockbrokerError('BAD_NAME', `invalid lock name ${JSON.stringify(name)}: ` +
+      '1 to 200 bytes of A-Z a-z 0-9 . _ : @ -, not . or ..');
   }
 }
 

@@ -17,6 +17,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from lbharness import Daemon, make_tmpdir, scaled  # noqa: E402
+import lbnames  # noqa: E402
 import test_auth  # noqa: E402
 import test_distributed as td  # noqa: E402
 import zkharness  # noqa: E402
@@ -24,6 +25,29 @@ import zkharness  # noqa: E402
 SRCDIR = os.environ.get("LB_SRCDIR") or os.path.join(HERE, "..", "..")
 PKG = os.path.join(SRCDIR, "clients", "node")
 NODE = shutil.which("node")
+
+# For each name of LB_NAMES (JSON): checkName, then trylock of the name and
+# of a set with LB_PARTNER: "ok" / "granted", or the error's code.
+NAMES_JS = r"""
+const lb = require('lockbroker');
+(async () => {
+  const client = await lb.connect({ address: process.env.LOCKBROKER_ADDR });
+  const out = [];
+  for (const name of JSON.parse(process.env.LB_NAMES)) {
+    const row = { name };
+    try { lb.checkName(name); row.check = 'ok'; } catch (e) { row.check = e.code; }
+    for (const [key, arg] of [['one', name], ['set', [name, process.env.LB_PARTNER]]]) {
+      try {
+        await (await client.trylock(arg)).release();
+        row[key] = 'granted';
+      } catch (e) { row[key] = e.code || String(e); }
+    }
+    out.push(row);
+  }
+  await client.close();
+  console.log(JSON.stringify(out));
+})();
+"""
 
 
 def node_env(extra):
@@ -82,6 +106,26 @@ class NodeClientTests(unittest.TestCase):
                                    timeout=scaled(30.0))
                 self.assertEqual(r.returncode, 0, r.stderr)
                 self.assertTrue(r.stdout, "the example printed nothing")
+
+    def test_names_follow_protocol_md(self):
+        """The library checks names by PROTOCOL.md's rule (read by lbnames),
+        alone and in a set, and the daemon grants what it lets through."""
+        rule = lbnames.name_rule()
+        d = self.start("[server]\n")
+        env = node_env({"LOCKBROKER_ADDR": d.listen_addr, "LB_PARTNER": lbnames.PARTNER,
+                        "LB_NAMES": json.dumps(lbnames.NAMES)})
+        r = subprocess.run([NODE, "-e", NAMES_JS], env=env, capture_output=True, text=True,
+                           timeout=scaled(60.0))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rows = json.loads(r.stdout)
+        self.assertEqual([row["name"] for row in rows], lbnames.NAMES)
+        for row in rows:
+            with self.subTest(name=row["name"]):
+                if rule.valid(row["name"]):
+                    want = {"check": "ok", "one": "granted", "set": "granted"}
+                else:
+                    want = {"check": "BAD_NAME", "one": "BAD_NAME", "set": "BAD_NAME"}
+                self.assertEqual({k: row[k] for k in want}, want)
 
     def test_npm_pack(self):
         npm = shutil.which("npm")

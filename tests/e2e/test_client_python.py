@@ -22,6 +22,7 @@ sys.path.insert(0, os.path.join(os.environ.get("LB_SRCDIR") or os.path.join(HERE
 import lockbroker  # noqa: E402
 import lockbroker.aio  # noqa: E402
 from lbharness import Daemon, make_tmpdir, scaled  # noqa: E402
+import lbnames  # noqa: E402
 import test_auth  # noqa: E402
 import test_distributed as td  # noqa: E402
 import zkharness  # noqa: E402
@@ -186,6 +187,59 @@ class EmbeddedTests(unittest.TestCase):
             await lease.release()
             await c.close()
         asyncio.run(main())
+
+
+class NameRuleTests(unittest.TestCase):
+    """One rule for lock names, PROTOCOL.md's (read by lbnames): the daemon
+    and the library follow it for every name of lbnames.NAMES, alone and in
+    a set."""
+
+    def setUp(self):
+        self.rule = lbnames.name_rule()
+        self.assertTrue(any(map(self.rule.valid, lbnames.NAMES)))
+        self.assertFalse(all(map(self.rule.valid, lbnames.NAMES)))
+        self.d = Daemon(config="[server]\n").start()
+        self.addCleanup(self.d.stop)
+
+    def test_the_daemon_answers_by_the_rule(self):
+        c = self.d.client()
+        self.addCleanup(c.close)
+        for name in filter(lbnames.wire_word, lbnames.NAMES):
+            raw = name.encode("utf-8")
+            with self.subTest(name=name, cmd="STATUS"):     # one name
+                c.send(b"STATUS " + raw + b"\n")
+                reply = c.line_bytes()
+                if self.rule.valid(name):
+                    self.assertTrue(reply.startswith(b"STATUS " + raw + b" "), reply)
+                else:
+                    self.assertTrue(reply.startswith(b"ERR BAD_NAME "), reply)
+            if "," in name:
+                continue                    # TRYLOCK reads a set
+            for arg in (raw, raw + b"," + lbnames.PARTNER.encode()):
+                with self.subTest(arg=arg, cmd="TRYLOCK"):  # a name or a set
+                    c.send(b"TRYLOCK " + arg + b"\n")
+                    reply = c.line_bytes()
+                    if self.rule.valid(name):
+                        self.assertRegex(reply, b"^OK " + re.escape(arg) + rb" [0-9,]+$")
+                        c.send(b"UNLOCK " + arg + b"\n")
+                        self.assertEqual(c.line_bytes(), b"OK " + arg)
+                    else:
+                        self.assertTrue(reply.startswith(b"ERR BAD_NAME "), reply)
+
+    def test_the_library_checks_by_the_rule(self):
+        c = lockbroker.connect(self.d.listen_addr, timeout=T)
+        self.addCleanup(c.close)
+        for name in lbnames.NAMES:
+            for arg in (name, [name, lbnames.PARTNER]):
+                with self.subTest(arg=arg):
+                    if self.rule.valid(name):
+                        lockbroker.check_name(name)
+                        c.trylock(arg).release()
+                    else:
+                        with self.assertRaises(lockbroker.BadName):
+                            lockbroker.check_name(name)
+                        with self.assertRaises(lockbroker.BadName):
+                            c.trylock(arg)
 
 
 SRCDIR = os.environ.get("LB_SRCDIR") or os.path.join(HERE, "..", "..")
