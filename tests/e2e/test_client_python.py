@@ -137,6 +137,30 @@ class EmbeddedTests(unittest.TestCase):
             self.assertFalse(h2.lost)
         self.assertTrue(h.lost)
 
+    def test_a_hold_broken_mid_work_keeps_the_error_of_its_with_block(self):
+        """Lost while the block runs (BREAK from another connection): the
+        block's own exception comes out; without one, NotHeld does. An
+        explicit release() of a lost hold raises NotHeld, then does nothing
+        (Node's release() resolves false instead)."""
+        op = self.d.client()
+        self.addCleanup(op.close)
+        with self.assertRaisesRegex(RuntimeError, "^deploy stopped: broken$"):
+            with self.c.lock("br") as h:
+                self.assertEqual(op.request("BREAK br"), "OK br")
+                self.assertTrue(h.wait_lost(T))
+                raise RuntimeError("deploy stopped: %s" % h.lost_reason)
+        with self.assertRaisesRegex(lockbroker.NotHeld, "lost: broken"):
+            with self.c.lock("br") as h:
+                self.assertEqual(op.request("BREAK br"), "OK br")
+                self.assertTrue(h.wait_lost(T))
+        h = self.c.lock("br")
+        self.assertEqual(op.request("BREAK br"), "OK br")
+        self.assertTrue(h.wait_lost(T))
+        with self.assertRaises(lockbroker.NotHeld):
+            h.release()
+        self.assertIsNone(h.release())
+        self.assertEqual(self.c.status("br")["state"], "free")
+
     def test_lease_renews_itself_and_is_lost_when_ended_elsewhere(self):
         lease = self.c.lease("l", ttl=0.3)
         self.assertTrue(lease.wait_renewals(4, T), "renewals did not come")
