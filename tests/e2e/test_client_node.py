@@ -127,6 +127,53 @@ class NodeClientTests(unittest.TestCase):
                     want = {"check": "BAD_NAME", "one": "BAD_NAME", "set": "BAD_NAME"}
                 self.assertEqual({k: row[k] for k in want}, want)
 
+    def test_top_readme_example_runs_as_written(self):
+        """README.md's Node example, a CommonJS script, as written but for
+        the daemon's address."""
+        with open(os.path.join(SRCDIR, "README.md")) as f:
+            blocks = re.findall(r"```js\n(.*?)```", f.read(), re.S)
+        self.assertEqual(len(blocks), 1)
+        self.assertIn("'127.0.0.1:7411'", blocks[0])
+        d = self.start("[server]\n")
+        script = os.path.join(make_tmpdir(), "example.js")
+        with open(script, "w") as f:
+            f.write(blocks[0].replace("'127.0.0.1:7411'", "'%s'" % d.listen_addr))
+        r = subprocess.run([NODE, script], env=node_env({}), capture_output=True, text=True,
+                           timeout=scaled(30.0))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(r.stdout, "the example printed nothing")
+        self.assertEqual(r.stderr, "")
+
+    def test_npm_install_from_another_directory(self):
+        """clients/node/README.md's npm install, as written but for the
+        checkout's path, in a project outside the checkout."""
+        npm = shutil.which("npm")
+        if not npm:
+            self.skipTest("npm is not installed")
+        with open(os.path.join(PKG, "README.md")) as f:
+            m = re.search(r"```sh\n(npm install .*?)\n```", f.read(), re.S)
+        self.assertIsNotNone(m, "no npm install in the README")
+        self.assertIn("/path/to/lockbroker/", m.group(1))
+        tmp = make_tmpdir()
+        checkout = os.path.join(tmp, "lockbroker")
+        shutil.copytree(PKG, os.path.join(checkout, "clients", "node"))
+        project = os.path.join(tmp, "project")
+        os.mkdir(project)
+        with open(os.path.join(project, "package.json"), "w") as f:
+            f.write('{"name": "project", "private": true}\n')
+        env = dict(os.environ, npm_config_cache=os.path.join(tmp, ".npm"),
+                   npm_config_offline="true", npm_config_audit="false",
+                   npm_config_fund="false", npm_config_update_notifier="false")
+        env.pop("NODE_PATH", None)
+        r = subprocess.run(["sh", "-ec", m.group(1).replace("/path/to/lockbroker", checkout)],
+                           cwd=project, env=env, capture_output=True, text=True,
+                           timeout=scaled(60.0))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        r = subprocess.run([NODE, "-e", "console.log(typeof require('lockbroker').connect)"],
+                           cwd=project, env=env, capture_output=True, text=True,
+                           timeout=scaled(30.0))
+        self.assertEqual((r.returncode, r.stdout), (0, "function\n"), r.stderr)
+
     def test_npm_pack(self):
         npm = shutil.which("npm")
         if not npm:
