@@ -40,7 +40,12 @@ export class Hold extends EventEmitter {
    * worked out at each read; a step of the wall clock moves it. null: no window.
    */
   readonly safeUntil: number | null;
-  release(): Promise<void>;
+  /**
+   * UNLOCK. true: released by this call; false: nothing left to release (the
+   * hold was lost, see lost and lostReason, or released already). A loss never
+   * rejects, so a finally keeps the error of its try.
+   */
+  release(): Promise<boolean>;
   [Symbol.asyncDispose](): Promise<void>;
 }
 
@@ -58,7 +63,12 @@ export class Lease extends EventEmitter {
    */
   readonly deadline: number;
   renew(ttl?: number): Promise<void>;
-  release(): Promise<void>;
+  /**
+   * UNLOCK <name> <token>. true: released by this call; false: the lease had
+   * ended (see lost and lostReason) or was released already. Rejects with
+   * CONNECTION_LOST when the daemon could not be asked.
+   */
+  release(): Promise<boolean>;
   [Symbol.asyncDispose](): Promise<void>;
 }
 

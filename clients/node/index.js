@@ -36,7 +36,8 @@ const { EventEmitter } = require('node:events');
 const { performance } = require('node:perf_hooks');
 
 const DEFAULT_ADDRESS = '127.0.0.1:7411';
-const NAME_RE = /^[A-Za-z0-9._:/-]{1,200}$/;
+// PROTOCOL.md, "Lock names"; tests/e2e/lbnames.py holds this to that text.
+const NAME_RE = /^[A-Za-z0-9._:@-]{1,200}$/;
 const CHECK_EVERY_MIN = 100;
 const CHECK_EVERY_MAX = 1000;
 const IDLE_MAX = 8;
@@ -63,9 +64,9 @@ function errorOf(line, what) {
 
 /** Throws a BAD_NAME error unless name is a valid lock name. */
 function checkName(name) {
-  if (typeof name !== 'string' || !NAME_RE.test(name)) {
-    throw new LockbrokerError('BAD_NAME',
-      `invalid lock name ${JSON.stringify(name)}: 1 to 200 of A-Z a-z 0-9 . _ : / -`);
+  if (typeof name !== 'string' || !NAME_RE.test(name) || name === '.' || name === '..') {
+    throw new LockbrokerError('BAD_NAME', `invalid lock name ${JSON.stringify(name)}: ` +
+      '1 to 200 bytes of A-Z a-z 0-9 . _ : @ -, not . or ..');
   }
 }
 
@@ -268,6 +269,10 @@ class Hold extends EventEmitter {
 
   markLost(reason) {
     if (this.lost || this.released) return;
+    this.setLost(reason);
+  }
+
+  setLost(reason) {
     this.lost = true;
     this.lostReason = reason;
     clearTimeout(this.timer);
@@ -352,29 +357,43 @@ class Hold extends EventEmitter {
     if (safe !== null && !this.lost && !this.released) this.schedule();
   }
 
-  /** UNLOCK; rejects with code NOT_HELD if the hold was lost meanwhile. */
+  /**
+   * UNLOCK; the connection then serves the next hold. Resolves true when
+   * this call released the hold, false when there was nothing left to
+   * release: the hold was lost (lost and lostReason say why; UNLOCK
+   * answered NOT_HELD or the connection failed meanwhile count as lost
+   * too) or released already. A loss never rejects, so that a `finally`
+   * keeps the error of its `try`: check `lost` (or this value) to know
+   * whether the lock was held to the end. Rejects (code PROTOCOL) only on a
+   * reply the protocol does not give; the connection is closed then.
+   */
   async release() {
-    if (this.released) return;
+    if (this.released) return false;
     this.released = true;
     clearTimeout(this.timer);
     if (this.checking) await this.checking.catch(() => {});
     const conn = this.conn;
     if (this.lost) {
       conn.close();
-      throw new LockbrokerError('NOT_HELD', `lock ${this.name} was lost: ${this.lostReason}`);
+      return false;
     }
     let reply;
     try {
       reply = await conn.request(`UNLOCK ${this.name}`);
     } catch (e) {
       conn.close();
-      throw new LockbrokerError('NOT_HELD', `lock ${this.name}: ${e.message}`);
+      if (!this.lost) this.setLost(e.message);
+      return false;
     }
     if (reply !== `OK ${this.name}`) {
       conn.close();
-      throw errorOf(reply, `UNLOCK ${this.name}`);
+      const err = errorOf(reply, `UNLOCK ${this.name}`);
+      if (err.code !== 'NOT_HELD') throw err;
+      if (!this.lost) this.setLost(reply);
+      return false;
     }
     this.client.giveBack(conn);
+    return true;
   }
 
   async [asyncDispose]() {
@@ -463,15 +482,28 @@ class Lease extends EventEmitter {
     throw err;
   }
 
-  /** UNLOCK <name> <token>; rejects with NOT_HELD if it had ended. */
+  /**
+   * UNLOCK <name> <token>. Resolves true when this call released the
+   * lease, false when it had ended (lost and lostReason say why; UNLOCK
+   * answered NOT_HELD counts too) or was released already. Rejects when the
+   * daemon could not be asked (code CONNECTION_LOST: the lease may then
+   * stay held until its ttl runs out) or on a reply the protocol does not
+   * give (PROTOCOL).
+   */
   async release() {
-    if (this.released) return;
+    if (this.released) return false;
     this.released = true;
     clearTimeout(this.timer);
     try {
-      if (this.lost) throw new LockbrokerError('NOT_HELD', `lease ${this.name} ended: ${this.lostReason}`);
+      if (this.lost) return false;
       const reply = await this.conn.request(`UNLOCK ${this.name} ${this.token}`);
-      if (reply !== `OK ${this.name}`) throw errorOf(reply, `UNLOCK ${this.name}`);
+      if (reply === `OK ${this.name}`) return true;
+      const err = errorOf(reply, `UNLOCK ${this.name}`);
+      if (err.code !== 'NOT_HELD') throw err;
+      this.lost = true;
+      this.lostReason = reply;
+      if (this.listenerCount('lost') > 0) this.emit('lost', reply);
+      return false;
     } finally {
       this.conn.close();
     }

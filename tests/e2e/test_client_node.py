@@ -17,6 +17,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from lbharness import Daemon, make_tmpdir, scaled  # noqa: E402
+import lbnames  # noqa: E402
 import test_auth  # noqa: E402
 import test_distributed as td  # noqa: E402
 import zkharness  # noqa: E402
@@ -24,6 +25,29 @@ import zkharness  # noqa: E402
 SRCDIR = os.environ.get("LB_SRCDIR") or os.path.join(HERE, "..", "..")
 PKG = os.path.join(SRCDIR, "clients", "node")
 NODE = shutil.which("node")
+
+# For each name of LB_NAMES (JSON): checkName, then trylock of the name and
+# of a set with LB_PARTNER: "ok" / "granted", or the error's code.
+NAMES_JS = r"""
+const lb = require('lockbroker');
+(async () => {
+  const client = await lb.connect({ address: process.env.LOCKBROKER_ADDR });
+  const out = [];
+  for (const name of JSON.parse(process.env.LB_NAMES)) {
+    const row = { name };
+    try { lb.checkName(name); row.check = 'ok'; } catch (e) { row.check = e.code; }
+    for (const [key, arg] of [['one', name], ['set', [name, process.env.LB_PARTNER]]]) {
+      try {
+        await (await client.trylock(arg)).release();
+        row[key] = 'granted';
+      } catch (e) { row[key] = e.code || String(e); }
+    }
+    out.push(row);
+  }
+  await client.close();
+  console.log(JSON.stringify(out));
+})();
+"""
 
 
 def node_env(extra):
@@ -82,6 +106,73 @@ class NodeClientTests(unittest.TestCase):
                                    timeout=scaled(30.0))
                 self.assertEqual(r.returncode, 0, r.stderr)
                 self.assertTrue(r.stdout, "the example printed nothing")
+
+    def test_names_follow_protocol_md(self):
+        """The library checks names by PROTOCOL.md's rule (read by lbnames),
+        alone and in a set, and the daemon grants what it lets through."""
+        rule = lbnames.name_rule()
+        d = self.start("[server]\n")
+        env = node_env({"LOCKBROKER_ADDR": d.listen_addr, "LB_PARTNER": lbnames.PARTNER,
+                        "LB_NAMES": json.dumps(lbnames.NAMES)})
+        r = subprocess.run([NODE, "-e", NAMES_JS], env=env, capture_output=True, text=True,
+                           timeout=scaled(60.0))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rows = json.loads(r.stdout)
+        self.assertEqual([row["name"] for row in rows], lbnames.NAMES)
+        for row in rows:
+            with self.subTest(name=row["name"]):
+                if rule.valid(row["name"]):
+                    want = {"check": "ok", "one": "granted", "set": "granted"}
+                else:
+                    want = {"check": "BAD_NAME", "one": "BAD_NAME", "set": "BAD_NAME"}
+                self.assertEqual({k: row[k] for k in want}, want)
+
+    def test_top_readme_example_runs_as_written(self):
+        """README.md's Node example, a CommonJS script, as written but for
+        the daemon's address."""
+        with open(os.path.join(SRCDIR, "README.md")) as f:
+            blocks = re.findall(r"```js\n(.*?)```", f.read(), re.S)
+        self.assertEqual(len(blocks), 1)
+        self.assertIn("'127.0.0.1:7411'", blocks[0])
+        d = self.start("[server]\n")
+        script = os.path.join(make_tmpdir(), "example.js")
+        with open(script, "w") as f:
+            f.write(blocks[0].replace("'127.0.0.1:7411'", "'%s'" % d.listen_addr))
+        r = subprocess.run([NODE, script], env=node_env({}), capture_output=True, text=True,
+                           timeout=scaled(30.0))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(r.stdout, "the example printed nothing")
+        self.assertEqual(r.stderr, "")
+
+    def test_npm_install_from_another_directory(self):
+        """clients/node/README.md's npm install, as written but for the
+        checkout's path, in a project outside the checkout."""
+        npm = shutil.which("npm")
+        if not npm:
+            self.skipTest("npm is not installed")
+        with open(os.path.join(PKG, "README.md")) as f:
+            m = re.search(r"```sh\n(npm install .*?)\n```", f.read(), re.S)
+        self.assertIsNotNone(m, "no npm install in the README")
+        self.assertIn("/path/to/lockbroker/", m.group(1))
+        tmp = make_tmpdir()
+        checkout = os.path.join(tmp, "lockbroker")
+        shutil.copytree(PKG, os.path.join(checkout, "clients", "node"))
+        project = os.path.join(tmp, "project")
+        os.mkdir(project)
+        with open(os.path.join(project, "package.json"), "w") as f:
+            f.write('{"name": "project", "private": true}\n')
+        env = dict(os.environ, npm_config_cache=os.path.join(tmp, ".npm"),
+                   npm_config_offline="true", npm_config_audit="false",
+                   npm_config_fund="false", npm_config_update_notifier="false")
+        env.pop("NODE_PATH", None)
+        r = subprocess.run(["sh", "-ec", m.group(1).replace("/path/to/lockbroker", checkout)],
+                           cwd=project, env=env, capture_output=True, text=True,
+                           timeout=scaled(60.0))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        r = subprocess.run([NODE, "-e", "console.log(typeof require('lockbroker').connect)"],
+                           cwd=project, env=env, capture_output=True, text=True,
+                           timeout=scaled(30.0))
+        self.assertEqual((r.returncode, r.stdout), (0, "function\n"), r.stderr)
 
     def test_npm_pack(self):
         npm = shutil.which("npm")

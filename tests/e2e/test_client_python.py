@@ -8,6 +8,7 @@ synchronise and nothing asserts a duration."""
 import asyncio
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -22,6 +23,7 @@ sys.path.insert(0, os.path.join(os.environ.get("LB_SRCDIR") or os.path.join(HERE
 import lockbroker  # noqa: E402
 import lockbroker.aio  # noqa: E402
 from lbharness import Daemon, make_tmpdir, scaled  # noqa: E402
+import lbnames  # noqa: E402
 import test_auth  # noqa: E402
 import test_distributed as td  # noqa: E402
 import zkharness  # noqa: E402
@@ -136,6 +138,30 @@ class EmbeddedTests(unittest.TestCase):
             self.assertFalse(h2.lost)
         self.assertTrue(h.lost)
 
+    def test_a_hold_broken_mid_work_keeps_the_error_of_its_with_block(self):
+        """Lost while the block runs (BREAK from another connection): the
+        block's own exception comes out; without one, NotHeld does. An
+        explicit release() of a lost hold raises NotHeld, then does nothing
+        (Node's release() resolves false instead)."""
+        op = self.d.client()
+        self.addCleanup(op.close)
+        with self.assertRaisesRegex(RuntimeError, "^deploy stopped: broken$"):
+            with self.c.lock("br") as h:
+                self.assertEqual(op.request("BREAK br"), "OK br")
+                self.assertTrue(h.wait_lost(T))
+                raise RuntimeError("deploy stopped: %s" % h.lost_reason)
+        with self.assertRaisesRegex(lockbroker.NotHeld, "lost: broken"):
+            with self.c.lock("br") as h:
+                self.assertEqual(op.request("BREAK br"), "OK br")
+                self.assertTrue(h.wait_lost(T))
+        h = self.c.lock("br")
+        self.assertEqual(op.request("BREAK br"), "OK br")
+        self.assertTrue(h.wait_lost(T))
+        with self.assertRaises(lockbroker.NotHeld):
+            h.release()
+        self.assertIsNone(h.release())
+        self.assertEqual(self.c.status("br")["state"], "free")
+
     def test_lease_renews_itself_and_is_lost_when_ended_elsewhere(self):
         lease = self.c.lease("l", ttl=0.3)
         self.assertTrue(lease.wait_renewals(4, T), "renewals did not come")
@@ -188,6 +214,59 @@ class EmbeddedTests(unittest.TestCase):
         asyncio.run(main())
 
 
+class NameRuleTests(unittest.TestCase):
+    """One rule for lock names, PROTOCOL.md's (read by lbnames): the daemon
+    and the library follow it for every name of lbnames.NAMES, alone and in
+    a set."""
+
+    def setUp(self):
+        self.rule = lbnames.name_rule()
+        self.assertTrue(any(map(self.rule.valid, lbnames.NAMES)))
+        self.assertFalse(all(map(self.rule.valid, lbnames.NAMES)))
+        self.d = Daemon(config="[server]\n").start()
+        self.addCleanup(self.d.stop)
+
+    def test_the_daemon_answers_by_the_rule(self):
+        c = self.d.client()
+        self.addCleanup(c.close)
+        for name in filter(lbnames.wire_word, lbnames.NAMES):
+            raw = name.encode("utf-8")
+            with self.subTest(name=name, cmd="STATUS"):     # one name
+                c.send(b"STATUS " + raw + b"\n")
+                reply = c.line_bytes()
+                if self.rule.valid(name):
+                    self.assertTrue(reply.startswith(b"STATUS " + raw + b" "), reply)
+                else:
+                    self.assertTrue(reply.startswith(b"ERR BAD_NAME "), reply)
+            if "," in name:
+                continue                    # TRYLOCK reads a set
+            for arg in (raw, raw + b"," + lbnames.PARTNER.encode()):
+                with self.subTest(arg=arg, cmd="TRYLOCK"):  # a name or a set
+                    c.send(b"TRYLOCK " + arg + b"\n")
+                    reply = c.line_bytes()
+                    if self.rule.valid(name):
+                        self.assertRegex(reply, b"^OK " + re.escape(arg) + rb" [0-9,]+$")
+                        c.send(b"UNLOCK " + arg + b"\n")
+                        self.assertEqual(c.line_bytes(), b"OK " + arg)
+                    else:
+                        self.assertTrue(reply.startswith(b"ERR BAD_NAME "), reply)
+
+    def test_the_library_checks_by_the_rule(self):
+        c = lockbroker.connect(self.d.listen_addr, timeout=T)
+        self.addCleanup(c.close)
+        for name in lbnames.NAMES:
+            for arg in (name, [name, lbnames.PARTNER]):
+                with self.subTest(arg=arg):
+                    if self.rule.valid(name):
+                        lockbroker.check_name(name)
+                        c.trylock(arg).release()
+                    else:
+                        with self.assertRaises(lockbroker.BadName):
+                            lockbroker.check_name(name)
+                        with self.assertRaises(lockbroker.BadName):
+                            c.trylock(arg)
+
+
 SRCDIR = os.environ.get("LB_SRCDIR") or os.path.join(HERE, "..", "..")
 PKG = os.path.join(SRCDIR, "clients", "python")
 
@@ -213,25 +292,32 @@ class PackagingTests(unittest.TestCase):
                 self.assertNotIn("lost", r.stdout.replace("lost: False", ""))
 
     def test_installs_into_a_virtualenv_without_an_index(self):
-        python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
-        probe = subprocess.run([python, "-c", "import venv, setuptools, wheel"],
-                               capture_output=True)
-        if probe.returncode != 0:
-            self.skipTest("needs python3-venv, python3-setuptools and python3-wheel")
+        """The README's recipe, as written but for the checkout's path, run
+        outside the checkout."""
+        with open(os.path.join(PKG, "README.md")) as f:
+            m = re.search(r"```sh\n(LOCKBROKER=.*?)```", f.read(), re.S)
+        self.assertIsNotNone(m, "no install recipe in the README")
+        recipe = m.group(1)
+        self.assertIn("/usr/bin/python3 -m venv", recipe)
+        probe = subprocess.run(["/usr/bin/python3", "-c", "import venv, setuptools, wheel"],
+                               capture_output=True) if os.path.exists("/usr/bin/python3") else None
+        if probe is None or probe.returncode != 0:
+            self.skipTest("needs /usr/bin/python3 with python3-venv, python3-setuptools and "
+                          "python3-wheel")
         tmp = make_tmpdir()
-        src = os.path.join(tmp, "src")
-        shutil.copytree(PKG, src)            # the source tree may be read-only (distcheck)
-        venv = os.path.join(tmp, "venv")
-        subprocess.run([python, "-m", "venv", "--system-site-packages", venv], check=True)
-        r = subprocess.run([os.path.join(venv, "bin", "pip"), "install", "--no-index",
-                            "--no-build-isolation", src], capture_output=True, text=True,
-                           cwd=tmp)
+        checkout = os.path.join(tmp, "lockbroker")
+        # A copy: the source tree may be read-only (distcheck).
+        shutil.copytree(PKG, os.path.join(checkout, "clients", "python"))
+        work = os.path.join(tmp, "project")
+        os.mkdir(work)
+        recipe = re.sub(r"^LOCKBROKER=\S+", lambda _: "LOCKBROKER=" + shlex.quote(checkout),
+                        recipe, count=1, flags=re.M)
+        r = subprocess.run(["sh", "-ec", recipe], capture_output=True, text=True, cwd=work)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        r = subprocess.run([os.path.join(venv, "bin", "python"), "-c",
+        r = subprocess.run([os.path.join(work, "venv", "bin", "python"), "-c",
                             "import lockbroker, lockbroker.aio; print(lockbroker.__version__)"],
                            capture_output=True, text=True, cwd=tmp)
         self.assertEqual((r.returncode, r.stdout), (0, "0.1.0\n"), r.stderr)
-
 
 class JeopardyTests(unittest.TestCase):
     """A daemon that keeps a silent client 1.5 s answers a window of 1350 ms:
