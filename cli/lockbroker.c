@@ -32,8 +32,7 @@ struct options {
     int64_t io_ms;         /* -t */
     int shared;            /* -s */
     unsigned limit;        /* -n, 1..PROTO_LIMIT_MAX; 0 = not given */
-    int lock_opts_given;   /* -w, -s, -n or -E was given (run and lease) */
-    int grace_given;       /* -g was given (run only) */
+    unsigned given;        /* OPTS_* of the options given, which the subcommand checks */
     int timeout_exit;      /* -E: the status when -w runs out (run and lease); -1: 124 */
     const char *label;     /* --label (run and lease), checked; NULL: the default */
     int verbose;           /* -v (run and lease): say what a long wait waits for */
@@ -47,6 +46,19 @@ struct options {
 
 /* Long options without a short form. */
 enum { OPT_LABEL = 256, OPT_PASSWORD_FILE, OPT_JSON, OPT_RAW, OPT_HUMAN, OPT_CLUSTER };
+
+/*
+ * The options only some subcommands take, by group. -H, -U, -t, -a,
+ * --password-file, --human and --raw are taken by all (the last two do
+ * nothing where there is no table).
+ */
+enum {
+    OPTS_LOCK = 1 << 0,      /* -w, -s, -n, -E: how run and lease wait and hold */
+    OPTS_GRACE = 1 << 1,     /* -g: run's grace after a loss */
+    OPTS_LABEL = 1 << 2,     /* --label, -v: run and lease */
+    OPTS_JSON = 1 << 3,      /* --json: stats, status, locks */
+    OPTS_CLUSTER = 1 << 4,   /* --cluster: locks */
+};
 
 static void usage(FILE *f)
 {
@@ -297,6 +309,103 @@ static const char *option_name(char **argv, int opt)
     return argv[optind - 1];
 }
 
+/* -H, -U, -t, -a, --password-file: which broker, and as whom. Returns 0 or a usage error. */
+static int parse_broker_option(struct options *o, int opt, const char *arg)
+{
+    switch (opt) {
+    case 'H':
+        o->host = arg;
+        return 0;
+    case 'U':
+        o->unix_path = arg;
+        return 0;
+    case 't':
+        return check_duration("-t", arg, 1, PROTO_WAIT_MAX, &o->io_ms);
+    case 'a':
+        if (!proto_user_valid(arg, strlen(arg)))
+            return usage_error("-a: expected a user name of 1-64 characters "
+                               "A-Z a-z 0-9 . _ @ -, got '%s'", arg);
+        o->user = arg;
+        return 0;
+    default:   /* --password-file */
+        o->password_file = arg;
+        return 0;
+    }
+}
+
+/*
+ * -w, -g, -E, -s, -n, --label, -v: how run and lease take the lock, noted
+ * in o->given for the subcommand to check. Returns 0 or a usage error.
+ */
+static int parse_lock_option(struct options *o, int opt, const char *arg)
+{
+    char *end;
+    long v;
+    int rc;
+
+    switch (opt) {
+    case 'w':
+        if ((rc = check_duration("-w", arg, 0, PROTO_WAIT_MAX, &o->wait_ms)))
+            return rc;
+        o->given |= OPTS_LOCK;
+        return 0;
+    case 'g':
+        if ((rc = check_duration("-g", arg, 0, PROTO_WAIT_MAX, &o->grace_ms)))
+            return rc;
+        o->given |= OPTS_GRACE;
+        return 0;
+    case 'E':
+        v = strtol(arg, &end, 10);
+        if (!arg[0] || *end || v < 0 || v > 255)
+            return usage_error("-E: expected an exit status from 0 to 255, got '%s'", arg);
+        o->timeout_exit = (int)v;
+        o->given |= OPTS_LOCK;
+        return 0;
+    case 's':
+        o->shared = 1;
+        o->given |= OPTS_LOCK;
+        return 0;
+    case 'n':
+        if (parse_limit(arg, &o->limit) < 0)
+            return usage_error("--limit: expected a number of holders from 1 to 65535, "
+                               "got '%s'", arg);
+        o->given |= OPTS_LOCK;
+        return 0;
+    case OPT_LABEL:
+        if (!label_valid(arg))
+            return usage_error("--label: expected 1-100 printable ASCII characters "
+                               "other than space, got '%s'", arg);
+        o->label = arg;
+        o->given |= OPTS_LABEL;
+        return 0;
+    default:   /* -v */
+        o->verbose = 1;
+        o->given |= OPTS_LABEL;
+        return 0;
+    }
+}
+
+/* --json, --raw, --human, --cluster: what status, locks and stats print. */
+static void parse_output_option(struct options *o, int opt)
+{
+    switch (opt) {
+    case OPT_JSON:
+        o->json = 1;
+        o->given |= OPTS_JSON;
+        break;
+    case OPT_RAW:
+        o->human = 0;
+        break;
+    case OPT_HUMAN:
+        o->human = 1;
+        break;
+    default:   /* --cluster */
+        o->cluster = 1;
+        o->given |= OPTS_CLUSTER;
+        break;
+    }
+}
+
 /*
  * One pass of getopt over argv, stopping at the first operand. Called for
  * the options before the subcommand and again for those after it.
@@ -325,86 +434,20 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
         { "version", no_argument, NULL, 'V' },
         { NULL, 0, NULL, 0 },
     };
-    int opt;
+    int opt, rc = 0;
 
     optind = 1;
     opterr = 0;   /* our own messages, with the usage hint */
     while ((opt = getopt_long(argc, argv, "+:H:U:w:g:E:t:sn:a:vhV", longopts, NULL)) != -1) {
         switch (opt) {
-        case 'H': o->host = optarg; break;
-        case 'U': o->unix_path = optarg; break;
-        case 'w':
-            if ((*exit_code = check_duration("-w", optarg, 0, PROTO_WAIT_MAX, &o->wait_ms)))
-                return -1;
-            o->lock_opts_given = 1;
+        case 'H': case 'U': case 't': case 'a': case OPT_PASSWORD_FILE:
+            rc = parse_broker_option(o, opt, optarg);
             break;
-        case 'g':
-            if ((*exit_code = check_duration("-g", optarg, 0, PROTO_WAIT_MAX, &o->grace_ms)))
-                return -1;
-            o->grace_given = 1;
+        case 'w': case 'g': case 'E': case 's': case 'n': case OPT_LABEL: case 'v':
+            rc = parse_lock_option(o, opt, optarg);
             break;
-        case 'E': {
-            char *end;
-            long v = strtol(optarg, &end, 10);
-
-            if (!optarg[0] || *end || v < 0 || v > 255) {
-                *exit_code = usage_error("-E: expected an exit status from 0 to 255, got '%s'",
-                                         optarg);
-                return -1;
-            }
-            o->timeout_exit = (int)v;
-            o->lock_opts_given = 1;
-            break;
-        }
-        case 's':
-            o->shared = 1;
-            o->lock_opts_given = 1;
-            break;
-        case 'n':
-            if (parse_limit(optarg, &o->limit) < 0) {
-                *exit_code = usage_error("--limit: expected a number of holders from 1 to 65535, "
-                                         "got '%s'", optarg);
-                return -1;
-            }
-            o->lock_opts_given = 1;
-            break;
-        case 't':
-            if ((*exit_code = check_duration("-t", optarg, 1, PROTO_WAIT_MAX, &o->io_ms)))
-                return -1;
-            break;
-        case OPT_LABEL:
-            if (!label_valid(optarg)) {
-                *exit_code = usage_error("--label: expected 1-100 printable ASCII characters "
-                                         "other than space, got '%s'", optarg);
-                return -1;
-            }
-            o->label = optarg;
-            break;
-        case 'v':
-            o->verbose = 1;
-            break;
-        case 'a':
-            if (!proto_user_valid(optarg, strlen(optarg))) {
-                *exit_code = usage_error("-a: expected a user name of 1-64 characters "
-                                         "A-Z a-z 0-9 . _ @ -, got '%s'", optarg);
-                return -1;
-            }
-            o->user = optarg;
-            break;
-        case OPT_PASSWORD_FILE:
-            o->password_file = optarg;
-            break;
-        case OPT_RAW:
-            o->human = 0;
-            break;
-        case OPT_HUMAN:
-            o->human = 1;
-            break;
-        case OPT_JSON:
-            o->json = 1;
-            break;
-        case OPT_CLUSTER:
-            o->cluster = 1;
+        case OPT_JSON: case OPT_RAW: case OPT_HUMAN: case OPT_CLUSTER:
+            parse_output_option(o, opt);
             break;
         case 'h':
             usage(stdout);
@@ -419,6 +462,10 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
             return -1;
         default:
             *exit_code = usage_error("unknown option %s", option_name(argv, optopt));
+            return -1;
+        }
+        if (rc != 0) {
+            *exit_code = rc;
             return -1;
         }
     }
@@ -1134,7 +1181,7 @@ int main(int argc, char **argv)
         return rc;
 
     if (strcmp(sub, "run") != 0 && strcmp(sub, "lease") != 0 &&
-        (o.lock_opts_given || o.grace_given))
+        (o.given & (OPTS_LOCK | OPTS_GRACE)))
         return usage_error("%s: -w, -g, -s, -n and -E are options of run (-w, -s, -n and -E "
                            "also of lease)", sub);
     if (o.json && strcmp(sub, "stats") != 0 && strcmp(sub, "status") != 0 &&
@@ -1144,7 +1191,7 @@ int main(int argc, char **argv)
         return usage_error("%s: --cluster is an option of locks", sub);
     if (strcmp(sub, "run") != 0 && strcmp(sub, "lease") != 0 && (o.label || o.verbose))
         return usage_error("%s: --label and -v are options of run and lease", sub);
-    if (strcmp(sub, "lease") == 0 && o.grace_given)
+    if (strcmp(sub, "lease") == 0 && (o.given & OPTS_GRACE))
         return usage_error("%s", "lease: -g is an option of run");
     if (o.shared && o.limit > 0)
         return usage_error("%s", "--shared and --limit are mutually exclusive");
