@@ -1,6 +1,7 @@
 /*
  * lockbroker.c - the command-line client of lockbrokerd: options, address,
- * and the subcommands run, lease, renew, release, status, locks, stats and ping.
+ * and the subcommands run, lease, renew, release, status, locks, elect,
+ * observe, break, stats and ping, one row each in subcommands[].
  */
 #include "config.h"
 
@@ -32,8 +33,7 @@ struct options {
     int64_t io_ms;         /* -t */
     int shared;            /* -s */
     unsigned limit;        /* -n, 1..PROTO_LIMIT_MAX; 0 = not given */
-    int lock_opts_given;   /* -w, -s, -n or -E was given (run and lease) */
-    int grace_given;       /* -g was given (run only) */
+    unsigned given;        /* OPTS_* of the options given, which the subcommand checks */
     int timeout_exit;      /* -E: the status when -w runs out (run and lease); -1: 124 */
     const char *label;     /* --label (run and lease), checked; NULL: the default */
     int verbose;           /* -v (run and lease): say what a long wait waits for */
@@ -48,110 +48,21 @@ struct options {
 /* Long options without a short form. */
 enum { OPT_LABEL = 256, OPT_PASSWORD_FILE, OPT_JSON, OPT_RAW, OPT_HUMAN, OPT_CLUSTER };
 
-static void usage(FILE *f)
-{
-    fprintf(f,
-        "Usage: lockbroker [OPTIONS] run [-w TIME] [-g TIME] [-s | -n N] [--label L] [-v]\n"
-        "                  NAME [--] COMMAND [ARGS...]\n"
-        "       lockbroker [OPTIONS] lease [-w TIME] [-s | -n N] [--label L] [-v] NAME TTL\n"
-        "       lockbroker [OPTIONS] renew NAME TOKEN TTL\n"
-        "       lockbroker [OPTIONS] release NAME TOKEN\n"
-        "       lockbroker [OPTIONS] status [--json | --human | --raw] [NAME]\n"
-        "       lockbroker [OPTIONS] locks [--cluster] [--json | --human | --raw] [GLOB]\n"
-        "       lockbroker [OPTIONS] elect [--label L] NAME [--] COMMAND [ARGS...]\n"
-        "       lockbroker [OPTIONS] observe NAME\n"
-        "       lockbroker [OPTIONS] break NAME [TOKEN]\n"
-        "       lockbroker [OPTIONS] stats [--json]\n"
-        "       lockbroker [OPTIONS] ping\n"
-        "Client of lockbrokerd. `run` holds lock NAME while COMMAND runs, with\n"
-        "LOCKBROKER_NAME, LOCKBROKER_TOKEN (the fencing token) and LOCKBROKER_ADDR in its\n"
-        "environment, and exits with its status (128+N if signal N killed it). For\n"
-        "`run`, NAME may be a set a,b,c of up to 16 names, held all or none (no deadlock\n"
-        "with other sets); LOCKBROKER_NAME and LOCKBROKER_TOKEN are then lists in\n"
-        "that order, and losing any of the names ends COMMAND as losing the lock would.\n"
-        "`lease` takes lock NAME as a lease, which outlives lockbroker, and prints its\n"
-        "TOKEN. The lease ends TTL (100ms to 24h) after the grant or the latest\n"
-        "`renew`, or when `release` ends it.\n"
-        "`status NAME` prints the lock's STATUS line and exits 0 if it is held, 1 if\n"
-        "it is free. `locks` lists the locks held or awaited on the broker (those\n"
-        "whose name matches GLOB: * ? [...]), one LOCK line each; with --cluster,\n"
-        "every holder and queued request on every daemon, one HOLDER line each.\n"
-        "`elect NAME -- COMMAND` is `run` for a leader election: it waits in line and\n"
-        "runs COMMAND while it leads; --label names it to followers (an address).\n"
-        "`observe NAME` prints the holder's label each time it changes (- when none):\n"
-        "who leads, until it is stopped. `break NAME` ends every hold of NAME granted\n"
-        "through this broker (TOKEN: that one), each holder told LOST ... broken.\n"
-        "TIME and TTL are a number with a unit, ms, s, m or h (500ms, 60s, 2m, 1h), or\n"
-        "a plain number of milliseconds: -w 60 waits 60 ms, -w 60s a minute.\n"
-        "Options go before or after the subcommand, but before NAME. A COMMAND that\n"
-        "starts with '-' needs -- before it.\n"
-        "  -H, --host HOST:PORT  broker address: IPv4, [IPv6] or a host name, and a port\n"
-        "                        (default 7411)\n"
-        "  -U, --unix PATH       broker Unix socket\n"
-        "                        (default: $LOCKBROKER_ADDR, HOST:PORT or unix:PATH or\n"
-        "                        /PATH; else %s)\n"
-        "  -w, --wait TIME       run, lease: give up if the lock is not granted within\n"
-        "                        TIME (0 to 2147483647 ms; 0: only if it is free now;\n"
-        "                        default: wait for ever)\n"
-        "  -E, --conflict-exit-code N\n"
-        "                        run, lease: exit N (0-255) rather than 124 when -w runs\n"
-        "                        out, so that it cannot be taken for COMMAND's own status\n"
-        "  -g, --grace TIME      run: after the lock is lost or in jeopardy, SIGKILL the\n"
-        "                        command TIME after SIGTERM (default %d ms; 0: at once),\n"
-        "                        but within the broker's last safe window (CHECK)\n"
-        "  -s, --shared          run, lease: take the lock shared: shared holders run\n"
-        "                        together, an exclusive holder (without -s or -n) alone\n"
-        "  -n, --limit N         run, lease: take one of N slots (1-65535) of a\n"
-        "                        semaphore; every holder and waiter of NAME must give\n"
-        "                        the same N\n"
-        "      --label L         run, lease: name this client L in STATUS and LOCKS\n"
-        "                        (1-100 printable characters, no spaces; default:\n"
-        "                        user@host:pid:command, command `lease` for lease)\n"
-        "      --json            stats, status, locks: print JSON objects (numbers as\n"
-        "                        numbers, a token as a string) instead of lines\n"
-        "      --cluster         locks: every holder (all of a shared or limit lock's)\n"
-        "                        and queued request through every daemon of the\n"
-        "                        cluster, as ZooKeeper has them (HOLDERS)\n"
-        "      --human, --raw    status NAME, locks: a table with durations (the default\n"
-        "                        on a terminal), or the protocol's lines (otherwise)\n"
-        "  -v, --verbose         run, lease: once a wait for the lock passes 1 s, say on\n"
-        "                        stderr who holds it (the default when stderr is a\n"
-        "                        terminal)\n"
-        "  -a, --user USER       log in as USER (AUTH) with the password from\n"
-        "                        --password-file, or else $LOCKBROKER_PASSWORD\n"
-        "      --password-file FILE  the password of -a: the first line of FILE\n"
-        "                        (passwords are never taken on the command line)\n"
-        "  -t, --timeout TIME    connect and reply timeout (default %d ms)\n"
-        "  -h, --help            show this help\n"
-        "  -V, --version         show the version\n"
-        "SIGINT, SIGTERM and SIGHUP are passed on to COMMAND's process group. If\n"
-        "lockbroker is killed, COMMAND's process group gets SIGKILL, then the lock is\n"
-        "freed (see lockbroker(1) for what is not covered).\n"
-        "Exit status: COMMAND's (run), 0 (other subcommands), or\n"
-        "    1  status NAME: the lock is free (0: it is held)\n"
-        "  116  run: jeopardy: the broker did not confirm the lock (CHECK) in time;\n"
-        "       COMMAND was terminated before anyone else could be granted the lock\n"
-        "  117  the broker refused the login (-a: wrong user or password, or it has no\n"
-        "       users), wants one (ERR NOAUTH: give -a), or USER may not use NAME\n"
-        "       (ERR DENIED)\n"
-        "  118  renew, release: the lease is not held (ERR NOT_HELD): wrong TOKEN, or\n"
-        "       it expired or was released; break: no such hold through this broker\n"
-        "  119  run, lease: the lock is in use in another mode or with another limit\n"
-        "       (ERR CONFLICT)\n"
-        "  120  the lock was lost while COMMAND ran (LOST, or the connection dropped);\n"
-        "       COMMAND was terminated\n"
-        "  121  the broker is unreachable or unavailable (cannot connect, connection\n"
-        "       closed, no reply, ERR LIMIT), or it cannot reach its lock service,\n"
-        "       ZooKeeper (ERR UNAVAILABLE; also when a -w wait ends in an outage)\n"
-        "  122  invalid lock name\n"
-        "  123  unexpected reply from the broker (e.g. it does not know STATUS or\n"
-        "       LOCKS)\n"
-        "  124  run -w, lease -w: timed out waiting for the lock (-E N: N instead)\n"
-        "  125  usage error, or lockbroker itself failed\n"
-        "  126  COMMAND was found but cannot be executed\n"
-        "  127  COMMAND was not found\n",
-        CLIENT_ADDR_DEFAULT, GRACE_DEFAULT_MS, IO_TIMEOUT_DEFAULT_MS);
-}
+/*
+ * The options only some subcommands take, by group. -H, -U, -t, -a,
+ * --password-file, --human and --raw are taken by all (the last two do
+ * nothing where there is no table).
+ */
+enum {
+    OPTS_LOCK = 1 << 0,      /* -w, -s, -n, -E: how run and lease wait and hold */
+    OPTS_GRACE = 1 << 1,     /* -g: run's grace after a loss */
+    OPTS_LABEL = 1 << 2,     /* --label, -v: run and lease */
+    OPTS_JSON = 1 << 3,      /* --json: stats, status, locks */
+    OPTS_CLUSTER = 1 << 4,   /* --cluster: locks */
+};
+
+/* --help: the subcommands' rows, then usage_options. */
+static void usage(FILE *f);
 
 static int usage_error(const char *fmt, const char *arg)
 {
@@ -297,6 +208,103 @@ static const char *option_name(char **argv, int opt)
     return argv[optind - 1];
 }
 
+/* -H, -U, -t, -a, --password-file: which broker, and as whom. Returns 0 or a usage error. */
+static int parse_broker_option(struct options *o, int opt, const char *arg)
+{
+    switch (opt) {
+    case 'H':
+        o->host = arg;
+        return 0;
+    case 'U':
+        o->unix_path = arg;
+        return 0;
+    case 't':
+        return check_duration("-t", arg, 1, PROTO_WAIT_MAX, &o->io_ms);
+    case 'a':
+        if (!proto_user_valid(arg, strlen(arg)))
+            return usage_error("-a: expected a user name of 1-64 characters "
+                               "A-Z a-z 0-9 . _ @ -, got '%s'", arg);
+        o->user = arg;
+        return 0;
+    default:   /* --password-file */
+        o->password_file = arg;
+        return 0;
+    }
+}
+
+/*
+ * -w, -g, -E, -s, -n, --label, -v: how run and lease take the lock, noted
+ * in o->given for the subcommand to check. Returns 0 or a usage error.
+ */
+static int parse_lock_option(struct options *o, int opt, const char *arg)
+{
+    char *end;
+    long v;
+    int rc;
+
+    switch (opt) {
+    case 'w':
+        if ((rc = check_duration("-w", arg, 0, PROTO_WAIT_MAX, &o->wait_ms)))
+            return rc;
+        o->given |= OPTS_LOCK;
+        return 0;
+    case 'g':
+        if ((rc = check_duration("-g", arg, 0, PROTO_WAIT_MAX, &o->grace_ms)))
+            return rc;
+        o->given |= OPTS_GRACE;
+        return 0;
+    case 'E':
+        v = strtol(arg, &end, 10);
+        if (!arg[0] || *end || v < 0 || v > 255)
+            return usage_error("-E: expected an exit status from 0 to 255, got '%s'", arg);
+        o->timeout_exit = (int)v;
+        o->given |= OPTS_LOCK;
+        return 0;
+    case 's':
+        o->shared = 1;
+        o->given |= OPTS_LOCK;
+        return 0;
+    case 'n':
+        if (parse_limit(arg, &o->limit) < 0)
+            return usage_error("--limit: expected a number of holders from 1 to 65535, "
+                               "got '%s'", arg);
+        o->given |= OPTS_LOCK;
+        return 0;
+    case OPT_LABEL:
+        if (!label_valid(arg))
+            return usage_error("--label: expected 1-100 printable ASCII characters "
+                               "other than space, got '%s'", arg);
+        o->label = arg;
+        o->given |= OPTS_LABEL;
+        return 0;
+    default:   /* -v */
+        o->verbose = 1;
+        o->given |= OPTS_LABEL;
+        return 0;
+    }
+}
+
+/* --json, --raw, --human, --cluster: what status, locks and stats print. */
+static void parse_output_option(struct options *o, int opt)
+{
+    switch (opt) {
+    case OPT_JSON:
+        o->json = 1;
+        o->given |= OPTS_JSON;
+        break;
+    case OPT_RAW:
+        o->human = 0;
+        break;
+    case OPT_HUMAN:
+        o->human = 1;
+        break;
+    default:   /* --cluster */
+        o->cluster = 1;
+        o->given |= OPTS_CLUSTER;
+        break;
+    }
+}
+
 /*
  * One pass of getopt over argv, stopping at the first operand. Called for
  * the options before the subcommand and again for those after it.
@@ -325,86 +333,20 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
         { "version", no_argument, NULL, 'V' },
         { NULL, 0, NULL, 0 },
     };
-    int opt;
+    int opt, rc = 0;
 
     optind = 1;
     opterr = 0;   /* our own messages, with the usage hint */
     while ((opt = getopt_long(argc, argv, "+:H:U:w:g:E:t:sn:a:vhV", longopts, NULL)) != -1) {
         switch (opt) {
-        case 'H': o->host = optarg; break;
-        case 'U': o->unix_path = optarg; break;
-        case 'w':
-            if ((*exit_code = check_duration("-w", optarg, 0, PROTO_WAIT_MAX, &o->wait_ms)))
-                return -1;
-            o->lock_opts_given = 1;
+        case 'H': case 'U': case 't': case 'a': case OPT_PASSWORD_FILE:
+            rc = parse_broker_option(o, opt, optarg);
             break;
-        case 'g':
-            if ((*exit_code = check_duration("-g", optarg, 0, PROTO_WAIT_MAX, &o->grace_ms)))
-                return -1;
-            o->grace_given = 1;
+        case 'w': case 'g': case 'E': case 's': case 'n': case OPT_LABEL: case 'v':
+            rc = parse_lock_option(o, opt, optarg);
             break;
-        case 'E': {
-            char *end;
-            long v = strtol(optarg, &end, 10);
-
-            if (!optarg[0] || *end || v < 0 || v > 255) {
-                *exit_code = usage_error("-E: expected an exit status from 0 to 255, got '%s'",
-                                         optarg);
-                return -1;
-            }
-            o->timeout_exit = (int)v;
-            o->lock_opts_given = 1;
-            break;
-        }
-        case 's':
-            o->shared = 1;
-            o->lock_opts_given = 1;
-            break;
-        case 'n':
-            if (parse_limit(optarg, &o->limit) < 0) {
-                *exit_code = usage_error("--limit: expected a number of holders from 1 to 65535, "
-                                         "got '%s'", optarg);
-                return -1;
-            }
-            o->lock_opts_given = 1;
-            break;
-        case 't':
-            if ((*exit_code = check_duration("-t", optarg, 1, PROTO_WAIT_MAX, &o->io_ms)))
-                return -1;
-            break;
-        case OPT_LABEL:
-            if (!label_valid(optarg)) {
-                *exit_code = usage_error("--label: expected 1-100 printable ASCII characters "
-                                         "other than space, got '%s'", optarg);
-                return -1;
-            }
-            o->label = optarg;
-            break;
-        case 'v':
-            o->verbose = 1;
-            break;
-        case 'a':
-            if (!proto_user_valid(optarg, strlen(optarg))) {
-                *exit_code = usage_error("-a: expected a user name of 1-64 characters "
-                                         "A-Z a-z 0-9 . _ @ -, got '%s'", optarg);
-                return -1;
-            }
-            o->user = optarg;
-            break;
-        case OPT_PASSWORD_FILE:
-            o->password_file = optarg;
-            break;
-        case OPT_RAW:
-            o->human = 0;
-            break;
-        case OPT_HUMAN:
-            o->human = 1;
-            break;
-        case OPT_JSON:
-            o->json = 1;
-            break;
-        case OPT_CLUSTER:
-            o->cluster = 1;
+        case OPT_JSON: case OPT_RAW: case OPT_HUMAN: case OPT_CLUSTER:
+            parse_output_option(o, opt);
             break;
         case 'h':
             usage(stdout);
@@ -419,6 +361,10 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
             return -1;
         default:
             *exit_code = usage_error("unknown option %s", option_name(argv, optopt));
+            return -1;
+        }
+        if (rc != 0) {
+            *exit_code = rc;
             return -1;
         }
     }
@@ -1045,12 +991,13 @@ static int check_token(const char *sub, const char *arg, uint64_t *token)
     return usage_error("%s", msg);
 }
 
-/* ------------------------------------------------------------------ main */
+/* ------------------------------------------------------------ subcommands */
 
 /*
- * The operands after NAME of lease, renew, release and status are numbers:
- * a word there that looks like an option ("-w", "--wait=1s", not "-1") was
- * put after NAME, where getopt no longer looks. Returns 0, or a usage error.
+ * The operands after NAME of lease, renew, release and status are numbers
+ * (numbers_after_name in their rows of subcommands[]): a word there that
+ * looks like an option ("-w", "--wait=1s", not "-1") was put after NAME,
+ * where getopt no longer looks. Returns 0, or a usage error.
  */
 static int check_no_option_after_name(const char *sub, char **rest, int nrest)
 {
@@ -1079,182 +1026,463 @@ static int finish_stdout(int rc)
     return rc;
 }
 
-static const char *const subcommands[] = {
-    "run", "lease", "renew", "release", "status", "locks", "stats", "ping", "elect", "observe",
-    "break",
+/* What a subcommand's function gets, its operands counted already. */
+struct call {
+    const char *sub;             /* its name in messages (elect says run) */
+    const struct options *o;     /* checked against the row's opts */
+    struct client_addr *addr;    /* the broker, with the login of -a */
+    struct client *conn;         /* not connected yet; the function closes it after use */
+    char **args;                 /* the operands after the options, NULL-terminated */
+    int nargs;                   /* between the row's min_args and max_args */
+};
+
+/* After a request-reply subcommand: closes its connection and flushes stdout. */
+static int finish_exchange(struct client *c, int rc)
+{
+    client_close(c);
+    return finish_stdout(rc);
+}
+
+/* The run_opts run and lease share, from the options. */
+static void run_opts_from(const struct call *call, struct run_opts *ro)
+{
+    const struct options *o = call->o;
+
+    *ro = (struct run_opts){ .addr = call->addr, .wait_ms = o->wait_ms, .io_ms = o->io_ms,
+                             .shared = o->shared, .limit = o->limit, .label = o->label,
+                             .notice = o->verbose || isatty(STDERR_FILENO),
+                             .timeout_exit = o->timeout_exit };
+}
+
+/* run NAME [--] COMMAND [ARGS...], and elect, which is run. */
+static int sub_run(const struct call *call)
+{
+    struct run_opts ro;
+    char **rest = call->args + 1, label[PROTO_LABEL_MAX + 1];
+    int nrest = call->nargs - 1, rc;
+
+    run_opts_from(call, &ro);
+    ro.grace_ms = call->o->grace_ms;
+    ro.name = call->args[0];
+    if (nrest > 0 && strcmp(rest[0], "--") == 0) {
+        rest++;
+        nrest--;
+    } else if (nrest > 0 && rest[0][0] == '-') {
+        /* Most likely an option put after NAME: never run it as the command. */
+        char msg[512];
+
+        snprintf(msg, sizeof(msg), "run %s: '%s' after NAME would be run as the command: "
+                 "options go before NAME, and a COMMAND that starts with '-' needs -- "
+                 "before it", ro.name, rest[0]);
+        return usage_error("%s", msg);
+    }
+    if (nrest < 1)
+        return usage_error("run %s: missing COMMAND", ro.name);
+    if ((rc = check_names(ro.name)) != 0)
+        return rc;
+    ro.argv = rest;
+    if (!ro.label) {
+        run_default_label(label, sizeof(label), rest[0]);
+        ro.label = label;
+    }
+    fflush(stdout);
+    return run_command(&ro);
+}
+
+/* lease NAME TTL */
+static int sub_lease(const struct call *call)
+{
+    struct run_opts ro;
+    char label[PROTO_LABEL_MAX + 1];
+    int rc;
+
+    run_opts_from(call, &ro);
+    ro.name = call->args[0];
+    if ((rc = check_name(ro.name)) != 0 ||
+        (rc = check_ttl(call->sub, call->args[1], &ro.ttl_ms)) != 0)
+        return rc;
+    if (!ro.label) {
+        run_default_label(label, sizeof(label), "lease");
+        ro.label = label;
+    }
+    rc = cmd_lease(&ro, call->conn);   /* it has flushed stdout, or given up on it */
+    client_close(call->conn);
+    return rc;
+}
+
+/* renew NAME TOKEN TTL (renew), release NAME TOKEN (!renew) */
+static int sub_lease_op(const struct call *call, bool renew)
+{
+    int64_t ttl_ms = 0;
+    uint64_t token = 0;
+    int rc;
+
+    if ((rc = check_name(call->args[0])) != 0 ||
+        (rc = check_token(call->sub, call->args[1], &token)) != 0 ||
+        (renew && (rc = check_ttl(call->sub, call->args[2], &ttl_ms)) != 0))
+        return rc;
+    rc = cmd_lease_op(call->o, call->addr, call->conn, call->args[0], token, ttl_ms);
+    return finish_exchange(call->conn, rc);
+}
+
+static int sub_renew(const struct call *call)
+{
+    return sub_lease_op(call, true);
+}
+
+static int sub_release(const struct call *call)
+{
+    return sub_lease_op(call, false);
+}
+
+/* status [NAME]: the lock's STATUS, or without NAME a summary of STATS. */
+static int sub_status(const struct call *call)
+{
+    int rc;
+
+    if (call->nargs == 0)
+        return finish_exchange(call->conn, cmd_stats(call->o, call->addr, call->conn, true));
+    if ((rc = check_name(call->args[0])) != 0)
+        return rc;
+    return finish_exchange(call->conn, cmd_status(call->o, call->addr, call->conn,
+                                                  call->args[0]));
+}
+
+/* locks [GLOB] */
+static int sub_locks(const struct call *call)
+{
+    const char *glob = call->nargs == 1 ? call->args[0] : NULL;
+
+    if (glob && !glob_valid(glob))
+        return usage_error("locks: GLOB: expected 1-200 characters of lock names "
+                           "(A-Z a-z 0-9 . _ : @ -) and * ? [ ] !, got '%s'", glob);
+    return finish_exchange(call->conn, cmd_locks(call->o, call->addr, call->conn, glob));
+}
+
+/* observe NAME */
+static int sub_observe(const struct call *call)
+{
+    int rc;
+
+    if ((rc = check_name(call->args[0])) != 0)
+        return rc;
+    return finish_exchange(call->conn, cmd_observe(call->o, call->addr, call->conn,
+                                                   call->args[0]));
+}
+
+/* break NAME [TOKEN] */
+static int sub_break(const struct call *call)
+{
+    const char *token = call->nargs == 2 ? call->args[1] : NULL;
+    uint64_t parsed = 0;   /* checked only: BREAK gets TOKEN as typed */
+    int rc;
+
+    if ((rc = check_name(call->args[0])) != 0 ||
+        (token && (rc = check_token(call->sub, token, &parsed)) != 0))
+        return rc;
+    return finish_exchange(call->conn, cmd_break(call->o, call->addr, call->conn,
+                                                 call->args[0], token));
+}
+
+static int sub_stats(const struct call *call)
+{
+    return finish_exchange(call->conn, cmd_stats(call->o, call->addr, call->conn, false));
+}
+
+static int sub_ping(const struct call *call)
+{
+    return finish_exchange(call->conn, cmd_ping(call->o, call->addr, call->conn));
+}
+
+/* ------------------------------------------------------------------ main */
+
+/*
+ * One row per subcommand. main looks the subcommand up here, checks the
+ * options and the number of operands against its row, then calls fn; --help
+ * prints every row's usage and about, in this order, and so does the list
+ * of "missing subcommand". A subcommand is added by a row and its function.
+ */
+struct subcommand {
+    const char *name;
+    const char *as;           /* its name in messages, if not name: elect is run */
+    int (*fn)(const struct call *call);
+    int min_args, max_args;   /* operands after the options; max_args -1: any number */
+    const char *too_few;      /* the usage error for fewer than min_args */
+    const char *too_many;     /* ... for more than max_args; NULL: unexpected argument '<it>' */
+    unsigned opts;            /* OPTS_* it takes (a given other one is a usage error) */
+    bool numbers_after_name;  /* its operands after NAME are numbers, never options
+                               * (check_no_option_after_name) */
+    const char *usage[2];     /* its usage after "lockbroker [OPTIONS] ", and a second
+                               * line (indented under the first's OPTIONS) or NULL */
+    const char *about;        /* its part of --help's description, wrapped by hand,
+                               * or NULL; it may end mid-line, the next row's going on */
+};
+
+static const struct subcommand subcommands[] = {
+    { .name = "run", .fn = sub_run, .min_args = 1, .max_args = -1,
+      .too_few = "run: missing lock NAME", .opts = OPTS_LOCK | OPTS_GRACE | OPTS_LABEL,
+      .usage = { "run [-w TIME] [-g TIME] [-s | -n N] [--label L] [-v]",
+                 "NAME [--] COMMAND [ARGS...]" },
+      .about =
+          "`run` holds lock NAME while COMMAND runs, with\n"
+          "LOCKBROKER_NAME, LOCKBROKER_TOKEN (the fencing token) and LOCKBROKER_ADDR in its\n"
+          "environment, and exits with its status (128+N if signal N killed it). For\n"
+          "`run`, NAME may be a set a,b,c of up to 16 names, held all or none (no deadlock\n"
+          "with other sets); LOCKBROKER_NAME and LOCKBROKER_TOKEN are then lists in\n"
+          "that order, and losing any of the names ends COMMAND as losing the lock would.\n" },
+    { .name = "lease", .fn = sub_lease, .min_args = 2, .max_args = 2,
+      .too_few = "lease: expected NAME TTL", .opts = OPTS_LOCK | OPTS_LABEL,
+      .numbers_after_name = true,
+      .usage = { "lease [-w TIME] [-s | -n N] [--label L] [-v] NAME TTL" },
+      .about =
+          "`lease` takes lock NAME as a lease, which outlives lockbroker, and prints its\n"
+          "TOKEN. The lease ends TTL (100ms to 24h) after the grant or the latest\n"
+          "`renew`, or when `release` ends it.\n" },
+    { .name = "renew", .fn = sub_renew, .min_args = 3, .max_args = 3,
+      .too_few = "renew: expected NAME TOKEN TTL", .numbers_after_name = true,
+      .usage = { "renew NAME TOKEN TTL" } },
+    { .name = "release", .fn = sub_release, .min_args = 2, .max_args = 2,
+      .too_few = "release: expected NAME TOKEN", .numbers_after_name = true,
+      .usage = { "release NAME TOKEN" } },
+    { .name = "status", .fn = sub_status, .min_args = 0, .max_args = 1,
+      .too_many = "status: expected one lock NAME, or none", .opts = OPTS_JSON,
+      .numbers_after_name = true,
+      .usage = { "status [--json | --human | --raw] [NAME]" },
+      .about =
+          "`status NAME` prints the lock's STATUS line and exits 0 if it is held, 1 if\n"
+          "it is free. " },
+    { .name = "locks", .fn = sub_locks, .min_args = 0, .max_args = 1,
+      .opts = OPTS_JSON | OPTS_CLUSTER,
+      .usage = { "locks [--cluster] [--json | --human | --raw] [GLOB]" },
+      .about =
+          "`locks` lists the locks held or awaited on the broker (those\n"
+          "whose name matches GLOB: * ? [...]), one LOCK line each; with --cluster,\n"
+          "every holder and queued request on every daemon, one HOLDER line each.\n" },
+    /* elect NAME -- COMMAND is run NAME -- COMMAND, waiting in line for as
+     * long as it takes, its label naming the leader to observe. */
+    { .name = "elect", .as = "run", .fn = sub_run, .min_args = 1, .max_args = -1,
+      .too_few = "run: missing lock NAME", .opts = OPTS_LOCK | OPTS_GRACE | OPTS_LABEL,
+      .usage = { "elect [--label L] NAME [--] COMMAND [ARGS...]" },
+      .about =
+          "`elect NAME -- COMMAND` is `run` for a leader election: it waits in line and\n"
+          "runs COMMAND while it leads; --label names it to followers (an address).\n" },
+    { .name = "observe", .fn = sub_observe, .min_args = 1, .max_args = 1,
+      .too_few = "observe: expected one lock NAME", .too_many = "observe: expected one lock NAME",
+      .usage = { "observe NAME" },
+      .about =
+          "`observe NAME` prints the holder's label each time it changes (- when none):\n"
+          "who leads, until it is stopped. " },
+    { .name = "break", .fn = sub_break, .min_args = 1, .max_args = 2,
+      .too_few = "break: expected NAME [TOKEN]", .too_many = "break: expected NAME [TOKEN]",
+      .usage = { "break NAME [TOKEN]" },
+      .about =
+          "`break NAME` ends every hold of NAME granted\n"
+          "through this broker (TOKEN: that one), each holder told LOST ... broken.\n" },
+    { .name = "stats", .fn = sub_stats, .min_args = 0, .max_args = 0, .opts = OPTS_JSON,
+      .usage = { "stats [--json]" } },
+    { .name = "ping", .fn = sub_ping, .min_args = 0, .max_args = 0, .usage = { "ping" } },
 };
 #define NSUBCOMMANDS (sizeof(subcommands) / sizeof(subcommands[0]))
 
-static bool subcommand_known(const char *sub)
+/* The name s goes by in messages. */
+static const char *subcommand_as(const struct subcommand *s)
+{
+    return s->as ? s->as : s->name;
+}
+
+/*
+ * An option a subcommand does not take, and what to say (%s: the
+ * subcommand); the first rule that applies is the one reported.
+ */
+static const struct option_rule {
+    unsigned given;      /* any of these options given... */
+    unsigned needs;      /* ...needs a subcommand that takes this */
+    const char *error;
+} option_rules[] = {
+    /* Outside run and lease, one message for all of their options. */
+    { OPTS_LOCK | OPTS_GRACE, OPTS_LOCK,
+      "%s: -w, -g, -s, -n and -E are options of run (-w, -s, -n and -E also of lease)" },
+    { OPTS_JSON, OPTS_JSON, "%s: --json is an option of stats, status and locks" },
+    { OPTS_CLUSTER, OPTS_CLUSTER, "%s: --cluster is an option of locks" },
+    { OPTS_LABEL, OPTS_LABEL, "%s: --label and -v are options of run and lease" },
+    { OPTS_GRACE, OPTS_GRACE, "%s: -g is an option of run" },
+};
+
+/* The part of --help that is not any subcommand's: times, options, exit statuses. */
+static void usage_options(FILE *f)
+{
+    fprintf(f,
+        "TIME and TTL are a number with a unit, ms, s, m or h (500ms, 60s, 2m, 1h), or\n"
+        "a plain number of milliseconds: -w 60 waits 60 ms, -w 60s a minute.\n"
+        "Options go before or after the subcommand, but before NAME. A COMMAND that\n"
+        "starts with '-' needs -- before it.\n"
+        "  -H, --host HOST:PORT  broker address: IPv4, [IPv6] or a host name, and a port\n"
+        "                        (default 7411)\n"
+        "  -U, --unix PATH       broker Unix socket\n"
+        "                        (default: $LOCKBROKER_ADDR, HOST:PORT or unix:PATH or\n"
+        "                        /PATH; else %s)\n"
+        "  -w, --wait TIME       run, lease: give up if the lock is not granted within\n"
+        "                        TIME (0 to 2147483647 ms; 0: only if it is free now;\n"
+        "                        default: wait for ever)\n"
+        "  -E, --conflict-exit-code N\n"
+        "                        run, lease: exit N (0-255) rather than 124 when -w runs\n"
+        "                        out, so that it cannot be taken for COMMAND's own status\n"
+        "  -g, --grace TIME      run: after the lock is lost or in jeopardy, SIGKILL the\n"
+        "                        command TIME after SIGTERM (default %d ms; 0: at once),\n"
+        "                        but within the broker's last safe window (CHECK)\n"
+        "  -s, --shared          run, lease: take the lock shared: shared holders run\n"
+        "                        together, an exclusive holder (without -s or -n) alone\n"
+        "  -n, --limit N         run, lease: take one of N slots (1-65535) of a\n"
+        "                        semaphore; every holder and waiter of NAME must give\n"
+        "                        the same N\n"
+        "      --label L         run, lease: name this client L in STATUS and LOCKS\n"
+        "                        (1-100 printable characters, no spaces; default:\n"
+        "                        user@host:pid:command, command `lease` for lease)\n"
+        "      --json            stats, status, locks: print JSON objects (numbers as\n"
+        "                        numbers, a token as a string) instead of lines\n"
+        "      --cluster         locks: every holder (all of a shared or limit lock's)\n"
+        "                        and queued request through every daemon of the\n"
+        "                        cluster, as ZooKeeper has them (HOLDERS)\n"
+        "      --human, --raw    status NAME, locks: a table with durations (the default\n"
+        "                        on a terminal), or the protocol's lines (otherwise)\n"
+        "  -v, --verbose         run, lease: once a wait for the lock passes 1 s, say on\n"
+        "                        stderr who holds it (the default when stderr is a\n"
+        "                        terminal)\n"
+        "  -a, --user USER       log in as USER (AUTH) with the password from\n"
+        "                        --password-file, or else $LOCKBROKER_PASSWORD\n"
+        "      --password-file FILE  the password of -a: the first line of FILE\n"
+        "                        (passwords are never taken on the command line)\n"
+        "  -t, --timeout TIME    connect and reply timeout (default %d ms)\n"
+        "  -h, --help            show this help\n"
+        "  -V, --version         show the version\n"
+        "SIGINT, SIGTERM and SIGHUP are passed on to COMMAND's process group. If\n"
+        "lockbroker is killed, COMMAND's process group gets SIGKILL, then the lock is\n"
+        "freed (see lockbroker(1) for what is not covered).\n"
+        "Exit status: COMMAND's (run), 0 (other subcommands), or\n"
+        "    1  status NAME: the lock is free (0: it is held)\n"
+        "  116  run: jeopardy: the broker did not confirm the lock (CHECK) in time;\n"
+        "       COMMAND was terminated before anyone else could be granted the lock\n"
+        "  117  the broker refused the login (-a: wrong user or password, or it has no\n"
+        "       users), wants one (ERR NOAUTH: give -a), or USER may not use NAME\n"
+        "       (ERR DENIED)\n"
+        "  118  renew, release: the lease is not held (ERR NOT_HELD): wrong TOKEN, or\n"
+        "       it expired or was released; break: no such hold through this broker\n"
+        "  119  run, lease: the lock is in use in another mode or with another limit\n"
+        "       (ERR CONFLICT)\n"
+        "  120  the lock was lost while COMMAND ran (LOST, or the connection dropped);\n"
+        "       COMMAND was terminated\n"
+        "  121  the broker is unreachable or unavailable (cannot connect, connection\n"
+        "       closed, no reply, ERR LIMIT), or it cannot reach its lock service,\n"
+        "       ZooKeeper (ERR UNAVAILABLE; also when a -w wait ends in an outage)\n"
+        "  122  invalid lock name\n"
+        "  123  unexpected reply from the broker (e.g. it does not know STATUS or\n"
+        "       LOCKS)\n"
+        "  124  run -w, lease -w: timed out waiting for the lock (-E N: N instead)\n"
+        "  125  usage error, or lockbroker itself failed\n"
+        "  126  COMMAND was found but cannot be executed\n"
+        "  127  COMMAND was not found\n",
+        CLIENT_ADDR_DEFAULT, GRACE_DEFAULT_MS, IO_TIMEOUT_DEFAULT_MS);
+}
+
+static void usage(FILE *f)
+{
+    for (size_t i = 0; i < NSUBCOMMANDS; i++) {
+        fprintf(f, "%s lockbroker [OPTIONS] %s\n", i == 0 ? "Usage:" : "      ",
+                subcommands[i].usage[0]);
+        if (subcommands[i].usage[1])
+            fprintf(f, "                  %s\n", subcommands[i].usage[1]);
+    }
+    fputs("Client of lockbrokerd. ", f);
+    for (size_t i = 0; i < NSUBCOMMANDS; i++)
+        if (subcommands[i].about)
+            fputs(subcommands[i].about, f);
+    usage_options(f);
+}
+
+/* No subcommand: a usage error that lists them, "run, lease, ... or ping". */
+static int usage_missing_subcommand(void)
+{
+    char list[512];
+    size_t len = 0;
+
+    list[0] = '\0';
+    for (size_t i = 0; i < NSUBCOMMANDS && len < sizeof(list); i++)
+        len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%s",
+                                i == 0 ? "" : i + 1 < NSUBCOMMANDS ? ", " : " or ",
+                                subcommands[i].name);
+    return usage_error("missing subcommand: %s", list);
+}
+
+static const struct subcommand *subcommand_find(const char *name)
 {
     for (size_t i = 0; i < NSUBCOMMANDS; i++)
-        if (strcmp(sub, subcommands[i]) == 0)
-            return true;
-    return false;
+        if (strcmp(name, subcommands[i].name) == 0)
+            return &subcommands[i];
+    return NULL;
+}
+
+/* The options given against those s takes. Returns 0, or a usage error (reported). */
+static int subcommand_check_options(const struct subcommand *s, const struct options *o,
+                                    char **args, int nargs)
+{
+    int rc;
+
+    if (s->numbers_after_name && (rc = check_no_option_after_name(subcommand_as(s), args, nargs)))
+        return rc;
+    for (size_t i = 0; i < sizeof(option_rules) / sizeof(option_rules[0]); i++)
+        if ((o->given & option_rules[i].given) && !(s->opts & option_rules[i].needs))
+            return usage_error(option_rules[i].error, subcommand_as(s));
+    if (o->shared && o->limit > 0)
+        return usage_error("%s", "--shared and --limit are mutually exclusive");
+    return 0;
+}
+
+/* The number of operands against s's. Returns 0, or a usage error (reported). */
+static int subcommand_check_args(const struct subcommand *s, char **args, int nargs)
+{
+    if (nargs < s->min_args)
+        return usage_error("%s", s->too_few);
+    if (s->max_args >= 0 && nargs > s->max_args) {
+        if (s->too_many)
+            return usage_error("%s", s->too_many);
+        return usage_error("unexpected argument '%s'", args[s->max_args]);
+    }
+    return 0;
 }
 
 int main(int argc, char **argv)
 {
     static struct client conn;   /* 64 KiB line buffer: not on the stack */
+    static struct client_auth auth;
     struct options o = { .wait_ms = -1, .grace_ms = GRACE_DEFAULT_MS, .timeout_exit = -1, .human = -1,
                          .io_ms = IO_TIMEOUT_DEFAULT_MS };
-    static struct client_auth auth;
     struct client_addr addr;
-    const char *sub;
-    char **rest, label[PROTO_LABEL_MAX + 1];
-    int nrest, rc, notice;
-    bool elect;
+    const struct subcommand *s;
+    int rc;
 
     /* Options before the subcommand, then the subcommand's own (the same set). */
     if (parse_options(argc, argv, &o, &rc) != 0)
         return finish_stdout(rc);
     if (optind >= argc)
-        return usage_error("%s", "missing subcommand: run, lease, renew, release, status, "
-                           "locks, elect, observe, break, stats or ping");
-    sub = argv[optind];
+        return usage_missing_subcommand();
     argv += optind;
     argc -= optind;
-    if (strcmp(sub, "help") == 0) {
+    if (strcmp(argv[0], "help") == 0) {
         usage(stdout);
         return finish_stdout(CLI_EXIT_OK);
     }
-    if (!subcommand_known(sub))
-        return usage_error("unknown subcommand '%s'", sub);
-    /* elect NAME -- COMMAND is run NAME -- COMMAND, waiting in line for as
-     * long as it takes, its label naming the leader to observe. */
-    elect = strcmp(sub, "elect") == 0;
-    if (elect)
-        sub = "run";
+    if (!(s = subcommand_find(argv[0])))
+        return usage_error("unknown subcommand '%s'", argv[0]);
     if (parse_options(argc, argv, &o, &rc) != 0)
         return finish_stdout(rc);
-    rest = argv + optind;
-    nrest = argc - optind;
-    if ((strcmp(sub, "lease") == 0 || strcmp(sub, "renew") == 0 || strcmp(sub, "release") == 0 ||
-         strcmp(sub, "status") == 0) && (rc = check_no_option_after_name(sub, rest, nrest)) != 0)
+    argv += optind;
+    argc -= optind;
+
+    /* Options and address before the operands: the errors come in that order. */
+    if ((rc = subcommand_check_options(s, &o, argv, argc)) != 0 ||
+        (rc = resolve_addr(&o, &addr)) != 0 || (rc = resolve_auth(&o, &auth, &addr)) != 0 ||
+        (rc = subcommand_check_args(s, argv, argc)) != 0)
         return rc;
-
-    if (strcmp(sub, "run") != 0 && strcmp(sub, "lease") != 0 &&
-        (o.lock_opts_given || o.grace_given))
-        return usage_error("%s: -w, -g, -s, -n and -E are options of run (-w, -s, -n and -E "
-                           "also of lease)", sub);
-    if (o.json && strcmp(sub, "stats") != 0 && strcmp(sub, "status") != 0 &&
-        strcmp(sub, "locks") != 0)
-        return usage_error("%s: --json is an option of stats, status and locks", sub);
-    if (o.cluster && strcmp(sub, "locks") != 0)
-        return usage_error("%s: --cluster is an option of locks", sub);
-    if (strcmp(sub, "run") != 0 && strcmp(sub, "lease") != 0 && (o.label || o.verbose))
-        return usage_error("%s: --label and -v are options of run and lease", sub);
-    if (strcmp(sub, "lease") == 0 && o.grace_given)
-        return usage_error("%s", "lease: -g is an option of run");
-    if (o.shared && o.limit > 0)
-        return usage_error("%s", "--shared and --limit are mutually exclusive");
-    if ((rc = resolve_addr(&o, &addr)) != 0 || (rc = resolve_auth(&o, &auth, &addr)) != 0)
-        return rc;
-    notice = o.verbose || isatty(STDERR_FILENO);
-
-    if (strcmp(sub, "run") == 0) {
-        struct run_opts ro = { .addr = &addr, .wait_ms = o.wait_ms, .grace_ms = o.grace_ms,
-                               .io_ms = o.io_ms, .shared = o.shared, .limit = o.limit,
-                               .label = o.label, .notice = notice,
-                               .timeout_exit = o.timeout_exit };
-
-        if (nrest < 1)
-            return usage_error("%s", "run: missing lock NAME");
-        ro.name = rest[0];
-        rest++;
-        nrest--;
-        if (nrest > 0 && strcmp(rest[0], "--") == 0) {
-            rest++;
-            nrest--;
-        } else if (nrest > 0 && rest[0][0] == '-') {
-            /* Most likely an option put after NAME: never run it as the command. */
-            char msg[512];
-
-            snprintf(msg, sizeof(msg), "run %s: '%s' after NAME would be run as the command: "
-                     "options go before NAME, and a COMMAND that starts with '-' needs -- "
-                     "before it", ro.name, rest[0]);
-            return usage_error("%s", msg);
-        }
-        if (nrest < 1)
-            return usage_error("run %s: missing COMMAND", ro.name);
-        if ((rc = check_names(ro.name)) != 0)
-            return rc;
-        ro.argv = rest;
-        if (!ro.label) {
-            run_default_label(label, sizeof(label), rest[0]);
-            ro.label = label;
-        }
-        fflush(stdout);
-        return run_command(&ro);
-    }
-    if (strcmp(sub, "lease") == 0) {
-        struct run_opts ro = { .addr = &addr, .wait_ms = o.wait_ms, .io_ms = o.io_ms,
-                               .shared = o.shared, .limit = o.limit, .label = o.label,
-                               .notice = notice, .timeout_exit = o.timeout_exit };
-
-        if (nrest < 2)
-            return usage_error("%s", "lease: expected NAME TTL");
-        if (nrest > 2)
-            return usage_error("unexpected argument '%s'", rest[2]);
-        ro.name = rest[0];
-        if ((rc = check_name(ro.name)) != 0 || (rc = check_ttl(sub, rest[1], &ro.ttl_ms)) != 0)
-            return rc;
-        if (!ro.label) {
-            run_default_label(label, sizeof(label), "lease");
-            ro.label = label;
-        }
-        rc = cmd_lease(&ro, &conn);   /* it has flushed stdout, or given up on it */
-        client_close(&conn);
-        return rc;
-    }
-    if (strcmp(sub, "renew") == 0 || strcmp(sub, "release") == 0) {
-        int renew = strcmp(sub, "renew") == 0;
-        int64_t ttl_ms = 0;
-        uint64_t token = 0;
-
-        if (nrest < 2 + renew)
-            return usage_error("%s", renew ? "renew: expected NAME TOKEN TTL"
-                                           : "release: expected NAME TOKEN");
-        if (nrest > 2 + renew)
-            return usage_error("unexpected argument '%s'", rest[2 + renew]);
-        if ((rc = check_name(rest[0])) != 0 || (rc = check_token(sub, rest[1], &token)) != 0 ||
-            (renew && (rc = check_ttl(sub, rest[2], &ttl_ms)) != 0))
-            return rc;
-        rc = cmd_lease_op(&o, &addr, &conn, rest[0], token, ttl_ms);
-    } else if (strcmp(sub, "status") == 0 && nrest > 0) {
-        if (nrest != 1)
-            return usage_error("%s", "status: expected one lock NAME, or none");
-        if ((rc = check_name(rest[0])) != 0)
-            return rc;
-        rc = cmd_status(&o, &addr, &conn, rest[0]);
-    } else if (strcmp(sub, "break") == 0) {
-        uint64_t token = 0;
-
-        if (nrest < 1 || nrest > 2)
-            return usage_error("%s", "break: expected NAME [TOKEN]");
-        if ((rc = check_name(rest[0])) != 0 ||
-            (nrest == 2 && (rc = check_token(sub, rest[1], &token)) != 0))
-            return rc;
-        rc = cmd_break(&o, &addr, &conn, rest[0], nrest == 2 ? rest[1] : NULL);
-    } else if (strcmp(sub, "observe") == 0) {
-        if (nrest != 1)
-            return usage_error("%s", "observe: expected one lock NAME");
-        if ((rc = check_name(rest[0])) != 0)
-            return rc;
-        rc = cmd_observe(&o, &addr, &conn, rest[0]);
-    } else if (strcmp(sub, "locks") == 0) {
-        if (nrest > 1)
-            return usage_error("unexpected argument '%s'", rest[1]);
-        if (nrest == 1 && !glob_valid(rest[0]))
-            return usage_error("locks: GLOB: expected 1-200 characters of lock names "
-                               "(A-Z a-z 0-9 . _ : @ -) and * ? [ ] !, got '%s'", rest[0]);
-        rc = cmd_locks(&o, &addr, &conn, nrest == 1 ? rest[0] : NULL);
-    } else {
-        if (nrest != 0)
-            return usage_error("unexpected argument '%s'", rest[0]);
-        rc = strcmp(sub, "ping") == 0 ? cmd_ping(&o, &addr, &conn)
-                                      : cmd_stats(&o, &addr, &conn, strcmp(sub, "status") == 0);
-    }
-    client_close(&conn);
-    return finish_stdout(rc);
+    return s->fn(&(struct call){ .sub = subcommand_as(s), .o = &o, .addr = &addr, .conn = &conn,
+                                 .args = argv, .nargs = argc });
 }

@@ -376,47 +376,64 @@ static int run_client_reply(const struct run_opts *o, const char *line)
     return CLI_EXIT_PROTOCOL;
 }
 
-int run_lock(const struct run_opts *o, struct client *c, char *token, size_t tokcap)
+/*
+ * The request run_lock sends into req: `CLIENT <label>` (when there is a
+ * label) and `LOCK <name> [<wait_ms>] [<mode>] [ttl=<ttl_ms>]`, one line
+ * each. Returns its length.
+ */
+static int run_lock_request(const struct run_opts *o, const char *mode, char *req, size_t cap)
 {
-    char req[RUN_REPLY_MAX], line[RUN_REPLY_MAX], err[CLIENT_ERR_MAX], mode[32], wait[32], ttl[32];
-    int64_t deadline;
-    enum client_status st;
-    int n = 0, rc;
+    char wait[32] = "", ttl[32] = "";
+    int n = 0;
 
-    if ((rc = client_connect(c, o->addr, client_now_ms() + o->io_ms, err, sizeof(err))) != 0) {
-        fprintf(stderr, "lockbroker: %s\n", err);
-        return rc;
-    }
-    run_mode_option(o, mode, sizeof(mode));
-    wait[0] = ttl[0] = '\0';
     if (o->wait_ms >= 0)
         snprintf(wait, sizeof(wait), " %" PRId64, o->wait_ms);
     if (o->ttl_ms > 0)
         snprintf(ttl, sizeof(ttl), " ttl=%" PRId64, o->ttl_ms);
     /* CLIENT and LOCK in one write: the label is set before the LOCK is parsed. */
     if (o->label)
-        n = snprintf(req, sizeof(req), "CLIENT %s\n", o->label);
-    n += snprintf(req + n, sizeof(req) - (size_t)n, "LOCK %s%s%s%s%s\n", o->name, wait,
+        n = snprintf(req, cap, "CLIENT %s\n", o->label);
+    n += snprintf(req + n, cap - (size_t)n, "LOCK %s%s%s%s%s\n", o->name, wait,
                   mode[0] ? " " : "", mode, ttl);
+    return n;
+}
+
+/*
+ * Connects c, sends the request and waits for the reply to LOCK, however
+ * long the lock takes, into line. Returns 0, or a CLI_EXIT_* status having
+ * said why on stderr.
+ */
+static int run_lock_exchange(const struct run_opts *o, struct client *c, const char *mode,
+                             char *line, size_t cap)
+{
+    char req[RUN_REPLY_MAX], err[CLIENT_ERR_MAX];
+    int64_t deadline;
+    enum client_status st;
+    int n, rc;
+
+    if ((rc = client_connect(c, o->addr, client_now_ms() + o->io_ms, err, sizeof(err))) != 0) {
+        fprintf(stderr, "lockbroker: %s\n", err);
+        return rc;
+    }
+    n = run_lock_request(o, mode, req, sizeof(req));
     st = client_send(c, req, (size_t)n, client_now_ms() + o->io_ms, err, sizeof(err));
     if (st == CLIENT_ERROR) {
         fprintf(stderr, "lockbroker: %s: %s\n", o->addr->spec, err);
         return CLI_EXIT_UNAVAILABLE;
     }
     if (st == CLIENT_OK && o->label) {
-        st = client_read_line(c, line, sizeof(line), client_now_ms() + o->io_ms, err,
-                              sizeof(err));
+        st = client_read_line(c, line, cap, client_now_ms() + o->io_ms, err, sizeof(err));
         if (st == CLIENT_OK && (rc = run_client_reply(o, line)) != 0)
             return rc;
     }
     if (st == CLIENT_OK) {
         /* The broker answers TIMEOUT after wait_ms; allow io_ms on top for the round trip. */
         deadline = o->wait_ms >= 0 ? client_now_ms() + o->wait_ms + o->io_ms : -1;
-        st = run_wait_reply(o, c, line, sizeof(line), deadline, err, sizeof(err));
+        st = run_wait_reply(o, c, line, cap, deadline, err, sizeof(err));
     }
     switch (st) {
     case CLIENT_OK:
-        break;
+        return 0;
     case CLIENT_CLOSED:
         fprintf(stderr, "lockbroker: %s closed the connection before granting lock %s\n",
                 o->addr->spec, o->name);
@@ -429,10 +446,18 @@ int run_lock(const struct run_opts *o, struct client *c, char *token, size_t tok
         fprintf(stderr, "lockbroker: %s: %s\n", o->addr->spec, err);
         return CLI_EXIT_PROTOCOL;
     }
+}
 
-    /* OK <name> <token> */
+/*
+ * What the reply to LOCK says: 0 with the token copied to token (a grant),
+ * or a CLI_EXIT_* status having said why on stderr.
+ */
+static int run_lock_reply(const struct run_opts *o, const char *mode, const char *line,
+                          char *token, size_t tokcap)
+{
     size_t nl = strlen(o->name);
 
+    /* OK <name> <token> */
     if (strncmp(line, "OK ", 3) == 0 && strncmp(line + 3, o->name, nl) == 0 &&
         line[3 + nl] == ' ') {
         const char *t = line + 4 + nl;
@@ -469,6 +494,17 @@ int run_lock(const struct run_opts *o, struct client *c, char *token, size_t tok
     }
     fprintf(stderr, "lockbroker: unexpected reply to LOCK %s: %s\n", o->name, line);
     return CLI_EXIT_PROTOCOL;
+}
+
+int run_lock(const struct run_opts *o, struct client *c, char *token, size_t tokcap)
+{
+    char line[RUN_REPLY_MAX], mode[32];
+    int rc;
+
+    run_mode_option(o, mode, sizeof(mode));
+    if ((rc = run_lock_exchange(o, c, mode, line, sizeof(line))) != 0)
+        return rc;
+    return run_lock_reply(o, mode, line, token, tokcap);
 }
 
 /* ------------------------------------------------------------- jeopardy */

@@ -38,11 +38,19 @@ struct options {
     bool verbose;              /* -v */
 };
 
+/* The signals the daemon handles: TERM and INT stop it, HUP reloads. */
+static const int daemon_signals[] = { SIGTERM, SIGINT, SIGHUP };
+#define NSIGNALS (sizeof(daemon_signals) / sizeof(daemon_signals[0]))
+
+/* Everything main starts; daemon_stop() frees what was started, NULL fields skipped. */
 struct daemon {
     struct options opt;
     struct settings s;         /* live settings; the server and the table read them */
     struct event_base *base;
+    struct backend *backend;   /* embedded or ZooKeeper, per [zookeeper] hosts */
     struct server srv;
+    bool server_started;       /* server_start() succeeded: server_stop() before freeing */
+    struct event *sig_ev[NSIGNALS];
     struct locks *locks;
     struct leases *leases;
     struct users *users;       /* from [server] users_file, or NULL; the server borrows it */
@@ -175,147 +183,212 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     event_base_loopbreak(d->base);
 }
 
-int main(int argc, char **argv)
+/*
+ * The command line into o. Returns 0 to go on, or 1 with *exit_code: 0
+ * after -h or -V, 2 after a usage error (reported).
+ */
+static int parse_args(int argc, char **argv, struct options *o, bool *check_only,
+                      int *exit_code)
 {
-    static const int signals[] = { SIGTERM, SIGINT, SIGHUP };
-    struct event *sig_ev[3] = { NULL, NULL, NULL };
-    struct daemon d;
-    struct backend *backend = NULL;
-    struct event_config *cfg;
-    bool check_only = false, started = false;
-    char err[512], zk_auth[SETTINGS_ZK_AUTH_MAX + 2] = "";
-    int opt, rc = 1;
-
-    memset(&d, 0, sizeof(d));
-    log_detect_journal();
     static const struct option longopts[] = {
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
         { NULL, 0, NULL, 0 },
     };
+    int opt;
 
+    *exit_code = 2;
     while ((opt = getopt_long(argc, argv, "c:l:z:tvhV", longopts, NULL)) != -1) {
         switch (opt) {
-        case 'c': d.opt.conf_file = optarg; break;
-        case 'l': d.opt.listen = optarg; break;
+        case 'c': o->conf_file = optarg; break;
+        case 'l': o->listen = optarg; break;
         case 'z':
             /* `-z $ZK` with $ZK unset must not start a daemon of its own. */
             if (!optarg[strspn(optarg, " \t")]) {
                 fprintf(stderr, "lockbrokerd: -z: empty ZooKeeper hosts; give host:port[,...] "
                         "or leave -z out for embedded mode\n");
-                return 2;
+                return 1;
             }
-            d.opt.zk_hosts = optarg;
+            o->zk_hosts = optarg;
             break;
-        case 't': check_only = true; break;
-        case 'v': d.opt.verbose = true; break;
-        case 'h': usage(stdout); return 0;
-        case 'V': printf("lockbrokerd %s\n", PACKAGE_VERSION); return 0;
-        default: usage(stderr); return 2;
+        case 't': *check_only = true; break;
+        case 'v': o->verbose = true; break;
+        case 'h': usage(stdout); *exit_code = 0; return 1;
+        case 'V': printf("lockbrokerd %s\n", PACKAGE_VERSION); *exit_code = 0; return 1;
+        default: usage(stderr); return 1;
         }
     }
     if (optind < argc) {
         fprintf(stderr, "lockbrokerd: unexpected argument '%s'\n", argv[optind]);
         usage(stderr);
-        return 2;
-    }
-    if (settings_load(&d.s, &d.opt, err, sizeof(err)) < 0) {
-        fprintf(stderr, "lockbrokerd: %s\n", err);
         return 1;
+    }
+    return 0;
+}
+
+/*
+ * The settings, the ZooKeeper credentials (into zk_auth, zk_cap bytes) and
+ * the users file, all checked before anything starts. Returns 0, or -1
+ * having said why on stderr and freed what it loaded.
+ */
+static int daemon_configure(struct daemon *d, char *zk_auth, size_t zk_cap)
+{
+    char err[512];
+
+    if (settings_load(&d->s, &d->opt, err, sizeof(err)) < 0) {
+        fprintf(stderr, "lockbrokerd: %s\n", err);
+        return -1;
     }
     /* Read once: a changed file takes a restart, as the other [zookeeper] settings. */
-    if (d.s.zk_auth && settings_read_zk_auth(d.s.zk_auth, zk_auth, sizeof(zk_auth), err,
-                                             sizeof(err)) < 0) {
+    if (d->s.zk_auth && settings_read_zk_auth(d->s.zk_auth, zk_auth, zk_cap, err,
+                                              sizeof(err)) < 0) {
         fprintf(stderr, "lockbrokerd: [zookeeper] auth: %s\n", err);
-        settings_free(&d.s);
-        return 1;
+        settings_free(&d->s);
+        return -1;
     }
-    log_set_level(d.s.log_level);
-    if ((d.s.users_file && !(d.users = users_load_file(d.s.users_file, err, sizeof(err)))) ||
-        server_check_exposure(&d.s, err, sizeof(err)) < 0) {
+    log_set_level(d->s.log_level);
+    if ((d->s.users_file && !(d->users = users_load_file(d->s.users_file, err, sizeof(err)))) ||
+        server_check_exposure(&d->s, err, sizeof(err)) < 0) {
         fprintf(stderr, "lockbrokerd: %s\n", err);
-        users_free(d.users);
-        settings_free(&d.s);
-        return 1;
+        users_free(d->users);
+        d->users = NULL;
+        settings_free(&d->s);
+        return -1;
     }
+    return 0;
+}
+
+/*
+ * Precise timers: with libevent's default coarse clock (4 ms steps here) a
+ * wait could end a few ms before its wait-ms had passed, which PROTOCOL.md
+ * rules out (found by `make soak`, docs/SOAK.md); locks.c also counts each
+ * wait from the current time, not the loop's cache. Returns NULL on failure.
+ */
+static struct event_base *precise_event_base(void)
+{
+    struct event_config *cfg = event_config_new();
+    struct event_base *base;
+
+    if (!cfg)
+        return NULL;
+    event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER);
+    base = event_base_new_with_config(cfg);
+    event_config_free(cfg);
+    return base;
+}
+
+/*
+ * The event loop, and on it the backend (embedded, or ZooKeeper with
+ * zk_auth, which is wiped once the backend has it), the lock table and the
+ * leases. Returns 0, or -1 (logged).
+ */
+static int daemon_start_backend(struct daemon *d, char *zk_auth, size_t zk_cap)
+{
+    if (!(d->base = precise_event_base())) {
+        log_error("cannot create the event loop");
+        return -1;
+    }
+    server_make_daemon_id(d->id, sizeof(d->id));
+    d->backend = d->s.zk_hosts ? zk_backend_new(d->base, &d->s, d->id,
+                                                zk_auth[0] ? zk_auth : NULL)
+                               : backend_embedded_new();
+    explicit_bzero(zk_auth, zk_cap);
+    if (!d->backend || !(d->locks = locks_new(d->base, d->backend, d->s.max_locks_per_client)) ||
+        !(d->leases = leases_new(d->base, d->locks, d->backend, d->s.max_leases))) {
+        log_error("out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+/* The listeners, the metrics endpoint if set, and the signals. Returns 0, or -1 (logged). */
+static int daemon_start_server(struct daemon *d)
+{
+    if (server_start(&d->srv, d->base, &d->s, d->locks, d->leases, d->backend, d->users,
+                     d->id) < 0)
+        return -1;
+    d->server_started = true;
+    if (d->s.metrics_listen && !(d->metrics = metrics_start(&d->srv, d->s.metrics_listen)))
+        return -1;
+    for (size_t i = 0; i < NSIGNALS; i++) {
+        d->sig_ev[i] = evsignal_new(d->base, daemon_signals[i], on_signal, d);
+        if (!d->sig_ev[i] || evsignal_add(d->sig_ev[i], NULL) < 0) {
+            log_error("cannot install signal handlers");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Says it is ready (log, systemd), then serves until a signal stops the loop. */
+static void daemon_run(struct daemon *d)
+{
+    log_info("daemon id %s", d->id);
+    if (d->users)
+        log_info("%zu users from %s: AUTH required", users_count(d->users), d->s.users_file);
+    log_info("lockbrokerd %s ready: %s mode, listening on %s%s%s", PACKAGE_VERSION,
+             d->backend->ops->name, d->srv.listen_addr, d->s.unix_socket ? " and " : "",
+             d->s.unix_socket ? d->s.unix_socket : "");
+#ifdef HAVE_LIBSYSTEMD
+    sd_notifyf(0, "READY=1\nSTATUS=%s mode, listening on %s", d->backend->ops->name,
+               d->srv.listen_addr);
+#endif
+    event_base_dispatch(d->base);
+    log_info("stopped");
+}
+
+/* Stops and frees whatever was started, however far the start-up got. */
+static void daemon_stop(struct daemon *d)
+{
+    metrics_stop(d->metrics);
+    if (d->server_started) {
+        locks_shutdown(d->locks);
+        server_stop(&d->srv);
+        /* Deferred bufferevent callbacks of closed connections hold their
+         * last references: let them run (their callbacks are unset). */
+        event_base_loop(d->base, EVLOOP_NONBLOCK);
+    }
+    for (size_t i = 0; i < NSIGNALS; i++)
+        if (d->sig_ev[i])
+            event_free(d->sig_ev[i]);
+    locks_free(d->locks);
+    leases_free(d->leases);
+    if (d->backend)
+        d->backend->ops->free(d->backend->impl);
+    if (d->base)
+        event_base_free(d->base);
+    users_free(d->users);
+    settings_free(&d->s);
+}
+
+int main(int argc, char **argv)
+{
+    struct daemon d;
+    bool check_only = false;
+    char zk_auth[SETTINGS_ZK_AUTH_MAX + 2] = "";
+    int rc;
+
+    memset(&d, 0, sizeof(d));
+    log_detect_journal();
+    if (parse_args(argc, argv, &d.opt, &check_only, &rc) != 0)
+        return rc;
+    if (daemon_configure(&d, zk_auth, sizeof(zk_auth)) < 0)
+        return 1;
     if (check_only) {
         explicit_bzero(zk_auth, sizeof(zk_auth));
         printf("lockbrokerd: configuration OK\n");
-        users_free(d.users);
-        settings_free(&d.s);
+        daemon_stop(&d);   /* nothing started: frees the users and the settings */
         return 0;
     }
 
     signal(SIGPIPE, SIG_IGN);
     raise_fd_limit(&d.s);
-
-    /* Precise timers: with libevent's default coarse clock (4 ms steps
-     * here) a wait could end a few ms before its wait-ms had passed, which
-     * PROTOCOL.md rules out (found by `make soak`, docs/SOAK.md); locks.c
-     * also counts each wait from the current time, not the loop's cache. */
-    if ((cfg = event_config_new()))
-        event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER);
-    d.base = cfg ? event_base_new_with_config(cfg) : NULL;
-    if (cfg)
-        event_config_free(cfg);
-    if (!d.base) {
-        log_error("cannot create the event loop");
-        goto out;
+    rc = 1;
+    if (daemon_start_backend(&d, zk_auth, sizeof(zk_auth)) == 0 &&
+        daemon_start_server(&d) == 0) {
+        daemon_run(&d);
+        rc = 0;
     }
-    server_make_daemon_id(d.id, sizeof(d.id));
-    backend = d.s.zk_hosts ? zk_backend_new(d.base, &d.s, d.id, zk_auth[0] ? zk_auth : NULL)
-                           : backend_embedded_new();
-    explicit_bzero(zk_auth, sizeof(zk_auth));
-    if (!backend || !(d.locks = locks_new(d.base, backend, d.s.max_locks_per_client)) ||
-        !(d.leases = leases_new(d.base, d.locks, backend, d.s.max_leases))) {
-        log_error("out of memory");
-        goto out;
-    }
-    if (server_start(&d.srv, d.base, &d.s, d.locks, d.leases, backend, d.users, d.id) < 0)
-        goto out;
-    started = true;
-    if (d.s.metrics_listen && !(d.metrics = metrics_start(&d.srv, d.s.metrics_listen)))
-        goto out;
-    for (int i = 0; i < 3; i++) {
-        sig_ev[i] = evsignal_new(d.base, signals[i], on_signal, &d);
-        if (!sig_ev[i] || evsignal_add(sig_ev[i], NULL) < 0) {
-            log_error("cannot install signal handlers");
-            goto out;
-        }
-    }
-
-    log_info("daemon id %s", d.id);
-    if (d.users)
-        log_info("%zu users from %s: AUTH required", users_count(d.users), d.s.users_file);
-    log_info("lockbrokerd %s ready: %s mode, listening on %s%s%s", PACKAGE_VERSION,
-             backend->ops->name, d.srv.listen_addr, d.s.unix_socket ? " and " : "",
-             d.s.unix_socket ? d.s.unix_socket : "");
-#ifdef HAVE_LIBSYSTEMD
-    sd_notifyf(0, "READY=1\nSTATUS=%s mode, listening on %s", backend->ops->name,
-               d.srv.listen_addr);
-#endif
-    event_base_dispatch(d.base);
-    log_info("stopped");
-    rc = 0;
-out:
-    metrics_stop(d.metrics);
-    if (started) {
-        locks_shutdown(d.locks);
-        server_stop(&d.srv);
-        /* Deferred bufferevent callbacks of closed connections hold their
-         * last references: let them run (their callbacks are unset). */
-        event_base_loop(d.base, EVLOOP_NONBLOCK);
-    }
-    for (int i = 0; i < 3; i++)
-        if (sig_ev[i])
-            event_free(sig_ev[i]);
-    locks_free(d.locks);
-    leases_free(d.leases);
-    if (backend)
-        backend->ops->free(backend->impl);
-    if (d.base)
-        event_base_free(d.base);
-    users_free(d.users);
-    settings_free(&d.s);
+    daemon_stop(&d);
     return rc;
 }
