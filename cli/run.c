@@ -15,6 +15,15 @@
  * command stopped or ended; SIGINT, SIGTERM, SIGHUP: forwarded to the
  * command's process group).
  *
+ * SIGINT and SIGTERM also ask the command to stop, and what it started
+ * must stop with it: a shell's background jobs ignore SIGINT, and would
+ * run on after the release. So after either, the group gets SIGKILL once
+ * the command's main process has ended (or after the grace period, if it
+ * has not), and the lock is released only when every process of the group
+ * is gone, as after a loss. So does a main process killed by SIGINT or
+ * SIGQUIT: a terminal's ^C and ^\ reach the group directly, not through
+ * lockbroker. SIGHUP is only passed on: to many daemons it means "reload".
+ *
  * Jeopardy: the broker's `CHECK` answer promises the lock for <safe-ms>
  * from when the CHECK was sent (PROTOCOL.md, CHECK). One CHECK goes out
  * before the command starts, then one every quarter of the last window
@@ -81,6 +90,8 @@ static const int run_signals[] = { SIGCHLD, SIGINT, SIGTERM, SIGHUP };
 
 enum run_state {
     RUN_HOLDING,     /* the command runs and the lock is held */
+    RUN_STOPPING,    /* held; SIGINT or SIGTERM passed on; SIGKILL due at kill_at */
+    RUN_STOP_KILL,   /* held; SIGKILL sent after the grace, waiting for the exit */
     RUN_LOST_TERM,   /* the lock is gone; SIGTERM sent, SIGKILL due at kill_at */
     RUN_LOST_KILL,   /* the lock is gone; SIGKILL sent, waiting for the exit */
 };
@@ -96,7 +107,9 @@ struct run {
     int tty;                  /* controlling terminal handed to the command, or -1 */
     int resume;               /* lockbroker was stopped with the command: continue it */
     enum run_state state;
-    int64_t kill_at;          /* RUN_LOST_TERM: monotonic ms at which to send SIGKILL */
+    int64_t kill_at;          /* RUN_STOPPING, RUN_LOST_TERM: monotonic ms at which to send
+                               * SIGKILL */
+    int stop_signal;          /* RUN_STOPPING, RUN_STOP_KILL: the signal that asked it */
     pid_t guardian;           /* kills the group if lockbroker dies; 0: none (or reaped) */
     int guardian_pipe;        /* its write end: lockbroker's death closes it; -1: none */
     /* Jeopardy (all times monotonic ms, on this clock). */
@@ -111,6 +124,12 @@ struct run {
     int64_t window_max;       /* the largest <safe-ms> answered: the grace fits in a third */
     int jeopardy;             /* the command was ended for want of a fresh window */
 };
+
+/* Whether the lock is still held: the command runs, or is being stopped. */
+static int run_held(const struct run *r)
+{
+    return r->state == RUN_HOLDING || r->state == RUN_STOPPING || r->state == RUN_STOP_KILL;
+}
 
 static void on_signal(int sig)
 {
@@ -783,6 +802,11 @@ static void run_stop(struct run *r)
         fprintf(stderr, "lockbroker: grace period cut to %" PRId64 " ms: the lock is certain "
                 "for no longer\n", grace);
     }
+    /* Already being stopped: the SIGKILL due (or sent) comes no later. */
+    if (r->state == RUN_STOP_KILL)
+        grace = 0;
+    else if (r->state == RUN_STOPPING && r->kill_at - now < grace)
+        grace = r->kill_at > now ? r->kill_at - now : 0;
     if (grace > 0) {
         killpg(r->pid, SIGTERM);
         r->state = RUN_LOST_TERM;
@@ -797,7 +821,7 @@ static void run_stop(struct run *r)
 /* The lock is gone: stop using the resource, i.e. end the command. */
 static void run_lose(struct run *r, const char *why)
 {
-    if (r->state != RUN_HOLDING)
+    if (!run_held(r))
         return;
     fprintf(stderr, "lockbroker: lock %s lost (%s); terminating the command\n",
             r->o->name, why);
@@ -817,7 +841,7 @@ static void run_jeopardy(struct run *r)
 {
     int64_t now = client_now_ms();
 
-    if (r->state != RUN_HOLDING)
+    if (!run_held(r))
         return;
     r->jeopardy = 1;
     fprintf(stderr, "lockbroker: lock %s in jeopardy: %s has not confirmed it (CHECK) for "
@@ -836,7 +860,7 @@ static void run_read_conn(struct run *r)
     int got;
 
     /* Lines that arrived before an end of file still count. */
-    while (r->state == RUN_HOLDING && (got = client_pop_line(r->conn, line, sizeof(line))) != 0) {
+    while (run_held(r) && (got = client_pop_line(r->conn, line, sizeof(line))) != 0) {
         const char *reason;
 
         if (got < 0)
@@ -869,7 +893,7 @@ static void run_read_conn(struct run *r)
         }
         fprintf(stderr, "lockbroker: ignoring unexpected line from the broker: %s\n", line);
     }
-    if (r->state != RUN_HOLDING)
+    if (!run_held(r))
         return;
     if (st == CLIENT_CLOSED)
         run_lose(r, "the broker closed the connection");
@@ -886,14 +910,24 @@ static void run_take_tty(struct run *r)
         tcsetpgrp(r->tty, getpgrp());
 }
 
+/* Whether si says the command's main process was killed by the signal of a
+ * terminal's ^C or ^\, which the group's background jobs ignore. */
+static int killed_by_interrupt(const siginfo_t *si)
+{
+    return (si->si_code == CLD_KILLED || si->si_code == CLD_DUMPED) &&
+           (si->si_status == SIGINT || si->si_status == SIGQUIT);
+}
+
 /*
  * SIGCHLD: looks at the command without reaping it, so that its process
  * group id stays reserved while stragglers are killed. Returns 1 with the
- * wait status once it has ended, 0 while it runs.
+ * wait status once it has ended, 0 while it runs. Unless it ended by
+ * itself, what is left of its group is killed and waited for first.
  */
 static int run_check_child(struct run *r, int *wstatus)
 {
     siginfo_t si;
+    int end_group;
 
     for (;;) {
         memset(&si, 0, sizeof(si));
@@ -917,11 +951,12 @@ static int run_check_child(struct run *r, int *wstatus)
         r->resume = 1;   /* the loop looks at the connection before continuing it */
         return 0;
     }
-    if (r->state != RUN_HOLDING)
+    end_group = r->state != RUN_HOLDING || killed_by_interrupt(&si);
+    if (end_group)
         killpg(r->pid, SIGKILL);   /* whatever it started must not outlive the lock either */
     while (waitpid(r->pid, wstatus, 0) < 0 && errno == EINTR)
         ;
-    if (r->state != RUN_HOLDING) {
+    if (end_group) {
         /* The group's other processes are ours now (subreaper): wait until all are gone. */
         pid_t gone;
 
@@ -951,6 +986,21 @@ static void run_reap_orphans(struct run *r)
     }
 }
 
+/*
+ * SIGINT, SIGTERM, SIGHUP for lockbroker: passed on to the command's group.
+ * The first SIGINT or SIGTERM also starts the grace period (see the top of
+ * this file); SIGHUP is only passed on.
+ */
+static void run_pass_signal(struct run *r, int sig)
+{
+    killpg(r->pid, sig);
+    if (r->state != RUN_HOLDING || sig == SIGHUP)
+        return;
+    r->state = RUN_STOPPING;
+    r->stop_signal = sig;
+    r->kill_at = client_now_ms() + r->o->grace_ms;
+}
+
 /* Sleep until the earlier of a and b (-1: no time). */
 static int64_t earlier(int64_t a, int64_t b)
 {
@@ -962,7 +1012,7 @@ static int run_supervise(struct run *r)
 {
     for (;;) {
         /* The connection matters while the lock is held (-1: poll ignores it). */
-        int conn_fd = r->state == RUN_HOLDING ? r->conn->fd : -1;
+        int conn_fd = run_held(r) ? r->conn->fd : -1;
         struct pollfd p[2] = {
             { .fd = conn_fd, .events = POLLIN },
             { .fd = sig_pipe[0], .events = POLLIN },
@@ -972,9 +1022,9 @@ static int run_supervise(struct run *r)
 
         if (r->resume)
             wake = now;
-        if (r->state == RUN_LOST_TERM)
+        if (r->state == RUN_LOST_TERM || r->state == RUN_STOPPING)
             wake = earlier(wake, r->kill_at);
-        if (r->state == RUN_HOLDING && r->checking) {
+        if (run_held(r) && r->checking) {
             wake = earlier(wake, jeopardy_at(r));
             if (!r->check_inflight)
                 wake = earlier(wake, r->next_check);
@@ -989,7 +1039,7 @@ static int run_supervise(struct run *r)
         if (conn_fd >= 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR)))
             run_read_conn(r);
         now = client_now_ms();
-        if (r->state == RUN_HOLDING && r->checking) {
+        if (run_held(r) && r->checking) {
             if (now >= jeopardy_at(r))
                 run_jeopardy(r);
             else if (!r->check_inflight && now >= r->next_check && check_send(r) < 0)
@@ -998,6 +1048,12 @@ static int run_supervise(struct run *r)
         if (r->state == RUN_LOST_TERM && client_now_ms() >= r->kill_at) {
             killpg(r->pid, SIGKILL);
             r->state = RUN_LOST_KILL;
+        }
+        if (r->state == RUN_STOPPING && client_now_ms() >= r->kill_at) {
+            fprintf(stderr, "lockbroker: the command did not end within the grace period (-g) "
+                    "after %s: killed\n", r->stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
+            killpg(r->pid, SIGKILL);
+            r->state = RUN_STOP_KILL;
         }
         if (r->resume) {
             r->resume = 0;
@@ -1015,7 +1071,7 @@ static int run_supervise(struct run *r)
                     if (sigs[i] == SIGCHLD)
                         child = 1;
                     else
-                        killpg(r->pid, sigs[i]);   /* SIGINT, SIGTERM, SIGHUP */
+                        run_pass_signal(r, sigs[i]);
                 }
             if (child && run_check_child(r, &wstatus))
                 return wstatus;
@@ -1225,7 +1281,7 @@ int run_command(const struct run_opts *o)
     wstatus = run_supervise(&r);
     run_take_tty(&r);
 
-    if (r.state == RUN_HOLDING) {
+    if (run_held(&r)) {
         run_unlock(&r);
         rc = WIFSIGNALED(wstatus) ? 128 + WTERMSIG(wstatus) : WEXITSTATUS(wstatus);
     } else {

@@ -101,6 +101,22 @@ def dead(pid):
 print(" ".join("dead" if dead(p) else "alive" for p in sys.argv[1:]), flush=True)
 """
 
+# Prints the pids of the processes of process group argv[1] that have not
+# ended (zombies count as ended), or "none".
+GROUP_MEMBERS = r"""
+import os, sys
+pgid, alive = int(sys.argv[1]), []
+for pid in os.listdir("/proc"):
+    try:
+        with open("/proc/%s/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        continue
+    if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+        alive.append(pid)
+print(" ".join(sorted(alive)) or "none", flush=True)
+"""
+
 
 def client_path():
     path = os.environ.get("LOCKBROKER")
@@ -910,6 +926,75 @@ while True:
         self.assert_exit(p, 9, stdout="trapped-TERM\nparent-trapped\n")
         self.assertEqual(p.err, "")
 
+    def group_gone_at_release(self, n, pgid):
+        """Starts a run queued behind n that prints, once granted n, which
+        processes of group pgid are left (GROUP_MEMBERS); returns it."""
+        mark = self.d.log_mark()
+        waiter = self.start(self.hp() + ["run", n, "--", sys.executable, "-c", GROUP_MEMBERS,
+                                         str(pgid)])
+        self.d.wait_log(r"lock %s: \S+ queued$" % re.escape(n), since=mark)
+        return waiter
+
+    def test_stop_signal_ends_the_whole_group_before_the_release(self):
+        # A shell's background job ignores SIGINT (and this one SIGTERM too):
+        # passing the signal on ends the shell, not the job, which must not
+        # run on once the lock is free. The run queued behind looks at the
+        # group as soon as it is granted the lock.
+        for sig, job in ((signal.SIGINT, "sleep 300 >/dev/null 2>&1 &"),
+                         (signal.SIGTERM, "(trap '' TERM; exec sleep 300) >/dev/null 2>&1 &")):
+            with self.subTest(sig=sig.name):
+                n = self.name()
+                p = self.start(self.hp() + ["run", n, "--", "sh", "-c",
+                                            job + " echo $$ $!; exec sleep 301"])
+                pgid, job_pid = (int(x) for x in p.read_line().split())
+                self.addCleanup(kill_if_alive, job_pid)
+                waiter = self.group_gone_at_release(n, pgid)
+                p.signal(sig)
+                p.finish()
+                self.assert_exit(p, 128 + sig, stdout="")
+                self.assertEqual(p.err, "")
+                waiter.finish()
+                self.assert_exit(waiter, 0, stdout="none\n")
+                self.assertFalse(pid_alive(job_pid))
+
+    def test_command_that_ignores_the_stop_signal_is_killed_after_the_grace(self):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with self.subTest(sig=sig.name):
+                n = self.name()
+                p = self.start(self.hp() + ["run", "-g", "200", n, "--"] +
+                               trapper(ignore=True, ready="os.getpid()"))
+                pid = int(p.read_line())
+                self.addCleanup(kill_if_alive, pid)
+                waiter = self.group_gone_at_release(n, pid)
+                p.signal(sig)
+                p.finish()
+                self.assert_exit(p, 128 + signal.SIGKILL,
+                                 r"the command did not end within the grace period \(-g\) "
+                                 r"after %s: killed$" % sig.name, stdout="")
+                waiter.finish()
+                self.assert_exit(waiter, 0, stdout="none\n")
+
+    def test_sighup_is_only_passed_on(self):
+        # SIGHUP often means "reload": the command that traps it runs on,
+        # past the grace period, with the lock.
+        n = self.name()
+        script = ("import signal, sys\n"
+                  "signal.signal(signal.SIGHUP, lambda s, f: print('reload', flush=True))\n"
+                  "print('ready', flush=True)\n"
+                  "sys.stdin.readline()\n")
+        p = self.start(self.hp() + ["run", "-g", "0", n, "--", sys.executable, "-c", script],
+                       stdin=subprocess.PIPE)
+        self.assertEqual(p.read_line(), "ready")
+        p.signal(signal.SIGHUP)
+        self.assertEqual(p.read_line(), "reload")
+        c = self.client()
+        c.send("TRYLOCK %s\n" % n)
+        c.expect("BUSY %s" % n)
+        p.write("done\n")
+        p.finish()
+        self.assert_exit(p, 0, stdout="")
+        self.assertEqual(p.err, "")
+
 
 @unittest.skipUnless(shutil.which("setsid"), "needs setsid(1) from util-linux")
 class TerminalTests(DaemonCase):
@@ -966,6 +1051,26 @@ class TerminalTests(DaemonCase):
         self.read_until(m, "ready")
         os.write(m, b"\x03")
         self.assertEqual(self.wait(p), 128 + signal.SIGINT)
+
+    def test_ctrl_c_ends_the_whole_group_before_the_release(self):
+        # ^C goes from the terminal to the command's group, not through
+        # lockbroker: the shell dies of it, its background job ignores it,
+        # and must be gone before the lock is free.
+        n = self.name()
+        p, m = self.pty_run(self.hp() + ["run", n, "--", "sh", "-c",
+                                         "sleep 300 & echo pids $$ $! .; exec sleep 301"])
+        pgid, job_pid = (int(x) for x in
+                         re.search(r"pids ([0-9]+) ([0-9]+) \.", self.read_until(m, " .")).groups())
+        self.addCleanup(kill_if_alive, job_pid)
+        mark = self.d.log_mark()
+        waiter = LbProc(self.hp() + ["run", n, "--", sys.executable, "-c", GROUP_MEMBERS,
+                                     str(pgid)])
+        self.addCleanup(waiter.kill)
+        self.d.wait_log(r"lock %s: \S+ queued$" % re.escape(n), since=mark)
+        os.write(m, b"\x03")
+        self.assertEqual(self.wait(p), 128 + signal.SIGINT)
+        self.assertEqual(waiter.finish(), 0, waiter.err)
+        self.assertEqual(waiter.out, "none\n")
 
 
 # ============================================================ errors, usage
