@@ -24,6 +24,8 @@
 enum cli_exit {
     CLI_EXIT_OK          = 0,
     CLI_EXIT_FREE        = 1,   /* status NAME: the lock is free (0: held) */
+    CLI_EXIT_BACKEND_DOWN = 115, /* ping, status (no NAME): the broker answers, but STATS
+                                  * zk_state says it cannot reach ZooKeeper */
     CLI_EXIT_JEOPARDY    = 116, /* run: the broker did not confirm the lock (CHECK) in time */
     CLI_EXIT_DENIED      = 117, /* AUTH refused, or ERR NOAUTH / DENIED: log in, or another NAME */
     CLI_EXIT_NOT_HELD    = 118, /* renew, release: ERR NOT_HELD (wrong token, or the lease ended) */

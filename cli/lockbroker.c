@@ -458,6 +458,24 @@ struct exchange {
     char err[CLIENT_ERR_MAX];
 };
 
+/* Sends req on x's connection. Returns 0 or an exit status (reported). */
+static int exchange_send(struct exchange *x, const char *req)
+{
+    switch (client_send(x->c, req, strlen(req), x->deadline, x->err, sizeof(x->err))) {
+    case CLIENT_OK:
+        return 0;
+    case CLIENT_CLOSED:
+        fprintf(stderr, "lockbroker: %s closed the connection\n", x->addr->spec);
+        return CLI_EXIT_UNAVAILABLE;
+    case CLIENT_TIMEOUT:
+        fprintf(stderr, "lockbroker: %s: timed out sending\n", x->addr->spec);
+        return CLI_EXIT_UNAVAILABLE;
+    default:
+        fprintf(stderr, "lockbroker: %s: %s\n", x->addr->spec, x->err);
+        return CLI_EXIT_UNAVAILABLE;
+    }
+}
+
 /* Connects and sends req. Returns 0 or an exit status (reported). */
 static int exchange_start(struct exchange *x, const struct options *o,
                           const struct client_addr *a, struct client *c, const char *req)
@@ -471,19 +489,7 @@ static int exchange_start(struct exchange *x, const struct options *o,
         fprintf(stderr, "lockbroker: %s\n", x->err);
         return rc;
     }
-    switch (client_send(c, req, strlen(req), x->deadline, x->err, sizeof(x->err))) {
-    case CLIENT_OK:
-        return 0;
-    case CLIENT_CLOSED:
-        fprintf(stderr, "lockbroker: %s closed the connection\n", a->spec);
-        return CLI_EXIT_UNAVAILABLE;
-    case CLIENT_TIMEOUT:
-        fprintf(stderr, "lockbroker: %s: timed out sending\n", a->spec);
-        return CLI_EXIT_UNAVAILABLE;
-    default:
-        fprintf(stderr, "lockbroker: %s: %s\n", a->spec, x->err);
-        return CLI_EXIT_UNAVAILABLE;
-    }
+    return exchange_send(x, req);
 }
 
 /* The next reply line into line. Returns 0 or an exit status (reported). */
@@ -510,22 +516,74 @@ static int report_err(const struct exchange *x, const char *what, const char *li
     return client_err_exit(line);
 }
 
+/* The STAT values `lockbroker status` (no NAME) summarises; ping looks at zk_state. */
+static const char *const summary_keys[] = {
+    "version", "mode", "uptime", "curr_connections", "locks_held", "waiters",
+    "zk_state", "zk_session_id",
+};
+#define NSUMMARY (sizeof(summary_keys) / sizeof(summary_keys[0]))
+
+static int stats_read(struct exchange *x, bool summary, char vals[][64], FILE *js,
+                      bool *noauth);
+
+/* vals[] of key, from summary_keys. */
+static const char *summary_value(char vals[][64], const char *key)
+{
+    for (size_t i = 0; i < NSUMMARY; i++)
+        if (strcmp(summary_keys[i], key) == 0)
+            return vals[i];
+    return "";
+}
+
+/*
+ * Whether the broker reaches its lock service, from STATS: in distributed
+ * mode a zk_state other than `connected` means that what needs ZooKeeper
+ * answers ERR UNAVAILABLE (PROTOCOL.md, STATS). Returns CLI_EXIT_OK, or
+ * CLI_EXIT_BACKEND_DOWN having said so on stderr.
+ */
+static int backend_state(const struct client_addr *a, char vals[][64])
+{
+    const char *zk_state = summary_value(vals, "zk_state");
+
+    if (!zk_state[0] || strcmp(zk_state, "connected") == 0)
+        return CLI_EXIT_OK;
+    fprintf(stderr, "lockbroker: %s answers, but cannot reach its lock service, ZooKeeper "
+            "(zk_state %s)\n", a->spec, zk_state);
+    return CLI_EXIT_BACKEND_DOWN;
+}
+
+/*
+ * PING, then STATS on the same connection: PONG says the broker answers,
+ * zk_state whether it can serve locks. A broker that wants a login for
+ * STATS (ERR NOAUTH, no -a) cannot tell: PONG is all there is.
+ */
 static int cmd_ping(const struct options *o, const struct client_addr *a, struct client *c)
 {
     struct exchange x;
-    char line[CLIENT_LINE_MAX + 1];
+    char line[CLIENT_LINE_MAX + 1], vals[NSUMMARY][64];
+    bool noauth = false;
     int rc;
 
     if ((rc = exchange_start(&x, o, a, c, "PING\n")) || (rc = exchange_line(&x, line, sizeof(line))))
         return rc;
-    if (strcmp(line, "PONG") == 0) {
-        puts(line);
-        return CLI_EXIT_OK;
-    }
     if (strncmp(line, "ERR ", 4) == 0)
         return report_err(&x, "PING", line);
-    fprintf(stderr, "lockbroker: unexpected reply to PING: %s\n", line);
-    return CLI_EXIT_PROTOCOL;
+    if (strcmp(line, "PONG") != 0) {
+        fprintf(stderr, "lockbroker: unexpected reply to PING: %s\n", line);
+        return CLI_EXIT_PROTOCOL;
+    }
+    puts(line);
+    memset(vals, 0, sizeof(vals));
+    if ((rc = exchange_send(&x, "STATS\n")))
+        return rc;
+    rc = stats_read(&x, true, vals, NULL, &noauth);
+    if (noauth) {
+        /* The broker answers; a health check must know what it did not check. */
+        fprintf(stderr, "lockbroker: without a login (-a USER), ping cannot tell whether "
+                "%s reaches its lock service\n", a->spec);
+        return CLI_EXIT_OK;
+    }
+    return rc != CLI_EXIT_OK ? rc : backend_state(a, vals);
 }
 
 /* break NAME [TOKEN]: BREAK, OK or the ERR line's exit status (118: nothing to break here). */
@@ -552,13 +610,6 @@ static int cmd_break(const struct options *o, const struct client_addr *a, struc
     return CLI_EXIT_PROTOCOL;
 }
 
-/* The STAT values `lockbroker status` (no NAME) summarises. */
-static const char *const summary_keys[] = {
-    "version", "mode", "uptime", "curr_connections", "locks_held", "waiters",
-    "zk_state", "zk_session_id",
-};
-#define NSUMMARY (sizeof(summary_keys) / sizeof(summary_keys[0]))
-
 static void print_summary(const struct client_addr *a, char vals[][64])
 {
     printf("lockbrokerd %s at %s: %s mode, up %s s, %s connections, %s locks held, "
@@ -569,21 +620,20 @@ static void print_summary(const struct client_addr *a, char vals[][64])
 }
 
 /*
- * Asks STATS and hands each STAT on: printed as it is, kept in vals (the
- * summary's keys), or written to js as a JSON member.
+ * Reads the reply to STATS (sent on x) and hands each STAT on: written to
+ * js as a JSON member, or else printed as it is (unless summary); the
+ * summary's keys are also kept in vals. With noauth, an ERR NOAUTH is not
+ * reported but sets *noauth (CLI_EXIT_DENIED).
  */
-static int stats_exchange(const struct options *o, const struct client_addr *a,
-                          struct client *c, bool summary, char vals[][64], FILE *js)
+static int stats_read(struct exchange *x, bool summary, char vals[][64], FILE *js,
+                      bool *noauth)
 {
-    struct exchange x;
     char line[CLIENT_LINE_MAX + 1];
     bool first = true;
     int rc;
 
-    if ((rc = exchange_start(&x, o, a, c, "STATS\n")))
-        return rc;
     for (;;) {
-        if ((rc = exchange_line(&x, line, sizeof(line))))
+        if ((rc = exchange_line(x, line, sizeof(line))))
             return rc;
         if (strcmp(line, "END") == 0)
             return CLI_EXIT_OK;
@@ -598,24 +648,29 @@ static int stats_exchange(const struct options *o, const struct client_addr *a,
             } else if (!summary && !js) {
                 puts(line);
             }
-            for (size_t i = 0; summary && val && i < NSUMMARY; i++)
+            for (size_t i = 0; val && i < NSUMMARY; i++)
                 if (strlen(summary_keys[i]) == (size_t)(val - key) &&
                     strncmp(key, summary_keys[i], (size_t)(val - key)) == 0)
                     snprintf(vals[i], 64, "%s", val + 1);
             continue;
         }
+        if (noauth && strncmp(line, "ERR NOAUTH", 10) == 0 && (!line[10] || line[10] == ' ')) {
+            *noauth = true;
+            return CLI_EXIT_DENIED;
+        }
         if (strncmp(line, "ERR ", 4) == 0)
-            return report_err(&x, "STATS", line);
+            return report_err(x, "STATS", line);
         fprintf(stderr, "lockbroker: unexpected reply to STATS: %s\n", line);
         return CLI_EXIT_PROTOCOL;
     }
 }
 
 /*
- * STATS: every STAT line, or (summary) one line about the daemon, or
- * (--json, either way) one JSON object of every STAT. The JSON is printed
- * once END came: a broken reply prints nothing a script could take for an
- * answer.
+ * STATS: every STAT line, or (status: summary) one line about the daemon,
+ * or (--json, either way) one JSON object of every STAT. The JSON is
+ * printed once END came: a broken reply prints nothing a script could take
+ * for an answer. The summary's status is CLI_EXIT_BACKEND_DOWN when the
+ * daemon cannot reach ZooKeeper (backend_state), its JSON's too.
  */
 static int cmd_stats(const struct options *o, const struct client_addr *a, struct client *c,
                      bool summary)
@@ -624,18 +679,19 @@ static int cmd_stats(const struct options *o, const struct client_addr *a, struc
     char *json = NULL;
     size_t json_len = 0;
     FILE *js = NULL;
+    struct exchange x;
     int rc;
 
     memset(vals, 0, sizeof(vals));
     if (o->json) {
-        summary = false;
         if (!(js = open_memstream(&json, &json_len))) {
             fprintf(stderr, "lockbroker: out of memory\n");
             return CLI_EXIT_USAGE;
         }
         putc('{', js);
     }
-    rc = stats_exchange(o, a, c, summary, vals, js);
+    if ((rc = exchange_start(&x, o, a, c, "STATS\n")) == CLI_EXIT_OK)
+        rc = stats_read(&x, summary, vals, js, NULL);
     if (js) {
         fputs("}\n", js);
         if (fclose(js) != 0) {
@@ -648,7 +704,7 @@ static int cmd_stats(const struct options *o, const struct client_addr *a, struc
     } else if (rc == CLI_EXIT_OK && summary) {
         print_summary(a, vals);
     }
-    return rc;
+    return rc == CLI_EXIT_OK && summary ? backend_state(a, vals) : rc;
 }
 
 /*
@@ -1250,7 +1306,7 @@ static const struct subcommand subcommands[] = {
       .usage = { "status [--json | --human | --raw] [NAME]" },
       .about =
           "`status NAME` prints the lock's STATUS line and exits 0 if it is held, 1 if\n"
-          "it is free. " },
+          "it is free; `status` alone prints one line about the broker.\n" },
     { .name = "locks", .fn = sub_locks, .min_args = 0, .max_args = 1,
       .opts = OPTS_JSON | OPTS_CLUSTER,
       .usage = { "locks [--cluster] [--json | --human | --raw] [GLOB]" },
@@ -1280,7 +1336,10 @@ static const struct subcommand subcommands[] = {
           "through this broker (TOKEN: that one), each holder told LOST ... broken.\n" },
     { .name = "stats", .fn = sub_stats, .min_args = 0, .max_args = 0, .opts = OPTS_JSON,
       .usage = { "stats [--json]" } },
-    { .name = "ping", .fn = sub_ping, .min_args = 0, .max_args = 0, .usage = { "ping" } },
+    { .name = "ping", .fn = sub_ping, .min_args = 0, .max_args = 0, .usage = { "ping" },
+      .about =
+          "`ping` prints PONG if the broker answers. `ping` and `status` (without NAME)\n"
+          "exit 115 while the broker cannot reach ZooKeeper.\n" },
 };
 #define NSUBCOMMANDS (sizeof(subcommands) / sizeof(subcommands[0]))
 
@@ -1364,6 +1423,9 @@ static void usage_options(FILE *f)
         "what is not covered).\n"
         "Exit status: COMMAND's (run), 0 (other subcommands), or\n"
         "    1  status NAME: the lock is free (0: it is held)\n"
+        "  115  ping, status without NAME: the broker answers, but cannot reach its\n"
+        "       lock service, ZooKeeper (STATS zk_state not connected); without -a, a\n"
+        "       broker with users does not tell ping (it says so and exits 0)\n"
         "  116  run: jeopardy: the broker did not confirm the lock (CHECK) in time;\n"
         "       COMMAND was terminated before anyone else could be granted the lock\n"
         "  117  the broker refused the login (-a: wrong user or password, or it has no\n"

@@ -40,6 +40,7 @@ class Daemon(lbharness.Daemon):
 
 # Exit statuses of lockbroker itself (cli/client.h, lockbroker --help, lockbroker(1)).
 EXIT_FREE = 1            # status NAME only
+EXIT_BACKEND_DOWN = 115  # ping, status: the broker answers but cannot reach ZooKeeper
 EXIT_JEOPARDY = 116
 EXIT_NOT_HELD = 118
 EXIT_CONFLICT = 119
@@ -2426,6 +2427,65 @@ class FakeBrokerTests(Case):
         self.assert_exit(p, EXIT_PROTOCOL, r"127\.0\.0\.1:\d+ refused STATS: ERR INTERNAL",
                          stdout="STAT a 1\n")
 
+    STATS = ("STAT version 0.1.0\nSTAT mode %s\nSTAT uptime 5\nSTAT curr_connections 1\n"
+             "STAT locks_held 0\nSTAT waiters 0\n%sEND\n")
+
+    def stats_reply(self, zk_state):
+        if zk_state is None:
+            return self.STATS % ("embedded", "")
+        return self.STATS % ("distributed", "STAT zk_state %s\nSTAT zk_session_id 0x0\n"
+                             % zk_state)
+
+    def test_ping_and_status_exit_115_when_the_broker_cannot_reach_zookeeper(self):
+        down = r"127\.0\.0\.1:\d+ answers, but cannot reach its lock service, ZooKeeper " \
+               r"\(zk_state %s\)$"
+        for zk_state in (None, "connected", "connecting", "expired"):
+            with self.subTest(zk_state=zk_state):
+                rc = 0 if zk_state in (None, "connected") else EXIT_BACKEND_DOWN
+                err = None if rc == 0 else down % zk_state
+                p = self.start(["-H", self.addr, "ping"])
+                c = self.accept()
+                c.expect("PING")
+                c.send("PONG\n")
+                c.expect("STATS")
+                c.send(self.stats_reply(zk_state))
+                p.finish()
+                self.assert_exit(p, rc, err, stdout="PONG\n")
+                if rc == 0:
+                    self.assertEqual(p.err, "")
+                for args in (["status"], ["status", "--json"]):
+                    p = self.start(["-H", self.addr] + args)
+                    c = self.accept()
+                    c.expect("STATS")
+                    c.send(self.stats_reply(zk_state))
+                    p.finish()
+                    self.assert_exit(p, rc, err)
+                    if "--json" in args:
+                        self.assertEqual(json.loads(p.out).get("zk_state"), zk_state)
+                    else:
+                        self.assertRegex(p.out, r"^lockbrokerd 0\.1\.0 at .*, 0 waiting%s\n$"
+                                         % ("" if zk_state is None else
+                                            ", ZooKeeper %s \\(session 0x0\\)" % zk_state))
+                # stats prints the numbers; it is not a health check.
+                p = self.start(["-H", self.addr, "stats"])
+                c = self.accept()
+                c.expect("STATS")
+                c.send(self.stats_reply(zk_state))
+                p.finish()
+                self.assert_exit(p, 0)
+
+    def test_ping_without_a_login_says_what_it_did_not_check(self):
+        p = self.start(["-H", self.addr, "ping"])
+        c = self.accept()
+        c.expect("PING")
+        c.send("PONG\n")
+        c.expect("STATS")
+        c.send("ERR NOAUTH log in first with AUTH <user> <password> "
+               "(only PING, HELP and QUIT work before)\n")
+        p.finish()
+        self.assert_exit(p, 0, r"without a login \(-a USER\), ping cannot tell whether "
+                         r"127\.0\.0\.1:\d+ reaches its lock service$", stdout="PONG\n")
+
 
 # ========================================================= README example
 
@@ -2526,9 +2586,8 @@ def zookeeper_available():
 
 
 @unittest.skipUnless(zookeeper_available(), "needs java and Debian's zookeeper package")
-class LostTests(Case):
-    """Distributed mode: stopping ZooKeeper makes the daemon push LOST after
-    2/3 of the session timeout, and lockbroker ends the command."""
+class ZkCase(Case):
+    """A daemon in distributed mode on a ZooKeeper server of its own."""
 
     SESSION_MS = 4000
 
@@ -2543,6 +2602,51 @@ class LostTests(Case):
         d.start()
         d.wait_log(r"zk: new session 0x[0-9a-f]+", timeout=scaled(30))
         return zk, d
+
+
+class BackendDownTests(ZkCase):
+    """ping and status fail while the daemon cannot reach ZooKeeper."""
+
+    def test_ping_and_status_exit_115_while_zookeeper_is_down(self):
+        zk, d = self.distributed()
+        hp = ["-H", d.listen_addr]
+        p = self.lb(hp + ["ping"])
+        self.assert_exit(p, 0, stdout="PONG\n")
+        self.assertEqual(p.err, "")
+        p = self.lb(hp + ["status"])
+        self.assert_exit(p, 0)
+        self.assertRegex(p.out, r", ZooKeeper connected \(session 0x[0-9a-f]+\)\n$")
+
+        mark = d.log_mark()
+        zk.stop()
+        d.wait_log(r"zk: disconnected from ZooKeeper; reconnecting$", since=mark)
+        down = (r"%s answers, but cannot reach its lock service, ZooKeeper "
+                r"\(zk_state connecting\)$" % re.escape(d.listen_addr))
+        p = self.lb(hp + ["ping"])
+        self.assert_exit(p, EXIT_BACKEND_DOWN, down, stdout="PONG\n")
+        p = self.lb(hp + ["status"])
+        self.assert_exit(p, EXIT_BACKEND_DOWN, down)
+        self.assertRegex(p.out, r", ZooKeeper connecting \(session 0x[0-9a-f]+\)\n$")
+        p = self.lb(hp + ["status", "--json"])
+        self.assert_exit(p, EXIT_BACKEND_DOWN, down)
+        self.assertEqual(json.loads(p.out)["zk_state"], "connecting")
+        p = self.lb(hp + ["stats"])
+        self.assert_exit(p, 0)
+        self.assertIn("STAT zk_state connecting\n", p.out)
+
+        mark = d.log_mark()
+        zk.start()
+        d.wait_log(r"zk: (new|reconnected to) session 0x[0-9a-f]+", since=mark,
+                   timeout=scaled(30))
+        p = self.lb(hp + ["ping"])
+        self.assert_exit(p, 0, stdout="PONG\n")
+        self.assertEqual(p.err, "")
+        d.stop()
+
+
+class LostTests(ZkCase):
+    """Distributed mode: stopping ZooKeeper makes the daemon push LOST after
+    2/3 of the session timeout, and lockbroker ends the command."""
 
     # Whichever comes first ends the command: the last window running out
     # (the daemon answers CHECK with ever shorter windows while ZooKeeper
