@@ -444,3 +444,13 @@ enum cli_exit client_err_exit(const char *line)
         return CLI_EXIT_DENIED;
     return CLI_EXIT_PROTOCOL;
 }
+
+const char *client_err_advice(const char *line)
+{
+    /* The daemon says "log in first with AUTH <user> <password>": lockbroker's
+     * way is -a and a password never on the command line (resolve_auth). */
+    if (starts_with_word(line, "ERR NOAUTH"))
+        return "wants a login: give -a USER, with the password in LOCKBROKER_PASSWORD or "
+               "--password-file FILE";
+    return NULL;
+}

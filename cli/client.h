@@ -143,4 +143,12 @@ void client_close(struct client *c);
  */
 enum cli_exit client_err_exit(const char *line);
 
+/*
+ * What a shell user can do about an `ERR <CODE> ...` reply whose text is
+ * written for protocol users, or NULL: for ERR NOAUTH, which options log
+ * in. A static string that reads after the broker's address ("127.0.0.1:7411
+ * wants a login: ...").
+ */
+const char *client_err_advice(const char *line);
+
 #endif

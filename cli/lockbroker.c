@@ -46,7 +46,8 @@ struct options {
 };
 
 /* Long options without a short form. */
-enum { OPT_LABEL = 256, OPT_PASSWORD_FILE, OPT_JSON, OPT_RAW, OPT_HUMAN, OPT_CLUSTER };
+enum { OPT_LABEL = 256, OPT_PASSWORD_FILE, OPT_JSON, OPT_RAW, OPT_HUMAN, OPT_CLUSTER,
+       OPT_NONBLOCK };
 
 /*
  * The options only some subcommands take, by group. -H, -U, -t, -a,
@@ -54,7 +55,7 @@ enum { OPT_LABEL = 256, OPT_PASSWORD_FILE, OPT_JSON, OPT_RAW, OPT_HUMAN, OPT_CLU
  * nothing where there is no table).
  */
 enum {
-    OPTS_LOCK = 1 << 0,      /* -w, -s, -n, -E: how run and lease wait and hold */
+    OPTS_LOCK = 1 << 0,      /* -w, --nonblock, -s, -n, -E: how run and lease wait and hold */
     OPTS_GRACE = 1 << 1,     /* -g: run's grace after a loss */
     OPTS_LABEL = 1 << 2,     /* --label, -v: run and lease */
     OPTS_JSON = 1 << 3,      /* --json: stats, status, locks */
@@ -233,8 +234,9 @@ static int parse_broker_option(struct options *o, int opt, const char *arg)
 }
 
 /*
- * -w, -g, -E, -s, -n, --label, -v: how run and lease take the lock, noted
- * in o->given for the subcommand to check. Returns 0 or a usage error.
+ * -w, --nonblock, -g, -E, -s, -n, --label, -v: how run and lease take the
+ * lock, noted in o->given for the subcommand to check. Returns 0 or a
+ * usage error.
  */
 static int parse_lock_option(struct options *o, int opt, const char *arg)
 {
@@ -246,6 +248,11 @@ static int parse_lock_option(struct options *o, int opt, const char *arg)
     case 'w':
         if ((rc = check_duration("-w", arg, 0, PROTO_WAIT_MAX, &o->wait_ms)))
             return rc;
+        o->given |= OPTS_LOCK;
+        return 0;
+    case OPT_NONBLOCK:
+        /* flock's spelling of -w 0 (its -n is our --limit) */
+        o->wait_ms = 0;
         o->given |= OPTS_LOCK;
         return 0;
     case 'g':
@@ -316,6 +323,7 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
         { "host", required_argument, NULL, 'H' },
         { "unix", required_argument, NULL, 'U' },
         { "wait", required_argument, NULL, 'w' },
+        { "nonblock", no_argument, NULL, OPT_NONBLOCK },
         { "grace", required_argument, NULL, 'g' },
         { "conflict-exit-code", required_argument, NULL, 'E' },
         { "timeout", required_argument, NULL, 't' },
@@ -342,7 +350,8 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
         case 'H': case 'U': case 't': case 'a': case OPT_PASSWORD_FILE:
             rc = parse_broker_option(o, opt, optarg);
             break;
-        case 'w': case 'g': case 'E': case 's': case 'n': case OPT_LABEL: case 'v':
+        case 'w': case OPT_NONBLOCK: case 'g': case 'E': case 's': case 'n': case OPT_LABEL:
+        case 'v':
             rc = parse_lock_option(o, opt, optarg);
             break;
         case OPT_JSON: case OPT_RAW: case OPT_HUMAN: case OPT_CLUSTER:
@@ -512,7 +521,13 @@ static int exchange_line(struct exchange *x, char *line, size_t cap)
 
 static int report_err(const struct exchange *x, const char *what, const char *line)
 {
-    fprintf(stderr, "lockbroker: %s refused %s: %s\n", x->addr->spec, what, line);
+    const char *advice = client_err_advice(line);
+
+    if (advice)
+        fprintf(stderr, "lockbroker: %s %s (refused %s: %s)\n", x->addr->spec, advice, what,
+                line);
+    else
+        fprintf(stderr, "lockbroker: %s refused %s: %s\n", x->addr->spec, what, line);
     return client_err_exit(line);
 }
 
@@ -1382,7 +1397,8 @@ static void usage_options(FILE *f)
         "                        /PATH; else %s)\n"
         "  -w, --wait TIME       run, lease: give up if the lock is not granted within\n"
         "                        TIME (0 to 2147483647 ms; 0: only if it is free now;\n"
-        "                        default: wait for ever)\n"
+        "                        default: wait for ever), and say who holds it\n"
+        "      --nonblock        run, lease: -w 0, as flock's (flock's -n is --limit)\n"
         "  -E, --conflict-exit-code N\n"
         "                        run, lease: exit N (0-255) rather than 124 when -w runs\n"
         "                        out, so that it cannot be taken for COMMAND's own status\n"

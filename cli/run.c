@@ -219,17 +219,21 @@ static void notice_fail(const struct run_opts *o, struct notice *n, const char *
 }
 
 /*
- * Says what a `STATUS <name> held holder=H token=T since=MS ... [holders=N]
- * [label=L]` line tells: " (held by H label=L since 2026-11-22 10:00:01, and
- * N-1 more holders)". Fields it does not know are skipped.
+ * What a `STATUS <name> held holder=H token=T since=MS ... [holders=N]
+ * [delay=MS] [lease=MS] [label=L]` line (cut up in place) says of the
+ * holder, into who: "H label=L since 2026-11-22 10:00:01, and N-1 more
+ * holders", then ", its lock-delay ending in MS ms" or ", a lease ending in
+ * MS ms" if so. Fields it does not know are skipped. Returns 1 (held), 0
+ * (free: who is empty) or -1 (neither).
  */
-static void notice_held(const struct run_opts *o, char *line)
+static int status_holder(char *line, char *who, size_t cap)
 {
-    char detail[RUN_REPLY_MAX + 128], when[64] = "", more[64] = "";
+    char when[64] = "", more[64] = "", delay[64] = "", lease[64] = "";
     const char *holder = "-", *label = NULL, *state = NULL;
     char *save = NULL, *w;
     int i = 0;
 
+    who[0] = '\0';
     for (w = strtok_r(line, " ", &save); w; w = strtok_r(NULL, " ", &save), i++) {
         if (i == 2)
             state = w;
@@ -248,15 +252,35 @@ static void notice_held(const struct run_opts *o, char *line)
 
             if (h > 1)
                 snprintf(more, sizeof(more), ", and %ld more holder%s", h - 1, h > 2 ? "s" : "");
+        } else if (strncmp(w, "delay=", 6) == 0 && w[6] >= '0' && w[6] <= '9') {
+            snprintf(delay, sizeof(delay), ", its lock-delay ending in %.20s ms", w + 6);
+        } else if (strncmp(w, "lease=", 6) == 0 && w[6] >= '0' && w[6] <= '9') {
+            snprintf(lease, sizeof(lease), ", a lease ending in %.20s ms", w + 6);
         }
     }
-    if (state && strcmp(state, "held") == 0)
-        snprintf(detail, sizeof(detail), " (held by %s%s%s%s%s)", holder,
-                 label ? " label=" : "", label ? label : "", when, more);
-    else if (state && strcmp(state, "free") == 0)
+    if (state && strcmp(state, "held") == 0) {
+        snprintf(who, cap, "%s%s%s%s%s%s%s", holder, label ? " label=" : "", label ? label : "",
+                 when, more, delay, lease);
+        return 1;
+    }
+    return state && strcmp(state, "free") == 0 ? 0 : -1;
+}
+
+/* Says what a STATUS line tells of the lock waited for: " (held by ...)". */
+static void notice_held(const struct run_opts *o, char *line)
+{
+    char who[RUN_REPLY_MAX], detail[RUN_REPLY_MAX + 32];
+
+    switch (status_holder(line, who, sizeof(who))) {
+    case 1:
+        snprintf(detail, sizeof(detail), " (held by %s)", who);
+        break;
+    case 0:
         snprintf(detail, sizeof(detail), " (nobody holds it at the moment)");
-    else
+        break;
+    default:
         detail[0] = '\0';
+    }
     notice_say(o, detail);
 }
 
@@ -388,7 +412,14 @@ static int run_client_reply(const struct run_opts *o, const char *line)
         (strncmp(line, "ERR BAD_COMMAND", 15) == 0 && (line[15] == ' ' || line[15] == '\0')))
         return 0;
     if (strncmp(line, "ERR ", 4) == 0) {
-        fprintf(stderr, "lockbroker: %s refused CLIENT %s: %s\n", o->addr->spec, o->label, line);
+        const char *advice = client_err_advice(line);
+
+        if (advice)
+            fprintf(stderr, "lockbroker: %s %s (refused CLIENT %s: %s)\n", o->addr->spec, advice,
+                    o->label, line);
+        else
+            fprintf(stderr, "lockbroker: %s refused CLIENT %s: %s\n", o->addr->spec, o->label,
+                    line);
         return client_err_exit(line);
     }
     fprintf(stderr, "lockbroker: unexpected reply to CLIENT %s: %s\n", o->label, line);
@@ -469,7 +500,8 @@ static int run_lock_exchange(const struct run_opts *o, struct client *c, const c
 
 /*
  * What the reply to LOCK says: 0 with the token copied to token (a grant),
- * or a CLI_EXIT_* status having said why on stderr.
+ * or a CLI_EXIT_* status having said why on stderr (but for
+ * CLI_EXIT_TIMEOUT: run_lock_timeout() says that).
  */
 static int run_lock_reply(const struct run_opts *o, const char *mode, const char *line,
                           char *token, size_t tokcap)
@@ -487,11 +519,8 @@ static int run_lock_reply(const struct run_opts *o, const char *mode, const char
             return 0;
         }
     }
-    if (strncmp(line, "TIMEOUT ", 8) == 0 && strcmp(line + 8, o->name) == 0) {
-        fprintf(stderr, "lockbroker: timed out after %" PRId64 " ms waiting for lock %s\n",
-                o->wait_ms, o->name);
-        return CLI_EXIT_TIMEOUT;
-    }
+    if (strncmp(line, "TIMEOUT ", 8) == 0 && strcmp(line + 8, o->name) == 0)
+        return CLI_EXIT_TIMEOUT;   /* said by run_lock_timeout(), which asks who holds it */
     if (client_err_exit(line) == CLI_EXIT_CONFLICT) {
         /* Not a failure of the broker: the name is in use as another kind of lock. */
         fprintf(stderr, "lockbroker: lock %s is in use in another mode or with another limit; "
@@ -508,11 +537,55 @@ static int run_lock_reply(const struct run_opts *o, const char *mode, const char
         return CLI_EXIT_UNAVAILABLE;
     }
     if (strncmp(line, "ERR ", 4) == 0) {
-        fprintf(stderr, "lockbroker: %s refused LOCK %s: %s\n", o->addr->spec, o->name, line);
+        const char *advice = client_err_advice(line);
+
+        if (advice)
+            fprintf(stderr, "lockbroker: %s %s (refused LOCK %s: %s)\n", o->addr->spec, advice,
+                    o->name, line);
+        else
+            fprintf(stderr, "lockbroker: %s refused LOCK %s: %s\n", o->addr->spec, o->name,
+                    line);
         return client_err_exit(line);
     }
     fprintf(stderr, "lockbroker: unexpected reply to LOCK %s: %s\n", o->name, line);
     return CLI_EXIT_PROTOCOL;
+}
+
+/*
+ * The reply to LOCK was TIMEOUT: says so, with who holds the lock, which
+ * a STATUS on the same connection (idle again) tells, as for the notice.
+ * -w 0 did not wait at all: the lock is not free, rather than "timed out".
+ */
+static void run_lock_timeout(const struct run_opts *o, struct client *c)
+{
+    char req[PROTO_NAME_MAX + 16], want[PROTO_NAME_MAX + 16], line[RUN_REPLY_MAX],
+         who[RUN_REPLY_MAX], err[CLIENT_ERR_MAX];
+    int64_t deadline = client_now_ms() + o->io_ms;
+    int held = -1;
+
+    /* A set: which of its names is taken is not known here. */
+    if (!strchr(o->name, ',')) {
+        snprintf(req, sizeof(req), "STATUS %s\n", o->name);
+        snprintf(want, sizeof(want), "STATUS %s ", o->name);
+        if (client_send(c, req, strlen(req), deadline, err, sizeof(err)) == CLIENT_OK)
+            while (client_read_line(c, line, sizeof(line), deadline, err, sizeof(err)) ==
+                   CLIENT_OK) {
+                if (strncmp(line, want, strlen(want)) == 0) {
+                    held = status_holder(line, who, sizeof(who));
+                    break;
+                }
+                if (strncmp(line, "ERR ", 4) == 0)
+                    break;   /* an outage since, an older daemon: said without the holder */
+            }
+    }
+    if (o->wait_ms == 0 && held == 1)
+        fprintf(stderr, "lockbroker: lock %s is held by %s; not waiting for it (-w 0)\n",
+                o->name, who);
+    else if (o->wait_ms == 0)
+        fprintf(stderr, "lockbroker: lock %s is not free; not waiting for it (-w 0)\n", o->name);
+    else
+        fprintf(stderr, "lockbroker: timed out after %" PRId64 " ms waiting for lock %s%s%s\n",
+                o->wait_ms, o->name, held == 1 ? ", held by " : "", held == 1 ? who : "");
 }
 
 int run_lock(const struct run_opts *o, struct client *c, char *token, size_t tokcap)
@@ -523,7 +596,9 @@ int run_lock(const struct run_opts *o, struct client *c, char *token, size_t tok
     run_mode_option(o, mode, sizeof(mode));
     if ((rc = run_lock_exchange(o, c, mode, line, sizeof(line))) != 0)
         return rc;
-    return run_lock_reply(o, mode, line, token, tokcap);
+    if ((rc = run_lock_reply(o, mode, line, token, tokcap)) == CLI_EXIT_TIMEOUT)
+        run_lock_timeout(o, c);
+    return rc;
 }
 
 /* ------------------------------------------------------------- jeopardy */

@@ -44,7 +44,8 @@ void run_default_label(char *buf, size_t cap, const char *command);
  * daemon's ERR BAD_COMMAND to it is ignored), then `LOCK <name> [<wait_ms>]
  * [shared|limit=<n>] [ttl=<ttl_ms>]` (o->grace_ms and o->argv are not
  * used). With o->notice, a wait that passes RUN_NOTICE_MS is reported on
- * stderr once, with the holder a STATUS on a second connection names.
+ * stderr once, with the holder a STATUS on a second connection names; a
+ * TIMEOUT is said with the holder a STATUS on c names (-w 0: "is held by").
  * Returns 0 once
  * granted, with the decimal token copied to token (tokcap bytes) and c
  * still connected; otherwise a CLI_EXIT_* status, having printed a one-line

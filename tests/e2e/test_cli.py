@@ -42,6 +42,7 @@ class Daemon(lbharness.Daemon):
 EXIT_FREE = 1            # status NAME only
 EXIT_BACKEND_DOWN = 115  # ping, status: the broker answers but cannot reach ZooKeeper
 EXIT_JEOPARDY = 116
+EXIT_DENIED = 117
 EXIT_NOT_HELD = 118
 EXIT_CONFLICT = 119
 EXIT_LOST = 120
@@ -55,6 +56,23 @@ EXIT_NOT_FOUND = 127
 
 # Time for a lockbroker run to end; the ZooKeeper loss takes 2/3 of 4 s first.
 RUN_TIMEOUT = scaled(20.0)
+
+# What run -w 0 and lease -w 0 say when the lock is not free: who holds it
+# (a STATUS after the TIMEOUT), when the broker tells.
+DATE = r"[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}"
+
+
+def busy_re(name, holder=r".*"):
+    """stderr of -w 0 on a lock that is not free (a regex, for assert_exit)."""
+    return r"lock %s is (held by %s|not free); not waiting for it \(-w 0\)$" % (
+        re.escape(name), holder)
+
+
+# The daemon's ERR NOAUTH, and what lockbroker makes of it (it says how to log in).
+ERR_NOAUTH = ("ERR NOAUTH log in first with AUTH <user> <password> "
+              "(only PING, HELP and QUIT work before)")
+LOGIN_ADVICE = (r"wants a login: give -a USER, with the password in LOCKBROKER_PASSWORD or "
+                r"--password-file FILE \(refused %s: " + re.escape(ERR_NOAUTH) + r"\)$")
 
 
 # A command that traps SIGTERM, SIGINT and SIGHUP (or ignores them), prints a
@@ -461,17 +479,31 @@ class RunTests(DaemonCase):
         p.finish()
         self.assert_exit(p, 0, stdout="ran\n")
 
-    def test_wait_timeout(self):
+    def test_wait_timeout_names_the_holder(self):
+        # -w 0 is not a wait that timed out: the lock is held, and by whom.
         n = self.name()
         holder = self.client()
-        holder.send("LOCK %s\n" % n)
+        holder.send("CLIENT ops@db1:42:backup\nLOCK %s\n" % n)
+        holder.expect("OK")
         holder.expect_match(r"OK %s [0-9]+" % re.escape(n))
-        for wait in ("0", "200"):
-            with self.subTest(wait=wait):
-                p = self.lb(self.hp() + ["run", "-w", wait, n, "--", "sh", "-c", "echo ran"])
-                self.assert_exit(p, EXIT_TIMEOUT,
-                                 r"timed out after %s ms waiting for lock %s$" % (wait, re.escape(n)),
-                                 stdout="")
+        daemon_id = self.d.wait_log(r"daemon id (\S+)").group(1)
+        who = r"%s/%s label=ops@db1:42:backup since %s" % (
+            re.escape(daemon_id), re.escape(holder.local), DATE)
+        for args in (["run", "-w", "0", n, "--", "sh", "-c", "echo ran"],
+                     ["run", "--nonblock", n, "--", "sh", "-c", "echo ran"],
+                     ["lease", "-w", "0", n, "1m"], ["lease", "--nonblock", n, "1m"]):
+            with self.subTest(args=args):
+                p = self.lb(self.hp() + args)
+                self.assert_exit(p, EXIT_TIMEOUT, r"lock %s is held by %s; not waiting for it "
+                                 r"\(-w 0\)$" % (re.escape(n), who), stdout="")
+        p = self.lb(self.hp() + ["run", "-w", "200", n, "--", "sh", "-c", "echo ran"])
+        self.assert_exit(p, EXIT_TIMEOUT, r"timed out after 200 ms waiting for lock %s, held by "
+                         r"%s$" % (re.escape(n), who), stdout="")
+
+    def test_nonblock_takes_a_free_lock(self):
+        # flock's --nonblock is -w 0 (flock's -n is --limit here).
+        p = self.lb(self.hp() + ["run", "--nonblock", self.name(), "--", "echo", "ran"])
+        self.assert_exit(p, 0, stdout="ran\n")
 
     def test_nested_run_uses_the_same_broker(self):
         # LOCKBROKER_ADDR reaches the command, so an inner lockbroker talks to
@@ -479,7 +511,7 @@ class RunTests(DaemonCase):
         n = self.name()
         inner = "%s run -w 0 %s -- echo inner-ran" % (client_path(), n)
         p = self.lb(self.hp() + ["run", n, "--", "sh", "-c", inner])
-        self.assert_exit(p, EXIT_TIMEOUT, r"timed out after 0 ms waiting for lock", stdout="")
+        self.assert_exit(p, EXIT_TIMEOUT, busy_re(n), stdout="")
         p = self.lb(self.hp() + ["run", n, "--", "sh", "-c",
                                  "%s run %s-inner -- echo inner-ran" % (client_path(), n)])
         self.assert_exit(p, 0, stdout="inner-ran\n")
@@ -603,8 +635,7 @@ class ModeTests(DaemonCase):
         self.queued(mark, n)
         # Waiters are served in order: a reader arriving now queues behind the writer.
         p = self.lb(self.hp() + ["run", "-w", "0", "--shared", n, "--", "echo", "ran"])
-        self.assert_exit(p, EXIT_TIMEOUT, r"timed out after 0 ms waiting for lock %s$"
-                         % re.escape(n), stdout="")
+        self.assert_exit(p, EXIT_TIMEOUT, busy_re(n, r".*, and 1 more holder"), stdout="")
         self.release(readers[0])
         self.assertIsNone(writer.proc.poll())
         self.release(readers[1])
@@ -619,8 +650,7 @@ class ModeTests(DaemonCase):
                          r"^STATUS %s held .* mode=limit limit=2 holders=2 label=\S+\n$"
                          % re.escape(n))
         p = self.lb(self.hp() + ["run", "-w", "0", "--limit", "2", n, "--", "echo", "ran"])
-        self.assert_exit(p, EXIT_TIMEOUT, r"timed out after 0 ms waiting for lock %s$"
-                         % re.escape(n), stdout="")
+        self.assert_exit(p, EXIT_TIMEOUT, busy_re(n, r".*, and 1 more holder"), stdout="")
         mark = self.d.log_mark()
         p3 = self.start(self.hp() + ["run", "--limit", "2", n, "--", "echo", "ran"])
         self.queued(mark, n, " (limit)")
@@ -734,23 +764,24 @@ class LeaseTests(DaemonCase):
         p = self.lb(self.hp() + ["renew", n, str(token), "60000"])
         self.assert_exit(p, 0, stdout="")
         p = self.lb(self.hp() + ["lease", "-w", str(2 * ttl), n, "60000"])
-        self.assert_exit(p, EXIT_TIMEOUT, r"timed out after %d ms waiting for lock %s$"
-                         % (2 * ttl, re.escape(n)), stdout="")
+        self.assert_exit(p, EXIT_TIMEOUT, r"timed out after %d ms waiting for lock %s, held by "
+                         r".* since %s, a lease ending in [0-9]+ ms$"
+                         % (2 * ttl, re.escape(n), DATE), stdout="")
         self.release(n, token)
 
     def test_lease_wait_0_on_a_held_name(self):
         n = self.name()
         token = self.lease(n)
         p = self.lb(self.hp() + ["lease", "-w", "0", n, "60000"])
-        self.assert_exit(p, EXIT_TIMEOUT, r"timed out after 0 ms waiting for lock %s$"
-                         % re.escape(n), stdout="")
+        self.assert_exit(p, EXIT_TIMEOUT, busy_re(n, r".*, a lease ending in [0-9]+ ms"),
+                         stdout="")
         self.release(n, token)
         # Held by a connection, too.
         holder = self.client()
         holder.send("LOCK %s\n" % n)
         holder.expect_match(r"OK %s [0-9]+" % re.escape(n))
         p = self.lb(self.hp() + ["lease", "-w", "0", n, "60000"])
-        self.assert_exit(p, EXIT_TIMEOUT, r"timed out after 0 ms waiting for lock", stdout="")
+        self.assert_exit(p, EXIT_TIMEOUT, busy_re(n), stdout="")
 
     def test_expired_lease_goes_to_a_waiter(self):
         n = self.name()
@@ -779,7 +810,7 @@ class LeaseTests(DaemonCase):
         m = self.name()
         tokens = [self.lease(m, args=["-n", "2"]) for _ in range(2)]
         p = self.lb(self.hp() + ["lease", "-w", "0", "-n", "2", m, "60000"])
-        self.assert_exit(p, EXIT_TIMEOUT, r"timed out after 0 ms waiting for lock", stdout="")
+        self.assert_exit(p, EXIT_TIMEOUT, busy_re(m), stdout="")
         for token in tokens:
             self.release(m, token)
 
@@ -1168,6 +1199,8 @@ class ErrorTests(DaemonCase):
             (["-H", addr, "-t", "0", "ping"], r"-t: expected milliseconds"),
             (["-H", addr, "-w", "5", "ping"], r"ping: -w, -g, -s, -n and -E are options of run"),
             (["-H", addr, "-s", "ping"], r"ping: -w, -g, -s, -n and -E are options of run"),
+            (["-H", addr, "--nonblock", "ping"], r"ping: -w, -g, -s, -n and -E are options of "
+                                                  r"run"),
             (["-H", addr, "status", "--limit", "2"], r"status: -w, -g, -s, -n and -E are options"),
             (["-H", addr, "run", "--limit", "0", "n", "true"],
              r"--limit: expected a number of holders from 1 to 65535, got '0'"),
@@ -1610,6 +1643,42 @@ class WhoHoldsTests(DaemonCase):
         self.assertEqual(loud.err, "")
 
 
+class LoginTests(DaemonCase):
+    """A daemon with a users file: lockbroker says how to log in."""
+
+    # alice's password, hunter2, made with `openssl passwd -6 -salt lbtesthunter2`
+    # (as in test_auth.py).
+    HASH = ("$6$lbtesthunter2$ms9bf49IIzrJYI8.ns.owCRM0MxFMINUOmhBJxmHyyFpPn3L88VTo."
+            "ldPhMEMF/ZksVMlp/L/a8MQS5czeLx5/")
+
+    @staticmethod
+    def daemon_config(tmpdir):
+        path = os.path.join(tmpdir, "users")
+        with open(path, "w") as f:
+            f.write("alice:%s:*\n" % LoginTests.HASH)
+        os.chmod(path, 0o600)
+        return "[server]\nusers_file = %s\n" % path
+
+    def test_without_a_login(self):
+        n = self.name()
+        addr = re.escape(self.d.listen_addr)
+        for args, refused in ((["status", n], "STATUS"), (["locks"], "LOCKS"),
+                              (["run", n, "--", "true"], r"CLIENT \S+")):
+            with self.subTest(args=args):
+                p = self.lb(self.hp() + args)
+                self.assert_exit(p, EXIT_DENIED, addr + " " + LOGIN_ADVICE % refused, stdout="")
+        # ping: the daemon answers, and STATS needs the login.
+        p = self.lb(self.hp() + ["ping"])
+        self.assert_exit(p, 0, r"without a login \(-a USER\), ping cannot tell whether %s "
+                         r"reaches its lock service$" % addr, stdout="PONG\n")
+        env = clean_env(LOCKBROKER_PASSWORD="hunter2")
+        p = self.lb(self.hp() + ["-a", "alice", "ping"], env=env)
+        self.assert_exit(p, 0, stdout="PONG\n")
+        self.assertEqual(p.err, "")
+        p = self.lb(self.hp() + ["-a", "alice", "run", n, "--", "echo", "ran"], env=env)
+        self.assert_exit(p, 0, stdout="ran\n")
+
+
 # ================================================================ addresses
 
 class AddressTests(DaemonCase):
@@ -1907,14 +1976,98 @@ class FakeBrokerTests(Case):
         p.finish()
         self.assert_exit(p, 0, r"warning: lock %s was lost as the command finished" % re.escape(n))
 
+    def timed_out(self, c, n, status=None):
+        """Answers a LOCK TIMEOUT, then the STATUS that asks who holds it
+        (default: a holder labelled x@y:1:z)."""
+        c.send("TIMEOUT %s\n" % n)
+        c.expect("STATUS %s" % n)
+        c.send((status or "STATUS %s held holder=d1/10.0.0.5:4242 token=7 since=1795420401982 "
+                "waiters=0 queue=1 label=x@y:1:z" % n) + "\n")
+
     def test_wait_is_sent(self):
         n = self.name()
         p = self.start(["-H", self.addr, "run", "-w", "1500", n, "--", "true"])
         c = self.accept_locker()
         c.expect("LOCK %s 1500" % n)
-        c.send("TIMEOUT %s\n" % n)
+        self.timed_out(c, n)
         p.finish()
-        self.assert_exit(p, EXIT_TIMEOUT, r"timed out after 1500 ms waiting for lock")
+        self.assert_exit(p, EXIT_TIMEOUT, r"timed out after 1500 ms waiting for lock %s, held "
+                         r"by d1/10\.0\.0\.5:4242 label=x@y:1:z since %s$" % (re.escape(n), DATE))
+        for args in (["run", "--nonblock", n, "--", "true"], ["lease", "--nonblock", n, "1m"]):
+            with self.subTest(args=args):
+                p = self.start(["-H", self.addr] + args)
+                c = self.accept_locker()
+                c.expect("LOCK %s 0%s" % (n, " ttl=60000" if args[0] == "lease" else ""))
+                self.timed_out(c, n)
+                p.finish()
+                self.assert_exit(p, EXIT_TIMEOUT, busy_re(n, r"d1/10\.0\.0\.5:4242 label=x@y:1:z "
+                                                            r"since " + DATE))
+
+    def test_wait_0_says_what_status_says(self):
+        since = "since=1795420401982"
+        cases = [
+            ("STATUS %(n)s held holder=d1/unix token=7 " + since + " waiters=0 queue=1",
+             "is held by d1/unix since " + DATE),
+            ("QUEUE %(n)s 1 d1 127.0.0.1:5\nSTATUS %(n)s held holder=d1/unix token=- " + since +
+             " waiters=1 queue=2 mode=shared holders=3", "is held by d1/unix since %s, and 2 more "
+             "holders" % DATE),
+            ("STATUS %(n)s held holder=d1/unix token=7 " + since + " waiters=0 queue=1 "
+             "delay=1500 label=a", "is held by d1/unix label=a since %s, its lock-delay ending in "
+             "1500 ms" % DATE),
+            ("STATUS %(n)s free holder=- token=- since=- waiters=0 queue=0", "is not free"),
+            ("ERR UNAVAILABLE the lock service is not reachable; retry later", "is not free"),
+        ]
+        for reply, said in cases:
+            with self.subTest(reply=reply):
+                n = self.name()
+                p = self.start(["-H", self.addr, "run", "-w", "0", n, "--", "true"])
+                c = self.accept_locker()
+                c.expect("LOCK %s 0" % n)
+                self.timed_out(c, n, reply % {"n": n})
+                p.finish()
+                self.assert_exit(p, EXIT_TIMEOUT, r"lock %s %s; not waiting for it \(-w 0\)$"
+                                 % (re.escape(n), said), stdout="")
+        # No answer to the STATUS: said without the holder.
+        n = self.name()
+        p = self.start(["-H", self.addr, "run", "-w", "0", n, "--", "true"])
+        c = self.accept_locker()
+        c.expect("LOCK %s 0" % n)
+        c.send("TIMEOUT %s\n" % n)
+        c.expect("STATUS %s" % n)
+        c.close()
+        p.finish()
+        self.assert_exit(p, EXIT_TIMEOUT, r"lock %s is not free; not waiting for it \(-w 0\)$"
+                         % re.escape(n), stdout="")
+
+    def test_login_advice(self):
+        # ERR NOAUTH is protocol wording ("AUTH <user> <password>"): lockbroker
+        # says which of its options log in.
+        cases = [
+            (["run", "N", "--", "true"], "CLIENT", r"CLIENT \S+"),
+            (["lease", "N", "1m"], "CLIENT", r"CLIENT \S+"),
+            (["status", "N"], "STATUS N", "STATUS"),
+            (["status"], "STATS", "STATS"),
+            (["stats"], "STATS", "STATS"),
+            (["locks"], "LOCKS", "LOCKS"),
+            (["break", "N"], "BREAK N", "BREAK"),
+            (["observe", "N"], "WATCH N", "WATCH"),
+            (["renew", "N", "7", "1m"], "RENEW N 7 60000", "RENEW"),
+            (["release", "N", "7"], "UNLOCK N 7", "UNLOCK"),
+        ]
+        for args, request, refused in cases:
+            with self.subTest(args=args):
+                n = self.name()
+                args = [n if a == "N" else a for a in args]
+                p = self.start(["-H", self.addr] + args)
+                c = self.accept()
+                if request == "CLIENT":
+                    c.expect_match(r"CLIENT \S+")
+                else:
+                    c.expect(" ".join(n if w == "N" else w for w in request.split()))
+                c.send(ERR_NOAUTH + "\n")
+                p.finish()
+                self.assert_exit(p, EXIT_DENIED, r"127\.0\.0\.1:\d+ " + LOGIN_ADVICE % refused,
+                                 stdout="")
 
     def test_conflict_exit_code(self):
         # -E N: N when the wait runs out; the command's own 124 passes unchanged.
@@ -1922,7 +2075,7 @@ class FakeBrokerTests(Case):
         p = self.start(["-H", self.addr, "run", "-E", "3", "-w", "100", n, "--", "true"])
         c = self.accept_locker()
         c.expect("LOCK %s 100" % n)
-        c.send("TIMEOUT %s\n" % n)
+        self.timed_out(c, n)
         p.finish()
         self.assert_exit(p, 3, r"timed out after 100 ms waiting for lock")
         p, c = self.granted(["-E", "3", n, "--", "sh", "-c", "exit 124"], n)
@@ -1933,9 +2086,9 @@ class FakeBrokerTests(Case):
         p = self.start(["-H", self.addr, "lease", "--conflict-exit-code=0", "-w", "0", n, "1m"])
         c = self.accept_locker()
         c.expect("LOCK %s 0 ttl=60000" % n)
-        c.send("TIMEOUT %s\n" % n)
+        self.timed_out(c, n)
         p.finish()
-        self.assert_exit(p, 0, r"timed out after 0 ms waiting for lock", stdout="")
+        self.assert_exit(p, 0, busy_re(n), stdout="")
         for bad in ("256", "-1", "x", ""):
             with self.subTest(bad=bad):
                 p = self.lb(["-H", self.addr, "run", "-E", bad, n, "--", "true"])
@@ -2116,7 +2269,10 @@ class FakeBrokerTests(Case):
                 p = self.start(["-H", self.addr, "lease", "-w", "1000", n, "1000"])
                 c = self.accept_locker()
                 c.expect("LOCK %s 1000 ttl=1000" % n)
-                c.send(reply + "\n")
+                if reply.startswith("TIMEOUT"):
+                    self.timed_out(c, n)
+                else:
+                    c.send(reply + "\n")
                 p.finish()
                 self.assert_exit(p, rc, stdout="")
                 if rc == EXIT_TIMEOUT:
