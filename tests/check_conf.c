@@ -225,6 +225,11 @@ START_TEST(sample_file_is_defaults)
     ck_assert_uint_eq(s.tcp_keepalive_count, d.tcp_keepalive_count);
     ck_assert_uint_eq(s.tcp_user_timeout_ms, d.tcp_user_timeout_ms);
     ck_assert_ptr_null(s.metrics_listen);
+    ck_assert_ptr_null(s.tls_listen);
+    ck_assert_ptr_null(s.tls_cert_file);
+    ck_assert_ptr_null(s.tls_key_file);
+    ck_assert_ptr_null(s.tls_ca_file);
+    ck_assert_int_eq(s.tls_client_certs, d.tls_client_certs);
     ck_assert_ptr_null(s.zk_hosts);
     ck_assert_str_eq(s.zk_root, d.zk_root);
     ck_assert_uint_eq(s.zk_session_timeout_ms, d.zk_session_timeout_ms);
