@@ -72,8 +72,8 @@ static void usage(FILE *f)
             "  -v            log at debug level\n"
             "  -h, --help    show this help\n"
             "  -V, --version show the version\n"
-            "Signals: TERM or INT stop the daemon; HUP reloads the log level, the limits\n"
-            "and the users file.\n",
+            "Signals: TERM or INT stop the daemon; HUP reloads the log level, the limits,\n"
+            "the users file and the TLS certificate, key and CA.\n",
             SETTINGS_LISTEN_DEFAULT);
 }
 
