@@ -25,9 +25,18 @@ static const char *const level_names[] = { "error", "warn", "info", "debug" };
 /* SETTING_BOOL words: false at even indexes, true at odd ones. */
 static const char *const bool_words[] = { "no", "yes", "false", "true", "off", "on", "0", "1" };
 
+/* SETTING_CLIENT_CERTS words, by enum tls_client_certs. */
+static const char *const client_certs_words[] = { "none", "optional", "required" };
+
 const char *settings_log_level_name(enum log_level l)
 {
     return (unsigned)l < sizeof(level_names) / sizeof(level_names[0]) ? level_names[l] : "?";
+}
+
+const char *settings_client_certs_name(enum tls_client_certs c)
+{
+    return (unsigned)c < sizeof(client_certs_words) / sizeof(client_certs_words[0])
+               ? client_certs_words[c] : "?";
 }
 
 static int replace_str(char **dst, const char *src)
@@ -235,6 +244,7 @@ int settings_globs_match(const char *globs, const char *name)
 #define ZK_HOSTS(f)  SETTING_ZK_HOSTS, FIELD(f, char *)
 #define ZK_ROOT(f)   SETTING_ZK_ROOT, FIELD(f, char *)
 #define BOOL(f)      SETTING_BOOL, FIELD(f, unsigned)
+#define CLIENT_CERTS(f) SETTING_CLIENT_CERTS, FIELD(f, enum tls_client_certs)
 #define GROUP(f)     SETTING_GROUP, FIELD(f, char *)
 #define GLOBS(f)     SETTING_GLOBS, FIELD(f, char *)
 
@@ -242,6 +252,7 @@ int settings_globs_match(const char *globs, const char *name)
 #define ON_SIGHUP    NULL
 #define RESTART_UNIX "unix_socket or its mode"
 #define RESTART_ZK   "[zookeeper] settings"
+#define RESTART_TLS  "[tls] settings (SIGHUP re-reads the files themselves)"
 
 #define SUN_PATH_MAX (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
 
@@ -307,6 +318,18 @@ static const struct setting rows[] = {
     /* No authentication on it: loopback (or a network only Prometheus reaches) */
     { "server", "metrics_listen", LISTEN(metrics_listen), "", 0, 0, "metrics_listen",
       "HTTP address of /metrics and /healthz, numeric IP:PORT or [IPv6]:PORT; empty: off" },
+    /* Off by default: README.md, "Serving other machines" */
+    { "tls", "listen", LISTEN(tls_listen), "", 0, 0, RESTART_TLS,
+      "TLS address of the same protocol, numeric IP:PORT or [IPv6]:PORT; empty: off" },
+    { "tls", "cert_file", PATH(tls_cert_file), "", 0, 4096, RESTART_TLS,
+      "PEM certificate chain of the TLS listener (SIGHUP re-reads it)" },
+    { "tls", "key_file", PATH(tls_key_file), "", 0, 4096, RESTART_TLS,
+      "PEM private key of cert_file, readable by the daemon only (SIGHUP re-reads it)" },
+    { "tls", "ca_file", PATH(tls_ca_file), "", 0, 4096, RESTART_TLS,
+      "PEM CA certificates that sign client certificates (SIGHUP re-reads it)" },
+    { "tls", "client_certs", CLIENT_CERTS(tls_client_certs), "none", 0, 0, RESTART_TLS,
+      "none, optional or required: a client certificate signed by ca_file; its common "
+      "name logs in as that user of users_file" },
     { "zookeeper", "hosts", ZK_HOSTS(zk_hosts), "", 0, 0, RESTART_ZK,
       "ZooKeeper ensemble, host:port[,host:port...]; empty: embedded mode" },
     { "zookeeper", "root", ZK_ROOT(zk_root), "/lockbroker", 0, 0, RESTART_ZK,
@@ -349,7 +372,7 @@ const struct setting *settings_row(size_t i)
 }
 
 /* How a row's field is stored, whatever its file syntax. */
-enum storage { STORE_UINT, STORE_LEVEL, STORE_STR };
+enum storage { STORE_UINT, STORE_LEVEL, STORE_CERTS, STORE_STR };
 
 static enum storage storage_of(enum setting_type t)
 {
@@ -360,6 +383,8 @@ static enum storage storage_of(enum setting_type t)
         return STORE_UINT;
     case SETTING_LOG_LEVEL:
         return STORE_LEVEL;
+    case SETTING_CLIENT_CERTS:
+        return STORE_CERTS;
     case SETTING_LISTEN:
     case SETTING_PATH:
     case SETTING_ZK_HOSTS:
@@ -434,6 +459,13 @@ static int set_row(struct settings *s, const struct setting *r, const char *v, c
             return SET_ERR("%s: '%s' is not an absolute ZooKeeper path like /lockbroker",
                            r->key, v);
         break;
+    case SETTING_CLIENT_CERTS:
+        for (unsigned i = 0; i < sizeof(client_certs_words) / sizeof(client_certs_words[0]); i++)
+            if (strcasecmp(v, client_certs_words[i]) == 0) {
+                *(enum tls_client_certs *)field = (enum tls_client_certs)i;
+                return 0;
+            }
+        return SET_ERR("%s: '%s' is not one of none, optional, required", r->key, v);
     case SETTING_BOOL:
         for (unsigned i = 0; i < sizeof(bool_words) / sizeof(bool_words[0]); i++)
             if (strcasecmp(v, bool_words[i]) == 0) {
@@ -503,6 +535,8 @@ static bool row_equal(const struct setting *r, const struct settings *a, const s
         return *(const unsigned *)fa == *(const unsigned *)fb;
     case STORE_LEVEL:
         return *(const enum log_level *)fa == *(const enum log_level *)fb;
+    case STORE_CERTS:
+        return *(const enum tls_client_certs *)fa == *(const enum tls_client_certs *)fb;
     case STORE_STR:
         break;
     }
@@ -527,6 +561,12 @@ static void row_swap(const struct setting *r, struct settings *a, struct setting
         enum log_level t = *(enum log_level *)fa;
         *(enum log_level *)fa = *(enum log_level *)fb;
         *(enum log_level *)fb = t;
+        return;
+    }
+    case STORE_CERTS: {
+        enum tls_client_certs t = *(enum tls_client_certs *)fa;
+        *(enum tls_client_certs *)fa = *(enum tls_client_certs *)fb;
+        *(enum tls_client_certs *)fb = t;
         return;
     }
     case STORE_STR: {
@@ -590,6 +630,9 @@ void settings_format_reloadable(const struct settings *s, char *buf, size_t len)
             break;
         case SETTING_LOG_LEVEL:
             v = settings_log_level_name(*(const enum log_level *)f);
+            break;
+        case SETTING_CLIENT_CERTS:
+            v = settings_client_certs_name(*(const enum tls_client_certs *)f);
             break;
         case SETTING_LISTEN:
         case SETTING_PATH:

@@ -15,6 +15,9 @@
 
 enum log_level { LOG_LVL_ERROR, LOG_LVL_WARN, LOG_LVL_INFO, LOG_LVL_DEBUG };
 
+/* [tls] client_certs: whether a TLS client must show a certificate signed by ca_file. */
+enum tls_client_certs { TLS_CERTS_NONE, TLS_CERTS_OPTIONAL, TLS_CERTS_REQUIRED };
+
 #define SETTINGS_LISTEN_DEFAULT "127.0.0.1:7411"
 
 struct settings {
@@ -34,6 +37,11 @@ struct settings {
     unsigned tcp_keepalive_interval_s; /* between unanswered probes */
     unsigned tcp_keepalive_count;      /* unanswered probes that end the connection */
     unsigned tcp_user_timeout_ms;      /* unacknowledged data that ends it; 0: kernel's */
+    char *tls_listen;           /* "IP:PORT" of the TLS listener, or NULL for none; malloc'd */
+    char *tls_cert_file;        /* PEM certificate chain of the TLS listener, or NULL; malloc'd */
+    char *tls_key_file;         /* PEM private key of tls_cert_file, or NULL; malloc'd */
+    char *tls_ca_file;          /* PEM CA certificates for client certificates, or NULL */
+    enum tls_client_certs tls_client_certs;
     char *metrics_listen;       /* "IP:PORT" of the HTTP /metrics endpoint, or NULL for none;
                                  * malloc'd */
     /* [zookeeper] */
@@ -65,7 +73,9 @@ enum setting_type {
     SETTING_GROUP,      /* char *: a group name or number, at most max bytes; empty: none */
     SETTING_GLOBS,      /* char *: 1..64 comma-separated LOCKS-style patterns of 1..200
                          * name characters and * ? [ ] !; empty means none (NULL) */
+    SETTING_CLIENT_CERTS, /* enum tls_client_certs: none, optional or required, any case */
 };
+
 
 /* One setting. Rows live in static storage and never change. */
 struct setting {
@@ -123,6 +133,7 @@ int settings_set(struct settings *s, const char *section, const char *key,
 int settings_read_zk_auth(const char *path, char *buf, size_t len, char *err, size_t errlen);
 
 const char *settings_log_level_name(enum log_level l);
+const char *settings_client_certs_name(enum tls_client_certs c);   /* "optional"; static */
 
 /* Whether name matches one of the patterns of globs (a SETTING_GLOBS
  * value: "a*,b?"), or false when globs is NULL. */

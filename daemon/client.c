@@ -108,6 +108,12 @@ bool client_may(const struct client *c, const char *name)
     return !c->srv->users || (c->user && user_may(c->user, name));
 }
 
+void client_login(struct client *c, const struct user *u)
+{
+    c->user = u;
+    snprintf(c->user_name, sizeof(c->user_name), "%s", user_name(u));
+}
+
 bool client_relogin(struct client *c)
 {
     const struct users *u = c->srv->users;

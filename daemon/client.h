@@ -119,6 +119,9 @@ void client_reply_err(struct client *c, enum proto_err err, const char *text);
  * one, a logged-in user whose patterns match it. */
 bool client_may(const struct client *c, const char *name);
 
+/* Logs the client in as u (AUTH, or a TLS client certificate). */
+void client_login(struct client *c, const struct user *u);
+
 /* After a users reload: finds the client's user again; false if it is gone. */
 bool client_relogin(struct client *c);
 

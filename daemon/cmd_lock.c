@@ -291,14 +291,19 @@ static bool own_hold(struct client *c, const struct proto_req *req, const char *
            (locks_owner_token(c->srv->locks, &c->owner, name, &token) && token == req->token);
 }
 
-/* UNLOCK: the client's own hold (with its token, if given), else a lease. */
+/* UNLOCK: the client's own hold (with its token, if given; kept keep= ms
+ * more if asked), else a lease. */
 void cmd_unlock(struct client *c, const struct proto_req *req, const char *name)
 {
     if (req->nnames > 1) {
         cmd_set(c, req, name);
+    } else if (!own_hold(c, req, name) && req->keep_ms > 0) {
+        client_reply_err(c, PROTO_ERR_BAD_ARGS, "keep= releases this connection's own hold "
+                         "later; a lease is kept longer with RENEW");
     } else if (!own_hold(c, req, name)) {
         lease_op(c, req, name);
-    } else if (locks_unlock(c->srv->locks, &c->owner, name) == LOCKS_RELEASED) {
+    } else if (locks_unlock_keep(c->srv->locks, &c->owner, name, req->keep_ms) ==
+               LOCKS_RELEASED) {
         cmd_reply_word(c, "OK", name, req->name_len);
     } else {
         client_reply_err(c, PROTO_ERR_NOT_HELD, "this connection does not hold that lock");

@@ -97,8 +97,7 @@ void cmd_auth(struct client *c, const struct proto_req *req, const char *name)
     user = users_find(users, req->user, req->user_len);
     if (user && users_verify(users, user, req->password, req->password_len)) {
         event_free(timer);
-        c->user = user;
-        snprintf(c->user_name, sizeof(c->user_name), "%s", user_name(user));
+        client_login(c, user);
         log_debug("conn %llu (%s): logged in as %s", (unsigned long long)c->id, c->peer,
                   c->user_name);
         client_reply(c, buf, proto_fmt_word_name(buf, sizeof(buf), "OK", c->user_name,

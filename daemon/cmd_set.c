@@ -176,8 +176,8 @@ const struct pending_ops cmd_set_ops = {
     .what = "set", .cancel = set_cancel, .input_ended = set_input_ended,
 };
 
-/* UNLOCK a,b,c: all or nothing, every name must be held. */
-static void set_unlock(struct cmd_set *s)
+/* UNLOCK a,b,c [keep=<ms>]: all or nothing, every name must be held. */
+static void set_unlock(struct cmd_set *s, int64_t keep_ms)
 {
     struct client *c = s->c;
     char text[PROTO_NAME_MAX + 64];
@@ -192,7 +192,7 @@ static void set_unlock(struct cmd_set *s)
             return;
         }
     for (unsigned i = 0; i < s->n; i++)
-        locks_unlock(c->srv->locks, &c->owner, s->names[i]);
+        locks_unlock_keep(c->srv->locks, &c->owner, s->names[i], keep_ms);
     cmd_reply_word(c, "OK", s->list, s->list_len);
     set_free(s);
 }
@@ -238,7 +238,7 @@ void cmd_set(struct client *c, const struct proto_req *req, const char *name)
     if (!(s = set_new(c, req, &fresh)))
         return;
     if (req->cmd == PROTO_CMD_UNLOCK) {
-        set_unlock(s);
+        set_unlock(s, req->keep_ms);
         return;
     }
     /* Over the limit once all are held: refused before anything is taken. */

@@ -11,12 +11,19 @@
  * instead of growing our memory. A waiting client is read on, so that its
  * hang-up is seen, and one that sends more than the bound behind its
  * waiting request is closed.
+ *
+ * A connection on the TLS listener speaks the same protocol inside TLS
+ * (bufferevent_openssl): nothing is parsed before its handshake ends,
+ * which must be within TLS_HANDSHAKE_MS; a client certificate that names a
+ * user logs the connection in as that user. A TLS handshake sent to the
+ * plain port is recognised by its first byte and closed with a log line.
  */
 #include "config.h"
 #include "conn.h"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 #include <errno.h>
 #include <stdbool.h>
@@ -24,6 +31,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 
 #include "client.h"
 #include "cmd.h"
@@ -31,6 +40,8 @@
 #include "proto.h"
 #include "server.h"
 #include "settings.h"
+#include "tls.h"
+#include "users.h"
 
 enum conn_state {
     CONN_READING,   /* parsing request lines as they arrive */
@@ -58,6 +69,10 @@ struct conn {
     enum conn_state state;         /* change only through conn_set_state() */
     struct event *linger_timer;    /* owned; armed in CONN_LINGER */
     int send_err;                  /* errno of a failed direct send, for the close; 0: none */
+    SSL *ssl;                      /* the TLS session (the bufferevent owns it), or NULL */
+    struct event *handshake_timer; /* owned; armed until the TLS handshake ends */
+    bool handshaking;              /* TLS: the handshake has not ended yet */
+    bool any_input;                /* a byte has been parsed (plain: not a TLS handshake) */
     unsigned released;             /* holds and waits released by conn_begin_close() */
     TAILQ_ENTRY(conn) link;        /* srv->conns */
 };
@@ -103,7 +118,8 @@ static void conn_write(struct client *cl, const char *buf, size_t len, bool more
     struct evbuffer *out = bufferevent_get_output(c->bev);
     ssize_t sent = 0;
 
-    if (!more && evbuffer_get_length(out) == 0) {
+    /* Over TLS every byte goes through the bufferevent (and OpenSSL). */
+    if (!more && !c->ssl && evbuffer_get_length(out) == 0) {
         sent = send(bufferevent_getfd(c->bev), buf, len, MSG_DONTWAIT | MSG_NOSIGNAL);
         if (sent == (ssize_t)len)
             return;
@@ -168,6 +184,92 @@ static const struct client_io conn_io = {
 };
 
 /*
+ * The plain port's first byte is 0x16, a TLS handshake record, which no
+ * request line starts with: the client speaks TLS to the plain port. It
+ * could not read an ERR line, so it is closed, with one log line.
+ */
+static bool conn_tls_on_plain_port(struct conn *c)
+{
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    unsigned char first;
+
+    if (evbuffer_copyout(in, &first, 1) != 1)
+        return false;
+    c->any_input = true;
+    if (first != 0x16)
+        return false;
+    log_info("conn %llu (%s): a TLS handshake on the plain port %s; closing (TLS is served "
+             "on [tls] listen%s%s)", (unsigned long long)c->cl.id, c->cl.peer,
+             c->cl.srv->listen_addr, c->cl.srv->tls_addr[0] ? " " : ", which is off",
+             c->cl.srv->tls_addr);
+    conn_free(c);
+    return true;
+}
+
+static void conn_on_handshake_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    struct conn *c = arg;
+
+    log_info("conn %llu (%s): no TLS handshake within %d ms; closing",
+             (unsigned long long)c->cl.id, c->cl.peer, TLS_HANDSHAKE_MS);
+    conn_free(c);
+}
+
+/* A TLS connection: nothing is served before the handshake, which has a deadline. */
+static int conn_start_handshake(struct conn *c, struct server *srv, SSL *ssl)
+{
+    struct timeval tv = { TLS_HANDSHAKE_MS / 1000, (TLS_HANDSHAKE_MS % 1000) * 1000 };
+
+    c->ssl = ssl;
+    c->handshaking = true;
+    /* A client that closes without close_notify is an ordinary end of input. */
+    bufferevent_openssl_set_allow_dirty_shutdown(c->bev, 1);
+    if (!(c->handshake_timer = evtimer_new(srv->base, conn_on_handshake_timeout, c)) ||
+        evtimer_add(c->handshake_timer, &tv) < 0)
+        return -1;
+    return 0;
+}
+
+/*
+ * The handshake ended: a client certificate that verified against ca_file
+ * and whose common name is a user of the users file logs the connection in
+ * as that user; any other is served with the anonymous rules (AUTH works).
+ */
+static void conn_handshake_done(struct conn *c)
+{
+    char name[PROTO_USER_MAX + 2];
+    const struct user *u = NULL;
+
+    if (!c->handshaking)
+        return;
+    c->handshaking = false;
+    evtimer_del(c->handshake_timer);
+    if (tls_peer_name(c->ssl, name, sizeof(name)) && c->cl.srv->users &&
+        proto_user_valid(name, strlen(name)))
+        u = users_find(c->cl.srv->users, name, strlen(name));
+    if (u)
+        client_login(&c->cl, u);
+    log_debug("conn %llu (%s): TLS %s %s%s%s", (unsigned long long)c->cl.id, c->cl.peer,
+              SSL_get_version(c->ssl), SSL_get_cipher_name(c->ssl),
+              u ? ", logged in by certificate as " : "", u ? c->cl.user_name : "");
+}
+
+/* The handshake failed (a plain-text client, a certificate refused...): one line, closed. */
+static void conn_handshake_failed(struct conn *c, short what)
+{
+    unsigned long e = bufferevent_get_openssl_error(c->bev);
+    char reason[256] = "the client closed the connection";
+
+    if (e)
+        ERR_error_string_n(e, reason, sizeof(reason));
+    while (bufferevent_get_openssl_error(c->bev))
+        ;
+    log_info("conn %llu (%s): TLS handshake failed: %s; closing", (unsigned long long)c->cl.id,
+             c->cl.peer, reason);
+    conn_free(c);
+}
+
+/*
  * A waiting connection is read on: were it left unread, a client that hung
  * up behind more requests than the socket buffers take would never be seen
  * to go, and its locks would stay held. What it may send meanwhile is
@@ -206,6 +308,8 @@ static void conn_process(struct conn *c)
             conn_set_state(c, CONN_DRAINING);
             break;
         }
+        if (!c->any_input && !c->ssl && conn_tls_on_plain_port(c))
+            return;
         /* Search for end of line; a line is too long before its LF arrives. */
         eol = evbuffer_search_eol(in, NULL, &eol_len, EVBUFFER_EOL_LF);
         if ((eol.pos < 0 && evbuffer_get_length(in) > max_line) ||
@@ -273,6 +377,8 @@ static void conn_on_write(struct bufferevent *bev, void *arg)
         /* Half-close, then read until the client closes too: closing with
          * unread input would reset the connection and could lose the reply.
          * A client that ended its input already has nothing left to send. */
+        if (c->ssl)
+            SSL_shutdown(c->ssl);     /* close_notify first: the client sees a clean end */
         shutdown(bufferevent_getfd(bev), SHUT_WR);
         if (c->cl.input_ended) {
             conn_free(c);
@@ -308,6 +414,14 @@ static void conn_on_event(struct bufferevent *bev, short what, void *arg)
     struct conn *c = arg;
     int err = EVUTIL_SOCKET_ERROR();    /* before anything else can change errno */
 
+    if (what & BEV_EVENT_CONNECTED) {
+        conn_handshake_done(c);
+        return;
+    }
+    if (c->handshaking) {
+        conn_handshake_failed(c, what);
+        return;
+    }
     if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
         return;
     /* End of input (a half-close, `nc -N`): answer what came, then close. */
@@ -336,16 +450,25 @@ static void conn_on_event(struct bufferevent *bev, short what, void *arg)
     conn_free(c);
 }
 
-struct conn *conn_new(struct server *srv, evutil_socket_t fd, const char *peer)
+struct conn *conn_new(struct server *srv, evutil_socket_t fd, const char *peer, SSL *ssl)
 {
     struct conn *c = calloc(1, sizeof(*c));
 
     if (!c) {
         evutil_closesocket(fd);
+        SSL_free(ssl);
         return NULL;
     }
-    c->bev = bufferevent_socket_new(srv->base, fd, BEV_OPT_CLOSE_ON_FREE);
-    if (!c->bev) {
+    if (ssl)
+        c->bev = bufferevent_openssl_socket_new(srv->base, fd, ssl, BUFFEREVENT_SSL_ACCEPTING,
+                                                BEV_OPT_CLOSE_ON_FREE);
+    else
+        c->bev = bufferevent_socket_new(srv->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    if (!c->bev || (ssl && conn_start_handshake(c, srv, ssl) < 0)) {
+        if (c->bev)
+            bufferevent_free(c->bev);
+        else
+            SSL_free(ssl);
         evutil_closesocket(fd);
         free(c);
         return NULL;
@@ -405,6 +528,8 @@ void conn_free(struct conn *c)
     c->cl.srv->nconns--;
     if (c->linger_timer)
         event_free(c->linger_timer);
+    if (c->handshake_timer)
+        event_free(c->handshake_timer);
     bufferevent_free(c->bev);
     client_destroy(&c->cl);
     free(c);

@@ -5,17 +5,19 @@
 #define LOCKBROKER_CONN_H
 
 #include <event2/util.h>
+#include <openssl/ssl.h>
 
 struct server;
 struct conn;
 
 /*
- * Starts serving fd (takes ownership of it). peer names the client in logs;
- * it is copied. Returns NULL (and closes fd) when out of memory. The
- * connection frees itself when the client goes; the server can close it
- * earlier with conn_free().
+ * Starts serving fd (takes ownership of it, and of ssl). ssl: a TLS session
+ * to accept on fd (the TLS listener), or NULL for plain text. peer names
+ * the client in logs; it is copied. Returns NULL (and closes fd, frees
+ * ssl) when out of memory. The connection frees itself when the client
+ * goes; the server can close it earlier with conn_free().
  */
-struct conn *conn_new(struct server *srv, evutil_socket_t fd, const char *peer);
+struct conn *conn_new(struct server *srv, evutil_socket_t fd, const char *peer, SSL *ssl);
 
 /* Applies reloaded settings (max_line) to every open connection of srv. */
 void conn_settings_changed(struct server *srv);

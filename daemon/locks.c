@@ -45,6 +45,8 @@ struct hold {
     int64_t ttl_ms;                /* > 0: a lease's (the owner is a lease record) */
     int64_t delay_ms;              /* lock-delay kept after an abandonment; 0: none */
     int64_t delay_end_ms;          /* abandoned: monotonic ms when the delay ends */
+    int64_t kept_ms;               /* kept (a lock-delay, or UNLOCK keep=): for how long */
+    bool kept_by_release;          /* kept because UNLOCK said keep=, not abandoned */
     char *gone_desc;               /* abandoned: a copy of its owner's desc; owned */
     uint32_t count;                /* re-entrant depth, >= 1 when HELD */
     uint64_t token;                /* valid when HELD */
@@ -421,29 +423,32 @@ static const struct lock_owner_ops abandoned_ops = {
     .lost = abandoned_lost,
 };
 
-/* An abandoned hold's lock-delay is over: it ends as if released. */
+/* A kept hold's time is over (a lock-delay, or UNLOCK keep=): it ends as if released. */
 static void on_delay_over(evutil_socket_t fd, short what, void *arg)
 {
     struct hold *h = arg;
 
-    log_info("lock %s: lock-delay of %lld ms after %s ended (token %llu) is over",
-             h->lock->name, (long long)h->delay_ms, h->gone_desc ? h->gone_desc : "?",
+    log_info("lock %s: %s of %lld ms after %s %s (token %llu) is over", h->lock->name,
+             h->kept_by_release ? "keep=" : "lock-delay", (long long)h->kept_ms,
+             h->gone_desc ? h->gone_desc : "?", h->kept_by_release ? "released" : "ended",
              (unsigned long long)h->token);
     hold_release(h);
 }
 
 /*
- * Keeps h, granted and abandoned by its owner, for its lock-delay: it moves
- * to the table's own owner, and a timer releases it. false when that cannot
- * be done (no delay, the daemon is stopping, out of memory): release it.
+ * Keeps h, granted and ended by its owner, for ms: it moves to the table's
+ * own owner, and a timer releases it. released: UNLOCK keep= asked for it;
+ * otherwise the owner abandoned the hold and ms is its lock-delay. false when
+ * that cannot be done (no time, the daemon is stopping, out of memory):
+ * release it.
  */
-static bool hold_keep_for_delay(struct hold *h)
+static bool hold_keep(struct hold *h, int64_t ms, bool released)
 {
     struct locks *t = h->lock->table;
-    struct timeval tv = { h->delay_ms / 1000, (h->delay_ms % 1000) * 1000 };
+    struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
     char *desc;
 
-    if (h->delay_ms <= 0 || t->closing || h->state != HOLD_HELD)
+    if (ms <= 0 || t->closing || h->state != HOLD_HELD)
         return false;
     event_base_update_cache_time(t->base);
     if (!(desc = strdup(h->owner->desc ? h->owner->desc : "?")) ||
@@ -455,18 +460,28 @@ static bool hold_keep_for_delay(struct hold *h)
         return false;
     }
     h->gone_desc = desc;
-    h->delay_end_ms = locks_mono_ms() + h->delay_ms;
+    h->kept_ms = ms;
+    h->kept_by_release = released;
+    h->delay_end_ms = locks_mono_ms() + ms;
     TAILQ_REMOVE(&h->owner->holds, h, in_owner);
     h->owner->nholds--;
     h->owner = &t->abandoned;
     TAILQ_INSERT_TAIL(&t->abandoned.holds, h, in_owner);
     t->abandoned.nholds++;
     lock_changed(h->lock);
-    t->stats.delays++;
+    if (released)
+        t->stats.keeps++;
+    else
+        t->stats.delays++;
     t->stats.delayed++;
-    log_info("lock %s: %s ended without a release (token %llu): nobody else is granted it "
-             "for its lock-delay of %lld ms", h->lock->name, desc, (unsigned long long)h->token,
-             (long long)h->delay_ms);
+    if (released)
+        log_info("lock %s: %s released it with keep= (token %llu): nobody else is granted it "
+                 "for %lld ms", h->lock->name, desc, (unsigned long long)h->token,
+                 (long long)ms);
+    else
+        log_info("lock %s: %s ended without a release (token %llu): nobody else is granted it "
+                 "for its lock-delay of %lld ms", h->lock->name, desc,
+                 (unsigned long long)h->token, (long long)ms);
     return true;
 }
 
@@ -649,12 +664,18 @@ bool locks_cancel_wait(struct locks *t, struct lock_owner *o, const char *name)
 
 enum locks_result locks_unlock(struct locks *t, struct lock_owner *o, const char *name)
 {
+    return locks_unlock_keep(t, o, name, 0);
+}
+
+enum locks_result locks_unlock_keep(struct locks *t, struct lock_owner *o, const char *name,
+                                    int64_t keep_ms)
+{
     struct lock *l = lock_find(t, name);
     struct hold *h = l ? owned_hold(l, o) : NULL;
 
     if (!h || h->state != HOLD_HELD)
         return LOCKS_NOT_HELD;
-    if (--h->count == 0)
+    if (--h->count == 0 && !hold_keep(h, keep_ms, true))
         hold_release(h);
     return LOCKS_RELEASED;
 }
@@ -678,7 +699,7 @@ void locks_owner_abandon_all(struct locks *t, struct lock_owner *o)
     while ((h = TAILQ_FIRST(&o->holds))) {
         if (h->state != HOLD_HELD)
             hold_cancel(h);
-        else if (!hold_keep_for_delay(h))
+        else if (!hold_keep(h, h->delay_ms, false))
             hold_release(h);
     }
 }

@@ -97,7 +97,8 @@ struct locks_stats {
     uint64_t lost;
     uint64_t handoffs;    /* holds passed to the next local waiter (distributed mode) */
     uint64_t delays;      /* abandoned holds kept for their lock-delay, since start */
-    uint64_t delayed;     /* such holds now */
+    uint64_t delayed;     /* such holds now, and holds kept after UNLOCK keep= */
+    uint64_t keeps;       /* holds released with UNLOCK keep=, since start */
     uint64_t broken;      /* holds ended by BREAK, since start (in lost too) */
 };
 
@@ -157,6 +158,14 @@ bool locks_cancel_wait(struct locks *t, struct lock_owner *o, const char *name);
 
 /* Drops one hold of name by o: LOCKS_RELEASED or LOCKS_NOT_HELD. */
 enum locks_result locks_unlock(struct locks *t, struct lock_owner *o, const char *name);
+
+/*
+ * As locks_unlock(), but when that ends o's hold, the table keeps it for
+ * keep_ms more (PROTOCOL.md, "Releasing later: keep="): held by nobody, with
+ * its token, shown as a lock-delay, then released. keep_ms 0: at once.
+ */
+enum locks_result locks_unlock_keep(struct locks *t, struct lock_owner *o, const char *name,
+                                    int64_t keep_ms);
 
 /* Releases every hold and cancels every wait of o, without calling o back. */
 void locks_owner_release_all(struct locks *t, struct lock_owner *o);

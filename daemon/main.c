@@ -23,6 +23,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "server.h"
+#include "tls.h"
 #include "settings.h"
 #include "users.h"
 #include "zk/zk.h"
@@ -71,8 +72,8 @@ static void usage(FILE *f)
             "  -v            log at debug level\n"
             "  -h, --help    show this help\n"
             "  -V, --version show the version\n"
-            "Signals: TERM or INT stop the daemon; HUP reloads the log level, the limits\n"
-            "and the users file.\n",
+            "Signals: TERM or INT stop the daemon; HUP reloads the log level, the limits,\n"
+            "the users file and the TLS certificate, key and CA.\n",
             SETTINGS_LISTEN_DEFAULT);
 }
 
@@ -151,6 +152,7 @@ static void reload(struct daemon *d)
     settings_reload(&d->s, &n, warn_restart, NULL);
     settings_free(&n);
     reload_users(d);
+    server_reload_tls(&d->srv);
     /* What start-up applied once from these values is applied again. */
     log_set_level(d->s.log_level);
     raise_fd_limit(&d->s);
@@ -248,7 +250,8 @@ static int daemon_configure(struct daemon *d, char *zk_auth, size_t zk_cap)
     }
     log_set_level(d->s.log_level);
     if ((d->s.users_file && !(d->users = users_load_file(d->s.users_file, err, sizeof(err)))) ||
-        server_check_exposure(&d->s, err, sizeof(err)) < 0) {
+        server_check_exposure(&d->s, err, sizeof(err)) < 0 ||
+        tls_check(&d->s, err, sizeof(err)) < 0) {
         fprintf(stderr, "lockbrokerd: %s\n", err);
         users_free(d->users);
         d->users = NULL;
@@ -326,6 +329,9 @@ static void daemon_run(struct daemon *d)
     log_info("daemon id %s", d->id);
     if (d->users)
         log_info("%zu users from %s: AUTH required", users_count(d->users), d->s.users_file);
+    if (d->srv.tls_addr[0])
+        log_info("TLS on %s, client certificates %s", d->srv.tls_addr,
+                 settings_client_certs_name(d->s.tls_client_certs));
     log_info("lockbrokerd %s ready: %s mode, listening on %s%s%s", PACKAGE_VERSION,
              d->backend->ops->name, d->srv.listen_addr, d->s.unix_socket ? " and " : "",
              d->s.unix_socket ? d->s.unix_socket : "");

@@ -87,7 +87,9 @@ static const struct metric_row rows[] = {
       "Holds that ended without a release and kept their name for their lock-delay, "
       "since start." },
     { "locks_delayed", "locks_delayed", "gauge", NULL, 0,
-      "Abandoned holds keeping their name for their lock-delay now." },
+      "Holds keeping their name now, for a lock-delay or after UNLOCK keep=." },
+    { "locks_kept", "locks_kept_total", "counter", NULL, 0,
+      "Holds released with UNLOCK keep= (kept for that time) since start." },
     { "locks_broken", "locks_broken_total", "counter", NULL, 0,
       "Holds ended by BREAK since start (counted in locks_lost_total too)." },
     { "errors", "errors_total", "counter", NULL, 0, "ERR replies sent since start." },

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "conn.h"
+#include "tls.h"
 #include "locks.h"
 #include "log.h"
 #include "settings.h"
@@ -86,10 +87,10 @@ static void tcp_tune(struct server *srv, evutil_socket_t fd, const char *peer)
     }
 }
 
-static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
-                      int salen, void *arg)
+/* A connection accepted on either TCP listener, or the Unix socket; tls: on the TLS one. */
+static void accept_conn(struct server *srv, evutil_socket_t fd, struct sockaddr *sa, bool tls)
 {
-    struct server *srv = arg;
+    SSL *ssl = NULL;
     char peer[64];
 
     server_format_addr(sa, peer, sizeof(peer));
@@ -105,8 +106,25 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     }
     if (sa->sa_family != AF_UNIX)
         tcp_tune(srv, fd, peer);
-    if (!conn_new(srv, fd, peer))
+    if (tls && !(ssl = tls_ssl_new(srv->tls))) {
         log_error("cannot serve %s: out of memory", peer);
+        evutil_closesocket(fd);
+        return;
+    }
+    if (!conn_new(srv, fd, peer, ssl))
+        log_error("cannot serve %s: out of memory", peer);
+}
+
+static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
+                      int salen, void *arg)
+{
+    accept_conn(arg, fd, sa, false);
+}
+
+static void on_accept_tls(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
+                          int salen, void *arg)
+{
+    accept_conn(arg, fd, sa, true);
 }
 
 static void on_accept_error(struct evconnlistener *l, void *arg)
@@ -117,30 +135,60 @@ static void on_accept_error(struct evconnlistener *l, void *arg)
     log_error("accept: %s", evutil_socket_error_to_string(err));
 }
 
-static int listen_tcp(struct server *srv)
+/* Listens on addr (IP:PORT) for cb; *out gets the listener, bound the
+ * address with its port resolved. Returns 0, or -1 after logging why. */
+static int listen_tcp(struct server *srv, const char *what, const char *addr,
+                      evconnlistener_cb cb, struct evconnlistener **out, char *bound,
+                      size_t boundlen)
 {
     struct sockaddr_storage ss;
     socklen_t sl;
     int len;
 
-    if (settings_listen_addr(srv->settings->listen, &ss, &len) < 0) {
-        log_error("listen: cannot parse '%s'", srv->settings->listen);
+    if (settings_listen_addr(addr, &ss, &len) < 0) {
+        log_error("%s: cannot parse '%s'", what, addr);
         return -1;
     }
-    srv->tcp = evconnlistener_new_bind(srv->base, on_accept, srv,
-                                       LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC |
-                                           LEV_OPT_REUSEABLE,
-                                       LISTEN_BACKLOG, (struct sockaddr *)&ss, len);
-    if (!srv->tcp) {
-        log_error("listen on %s: %s", srv->settings->listen, strerror(errno));
+    *out = evconnlistener_new_bind(srv->base, cb, srv,
+                                   LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC |
+                                       LEV_OPT_REUSEABLE,
+                                   LISTEN_BACKLOG, (struct sockaddr *)&ss, len);
+    if (!*out) {
+        log_error("%s on %s: %s", what, addr, strerror(errno));
         return -1;
     }
-    evconnlistener_set_error_cb(srv->tcp, on_accept_error);
+    evconnlistener_set_error_cb(*out, on_accept_error);
     /* Port 0 picks a free port; report the one we got. */
     sl = sizeof(ss);
-    getsockname(evconnlistener_get_fd(srv->tcp), (struct sockaddr *)&ss, &sl);
-    server_format_addr((struct sockaddr *)&ss, srv->listen_addr, sizeof(srv->listen_addr));
+    getsockname(evconnlistener_get_fd(*out), (struct sockaddr *)&ss, &sl);
+    server_format_addr((struct sockaddr *)&ss, bound, boundlen);
     return 0;
+}
+
+/* The TLS listener and its context, when [tls] listen is set. */
+static int listen_tls(struct server *srv)
+{
+    char err[512];
+
+    if (!(srv->tls = tls_new(srv->settings, err, sizeof(err)))) {
+        log_error("%s", err);
+        return -1;
+    }
+    return listen_tcp(srv, "[tls] listen", srv->settings->tls_listen, on_accept_tls,
+                      &srv->tls_sock, srv->tls_addr, sizeof(srv->tls_addr));
+}
+
+void server_reload_tls(struct server *srv)
+{
+    char err[512];
+
+    if (!srv->tls)
+        return;
+    if (tls_reload(srv->tls, srv->settings, err, sizeof(err)) < 0)
+        log_error("reload: keeping the TLS certificate loaded before: %s", err);
+    else
+        log_info("reload: TLS certificate %s, key and CA read again; new connections use them",
+                 srv->settings->tls_cert_file);
 }
 
 /* Removes a socket file left by a daemon that is gone; refuses to steal a live one. */
@@ -241,13 +289,27 @@ static bool is_loopback(const struct sockaddr_storage *ss)
     return false;
 }
 
-int server_check_exposure(const struct settings *s, char *err, size_t errlen)
+/* Whether addr is set and is not a loopback address. */
+static bool beyond_loopback(const char *addr)
 {
     struct sockaddr_storage ss;
     int len;
 
-    if (s->users_file || s->allow_anonymous || settings_listen_addr(s->listen, &ss, &len) < 0 ||
-        is_loopback(&ss))
+    return addr && settings_listen_addr(addr, &ss, &len) == 0 && !is_loopback(&ss);
+}
+
+int server_check_exposure(const struct settings *s, char *err, size_t errlen)
+{
+    if (beyond_loopback(s->tls_listen) && !s->users_file && !s->allow_anonymous &&
+        s->tls_client_certs != TLS_CERTS_REQUIRED) {
+        snprintf(err, errlen, "refusing to listen on %s ([tls] listen): it is not a loopback "
+                 "address, no users are configured and client certificates are not required, "
+                 "so anyone who can reach it could take, hold and block any lock; set [server] "
+                 "users_file, or [tls] client_certs = required with ca_file, or [server] "
+                 "allow_anonymous = yes", s->tls_listen);
+        return -1;
+    }
+    if (s->users_file || s->allow_anonymous || !beyond_loopback(s->listen))
         return 0;
     snprintf(err, errlen, "refusing to listen on %s: it is not a loopback address and no "
              "users are configured, so anyone who can reach it could take, hold and block any "
@@ -287,10 +349,15 @@ int server_start(struct server *srv, struct event_base *base, const struct setti
         return -1;
     }
     locks_set_observer(locks, watches_lock_changed, srv->watches);
-    if (listen_tcp(srv) < 0) {
+    if (listen_tcp(srv, "listen", s->listen, on_accept, &srv->tcp, srv->listen_addr,
+                   sizeof(srv->listen_addr)) < 0 || (s->tls_listen && listen_tls(srv) < 0)) {
         server_stop(srv);
         return -1;
     }
+    if (beyond_loopback(s->listen) && s->users_file)
+        log_warn("listening on %s without TLS: AUTH passwords, lock names and tokens cross "
+                 "the network in clear text; serve other machines through [tls] listen "
+                 "(README.md, \"Serving other machines\")", srv->listen_addr);
     if (s->unix_socket && listen_unix(srv) < 0) {
         server_stop(srv);
         return -1;
@@ -326,8 +393,14 @@ void server_stop(struct server *srv)
         srv->unix_sock = NULL;
         unlink(srv->settings->unix_socket);
     }
+    if (srv->tls_sock) {
+        evconnlistener_free(srv->tls_sock);
+        srv->tls_sock = NULL;
+    }
     while ((c = TAILQ_FIRST(&srv->conns)))
         conn_free(c);
+    tls_free(srv->tls);            /* after the connections: each held a reference */
+    srv->tls = NULL;
     if (srv->watches) {
         locks_set_observer(srv->locks, NULL, NULL);
         watches_free(srv->watches);

@@ -22,6 +22,7 @@ struct backend;
 struct conn;
 struct users;
 struct watches;
+struct tls;
 
 struct server_stats {
     uint64_t conns_total;     /* accepted since start */
@@ -42,12 +43,15 @@ struct server {
                                         * Change it through server_set_users() */
     struct evconnlistener *tcp;        /* owned; NULL once stopped */
     struct evconnlistener *unix_sock;  /* owned; NULL when not configured */
+    struct evconnlistener *tls_sock;   /* owned; NULL when [tls] listen is not set */
+    struct tls *tls;                   /* owned: the TLS listener's context, or NULL */
     TAILQ_HEAD(, conn) conns;          /* every open connection */
     unsigned nconns;
     uint64_t next_conn_id;
     struct server_stats stats;
     time_t started;
     char listen_addr[64];              /* the bound TCP address, port resolved */
+    char tls_addr[64];                 /* the bound TLS address, port resolved, or "" */
     const char *daemon_id;             /* borrowed; names this daemon to clients and in ZooKeeper */
     bool sockopt_warned;               /* a TCP option failed once: later failures log at debug */
 };
@@ -59,7 +63,8 @@ int server_start(struct server *srv, struct event_base *base, const struct setti
 
 /*
  * The secure default: a TCP listen address that is not loopback needs
- * users_file, or allow_anonymous. Returns 0, or -1 with the reason in err.
+ * users_file, or allow_anonymous; a TLS one needs either of them or
+ * client certificates required. Returns 0, or -1 with the reason in err.
  */
 int server_check_exposure(const struct settings *s, char *err, size_t errlen);
 
@@ -73,6 +78,10 @@ void server_set_users(struct server *srv, const struct users *users);
 
 /* Writes "<host>-<pid>-<random hex>" into buf: unique for each run of a daemon. */
 void server_make_daemon_id(char *buf, size_t len);
+
+/* SIGHUP: re-reads the [tls] files; a file that does not load is logged and the
+ * context in force stays. */
+void server_reload_tls(struct server *srv);
 
 /* Closes the listeners and every connection (releasing their locks). */
 void server_stop(struct server *srv);

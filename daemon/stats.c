@@ -46,6 +46,7 @@ void stats_each(const struct server *srv, backend_stat_fn add, void *cookie)
     add_u64(add, cookie, "local_handoffs", ls.handoffs);
     add_u64(add, cookie, "lock_delays", ls.delays);
     add_u64(add, cookie, "locks_delayed", ls.delayed);
+    add_u64(add, cookie, "locks_kept", ls.keeps);
     add_u64(add, cookie, "locks_broken", ls.broken);
     add_u64(add, cookie, "errors", srv->stats.errors);
     add_u64(add, cookie, "auth_failures", srv->stats.auth_failures);

@@ -44,23 +44,29 @@ _Static_assert(PROTO_USER_MAX == 64 && PROTO_PASSWORD_MAX == 128,
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
-enum opt { OPT_SHARED, OPT_LIMIT, OPT_TTL, OPT_DELAY, OPT_COUNT };
+enum opt { OPT_SHARED, OPT_LIMIT, OPT_TTL, OPT_DELAY, OPT_KEEP, OPT_COUNT };
 
-/* Options of PROTO_ARG_OPTIONS: a bare word, or word=<n> with n in min..max. */
+/* Options: a bare word, or word=<n> with n in min..max, of the layouts that
+ * end in `set` (PROTO_ARG_OPTIONS or PROTO_ARG_RELEASE). */
 static const struct opt_def {
     const char *word;       /* upper case; matched case-insensitively */
+    enum proto_arg set;     /* the layouts that take it */
     unsigned min, max;      /* bounds of the value; max 0: the option takes none */
     const char *bad_value;  /* message for a value missing, malformed or out of range */
 } opt_defs[OPT_COUNT] = {
-    [OPT_SHARED] = { "SHARED", 0, 0, NULL },
-    [OPT_LIMIT]  = { "LIMIT", 1, PROTO_LIMIT_MAX,
+    [OPT_SHARED] = { "SHARED", PROTO_ARG_OPTIONS, 0, 0, NULL },
+    [OPT_LIMIT]  = { "LIMIT", PROTO_ARG_OPTIONS, 1, PROTO_LIMIT_MAX,
                      "limit must be an integer from 1 to " STR(PROTO_LIMIT_MAX) },
     /* Spelt out: STR() would keep the LL of PROTO_TTL_MAX (see the assertion below). */
-    [OPT_TTL]    = { "TTL", PROTO_TTL_MIN, PROTO_TTL_MAX,
+    [OPT_TTL]    = { "TTL", PROTO_ARG_OPTIONS, PROTO_TTL_MIN, PROTO_TTL_MAX,
                      "ttl must be an integer from 100 to 86400000" },
-    [OPT_DELAY]  = { "DELAY", 0, PROTO_DELAY_MAX,
+    [OPT_DELAY]  = { "DELAY", PROTO_ARG_OPTIONS, 0, PROTO_DELAY_MAX,
                      "delay must be an integer from 0 to 60000" },
+    [OPT_KEEP]   = { "KEEP", PROTO_ARG_RELEASE, 0, PROTO_KEEP_MAX,
+                     "keep must be an integer from 0 to 86400000" },
 };
+
+_Static_assert(PROTO_KEEP_MAX == 86400000, "the keep message spells out the bound");
 
 _Static_assert(PROTO_DELAY_MAX == 60000, "the delay message spells out the bound");
 
@@ -193,25 +199,30 @@ static unsigned layout_len(const struct proto_cmd_def *def)
 {
     unsigned n = 0;
 
-    while (n < PROTO_ARGS_MAX && def->args[n] != PROTO_ARG_END && def->args[n] != PROTO_ARG_OPTIONS)
+    while (n < PROTO_ARGS_MAX && def->args[n] != PROTO_ARG_END &&
+           def->args[n] != PROTO_ARG_OPTIONS && def->args[n] != PROTO_ARG_RELEASE)
         n++;
     return n;
 }
 
-static int takes_options(const struct proto_cmd_def *def)
+/* The kind of options the layout ends in (PROTO_ARG_OPTIONS or _RELEASE),
+ * or PROTO_ARG_END when it takes none. */
+static enum proto_arg takes_options(const struct proto_cmd_def *def)
 {
     unsigned n = layout_len(def);
 
-    return n < PROTO_ARGS_MAX && def->args[n] == PROTO_ARG_OPTIONS;
+    return n < PROTO_ARGS_MAX ? def->args[n] : PROTO_ARG_END;
 }
 
-/* The option t names ("shared"; "limit" with or without "=..."), or -1. */
-static int find_option(const struct token *t)
+/* The option of that set t names ("shared"; "limit" with or without "=..."), or -1. */
+static int find_option(const struct token *t, enum proto_arg set)
 {
     for (int i = 0; i < OPT_COUNT; i++) {
         struct token key = *t;
         const char *eq = memchr(t->p, '=', t->len);
 
+        if (opt_defs[i].set != set)
+            continue;
         if (eq && opt_defs[i].max > 0)
             key.len = (size_t)(eq - t->p);
         if (word_equals(&key, opt_defs[i].word))
@@ -237,10 +248,10 @@ static int64_t parse_value(const char *p, size_t len, unsigned min, unsigned max
 }
 
 /* Checks one option and stores it in *req; *seen has a bit per option given. */
-static enum proto_parse_result parse_option(const struct token *t, unsigned *seen,
-                                            struct proto_req *req)
+static enum proto_parse_result parse_option(const struct token *t, enum proto_arg set,
+                                            unsigned *seen, struct proto_req *req)
 {
-    int opt = find_option(t);
+    int opt = find_option(t, set);
     int64_t value = 0;
 
     if (opt < 0)
@@ -272,6 +283,9 @@ static enum proto_parse_result parse_option(const struct token *t, unsigned *see
         break;
     case OPT_DELAY:
         req->delay_ms = value;
+        break;
+    case OPT_KEEP:
+        req->keep_ms = value;
         break;
     case OPT_COUNT:
         break;          /* never: find_option() returns a row */
@@ -378,6 +392,7 @@ static enum proto_parse_result parse_arg(enum proto_arg arg, const struct token 
         break;
     case PROTO_ARG_END:
     case PROTO_ARG_OPTIONS:
+    case PROTO_ARG_RELEASE:
         break;          /* never passed: layout_len() stops before them */
     }
     return PROTO_REQUEST;
@@ -388,7 +403,8 @@ enum proto_parse_result proto_parse(const char *line, size_t len, struct proto_r
     struct token tok[MAX_TOKENS];
     const struct proto_cmd_def *def;
     unsigned ntok, nargs, npos, seen = 0;
-    int cmd = -1, opts;
+    enum proto_arg opts;
+    int cmd = -1;
 
     memset(req, 0, sizeof(*req));
     req->wait_ms = -1;
@@ -423,19 +439,22 @@ enum proto_parse_result proto_parse(const char *line, size_t len, struct proto_r
     if (nargs < def->required)
         return fail(req, PROTO_ERR_BAD_ARGS, "missing argument");
     for (npos = 0; npos < nargs && npos < layout_len(def); npos++)
-        if (npos >= def->required && opts && find_option(&tok[1 + npos]) >= 0)
+        if (npos >= def->required && opts && find_option(&tok[1 + npos], opts) >= 0)
             break;
     if (nargs - npos > (opts ? MAX_OPTIONS : 0))
         return fail(req, PROTO_ERR_BAD_ARGS, "too many arguments");
+    /* A release takes only its own options: any other word there is one
+     * argument too many, as before UNLOCK took keep= ("UNLOCK a 1 shared"). */
     for (unsigned i = 1 + npos; i < ntok; i++)
-        if (!is_letter(tok[i].p[0]))
+        if (!is_letter(tok[i].p[0]) ||
+            (opts == PROTO_ARG_RELEASE && find_option(&tok[i], opts) < 0))
             return fail(req, PROTO_ERR_BAD_ARGS, "too many arguments");
 
     for (unsigned i = 0; i < npos; i++)
         if (parse_arg(def->args[i], &tok[1 + i], req) != PROTO_REQUEST)
             return PROTO_ERROR;
     for (unsigned i = 1 + npos; i < ntok; i++)
-        if (parse_option(&tok[i], &seen, req) != PROTO_REQUEST)
+        if (parse_option(&tok[i], opts, &seen, req) != PROTO_REQUEST)
             return PROTO_ERROR;
     /* A set is bound to the connection and released by name. */
     if (req->nnames > 1 && req->ttl_ms > 0)

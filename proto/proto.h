@@ -21,6 +21,7 @@
 #define PROTO_LABEL_MAX 100           /* bytes in a CLIENT label */
 #define PROTO_USER_MAX 64             /* bytes in an AUTH user name */
 #define PROTO_DELAY_MAX 60000LL      /* largest delay=<ms>: a minute, as Consul's lock-delay */
+#define PROTO_KEEP_MAX 86400000LL     /* largest keep=<ms> of UNLOCK: 24 h */
 #define PROTO_SAFE_MAX 86400000LL     /* largest <safe-ms> a CHECK answers: 24 h */
 #define PROTO_PASSWORD_MAX 128        /* bytes in an AUTH password; with the longest
                                        * user the line fits the smallest max_line */
@@ -47,6 +48,7 @@ enum proto_arg {
     PROTO_ARG_USER,     /* 1..PROTO_USER_MAX of [A-Za-z0-9._@-] -> user, user_len */
     PROTO_ARG_PASSWORD, /* 1..PROTO_PASSWORD_MAX printable non-space bytes -> password */
     PROTO_ARG_OPTIONS,  /* last: then options, shared | limit=<n> | ttl=<ms> | delay=<ms> */
+    PROTO_ARG_RELEASE,  /* last: then the options of a release, keep=<ms> */
 };
 #define PROTO_ARGS_MAX 4                  /* entries in one layout */
 #define PROTO_ARGS(...) { __VA_ARGS__ }   /* a layout: PROTO_ARGS(PROTO_ARG_NAME, ...) */
@@ -78,10 +80,10 @@ enum proto_arg {
       PROTO_F_NAMES,                                                               \
       "TRYLOCK <name>[,<name>...] [shared|limit=<n>] [ttl=<ms>] [delay=<ms>]",     \
       "take a lock (or all of a set) only if it is free")                        \
-    X(UNLOCK,  "UNLOCK",  1, PROTO_ARGS(PROTO_ARG_NAMES, PROTO_ARG_TOKEN),          \
+    X(UNLOCK,  "UNLOCK",  1, PROTO_ARGS(PROTO_ARG_NAMES, PROTO_ARG_TOKEN, PROTO_ARG_RELEASE), \
       PROTO_F_NAMES | PROTO_F_OWN,                                                 \
-      "UNLOCK <name>[,<name>...] [<token>]",                                      \
-      "release a lock (or a set) this connection holds")                         \
+      "UNLOCK <name>[,<name>...] [<token>] [keep=<ms>]",                          \
+      "release a lock (or a set) this connection holds, at once or keep=ms later") \
     X(RENEW,   "RENEW",   3, PROTO_ARGS(PROTO_ARG_NAME, PROTO_ARG_TOKEN, PROTO_ARG_TTL), \
       PROTO_F_NAMES,                                                               \
       "RENEW <name> <token> <ttl-ms>", "extend a lease: it now ends ttl-ms from now") \
@@ -165,6 +167,7 @@ struct proto_req {
     unsigned limit;       /* PROTO_MODE_LIMIT: 1..PROTO_LIMIT_MAX; otherwise 0 */
     int64_t ttl_ms;       /* LOCK/TRYLOCK ttl=, RENEW's ttl-ms: 0 = none, else PROTO_TTL_MIN..MAX */
     int64_t delay_ms;     /* LOCK/TRYLOCK delay=: -1 = not given, else 0..PROTO_DELAY_MAX */
+    int64_t keep_ms;      /* UNLOCK keep=: 0 = not given, else 0..PROTO_KEEP_MAX */
     int has_token;        /* UNLOCK and CHECK with a token, and RENEW: 1 */
     uint64_t token;       /* valid when has_token */
     const char *label;    /* CLIENT: points into the line; NOT NUL-terminated */

@@ -664,6 +664,74 @@ START_TEST(limit_per_client)
 }
 END_TEST
 
+START_TEST(unlock_keep)
+{
+    uint64_t t1, t2;
+
+    send_line(&a, "LOCK db");
+    t1 = ck_out_num(&a, "OK db ");
+    send_line(&a, "UNLOCK db keep=150");
+    ck_out(&a, "OK db\n");
+    /* Released by the client, held by the daemon: nobody is granted it. */
+    send_line(&a, "CHECK db");
+    ck_out(&a, "ERR NOT_HELD this connection does not hold that lock\n");
+    send_line(&b, "TRYLOCK db");
+    ck_out(&b, "BUSY db\n");
+    send_line(&b, "STATUS db");
+    ck_assert_ptr_nonnull(strstr(b.out, "STATUS db held holder=test-1-ab/127.0.0.1:1001 "));
+    ck_assert_ptr_nonnull(strstr(b.out, " delay="));
+    b.len = 0;
+    send_line(&b, "LOCK db");
+    run_until_reply(&b);
+    t2 = ck_out_num(&b, "OK db ");
+    ck_assert_uint_gt(t2, t1);
+    send_line(&b, "STATS");
+    ck_assert_ptr_nonnull(strstr(b.out, "STAT locks_kept 1\n"));
+    b.len = 0;
+    /* keep=0 releases at once; a re-entered hold stays the client's. */
+    send_line(&b, "UNLOCK db keep=0");
+    ck_out(&b, "OK db\n");
+    send_line(&a, "TRYLOCK db");
+    ck_out_num(&a, "OK db ");
+    send_line(&a, "LOCK db");
+    ck_out_num(&a, "OK db ");
+    send_line(&a, "UNLOCK db keep=60000");
+    ck_out(&a, "OK db\n");
+    send_line(&a, "CHECK db");
+    ck_out_num(&a, "OK db ");
+}
+END_TEST
+
+START_TEST(unlock_keep_not_for_leases)
+{
+    uint64_t tok;
+    char line[64];
+
+    send_line(&a, "LOCK job ttl=60000");
+    tok = ck_out_num(&a, "OK job ");
+    snprintf(line, sizeof(line), "UNLOCK job %" PRIu64 " keep=100", tok);
+    send_line(&a, line);
+    ck_out(&a, "ERR BAD_ARGS keep= releases this connection's own hold later; a lease is kept "
+               "longer with RENEW\n");
+    snprintf(line, sizeof(line), "UNLOCK job %" PRIu64, tok);
+    send_line(&a, line);
+    ck_out(&a, "OK job\n");
+}
+END_TEST
+
+START_TEST(set_unlock_keep)
+{
+    send_line(&a, "LOCK x,y");
+    ck_out_num(&a, "OK x,y ");
+    send_line(&a, "UNLOCK x,y keep=60000");
+    ck_out(&a, "OK x,y\n");
+    send_line(&b, "TRYLOCK y");
+    ck_out(&b, "BUSY y\n");
+    send_line(&b, "TRYLOCK x");
+    ck_out(&b, "BUSY x\n");
+}
+END_TEST
+
 static Suite *cmd_suite(void)
 {
     Suite *s = suite_create("cmd");
@@ -686,6 +754,8 @@ static Suite *cmd_suite(void)
     tcase_add_test(tc, break_others_hold);
     tcase_add_test(tc, auth_without_users);
     tcase_add_test(tc, limit_per_client);
+    tcase_add_test(tc, unlock_keep);
+    tcase_add_test(tc, unlock_keep_not_for_leases);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("sets");
@@ -694,6 +764,7 @@ static Suite *cmd_suite(void)
     tcase_add_test(tc, set_unwinds);
     tcase_add_test(tc, set_cancelled_by_close);
     tcase_add_test(tc, set_end_of_input);
+    tcase_add_test(tc, set_unlock_keep);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("permissions");

@@ -75,6 +75,19 @@ START_TEST(defaults)
     ck_assert_uint_eq(s.zk_session_timeout_ms, 10000);
     ck_assert_uint_eq(s.zk_tick_ms, 2000);
     ck_assert_int_eq(s.log_level, LOG_LVL_INFO);
+    ck_assert_int_eq(s.tls_client_certs, TLS_CERTS_NONE);
+}
+
+START_TEST(tls_client_certs_words)
+{
+    ck_assert_int_eq(settings_set(&s, "tls", "client_certs", "Required", err, sizeof(err)), 0);
+    ck_assert_int_eq(s.tls_client_certs, TLS_CERTS_REQUIRED);
+    ck_assert_int_eq(settings_set(&s, "tls", "client_certs", "optional", err, sizeof(err)), 0);
+    ck_assert_int_eq(s.tls_client_certs, TLS_CERTS_OPTIONAL);
+    ck_assert_int_eq(settings_set(&s, "tls", "client_certs", "yes", err, sizeof(err)), -1);
+    ck_assert_str_eq(err, "client_certs: 'yes' is not one of none, optional, required");
+    ck_assert_int_eq(s.tls_client_certs, TLS_CERTS_OPTIONAL);
+    ck_assert_str_eq(settings_client_certs_name((enum tls_client_certs)3), "?");
 }
 END_TEST
 
@@ -212,6 +225,11 @@ START_TEST(sample_file_is_defaults)
     ck_assert_uint_eq(s.tcp_keepalive_count, d.tcp_keepalive_count);
     ck_assert_uint_eq(s.tcp_user_timeout_ms, d.tcp_user_timeout_ms);
     ck_assert_ptr_null(s.metrics_listen);
+    ck_assert_ptr_null(s.tls_listen);
+    ck_assert_ptr_null(s.tls_cert_file);
+    ck_assert_ptr_null(s.tls_key_file);
+    ck_assert_ptr_null(s.tls_ca_file);
+    ck_assert_int_eq(s.tls_client_certs, d.tls_client_certs);
     ck_assert_ptr_null(s.zk_hosts);
     ck_assert_str_eq(s.zk_root, d.zk_root);
     ck_assert_uint_eq(s.zk_session_timeout_ms, d.zk_session_timeout_ms);
@@ -1236,6 +1254,9 @@ START_TEST(table_defaults_in_range)
         /* ...and is what settings_init() left there. */
         if (r->type == SETTING_BOOL)
             ck_assert_uint_eq(*(const unsigned *)field, strcmp(r->def, "yes") == 0);
+        else if (r->type == SETTING_CLIENT_CERTS)
+            ck_assert_str_eq(settings_client_certs_name(*(const enum tls_client_certs *)field),
+                             r->def);
         else if (r->type != SETTING_UINT && r->type != SETTING_MODE &&
                  r->type != SETTING_LOG_LEVEL) {
             const char *v = *(char *const *)field;
@@ -1431,6 +1452,7 @@ static Suite *conf_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, table_keys_unique);
     tcase_add_test(tc, table_defaults_in_range);
+    tcase_add_test(tc, tls_client_certs_words);
     tcase_add_test(tc, table_help_is_one_line);
     tcase_add_test(tc, reload_moves_sighup_rows_only);
     tcase_add_test(tc, reload_strings_and_no_change);

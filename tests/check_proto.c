@@ -936,9 +936,39 @@ START_TEST(unlock_token_bad)
     ck_error_msg("UNLOCK a 1 2", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
     ck_error_msg("UNLOCK a/b 1 2", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
     ck_error_msg("UNLOCK a 1 shared", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    ck_error_msg("UNLOCK a keep=1 ttl=5", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+    ck_error_msg("UNLOCK a 1 keep=1 2", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
     /* Left to right: the name first. */
     ck_error("UNLOCK a/b 5", PROTO_ERR_BAD_NAME);
     ck_error("UNLOCK a/b x", PROTO_ERR_BAD_NAME);
+}
+END_TEST
+
+START_TEST(unlock_keep)
+{
+    struct proto_req req;
+
+    ck_assert_int_eq(proto_parse("UNLOCK a", 8, &req), PROTO_REQUEST);
+    ck_assert_int_eq(req.keep_ms, 0);
+    ck_assert_int_eq(proto_parse("UNLOCK a keep=60000", 19, &req), PROTO_REQUEST);
+    ck_assert_int_eq(req.keep_ms, 60000);
+    ck_assert_int_eq(req.has_token, 0);
+    ck_assert_int_eq(proto_parse("UNLOCK a 17 KEEP=86400000", 25, &req), PROTO_REQUEST);
+    ck_assert_int_eq(req.keep_ms, 86400000);
+    ck_assert(req.has_token && req.token == 17);
+    ck_assert_int_eq(proto_parse("unlock a,b keep=0", 17, &req), PROTO_REQUEST);
+    ck_assert_int_eq(req.nnames, 2);
+    ck_assert_int_eq(req.keep_ms, 0);
+    ck_error_msg("UNLOCK a keep=86400001", PROTO_ERR_BAD_ARGS,
+                 "keep must be an integer from 0 to 86400000");
+    ck_error_msg("UNLOCK a keep", PROTO_ERR_BAD_ARGS, "keep must be an integer from 0 to 86400000");
+    ck_error_msg("UNLOCK a keep=-1", PROTO_ERR_BAD_ARGS,
+                 "keep must be an integer from 0 to 86400000");
+    ck_error_msg("UNLOCK a keep=1 keep=2", PROTO_ERR_BAD_ARGS, "option given twice");
+    /* Only UNLOCK takes it. */
+    ck_error_msg("LOCK a 5 keep=5", PROTO_ERR_BAD_ARGS, "unknown option");
+    ck_error_msg("TRYLOCK a keep=5", PROTO_ERR_BAD_ARGS, "unknown option");
+    ck_error_msg("RENEW a 5 100 keep=5", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
 }
 END_TEST
 
@@ -1101,7 +1131,8 @@ START_TEST(cmd_usage_and_help)
     ck_assert_str_eq(proto_cmd_usage(PROTO_CMD_TRYLOCK),
                      "TRYLOCK <name>[,<name>...] [shared|limit=<n>] [ttl=<ms>] [delay=<ms>]");
     ck_assert_str_eq(proto_cmd_usage(PROTO_CMD_CHECK), "CHECK <name> [<token>]");
-    ck_assert_str_eq(proto_cmd_usage(PROTO_CMD_UNLOCK), "UNLOCK <name>[,<name>...] [<token>]");
+    ck_assert_str_eq(proto_cmd_usage(PROTO_CMD_UNLOCK),
+                     "UNLOCK <name>[,<name>...] [<token>] [keep=<ms>]");
     ck_assert_str_eq(proto_cmd_usage(PROTO_CMD_RENEW), "RENEW <name> <token> <ttl-ms>");
     ck_assert_str_eq(proto_cmd_help(PROTO_CMD_RENEW),
                      "extend a lease: it now ends ttl-ms from now");
@@ -1724,6 +1755,7 @@ static Suite *proto_suite(void)
     tcase_add_test(tc, ttl_twice);
     tcase_add_test(tc, unlock_token);
     tcase_add_test(tc, unlock_token_bad);
+    tcase_add_test(tc, unlock_keep);
     tcase_add_test(tc, renew);
     tcase_add_test(tc, renew_bad);
     tcase_add_test(tc, lease_fields_reset_between_parses);

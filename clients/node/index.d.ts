@@ -16,6 +16,20 @@ export interface LockOptions {
   limit?: number;
   delay?: number;          // lock-delay, ms
   signal?: AbortSignal;    // cancels the wait
+  /**
+   * ms (0 to 86400000) the lock stays held after its grant even when
+   * released sooner: release() then asks the daemon to keep it for the rest
+   * (UNLOCK keep=). Not for leases.
+   */
+  minHold?: number;
+}
+
+export interface ReleaseOptions {
+  /**
+   * ms (0 to 86400000) the daemon keeps the hold after this release; 0:
+   * release at once (despite minHold). Default: what is left of minHold.
+   */
+  keep?: number;
 }
 
 export class LockbrokerError extends Error {
@@ -40,12 +54,19 @@ export class Hold extends EventEmitter {
    * worked out at each read; a step of the wall clock moves it. null: no window.
    */
   readonly safeUntil: number | null;
+  /** lock()'s minHold, ms; null without one. */
+  readonly minHold: number | null;
+  /** ms the release asked the daemon to keep the hold (0: at once); null before it or when lost. */
+  readonly kept: number | null;
+  /** ms of minHold still to run (0 when it has run or there is none). */
+  minHoldLeft(): number;
   /**
-   * UNLOCK. true: released by this call; false: nothing left to release (the
-   * hold was lost, see lost and lostReason, or released already). A loss never
-   * rejects, so a finally keeps the error of its try.
+   * UNLOCK (with keep=<ms> for what is left of minHold, or opts.keep). true:
+   * released by this call; false: nothing left to release (the hold was lost,
+   * see lost and lostReason, or released already). A loss never rejects, so
+   * a finally keeps the error of its try.
    */
-  release(): Promise<boolean>;
+  release(opts?: ReleaseOptions): Promise<boolean>;
   [Symbol.asyncDispose](): Promise<void>;
 }
 

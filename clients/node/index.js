@@ -21,7 +21,10 @@
  * quarter of its safe window (at least every second, halfway through a
  * window too short for that) and is lost when the window runs out without
  * a fresh answer. Leases renew themselves every
- * third of their ttl. Nothing survives a reconnect.
+ * third of their ttl. Nothing survives a reconnect. A minimum hold
+ * (lock(name, { minHold })): a hold released sooner than minHold after its
+ * grant is released with `UNLOCK <name> keep=<ms left>`, and the daemon
+ * keeps it for the rest (PROTOCOL.md, Releasing later).
  *
  * Clocks: every window, deadline and timeout is counted on the monotonic
  * clock (performance.now(); setTimeout's timers are monotonic too), which
@@ -41,6 +44,7 @@ const NAME_RE = /^[A-Za-z0-9._:@-]{1,200}$/;
 const CHECK_EVERY_MIN = 100;
 const CHECK_EVERY_MAX = 1000;
 const IDLE_MAX = 8;
+const KEEP_MAX = 86400000;     // UNLOCK's keep=<ms> goes to 24 hours
 const asyncDispose = Symbol.asyncDispose || Symbol.for('nodejs.asyncDispose');
 
 /** Every failure: .code ('TIMEOUT', 'BUSY', 'UNAVAILABLE', ...) and .line (the reply). */
@@ -79,6 +83,14 @@ function parseAddress(address) {
   m = /^(.*):(\d+)$/.exec(address);
   if (m) return { host: m[1], port: Number(m[2]) };
   return { host: address, port: 7411 };
+}
+
+/** ms as a keep or a minHold: a number from 0 to KEEP_MAX; throws a RangeError otherwise. */
+function checkKeep(ms, what) {
+  if (typeof ms !== 'number' || !(ms >= 0 && ms <= KEEP_MAX)) {
+    throw new RangeError(`${what} must be 0 to ${KEEP_MAX} ms`);
+  }
+  return ms;
 }
 
 function options({ shared, limit, delay, ttl } = {}) {
@@ -224,10 +236,17 @@ class Conn {
  * A set (lock(['a', 'b'])): .names and .tokens are arrays (a token per
  * name, in order), .token is that array and .name 'a,b'; a LOST of any name
  * loses the set.
+ * .minHold (ms or null) is lock()'s; .kept is what the release asked the
+ * daemon to keep (ms, 0 for at once; null before it and for a lost hold).
+ * grantedAt: when the OK came, on the monotonic clock: later than the
+ * grant, so a keep counted from it never ends before minHold after the grant.
  */
 class Hold extends EventEmitter {
-  constructor(client, conn, name, token) {
+  constructor(client, conn, name, token, { minHold = null, grantedAt = performance.now() } = {}) {
     super();
+    this.minHold = minHold || null;
+    this.grantedAt = grantedAt;
+    this.kept = null;
     this.names = Array.isArray(name) ? name : [name];
     this.tokens = Array.isArray(token) ? token : [token];
     this.name = this.names.join(',');
@@ -357,6 +376,12 @@ class Hold extends EventEmitter {
     if (safe !== null && !this.lost && !this.released) this.schedule();
   }
 
+  /** Milliseconds of minHold still to run (0 when it has run, or none was asked). */
+  minHoldLeft() {
+    if (!this.minHold) return 0;
+    return Math.max(0, this.minHold - (performance.now() - this.grantedAt));
+  }
+
   /**
    * UNLOCK; the connection then serves the next hold. Resolves true when
    * this call released the hold, false when there was nothing left to
@@ -366,8 +391,16 @@ class Hold extends EventEmitter {
    * keeps the error of its `try`: check `lost` (or this value) to know
    * whether the lock was held to the end. Rejects (code PROTOCOL) only on a
    * reply the protocol does not give; the connection is closed then.
+   *
+   * opts.keep: ms (0 to 86400000) the daemon keeps the hold after this
+   * release before anybody else is granted it, as `UNLOCK ... keep=<ms>`
+   * (PROTOCOL.md, Releasing later); { keep: 0 } releases at once (the work
+   * failed: let another try now). Without it, a hold taken with minHold is
+   * kept for what is left of minHold (rounded up to the ms), any other is
+   * released at once. A RangeError for a keep out of range.
    */
-  async release() {
+  async release({ keep } = {}) {
+    if (keep != null) checkKeep(keep, 'keep');
     if (this.released) return false;
     this.released = true;
     clearTimeout(this.timer);
@@ -377,9 +410,10 @@ class Hold extends EventEmitter {
       conn.close();
       return false;
     }
+    const ms = keep != null ? Math.round(keep) : Math.min(KEEP_MAX, Math.ceil(this.minHoldLeft()));
     let reply;
     try {
-      reply = await conn.request(`UNLOCK ${this.name}`);
+      reply = await conn.request(ms > 0 ? `UNLOCK ${this.name} keep=${ms}` : `UNLOCK ${this.name}`);
     } catch (e) {
       conn.close();
       if (!this.lost) this.setLost(e.message);
@@ -392,6 +426,7 @@ class Hold extends EventEmitter {
       if (!this.lost) this.setLost(reply);
       return false;
     }
+    this.kept = ms;
     this.client.giveBack(conn);
     return true;
   }
@@ -488,9 +523,11 @@ class Lease extends EventEmitter {
    * answered NOT_HELD counts too) or was released already. Rejects when the
    * daemon could not be asked (code CONNECTION_LOST: the lease may then
    * stay held until its ttl runs out) or on a reply the protocol does not
-   * give (PROTOCOL).
+   * give (PROTOCOL). A lease is not kept after its release: opts.keep
+   * other than 0 is a TypeError.
    */
-  async release() {
+  async release(opts = {}) {
+    if (opts.keep) throw new TypeError(NO_KEEP_FOR_LEASES);
     if (this.released) return false;
     this.released = true;
     clearTimeout(this.timer);
@@ -513,6 +550,9 @@ class Lease extends EventEmitter {
     await this.release();
   }
 }
+
+const NO_KEEP_FOR_LEASES = 'a lease takes no minHold or keep: the daemon keeps only a ' +
+  "connection's own hold after its release; a lease lasts as its ttl and renewals say";
 
 /** A broker's address and credentials; opens connections as needed. Make one with connect(). */
 class Client {
@@ -570,6 +610,7 @@ class Client {
       throw new LockbrokerError('BAD_NAME', 'a set is 1 to 16 distinct names');
     }
     name = names.join(',');
+    const minHold = opts.minHold == null ? null : checkKeep(opts.minHold, 'minHold');
     const words = [cmd, name];
     if (cmd === 'LOCK' && opts.wait != null) words.push(String(Math.round(opts.wait)));
     words.push(...options(opts));
@@ -589,12 +630,14 @@ class Client {
     } finally {
       if (signal) signal.removeEventListener('abort', onAbort);
     }
+    const grantedAt = performance.now();
     const p = reply.split(' ');
     const t = p.length === 3 ? p[2].split(',') : [];
     if (p.length === 3 && p[0] === 'OK' && p[1] === name && t.length === names.length &&
         t.every((x) => /^\d+$/.test(x))) {
       const tokens = t.map((x) => BigInt(x));
-      const hold = new Hold(this, conn, multi ? names : name, multi ? tokens : tokens[0]);
+      const hold = new Hold(this, conn, multi ? names : name, multi ? tokens : tokens[0],
+        { minHold, grantedAt });
       if (this.check) await hold.start();
       return hold;
     }
@@ -608,21 +651,28 @@ class Client {
 
   /**
    * Takes the lock: opts.wait (ms; default for ever), shared, limit, delay,
-   * signal (an AbortSignal that cancels the wait). name may be an array of
+   * signal (an AbortSignal that cancels the wait), minHold (ms, up to
+   * 86400000: the lock stays held that long after its grant even when
+   * released sooner; see Hold.release). name may be an array of
    * up to 16 names, a set: all held or none, no deadlock between sets
    * (Hold.names, Hold.tokens). Resolves to a Hold;
    * rejects with code TIMEOUT, CONFLICT, UNAVAILABLE, DENIED, BAD_NAME, ...
    */
   lock(name, opts = {}) { return this.acquire('LOCK', name, opts); }
 
-  /** Takes the lock if it is free now; rejects with code BUSY otherwise. */
+  /**
+   * Takes the lock if it is free now; rejects with code BUSY otherwise.
+   * With { minHold: period }: at most once per period across its callers.
+   */
   trylock(name, opts = {}) { return this.acquire('TRYLOCK', name, opts); }
 
   /**
    * A lease for ttl ms (100 to 86400000), renewed in the background unless
-   * opts.renew is false; opts.wait, shared, limit as lock().
+   * opts.renew is false; opts.wait, shared, limit as lock(). opts.minHold
+   * is a TypeError: a lease is not kept after its release.
    */
   async lease(name, ttl, opts = {}) {
+    if (opts.minHold != null) throw new TypeError(NO_KEEP_FOR_LEASES);
     checkName(name);
     if (!(ttl >= 100 && ttl <= 86400000)) throw new RangeError('ttl must be 100 to 86400000 ms');
     const words = ['LOCK', name];

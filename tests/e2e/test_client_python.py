@@ -3,7 +3,8 @@
 the real daemon: embedded mode, and distributed mode against a real
 ZooKeeper (skipped without one). Waits are for events (a reply, a log line,
 the library's own events), each with a timeout; nothing sleeps to
-synchronise and nothing asserts a duration."""
+synchronise. The one duration asserted is a lower bound: a lock kept for a
+minimum hold is not granted to a waiter sooner."""
 
 import asyncio
 import os
@@ -14,6 +15,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -190,6 +192,129 @@ class EmbeddedTests(unittest.TestCase):
         with self.assertRaises(lockbroker.NotHeld):
             lease.renew()
 
+    def test_min_hold_keeps_a_hold_released_early(self):
+        """Released before its min_hold has passed, a hold is released with
+        keep= for the rest: busy for everybody else meanwhile, shown by
+        STATUS with its token and delay=, until the keep ends (here a BREAK
+        ends it); the next holder's token is greater."""
+        other = lockbroker.connect(self.d.listen_addr, timeout=T)
+        self.addCleanup(other.close)
+        with self.c.trylock("mh", min_hold=60) as h:
+            self.assertEqual(h.min_hold, 60)
+            self.assertGreater(h.min_hold_left(), 0)
+            self.assertIsNone(h.kept)
+        self.assertGreater(h.kept, 0)
+        self.assertLessEqual(h.kept, 60)
+        with self.assertRaises(lockbroker.Busy):
+            other.trylock("mh")
+        with self.assertRaises(lockbroker.Timeout):
+            other.lock("mh", wait=0)
+        st = self.c.status("mh")
+        self.assertEqual((st["state"], st["token"]), ("held", h.token))
+        self.assertGreater(st["delay"], 0)
+        self.assertLessEqual(st["delay"], 60)
+        self.assertIsNone(h.release())          # released already: nothing more to do
+        with self.d.client() as op:
+            self.assertEqual(op.request("BREAK mh"), "OK mh")
+        with other.trylock("mh") as h2:
+            self.assertGreater(h2.token, h.token)
+        self.assertEqual(h2.kept, 0)            # no min_hold: released at once
+        self.assertEqual(self.c.status("mh")["state"], "free")
+
+    def test_a_waiter_is_granted_only_once_the_min_hold_has_passed(self):
+        """Queued behind a hold with min_hold=1 that is released at once, a
+        LOCK is granted no sooner than the keep after the release, nor than
+        min_hold after the take began (lower bounds only)."""
+        other = lockbroker.connect(self.d.listen_addr, timeout=T)
+        self.addCleanup(other.close)
+        before_take = time.monotonic()
+        h = self.c.trylock("mw", min_hold=1.0)
+        got = {}
+
+        def wait():
+            got["h"] = other.lock("mw", wait=T)
+            got["at"] = time.monotonic()
+        t = threading.Thread(target=wait)
+        t.start()
+        self.d.wait_log(r"lock mw: \S+ queued$")
+        before_release = time.monotonic()
+        h.release()
+        t.join(T)
+        self.assertIn("h", got, "the waiter was not granted")
+        self.assertGreaterEqual(got["at"] - before_release, h.kept - 0.001)
+        self.assertGreaterEqual(got["at"] - before_take, 1.0 - 0.001)
+        self.assertGreater(got["h"].token, h.token)
+        got["h"].release()
+
+    def test_release_on_failure_and_keep_release_at_once(self):
+        other = lockbroker.connect(self.d.listen_addr, timeout=T)
+        self.addCleanup(other.close)
+        # A block that fails, with release_on_failure: free at once.
+        with self.assertRaisesRegex(RuntimeError, "^the job failed$"):
+            with self.c.trylock("mf", min_hold=60, release_on_failure=True) as h:
+                raise RuntimeError("the job failed")
+        self.assertEqual(h.kept, 0)
+        self.assertEqual(self.c.status("mf")["state"], "free")
+        other.trylock("mf").release()
+        # Without it a failed block keeps the lock all the same...
+        with self.assertRaises(RuntimeError):
+            with self.c.trylock("mf2", min_hold=60) as h:
+                raise RuntimeError("the job failed")
+        self.assertGreater(h.kept, 0)
+        with self.assertRaises(lockbroker.Busy):
+            other.trylock("mf2")
+        # ... and sys.exit() or sys.exit(0) is no failure.
+        with self.assertRaises(SystemExit):
+            with self.c.trylock("mf3", min_hold=60, release_on_failure=True) as h:
+                sys.exit(0)
+        self.assertGreater(h.kept, 0)
+        self.assertGreater(self.c.status("mf3")["delay"], 0)
+        # An explicit keep: 0 releases at once, more keeps that long.
+        h = self.c.trylock("mf4", min_hold=60)
+        h.release(keep=0)
+        self.assertEqual(h.kept, 0)
+        self.assertEqual(self.c.status("mf4")["state"], "free")
+        h = self.c.trylock("mf5")
+        h.release(keep=30)
+        self.assertEqual(h.kept, 30)
+        st = self.c.status("mf5")
+        self.assertEqual((st["state"], st["token"]), ("held", h.token))
+        self.assertGreater(st["delay"], 0)
+        self.assertLessEqual(st["delay"], 30)
+        # Out of range: refused here, nothing sent; the hold is still held.
+        for bad in (-1, 86401, "60"):
+            with self.assertRaises(ValueError):
+                self.c.trylock("mf6", min_hold=bad)
+        h = self.c.trylock("mf6")
+        with self.assertRaises(ValueError):
+            h.release(keep=-0.5)
+        self.assertEqual(self.c.status("mf6")["token"], h.token)
+        h.release()
+        self.assertEqual(self.c.status("mf6")["state"], "free")
+        # Not for leases: the daemon keeps only a connection's own hold.
+        with self.assertRaises(TypeError):
+            self.c.lease("mf7", ttl=1, min_hold=1)
+        self.assertEqual(self.c.status("mf7")["state"], "free")
+
+    def test_min_hold_of_a_set(self):
+        other = lockbroker.connect(self.d.listen_addr, timeout=T)
+        self.addCleanup(other.close)
+        with self.c.trylock(["ms-b", "ms-a"], min_hold=60) as h:
+            pass
+        self.assertGreater(h.kept, 0)
+        with self.assertRaises(lockbroker.Busy):
+            other.trylock(["ms-a", "ms-c"])
+        with self.assertRaises(lockbroker.Busy):
+            other.trylock("ms-b")
+        for name, token in zip(h.names, h.tokens):
+            st = self.c.status(name)
+            self.assertEqual((st["state"], st["token"]), ("held", token))
+            self.assertGreater(st["delay"], 0)
+        with self.assertRaises(RuntimeError):
+            with self.c.trylock(["ms-x", "ms-y"], min_hold=60, release_on_failure=True):
+                raise RuntimeError("failed")
+        other.trylock(["ms-y", "ms-x"]).release()
+
     def test_asyncio_api(self):
         async def main():
             c = await lockbroker.aio.connect(self.d.listen_addr, timeout=T)
@@ -210,6 +335,29 @@ class EmbeddedTests(unittest.TestCase):
             self.assertEqual((await c.status("as"))["state"], "free")
             lease = await c.lease("al", ttl=30)
             await lease.release()
+            await c.close()
+        asyncio.run(main())
+
+    def test_asyncio_min_hold(self):
+        async def main():
+            c = await lockbroker.aio.connect(self.d.listen_addr, timeout=T)
+            async with c.trylock("am", min_hold=60) as h:
+                self.assertEqual(h.min_hold, 60)
+                self.assertGreater(h.min_hold_left(), 0)
+            self.assertGreater(h.kept, 0)
+            with self.assertRaises(lockbroker.Busy):
+                await c.trylock("am")
+            st = await c.status("am")
+            self.assertEqual((st["state"], st["token"]), ("held", h.token))
+            self.assertGreater(st["delay"], 0)
+            with self.assertRaisesRegex(RuntimeError, "^failed$"):
+                async with c.lock("af", min_hold=60, release_on_failure=True) as h:
+                    raise RuntimeError("failed")
+            self.assertEqual(h.kept, 0)
+            await (await c.trylock("af")).release()
+            h = await c.lock("ak", wait=T, min_hold=60)
+            await h.release(keep=0)
+            self.assertEqual((await c.status("ak"))["state"], "free")
             await c.close()
         asyncio.run(main())
 
@@ -406,6 +554,28 @@ class DistributedTests(td.DistributedBase):
         lease = ca.lease("lx", ttl=30)
         self.assertEqual(cb.status("lx")["state"], "held")
         lease.release()
+        self.wait_no_nodes(hosts)
+
+    def test_min_hold_across_daemons(self):
+        """A hold of daemon A with min_hold, released early: busy through
+        daemon B until the keep ends (here by a BREAK on A)."""
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A")
+        b = self.start_daemon(hosts, "B")
+        ca = lockbroker.connect(a.listen_addr, timeout=T)
+        cb = lockbroker.connect(b.listen_addr, timeout=T)
+        self.addCleanup(ca.close)
+        self.addCleanup(cb.close)
+        with ca.trylock("once", min_hold=60) as h:
+            pass
+        self.assertGreater(h.kept, 0)
+        with self.assertRaises(lockbroker.Busy):
+            cb.trylock("once")
+        self.assertEqual(cb.status("once")["state"], "held")
+        with a.client() as op:
+            self.assertEqual(op.request("BREAK once"), "OK once")
+        with cb.lock("once", wait=T) as h2:
+            self.assertGreater(h2.token, h.token)
         self.wait_no_nodes(hosts)
 
 

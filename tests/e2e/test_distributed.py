@@ -1390,6 +1390,31 @@ class ModesTest(DistributedBase):
         self.assertRegex(self.client(b).request("TRYLOCK brl"), r"^OK brl \d+$")
         self.assertEqual(w.request("UNLOCK br"), "OK br")
 
+    def test_unlock_keep_holds_on_every_daemon(self):
+        """UNLOCK keep=: the daemon keeps the released hold's node for that
+        long, so no daemon grants the name before it has passed."""
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A")
+        b = self.start_daemon(hosts, "B")
+        h = self.client(a)
+        t = int(h.request("LOCK kp").split()[2])
+        w = self.client(b)
+        w.send("LOCK kp\n")
+        queued(b, w, "kp")
+        self.wait_node(hosts, "kp", b)
+        sent = time.monotonic()
+        self.assertEqual(h.request("UNLOCK kp keep=1500"), "OK kp")
+        self.assertRegex(self.client(a).request("STATUS kp"),
+                         r"^STATUS kp held holder=\S+ token=%d .* delay=\d+" % t)
+        self.assertEqual(h.request("CHECK kp"),
+                         "ERR NOT_HELD this connection does not hold that lock")
+        tw = int(w.expect_match(r"OK kp %s" % TOKEN).group(1))
+        # A safety bound, not a speed one: never granted before the keep ended.
+        self.assertGreaterEqual(time.monotonic() - sent, 1.5)
+        self.assertGreater(tw, t)
+        self.assertEqual(stats(a)["locks_kept"], "1")
+        self.assertEqual(w.request("UNLOCK kp"), "OK kp")
+
     def test_semaphore_bound_under_churn(self):
         hosts = self.zk.connect_string
         daemons = [self.start_daemon(hosts, "lb%d" % i) for i in range(3)]

@@ -341,6 +341,7 @@ STAT_METRICS = {
     "zk_idle_reuses": ("lockbroker_zk_idle_reuses_total", {}),
     "lock_delays": ("lockbroker_lock_delays_total", {}),
     "locks_delayed": ("lockbroker_locks_delayed", {}),
+    "locks_kept": ("lockbroker_locks_kept_total", {}),
     "locks_broken": ("lockbroker_locks_broken_total", {}),
     "zk_session_delays": ("lockbroker_zk_session_lock_delays_total", {}),
     "zk_window_probes": ("lockbroker_zk_window_probes_total", {}),

@@ -48,6 +48,9 @@ static void check_values(const struct settings *s)
         case SETTING_LOG_LEVEL:
             v = settings_log_level_name(*(const enum log_level *)f);
             break;
+        case SETTING_CLIENT_CERTS:
+            v = settings_client_certs_name(*(const enum tls_client_certs *)f);
+            break;
         case SETTING_ZK_ROOT:
             v = *(char *const *)f;
             CHECK(v && *v);         /* never NULL (settings.h) */

@@ -163,6 +163,8 @@ static void check_request(const struct proto_req *req, const char *line, size_t 
     CHECK(req->delay_ms == -1 || (takes_options && req->delay_ms >= 0 &&
                                   req->delay_ms <= PROTO_DELAY_MAX));
     CHECK(req->has_token || req->token == 0);
+    CHECK(req->keep_ms == 0 || (proto_cmd_takes(cmd, PROTO_ARG_RELEASE) && req->keep_ms > 0 &&
+                                req->keep_ms <= PROTO_KEEP_MAX));
 
     switch (req->mode) {
     case PROTO_MODE_EXCLUSIVE:

@@ -6,11 +6,13 @@
 // Tests of windows the daemon does not give run against a fake broker of
 // their own (fakeBroker), always.
 // Waits are for events (replies, 'lost', 'renewed'); nothing sleeps to
-// synchronise and nothing asserts a duration.
+// synchronise. The one duration asserted is a lower bound: a lock kept for
+// a minimum hold is not granted to a waiter sooner.
 const test = require('node:test');
 const assert = require('node:assert');
 const { once } = require('node:events');
 const net = require('node:net');
+const { performance } = require('node:perf_hooks');
 const lb = require('..');
 
 const env = process.env;
@@ -185,6 +187,164 @@ test('a lease renews itself and is lost when ended elsewhere', { skip: !env.LB_A
   await other.close();
   await c.close();
 });
+
+// A client whose holds and leases end() closes, whatever state they are in,
+// so that a failed assertion leaves no socket open to keep node running.
+async function connectTracked(address) {
+  const c = await lb.connect({ address, timeout: T });
+  const taken = [];
+  for (const m of ['lock', 'trylock', 'lease']) {
+    const take = c[m].bind(c);
+    c[m] = async (...args) => {
+      const h = await take(...args);
+      taken.push(h);
+      return h;
+    };
+  }
+  c.end = async () => {
+    for (const h of taken) h.conn.close();
+    await c.close();
+  };
+  return c;
+}
+
+test('minHold: released early, busy for others with its token and delay= until the keep ends',
+  { skip: !env.LB_ADDR }, async () => {
+    const c = await connectTracked(env.LB_ADDR);
+    const other = await connectTracked(env.LB_ADDR);
+    try {
+      const h = await c.trylock('n-mh', { minHold: 60000 });
+      assert.strictEqual(h.minHold, 60000);
+      assert.ok(h.minHoldLeft() > 0);
+      assert.strictEqual(h.kept, null);
+      assert.strictEqual(await h.release(), true);
+      assert.ok(h.kept > 0 && h.kept <= 60000, String(h.kept));
+      await rejectsWith(other.trylock('n-mh'), 'BUSY');
+      await rejectsWith(other.lock('n-mh', { wait: 0 }), 'TIMEOUT');
+      const st = await c.status('n-mh');
+      assert.strictEqual(st.state, 'held');
+      assert.strictEqual(st.token, h.token);
+      assert.ok(st.delay > 0 && st.delay <= 60000, String(st.delay));
+      assert.strictEqual(await h.release(), false);     // released already
+      // The keep ends (here by a BREAK): the next holder's token is greater.
+      assert.strictEqual(await other.query.request('BREAK n-mh'), 'OK n-mh');
+      const h2 = await other.trylock('n-mh');
+      assert.ok(h2.token > h.token);
+      assert.strictEqual(await h2.release(), true);
+      assert.strictEqual(h2.kept, 0);                    // no minHold: at once
+      assert.strictEqual((await c.status('n-mh')).state, 'free');
+      // await using (Symbol.asyncDispose) keeps it the same way.
+      const h3 = await c.trylock('n-mh', { minHold: 60000 });
+      await h3[Symbol.asyncDispose ? Symbol.asyncDispose : Symbol.for('nodejs.asyncDispose')]();
+      assert.ok(h3.kept > 0);
+      await rejectsWith(other.trylock('n-mh'), 'BUSY');
+    } finally {
+      await other.end();
+      await c.end();
+    }
+  });
+
+test('minHold: a waiter is granted only after the keep', { skip: !env.LB_ADDR }, async () => {
+  const c = await connectTracked(env.LB_ADDR);
+  const other = await connectTracked(env.LB_ADDR);
+  try {
+    const beforeTake = performance.now();
+    const h = await c.trylock('n-mw', { minHold: 1000 });
+    const waiting = other.lock('n-mw', { wait: T })
+      .then((hold) => ({ hold, at: performance.now() }));
+    while ((await c.status('n-mw')).waiters === 0) { /* asks again until it is queued */ }
+    const beforeRelease = performance.now();
+    assert.strictEqual(await h.release(), true);
+    const got = await waiting;
+    // Lower bounds only: the daemon kept it h.kept ms from the release on,
+    // which is at least minHold from the grant, later than beforeTake.
+    assert.ok(got.at - beforeRelease >= h.kept - 1, `${got.at - beforeRelease} < ${h.kept}`);
+    assert.ok(got.at - beforeTake >= 1000 - 1, `${got.at - beforeTake} < 1000`);
+    assert.ok(got.hold.token > h.token);
+    await got.hold.release();
+  } finally {
+    await other.end();
+    await c.end();
+  }
+});
+
+test('minHold: release({ keep: 0 }) frees at once (the work failed); keep, sets, bounds, leases',
+  { skip: !env.LB_ADDR }, async () => {
+    const c = await connectTracked(env.LB_ADDR);
+    const other = await connectTracked(env.LB_ADDR);
+    try {
+      // The job failed: release at once, whatever minHold said.
+      const h = await c.trylock('n-mf', { minHold: 60000 });
+      await assert.rejects(async () => {
+        try {
+          throw new Error('the job failed');
+        } catch (e) {
+          await h.release({ keep: 0 });
+          throw e;
+        } finally {
+          await h.release();          // resolves false: released already
+        }
+      }, /the job failed/);
+      assert.strictEqual(h.kept, 0);
+      assert.strictEqual((await c.status('n-mf')).state, 'free');
+      await (await other.trylock('n-mf')).release();
+      // An explicit keep keeps any hold that long.
+      const k = await c.trylock('n-mk');
+      assert.strictEqual(await k.release({ keep: 30000 }), true);
+      assert.strictEqual(k.kept, 30000);
+      const st = await c.status('n-mk');
+      assert.strictEqual(st.token, k.token);
+      assert.ok(st.delay > 0 && st.delay <= 30000, String(st.delay));
+      // A set: every name kept.
+      const s = await c.trylock(['n-ms-b', 'n-ms-a'], { minHold: 60000 });
+      assert.strictEqual(await s.release(), true);
+      assert.ok(s.kept > 0);
+      await rejectsWith(other.trylock(['n-ms-a', 'n-ms-c']), 'BUSY');
+      await rejectsWith(other.trylock('n-ms-b'), 'BUSY');
+      for (let i = 0; i < 2; i++) {
+        const one = await c.status(s.names[i]);
+        assert.strictEqual(one.token, s.tokens[i]);
+        assert.ok(one.delay > 0);
+      }
+      // Out of range: refused here, nothing sent; the hold stays held.
+      for (const bad of [-1, 86400001, '60000', NaN]) {
+        await assert.rejects(c.trylock('n-mb', { minHold: bad }), RangeError);
+      }
+      assert.strictEqual((await c.status('n-mb')).state, 'free');
+      const b = await c.trylock('n-mb');
+      await assert.rejects(b.release({ keep: -1 }), RangeError);
+      assert.strictEqual((await c.status('n-mb')).token, b.token);
+      assert.strictEqual(await b.release(), true);
+      // Not for leases: the daemon keeps only a connection's own hold.
+      await assert.rejects(c.lease('n-ml', 1000, { minHold: 1000 }), TypeError);
+      assert.strictEqual((await c.status('n-ml')).state, 'free');
+      const l = await c.lease('n-ml', 60000);
+      await assert.rejects(l.release({ keep: 1000 }), TypeError);
+      assert.strictEqual(await l.release(), true);
+    } finally {
+      await other.end();
+      await c.end();
+    }
+  });
+
+test('distributed: a hold released early with minHold is busy through the daemon too',
+  { skip: !env.LB_DIST_ADDR }, async () => {
+    const c = await connectTracked(env.LB_DIST_ADDR);
+    const other = await connectTracked(env.LB_DIST_ADDR);
+    try {
+      const h = await c.trylock('n-zmh', { minHold: 60000 });
+      assert.strictEqual(await h.release(), true);
+      await rejectsWith(other.trylock('n-zmh'), 'BUSY');
+      assert.ok((await other.status('n-zmh')).delay > 0);
+      assert.strictEqual(await other.query.request('BREAK n-zmh'), 'OK n-zmh');
+      const h2 = await other.lock('n-zmh', { wait: T });
+      assert.ok(h2.token > h.token);
+      await h2.release();
+    } finally {
+      await other.end();
+      await c.end();
+    }
+  });
 
 test('jeopardy: a frozen daemon makes the hold lost', { skip: !env.LB_JEOPARDY_ADDR }, async () => {
   const c = await lb.connect({ address: env.LB_JEOPARDY_ADDR, timeout: T });

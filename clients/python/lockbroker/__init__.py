@@ -29,10 +29,15 @@ Design (documented in README.md):
   (status, locks, stats, ping) share one connection behind a lock.
 - Nothing survives a reconnect: a dropped connection marks its hold lost;
   new requests open new connections.
+- A minimum hold (lock(..., min_hold=seconds)): a hold released sooner than
+  that after its grant is released with `UNLOCK <name> keep=<ms left>`, and
+  the daemon keeps it until then (PROTOCOL.md, Releasing later): "at most
+  once per period" across machines, without this process staying around.
 
 Times on the API are seconds (float); on the wire, milliseconds.
 """
 
+import math
 import re
 import socket
 import threading
@@ -51,6 +56,7 @@ NAME_MAX = 200
 _NAME_RE = re.compile(r"[A-Za-z0-9._:@-]{1,200}")
 CHECK_EVERY_MIN = 0.1
 CHECK_EVERY_MAX = 1.0
+KEEP_MAX = 86400.0                 # seconds: UNLOCK's keep=<ms> goes to 86400000
 
 
 # ------------------------------------------------------------------ errors
@@ -137,6 +143,14 @@ def _ms(seconds, what):
     if seconds < 0:
         raise ValueError("%s must not be negative" % what)
     return int(round(seconds * 1000))
+
+
+def _keep_seconds(seconds, what):
+    """seconds as a keep= or min_hold: a number from 0 to KEEP_MAX."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or \
+            not 0 <= seconds <= KEEP_MAX:
+        raise ValueError("%s must be 0 to %d seconds" % (what, KEEP_MAX))
+    return seconds
 
 
 def _options(shared, limit, delay, ttl_ms=None):
@@ -312,9 +326,20 @@ class Hold:
 
     A set (lock(["a", "b"])): .names and .tokens are lists, a token per name
     in the order given, .token is that list too and .name is "a,b"; .lost
-    turns true when any of the names is lost (the set is then lost)."""
+    turns true when any of the names is lost (the set is then lost).
 
-    def __init__(self, conn, name, token, mode, check=True, give_back=None):
+    .min_hold (seconds or None) and .release_on_failure are lock()'s;
+    .kept is what the release asked the daemon to keep (seconds, 0.0 for at
+    once; None before the release and for a hold that was lost)."""
+
+    def __init__(self, conn, name, token, mode, check=True, give_back=None,
+                 min_hold=None, release_on_failure=False, granted_at=None):
+        self.min_hold = min_hold
+        self.release_on_failure = release_on_failure
+        # When the OK came, by our clock: later than the grant, so a keep
+        # counted from here never ends before min_hold after the grant.
+        self._granted_at = time.monotonic() if granted_at is None else granted_at
+        self.kept = None
         self.names = name if isinstance(name, list) else [name]
         self.tokens = token if isinstance(token, list) else [token]
         self.name = ",".join(self.names)
@@ -441,9 +466,22 @@ class Hold:
                 return
 
     # -- release
-    def release(self):
+    def min_hold_left(self):
+        """Seconds of min_hold still to run (0.0 when it has run, or none was asked)."""
+        if not self.min_hold:
+            return 0.0
+        return max(0.0, self.min_hold - (time.monotonic() - self._granted_at))
+
+    def release(self, keep=None):
         """UNLOCK and close the connection. Raises NotHeld if the hold was
-        lost meanwhile (after which nothing is held)."""
+        lost meanwhile (after which nothing is held).
+
+        keep: seconds (0 to 86400) the daemon keeps the hold after this
+        release before anybody else is granted it, as `UNLOCK ... keep=<ms>`
+        (PROTOCOL.md, Releasing later); keep=0 releases at once. Without it,
+        a hold taken with min_hold is kept for what is left of min_hold
+        (rounded up to the millisecond), any other is released at once."""
+        keep_ms = None if keep is None else int(round(_keep_seconds(keep, "keep") * 1000))
         with self._lock:
             if self._released:
                 return
@@ -452,12 +490,18 @@ class Hold:
         try:
             if self._lost.is_set():
                 raise NotHeld("lock %s was lost: %s" % (self.name, self.lost_reason))
+            if keep_ms is None:
+                keep_ms = min(int(KEEP_MAX * 1000), math.ceil(self.min_hold_left() * 1000))
+            line = "UNLOCK %s" % self.name
+            if keep_ms > 0:
+                line += " keep=%d" % keep_ms
             try:
-                reply = self._conn.request("UNLOCK %s" % self.name)
+                reply = self._conn.request(line)
             except ConnectionLost as e:
                 raise NotHeld("lock %s: %s" % (self.name, e))
             if reply != "OK %s" % self.name:
                 raise _error_of(reply, "UNLOCK %s" % self.name)
+            self.kept = keep_ms / 1000.0
             # Released cleanly: the connection may serve the next hold.
             if self._monitor is not None:
                 self._monitor.join(self._conn.timeout)
@@ -472,14 +516,25 @@ class Hold:
         return self
 
     def __exit__(self, exc_type, exc, tb):
+        # release_on_failure: a block that failed releases at once, so that
+        # another machine may try the job without waiting out min_hold.
+        keep = 0 if self.release_on_failure and _failed(exc_type, exc) else None
         try:
-            self.release()
+            self.release(keep)
         except NotHeld:
             if exc_type is None:
                 raise
 
     def __repr__(self):
         return "<Hold %s token=%s%s>" % (self.name, self.token, " lost" if self.lost else "")
+
+
+def _failed(exc_type, exc):
+    """Whether a with block ended by an exception: any, but sys.exit() and
+    sys.exit(0), which end a job that did what it had to."""
+    if exc_type is None:
+        return False
+    return not (issubclass(exc_type, SystemExit) and getattr(exc, "code", 1) in (None, 0))
 
 
 class Lease:
@@ -657,7 +712,10 @@ class Client:
         conn.close()
 
     # -- locks
-    def _acquire(self, cmd, name, wait, shared, limit, delay, on_pending=None):
+    def _acquire(self, cmd, name, wait, shared, limit, delay, min_hold=None,
+                 release_on_failure=False, on_pending=None):
+        if min_hold is not None:
+            min_hold = _keep_seconds(min_hold, "min_hold") or None
         multi = isinstance(name, (list, tuple))     # a set (PROTOCOL.md, Sets of locks)
         names = list(name) if multi else [name]
         for n in names:
@@ -677,6 +735,7 @@ class Client:
             timeout = None if cmd == "LOCK" and wait_ms is None else \
                 self.timeout + (wait_ms or 0) / 1000.0
             reply = conn.request(" ".join(words), timeout=timeout)
+            granted_at = time.monotonic()
             parts = reply.split(" ")
             tokens = parts[2].split(",") if len(parts) == 3 else []
             if len(parts) == 3 and parts[0] == "OK" and parts[1] == name and \
@@ -684,7 +743,9 @@ class Client:
                 mode = "shared" if shared else "limit=%d" % limit if limit else "exclusive"
                 tokens = [int(t) for t in tokens]
                 return Hold(conn, names if multi else name, tokens if multi else tokens[0],
-                            mode, check=self.check, give_back=self._give_back)
+                            mode, check=self.check, give_back=self._give_back,
+                            min_hold=min_hold, release_on_failure=release_on_failure,
+                            granted_at=granted_at)
             if reply == "TIMEOUT %s" % name:
                 raise Timeout("lock %s not granted within %s s" % (name, wait), reply)
             if reply == "BUSY %s" % name:
@@ -694,21 +755,35 @@ class Client:
             conn.close()
             raise
 
-    def lock(self, name, wait=None, shared=False, limit=None, delay=None):
+    def lock(self, name, wait=None, shared=False, limit=None, delay=None, min_hold=None,
+             release_on_failure=False):
         """Takes the lock (waits at most wait seconds; None: for ever) and
         returns its Hold, a context manager. Raises Timeout, Conflict,
         Unavailable, Denied, BadName, ConnectionLost. name may be a list of
         up to 16 names, a set: all are held or none, without deadlock
-        between sets (Hold.names, Hold.tokens)."""
-        return self._acquire("LOCK", name, wait, shared, limit, delay)
+        between sets (Hold.names, Hold.tokens).
 
-    def trylock(self, name, shared=False, limit=None, delay=None):
-        """Takes the lock if it is free now, else raises Busy."""
-        return self._acquire("TRYLOCK", name, None, shared, limit, delay)
+        min_hold: seconds (up to 86400) the lock stays held after its grant
+        even when released sooner: the release then asks the daemon to keep
+        it for the rest (Hold.release). release_on_failure: a `with` block
+        ended by an exception releases at once all the same."""
+        return self._acquire("LOCK", name, wait, shared, limit, delay, min_hold,
+                             release_on_failure)
+
+    def trylock(self, name, shared=False, limit=None, delay=None, min_hold=None,
+                release_on_failure=False):
+        """Takes the lock if it is free now, else raises Busy. With
+        min_hold=period: at most once per period across all its callers."""
+        return self._acquire("TRYLOCK", name, None, shared, limit, delay, min_hold,
+                             release_on_failure)
 
     def lease(self, name, ttl, wait=None, shared=False, limit=None, renew=True):
         """Takes a lease for ttl seconds (0.1 to 86400) and returns a Lease,
-        renewed in the background (renew=False: not) until released."""
+        renewed in the background (renew=False: not) until released.
+        A lease takes no min_hold (lease(..., min_hold=...) is a TypeError):
+        the daemon keeps only a connection's own hold after its release
+        (PROTOCOL.md, Releasing later); a lease lasts as long as its ttl and
+        renewals say, whoever is connected."""
         check_name(name)
         ttl_ms = _ms(ttl, "ttl")
         if not 100 <= ttl_ms <= 86400000:

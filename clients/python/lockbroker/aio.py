@@ -24,8 +24,10 @@ __all__ = ["connect", "AsyncClient", "AsyncHold", "AsyncLease"]
 
 
 class AsyncHold:
-    """A Hold for asyncio: .token, .lost, .lost_reason, await release(),
-    await wait_lost(timeout), on_lost(fn); `async with`."""
+    """A Hold for asyncio: .token, .lost, .lost_reason, .min_hold, .kept,
+    await release(keep), await wait_lost(timeout), on_lost(fn); `async
+    with` (released as the Hold's `with` releases it, release_on_failure
+    included)."""
 
     def __init__(self, hold):
         self._hold = hold
@@ -36,6 +38,9 @@ class AsyncHold:
     tokens = property(lambda self: self._hold.tokens)
     lost = property(lambda self: self._hold.lost)
     lost_reason = property(lambda self: self._hold.lost_reason)
+    min_hold = property(lambda self: self._hold.min_hold)
+    release_on_failure = property(lambda self: self._hold.release_on_failure)
+    kept = property(lambda self: self._hold.kept)
 
     def on_lost(self, fn):
         """fn(hold, reason), called from a library thread: use
@@ -48,22 +53,27 @@ class AsyncHold:
     async def wait_lost(self, timeout=None):
         return await asyncio.to_thread(self._hold.wait_lost, timeout)
 
-    async def release(self):
-        await asyncio.to_thread(self._hold.release)
+    def min_hold_left(self):
+        return self._hold.min_hold_left()
+
+    async def release(self, keep=None):
+        """Hold.release(keep): keep=0 releases at once despite min_hold."""
+        await asyncio.to_thread(self._hold.release, keep)
 
     async def __aenter__(self):
         return self
 
     async def __aexit__(self, exc_type, exc, tb):
-        try:
-            await self.release()
-        except NotHeld:
-            if exc_type is None:
-                raise
+        # The blocking object's __exit__: the same release_on_failure and NotHeld rules.
+        await asyncio.to_thread(self._hold.__exit__, exc_type, exc, tb)
 
 
 class AsyncLease(AsyncHold):
-    """A Lease for asyncio: also await renew(ttl), remaining()."""
+    """A Lease for asyncio: also await renew(ttl), remaining(); release()
+    takes no keep (a lease is not kept after its release)."""
+
+    async def release(self):
+        await asyncio.to_thread(self._hold.release)
 
     async def renew(self, ttl=None):
         await asyncio.to_thread(self._hold.renew, ttl)
@@ -117,21 +127,26 @@ class AsyncClient:
                 hold = await future
             except Error:
                 raise asyncio.CancelledError()
-            hold.release()     # granted just before the close: let it go
+            hold.release(keep=0)     # granted just before the close: let it go at once
             raise
 
-    def lock(self, name, wait=None, shared=False, limit=None, delay=None):
+    def lock(self, name, wait=None, shared=False, limit=None, delay=None, min_hold=None,
+             release_on_failure=False):
         """`await client.lock(...)` -> AsyncHold, or `async with client.lock(...)
-        as hold`; raises Timeout, Conflict, ... as Client.lock()."""
+        as hold`; raises Timeout, Conflict, ... as Client.lock(), whose
+        min_hold and release_on_failure it takes too."""
         async def take():
             return AsyncHold(await self._acquire(self._client._acquire, "LOCK", name, wait,
-                                                 shared, limit, delay))
+                                                 shared, limit, delay, min_hold,
+                                                 release_on_failure))
         return _Taking(take())
 
-    def trylock(self, name, shared=False, limit=None, delay=None):
+    def trylock(self, name, shared=False, limit=None, delay=None, min_hold=None,
+                release_on_failure=False):
         async def take():
             return AsyncHold(await self._acquire(self._client._acquire, "TRYLOCK", name, None,
-                                                 shared, limit, delay))
+                                                 shared, limit, delay, min_hold,
+                                                 release_on_failure))
         return _Taking(take())
 
     def lease(self, name, ttl, wait=None, shared=False, limit=None, renew=True):

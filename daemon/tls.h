@@ -1,0 +1,50 @@
+/*
+ * tls.h - the TLS listener's OpenSSL context: certificate, key, the CA of
+ * client certificates, and the certificate logins (PROTOCOL.md, Transport).
+ *
+ * A context is built whole from the files and replaced whole at a reload:
+ * connections already open keep the one they were accepted with (each
+ * SSL holds a reference), new ones get the new one. A file that does not
+ * load leaves the context in force as it was.
+ */
+#ifndef LOCKBROKER_TLS_H
+#define LOCKBROKER_TLS_H
+
+#include <stddef.h>
+
+#include <openssl/ssl.h>
+
+struct settings;
+struct tls;
+
+/* A TLS handshake not finished this long after the accept is closed. */
+#define TLS_HANDSHAKE_MS 10000
+
+/* Builds the context from s's [tls] files. NULL with the reason in err. */
+struct tls *tls_new(const struct settings *s, char *err, size_t errlen);
+
+/* SIGHUP: the files again. 0, or -1 with the reason in err (the old context stays). */
+int tls_reload(struct tls *t, const struct settings *s, char *err, size_t errlen);
+
+/* A new server-side SSL for one accepted connection, or NULL (out of memory). */
+SSL *tls_ssl_new(struct tls *t);
+
+void tls_free(struct tls *t);     /* NULL is fine */
+
+/*
+ * lockbrokerd -t: every check a start makes, and more: the files are
+ * readable, the key matches the certificate, the certificate is within its
+ * validity, the key file is not readable or writable by others. 0, or -1
+ * with the first problem in err.
+ */
+int tls_check(const struct settings *s, char *err, size_t errlen);
+
+/*
+ * After a finished handshake: the subject common name of the client's
+ * certificate, when it sent one and it verified against ca_file, into buf
+ * (NUL-terminated). 1 if so, 0 if there is none (no certificate, or a name
+ * that does not fit or holds a NUL).
+ */
+int tls_peer_name(SSL *ssl, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,314 @@
+#!/usr/bin/env python3
+"""End-to-end tests of the TLS listener ([tls] in lockbrokerd.conf(5)).
+
+Each run makes its own throw-away CAs and certificates with the openssl
+command (nothing secret is committed): the protocol inside TLS (locks,
+waits, LOST, CHECK, leases), certificate logins with the users file's
+patterns, the refusals (a client CA the daemon does not trust, an expired
+client certificate, no certificate when one is required, plain text to the
+TLS port, TLS to the plain port, a stalled handshake), certificate rotation
+with SIGHUP, and lockbrokerd -t's checks of the files.
+
+Every daemon listens on loopback only; the non-loopback rules are checked
+with -t, which binds nothing. No test sleeps to synchronise or asserts how
+long anything took: each waits for a reply, a log line or end of file.
+"""
+
+import os
+import select
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from lbharness import (Client, Daemon, check_failure_exit, make_tmpdir,  # noqa: E402
+                       parse_hostport, run_daemon, scaled)
+
+# `openssl passwd -6 -salt lbtesthunter2 hunter2` (test_auth.py's alice)
+ALICE_HASH = ("$6$lbtesthunter2$ms9bf49IIzrJYI8.ns.owCRM0MxFMINUOmhBJxmHyyFpPn3L88VTo."
+              "ldPhMEMF/ZksVMlp/L/a8MQS5czeLx5/")
+ERR_NOAUTH = ("ERR NOAUTH log in first with AUTH <user> <password> "
+              "(only PING, HELP and QUIT work before)")
+TOKEN = r"(\d+)"
+HANDSHAKE_WAIT = scaled(10.0) + scaled(20.0)      # the daemon's 10 s, and room
+
+
+def openssl(*args, cwd):
+    subprocess.run(["openssl"] + list(args), cwd=cwd, check=True, capture_output=True)
+
+
+class Pki:
+    """A CA and certificates signed by it, in dir (all made at run time)."""
+
+    CA_CNF = ("[ca]\ndefault_ca = d\n[d]\ndir = .\ndatabase = index.txt\nnew_certs_dir = .\n"
+              "serial = serial\ndefault_md = sha256\npolicy = p\ncopy_extensions = copy\n"
+              "[p]\ncommonName = supplied\n")
+
+    def __init__(self, dir, name="ca"):
+        self.dir = dir
+        self.name = name
+        os.makedirs(dir, exist_ok=True)
+        openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                "-nodes", "-keyout", name + ".key", "-out", name + ".pem", "-days", "2",
+                "-subj", "/CN=lockbroker test " + name, cwd=dir)
+        self.ca = os.path.join(dir, name + ".pem")
+
+    def issue(self, cn, server=False, expired=False, file=None):
+        """A key and certificate for cn: (cert path, key path); key mode 0600."""
+        file = file or cn
+        ext = os.path.join(self.dir, file + ".ext")
+        with open(ext, "w") as f:
+            f.write("subjectAltName = IP:127.0.0.1, DNS:localhost\nextendedKeyUsage = "
+                    "serverAuth\n" if server else "extendedKeyUsage = clientAuth\n")
+        openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                "-keyout", file + ".key", "-out", file + ".csr", "-subj", "/CN=" + cn,
+                cwd=self.dir)
+        os.chmod(os.path.join(self.dir, file + ".key"), 0o600)
+        if expired:
+            with open(os.path.join(self.dir, "ca.cnf"), "w") as f:
+                f.write(self.CA_CNF)
+            open(os.path.join(self.dir, "index.txt"), "w").close()
+            with open(os.path.join(self.dir, "serial"), "w") as f:
+                f.write("1000\n")
+            openssl("ca", "-batch", "-config", "ca.cnf", "-cert", self.name + ".pem",
+                    "-keyfile", self.name + ".key", "-in", file + ".csr", "-out", file + ".pem",
+                    "-startdate", "20200101000000Z", "-enddate", "20200102000000Z", "-notext",
+                    "-extfile", file + ".ext", cwd=self.dir)
+        else:
+            openssl("x509", "-req", "-in", file + ".csr", "-CA", self.name + ".pem", "-CAkey",
+                    self.name + ".key", "-CAcreateserial", "-out", file + ".pem", "-days", "2",
+                    "-extfile", file + ".ext", cwd=self.dir)
+        return os.path.join(self.dir, file + ".pem"), os.path.join(self.dir, file + ".key")
+
+
+class TlsClient(Client):
+    """lbharness.Client over TLS: what OpenSSL has decrypted but not handed
+    out is read before waiting on the socket."""
+
+    def _fill(self, deadline):
+        if self.sock.pending():
+            self.buf += self.sock.recv(65536)
+            return True
+        return super()._fill(deadline)
+
+
+def have_openssl():
+    return shutil.which("openssl") is not None
+
+
+@unittest.skipUnless(have_openssl(), "the openssl command is not installed")
+class TlsCase(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = make_tmpdir()
+        cls.pki = Pki(os.path.join(cls.tmp, "pki"))
+        cls.server_cert, cls.server_key = cls.pki.issue("localhost", server=True)
+        cls.alice = cls.pki.issue("alice")
+        cls.stranger = cls.pki.issue("stranger")
+        cls.expired = cls.pki.issue("alice", expired=True, file="alice-expired")
+        cls.other_ca = Pki(os.path.join(cls.tmp, "other"), name="other")
+        cls.forged = cls.other_ca.issue("alice")
+        cls.users = os.path.join(cls.tmp, "users")
+        with open(cls.users, "w") as f:
+            f.write("alice:%s:job-*\n" % ALICE_HASH)
+        os.chmod(cls.users, 0o600)
+
+    def tls_conf(self, client_certs="optional", users=True, cert=None, key=None, extra=""):
+        return ("[server]\n%s[tls]\nlisten = 127.0.0.1:0\ncert_file = %s\nkey_file = %s\n"
+                "ca_file = %s\nclient_certs = %s\n%s"
+                % ("users_file = %s\n" % self.users if users else "", cert or self.server_cert,
+                   key or self.server_key, self.pki.ca, client_certs, extra))
+
+    def start(self, **kw):
+        d = Daemon(config=self.tls_conf(**kw)).start()
+        self.addCleanup(d.stop)
+        m = d.wait_log(r"TLS on (\S+), client certificates (\w+)")
+        d.tls_host, d.tls_port, _ = parse_hostport(m.group(1))
+        return d
+
+    def context(self, cert=None, ca=None):
+        ctx = ssl.create_default_context(cafile=ca or self.pki.ca)
+        if cert:
+            ctx.load_cert_chain(*cert)
+        return ctx
+
+    def connect(self, d, cert=None, ca=None):
+        """A TLS client of d, handshake done; cert: (cert, key) to show."""
+        raw = socket.create_connection((d.tls_host, d.tls_port), timeout=scaled(20.0))
+        s = self.context(cert, ca).wrap_socket(raw, server_hostname="127.0.0.1")
+        c = TlsClient(s)
+        c.daemon = d
+        self.addCleanup(c.close)
+        return c
+
+    def refused(self, d, cert=None, ca=None):
+        """The handshake fails (on our side, or the first read finds the end)."""
+        try:
+            c = self.connect(d, cert, ca)
+            c.sock.settimeout(scaled(20.0))
+            return c.sock.recv(1) == b""
+        except (ssl.SSLError, ConnectionError, OSError):
+            return True
+
+
+class ProtocolOverTls(TlsCase):
+    def test_locks_waits_lost_check_and_leases(self):
+        d = self.start(users=False, client_certs="none")
+        a, b = self.connect(d), self.connect(d)
+        ta = int(a.request("LOCK db").split()[2])
+        b.send("LOCK db\n")
+        d.wait_queued(b, "db")
+        self.assertRegex(a.request("CHECK db"), r"^OK db %d \d+$" % ta)
+        self.assertEqual(a.request("UNLOCK db"), "OK db")
+        tb = int(b.expect_match(r"^OK db %s$" % TOKEN).group(1))
+        self.assertGreater(tb, ta)
+        self.assertEqual(a.request("BREAK db"), "OK db")
+        b.expect("LOST db %d broken" % tb)
+        tl = int(a.request("LOCK job ttl=60000").split()[2])
+        self.assertEqual(b.request("UNLOCK job %d" % tl), "OK job")
+        # Many replies at once come back whole.
+        a.send("PING\n" * 500)
+        a.expect(*["PONG"] * 500)
+        self.assertEqual(a.request("QUIT"), "BYE")
+        a.expect_eof()
+
+    def test_plain_port_still_served(self):
+        d = self.start(users=False, client_certs="none")
+        with d.client() as c:
+            self.assertEqual(c.request("PING"), "PONG")
+
+
+class CertificateLogins(TlsCase):
+    def test_certificate_names_a_user(self):
+        d = self.start()
+        c = self.connect(d, cert=self.alice)
+        self.assertRegex(c.request("LOCK job-1"), r"^OK job-1 \d+$")
+        self.assertEqual(c.request("LOCK db"), "ERR DENIED user alice may not use lock db")
+        d.wait_log(r"logged in by certificate as alice")
+
+    def test_certificate_naming_no_user_gets_the_anonymous_rules(self):
+        d = self.start()
+        c = self.connect(d, cert=self.stranger)
+        self.assertEqual(c.request("LOCK job-1"), ERR_NOAUTH)
+        self.assertEqual(c.request("AUTH alice hunter2"), "OK alice")
+        self.assertRegex(c.request("LOCK job-1"), r"^OK job-1 \d+$")
+        # Without a certificate (optional): the same.
+        n = self.connect(d)
+        self.assertEqual(n.request("STATS"), ERR_NOAUTH)
+
+    def test_refusals(self):
+        d = self.start(client_certs="required")
+        mark = d.log_mark()
+        self.assertTrue(self.refused(d))                          # no certificate
+        d.wait_log(r"TLS handshake failed: .*certificate", since=mark)
+        mark = d.log_mark()
+        self.assertTrue(self.refused(d, cert=self.forged))        # another CA
+        d.wait_log(r"TLS handshake failed: .*certificate verify failed", since=mark)
+        mark = d.log_mark()
+        self.assertTrue(self.refused(d, cert=self.expired))       # expired
+        d.wait_log(r"TLS handshake failed: .*certificate", since=mark)
+        # A client that does not trust the server's CA gives up itself.
+        self.assertTrue(self.refused(d, cert=self.alice, ca=self.other_ca.ca))
+        # And the right one is served.
+        c = self.connect(d, cert=self.alice)
+        self.assertEqual(c.request("PING"), "PONG")
+
+
+class WrongSpeakers(TlsCase):
+    def test_plain_text_to_the_tls_port_is_closed(self):
+        d = self.start(users=False, client_certs="none")
+        mark = d.log_mark()
+        c = Client.tcp(d.tls_host, d.tls_port)
+        self.addCleanup(c.close)
+        c.send("PING\n")
+        c.expect_eof(allow_reset=True)
+        d.wait_log(r"TLS handshake failed", since=mark)
+        self.assertEqual(self.connect(d).request("PING"), "PONG")
+
+    def test_tls_to_the_plain_port_is_closed(self):
+        d = self.start(users=False, client_certs="none")
+        mark = d.log_mark()
+        raw = socket.create_connection((d.host, d.port), timeout=scaled(20.0))
+        self.addCleanup(raw.close)
+        with self.assertRaises((ssl.SSLError, ConnectionError, OSError)):
+            self.context().wrap_socket(raw, server_hostname="127.0.0.1")
+        d.wait_log(r"a TLS handshake on the plain port", since=mark)
+        with d.client() as c:
+            self.assertEqual(c.request("PING"), "PONG")
+
+    def test_stalled_handshake_is_closed(self):
+        d = self.start(users=False, client_certs="none")
+        mark = d.log_mark()
+        c = Client.tcp(d.tls_host, d.tls_port, timeout=HANDSHAKE_WAIT)
+        self.addCleanup(c.close)
+        c.expect_eof(timeout=HANDSHAKE_WAIT, allow_reset=True)
+        d.wait_log(r"no TLS handshake within 10000 ms; closing", since=mark)
+
+
+class Rotation(TlsCase):
+    def test_sighup_serves_the_new_certificate_old_connections_stay(self):
+        dir = os.path.join(make_tmpdir(), "live")
+        os.makedirs(dir)
+        cert, key = os.path.join(dir, "cert.pem"), os.path.join(dir, "key.pem")
+        shutil.copy(self.server_cert, cert)
+        shutil.copy(self.server_key, key)
+        d = self.start(users=False, client_certs="none", cert=cert, key=key)
+        old = self.connect(d)
+        serial_old = old.sock.getpeercert()["serialNumber"]
+        new_cert, new_key = self.pki.issue("localhost", server=True, file="rotated")
+        shutil.copy(new_cert, cert)
+        shutil.copy(new_key, key)
+        mark = d.log_mark()
+        d.send_signal(signal.SIGHUP)
+        d.wait_log(r"reload: TLS certificate .* read again", since=mark)
+        fresh = self.connect(d)
+        self.assertNotEqual(fresh.sock.getpeercert()["serialNumber"], serial_old)
+        self.assertEqual(old.request("PING"), "PONG")
+        # A key that does not match: logged, and the certificate in force stays.
+        shutil.copy(self.alice[1], key)
+        mark = d.log_mark()
+        d.send_signal(signal.SIGHUP)
+        d.wait_log(r"reload: keeping the TLS certificate loaded before: .*key_file", since=mark)
+        self.assertEqual(self.connect(d).request("PING"), "PONG")
+
+
+class ConfigurationChecks(TlsCase):
+    def check_fails(self, conf, *words):
+        r = run_daemon(["-t"], config=conf)
+        check_failure_exit(r.returncode)
+        for w in words:
+            self.assertIn(w, r.stderr)
+        return r
+
+    def test_files_are_checked(self):
+        self.check_fails(self.tls_conf(key=self.alice[1]), "does not match cert_file")
+        readable = os.path.join(make_tmpdir(), "key.pem")
+        shutil.copy(self.server_key, readable)
+        os.chmod(readable, 0o644)
+        self.check_fails(self.tls_conf(key=readable), "is readable or writable by others")
+        self.check_fails(self.tls_conf(cert=self.expired[0], key=self.expired[1]),
+                         "the certificate has expired")
+        self.check_fails(self.tls_conf(cert="/nonexistent.pem"), "[tls] cert_file /nonexistent.pem")
+        self.check_fails(self.tls_conf(client_certs="sometimes"),
+                         "client_certs: 'sometimes' is not one of none, optional, required")
+        conf = "[tls]\nlisten = 127.0.0.1:0\ncert_file = %s\n" % self.server_cert
+        self.check_fails(conf, "[tls] listen needs cert_file and key_file")
+        r = run_daemon(["-t"], config=self.tls_conf())
+        self.assertEqual(r.returncode, 0, r)
+
+    def test_beyond_loopback_needs_users_or_required_certificates(self):
+        base = ("[tls]\nlisten = 0.0.0.0:0\ncert_file = %s\nkey_file = %s\nca_file = %s\n"
+                % (self.server_cert, self.server_key, self.pki.ca))
+        self.check_fails(base, "refusing to listen on 0.0.0.0:0 ([tls] listen)")
+        for extra in ("client_certs = required\n",
+                      "[server]\nusers_file = %s\n" % self.users):
+            r = run_daemon(["-t"], config=base + extra)
+            self.assertEqual(r.returncode, 0, r)
+
+
+if __name__ == "__main__":
+    unittest.main()
