@@ -43,11 +43,13 @@ struct options {
     int human;             /* status, locks: 1 a table (--human), 0 the lines (--raw),
                             * -1 a table when stdout is a terminal */
     int cluster;           /* locks --cluster: every daemon's holders (HOLDERS) */
+    int64_t min_hold_ms;   /* run --min-hold; 0: not given */
+    int release_on_failure; /* run --release-on-failure */
 };
 
 /* Long options without a short form. */
 enum { OPT_LABEL = 256, OPT_PASSWORD_FILE, OPT_JSON, OPT_RAW, OPT_HUMAN, OPT_CLUSTER,
-       OPT_NONBLOCK };
+       OPT_NONBLOCK, OPT_MIN_HOLD, OPT_RELEASE_ON_FAILURE };
 
 /*
  * The options only some subcommands take, by group. -H, -U, -t, -a,
@@ -60,6 +62,7 @@ enum {
     OPTS_LABEL = 1 << 2,     /* --label, -v: run and lease */
     OPTS_JSON = 1 << 3,      /* --json: stats, status, locks */
     OPTS_CLUSTER = 1 << 4,   /* --cluster: locks */
+    OPTS_MIN_HOLD = 1 << 5,  /* --min-hold, --release-on-failure: run */
 };
 
 /* --help: the subcommands' rows, then usage_options. */
@@ -284,6 +287,15 @@ static int parse_lock_option(struct options *o, int opt, const char *arg)
         o->label = arg;
         o->given |= OPTS_LABEL;
         return 0;
+    case OPT_MIN_HOLD:
+        if ((rc = check_duration("--min-hold", arg, 0, PROTO_KEEP_MAX, &o->min_hold_ms)))
+            return rc;
+        o->given |= OPTS_MIN_HOLD;
+        return 0;
+    case OPT_RELEASE_ON_FAILURE:
+        o->release_on_failure = 1;
+        o->given |= OPTS_MIN_HOLD;
+        return 0;
     default:   /* -v */
         o->verbose = 1;
         o->given |= OPTS_LABEL;
@@ -324,6 +336,8 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
         { "unix", required_argument, NULL, 'U' },
         { "wait", required_argument, NULL, 'w' },
         { "nonblock", no_argument, NULL, OPT_NONBLOCK },
+        { "min-hold", required_argument, NULL, OPT_MIN_HOLD },
+        { "release-on-failure", no_argument, NULL, OPT_RELEASE_ON_FAILURE },
         { "grace", required_argument, NULL, 'g' },
         { "conflict-exit-code", required_argument, NULL, 'E' },
         { "timeout", required_argument, NULL, 't' },
@@ -351,7 +365,7 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
             rc = parse_broker_option(o, opt, optarg);
             break;
         case 'w': case OPT_NONBLOCK: case 'g': case 'E': case 's': case 'n': case OPT_LABEL:
-        case 'v':
+        case 'v': case OPT_MIN_HOLD: case OPT_RELEASE_ON_FAILURE:
             rc = parse_lock_option(o, opt, optarg);
             break;
         case OPT_JSON: case OPT_RAW: case OPT_HUMAN: case OPT_CLUSTER:
@@ -1134,7 +1148,11 @@ static int sub_run(const struct call *call)
 
     run_opts_from(call, &ro);
     ro.grace_ms = call->o->grace_ms;
+    ro.min_hold_ms = call->o->min_hold_ms;
+    ro.release_on_failure = call->o->release_on_failure;
     ro.name = call->args[0];
+    if (ro.release_on_failure && !ro.min_hold_ms)
+        return usage_error("%s", "--release-on-failure goes with --min-hold");
     if (nrest > 0 && strcmp(rest[0], "--") == 0) {
         rest++;
         nrest--;
@@ -1291,9 +1309,10 @@ struct subcommand {
 
 static const struct subcommand subcommands[] = {
     { .name = "run", .fn = sub_run, .min_args = 1, .max_args = -1,
-      .too_few = "run: missing lock NAME", .opts = OPTS_LOCK | OPTS_GRACE | OPTS_LABEL,
+      .too_few = "run: missing lock NAME",
+      .opts = OPTS_LOCK | OPTS_GRACE | OPTS_LABEL | OPTS_MIN_HOLD,
       .usage = { "run [-w TIME] [-g TIME] [-s | -n N] [--label L] [-v]",
-                 "NAME [--] COMMAND [ARGS...]" },
+                 "[--min-hold TIME [--release-on-failure]] NAME [--] COMMAND [ARGS...]" },
       .about =
           "`run` holds lock NAME while COMMAND runs, with\n"
           "LOCKBROKER_NAME, LOCKBROKER_TOKEN (the fencing token) and LOCKBROKER_ADDR in its\n"
@@ -1380,6 +1399,8 @@ static const struct option_rule {
     { OPTS_CLUSTER, OPTS_CLUSTER, "%s: --cluster is an option of locks" },
     { OPTS_LABEL, OPTS_LABEL, "%s: --label and -v are options of run and lease" },
     { OPTS_GRACE, OPTS_GRACE, "%s: -g is an option of run" },
+    { OPTS_MIN_HOLD, OPTS_MIN_HOLD,
+      "%s: --min-hold and --release-on-failure are options of run" },
 };
 
 /* The part of --help that is not any subcommand's: times, options, exit statuses. */
@@ -1399,6 +1420,11 @@ static void usage_options(FILE *f)
         "                        TIME (0 to 2147483647 ms; 0: only if it is free now;\n"
         "                        default: wait for ever), and say who holds it\n"
         "      --nonblock        run, lease: -w 0, as flock's (flock's -n is --limit)\n"
+        "      --min-hold TIME   run: keep the lock until TIME (up to 24h) after the grant\n"
+        "                        even if COMMAND ends sooner; the broker holds the rest,\n"
+        "                        so with -w 0 COMMAND runs at most once per TIME\n"
+        "      --release-on-failure\n"
+        "                        run --min-hold: release at once if COMMAND fails\n"
         "  -E, --conflict-exit-code N\n"
         "                        run, lease: exit N (0-255) rather than 124 when -w runs\n"
         "                        out, so that it cannot be taken for COMMAND's own status\n"

@@ -123,6 +123,7 @@ struct run {
     int64_t safe_until;       /* no other holder before this (the furthest promise) */
     int64_t window_max;       /* the largest <safe-ms> answered: the grace fits in a third */
     int jeopardy;             /* the command was ended for want of a fresh window */
+    int64_t granted_at;       /* when the grant was read: no earlier than the grant */
 };
 
 /* Whether the lock is still held: the command runs, or is being stopped. */
@@ -1159,16 +1160,35 @@ static int run_supervise(struct run *r)
 /* ----------------------------------------------------- release the lock */
 
 /*
- * After the command ended by itself: UNLOCK and wait for `OK <name>`. A loss
- * noticed only now is reported but does not change the exit status: the
- * command finished while the lock was, as far as anyone could tell, held.
+ * --min-hold: how long the broker is to keep the lock after this release
+ * (UNLOCK keep=, PROTOCOL.md "Releasing later"), counted from when the
+ * grant was read, so never short; 0: release at once (no --min-hold, the
+ * time has passed, or the command failed with --release-on-failure).
  */
-static void run_unlock(struct run *r)
+static int64_t run_keep_ms(const struct run *r, int failed)
+{
+    int64_t left;
+
+    if (!r->o->min_hold_ms || (failed && r->o->release_on_failure))
+        return 0;
+    left = r->granted_at + r->o->min_hold_ms - client_now_ms();
+    return left > 0 ? left : 0;
+}
+
+/*
+ * After the command ended by itself: UNLOCK (keep_ms later, if not 0) and
+ * wait for `OK <name>`. A loss noticed only now is reported but does not
+ * change the exit status: the command finished while the lock was, as far
+ * as anyone could tell, held.
+ */
+static void run_unlock(struct run *r, int64_t keep_ms)
 {
     char req[RUN_REPLY_MAX], line[RUN_REPLY_MAX], ok[RUN_REPLY_MAX], err[CLIENT_ERR_MAX];
     int64_t deadline = client_now_ms() + r->o->io_ms;
     enum client_status st;
-    int n = snprintf(req, sizeof(req), "UNLOCK %s\n", r->o->name);
+    int n = keep_ms > 0 ? snprintf(req, sizeof(req), "UNLOCK %s keep=%lld\n", r->o->name,
+                                   (long long)keep_ms)
+                        : snprintf(req, sizeof(req), "UNLOCK %s\n", r->o->name);
 
     snprintf(ok, sizeof(ok), "OK %s", r->o->name);
     st = client_send(r->conn, req, (size_t)n, deadline, err, sizeof(err));
@@ -1182,8 +1202,12 @@ static void run_unlock(struct run *r)
                 r->check_inflight = 0;
             continue;
         }
-        if (strcmp(line, ok) == 0)
+        if (strcmp(line, ok) == 0) {
+            if (keep_ms > 0 && r->o->notice)
+                fprintf(stderr, "lockbroker: lock %s stays held %lld ms more (--min-hold), "
+                        "by the broker\n", r->o->name, (long long)keep_ms);
             return;
+        }
         if (strncmp(line, "LOST ", 5) == 0) {
             fprintf(stderr, "lockbroker: warning: lock %s was lost as the command finished: %s\n",
                     r->o->name, line);
@@ -1306,10 +1330,11 @@ int run_command(const struct run_opts *o)
     int rc, wstatus;
 
     rc = run_lock(o, &conn, r.token, sizeof(r.token));
+    r.granted_at = client_now_ms();
     if (rc == 0)
         run_split(&r);
     if (rc == 0 && (rc = check_first(&r)) == CLI_EXIT_JEOPARDY)
-        run_unlock(&r);
+        run_unlock(&r, 0);
     if (rc != 0) {
         client_close(&conn);
         return rc == CLI_EXIT_TIMEOUT && o->timeout_exit >= 0 ? o->timeout_exit : rc;
@@ -1357,8 +1382,8 @@ int run_command(const struct run_opts *o)
     run_take_tty(&r);
 
     if (run_held(&r)) {
-        run_unlock(&r);
         rc = WIFSIGNALED(wstatus) ? 128 + WTERMSIG(wstatus) : WEXITSTATUS(wstatus);
+        run_unlock(&r, run_keep_ms(&r, rc != 0));
     } else {
         rc = r.jeopardy ? CLI_EXIT_JEOPARDY : CLI_EXIT_LOST;
     }

@@ -27,6 +27,10 @@ struct run_opts {
     int timeout_exit;                /* -E: the exit status when the wait runs out; -1: 124 */
     int notice;                      /* say on stderr who holds the lock once the wait
                                         passes RUN_NOTICE_MS (-v, or stderr is a terminal) */
+    int64_t min_hold_ms;             /* run --min-hold: released no sooner than this after
+                                        the grant (UNLOCK keep=); 0: at once */
+    int release_on_failure;          /* run --release-on-failure: a failed command
+                                        releases at once despite min_hold_ms */
 };
 
 #define RUN_NOTICE_MS 1000   /* a wait longer than this is worth a word on stderr */

@@ -500,6 +500,63 @@ class RunTests(DaemonCase):
         self.assert_exit(p, EXIT_TIMEOUT, r"timed out after 200 ms waiting for lock %s, held by "
                          r"%s$" % (re.escape(n), who), stdout="")
 
+    def test_min_hold_runs_once_per_period(self):
+        # Three machines' cron fire `run -w 0 --min-hold 10m` at about the same
+        # minute: the first runs the job, the others, even after it finished,
+        # find the lock held (by the broker, for the rest of the period).
+        n = self.name()
+        job = ["--", "sh", "-c", "echo ran"]
+        first = self.lb(self.hp() + ["run", "-w", "0", "--min-hold", "10m", n] + job)
+        self.assert_exit(first, 0, stdout="ran\n")
+        for machine in (2, 3):
+            with self.subTest(machine=machine):
+                p = self.lb(self.hp() + ["run", "-w", "0", "--min-hold", "10m", n] + job)
+                self.assert_exit(p, EXIT_TIMEOUT, r"lock %s is held by .*; not waiting for it "
+                                 r"\(-w 0\)$" % re.escape(n), stdout="")
+        status = self.client().request("STATUS %s" % n)
+        self.assertRegex(status, r"^STATUS %s held .* delay=(\d+)" % re.escape(n))
+        delay = int(re.search(r" delay=(\d+)", status).group(1))
+        self.assertGreater(delay, 9 * 60 * 1000)
+        self.assertLessEqual(delay, 10 * 60 * 1000)
+        # BREAK ends the kept hold: the next run runs.
+        self.assertEqual(self.client().request("BREAK %s" % n), "OK %s" % n)
+        p = self.lb(self.hp() + ["run", "-w", "0", n] + job)
+        self.assert_exit(p, 0, stdout="ran\n")
+
+    def test_min_hold_release_on_failure(self):
+        n = self.name()
+        fail = ["--", "sh", "-c", "exit 3"]
+        p = self.lb(self.hp() + ["run", "-w", "0", "--min-hold", "10m", "--release-on-failure",
+                                 n] + fail)
+        self.assert_exit(p, 3)
+        self.assertRegex(self.client().request("STATUS %s" % n), r"^STATUS %s free " % re.escape(n))
+        # Without it, a failed command keeps the lock for the period too.
+        p = self.lb(self.hp() + ["run", "-w", "0", "--min-hold", "10m", n] + fail)
+        self.assert_exit(p, 3)
+        self.assertRegex(self.client().request("STATUS %s" % n), r"^STATUS %s held " % re.escape(n))
+        self.assertEqual(self.client().request("BREAK %s" % n), "OK %s" % n)
+        # A period already over releases at once; -v says what is kept.
+        p = self.lb(self.hp() + ["run", "-v", "--min-hold", "1ms", n, "--", "sh", "-c",
+                                 "echo ran"])
+        self.assert_exit(p, 0, stdout="ran\n")
+        self.assertRegex(self.client().request("STATUS %s" % n), r"^STATUS %s free " % re.escape(n))
+        p = self.lb(self.hp() + ["run", "-v", "--min-hold", "10m", n, "--", "true"])
+        self.assert_exit(p, 0, r"lock %s stays held \d+ ms more \(--min-hold\), by the broker$"
+                         % re.escape(n))
+        self.assertEqual(self.client().request("BREAK %s" % n), "OK %s" % n)
+
+    def test_min_hold_usage(self):
+        n = self.name()
+        for args, err in (
+                (["run", "--release-on-failure", n, "--", "true"],
+                 r"--release-on-failure goes with --min-hold"),
+                (["run", "--min-hold", "25h", n, "--", "true"], r"--min-hold: "),
+                (["lease", "--min-hold", "1m", n, "1m"],
+                 r"lease: --min-hold and --release-on-failure are options of run")):
+            with self.subTest(args=args):
+                p = self.lb(self.hp() + args)
+                self.assert_exit(p, EXIT_USAGE, err)
+
     def test_nonblock_takes_a_free_lock(self):
         # flock's --nonblock is -w 0 (flock's -n is --limit here).
         p = self.lb(self.hp() + ["run", "--nonblock", self.name(), "--", "echo", "ran"])
