@@ -1,5 +1,17 @@
 // Types of the lockbroker client (index.js). Times are milliseconds.
 import { EventEmitter } from 'node:events';
+import type { ConnectionOptions } from 'node:tls';
+
+/**
+ * The daemon's TLS listener: tls.connect()'s options. host, port and path
+ * come from ConnectOptions.address.
+ */
+export interface TlsOptions extends Omit<ConnectionOptions, 'host' | 'port' | 'path' | 'socket'> {
+  ca?: ConnectionOptions['ca'];      // the CA that signed the daemon's certificate (PEM)
+  cert?: ConnectionOptions['cert'];  // a client certificate (PEM): its CN may log in as a user
+  key?: ConnectionOptions['key'];
+  servername?: string;               // the name to check the certificate for; default: the address's host
+}
 
 export interface ConnectOptions {
   address?: string;        // "host:port", "host", "[v6]:port", "unix:/path", "/path"
@@ -8,6 +20,7 @@ export interface ConnectOptions {
   password?: string;
   label?: string;          // CLIENT label
   check?: boolean;         // false: no jeopardy CHECKs
+  tls?: TlsOptions;        // TLS for every connection; connect() then also PINGs
 }
 
 export interface LockOptions {

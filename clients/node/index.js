@@ -24,7 +24,10 @@
  * third of their ttl. Nothing survives a reconnect. A minimum hold
  * (lock(name, { minHold })): a hold released sooner than minHold after its
  * grant is released with `UNLOCK <name> keep=<ms left>`, and the daemon
- * keeps it for the rest (PROTOCOL.md, Releasing later).
+ * keeps it for the rest (PROTOCOL.md, Releasing later). TLS
+ * (connect({ address, tls: { ca, cert, key } })): every connection the
+ * client opens is a tls.connect() with those options, checked against the
+ * CA and the address's host (or tls.servername).
  *
  * Clocks: every window, deadline and timeout is counted on the monotonic
  * clock (performance.now(); setTimeout's timers are monotonic too), which
@@ -35,6 +38,7 @@
  */
 
 const net = require('node:net');
+const tls = require('node:tls');
 const { EventEmitter } = require('node:events');
 const { performance } = require('node:perf_hooks');
 
@@ -117,6 +121,24 @@ function fields(words) {
   return out;
 }
 
+/**
+ * Why a TLS connection failed, in a sentence, or null for an error that is
+ * not TLS's. OpenSSL's errors (code ERR_SSL_...) carry the alert the broker
+ * sent in .reason ('tlsv1 alert unknown ca': it did not take our
+ * certificate, or our lack of one); a certificate that did not verify is an
+ * error without a syscall from the handshake.
+ */
+function tlsWhy(e, handshaking) {
+  if (typeof e.code === 'string' && e.code.startsWith('ERR_SSL_')) {
+    const text = e.reason || e.message;
+    return /alert/.test(text) ? `TLS: the broker refused the session: ${text}` : `TLS: ${text}`;
+  }
+  if (handshaking && !e.syscall) {
+    return `TLS: the broker's certificate did not verify (${e.message}): check the CA and the host name`;
+  }
+  return null;
+}
+
 /** One connection: pushed LOST lines go to onLost; replies answer requests in order. */
 class Conn {
   constructor(socket, timeout) {
@@ -131,25 +153,35 @@ class Conn {
     socket.setNoDelay(true);
     socket.setEncoding('ascii');
     socket.on('data', (d) => this.onData(d));
-    socket.on('error', (e) => this.end(`connection error: ${e.message}`));
+    socket.on('error', (e) => this.end(tlsWhy(e, false) || `connection error: ${e.message}`));
     socket.on('close', () => this.end('the broker closed the connection'));
   }
 
-  static open(address, timeout) {
+  /**
+   * Connects to address; with tlsOptions (tls.connect()'s: ca, cert, key,
+   * servername, ...), over TLS, resolved once the handshake is done. The
+   * address gives host and port: the broker's certificate is checked for
+   * that host unless tlsOptions.servername names another.
+   */
+  static open(address, timeout, tlsOptions) {
     return new Promise((resolve, reject) => {
-      const socket = net.connect(parseAddress(address));
+      const where = parseAddress(address);
+      const socket = tlsOptions ? tls.connect({ ...tlsOptions, ...where }) : net.connect(where);
+      const ready = tlsOptions ? 'secureConnect' : 'connect';
       const timer = setTimeout(() => {
         socket.destroy();
         reject(new LockbrokerError('CONNECTION_LOST', `cannot connect to ${address}: timed out`));
       }, timeout);
-      socket.once('connect', () => {
+      socket.once(ready, () => {
         clearTimeout(timer);
         socket.removeAllListeners('error');
         resolve(new Conn(socket, timeout));
       });
       socket.once('error', (e) => {
         clearTimeout(timer);
-        reject(new LockbrokerError('CONNECTION_LOST', `cannot connect to ${address}: ${e.message}`));
+        socket.destroy();
+        const why = (tlsOptions && tlsWhy(e, true)) || e.message;
+        reject(new LockbrokerError('CONNECTION_LOST', `cannot connect to ${address}: ${why}`));
       });
     });
   }
@@ -563,6 +595,7 @@ class Client {
     this.password = opts.password;
     this.label = opts.label;
     this.check = opts.check !== false;
+    this.tls = opts.tls || null;
     this.idle = [];
     this.query = null;
     this.queryChain = Promise.resolve();
@@ -571,7 +604,7 @@ class Client {
 
   async newConn() {
     if (this.closed) throw new LockbrokerError('CONNECTION_LOST', 'the client is closed');
-    const conn = await Conn.open(this.address, this.timeout);
+    const conn = await Conn.open(this.address, this.timeout, this.tls);
     try {
       if (this.user != null) {
         const r = await conn.request(`AUTH ${this.user} ${this.password || ''}`);
@@ -812,11 +845,31 @@ function statusOf(state, f) {
 /**
  * Connects (once, so that a wrong address or password fails here) and
  * resolves to a Client. opts: address, timeout (ms, default 10000), user,
- * password, label, check (false: no jeopardy CHECKs).
+ * password, label, check (false: no jeopardy CHECKs), tls.
+ *
+ * tls: the daemon's TLS listener ([tls] listen), with tls.connect()'s
+ * options: ca (the CA that signed the daemon's certificate), cert and key
+ * (a client certificate: a certificate login), servername (the name to
+ * check the certificate for; default the address's host). Over TLS,
+ * connect() also sends PING: TLS 1.3 says a refused client certificate only
+ * after the handshake, and it should fail here too.
  */
 async function connect(opts = {}) {
   const client = new Client(opts);
   client.query = await client.newConn();
+  if (client.tls) {
+    let reply;
+    try {
+      reply = await client.query.request('PING');
+    } catch (e) {
+      client.query.close();
+      throw new LockbrokerError(e.code, `cannot connect to ${client.address}: ${e.message}`);
+    }
+    if (reply !== 'PONG') {
+      client.query.close();
+      throw errorOf(reply, 'PING');
+    }
+  }
   return client;
 }
 

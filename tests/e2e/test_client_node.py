@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """End-to-end tests of the Node.js client library (clients/node): starts the
 daemons (embedded; embedded with a short TCP user timeout for jeopardy; one
-with a users file; distributed, with its own ZooKeeper when installed) and
-runs the library's node:test suite (clients/node/test) against them; then
-the examples of clients/node/README.md as written, and `npm pack --dry-run`.
-Exit 77 (skip) without node."""
+with a users file; distributed, with its own ZooKeeper when installed; with
+the openssl command, throw-away certificates (lbpki) and daemons with TLS
+listeners) and runs the library's node:test suites (clients/node/test)
+against them; then the examples of clients/node/README.md as written, and
+`npm pack --dry-run`. Exit 77 (skip) without node."""
 
 import json
 import os
@@ -18,6 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from lbharness import Daemon, make_tmpdir, scaled  # noqa: E402
 import lbnames  # noqa: E402
+from lbpki import Pki, TLS_LISTEN_RE, have_openssl, tls_section  # noqa: E402
 import test_auth  # noqa: E402
 import test_distributed as td  # noqa: E402
 import zkharness  # noqa: E402
@@ -25,6 +27,9 @@ import zkharness  # noqa: E402
 SRCDIR = os.environ.get("LB_SRCDIR") or os.path.join(HERE, "..", "..")
 PKG = os.path.join(SRCDIR, "clients", "node")
 NODE = shutil.which("node")
+# In this order: client.test.js's last test stops ZooKeeper, which
+# tls.test.js's distributed test needs.
+SUITES = ("tls.test.js", "client.test.js")
 
 # For each name of LB_NAMES (JSON): checkName, then trylock of the name and
 # of a set with LB_PARTNER: "ok" / "granted", or the error's code.
@@ -50,6 +55,26 @@ const lb = require('lockbroker');
 """
 
 
+def make_pki():
+    """Throw-away certificates: a CA with the daemons' certificate and
+    alice's and deploy's client certificates (deploy.pem and deploy.key, as
+    README.md names them, beside the CA's ca.pem), another CA with an alice
+    of its own."""
+    tmp = make_tmpdir()
+    p = Pki(os.path.join(tmp, "pki"))
+    other = Pki(os.path.join(tmp, "other"), name="other")
+    p.server = p.issue("localhost", server=True)
+    p.alice = p.issue("alice")
+    p.deploy = p.issue("deploy")
+    p.other_ca = other.ca
+    p.forged = other.issue("alice")
+    return p
+
+
+def tls_config(p, client_certs="optional"):
+    return tls_section(p.server[0], p.server[1], p.ca, client_certs)
+
+
 def node_env(extra):
     """The environment for node: require('lockbroker') finds clients/node."""
     mods = os.path.join(make_tmpdir(), "node_modules")
@@ -66,17 +91,35 @@ class NodeClientTests(unittest.TestCase):
         self.addCleanup(d.stop)
         return d
 
+    def start_tls(self, config):
+        """A daemon with a TLS listener: (daemon, the listener's address)."""
+        d = self.start(config)
+        return d, d.wait_log(TLS_LISTEN_RE).group(1)
+
     def test_library_suite(self):
         env = {}
         d = self.start("[server]\n")
         env["LB_ADDR"] = d.listen_addr
+        p = None
+        if have_openssl():
+            p = make_pki()
+            env.update(LB_TLS_CA=p.ca, LB_TLS_OTHER_CA=p.other_ca,
+                       LB_TLS_SERVER_CERT=p.server[0], LB_TLS_SERVER_KEY=p.server[1],
+                       LB_TLS_ALICE_CERT=p.alice[0], LB_TLS_ALICE_KEY=p.alice[1],
+                       LB_TLS_FORGED_CERT=p.forged[0], LB_TLS_FORGED_KEY=p.forged[1])
+            t, env["LB_TLS_ADDR"] = self.start_tls("[server]\n" + tls_config(p))
+            env["LB_TLS_PLAIN_ADDR"] = t.listen_addr
         j = self.start("[server]\ntcp_user_timeout_ms = 1500\n")
         env.update(LB_JEOPARDY_ADDR=j.listen_addr, LB_JEOPARDY_PID=str(j.pid))
         users = os.path.join(make_tmpdir(), "users")
         with open(users, "w") as f:
             f.write(test_auth.users_text({"alice": "app-*"}))
+        os.chmod(users, 0o600)
         a = self.start("[server]\nusers_file = %s\n" % users)
         env.update(LB_AUTH_ADDR=a.listen_addr, LB_AUTH_PASSWORD=test_auth.PASSWORDS["alice"])
+        if p:
+            _, env["LB_TLS_LOGIN_ADDR"] = self.start_tls(
+                "[server]\nusers_file = %s\n%s" % (users, tls_config(p, "required")))
         if td.zk_available():
             zk = zkharness.ZkServer(tick_ms=500, name="zk-node")
             self.addCleanup(zk.cleanup)
@@ -86,13 +129,26 @@ class NodeClientTests(unittest.TestCase):
             self.addCleanup(z.kill)
             z.wait_log(td.SESSION_RE, scaled(15.0))
             env.update(LB_DIST_ADDR=z.listen_addr, LB_ZK_PID=str(zk.proc.pid))
-        r = subprocess.run([NODE, "--test", os.path.join(PKG, "test")], env=node_env(env),
-                           capture_output=True, text=True, timeout=scaled(120.0))
-        sys.stderr.write(r.stdout[-3000:])
-        self.assertEqual(r.returncode, 0, r.stdout[-6000:] + r.stderr[-2000:])
-        self.assertRegex(r.stdout, r"# fail 0")
-        if "LB_DIST_ADDR" in env:
-            self.assertRegex(r.stdout, r"# skipped 0")
+            if p:
+                zt = Daemon(config=td.zk_config(zk.connect_string, "/lbnode", td.SESSION_MS,
+                                                tls_config(p)),
+                            name="lockbrokerd-node-zk-tls").start()
+                self.addCleanup(zt.kill)
+                zt.wait_log(td.SESSION_RE, scaled(15.0))
+                env["LB_TLS_DIST_ADDR"] = zt.wait_log(TLS_LISTEN_RE).group(1)
+        tests = os.path.join(PKG, "test")
+        self.assertEqual(sorted(f for f in os.listdir(tests) if f.endswith(".js")),
+                         sorted(SUITES))
+        for suite in SUITES:
+            with self.subTest(suite=suite):
+                r = subprocess.run([NODE, "--test", os.path.join(tests, suite)],
+                                   env=node_env(env), capture_output=True, text=True,
+                                   timeout=scaled(120.0))
+                sys.stderr.write(r.stdout[-3000:])
+                self.assertEqual(r.returncode, 0, r.stdout[-6000:] + r.stderr[-2000:])
+                self.assertRegex(r.stdout, r"# fail 0")
+                if "LB_DIST_ADDR" in env and (p or suite != "tls.test.js"):
+                    self.assertRegex(r.stdout, r"# skipped 0")
 
     def test_readme_examples_run_as_written(self):
         with open(os.path.join(PKG, "README.md")) as f:
@@ -102,9 +158,26 @@ class NodeClientTests(unittest.TestCase):
         env = node_env({"LOCKBROKER_ADDR": d.listen_addr})
         for code in blocks:
             with self.subTest(code=code.splitlines()[:2]):
-                r = subprocess.run([NODE, "-e", code], env=env, capture_output=True, text=True,
-                                   timeout=scaled(30.0))
+                cwd, run_env = None, env
+                if "ca.pem" in code:
+                    # The TLS example: run where README.md's files are, as
+                    # deploy (CN) with deploy's patterns, against a TLS listener.
+                    if not have_openssl():
+                        self.skipTest("the openssl command is not installed")
+                    p = make_pki()
+                    users = os.path.join(make_tmpdir(), "users")
+                    with open(users, "w") as f:
+                        f.write("deploy:%s:deploy-*,release-*\n" % test_auth.HASHES["bob"])
+                    os.chmod(users, 0o600)
+                    t, addr = self.start_tls("[server]\nusers_file = %s\n%s"
+                                             % (users, tls_config(p, "required")))
+                    cwd = p.dir
+                    run_env = dict(env, LOCKBROKER_ADDR=addr)
+                r = subprocess.run([NODE, "-e", code], env=run_env, capture_output=True,
+                                   text=True, timeout=scaled(30.0), cwd=cwd)
                 self.assertEqual(r.returncode, 0, r.stderr)
+                if cwd:
+                    t.wait_log(r"logged in by certificate as deploy")
                 self.assertTrue(r.stdout, "the example printed nothing")
 
     def test_names_follow_protocol_md(self):

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """End-to-end tests of the Python client library (clients/python) against
 the real daemon: embedded mode, and distributed mode against a real
-ZooKeeper (skipped without one). Waits are for events (a reply, a log line,
-the library's own events), each with a timeout; nothing sleeps to
-synchronise. The one duration asserted is a lower bound: a lock kept for a
+ZooKeeper (skipped without one); both through the daemon's TLS listener
+too, with certificates made at run time (lbpki; skipped without the openssl
+command). Waits are for events (a reply, a log line, the library's own
+events), each with a timeout; nothing sleeps to synchronise. The one duration asserted is a lower bound: a lock kept for a
 minimum hold is not granted to a waiter sooner."""
 
 import asyncio
@@ -12,6 +13,8 @@ import re
 import shlex
 import shutil
 import signal
+import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -26,11 +29,48 @@ import lockbroker  # noqa: E402
 import lockbroker.aio  # noqa: E402
 from lbharness import Daemon, make_tmpdir, scaled  # noqa: E402
 import lbnames  # noqa: E402
+from lbpki import Pki, TLS_LISTEN_RE, have_openssl, tls_section  # noqa: E402
 import test_auth  # noqa: E402
 import test_distributed as td  # noqa: E402
 import zkharness  # noqa: E402
 
 T = scaled(10.0)
+
+_PKI = {}
+
+
+def pki():
+    """The run's throw-away certificates (made once): a CA, the daemon's
+    certificate (127.0.0.1, localhost), alice's and deploy's client
+    certificates (in dir: ca.pem, deploy.pem and deploy.key, as README.md
+    names them), and another CA with an alice of its own."""
+    if not _PKI:
+        tmp = make_tmpdir()
+        ca = Pki(os.path.join(tmp, "pki"))
+        other = Pki(os.path.join(tmp, "other"), name="other")
+        _PKI.update(dir=ca.dir, ca=ca.ca, server=ca.issue("localhost", server=True),
+                    alice=ca.issue("alice"), deploy=ca.issue("deploy"),
+                    other_ca=other.ca, forged=other.issue("alice"))
+    return _PKI
+
+
+def tls_config(client_certs="optional"):
+    p = pki()
+    return tls_section(p["server"][0], p["server"][1], p["ca"], client_certs)
+
+
+def tls_address(d):
+    """The address of d's TLS listener, from its log."""
+    return d.wait_log(TLS_LISTEN_RE).group(1)
+
+
+def tls_context(ca=None, cert=None):
+    """The README's setup: a context trusting ca (default the run's CA),
+    showing cert ((cert file, key file)) if given."""
+    ctx = ssl.create_default_context(cafile=ca or pki()["ca"])
+    if cert:
+        ctx.load_cert_chain(*cert)
+    return ctx
 
 
 class EmbeddedTests(unittest.TestCase):
@@ -362,6 +402,157 @@ class EmbeddedTests(unittest.TestCase):
         asyncio.run(main())
 
 
+@unittest.skipUnless(have_openssl(), "the openssl command is not installed")
+class TlsTests(unittest.TestCase):
+    """The library through the daemon's TLS listener ([tls]): every
+    connection it opens (queries, holds, leases) is TLS."""
+
+    def setUp(self):
+        self.d = Daemon(config="[server]\n" + tls_config()).start()
+        self.addCleanup(self.d.stop)
+        self.addr = tls_address(self.d)
+        self.c = lockbroker.connect(self.addr, ssl=tls_context(), timeout=T)
+        self.addCleanup(self.c.close)
+
+    def test_lock_wait_lost_check_and_lease(self):
+        h = self.c.lock("t")
+        self.assertIsNotNone(h._conn.tls)
+        self.assertGreater(h.safe_remaining(), 0)          # CHECK answered
+        self.assertEqual(self.c.status("t")["token"], h.token)
+        got = {}
+        t = threading.Thread(target=lambda: got.setdefault("h", self.c.lock("t", wait=T)))
+        t.start()
+        self.d.wait_log(r"lock t: \S+ queued$")
+        h.release()
+        t.join(T)
+        h2 = got["h"]
+        self.assertGreater(h2.token, h.token)
+        self.assertGreater(h2.safe_remaining(), 0)
+        # LOST: broken through the plain port, pushed over TLS.
+        with self.d.client() as op:
+            self.assertEqual(op.request("BREAK t"), "OK t")
+        self.assertTrue(h2.wait_lost(T))
+        self.assertEqual(h2.lost_reason, "broken")
+        with self.assertRaises(lockbroker.NotHeld):
+            h2.release()
+        lease = self.c.lease("tl", ttl=0.3)
+        self.assertTrue(lease.wait_renewals(2, T), "renewals did not come")
+        self.assertEqual(self.c.status("tl")["token"], lease.token)
+        lease.release()
+        self.assertEqual(self.c.status("tl")["state"], "free")
+        self.assertGreaterEqual(self.c.stats()["grants"], 3)     # a multi-line answer
+
+    def test_pipelined_burst(self):
+        """5000 PINGs in one write: 25000 bytes of PONGs come back in TLS
+        records of up to 16384 bytes, with several lines in a record and
+        lines cut between records; every one is read whole, in order."""
+        conn = self.c._new_conn()
+        self.addCleanup(conn.close)
+        conn._send(b"PING\n" * 5000)
+        replies = [conn.request_more(T) for _ in range(5000)]
+        self.assertEqual(replies, ["PONG"] * 5000)
+        self.assertEqual(conn.request("PING"), "PONG")
+
+    def test_lines_cut_across_records(self):
+        """A broker of our own writes each piece as a TLS record of its own:
+        two lines and the start of a third, a middle, the end and END."""
+        p = pki()
+        srv = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        srv.load_cert_chain(*p["server"])
+        ls = socket.create_server(("127.0.0.1", 0))
+        self.addCleanup(ls.close)
+
+        def broker():
+            conn, _ = ls.accept()
+            with srv.wrap_socket(conn, server_side=True) as s:
+                s.settimeout(T)
+                f = s.makefile("rb")
+                for line in f:
+                    if line == b"PING\n":
+                        s.sendall(b"PONG\n")
+                    elif line == b"STATS\n":
+                        for piece in (b"STAT a 1\nSTAT b 2\nST", b"AT c", b" 3\nE", b"ND\n"):
+                            s.sendall(piece)
+        t = threading.Thread(target=broker, daemon=True)
+        t.start()
+        c = lockbroker.connect("127.0.0.1:%d" % ls.getsockname()[1], ssl=tls_context(),
+                               timeout=T)
+        self.assertEqual(c.stats(), {"a": 1, "b": 2, "c": 3})
+        c.ping()
+        c.close()
+        t.join(T)
+
+    def test_the_broker_must_show_a_certificate_we_trust(self):
+        for kw in ({"ssl": tls_context(ca=pki()["other_ca"])},              # another CA
+                   {"ssl": tls_context(), "server_hostname": "locks.example.net"}):
+            with self.subTest(kw=kw.get("server_hostname", "other CA")):
+                with self.assertRaisesRegex(lockbroker.ConnectionLost,
+                                            r"^cannot connect to 127\.0\.0\.1:\d+: TLS: the "
+                                            r"broker's certificate did not verify \(.+\): "
+                                            r"check the CA and the host name$"):
+                    lockbroker.connect(self.addr, timeout=T, **kw)
+        # The name to check can be given: the certificate is for localhost too.
+        c = lockbroker.connect(self.addr, ssl=tls_context(), server_hostname="localhost",
+                               timeout=T)
+        c.trylock("sh").release()
+        c.close()
+        # And plain text to the TLS port is no substitute.
+        plain = lockbroker.connect(self.addr, timeout=T)
+        self.addCleanup(plain.close)
+        with self.assertRaises(lockbroker.ConnectionLost):
+            plain.ping()
+
+    def test_asyncio_over_tls(self):
+        async def main():
+            c = await lockbroker.aio.connect(self.addr, ssl=tls_context(), timeout=T)
+            async with c.lock("at") as h:
+                self.assertFalse(h.lost)
+                self.assertEqual((await c.status("at"))["token"], h.token)
+            lease = await c.lease("atl", ttl=30)
+            await lease.release()
+            self.assertEqual((await c.status("at"))["state"], "free")
+            await c.close()
+        asyncio.run(main())
+
+
+@unittest.skipUnless(have_openssl(), "the openssl command is not installed")
+class TlsCertificateLoginTests(unittest.TestCase):
+    """client_certs = required with a users file: alice's certificate logs
+    in as alice (pattern app-*) with no AUTH; the refusals are clear."""
+
+    def setUp(self):
+        users = os.path.join(make_tmpdir(), "users")
+        with open(users, "w") as f:
+            f.write(test_auth.users_text({"alice": "app-*"}))
+        os.chmod(users, 0o600)
+        self.d = Daemon(config="[server]\nusers_file = %s\n%s"
+                        % (users, tls_config("required"))).start()
+        self.addCleanup(self.d.stop)
+        self.addr = tls_address(self.d)
+
+    def test_certificate_login(self):
+        c = lockbroker.connect(self.addr, ssl=tls_context(cert=pki()["alice"]), timeout=T)
+        self.addCleanup(c.close)
+        with c.lock("app-1") as h:
+            self.assertFalse(h.lost)
+            self.assertEqual(c.status("app-1")["token"], h.token)
+        with self.assertRaisesRegex(lockbroker.Denied,
+                                    r"ERR DENIED user alice may not use lock db$"):
+            c.lock("db")
+        with c.lease("app-l", ttl=30) as lease:             # a connection of its own
+            self.assertEqual(c.status("app-l")["token"], lease.token)
+        self.d.wait_log(r"logged in by certificate as alice")
+
+    def test_certificates_the_daemon_refuses(self):
+        for what, cert in (("no certificate", None),
+                           ("another CA's", pki()["forged"])):
+            with self.subTest(what):
+                with self.assertRaisesRegex(lockbroker.ConnectionLost,
+                                            r"^cannot connect to 127\.0\.0\.1:\d+: TLS: the "
+                                            r"broker refused the session: .*alert"):
+                    lockbroker.connect(self.addr, ssl=tls_context(cert=cert), timeout=T)
+
+
 class NameRuleTests(unittest.TestCase):
     """One rule for lock names, PROTOCOL.md's (read by lbnames): the daemon
     and the library follow it for every name of lbnames.NAMES, alone and in
@@ -433,9 +624,25 @@ class PackagingTests(unittest.TestCase):
                    PYTHONPATH=PKG + os.pathsep + os.environ.get("PYTHONPATH", ""))
         for code in blocks:
             with self.subTest(code=code.splitlines()[3:4]):
-                r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                                   text=True, timeout=T)
+                cwd, run_env = None, env
+                if "ca.pem" in code:
+                    # The TLS example: run where README.md's files are, as
+                    # deploy (CN) with deploy's patterns, against a TLS listener.
+                    if not have_openssl():
+                        self.skipTest("the openssl command is not installed")
+                    users = os.path.join(make_tmpdir(), "users")
+                    with open(users, "w") as f:
+                        f.write("deploy:%s:deploy-*,release-*\n" % test_auth.HASHES["bob"])
+                    os.chmod(users, 0o600)
+                    t = Daemon(config="[server]\nusers_file = %s\n%s"
+                               % (users, tls_config("required"))).start()
+                    self.addCleanup(t.stop)
+                    cwd, run_env = pki()["dir"], dict(env, LOCKBROKER_ADDR=tls_address(t))
+                r = subprocess.run([sys.executable, "-c", code], env=run_env, capture_output=True,
+                                   text=True, timeout=T, cwd=cwd)
                 self.assertEqual(r.returncode, 0, r.stderr)
+                if cwd:
+                    t.wait_log(r"logged in by certificate as deploy")
                 self.assertTrue(r.stdout, "the example printed nothing")
                 self.assertNotIn("lost", r.stdout.replace("lost: False", ""))
 
@@ -576,6 +783,34 @@ class DistributedTests(td.DistributedBase):
             self.assertEqual(op.request("BREAK once"), "OK once")
         with cb.lock("once", wait=T) as h2:
             self.assertGreater(h2.token, h.token)
+        self.wait_no_nodes(hosts)
+
+    def test_tls_across_daemons(self):
+        """A TLS client of daemon A and a plain one of daemon B share the locks."""
+        if not have_openssl():
+            self.skipTest("the openssl command is not installed")
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A", extra=tls_config())
+        b = self.start_daemon(hosts, "B")
+        ca = lockbroker.connect(tls_address(a), ssl=tls_context(), timeout=T)
+        cb = lockbroker.connect(b.listen_addr, timeout=T)
+        self.addCleanup(ca.close)
+        self.addCleanup(cb.close)
+        with ca.lock("tx") as h:
+            self.assertGreater(h.safe_remaining(), 0)
+            with self.assertRaises(lockbroker.Busy):
+                cb.trylock("tx")
+            got = {}
+            t = threading.Thread(target=lambda: got.setdefault("h", cb.lock("tx", wait=T)))
+            t.start()
+            self.assertEqual(ca.status("tx")["token"], h.token)
+            b.wait_log(r"lock tx: \S+ queued")
+        t.join(T)
+        self.assertGreater(got["h"].token, h.token)
+        got["h"].release()
+        lease = ca.lease("tlx", ttl=30)
+        self.assertEqual(cb.status("tlx")["state"], "held")
+        lease.release()
         self.wait_no_nodes(hosts)
 
 

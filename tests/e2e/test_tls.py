@@ -20,13 +20,13 @@ import shutil
 import signal
 import socket
 import ssl
-import subprocess
 import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from lbharness import (Client, Daemon, check_failure_exit, make_tmpdir,  # noqa: E402
                        parse_hostport, run_daemon, scaled)
+from lbpki import Pki, have_openssl  # noqa: E402
 
 # `openssl passwd -6 -salt lbtesthunter2 hunter2` (test_auth.py's alice)
 ALICE_HASH = ("$6$lbtesthunter2$ms9bf49IIzrJYI8.ns.owCRM0MxFMINUOmhBJxmHyyFpPn3L88VTo."
@@ -35,54 +35,6 @@ ERR_NOAUTH = ("ERR NOAUTH log in first with AUTH <user> <password> "
               "(only PING, HELP and QUIT work before)")
 TOKEN = r"(\d+)"
 HANDSHAKE_WAIT = scaled(10.0) + scaled(20.0)      # the daemon's 10 s, and room
-
-
-def openssl(*args, cwd):
-    subprocess.run(["openssl"] + list(args), cwd=cwd, check=True, capture_output=True)
-
-
-class Pki:
-    """A CA and certificates signed by it, in dir (all made at run time)."""
-
-    CA_CNF = ("[ca]\ndefault_ca = d\n[d]\ndir = .\ndatabase = index.txt\nnew_certs_dir = .\n"
-              "serial = serial\ndefault_md = sha256\npolicy = p\ncopy_extensions = copy\n"
-              "[p]\ncommonName = supplied\n")
-
-    def __init__(self, dir, name="ca"):
-        self.dir = dir
-        self.name = name
-        os.makedirs(dir, exist_ok=True)
-        openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-                "-nodes", "-keyout", name + ".key", "-out", name + ".pem", "-days", "2",
-                "-subj", "/CN=lockbroker test " + name, cwd=dir)
-        self.ca = os.path.join(dir, name + ".pem")
-
-    def issue(self, cn, server=False, expired=False, file=None):
-        """A key and certificate for cn: (cert path, key path); key mode 0600."""
-        file = file or cn
-        ext = os.path.join(self.dir, file + ".ext")
-        with open(ext, "w") as f:
-            f.write("subjectAltName = IP:127.0.0.1, DNS:localhost\nextendedKeyUsage = "
-                    "serverAuth\n" if server else "extendedKeyUsage = clientAuth\n")
-        openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-                "-keyout", file + ".key", "-out", file + ".csr", "-subj", "/CN=" + cn,
-                cwd=self.dir)
-        os.chmod(os.path.join(self.dir, file + ".key"), 0o600)
-        if expired:
-            with open(os.path.join(self.dir, "ca.cnf"), "w") as f:
-                f.write(self.CA_CNF)
-            open(os.path.join(self.dir, "index.txt"), "w").close()
-            with open(os.path.join(self.dir, "serial"), "w") as f:
-                f.write("1000\n")
-            openssl("ca", "-batch", "-config", "ca.cnf", "-cert", self.name + ".pem",
-                    "-keyfile", self.name + ".key", "-in", file + ".csr", "-out", file + ".pem",
-                    "-startdate", "20200101000000Z", "-enddate", "20200102000000Z", "-notext",
-                    "-extfile", file + ".ext", cwd=self.dir)
-        else:
-            openssl("x509", "-req", "-in", file + ".csr", "-CA", self.name + ".pem", "-CAkey",
-                    self.name + ".key", "-CAcreateserial", "-out", file + ".pem", "-days", "2",
-                    "-extfile", file + ".ext", cwd=self.dir)
-        return os.path.join(self.dir, file + ".pem"), os.path.join(self.dir, file + ".key")
 
 
 class TlsClient(Client):
@@ -94,10 +46,6 @@ class TlsClient(Client):
             self.buf += self.sock.recv(65536)
             return True
         return super()._fill(deadline)
-
-
-def have_openssl():
-    return shutil.which("openssl") is not None
 
 
 @unittest.skipUnless(have_openssl(), "the openssl command is not installed")

@@ -29,6 +29,12 @@ Design (documented in README.md):
   (status, locks, stats, ping) share one connection behind a lock.
 - Nothing survives a reconnect: a dropped connection marks its hold lost;
   new requests open new connections.
+- TLS (connect(address, ssl=context)): every connection the client opens
+  (queries, holds, leases) is wrapped in TLS, checked against the
+  context's CA and the address's host (or server_hostname). OpenSSL works
+  on memory buffers and this module does the socket I/O, so the reader
+  thread and the senders can share a connection (an ssl.SSLSocket must not
+  be read and written from two threads at once).
 - A minimum hold (lock(..., min_hold=seconds)): a hold released sooner than
   that after its grant is released with `UNLOCK <name> keep=<ms left>`, and
   the daemon keeps it until then (PROTOCOL.md, Releasing later): "at most
@@ -37,9 +43,11 @@ Design (documented in README.md):
 Times on the API are seconds (float); on the wire, milliseconds.
 """
 
+import collections
 import math
 import re
 import socket
+import ssl as _ssl
 import threading
 import time
 
@@ -196,13 +204,105 @@ def _fields(words):
     return out
 
 
+# -------------------------------------------------------------------- TLS
+
+def _ssl_why(e):
+    """A short reason for an ssl error, without OpenSSL's source location."""
+    if isinstance(e, _ssl.SSLCertVerificationError):
+        return ("TLS: the broker's certificate did not verify (%s): check the CA "
+                "and the host name" % (e.verify_message or e.reason))
+    text = str(e.args[1]) if len(e.args) > 1 else str(e)
+    text = re.sub(r"^\[[^]]*\] *| *\(_ssl\.c:\d+\)$", "", text)
+    if "alert" in text:
+        # What the broker said, e.g. "tlsv1 alert unknown ca": it did not
+        # take our certificate (or our lack of one).
+        return "TLS: the broker refused the session: %s" % text
+    return "TLS: %s" % text
+
+
+class _Tls:
+    """TLS over a connected socket, through memory buffers: OpenSSL never
+    touches the socket. One lock guards the SSLObject (OpenSSL's SSL object
+    must not be used by two threads at once), and the records it makes go to
+    the socket in the order it made them (self._out_queue, emptied under
+    self._send_lock). The handshake runs here, on the socket's timeout."""
+
+    def __init__(self, sock, context, server_hostname):
+        self.sock = sock
+        self._in = _ssl.MemoryBIO()
+        self._out = _ssl.MemoryBIO()
+        self._obj = context.wrap_bio(self._in, self._out, server_side=False,
+                                     server_hostname=server_hostname)
+        self._lock = threading.Lock()         # the SSLObject and both buffers
+        self._send_lock = threading.Lock()    # the socket's sending side
+        self._out_queue = collections.deque()
+        while True:
+            try:
+                self._obj.do_handshake()
+                break
+            except _ssl.SSLWantReadError:
+                self._take_output()
+                self._flush()
+                data = sock.recv(65536)
+                if not data:
+                    raise ConnectionResetError("the broker closed the connection during the "
+                                               "TLS handshake")
+                self._in.write(data)
+        self._take_output()
+        self._flush()
+
+    def _take_output(self):
+        """Queues what OpenSSL wrote (called under self._lock)."""
+        data = self._out.read()
+        if data:
+            self._out_queue.append(data)
+
+    def _flush(self):
+        with self._send_lock:
+            while self._out_queue:
+                self.sock.sendall(self._out_queue.popleft())
+
+    def sendall(self, data):
+        view = memoryview(data)
+        with self._lock:
+            while view:
+                view = view[self._obj.write(view):]
+            self._take_output()
+        self._flush()
+
+    def recv(self):
+        """Decrypted bytes: what OpenSSL holds already, else after reading
+        the socket (a record may hold several lines, or part of one); b""
+        at the end."""
+        while True:
+            with self._lock:
+                try:
+                    data = self._obj.read(65536)
+                except _ssl.SSLWantReadError:
+                    data = None
+                except _ssl.SSLZeroReturnError:
+                    data = b""
+                self._take_output()           # a post-handshake message may need an answer
+            self._flush()
+            if data is not None:
+                return data                   # b"": the broker's close_notify
+            raw = self.sock.recv(65536)
+            if not raw:
+                return b""
+            with self._lock:
+                self._in.write(raw)
+
+
 # ------------------------------------------------------------- connection
 
 class _Conn:
     """One connection: a reader thread splits pushed LOST lines from replies.
-    Requests go one at a time (self._req_lock)."""
+    Requests go one at a time (self._req_lock). With context (an
+    ssl.SSLContext), TLS, checked for server_hostname (default: the
+    address's host)."""
 
-    def __init__(self, address, timeout, user=None, password=None, label=None):
+    def __init__(self, address, timeout, user=None, password=None, label=None,
+                 context=None, server_hostname=None):
         kind, where = parse_address(address)
         if kind == "unix":
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -211,6 +311,15 @@ class _Conn:
         else:
             sock = socket.create_connection(where, timeout=timeout)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.tls = None
+        if context is not None:
+            if server_hostname is None and kind == "tcp":
+                server_hostname = where[0]
+            try:
+                self.tls = _Tls(sock, context, server_hostname)
+            except BaseException:
+                sock.close()
+                raise
         sock.settimeout(None)
         self.sock = sock
         self.timeout = timeout
@@ -232,12 +341,22 @@ class _Conn:
             self.close()
             raise
 
+    def _recv(self):
+        return self.tls.recv() if self.tls is not None else self.sock.recv(65536)
+
+    def _send(self, data):
+        """Sends bytes as they are (request() sends one line)."""
+        if self.tls is not None:
+            self.tls.sendall(data)
+        else:
+            self.sock.sendall(data)
+
     def _read(self):
         buf = b""
         why = "the broker closed the connection"
         try:
             while True:
-                data = self.sock.recv(65536)
+                data = self._recv()
                 if not data:
                     break
                 buf += data
@@ -256,6 +375,8 @@ class _Conn:
                         else:
                             self._replies.append(line)
                         self._cond.notify_all()
+        except _ssl.SSLError as e:
+            why = _ssl_why(e)
         except OSError as e:
             why = "connection error: %s" % e
         with self._cond:
@@ -278,10 +399,18 @@ class _Conn:
                 if self._closed is not None:
                     raise ConnectionLost(self._closed)
             try:
-                self.sock.sendall(line.encode("ascii") + b"\n")
+                self._send(line.encode("ascii") + b"\n")
             except OSError as e:
+                why = "cannot send: %s" % e
+                if self.tls is not None:
+                    # A broker that refused our certificate sent an alert and
+                    # closed: the reader, which the reset ends, may have read it.
+                    with self._cond:
+                        self._cond.wait_for(lambda: self._closed is not None, self.timeout)
+                        if self._closed is not None and self._closed.startswith("TLS"):
+                            why = self._closed
                 self.close()
-                raise ConnectionLost("cannot send: %s" % e)
+                raise ConnectionLost(why)
             deadline = None if timeout is None else time.monotonic() + timeout
             with self._cond:
                 while not self._replies:
@@ -668,27 +797,44 @@ class Client:
     Thread-safe. Use connect() to make one."""
 
     def __init__(self, address=DEFAULT_ADDRESS, timeout=10.0, user=None, password=None,
-                 label=None, check=True):
+                 label=None, check=True, ssl=None, server_hostname=None):
         self.address = address
         self.timeout = timeout
         self.user = user
         self._password = password
         self.label = label
         self.check = check
+        self.ssl = ssl
+        self.server_hostname = server_hostname
         self._query = None
         self._query_lock = threading.Lock()
         self._idle = []               # connections of released holds, for the next ones
         self._idle_lock = threading.Lock()
         self._closed = False
-        # Connect once now, so that a wrong address or password fails here.
+        # Connect once now, so that a wrong address or password fails here;
+        # over TLS also a certificate the broker refuses, which TLS 1.3 says
+        # only after the handshake: a PING waits for that.
         with self._query_lock:
             self._query = self._new_conn()
+            if ssl is not None:
+                try:
+                    reply = self._query.request("PING")
+                except ConnectionLost as e:
+                    self._query.close()
+                    raise ConnectionLost("cannot connect to %s: %s" % (address, e)) from None
+                if reply != "PONG":
+                    self._query.close()
+                    raise _error_of(reply, "PING")
 
     def _new_conn(self):
         if self._closed:
             raise ConnectionLost("the client is closed")
         try:
-            return _Conn(self.address, self.timeout, self.user, self._password, self.label)
+            return _Conn(self.address, self.timeout, self.user, self._password, self.label,
+                         self.ssl, self.server_hostname)
+        except _ssl.SSLError as e:
+            raise ConnectionLost("cannot connect to %s: %s" % (self.address, _ssl_why(e))) \
+                from e
         except OSError as e:
             raise ConnectionLost("cannot connect to %s: %s" % (self.address, e))
 
@@ -817,6 +963,8 @@ class Client:
         with self._query_lock:
             for attempt in (1, 2):
                 if self._query is None or self._query.closed:
+                    if self._query is not None:
+                        self._query.close()     # ended by the broker: the socket is still open
                     self._query = self._new_conn()
                 try:
                     first = self._query.request(line)
@@ -827,6 +975,7 @@ class Client:
                         lines.append(self._query.request_more())
                     return lines
                 except ConnectionLost:
+                    self._query.close()
                     self._query = None
                     if attempt == 2:
                         raise
@@ -951,9 +1100,16 @@ def _status_dict(state, f):
 
 
 def connect(address=DEFAULT_ADDRESS, timeout=10.0, user=None, password=None, label=None,
-            check=True):
+            check=True, ssl=None, server_hostname=None):
     """A Client for the broker at address ("host:port", "host", "[v6]:port",
     "unix:/path" or "/path"): timeout for connects and replies (seconds),
     user and password for AUTH, label for CLIENT (names the holds in STATUS
-    and LOCKS), check=False to skip jeopardy (CHECK) on holds."""
-    return Client(address, timeout, user, password, label, check)
+    and LOCKS), check=False to skip jeopardy (CHECK) on holds.
+
+    ssl: an ssl.SSLContext for the daemon's TLS listener ([tls] listen),
+    e.g. ssl.create_default_context(cafile="ca.pem"), with
+    load_cert_chain("deploy.pem", "deploy.key") for a certificate login.
+    The broker's certificate is checked for server_hostname, by default the
+    address's host (an IP address is checked against the certificate's IP
+    names). A failed handshake raises ConnectionLost saying why."""
+    return Client(address, timeout, user, password, label, check, ssl, server_hostname)

@@ -181,7 +181,8 @@ class AsyncClient:
 
 
 async def connect(address=DEFAULT_ADDRESS, timeout=10.0, user=None, password=None, label=None,
-                  check=True):
-    """An AsyncClient; arguments as lockbroker.connect()."""
+                  check=True, ssl=None, server_hostname=None):
+    """An AsyncClient; arguments as lockbroker.connect(), ssl (an
+    ssl.SSLContext) and server_hostname included."""
     return AsyncClient(await asyncio.to_thread(Client, address, timeout, user, password,
-                                               label, check))
+                                               label, check, ssl, server_hostname))
