@@ -20,6 +20,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "secret.h"
+
 static const char *const level_names[] = { "error", "warn", "info", "debug" };
 
 /* SETTING_BOOL words: false at even indexes, true at odd ones. */
@@ -874,11 +876,9 @@ int settings_read_zk_auth(const char *path, char *buf, size_t len, char *err, si
 
     if (!f)
         return -1;
-    /* Like ssh with a private key: a secret others can read is no secret. */
-    if (fstat(fileno(f), &st) == 0 && (st.st_mode & (S_IROTH | S_IWOTH))) {
+    if (fstat(fileno(f), &st) == 0 && secret_file_check(path, st.st_mode, err, errlen) < 0) {
         fclose(f);
-        return SET_ERR("%s: others may read or write it (mode %04o); chmod o-rwx %s", path,
-                       (unsigned)(st.st_mode & 07777), path);
+        return -1;
     }
     n = len > 2 ? fread(buf, 1, len - 1, f) : 0;
     more = n == len - 1 && getc(f) != EOF;

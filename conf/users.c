@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "proto.h"
+#include "secret.h"
 
 struct user {
     char name[PROTO_USER_MAX + 1];
@@ -281,6 +282,11 @@ struct users *users_load_file(const char *path, char *err, size_t errlen)
             return SET_ERR("%s: %s", path, S_ISDIR(st.st_mode) ? "is a directory"
                                                                : "is not a regular file");
         return SET_ERR("%s: larger than %d bytes", path, USERS_FILE_MAX);
+    }
+    /* The hashes can be attacked offline: the ZooKeeper auth file's rule. */
+    if (secret_file_check(path, st.st_mode, err, errlen) < 0) {
+        close(fd);
+        return NULL;
     }
     /* One byte more than allowed: a file that grew meanwhile is caught. */
     if (!(buf = malloc((size_t)USERS_FILE_MAX + 1))) {

@@ -34,7 +34,8 @@ struct users *users_parse(const char *buf, size_t len, const char *source,
                           char *err, size_t errlen);
 
 /* Reads and parses the file at path, a regular file of at most
- * USERS_FILE_MAX bytes. Like users_parse(); errors name the path. */
+ * USERS_FILE_MAX bytes that others may neither read nor write (secret.h).
+ * Like users_parse(); errors name the path. */
 struct users *users_load_file(const char *path, char *err, size_t errlen);
 
 void users_free(struct users *u);   /* NULL is fine */

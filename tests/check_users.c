@@ -288,6 +288,34 @@ START_TEST(load_file_unreadable)
 }
 END_TEST
 
+/* Like the ZooKeeper auth file (check_conf.c zk_auth_file): the hashes can
+ * be attacked offline, so others may neither read nor write the file. */
+START_TEST(load_file_others_may_read)
+{
+    static const mode_t refused[] = { 0644, 0604, 0602, 0606, 0666, 0755 };
+    static const mode_t accepted[] = { 0600, 0400, 0640, 0660, 0700 };
+    const char *path = temp_file("alice:" SHA512_HUNTER2 ":*\n");
+    struct users *u;
+    char want[600];
+
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        ck_assert_int_eq(chmod(path, refused[i]), 0);
+        ck_assert_ptr_null(users_load_file(path, err, sizeof(err)));
+        snprintf(want, sizeof(want), "%s: others may read or write it (mode %04o); "
+                 "chmod o-rwx %s", path, (unsigned)refused[i], path);
+        ck_assert_str_eq(err, want);
+    }
+    for (size_t i = 0; i < sizeof(accepted) / sizeof(accepted[0]); i++) {
+        ck_assert_int_eq(chmod(path, accepted[i]), 0);
+        u = users_load_file(path, err, sizeof(err));
+        ck_assert_msg(u != NULL, "mode %04o: %s", (unsigned)accepted[i], err);
+        ck_assert_uint_eq(users_count(u), 1);
+        users_free(u);
+    }
+    unlink(path);
+}
+END_TEST
+
 static Suite *users_suite(void)
 {
     Suite *s = suite_create("users");
@@ -302,6 +330,7 @@ static Suite *users_suite(void)
     tcase_add_test(tc, bounds);
     tcase_add_test(tc, load_file);
     tcase_add_test(tc, load_file_unreadable);
+    tcase_add_test(tc, load_file_others_may_read);
     tcase_set_timeout(tc, 30);
     suite_add_tcase(s, tc);
     return s;

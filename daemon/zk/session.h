@@ -73,7 +73,10 @@ void zk_session_close(struct zk *zk);
 /* Frees the session's events and forgets the credentials (after close). */
 void zk_session_free(struct zk *zk);
 
-/* Requests were queued: make sure the loop wants to write them. */
+/* Requests were queued: make sure the loop wants to write them. Call it
+ * after every request made outside zookeeper_process(): a request whose
+ * send fails closes the client's socket, which the io event must leave at
+ * once (session.c, zk_io_check). */
 void zk_kick(struct zk *zk);
 /* Something failed: the listeners' `resume` runs after a back-off. */
 void zk_arm_retry(struct zk *zk);

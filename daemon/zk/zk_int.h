@@ -49,9 +49,10 @@ struct zk {
     const struct settings *settings;   /* borrowed */
     zhandle_t *zh;                     /* owned; NULL between sessions */
     enum zk_state state;
-    struct event *io;                  /* the handle's fd and timeout, re-armed after each process */
-    int io_fd;                         /* what io is registered for, to skip needless re-registering */
-    short io_what;
+    struct event *io;                  /* the handle's socket, no timeout; added only by zk_rearm */
+    int io_fd;                         /* the fd io is added for; -1: io is not added */
+    short io_what;                     /* and its EV_READ | EV_WRITE */
+    struct event *io_timer;            /* the latest time zookeeper_interest() asked to be called */
     struct event *kick;                /* re-arm once after requests issued outside process */
     struct event *lost_timer;          /* disconnected too long: holds are presumed lost */
     struct event *restart;             /* replace an expired handle, outside callbacks */

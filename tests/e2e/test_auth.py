@@ -58,6 +58,18 @@ def users_text(patterns):
         "%s:%s:%s\n" % (u, HASHES[u], p) for u, p in patterns.items())
 
 
+def write_users(path, text, mode=0o600):
+    """Writes a users file the daemon accepts: others may not read it."""
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, mode)
+
+
+def exposed_error(path, mode):
+    """The daemon's reason for refusing a users file others may read or write."""
+    return "%s: others may read or write it (mode %04o); chmod o-rwx %s" % (path, mode, path)
+
+
 def cli_path():
     return os.environ.get("LOCKBROKER") or os.path.normpath(
         os.path.join(lbharness.HERE, "..", "..", "cli", "lockbroker"))
@@ -70,8 +82,8 @@ class Case(unittest.TestCase):
         """A daemon with a users file (tmpdir/users) and -v."""
         def config(tmpdir):
             self.users_path = os.path.join(tmpdir, "users")
-            with open(self.users_path, "w") as f:
-                f.write(users_text(self.PATTERNS if patterns is None else patterns))
+            write_users(self.users_path,
+                        users_text(self.PATTERNS if patterns is None else patterns))
             text = "[server]\nusers_file = %s\n" % self.users_path
             if unix:
                 text += "unix_socket = %s\n" % os.path.join(tmpdir, "lb.sock")
@@ -99,9 +111,8 @@ class Case(unittest.TestCase):
                 value = parts[2]
         return int(value)
 
-    def reload(self, d, text):
-        with open(self.users_path, "w") as f:
-            f.write(text)
+    def reload(self, d, text, mode=0o600):
+        write_users(self.users_path, text, mode)
         mark = d.log_mark()
         d.send_signal(signal.SIGHUP)
         return mark
@@ -333,6 +344,26 @@ class ReloadTests(Case):
                    r"No such file or directory" % re.escape(self.users_path), since=mark)
         self.login(d, "carol")
 
+    def test_file_others_may_read_on_reload_keeps_old_users(self):
+        d = self.start()
+        carol = self.login(d, "carol")
+        # A good file that others may read: refused as a whole, carol stays.
+        for mode in (0o644, 0o602):
+            with self.subTest(mode=oct(mode)):
+                mark = self.reload(d, users_text({"alice": "*"}), mode)
+                d.wait_log(r"error reload: keeping the 3 users loaded before: %s$"
+                           % re.escape(exposed_error(self.users_path, mode)), since=mark)
+                self.assertIsNone(d.find_log(r"reload: \d+ users from", since=mark))
+                carol.send("PING\n")
+                carol.expect("PONG")
+                self.login(d, "carol")
+        # Once only its owner and group may read it, it loads.
+        os.chmod(self.users_path, 0o640)
+        mark = d.log_mark()
+        d.send_signal(signal.SIGHUP)
+        d.wait_log(r"info reload: 1 users from %s$" % re.escape(self.users_path), since=mark)
+        carol.expect_eof()
+
 
 class ReadmeTests(Case):
     def test_readme_users_line_and_session(self):
@@ -342,11 +373,12 @@ class ReadmeTests(Case):
         with open(readme) as f:
             text = f.read()
         line = re.search(r"^(deploy:\$6\$\S+)$", text, re.M).group(1)
+        mode = int(re.search(r"^\$ chmod ([0-7]{3,4}) /etc/lockbroker/users\b", text,
+                             re.M).group(1), 8)
         session = re.search(r"\n```\n(> LOCK deploy-web\nERR NOAUTH.*?)```", text, re.S).group(1)
         tmp = make_tmpdir()
         path = os.path.join(tmp, "users")
-        with open(path, "w") as f:
-            f.write(line + "\n")
+        write_users(path, line + "\n", mode)
         d = Daemon(config="[server]\nusers_file = %s\n" % path).start()
         self.addCleanup(d.stop)
         c = self.connect(d)
@@ -365,8 +397,7 @@ class StartTests(Case):
     def test_bad_users_file_stops_start(self):
         tmp = make_tmpdir()
         path = os.path.join(tmp, "users")
-        with open(path, "w") as f:
-            f.write(users_text({"alice": "*"}) + "\nbob:%s\n" % HASHES["bob"])
+        write_users(path, users_text({"alice": "*"}) + "\nbob:%s\n" % HASHES["bob"])
         for args in ([], ["-t"]):
             with self.subTest(args=args):
                 r = run_daemon(args + ["-l", "127.0.0.1:0"],
@@ -377,6 +408,32 @@ class StartTests(Case):
         r = run_daemon(["-t"], config="[server]\nusers_file = %s/nonexistent\n" % tmp)
         check_failure_exit(r.returncode)
         self.assertIn("%s/nonexistent: cannot open: No such file or directory" % tmp, r.stderr)
+
+    def test_users_file_others_may_read_stops_start(self):
+        # The rule of [zookeeper] auth: the hashes can be attacked offline.
+        tmp = make_tmpdir()
+        path = os.path.join(tmp, "users")
+        conf = "[server]\nusers_file = %s\n" % path
+        for mode in (0o644, 0o604, 0o606):
+            write_users(path, users_text({"alice": "*"}), mode)
+            with self.subTest(mode=oct(mode), args="-t"):
+                r = run_daemon(["-t", "-l", "127.0.0.1:0"], config=conf)
+                check_failure_exit(r.returncode)
+                self.assertEqual(r.stderr, "lockbrokerd: %s\n" % exposed_error(path, mode))
+                self.assertNotIn("configuration OK", r.stdout)
+            with self.subTest(mode=oct(mode), args="start"):
+                d = Daemon(config=conf, name="lockbrokerd-exposed-%o" % mode)
+                self.addCleanup(d.kill)
+                with self.assertRaisesRegex(AssertionError, r"ended \(exit code \S+\) before"):
+                    d.start()
+                check_failure_exit(d.wait_exit())
+                self.assertIn("lockbrokerd: %s" % exposed_error(path, mode), d.lines)
+        for mode in (0o600, 0o640, 0o660):
+            os.chmod(path, mode)
+            with self.subTest(mode=oct(mode)):
+                r = run_daemon(["-t", "-l", "127.0.0.1:0"], config=conf)
+                self.assertEqual(r.returncode, 0, r)
+                self.assertIn("configuration OK", r.stdout)
 
     def test_refuses_non_loopback_without_users(self):
         # Refused before anything is bound: nothing is served beyond loopback.
@@ -392,8 +449,7 @@ class StartTests(Case):
         # -t only: with users, or allow_anonymous, the configuration is fine.
         tmp = make_tmpdir()
         path = os.path.join(tmp, "users")
-        with open(path, "w") as f:
-            f.write(users_text({"alice": "*"}))
+        write_users(path, users_text({"alice": "*"}))
         for conf in ("[server]\nallow_anonymous = yes\n", "[server]\nusers_file = %s\n" % path):
             with self.subTest(conf=conf):
                 r = run_daemon(["-t", "-l", "0.0.0.0:0"], config=conf)

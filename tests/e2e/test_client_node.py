@@ -112,9 +112,7 @@ class NodeClientTests(unittest.TestCase):
         j = self.start("[server]\ntcp_user_timeout_ms = 1500\n")
         env.update(LB_JEOPARDY_ADDR=j.listen_addr, LB_JEOPARDY_PID=str(j.pid))
         users = os.path.join(make_tmpdir(), "users")
-        with open(users, "w") as f:
-            f.write(test_auth.users_text({"alice": "app-*"}))
-        os.chmod(users, 0o600)
+        test_auth.write_users(users, test_auth.users_text({"alice": "app-*"}))
         a = self.start("[server]\nusers_file = %s\n" % users)
         env.update(LB_AUTH_ADDR=a.listen_addr, LB_AUTH_PASSWORD=test_auth.PASSWORDS["alice"])
         if p:

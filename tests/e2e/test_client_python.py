@@ -699,8 +699,7 @@ class AuthTests(unittest.TestCase):
 
     def test_denied_and_auth_failed(self):
         tmp = os.path.join(make_tmpdir(), "users")
-        with open(tmp, "w") as f:
-            f.write(test_auth.users_text({"alice": "app-*"}))
+        test_auth.write_users(tmp, test_auth.users_text({"alice": "app-*"}))
         d = Daemon(config="[server]\nusers_file = %s\n" % tmp).start()
         self.addCleanup(d.stop)
         with self.assertRaises(lockbroker.AuthFailed):

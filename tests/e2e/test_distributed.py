@@ -53,6 +53,9 @@ SESSION_RE = r"zk: new session (0x[0-9a-f]+)"
 # is acquiring", ...): none may appear in a passing test.
 ERROR_RE = r"^\S+Z error "
 TROUBLE_RE = r"zk: session 0x[0-9a-f]+ expired|zk: no contact with ZooKeeper|lock \S+: lost by"
+# libevent's own log lines ("[warn] Epoll ADD(1) on fd 7 failed ...", "[err] ..."):
+# the loop was handed a descriptor it could not poll.
+LIBEVENT_RE = r"^\[(debug|msg|warn|err)\] "
 
 
 # Servers keep their data and logs here rather than in zkharness's own
@@ -420,7 +423,7 @@ class DistributedBase(unittest.TestCase):
         if self._failed:
             d.kill()
             return
-        m = d.find_log(ERROR_RE)
+        m = d.find_log(ERROR_RE) or d.find_log(LIBEVENT_RE)
         if m:
             d.kill()
             raise AssertionError("%s logged an error: %r\n%s" % (d.name, m.string, d.log_tail()))
@@ -676,6 +679,39 @@ class DistributedTest(DistributedBase):
         self.assertEqual(holder.line(), "ERR NOT_HELD this connection does not hold that lock")
         self.assertEqual(holder.line(), "PONG")
         self.assertEqual(waiter.request("UNLOCK sx"), "OK sx")
+        self.wait_no_nodes(hosts)
+
+    def test_04c_no_event_left_on_a_socket_the_client_closed(self):
+        """Stopped past its session timeout, the daemon finds on SIGCONT a
+        connection the server has closed. The first request sent (a probe
+        round, from a timer) fails with EPIPE, and the C client closes its
+        socket right there, inside zoo_async(), telling no one. No event of
+        the daemon may stay on that descriptor: libevent would poll it, or
+        whatever socket gets its number next (issue 29, item 10: the log
+        said "[warn] Epoll ADD(1) on fd 7 failed ... Bad file descriptor")."""
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A")
+        c = self.client(a, timeout=scaled(15.0))
+        c.send("LOCK so\n")
+        t = int(c.expect_match(r"OK so %s$" % TOKEN).group(1))
+        mark = a.log_mark()
+        a.send_signal(signal.SIGSTOP)
+        try:
+            # ZooKeeper ends the session: its ephemeral nodes go.
+            self.wait_zk(lambda: a.session not in zkharness.ephemerals(self.zk.port),
+                         scaled(SESSION_MS / 1000.0 + 10), "A's session to expire")
+        finally:
+            a.send_signal(signal.SIGCONT)
+        c.expect_match(r"LOST so %d (zk-disconnected|session-expired)$" % t)
+        m = a.wait_log(SESSION_RE, scaled(15.0), since=mark)
+        self.assertNotEqual(int(m.group(1), 16), a.session)
+        # It serves again, on the new session.
+        c.send("LOCK so 5000\n")
+        t2 = int(c.expect_match(r"OK so %s$" % TOKEN).group(1))
+        self.assertGreater(t2, t)
+        self.assertEqual(c.request("UNLOCK so"), "OK so")
+        m = a.find_log(LIBEVENT_RE, mark)
+        self.assertIsNone(m, "libevent complained: %r\n%s" % (m and m.string, a.log_tail()))
         self.wait_no_nodes(hosts)
 
     # 5 ---------------------------------------------------------------

@@ -16,6 +16,7 @@
 
 #include <stdint.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define SOURCE "fuzz.users"
@@ -62,6 +63,9 @@ static struct users *load_file(const uint8_t *data, size_t size, char *path, siz
     int fd = fuzz_memfd(data, size, path, pathlen);
     struct users *u;
 
+    /* A memfd is made with mode 0777; the loader refuses a users file that
+     * others may read or write (conf/secret.h). */
+    CHECK(fchmod(fd, 0600) == 0);
     u = users_load_file(path, err, errlen);
     close(fd);
     return u;
