@@ -13,7 +13,8 @@ a bound that fails the test. The only timing the tests rely on is the
 daemon's own wait-ms. When a test fails, the daemons' and servers' log tails
 are printed (and the servers' directories kept).
 
-Exit 77 (automake: SKIP) when ZooKeeper or java is not installed.
+Exit 77 (automake: SKIP) when ZooKeeper or java is not installed (1 with
+LB_REQUIRE=zk: lbharness.skip).
 """
 
 import atexit
@@ -34,6 +35,7 @@ import threading
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import lbharness  # noqa: E402
 from lbharness import Daemon, contend_sets, scaled, stats  # noqa: E402
 import zkharness  # noqa: E402
 from zkharness import ZkClient, ZkEnsemble, ZkServer, wait_for  # noqa: E402
@@ -344,7 +346,7 @@ class DistributedBase(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         if not zk_available():
-            raise unittest.SkipTest("ZooKeeper (java + Debian's zookeeper jars) not installed")
+            lbharness.skip("zk", "ZooKeeper (java + Debian's zookeeper jars) not installed")
         cls.zk = ZkServer(tick_ms=500, name="zk-shared", base_dir=server_dir("zk-shared"))
         try:
             cls.zk.start()
@@ -2866,6 +2868,5 @@ class NonFairTest(DistributedBase):
 
 if __name__ == "__main__":
     if not zk_available():
-        sys.stderr.write("test_distributed.py: ZooKeeper not installed; skipping\n")
-        sys.exit(77)
+        lbharness.skip_file("test_distributed.py", "zk", "ZooKeeper not installed")
     unittest.main(verbosity=2)

@@ -1364,7 +1364,7 @@ class ConcurrencyTests(SharedDaemonCase):
 
     def test_1000_concurrent_connections(self):
         if NOFILE < self.N + 100:
-            self.skipTest("open file limit %d is too low" % NOFILE)
+            lbharness.skip("nofile", "open file limit %d is too low" % NOFILE)
         socks = []
         self.addCleanup(lambda: [s.close() for s in socks])
         own = ["%s-own-%d" % (self.name(), i) for i in range(self.N)]
@@ -2761,7 +2761,7 @@ class IPv6Tests(Case):
 
     def test_ipv6_loopback(self):
         if not lbharness.can_bind("::1"):
-            self.skipTest("no ::1 on this machine")
+            lbharness.skip("ipv6", "no ::1 on this machine")
         with Daemon(listen="[::1]:0", name="lockbrokerd-ipv6") as d:
             self.assertEqual(d.family, socket.AF_INET6)
             self.assertEqual(d.host, "::1")
@@ -2794,7 +2794,7 @@ class KeepaliveTests(Case):
 
     def setUp(self):
         if not shutil.which("ss"):
-            self.skipTest("no ss command (iproute2) to read the keepalive timer")
+            lbharness.skip("tools", "no ss command (iproute2) to read the keepalive timer")
 
     def keepalive_timer(self, d, c):
         """Seconds until the keepalive timer of the daemon's end of c fires."""
@@ -2843,7 +2843,8 @@ class DeadPeerTests(Case):
         try:
             self.ns = lbharness.NetNamespace()
         except lbharness.NetNamespaceUnavailable as e:
-            self.skipTest("cannot make a network namespace to play a dead client host: %s" % e)
+            lbharness.skip("root", "cannot make a network namespace to play a dead client "
+                           "host: %s" % e)
         self.addCleanup(self.ns.delete)
 
     def start(self, text):
@@ -2858,7 +2859,7 @@ class DeadPeerTests(Case):
         try:
             c = self.ns.client(d)
         except lbharness.NetNamespaceUnavailable as e:
-            self.skipTest("cannot open a socket in the network namespace: %s" % e)
+            lbharness.skip("root", "cannot open a socket in the network namespace: %s" % e)
         self.addCleanup(c.close)
         return c
 
@@ -2943,8 +2944,6 @@ class ConfigTests(Case):
 
     def test_check_sample_config(self):
         path = os.path.join(srcdir(), "conf", "lockbrokerd.conf")
-        if not os.path.exists(path):
-            self.skipTest("no " + path)
         r = run_daemon(["-t", "-c", path])
         self.assertEqual(r.returncode, 0, r)
 
