@@ -161,12 +161,18 @@ class DefaultDelayTests(unittest.TestCase):
     def test_server_default_applies_without_delay_option(self):
         with Daemon(config="[server]\nlock_delay_ms = 60000\n") as d:
             a, b = d.client(), d.client()
-            a.request("LOCK x")
-            a.request("LOCK y delay=0")
+            a.send("LOCK x\n")
+            t_x = int(a.expect_match(r"OK x %s" % TOKEN).group(1))
+            # delay=0 asks for no lock-delay: y is free once a is gone.
+            a.send("LOCK y delay=0\n")
+            t_y = int(a.expect_match(r"OK y %s" % TOKEN).group(1))
             a.close()
-            d.wait_log(r"lock x: \S+ ended without a release")
+            d.wait_log(r"lock x: \S+ ended without a release \(token %d\)" % t_x)
             self.assertEqual(b.request("TRYLOCK x"), "BUSY x")
-            self.assertRegex(b.request("TRYLOCK y"), r"^OK y \d+$")
+            m = re.match(r"^OK y %s$" % TOKEN, b.request("TRYLOCK y"))
+            self.assertIsNotNone(m, "y kept for a lock-delay although it asked delay=0")
+            self.assertGreater(int(m.group(1)), t_y)
+            self.assertEqual(stats(d)["lock_delays"], "1")     # x's only
             b.close()
 
 
