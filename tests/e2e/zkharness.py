@@ -899,8 +899,10 @@ class ZkServer:
         return p.wait()
 
     def pause(self):
-        """SIGSTOP the JVM (clients see a hung server, sessions stay)."""
+        """SIGSTOP the JVM (clients see a hung server, sessions stay).
+        Returns once it is stopped: kill() only sends the signal."""
         os.kill(self.proc.pid, signal.SIGSTOP)
+        os.waitid(os.P_PID, self.proc.pid, os.WSTOPPED)
 
     def resume(self):
         """SIGCONT the JVM."""
@@ -1542,13 +1544,19 @@ class ZkClient:
         threading.Thread(target=loop, daemon=True).start()
 
     def close(self):
-        """Close the session (its ephemerals go away now) and the socket."""
+        """Close the session (its ephemerals go away now) and the socket.
+        Returns once the server has closed its end too: from then on `cons`
+        and sessions() no longer list the session (the server answers the
+        close before it drops the connection)."""
         if self._ka_stop:
             self._ka_stop.set()
         if self.sock is None:
             return
         try:
             self._call(OP_CLOSE, b"")
+            self.sock.settimeout(self.connect_timeout)
+            while self.sock.recv(4096):
+                pass
         except (OSError, ZkError, struct.error):
             pass
         try:
