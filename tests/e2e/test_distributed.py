@@ -36,7 +36,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lbharness  # noqa: E402
-from lbharness import Daemon, contend_sets, scaled, stats  # noqa: E402
+from lbharness import Daemon, contend_sets, scaled, scaled_ms, stats  # noqa: E402
 import zkharness  # noqa: E402
 from zkharness import ZkClient, ZkEnsemble, ZkServer, wait_for  # noqa: E402
 
@@ -47,6 +47,10 @@ SESSION_MS = 4000          # ordinary tests: a dead daemon's locks go in ~4 s
 LONG_SESSION_MS = 12000
 MAX_SESSION_MS = 20000
 MARGIN_MS = 3000           # expiry is checked once a tick; plus the hand-over
+# A LOCK that must outlast a dead daemon's session asks for
+# scaled_ms(SESSION_MS + MARGIN_MS): the session does not stretch with
+# LB_TIMEOUT_SCALE, but the daemons' reaction to its end does (valgrind, a
+# loaded machine), and the client's read timeout already did.
 TOKEN = r"(\d+)"
 STRICT_FIFO = "local_handoff = 0\n"   # every grant through ZooKeeper's queue
 SESSION_RE = r"zk: new session (0x[0-9a-f]+)"
@@ -590,8 +594,8 @@ class DistributedTest(DistributedBase):
         holder = self.client(a)
         holder.send("LOCK k9\n")
         t_a = int(holder.expect_match(r"OK k9 %s" % TOKEN).group(1))
-        wait_ms = SESSION_MS + MARGIN_MS
-        waiter = self.client(b, timeout=scaled(wait_ms / 1000.0 + 10))
+        wait_ms = scaled_ms(SESSION_MS + MARGIN_MS)
+        waiter = self.client(b, timeout=wait_ms / 1000.0 + scaled(10))
         waiter.send("LOCK k9 %d\n" % wait_ms)
         b.wait_queued(waiter, "k9")
         self.wait_node(hosts, "k9", b)
@@ -615,8 +619,8 @@ class DistributedTest(DistributedBase):
         holder = self.client(a, timeout=scaled(15.0))
         holder.send("LOCK st\n")
         t_a = int(holder.expect_match(r"OK st %s" % TOKEN).group(1))
-        wait_ms = SESSION_MS + MARGIN_MS
-        waiter = self.client(b, timeout=scaled(wait_ms / 1000.0 + 10))
+        wait_ms = scaled_ms(SESSION_MS + MARGIN_MS)
+        waiter = self.client(b, timeout=wait_ms / 1000.0 + scaled(10))
         waiter.send("LOCK st %d\n" % wait_ms)
         b.wait_queued(waiter, "st")
         self.wait_node(hosts, "st", b)
@@ -662,8 +666,8 @@ class DistributedTest(DistributedBase):
         b = self.start_daemon(hosts, "B")
         holder = self.client(a, timeout=scaled(15.0))
         t_a = int(holder.request("LOCK sx").split()[2])
-        wait_ms = SESSION_MS + MARGIN_MS
-        waiter = self.client(b, timeout=scaled(wait_ms / 1000.0 + 10))
+        wait_ms = scaled_ms(SESSION_MS + MARGIN_MS)
+        waiter = self.client(b, timeout=wait_ms / 1000.0 + scaled(10))
         waiter.send("LOCK sx %d\n" % wait_ms)
         b.wait_queued(waiter, "sx")
         self.wait_node(hosts, "sx", b)
@@ -1476,9 +1480,9 @@ class ModesTest(DistributedBase):
         for n in range(2):
             self.client(a).request("LOCK k9s limit=2")
         self.client(a).request("LOCK k9r shared")
-        wait_ms = SESSION_MS + MARGIN_MS
-        ws = self.client(b, timeout=scaled(wait_ms / 1000.0 + 10))
-        wr = self.client(b, timeout=scaled(wait_ms / 1000.0 + 10))
+        wait_ms = scaled_ms(SESSION_MS + MARGIN_MS)
+        ws = self.client(b, timeout=wait_ms / 1000.0 + scaled(10))
+        wr = self.client(b, timeout=wait_ms / 1000.0 + scaled(10))
         ws.send("LOCK k9s %d limit=2\n" % wait_ms)
         wr.send("LOCK k9r %d\n" % wait_ms)
         queued(b, ws, "k9s")
@@ -2021,8 +2025,8 @@ class IdleTest(DistributedBase):
         t_a = int(ca.request("LOCK x").split()[2])
         self.assertEqual(ca.request("UNLOCK x"), "OK x")
         self.assertEqual(stats(a)["zk_idle_nodes"], "1")
-        wait_ms = SESSION_MS + MARGIN_MS
-        cb = self.client(b, timeout=scaled(wait_ms / 1000.0 + 10))
+        wait_ms = scaled_ms(SESSION_MS + MARGIN_MS)
+        cb = self.client(b, timeout=wait_ms / 1000.0 + scaled(10))
         mark = a.log_mark()
         a.send_signal(signal.SIGSTOP)
         try:
@@ -2817,8 +2821,8 @@ class NonFairTest(DistributedBase):
         b = self.start_nf("B")
         holder = self.client(a, timeout=scaled(15.0))
         t_a = int(holder.request("LOCK nf-st").split()[2])
-        wait_ms = SESSION_MS + MARGIN_MS
-        waiter = self.client(b, timeout=scaled(wait_ms / 1000.0 + 10))
+        wait_ms = scaled_ms(SESSION_MS + MARGIN_MS)
+        waiter = self.client(b, timeout=wait_ms / 1000.0 + scaled(10))
         waiter.send("LOCK nf-st %d\n" % wait_ms)
         b.wait_queued(waiter, "nf-st")
         mark = a.log_mark()
@@ -2852,8 +2856,8 @@ class NonFairTest(DistributedBase):
         holder = self.client(a)
         holder.send("LOCK nf-k9\n")
         t_a = int(holder.expect_match(r"OK nf-k9 %s" % TOKEN).group(1))
-        wait_ms = SESSION_MS + MARGIN_MS
-        waiter = self.client(b, timeout=scaled(wait_ms / 1000.0 + 10))
+        wait_ms = scaled_ms(SESSION_MS + MARGIN_MS)
+        waiter = self.client(b, timeout=wait_ms / 1000.0 + scaled(10))
         waiter.send("LOCK nf-k9 %d\n" % wait_ms)
         b.wait_queued(waiter, "nf-k9")
         a.killed = True

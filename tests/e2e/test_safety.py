@@ -22,7 +22,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lbharness import Daemon, scaled, stats  # noqa: E402
+from lbharness import Daemon, scaled, scaled_ms, stats  # noqa: E402
 import test_distributed as td  # noqa: E402
 
 TOKEN = r"(\d+)"
@@ -205,8 +205,8 @@ class DistributedSafetyTests(td.DistributedBase):
         b = self.start_daemon(hosts, "B")
         holder = self.client(a, timeout=scaled(15.0))
         t_a = int(holder.request("LOCK cs").split()[2])
-        wait_ms = td.SESSION_MS + td.MARGIN_MS
-        waiter = self.client(b, timeout=scaled(wait_ms / 1000.0 + 10))
+        wait_ms = scaled_ms(td.SESSION_MS + td.MARGIN_MS)
+        waiter = self.client(b, timeout=wait_ms / 1000.0 + scaled(10))
         waiter.send("LOCK cs %d\n" % wait_ms)
         b.wait_queued(waiter, "cs")
         self.wait_node(hosts, "cs", b)
@@ -251,8 +251,8 @@ class DistributedSafetyTests(td.DistributedBase):
         b = self.start_daemon(hosts, "B")
         holder = self.client(a)
         t = int(holder.request("LOCK dk delay=2000").split()[2])
-        wait_ms = td.SESSION_MS + td.MARGIN_MS + 2000 + 10000
-        waiter = self.client(b, timeout=scaled(wait_ms / 1000.0 + 10))
+        wait_ms = scaled_ms(td.SESSION_MS + td.MARGIN_MS + 2000 + 10000)
+        waiter = self.client(b, timeout=wait_ms / 1000.0 + scaled(10))
         waiter.send("LOCK dk %d\n" % wait_ms)
         b.wait_queued(waiter, "dk")
         self.wait_node(hosts, "dk", b)
@@ -379,8 +379,8 @@ class DistributedSafetyTests(td.DistributedBase):
         self.addCleanup(lambda: run.poll() is not None or run.kill())
         self.assertEqual(run.stdout.readline(), b"ready\n")
         self.wait_node(hosts, "jr", a)
-        wait_ms = td.SESSION_MS + td.MARGIN_MS + 10000
-        waiter = self.client(b, timeout=scaled(wait_ms / 1000.0 + 10))
+        wait_ms = scaled_ms(td.SESSION_MS + td.MARGIN_MS + 10000)
+        waiter = self.client(b, timeout=wait_ms / 1000.0 + scaled(10))
         waiter.send("LOCK jr %d\n" % wait_ms)
         b.wait_queued(waiter, "jr")
         self.wait_node(hosts, "jr", b)
