@@ -450,12 +450,16 @@ class DistributedBase(unittest.TestCase):
                      "%s: STAT %s %s" % (d.name, name, value))
 
     def wait_node(self, hosts, name, daemon, count=1, timeout=None):
-        """Waits until <root>/locks/<name> holds `count` nodes of `daemon`."""
-        def check():
-            kids = lock_nodes(hosts, self.root).get(name, [])
+        """Waits until <root>/locks/<name> holds `count` nodes of `daemon`
+        (one ZooKeeper session and a watch on the name's children)."""
+        def check(kids):
             return len([k for k in kids if k.startswith(daemon.daemon_id + "-")]) == count
-        self.wait_zk(check, scaled(10.0) if timeout is None else timeout,
-                     "%d node(s) of %s for %s" % (count, daemon.name, name))
+        try:
+            zkharness.wait_children(hosts, "%s/locks/%s" % (self.root, name), check,
+                                    scaled(10.0) if timeout is None else timeout,
+                                    "%d node(s) of %s for %s" % (count, daemon.name, name))
+        except zkharness.ZkTimeout as e:
+            raise AssertionError(str(e))
 
     def wait_no_nodes(self, hosts, timeout=None, sessions=(), port=None):
         """Waits until no lock node is left under the root, and (with port)

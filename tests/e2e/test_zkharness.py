@@ -11,6 +11,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import unittest
 
@@ -127,6 +128,33 @@ class StandaloneTest(unittest.TestCase):
             self.assertIsNotNone(c.exists(node))
         finally:
             c.close()
+
+    def test_wait_children_wakes_on_watches(self):
+        zk = self.zk
+
+        def watches():          # data and child watches alike (wchs counts no child watch)
+            return zh.mntr(zk.port)["zk_watch_count"]
+
+        self.assertEqual(zh.wait_children(zk.connect_string, "/w", lambda k: k == [], 5), [])
+        got = []
+        t = threading.Thread(target=lambda: got.append(
+            zh.wait_children(zk.connect_string, "/w", lambda k: len(k) == 2, 30)))
+        t.start()
+        try:
+            with zh.ZkClient(zk.connect_string) as c:
+                # No /w yet: the waiter watches for its creation, then for
+                # its children, and reads again only when one fires.
+                zh.wait_for(lambda: watches() == 1, 10, what="the waiter's exists watch")
+                c.create("/w")
+                zh.wait_for(lambda: watches() == 1, 10, what="the waiter's children watch")
+                c.create("/w/a")
+                c.create("/w/b")
+        finally:
+            t.join(30)
+        self.assertEqual(got, [["a", "b"]])
+        self.assertEqual(zh.sessions(zk.port), set())      # its session is closed
+        with self.assertRaisesRegex(zh.ZkTimeout, r"children \['a', 'b'\]"):
+            zh.wait_children(zk.connect_string, "/w", lambda k: False, 0.5)
 
     def test_pause_resume(self):
         # a SIGSTOPped server accepts TCP (kernel backlog) but never answers
