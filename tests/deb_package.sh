@@ -12,11 +12,12 @@
 # Exit 77 (automake: SKIP) when LB_TEST_DEB=0, when dpkg-buildpackage, dh or
 # lintian is not installed (apt-get install debhelper lintian), or when the
 # source tree is not the top of a git work tree (a release tarball, and so
-# distcheck).
+# distcheck). With LB_REQUIRE=deb those are failures (tests/lb_skip.sh).
 # LB_KEEP_DEB=DIR keeps the built package in DIR.
 set -eu
 
-skip() { echo "deb_package.sh: $*; skipping" >&2; exit 77; }
+. "$(dirname "$0")/lb_skip.sh"
+skip() { lb_skip deb "$*"; }
 
 srcdir=${LB_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
 [ "${LB_TEST_DEB:-1}" != 0 ] || skip "LB_TEST_DEB=0"

@@ -7,13 +7,12 @@
 # whose ExecStart= runs the built one (env LOCKBROKERD) instead. Its
 # Documentation= man pages are looked up among the source tree's (LB_SRCDIR).
 # Run from the top build directory, as `make check` does.
-# Exit 77 (automake: SKIP) when systemd-analyze is not installed.
+# Exit 77 (automake: SKIP) when systemd-analyze is not installed (1 with
+# LB_REQUIRE=systemd: tests/lb_skip.sh).
 set -eu
+. "$(dirname "$0")/lb_skip.sh"
 
-if ! command -v systemd-analyze >/dev/null 2>&1; then
-    echo "systemd_verify.sh: systemd-analyze not found; skipping" >&2
-    exit 77
-fi
+command -v systemd-analyze >/dev/null 2>&1 || lb_skip systemd "systemd-analyze not found"
 
 unit=${LB_SYSTEMD_UNIT:-systemd/lockbrokerd.service}
 srcdir=${LB_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}

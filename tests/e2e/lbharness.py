@@ -9,6 +9,9 @@ Environment:
   LB_DAEMON_WRAPPER   a command prefix for the daemon, e.g. "valgrind --quiet
                       --error-exitcode=99"; split like a shell would
   LB_TIMEOUT_SCALE    multiplies every timeout (e.g. 10 under valgrind)
+  LB_REQUIRE          comma-separated keys of SKIP_KEYS (or "all", and "-key"
+                      to leave one out): a test that would be skipped for
+                      lack of what a listed key names fails instead (skip())
 
 Nothing here sleeps to synchronise: callers wait for a reply line, a log line
 (Daemon.wait_log) or end of file, each with a timeout that fails the test.
@@ -26,9 +29,11 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
+import unittest
 import weakref
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -39,6 +44,12 @@ TIMEOUT_SCALE = float(os.environ.get("LB_TIMEOUT_SCALE") or "1")
 def scaled(seconds):
     """seconds multiplied by LB_TIMEOUT_SCALE."""
     return seconds * TIMEOUT_SCALE
+
+
+def scaled_ms(ms):
+    """A daemon-side wait (a LOCK's wait-ms) multiplied by LB_TIMEOUT_SCALE,
+    as an int: what waits for the daemon to act stretches with it."""
+    return int(ms * TIMEOUT_SCALE)
 
 
 # Default for a reply line or a log line; start-up gets longer (valgrind).
@@ -100,6 +111,109 @@ def parse_hostport(text):
     if m:
         return m.group(1), int(m.group(2)), socket.AF_INET
     raise ValueError("not HOST:PORT: %r" % text)
+
+
+# ------------------------------------------------------------------ skips
+
+# What a test may be skipped for, by key. A skip is for a tool, a privilege
+# or a facility this machine lacks, never for something the daemon did.
+# LB_REQUIRE lists the keys that must not be skipped for (CI sets it: .ci/run);
+# tests/lb_skip.sh applies the same rule to the shell tests.
+SKIP_KEYS = {
+    "zk": "java and Debian's zookeeper package (a real ZooKeeper server)",
+    "root": "root and iproute2's ip (network namespaces)",
+    "ipv6": "an IPv6 loopback address (::1)",
+    "node": "node and npm (clients/node)",
+    "venv": "/usr/bin/python3 with python3-venv, python3-setuptools and python3-wheel",
+    "valgrind": "valgrind",
+    "systemd": "systemd-analyze",
+    "deb": "dpkg-buildpackage, dh and lintian, with the source tree the top of a git "
+           "work tree",
+    "clang": "clang with libFuzzer and the sanitizers (found by configure)",
+    "tools": "setsid(1), ss(8) and bash",
+    "nofile": "an open-file hard limit of 1100 or more",
+    "openssl": "the openssl command (test_tls.py makes its certificates with it)",
+}
+
+
+def _require_keys(text):
+    """The set of keys LB_REQUIRE=text requires; ValueError for a word that
+    is no key, so that a typo cannot quietly require nothing."""
+    want, drop = set(), set()
+    for word in (w.strip() for w in text.split(",")):
+        if not word:
+            continue
+        key = word[1:] if word.startswith("-") else word
+        if key != "all" and key not in SKIP_KEYS:
+            raise ValueError("LB_REQUIRE=%s: unknown key %r; the keys are all, %s"
+                             % (text, key, ", ".join(sorted(SKIP_KEYS))))
+        (drop if word.startswith("-") else want).update(
+            SKIP_KEYS if key == "all" else (key,))
+    return want - drop
+
+
+REQUIRED = _require_keys(os.environ.get("LB_REQUIRE") or "")
+
+
+def required(key):
+    """True when LB_REQUIRE makes a skip for key a failure."""
+    if key not in SKIP_KEYS:
+        raise ValueError("no skip key %r" % key)
+    return key in REQUIRED
+
+
+def _required_message(key, why):
+    return ("%s: not skipped but failed, as LB_REQUIRE=%s requires %s"
+            % (why, os.environ.get("LB_REQUIRE"), SKIP_KEYS[key]))
+
+
+def skip(key, why):
+    """Skips the running test (unittest.SkipTest, as TestCase.skipTest) for
+    lack of what key names, or fails it when LB_REQUIRE requires key.
+    Works in setUp, setUpClass and setUpModule too."""
+    if required(key):
+        raise AssertionError(_required_message(key, why))
+    raise unittest.SkipTest("%s [%s]" % (why, key))
+
+
+def skip_unless(condition, key, why):
+    """Decorator of a test method or class: as unittest.skipUnless, but the
+    test fails instead when LB_REQUIRE requires key. Of a class, it is its
+    setUpClass that fails, and so that of every subclass that does not
+    define its own: their tests do not run."""
+    if condition:
+        return lambda obj: obj
+    if not required(key):
+        return unittest.skip("%s [%s]" % (why, key))
+
+    def fail(*args):
+        raise AssertionError(_required_message(key, why))
+
+    def decorate(obj):
+        if not isinstance(obj, type):
+            return fail
+        obj.setUpClass = classmethod(fail)
+        return obj
+    return decorate
+
+
+def not_tested(key, what):
+    """For a test that goes on without a part it cannot run here (the part
+    is not a test of its own): says so on stderr, or fails when LB_REQUIRE
+    requires key."""
+    if required(key):
+        raise AssertionError(_required_message(key, what + " cannot run"))
+    sys.stderr.write("[not tested here: %s, for lack of %s] " % (what, SKIP_KEYS[key]))
+
+
+def skip_file(prog, key, why):
+    """For a test file that cannot run at all: exits 77 (automake: SKIP), or
+    1 (FAIL) when LB_REQUIRE requires key."""
+    if required(key):
+        sys.stderr.write("%s: %s\n" % (prog, _required_message(key, why)))
+        sys.exit(1)
+    sys.stderr.write("%s: %s; skipping\n" % (prog, why))
+    sys.exit(77)
 
 
 # ------------------------------------------------------------------ cleanup

@@ -1085,7 +1085,7 @@ while True:
         self.assertEqual(p.err, "")
 
 
-@unittest.skipUnless(shutil.which("setsid"), "needs setsid(1) from util-linux")
+@lbharness.skip_unless(shutil.which("setsid"), "tools", "needs setsid(1) from util-linux")
 class TerminalTests(DaemonCase):
     """As a terminal's foreground job, lockbroker hands the terminal to the command."""
 
@@ -1778,7 +1778,7 @@ class AddressTests(DaemonCase):
         if p.rc != 0:       # nobody on 7411 here: the address it tried says the port
             self.assertRegex(p.err, r"localhost:7411")
 
-    @unittest.skipUnless(can_bind("::1"), "no IPv6 loopback")
+    @lbharness.skip_unless(can_bind("::1"), "ipv6", "no IPv6 loopback")
     def test_ipv6(self):
         d = Daemon(listen="[::1]:0", name="lockbrokerd-cli-ipv6").start()
         self.addCleanup(d.kill)
@@ -2714,7 +2714,7 @@ exit "$status"
 """
 
 
-@unittest.skipUnless(shutil.which("bash") and os.path.exists(README), "needs bash and README.md")
+@lbharness.skip_unless(shutil.which("bash"), "tools", "needs bash")
 class ReadmeBashTests(Case):
     """The README's bash /dev/tcp example, run as it is printed (but for the
     port) against the daemon and against a scripted broker."""
@@ -2798,7 +2798,7 @@ def zookeeper_available():
     return shutil.which(zkharness.JAVA) is not None
 
 
-@unittest.skipUnless(zookeeper_available(), "needs java and Debian's zookeeper package")
+@lbharness.skip_unless(zookeeper_available(), "zk", "needs java and Debian's zookeeper package")
 class ZkCase(Case):
     """A daemon in distributed mode on a ZooKeeper server of its own."""
 

@@ -17,6 +17,7 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import lbharness  # noqa: E402
 from lbharness import Daemon, make_tmpdir, scaled  # noqa: E402
 import lbnames  # noqa: E402
 from lbpki import Pki, TLS_LISTEN_RE, have_openssl, tls_section  # noqa: E402
@@ -83,7 +84,7 @@ def node_env(extra):
     return dict(os.environ, NODE_PATH=mods, **extra)
 
 
-@unittest.skipUnless(NODE, "node is not installed")
+@lbharness.skip_unless(NODE, "node", "node is not installed")
 class NodeClientTests(unittest.TestCase):
 
     def start(self, config):
@@ -109,6 +110,8 @@ class NodeClientTests(unittest.TestCase):
                        LB_TLS_FORGED_CERT=p.forged[0], LB_TLS_FORGED_KEY=p.forged[1])
             t, env["LB_TLS_ADDR"] = self.start_tls("[server]\n" + tls_config(p))
             env["LB_TLS_PLAIN_ADDR"] = t.listen_addr
+        else:
+            lbharness.not_tested("openssl", "the library's TLS tests")
         j = self.start("[server]\ntcp_user_timeout_ms = 1500\n")
         env.update(LB_JEOPARDY_ADDR=j.listen_addr, LB_JEOPARDY_PID=str(j.pid))
         users = os.path.join(make_tmpdir(), "users")
@@ -134,6 +137,8 @@ class NodeClientTests(unittest.TestCase):
                 self.addCleanup(zt.kill)
                 zt.wait_log(td.SESSION_RE, scaled(15.0))
                 env["LB_TLS_DIST_ADDR"] = zt.wait_log(TLS_LISTEN_RE).group(1)
+        else:
+            lbharness.not_tested("zk", "the library's distributed-mode tests")
         tests = os.path.join(PKG, "test")
         self.assertEqual(sorted(f for f in os.listdir(tests) if f.endswith(".js")),
                          sorted(SUITES))
@@ -161,7 +166,7 @@ class NodeClientTests(unittest.TestCase):
                     # The TLS example: run where README.md's files are, as
                     # deploy (CN) with deploy's patterns, against a TLS listener.
                     if not have_openssl():
-                        self.skipTest("the openssl command is not installed")
+                        lbharness.skip("openssl", "the openssl command is not installed")
                     p = make_pki()
                     users = os.path.join(make_tmpdir(), "users")
                     with open(users, "w") as f:
@@ -220,7 +225,7 @@ class NodeClientTests(unittest.TestCase):
         checkout's path, in a project outside the checkout."""
         npm = shutil.which("npm")
         if not npm:
-            self.skipTest("npm is not installed")
+            lbharness.skip("node", "npm is not installed")
         with open(os.path.join(PKG, "README.md")) as f:
             m = re.search(r"```sh\n(npm install .*?)\n```", f.read(), re.S)
         self.assertIsNotNone(m, "no npm install in the README")
@@ -248,7 +253,7 @@ class NodeClientTests(unittest.TestCase):
     def test_npm_pack(self):
         npm = shutil.which("npm")
         if not npm:
-            self.skipTest("npm is not installed")
+            lbharness.skip("node", "npm is not installed")
         tmp = os.path.join(make_tmpdir(), "node")
         shutil.copytree(PKG, tmp)
         r = subprocess.run([npm, "pack", "--dry-run", "--json"], cwd=tmp, capture_output=True,

@@ -27,6 +27,7 @@ sys.path.insert(0, os.path.join(os.environ.get("LB_SRCDIR") or os.path.join(HERE
                                 "clients", "python"))
 import lockbroker  # noqa: E402
 import lockbroker.aio  # noqa: E402
+import lbharness  # noqa: E402
 from lbharness import Daemon, make_tmpdir, scaled  # noqa: E402
 import lbnames  # noqa: E402
 from lbpki import Pki, TLS_LISTEN_RE, have_openssl, tls_section  # noqa: E402
@@ -402,7 +403,7 @@ class EmbeddedTests(unittest.TestCase):
         asyncio.run(main())
 
 
-@unittest.skipUnless(have_openssl(), "the openssl command is not installed")
+@lbharness.skip_unless(have_openssl(), "openssl", "the openssl command is not installed")
 class TlsTests(unittest.TestCase):
     """The library through the daemon's TLS listener ([tls]): every
     connection it opens (queries, holds, leases) is TLS."""
@@ -515,7 +516,7 @@ class TlsTests(unittest.TestCase):
         asyncio.run(main())
 
 
-@unittest.skipUnless(have_openssl(), "the openssl command is not installed")
+@lbharness.skip_unless(have_openssl(), "openssl", "the openssl command is not installed")
 class TlsCertificateLoginTests(unittest.TestCase):
     """client_certs = required with a users file: alice's certificate logs
     in as alice (pattern app-*) with no AUTH; the refusals are clear."""
@@ -629,7 +630,7 @@ class PackagingTests(unittest.TestCase):
                     # The TLS example: run where README.md's files are, as
                     # deploy (CN) with deploy's patterns, against a TLS listener.
                     if not have_openssl():
-                        self.skipTest("the openssl command is not installed")
+                        lbharness.skip("openssl", "the openssl command is not installed")
                     users = os.path.join(make_tmpdir(), "users")
                     with open(users, "w") as f:
                         f.write("deploy:%s:deploy-*,release-*\n" % test_auth.HASHES["bob"])
@@ -657,8 +658,8 @@ class PackagingTests(unittest.TestCase):
         probe = subprocess.run(["/usr/bin/python3", "-c", "import venv, setuptools, wheel"],
                                capture_output=True) if os.path.exists("/usr/bin/python3") else None
         if probe is None or probe.returncode != 0:
-            self.skipTest("needs /usr/bin/python3 with python3-venv, python3-setuptools and "
-                          "python3-wheel")
+            lbharness.skip("venv", "needs /usr/bin/python3 with python3-venv, python3-setuptools "
+                           "and python3-wheel")
         tmp = make_tmpdir()
         checkout = os.path.join(tmp, "lockbroker")
         # A copy: the source tree may be read-only (distcheck).
@@ -787,7 +788,7 @@ class DistributedTests(td.DistributedBase):
     def test_tls_across_daemons(self):
         """A TLS client of daemon A and a plain one of daemon B share the locks."""
         if not have_openssl():
-            self.skipTest("the openssl command is not installed")
+            lbharness.skip("openssl", "the openssl command is not installed")
         hosts = self.zk.connect_string
         a = self.start_daemon(hosts, "A", extra=tls_config())
         b = self.start_daemon(hosts, "B")

@@ -23,6 +23,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import lbharness  # noqa: E402
 from lbharness import Daemon, TIMEOUT, read_stats, scaled, stats  # noqa: E402
 import zkharness  # noqa: E402
 from zkharness import ZkServer  # noqa: E402
@@ -578,7 +579,7 @@ def zk_available():
 class DistributedTest(unittest.TestCase):
     def setUp(self):
         if not zk_available():
-            self.skipTest("ZooKeeper (java + Debian's zookeeper jars) not installed")
+            lbharness.skip("zk", "ZooKeeper (java + Debian's zookeeper jars) not installed")
         self.zk = ZkServer(tick_ms=500, name="zk-metrics",
                            base_dir=tempfile.mkdtemp(prefix="lbmetrics-zk-"))
         self.addCleanup(self._stop_zk)

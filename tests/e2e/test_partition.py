@@ -67,6 +67,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import lbharness  # noqa: E402
 from lbharness import Daemon, scaled  # noqa: E402
 import netcut  # noqa: E402
 import zkharness  # noqa: E402
@@ -321,7 +322,7 @@ class PartitionBase(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         if not zk_available():
-            raise unittest.SkipTest("ZooKeeper (java + Debian's zookeeper jars) not installed")
+            lbharness.skip("zk", "ZooKeeper (java + Debian's zookeeper jars) not installed")
 
     def setUp(self):
         self._failed = False
@@ -911,6 +912,5 @@ class RunPartitionTest(PartitionBase):
 
 if __name__ == "__main__":
     if not zk_available():
-        sys.stderr.write("test_partition.py: ZooKeeper not installed; skipping\n")
-        sys.exit(77)
+        lbharness.skip_file("test_partition.py", "zk", "ZooKeeper not installed")
     unittest.main(verbosity=2)

@@ -22,7 +22,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lbharness import Daemon, scaled, stats  # noqa: E402
+from lbharness import Daemon, scaled, scaled_ms, stats  # noqa: E402
 import test_distributed as td  # noqa: E402
 
 TOKEN = r"(\d+)"
@@ -161,12 +161,18 @@ class DefaultDelayTests(unittest.TestCase):
     def test_server_default_applies_without_delay_option(self):
         with Daemon(config="[server]\nlock_delay_ms = 60000\n") as d:
             a, b = d.client(), d.client()
-            a.request("LOCK x")
-            a.request("LOCK y delay=0")
+            a.send("LOCK x\n")
+            t_x = int(a.expect_match(r"OK x %s" % TOKEN).group(1))
+            # delay=0 asks for no lock-delay: y is free once a is gone.
+            a.send("LOCK y delay=0\n")
+            t_y = int(a.expect_match(r"OK y %s" % TOKEN).group(1))
             a.close()
-            d.wait_log(r"lock x: \S+ ended without a release")
+            d.wait_log(r"lock x: \S+ ended without a release \(token %d\)" % t_x)
             self.assertEqual(b.request("TRYLOCK x"), "BUSY x")
-            self.assertRegex(b.request("TRYLOCK y"), r"^OK y \d+$")
+            m = re.match(r"^OK y %s$" % TOKEN, b.request("TRYLOCK y"))
+            self.assertIsNotNone(m, "y kept for a lock-delay although it asked delay=0")
+            self.assertGreater(int(m.group(1)), t_y)
+            self.assertEqual(stats(d)["lock_delays"], "1")     # x's only
             b.close()
 
 
@@ -199,8 +205,8 @@ class DistributedSafetyTests(td.DistributedBase):
         b = self.start_daemon(hosts, "B")
         holder = self.client(a, timeout=scaled(15.0))
         t_a = int(holder.request("LOCK cs").split()[2])
-        wait_ms = td.SESSION_MS + td.MARGIN_MS
-        waiter = self.client(b, timeout=scaled(wait_ms / 1000.0 + 10))
+        wait_ms = scaled_ms(td.SESSION_MS + td.MARGIN_MS)
+        waiter = self.client(b, timeout=wait_ms / 1000.0 + scaled(10))
         waiter.send("LOCK cs %d\n" % wait_ms)
         b.wait_queued(waiter, "cs")
         self.wait_node(hosts, "cs", b)
@@ -245,8 +251,8 @@ class DistributedSafetyTests(td.DistributedBase):
         b = self.start_daemon(hosts, "B")
         holder = self.client(a)
         t = int(holder.request("LOCK dk delay=2000").split()[2])
-        wait_ms = td.SESSION_MS + td.MARGIN_MS + 2000 + 10000
-        waiter = self.client(b, timeout=scaled(wait_ms / 1000.0 + 10))
+        wait_ms = scaled_ms(td.SESSION_MS + td.MARGIN_MS + 2000 + 10000)
+        waiter = self.client(b, timeout=wait_ms / 1000.0 + scaled(10))
         waiter.send("LOCK dk %d\n" % wait_ms)
         b.wait_queued(waiter, "dk")
         self.wait_node(hosts, "dk", b)
@@ -373,8 +379,8 @@ class DistributedSafetyTests(td.DistributedBase):
         self.addCleanup(lambda: run.poll() is not None or run.kill())
         self.assertEqual(run.stdout.readline(), b"ready\n")
         self.wait_node(hosts, "jr", a)
-        wait_ms = td.SESSION_MS + td.MARGIN_MS + 10000
-        waiter = self.client(b, timeout=scaled(wait_ms / 1000.0 + 10))
+        wait_ms = scaled_ms(td.SESSION_MS + td.MARGIN_MS + 10000)
+        waiter = self.client(b, timeout=wait_ms / 1000.0 + scaled(10))
         waiter.send("LOCK jr %d\n" % wait_ms)
         b.wait_queued(waiter, "jr")
         self.wait_node(hosts, "jr", b)

@@ -3,14 +3,13 @@
 # end-to-end suites with the daemon under valgrind: a leak (definite), an
 # invalid access or an uninitialised read makes the daemon exit 99, and the
 # harness fails every test whose daemon does not exit 0.
-# Exit 77 (automake: SKIP) when valgrind is not installed.
+# Exit 77 (automake: SKIP) when valgrind is not installed (1 with
+# LB_REQUIRE=valgrind: tests/lb_skip.sh).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../lb_skip.sh"
 
-if ! command -v valgrind >/dev/null 2>&1; then
-    echo "valgrind_embedded.sh: valgrind not found; skipping" >&2
-    exit 77
-fi
+command -v valgrind >/dev/null 2>&1 || lb_skip valgrind "valgrind not found"
 
 LB_DAEMON_WRAPPER="valgrind --quiet --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --show-leak-kinds=definite"
 # Everything runs ~20-50x slower under valgrind: stretch every timeout.

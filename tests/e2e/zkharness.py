@@ -17,7 +17,9 @@ fourlw()            send a four-letter word, return the text answer
 srvr(), mntr(), zxid(), mode(), sessions(), ephemerals()  parsed 4lw answers
 ZkClient            a tiny synchronous ZooKeeper wire-protocol client
                     (create/delete/exists/get_data/get_children[2]/sync,
-                    reconnect to the same session)
+                    watches and wait_event(), reconnect to the same session)
+wait_children()     wait until a node's children satisfy a predicate, on one
+                    session, woken by a watch rather than polling
 ls_recursive()      every znode under a path (Python client, fast)
 ls_recursive_cli()  the same through org.apache.zookeeper.ZooKeeperMain
 
@@ -67,6 +69,7 @@ import collections
 import os
 import random
 import re
+import select
 import shutil
 import signal
 import socket
@@ -87,6 +90,7 @@ __all__ = [
     "parse_cons", "cons", "sessions", "session_count",
     "parse_dump", "ephemerals",
     "ls_recursive", "ls_recursive_cli", "zk_cli", "cleanup_all", "keep_logs",
+    "wait_children", "WatchedEvent",
     "digest_id", "OPEN_ACL_UNSAFE",
 ]
 
@@ -899,8 +903,10 @@ class ZkServer:
         return p.wait()
 
     def pause(self):
-        """SIGSTOP the JVM (clients see a hung server, sessions stay)."""
+        """SIGSTOP the JVM (clients see a hung server, sessions stay).
+        Returns once it is stopped: kill() only sends the signal."""
         os.kill(self.proc.pid, signal.SIGSTOP)
+        os.waitid(os.P_PID, self.proc.pid, os.WSTOPPED)
 
     def resume(self):
         """SIGCONT the JVM."""
@@ -1260,7 +1266,7 @@ def register_cleanup(testcase, thing, grace=5.0):
 
 
 # --------------------------------------------------------------------------
-# a tiny synchronous ZooKeeper client (jute wire protocol, no watches)
+# a tiny synchronous ZooKeeper client (jute wire protocol)
 
 # opcodes
 OP_CREATE, OP_DELETE, OP_EXISTS, OP_GETDATA = 1, 2, 3, 4
@@ -1268,6 +1274,9 @@ OP_SYNC, OP_GETCHILDREN, OP_PING, OP_GETCHILDREN2 = 9, 8, 11, 12
 OP_CREATECONTAINER, OP_CLOSE = 19, -11
 OP_SETDATA, OP_GETACL, OP_SETAUTH = 5, 6, 100
 AUTH_XID = -4
+WATCH_XID, PING_XID = -1, -2
+# watch event types (WatchedEvent.type)
+EVENT_CREATED, EVENT_DELETED, EVENT_DATA_CHANGED, EVENT_CHILDREN_CHANGED = 1, 2, 3, 4
 # permission bits of an ACL entry
 PERM_READ, PERM_WRITE, PERM_CREATE, PERM_DELETE, PERM_ADMIN, PERM_ALL = 1, 2, 4, 8, 16, 31
 # create flags
@@ -1278,6 +1287,8 @@ Stat = collections.namedtuple("Stat", [
     "czxid", "mzxid", "ctime", "mtime", "version", "cversion", "aversion",
     "ephemeralOwner", "dataLength", "numChildren", "pzxid"])
 _STAT = struct.Struct(">qqqqiiiqiiq")
+# A watch that fired: type EVENT_*, the session's state, the node's path.
+WatchedEvent = collections.namedtuple("WatchedEvent", ["type", "state", "path"])
 OPEN_ACL_UNSAFE = [(PERM_ALL, "world", "anyone")]
 
 
@@ -1351,9 +1362,11 @@ class ZkClient:
     """Minimal synchronous ZooKeeper client for test assertions.
 
     Creates a real session (it shows in `cons`, so do not keep one open
-    while counting a daemon's sessions). No watches, no reconnect. Use as a
+    while counting a daemon's sessions). No automatic reconnect. Use as a
     context manager; close() ends the session at once. Call ping() (or
-    start_keepalive()) if you hold it open longer than the session timeout/3.
+    start_keepalive()) if you hold it open longer than the session timeout/3;
+    wait_event() pings by itself while it waits. exists() and
+    get_children() take watch=True; wait_event() returns what fired.
 
         with ZkClient(zk.connect_string) as c:
             c.get_children('/')          # ['zookeeper']
@@ -1371,6 +1384,7 @@ class ZkClient:
         self.negotiated_timeout_ms = None
         self._xid = 0
         self._lock = threading.Lock()
+        self._events = collections.deque()     # WatchedEvents not yet taken
         self._ka_stop = None
         self._open()
 
@@ -1441,6 +1455,17 @@ class ZkClient:
         n = struct.unpack(">i", self._recvn(4))[0]
         return self._recvn(n)
 
+    def _next_frame(self):
+        """Reads one reply frame: (xid, err, reader past the header). A
+        watch event is queued for wait_event() on the way."""
+        r = _Reader(self._recv())
+        rxid, zxid_, err = r.int(), r.long(), r.int()
+        if zxid_ > 0:
+            self.last_zxid = max(self.last_zxid, zxid_)
+        if rxid == WATCH_XID:
+            self._events.append(WatchedEvent(r.int(), r.int(), r.str()))
+        return rxid, err, r
+
     def _call(self, op, body, path=None, xid=None):
         with self._lock:
             if self.sock is None:
@@ -1450,11 +1475,8 @@ class ZkClient:
                 xid = self._xid
             self._send(struct.pack(">ii", xid, op) + body)
             while True:
-                r = _Reader(self._recv())
-                rxid, zxid_, err = r.int(), r.long(), r.int()
-                if zxid_ > 0:
-                    self.last_zxid = max(self.last_zxid, zxid_)
-                if rxid in (-1, -2):        # watch event / ping reply
+                rxid, err, r = self._next_frame()
+                if rxid in (WATCH_XID, PING_XID):
                     continue
                 if rxid != xid:
                     raise ZkError("unexpected xid %d (want %d)" % (rxid, xid))
@@ -1462,9 +1484,10 @@ class ZkClient:
                     raise _api_error(err, path)
                 return r
 
-    def get_children(self, path):
-        """Sorted child names; raises ZkNoNode."""
-        r = self._call(OP_GETCHILDREN, _s(path) + b"\0", path)
+    def get_children(self, path, watch=False):
+        """Sorted child names; raises ZkNoNode. watch: the next change of
+        the children (or the node's deletion) is an event for wait_event()."""
+        r = self._call(OP_GETCHILDREN, _s(path) + (b"\1" if watch else b"\0"), path)
         return sorted(r.str() for _ in range(r.int()))
 
     def get_children2(self, path):
@@ -1479,10 +1502,11 @@ class ZkClient:
         a follower see every write committed before this call)."""
         self._call(OP_SYNC, _s(path), path)
 
-    def exists(self, path):
-        """Stat or None."""
+    def exists(self, path, watch=False):
+        """Stat or None. watch: the node's creation, deletion or a change of
+        its data is an event for wait_event()."""
         try:
-            return self._call(OP_EXISTS, _s(path) + b"\0", path).stat()
+            return self._call(OP_EXISTS, _s(path) + (b"\1" if watch else b"\0"), path).stat()
         except ZkNoNode:
             return None
 
@@ -1523,11 +1547,28 @@ class ZkClient:
 
     def ping(self):
         with self._lock:
-            self._send(struct.pack(">ii", -2, OP_PING))
-            while True:
-                r = _Reader(self._recv())
-                if r.int() == -2:
-                    return
+            self._send(struct.pack(">ii", PING_XID, OP_PING))
+            while self._next_frame()[0] != PING_XID:
+                pass
+
+    def wait_event(self, timeout):
+        """The next WatchedEvent of a watch this client set, waiting at most
+        timeout seconds (None then). Pings while it waits, so that a long
+        wait does not end the session."""
+        deadline = time.monotonic() + timeout
+        every = self.negotiated_timeout_ms / 3000.0
+        with self._lock:
+            while not self._events:
+                if self.sock is None:
+                    raise ZkConnectionLoss(-4, "closed")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                if select.select([self.sock], [], [], min(left, every))[0]:
+                    self._next_frame()
+                else:
+                    self._send(struct.pack(">ii", PING_XID, OP_PING))
+            return self._events.popleft()
 
     def start_keepalive(self):
         """Ping every timeout/3 from a daemon thread until close()."""
@@ -1542,13 +1583,19 @@ class ZkClient:
         threading.Thread(target=loop, daemon=True).start()
 
     def close(self):
-        """Close the session (its ephemerals go away now) and the socket."""
+        """Close the session (its ephemerals go away now) and the socket.
+        Returns once the server has closed its end too: from then on `cons`
+        and sessions() no longer list the session (the server answers the
+        close before it drops the connection)."""
         if self._ka_stop:
             self._ka_stop.set()
         if self.sock is None:
             return
         try:
             self._call(OP_CLOSE, b"")
+            self.sock.settimeout(self.connect_timeout)
+            while self.sock.recv(4096):
+                pass
         except (OSError, ZkError, struct.error):
             pass
         try:
@@ -1571,6 +1618,48 @@ class ZkClient:
     def __exit__(self, *a):
         self.close()
         return False
+
+
+def wait_children(hosts, path, predicate, timeout, what=None):
+    """Waits until predicate(sorted child names of path) is true, [] standing
+    for a path that does not exist; returns those children. One session,
+    synced first (so nothing committed before the call is missed), and a
+    watch: the children are read again only when it fires. A lost
+    connection opens a new session. Raises ZkTimeout after timeout seconds,
+    with the last children read."""
+    deadline = time.monotonic() + timeout
+    kids, last_exc, c = None, None, None
+    try:
+        while True:
+            try:
+                if c is None:
+                    c = ZkClient(hosts)
+                    c.sync("/")
+                try:
+                    kids = c.get_children(path, watch=True)
+                except ZkNoNode:
+                    # Watch for its creation; read again if it came meanwhile.
+                    if c.exists(path, watch=True) is not None:
+                        continue
+                    kids = []
+                if predicate(kids):
+                    return kids
+                left = deadline - time.monotonic()
+                if left > 0:
+                    c.wait_event(left)
+            except (OSError, ZkConnectionLoss, struct.error) as e:
+                last_exc = e
+                if c is not None:
+                    c.drop()
+                    c = None
+                time.sleep(0.05)          # before a new session: no busy loop
+            if time.monotonic() >= deadline:
+                raise ZkTimeout("timed out after %.1fs waiting for %s; children %r%s" % (
+                    timeout, what or "the children of %s" % path, kids,
+                    " (last error: %r)" % (last_exc,) if last_exc else ""))
+    finally:
+        if c is not None:
+            c.close()
 
 
 def ls_recursive(hosts, path="/"):

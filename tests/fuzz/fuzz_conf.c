@@ -22,7 +22,35 @@
 
 #define SOURCE "fuzz.conf"
 
-/* Every stored value, written as the file would, is accepted again. */
+/* Whether field f of a row of that type holds the same value in a and b. */
+static int same_value(enum setting_type type, const void *a, const void *b)
+{
+    const char *sa, *sb;
+
+    switch (type) {
+    case SETTING_UINT:
+    case SETTING_MODE:
+    case SETTING_BOOL:
+        return *(const unsigned *)a == *(const unsigned *)b;
+    case SETTING_LOG_LEVEL:
+        return *(const enum log_level *)a == *(const enum log_level *)b;
+    case SETTING_CLIENT_CERTS:
+        return *(const enum tls_client_certs *)a == *(const enum tls_client_certs *)b;
+    case SETTING_LISTEN:
+    case SETTING_PATH:
+    case SETTING_ZK_HOSTS:
+    case SETTING_ZK_ROOT:
+    case SETTING_GROUP:
+    case SETTING_GLOBS:
+        sa = *(char *const *)a;
+        sb = *(char *const *)b;
+        return sa == sb || (sa && sb && strcmp(sa, sb) == 0);
+    }
+    return 0;
+}
+
+/* Every stored value, written as the file would, is accepted again and
+ * read back as the same value. */
 static void check_values(const struct settings *s)
 {
     const struct setting *r;
@@ -59,6 +87,7 @@ static void check_values(const struct settings *s)
         case SETTING_PATH:
         case SETTING_ZK_HOSTS:
         case SETTING_GROUP:
+        case SETTING_GLOBS:         /* NULL for no nonfair names */
             v = *(char *const *)f ? *(char *const *)f : "";
             CHECK(!*(char *const *)f || **(char *const *)f);  /* none is NULL, not "" */
             break;
@@ -66,6 +95,11 @@ static void check_values(const struct settings *s)
         if (settings_set(&again, r->section, r->key, v, err, sizeof(err)) != 0) {
             fprintf(stderr, "[%s] %s = '%s' was loaded but is refused: %s\n", r->section,
                     r->key, v, err);
+            CHECK(0);
+        }
+        if (!same_value(r->type, f, (const char *)&again + r->offset)) {
+            fprintf(stderr, "[%s] %s = '%s' is read back as another value\n", r->section,
+                    r->key, v);
             CHECK(0);
         }
     }

@@ -6,15 +6,16 @@
 # run to run and a crash is written to OUT/; without, they go to a temporary
 # directory and a crash to tests/fuzz/ of the build tree. docs/FUZZING.md.
 # Exit status: 0 nothing found, 1 a crash or a failed check (the input is
-# named in the output), 77 (skip) when configure found no clang with libFuzzer.
+# named in the output), 77 (skip) when configure found no clang with libFuzzer
+# (1 with LB_REQUIRE=clang: tests/lb_skip.sh).
 set -u
 name=$1 secs=${2:-5} out=${3:-}
 srcdir=${LB_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 bin=tests/fuzz/fuzz_$name
+. "$(dirname "$0")/../lb_skip.sh"
 
 if [ "${LB_FUZZ_CC:-}" != yes ]; then
-    echo "SKIP: configure found no clang with libFuzzer (install clang; docs/FUZZING.md)"
-    exit 77
+    lb_skip clang "configure found no clang with libFuzzer (install clang; docs/FUZZING.md)"
 fi
 if [ ! -x "$bin" ]; then
     echo "$bin: not built" >&2
