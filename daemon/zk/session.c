@@ -254,6 +254,13 @@ void zk_session_confirmed(struct zk *zk)
 {
     int64_t at = lost_deadline_ms(zk);
 
+    /* Serving again: /healthz answers 200 from now (tests wait for this line). */
+    if (zk->presumed_lost && at && locks_mono_ms() < at) {
+        zk->presumed_lost = false;
+        log_info("zk: session 0x%llx confirmed through the ZooKeeper leader again",
+                 (unsigned long long)zk->session_id);
+    }
+
     if (at)
         arm_lost(zk, at);
     else
@@ -270,6 +277,7 @@ void zk_session_confirmed(struct zk *zk)
 static void presume_lost(struct zk *zk, int64_t now)
 {
     zk->lost_told_ms = now;
+    zk->presumed_lost = true;
     TELL(zk, lost, "zk-disconnected");
     TELL(zk, stale_reads);
     if (zk->zh && zk->state == ZK_CONNECTED && !zk->barrier &&

@@ -80,6 +80,8 @@ struct zk {
                                         * expire before this + its timeout. 0: no session */
     int64_t lost_told_ms;              /* when holds were last presumed lost (the lost timer
                                         * or zk_session_check_stall), 0: never */
+    bool presumed_lost;                /* holds were presumed lost and c has not moved
+                                        * past the lost deadline since (logged when it does) */
     uint64_t probe_rounds, probe_confirms; /* for STATS: rounds sent, and rounds that moved c */
     int negotiated_ms;
     int64_t session_id;
