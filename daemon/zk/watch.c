@@ -253,6 +253,23 @@ static void watches_serving(void *arg)
             zw_read(w);
 }
 
+/*
+ * Holds are presumed lost (the session is not confirmed through a leader
+ * for 2/3 of its timeout, or it ended): what this daemon last read of a
+ * name is not known to be true any more, so every watcher is told
+ * `unavailable` (PROTOCOL.md, WATCH). The reads when it serves again
+ * (watches_serving) tell the state as it is then.
+ */
+static void watches_lost(void *arg, const char *reason)
+{
+    struct zk *zk = arg;
+    struct backend_watch *w;
+
+    TAILQ_FOREACH(w, &zk->watches->all, link)
+        if (w->cb)
+            zw_report(w, false);
+}
+
 /* The handle was closed: its watchers cannot run any more. */
 static void watches_closed(void *arg, bool session_gone)
 {
@@ -273,7 +290,7 @@ static void watches_closed(void *arg, bool session_gone)
 int zk_watch_init(struct zk *zk)
 {
     static const struct zk_listener listener = {
-        .serving = watches_serving, .closed = watches_closed,
+        .serving = watches_serving, .lost = watches_lost, .closed = watches_closed,
     };
 
     if (!(zk->watches = calloc(1, sizeof(*zk->watches))))

@@ -1784,15 +1784,12 @@ class LeasesTest(DistributedBase):
         self.wait_no_nodes(hosts)
 
 
+@dump_on_failure
 class WatchOutageTest(DistributedBase):
-    """Not under dump_on_failure: its test is expected to fail for now."""
-
-    # The daemon does not tell a watcher that ZooKeeper went away: watch.c
-    # ignores session events and reports only a failed read or a closed
-    # handle, so the watcher keeps its last state for the whole outage.
-    # PROTOCOL.md, WATCH, says `unavailable` ("the daemon cannot reach
-    # ZooKeeper, so the state is not known"). Remove the marker with the fix.
-    @unittest.expectedFailure
+    # A watcher already watching is told `unavailable` once the daemon
+    # presumes its holds lost (PROTOCOL.md, WATCH), and the state again when
+    # ZooKeeper is back. (It was not told at all until zk/watch.c listened
+    # for that: found by the item-13 audit.)
     def test_a_watcher_is_told_when_zookeeper_goes_away(self):
         a = self.start_daemon(self.zk.connect_string, "A")
         w = self.client(a, timeout=scaled(30.0))
