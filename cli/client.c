@@ -4,6 +4,7 @@
 #include "config.h"
 
 #include "client.h"
+#include "tls.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -249,11 +250,98 @@ static int client_login(struct client *c, const struct client_addr *a, int64_t d
     return strncmp(line, "ERR ", 4) == 0 ? client_err_exit(line) : CLI_EXIT_PROTOCOL;
 }
 
+/* Waits until fd is ready for events or deadline_ms. Returns as poll(), EINTR as 1. */
+static int wait_fd(int fd, short events, int64_t deadline_ms)
+{
+    struct pollfd p = { .fd = fd, .events = events };
+    int n = poll(&p, 1, poll_timeout(deadline_ms));
+
+    return n < 0 && errno == EINTR ? 1 : n;
+}
+
+/*
+ * Under TLS 1.3 a broker that asked for a client certificate says whether
+ * it takes this one (or none) only after the handshake: PING, whose PONG
+ * means yes, brings a refusal here rather than to the subcommand's first
+ * read. Returns as client_connect().
+ */
+static int client_tls_verdict(struct client *c, const struct client_addr *a,
+                              int64_t deadline_ms, char *err, size_t errlen)
+{
+    char line[PROTO_REPLY_MAX], why[CLIENT_ERR_MAX];
+    enum client_status st = client_send(c, "PING\n", 5, deadline_ms, why, sizeof(why));
+
+    /* A send the broker's close cut short still leaves its alert to read. */
+    if (st == CLIENT_OK || st == CLIENT_CLOSED)
+        st = client_read_line(c, line, sizeof(line), deadline_ms, why, sizeof(why));
+    switch (st) {
+    case CLIENT_OK:
+        if (strcmp(line, "PONG") == 0)
+            return 0;
+        snprintf(err, errlen, "%s: unexpected reply to PING: %s", a->spec, line);
+        return CLI_EXIT_PROTOCOL;
+    case CLIENT_CLOSED:
+        snprintf(err, errlen, "%s closed the connection after the TLS handshake: it refused "
+                 "this client (its log says why)", a->spec);
+        return CLI_EXIT_UNAVAILABLE;
+    case CLIENT_TIMEOUT:
+        snprintf(err, errlen, "%s: no answer to PING after the TLS handshake in time", a->spec);
+        return CLI_EXIT_UNAVAILABLE;
+    default:
+        snprintf(err, errlen, "%s: %s", a->spec, why);
+        return CLI_EXIT_UNAVAILABLE;
+    }
+}
+
+/* The TLS handshake on c's new connection, until deadline_ms. Returns as client_connect(). */
+static int client_tls_start(struct client *c, const struct client_addr *a, int64_t deadline_ms,
+                            char *err, size_t errlen)
+{
+    char why[CLIENT_ERR_MAX];
+
+    if (!(c->tls = tls_conn_new(a->tls, c->fd, a->host, why, sizeof(why)))) {
+        snprintf(err, errlen, "%s", why);
+        return CLI_EXIT_USAGE;
+    }
+    c->tls_wants = POLLIN;
+    for (;;) {
+        enum tls_io r = tls_conn_handshake(c->tls, why, sizeof(why));
+        int n;
+
+        if (r == TLS_IO_OK)
+            break;
+        if (r == TLS_IO_CLOSED) {
+            snprintf(err, errlen, "%s closed the connection during the TLS handshake: is "
+                     "this its plain-text port? (else its log says why)", a->spec);
+            return CLI_EXIT_UNAVAILABLE;
+        }
+        if (r == TLS_IO_ERROR) {
+            snprintf(err, errlen, "%s: %s", a->spec, why);
+            return CLI_EXIT_UNAVAILABLE;
+        }
+        n = wait_fd(c->fd, r == TLS_IO_WANT_READ ? POLLIN : POLLOUT, deadline_ms);
+        if (n == 0) {
+            snprintf(err, errlen, "%s: no TLS handshake in time", a->spec);
+            return CLI_EXIT_UNAVAILABLE;
+        }
+        if (n < 0) {
+            snprintf(err, errlen, "poll: %s", strerror(errno));
+            return CLI_EXIT_UNAVAILABLE;
+        }
+    }
+    return tls_conn_verdict_due(c->tls) ? client_tls_verdict(c, a, deadline_ms, err, errlen) : 0;
+}
+
 int client_connect(struct client *c, const struct client_addr *a, int64_t deadline_ms,
                    char *err, size_t errlen)
 {
+    int rc;
+
     if (connect_socket(c, a, deadline_ms, err, errlen) < 0)
         return CLI_EXIT_UNAVAILABLE;
+    if (a->tls && a->kind == CLIENT_ADDR_TCP &&
+        (rc = client_tls_start(c, a, deadline_ms, err, errlen)) != 0)
+        return rc;
     return a->auth ? client_login(c, a, deadline_ms, err, errlen) : 0;
 }
 
@@ -298,6 +386,8 @@ int client_read_password(struct client_auth *a, const char *path, const char *en
 
 void client_close(struct client *c)
 {
+    tls_conn_free(c->tls);   /* before the socket it may send close_notify on */
+    c->tls = NULL;
     if (c->fd >= 0)
         close(c->fd);
     c->fd = -1;
@@ -305,9 +395,40 @@ void client_close(struct client *c)
 
 /* ------------------------------------------------------------------ I/O */
 
+/* client_send over TLS. */
+static enum client_status tls_send(struct client *c, const char *line, size_t len,
+                                   int64_t deadline_ms, char *err, size_t errlen)
+{
+    while (len > 0) {
+        size_t put = 0;
+        enum tls_io r = tls_conn_write(c->tls, line, len, &put, err, errlen);
+        int n;
+
+        if (r == TLS_IO_OK) {
+            line += put;
+            len -= put;
+            continue;
+        }
+        if (r == TLS_IO_CLOSED)
+            return CLIENT_CLOSED;
+        if (r == TLS_IO_ERROR)
+            return CLIENT_ERROR;
+        n = wait_fd(c->fd, r == TLS_IO_WANT_READ ? POLLIN : POLLOUT, deadline_ms);
+        if (n == 0)
+            return CLIENT_TIMEOUT;
+        if (n < 0) {
+            snprintf(err, errlen, "poll: %s", strerror(errno));
+            return CLIENT_ERROR;
+        }
+    }
+    return CLIENT_OK;
+}
+
 enum client_status client_send(struct client *c, const char *line, size_t len,
                                int64_t deadline_ms, char *err, size_t errlen)
 {
+    if (c->tls)
+        return tls_send(c, line, len, deadline_ms, err, errlen);
     while (len > 0) {
         /* MSG_NOSIGNAL: a closed connection is an error here, not SIGPIPE. */
         ssize_t n = send(c->fd, line, len, MSG_NOSIGNAL);
@@ -351,6 +472,29 @@ enum client_status client_fill(struct client *c, char *err, size_t errlen)
             snprintf(err, errlen, "reply line longer than %d bytes", CLIENT_LINE_MAX);
             return CLIENT_ERROR;
         }
+        if (c->tls) {
+            size_t got = 0;
+
+            switch (tls_conn_read(c->tls, c->buf + c->len, CLIENT_LINE_MAX - c->len, &got,
+                                  err, errlen)) {
+            case TLS_IO_OK:
+                c->len += got;
+                c->tls_wants = POLLIN;
+                continue;
+            case TLS_IO_WANT_READ:
+                c->tls_wants = POLLIN;
+                return CLIENT_OK;
+            case TLS_IO_WANT_WRITE:
+                c->tls_wants = POLLOUT;
+                return CLIENT_OK;
+            case TLS_IO_CLOSED:
+                c->eof = 1;
+                return CLIENT_CLOSED;
+            default:
+                c->eof = 1;   /* no SSL call after a fatal error: later reads see an end */
+                return CLIENT_ERROR;
+            }
+        }
         n = recv(c->fd, c->buf + c->len, CLIENT_LINE_MAX - c->len, 0);
         if (n > 0) {
             c->len += (size_t)n;
@@ -371,6 +515,14 @@ enum client_status client_fill(struct client *c, char *err, size_t errlen)
         snprintf(err, errlen, "recv: %s", strerror(errno));
         return CLIENT_ERROR;
     }
+}
+
+int client_poll_setup(const struct client *c, struct pollfd *p)
+{
+    p->fd = c->fd;
+    p->events = c->tls ? c->tls_wants : POLLIN;
+    p->revents = 0;
+    return c->tls && tls_conn_pending(c->tls);
 }
 
 int client_pop_line(struct client *c, char *line, size_t cap)
@@ -412,8 +564,12 @@ enum client_status client_read_line(struct client *c, char *line, size_t cap,
         if (memchr(c->buf, '\n', c->len))
             continue;
 
-        struct pollfd p = { .fd = c->fd, .events = POLLIN };
-        int n = poll(&p, 1, poll_timeout(deadline_ms));
+        struct pollfd p;
+        int n;
+
+        if (client_poll_setup(c, &p))
+            continue;   /* decrypted input is waiting: no poll() would see it */
+        n = poll(&p, 1, poll_timeout(deadline_ms));
 
         if (n == 0)
             return CLIENT_TIMEOUT;

@@ -13,6 +13,10 @@
 
 #include "proto.h"
 
+struct tls_ctx;    /* tls.h */
+struct tls_conn;
+struct pollfd;
+
 /*
  * Exit statuses of lockbroker itself. `run` otherwise exits with the
  * command's status (128+N when signal N killed it). The 120s are rarely
@@ -31,7 +35,8 @@ enum cli_exit {
     CLI_EXIT_NOT_HELD    = 118, /* renew, release: ERR NOT_HELD (wrong token, or the lease ended) */
     CLI_EXIT_CONFLICT    = 119, /* run, lease: ERR CONFLICT, the lock is in use in another mode/limit */
     CLI_EXIT_LOST        = 120, /* run: the lock was lost while the command ran */
-    CLI_EXIT_UNAVAILABLE = 121, /* broker unreachable, connection closed, no reply, ERR UNAVAILABLE/LIMIT */
+    CLI_EXIT_UNAVAILABLE = 121, /* broker unreachable, connection closed, no reply,
+                                 * ERR UNAVAILABLE/LIMIT, a failed TLS handshake */
     CLI_EXIT_BAD_NAME    = 122, /* invalid lock name (checked here, or ERR BAD_NAME) */
     CLI_EXIT_PROTOCOL    = 123, /* unexpected reply (ERR BAD_COMMAND, ERR INTERNAL, ...) */
     CLI_EXIT_TIMEOUT     = 124, /* run -w, lease -w: the lock was not granted in time */
@@ -60,6 +65,7 @@ struct client_addr {
     char path[108];     /* Unix: socket path (fits sockaddr_un.sun_path) */
     char spec[400];     /* canonical spelling for LOCKBROKER_ADDR: "h:p", "[v6]:p", "unix:/p" */
     const struct client_auth *auth;  /* borrowed; NULL: no AUTH. The parsers set NULL */
+    struct tls_ctx *tls;             /* borrowed; NULL: plain text. The parsers set NULL */
 };
 
 /*
@@ -76,6 +82,9 @@ int client_addr_unix(struct client_addr *a, const char *path, char *err, size_t 
 /* A connection: the socket (non-blocking, close-on-exec) and unread input. */
 struct client {
     int fd;                          /* -1 once closed */
+    struct tls_conn *tls;            /* NULL: plain text (and once closed) */
+    short tls_wants;                 /* TLS: POLLOUT while OpenSSL must send before it can
+                                      * read on (client_fill), else POLLIN */
     char buf[CLIENT_LINE_MAX + 1];   /* received bytes not yet returned as lines */
     size_t len;                      /* bytes in buf */
     int eof;                         /* the daemon closed its side */
@@ -92,11 +101,17 @@ enum client_status {
 int64_t client_now_ms(void);
 
 /*
- * Resolves and connects (each resolved address in turn), then logs in with
- * AUTH when a->auth says so, waiting until deadline_ms (monotonic; -1 for no
- * limit). Returns 0; CLI_EXIT_UNAVAILABLE with err when it cannot connect or
- * gets no answer; CLI_EXIT_DENIED with err (the daemon's reply) when the
- * AUTH is refused. The password never appears in err.
+ * Resolves and connects (each resolved address in turn), makes the TLS
+ * handshake when a->tls says so, then logs in with AUTH when a->auth says
+ * so, waiting until deadline_ms (monotonic; -1 for no limit). Returns 0;
+ * CLI_EXIT_UNAVAILABLE with err when it cannot connect, the handshake
+ * fails (the broker's certificate does not verify, the broker refuses this
+ * client's, a plain-text port) or it gets no answer; CLI_EXIT_DENIED with
+ * err (the daemon's reply) when the AUTH is refused; CLI_EXIT_PROTOCOL for
+ * another reply to the PING that follows a TLS 1.3 handshake in which the
+ * broker asked for a client certificate (tls_conn_verdict_due);
+ * CLI_EXIT_USAGE when TLS cannot be set up for the host. The password
+ * never appears in err.
  */
 int client_connect(struct client *c, const struct client_addr *a, int64_t deadline_ms,
                    char *err, size_t errlen);
@@ -125,9 +140,18 @@ enum client_status client_read_line(struct client *c, char *line, size_t cap,
 /*
  * Reads what is available now without waiting. Returns CLIENT_OK (maybe
  * nothing new), CLIENT_CLOSED or CLIENT_ERROR. For callers that poll() the
- * socket themselves.
+ * socket themselves, with client_poll_setup().
  */
 enum client_status client_fill(struct client *c, char *err, size_t errlen);
+
+/*
+ * Sets p to poll() for c's input: its fd, and POLLIN (POLLOUT while TLS
+ * must send before it can read on). Returns 1 when input is there without
+ * waiting: bytes OpenSSL has decrypted but not handed out, which poll()
+ * does not see (they have left the socket). Then the caller polls with
+ * timeout 0 and calls client_fill() whatever p->revents says; else 0.
+ */
+int client_poll_setup(const struct client *c, struct pollfd *p);
 
 /* Pops one buffered full line like client_read_line: 1 if one was, 0 if
  * none is complete, -1 if it does not fit in cap bytes (it stays buffered). */

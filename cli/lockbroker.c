@@ -20,6 +20,7 @@
 #include "json.h"
 #include "proto.h"
 #include "run.h"
+#include "tls.h"
 #include "view.h"
 
 #define IO_TIMEOUT_DEFAULT_MS 10000   /* a daemon on the same network answers in far less */
@@ -39,6 +40,10 @@ struct options {
     int verbose;           /* -v (run and lease): say what a long wait waits for */
     const char *user;      /* -a, or NULL: no AUTH */
     const char *password_file; /* --password-file, or NULL: $LOCKBROKER_PASSWORD */
+    int tls;               /* --tls 1, --no-tls 0; -1: neither ($LOCKBROKER_TLS decides) */
+    const char *cacert;    /* --cacert, or NULL: $LOCKBROKER_CACERT */
+    const char *cert;      /* --cert, or NULL: $LOCKBROKER_CERT */
+    const char *key;       /* --key, or NULL: in --cert's file ($LOCKBROKER_KEY without --cert) */
     int json;              /* --json (stats, status, locks): JSON objects */
     int human;             /* status, locks: 1 a table (--human), 0 the lines (--raw),
                             * -1 a table when stdout is a terminal */
@@ -49,12 +54,13 @@ struct options {
 
 /* Long options without a short form. */
 enum { OPT_LABEL = 256, OPT_PASSWORD_FILE, OPT_JSON, OPT_RAW, OPT_HUMAN, OPT_CLUSTER,
-       OPT_NONBLOCK, OPT_MIN_HOLD, OPT_RELEASE_ON_FAILURE };
+       OPT_NONBLOCK, OPT_MIN_HOLD, OPT_RELEASE_ON_FAILURE, OPT_TLS, OPT_NO_TLS, OPT_CACERT,
+       OPT_CERT, OPT_KEY };
 
 /*
  * The options only some subcommands take, by group. -H, -U, -t, -a,
- * --password-file, --human and --raw are taken by all (the last two do
- * nothing where there is no table).
+ * --password-file, the TLS ones, --human and --raw are taken by all (the
+ * last two do nothing where there is no table).
  */
 enum {
     OPTS_LOCK = 1 << 0,      /* -w, --nonblock, -s, -n, -E: how run and lease wait and hold */
@@ -212,10 +218,26 @@ static const char *option_name(char **argv, int opt)
     return argv[optind - 1];
 }
 
-/* -H, -U, -t, -a, --password-file: which broker, and as whom. Returns 0 or a usage error. */
+/*
+ * -H, -U, -t, -a, --password-file, --tls, --no-tls, --cacert, --cert,
+ * --key: which broker, how, and as whom. Returns 0 or a usage error.
+ */
 static int parse_broker_option(struct options *o, int opt, const char *arg)
 {
     switch (opt) {
+    case OPT_TLS:
+    case OPT_NO_TLS:
+        o->tls = opt == OPT_TLS;
+        return 0;
+    case OPT_CACERT:
+        o->cacert = arg;
+        return 0;
+    case OPT_CERT:
+        o->cert = arg;
+        return 0;
+    case OPT_KEY:
+        o->key = arg;
+        return 0;
     case 'H':
         o->host = arg;
         return 0;
@@ -346,6 +368,11 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
         { "label", required_argument, NULL, OPT_LABEL },
         { "user", required_argument, NULL, 'a' },
         { "password-file", required_argument, NULL, OPT_PASSWORD_FILE },
+        { "tls", no_argument, NULL, OPT_TLS },
+        { "no-tls", no_argument, NULL, OPT_NO_TLS },
+        { "cacert", required_argument, NULL, OPT_CACERT },
+        { "cert", required_argument, NULL, OPT_CERT },
+        { "key", required_argument, NULL, OPT_KEY },
         { "json", no_argument, NULL, OPT_JSON },
         { "raw", no_argument, NULL, OPT_RAW },
         { "human", no_argument, NULL, OPT_HUMAN },
@@ -362,6 +389,7 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
     while ((opt = getopt_long(argc, argv, "+:H:U:w:g:E:t:sn:a:vhV", longopts, NULL)) != -1) {
         switch (opt) {
         case 'H': case 'U': case 't': case 'a': case OPT_PASSWORD_FILE:
+        case OPT_TLS: case OPT_NO_TLS: case OPT_CACERT: case OPT_CERT: case OPT_KEY:
             rc = parse_broker_option(o, opt, optarg);
             break;
         case 'w': case OPT_NONBLOCK: case 'g': case 'E': case 's': case 'n': case OPT_LABEL:
@@ -434,6 +462,90 @@ static int resolve_addr(const struct options *o, struct client_addr *a)
             return usage_error("LOCKBROKER_ADDR: %s", err);
     } else if (client_addr_parse(a, CLIENT_ADDR_DEFAULT, 1, err, sizeof(err)) < 0) {
         return usage_error("%s", err);
+    }
+    return 0;
+}
+
+/* A LOCKBROKER_* variable's value, NULL when unset or empty. */
+static const char *env_value(const char *name)
+{
+    const char *v = getenv(name);
+
+    return v && *v ? v : NULL;
+}
+
+/*
+ * Whether to speak TLS (*on), and with which files (*cfg): the options,
+ * else the LOCKBROKER_* variables. The client certificate and its key are
+ * a pair: from --cert (and --key), or else from the environment. Returns 0
+ * or a usage error (reported).
+ */
+static int resolve_tls(const struct options *o, const struct client_addr *a,
+                       struct tls_config *cfg, bool *on)
+{
+    const char *env = env_value("LOCKBROKER_TLS");
+    int tls = o->tls;
+
+    *on = false;
+    if (tls < 0 && env) {
+        if (strcmp(env, "1") != 0 && strcmp(env, "0") != 0)
+            return usage_error("LOCKBROKER_TLS: expected 1 (TLS) or 0 (plain text), got '%s'",
+                               env);
+        tls = env[0] == '1';
+    }
+    if (tls <= 0) {
+        if (o->cacert || o->cert || o->key)
+            return usage_error("%s", "--cacert, --cert and --key go with --tls "
+                               "(or LOCKBROKER_TLS=1)");
+        return 0;
+    }
+    if (a->kind == CLIENT_ADDR_UNIX) {
+        /* The daemon's Unix socket is plain text; the variables are for TCP brokers. */
+        if (o->tls == 1 || o->cacert || o->cert || o->key)
+            return usage_error("%s", "--tls is for a broker's TCP port (-H HOST:PORT), not "
+                               "for a Unix socket");
+        return 0;
+    }
+    if (o->key && !o->cert)
+        return usage_error("%s", "--key is the key of --cert FILE");
+    cfg->cacert = o->cacert ? o->cacert : env_value("LOCKBROKER_CACERT");
+    cfg->cert = o->cert ? o->cert : env_value("LOCKBROKER_CERT");
+    cfg->key = o->cert ? o->key : env_value("LOCKBROKER_KEY");
+    if (cfg->key && !cfg->cert)
+        return usage_error("%s", "LOCKBROKER_KEY is the key of LOCKBROKER_CERT, which is "
+                           "not set");
+    *on = true;
+    return 0;
+}
+
+/*
+ * run's COMMAND is told the broker in LOCKBROKER_ADDR (run.c), so that a
+ * lockbroker inside it uses the same one; LOCKBROKER_TLS and the files
+ * (cfg; NULL: plain text) say how to reach it, the files as absolute paths
+ * since COMMAND may change directory. Returns 0, or -1 with errno.
+ */
+static int export_tls(const struct tls_config *cfg)
+{
+    const char *const names[] = { "LOCKBROKER_CACERT", "LOCKBROKER_CERT", "LOCKBROKER_KEY" };
+    const char *files[3];
+
+    if (!cfg) {
+        const char *env = env_value("LOCKBROKER_TLS");
+
+        return env && strcmp(env, "0") != 0 ? setenv("LOCKBROKER_TLS", "0", 1) : 0;
+    }
+    files[0] = cfg->cacert;
+    files[1] = cfg->cert;
+    files[2] = cfg->key;
+    if (setenv("LOCKBROKER_TLS", "1", 1) < 0)
+        return -1;
+    for (size_t i = 0; i < 3; i++) {
+        char *abs = files[i] ? realpath(files[i], NULL) : NULL;
+        int rc = files[i] ? setenv(names[i], abs ? abs : files[i], 1) : unsetenv(names[i]);
+
+        free(abs);
+        if (rc < 0)
+            return -1;
     }
     return 0;
 }
@@ -1115,7 +1227,8 @@ static int finish_stdout(int rc)
 struct call {
     const char *sub;             /* its name in messages (elect says run) */
     const struct options *o;     /* checked against the row's opts */
-    struct client_addr *addr;    /* the broker, with the login of -a */
+    struct client_addr *addr;    /* the broker, with the login of -a and the TLS context */
+    const struct tls_config *tls; /* the files addr->tls was made from; NULL: plain text */
     struct client *conn;         /* not connected yet; the function closes it after use */
     char **args;                 /* the operands after the options, NULL-terminated */
     int nargs;                   /* between the row's min_args and max_args */
@@ -1173,6 +1286,10 @@ static int sub_run(const struct call *call)
     if (!ro.label) {
         run_default_label(label, sizeof(label), rest[0]);
         ro.label = label;
+    }
+    if (export_tls(call->tls) < 0) {
+        fprintf(stderr, "lockbroker: %s\n", strerror(errno));
+        return CLI_EXIT_USAGE;
     }
     fflush(stdout);
     return run_command(&ro);
@@ -1454,6 +1571,17 @@ static void usage_options(FILE *f)
         "                        --password-file, or else $LOCKBROKER_PASSWORD\n"
         "      --password-file FILE  the password of -a: the first line of FILE\n"
         "                        (passwords are never taken on the command line)\n"
+        "      --tls             speak TLS to the broker's [tls] port: its certificate\n"
+        "                        must verify against the CA and be valid for -H's HOST\n"
+        "                        (default: $LOCKBROKER_TLS, 1 or 0; not for -U)\n"
+        "      --no-tls          plain text, whatever $LOCKBROKER_TLS says\n"
+        "      --cacert FILE     --tls: the CA certificates (PEM) to verify the broker's\n"
+        "                        against (default: $LOCKBROKER_CACERT, else the system's)\n"
+        "      --cert FILE       --tls: show this client certificate (PEM); a broker\n"
+        "                        with a users file logs in the user its CN names, no\n"
+        "                        -a needed (default: $LOCKBROKER_CERT)\n"
+        "      --key FILE        the private key of --cert (PEM, not encrypted; default:\n"
+        "                        in --cert's FILE; $LOCKBROKER_KEY with $LOCKBROKER_CERT)\n"
         "  -t, --timeout TIME    connect and reply timeout (default %d ms)\n"
         "  -h, --help            show this help\n"
         "  -V, --version         show the version\n"
@@ -1480,13 +1608,17 @@ static void usage_options(FILE *f)
         "  120  the lock was lost while COMMAND ran (LOST, or the connection dropped);\n"
         "       COMMAND was terminated\n"
         "  121  the broker is unreachable or unavailable (cannot connect, connection\n"
-        "       closed, no reply, ERR LIMIT), or it cannot reach its lock service,\n"
-        "       ZooKeeper (ERR UNAVAILABLE; also when a -w wait ends in an outage)\n"
+        "       closed, no reply, ERR LIMIT; --tls: a failed handshake: the broker's\n"
+        "       certificate does not verify or is not for HOST, the broker refused\n"
+        "       this client, or it does not speak TLS there), or it cannot reach its\n"
+        "       lock service, ZooKeeper (ERR UNAVAILABLE; also when a -w wait ends in\n"
+        "       an outage)\n"
         "  122  invalid lock name\n"
         "  123  unexpected reply from the broker (e.g. it does not know STATUS or\n"
         "       LOCKS)\n"
         "  124  run -w, lease -w: timed out waiting for the lock (-E N: N instead)\n"
-        "  125  usage error, or lockbroker itself failed\n"
+        "  125  usage error (also a --cacert, --cert or --key file that does not\n"
+        "       load), or lockbroker itself failed\n"
         "  126  COMMAND was found but cannot be executed\n"
         "  127  COMMAND was not found\n",
         CLIENT_ADDR_DEFAULT, GRACE_DEFAULT_MS, IO_TIMEOUT_DEFAULT_MS);
@@ -1563,9 +1695,12 @@ int main(int argc, char **argv)
     static struct client conn;   /* 64 KiB line buffer: not on the stack */
     static struct client_auth auth;
     struct options o = { .wait_ms = -1, .grace_ms = GRACE_DEFAULT_MS, .timeout_exit = -1, .human = -1,
-                         .io_ms = IO_TIMEOUT_DEFAULT_MS };
+                         .io_ms = IO_TIMEOUT_DEFAULT_MS, .tls = -1 };
     struct client_addr addr;
+    struct tls_config tls_cfg = { NULL, NULL, NULL };
+    char err[CLIENT_ERR_MAX];
     const struct subcommand *s;
+    bool tls;
     int rc;
 
     /* Options before the subcommand, then the subcommand's own (the same set). */
@@ -1589,8 +1724,16 @@ int main(int argc, char **argv)
     /* Options and address before the operands: the errors come in that order. */
     if ((rc = subcommand_check_options(s, &o, argv, argc)) != 0 ||
         (rc = resolve_addr(&o, &addr)) != 0 || (rc = resolve_auth(&o, &auth, &addr)) != 0 ||
+        (rc = resolve_tls(&o, &addr, &tls_cfg, &tls)) != 0 ||
         (rc = subcommand_check_args(s, argv, argc)) != 0)
         return rc;
-    return s->fn(&(struct call){ .sub = subcommand_as(s), .o = &o, .addr = &addr, .conn = &conn,
-                                 .args = argv, .nargs = argc });
+    /* The files are read once, before any connection: a bad one is said at once. */
+    if (tls && !(addr.tls = tls_ctx_new(&tls_cfg, err, sizeof(err)))) {
+        fprintf(stderr, "lockbroker: %s\n", err);
+        return CLI_EXIT_USAGE;
+    }
+    rc = s->fn(&(struct call){ .sub = subcommand_as(s), .o = &o, .addr = &addr, .conn = &conn,
+                               .tls = tls ? &tls_cfg : NULL, .args = argv, .nargs = argc });
+    tls_ctx_free(addr.tls);
+    return rc;
 }

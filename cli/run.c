@@ -387,19 +387,22 @@ static enum client_status run_wait_reply(const struct run_opts *o, struct client
         next = deadline;
         if (n.state != NOTICE_OFF && (next < 0 || n.at < next))
             next = n.at;
-        struct pollfd p[2] = {
-            { .fd = c->fd, .events = POLLIN },
-            { .fd = n.state == NOTICE_ASKING ? n.c->fd : -1, .events = POLLIN },
-        };
+        struct pollfd p[2] = { { .fd = -1 }, { .fd = -1 } };
         int64_t left = next < 0 ? -1 : next - now;
+        int ready = client_poll_setup(c, &p[0]);
 
+        /* Decrypted TLS input poll() cannot see: look at once. */
+        if (n.state == NOTICE_ASKING && client_poll_setup(n.c, &p[1]))
+            ready = 1;
+        if (ready)
+            left = 0;
         if (poll(p, 2, left < 0 ? -1 : left > 1000000 ? 1000000 : (int)left) < 0 &&
             errno != EINTR) {
             snprintf(err, errlen, "poll: %s", strerror(errno));
             st = CLIENT_ERROR;
             break;
         }
-        if (n.state == NOTICE_ASKING && p[1].revents)
+        if (n.state == NOTICE_ASKING && (p[1].revents || ready))
             notice_read(o, &n);
     }
     client_close(n.c);   /* granted (or failed) before STATUS answered: never mind */
@@ -1087,16 +1090,15 @@ static int64_t earlier(int64_t a, int64_t b)
 static int run_supervise(struct run *r)
 {
     for (;;) {
-        /* The connection matters while the lock is held (-1: poll ignores it). */
-        int conn_fd = run_held(r) ? r->conn->fd : -1;
-        struct pollfd p[2] = {
-            { .fd = conn_fd, .events = POLLIN },
-            { .fd = sig_pipe[0], .events = POLLIN },
-        };
+        struct pollfd p[2] = { { .fd = -1 }, { .fd = sig_pipe[0], .events = POLLIN } };
         int64_t wake = -1, now = client_now_ms();
-        int timeout, wstatus;
+        int timeout, wstatus, ready = 0;
 
-        if (r->resume)
+        /* The connection matters while the lock is held (-1: poll ignores it). Input
+         * TLS has decrypted already does not show on its fd: then no waiting. */
+        if (run_held(r))
+            ready = client_poll_setup(r->conn, &p[0]);
+        if (r->resume || ready)
             wake = now;
         if (r->state == RUN_LOST_TERM || r->state == RUN_STOPPING)
             wake = earlier(wake, r->kill_at);
@@ -1112,7 +1114,7 @@ static int run_supervise(struct run *r)
             return CLI_EXIT_USAGE << 8;
         }
         /* The connection first: when a loss and the command's end arrive together, the loss counts. */
-        if (conn_fd >= 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR)))
+        if (p[0].fd >= 0 && (p[0].revents || ready))
             run_read_conn(r);
         now = client_now_ms();
         if (run_held(r) && r->checking) {

@@ -2905,5 +2905,350 @@ class LostTests(ZkCase):
         d.stop()
 
 
+# ===================================================================== TLS
+
+# test_tls.py makes the throw-away CAs and certificates (with the openssl command).
+from test_tls import Pki  # noqa: E402
+
+
+def have_openssl():
+    return shutil.which("openssl") is not None
+
+
+def issue_server_cert(pki, file, san):
+    """A server certificate of pki's CA with subjectAltName san (Pki.issue's
+    are all for 127.0.0.1 and localhost): (cert path, key path)."""
+    def openssl(*args):
+        subprocess.run(["openssl"] + list(args), cwd=pki.dir, check=True, capture_output=True)
+
+    with open(os.path.join(pki.dir, file + ".ext"), "w") as f:
+        f.write("subjectAltName = %s\nextendedKeyUsage = serverAuth\n" % san)
+    openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "-keyout", file + ".key", "-out", file + ".csr", "-subj", "/CN=" + file)
+    os.chmod(os.path.join(pki.dir, file + ".key"), 0o600)
+    openssl("x509", "-req", "-in", file + ".csr", "-CA", pki.name + ".pem", "-CAkey",
+            pki.name + ".key", "-CAcreateserial", "-out", file + ".pem", "-days", "2",
+            "-extfile", file + ".ext")
+    return os.path.join(pki.dir, file + ".pem"), os.path.join(pki.dir, file + ".key")
+
+
+def tls_conf(server, ca, client_certs, users=None, extra=""):
+    """A [tls] listener on a free loopback port, beside the plain one."""
+    return ("%s[tls]\nlisten = 127.0.0.1:0\ncert_file = %s\nkey_file = %s\nca_file = %s\n"
+            "client_certs = %s\n"
+            % (extra + ("[server]\nusers_file = %s\n" % users if users else ""), server[0],
+               server[1], ca, client_certs))
+
+
+def start_tls_daemon(config, name):
+    """A started Daemon, with tls_addr, the address of its TLS listener."""
+    d = Daemon(config=config, name=name).start()
+    try:
+        d.tls_addr = d.wait_log(r"TLS on (\S+), client certificates \w+").group(1)
+    except BaseException:
+        d.kill()
+        raise
+    return d
+
+
+@unittest.skipUnless(have_openssl(), "the openssl command is not installed")
+class TlsTests(DaemonCase):
+    """lockbroker --tls against a daemon with a TLS listener (client
+    certificates optional) and a users file: alice's certificate logs her
+    in. Another daemon requires client certificates and shows one made for
+    localhost only."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = make_tmpdir()
+        cls.pki = Pki(os.path.join(cls.tmp, "pki"))
+        cls.alice = cls.pki.issue("alice")
+        cls.other = Pki(os.path.join(cls.tmp, "other"), name="other")
+        cls.forged = cls.other.issue("alice")
+        users = os.path.join(cls.tmp, "users")
+        with open(users, "w") as f:
+            f.write("alice:%s:job-*,break=job-*\n" % LoginTests.HASH)
+        os.chmod(users, 0o600)
+        cls.d = start_tls_daemon(tls_conf(cls.pki.issue("localhost", server=True), cls.pki.ca,
+                                          "optional", users), "lockbrokerd-cli-tls")
+        try:
+            cls.strict = start_tls_daemon(
+                tls_conf(issue_server_cert(cls.pki, "localhost-only", "DNS:localhost"),
+                         cls.pki.ca, "required", users), "lockbrokerd-cli-tls-required")
+        except BaseException:
+            cls.d.kill()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.strict.stop()
+        cls.d.stop()
+
+    def name(self):
+        return "job-" + super().name()     # alice may use job-*
+
+    def tls(self, cert=None, ca=None, addr=None):
+        """Options for the TLS listener, alice's certificate unless cert is
+        given (False: none)."""
+        args = ["-H", addr or self.d.tls_addr, "--tls", "--cacert", ca or self.pki.ca]
+        cert = self.alice if cert is None else cert
+        return args + (["--cert", cert[0], "--key", cert[1]] if cert else [])
+
+    def tls_env(self, **extra):
+        """The same in the environment: a cron line's way."""
+        return clean_env(LOCKBROKER_TLS="1", LOCKBROKER_CACERT=self.pki.ca,
+                         LOCKBROKER_CERT=self.alice[0], LOCKBROKER_KEY=self.alice[1], **extra)
+
+    def test_run_and_a_lockbroker_inside_it(self):
+        n = self.name()
+        # Relative paths from pki/; the command moves to / and asks the broker
+        # about its own lock through what run put in its environment.
+        args = ["-H", self.d.tls_addr, "--tls", "--cacert", "ca.pem", "--cert", "alice.pem",
+                "--key", "alice.key", "run", n, "--", "sh", "-c",
+                'cd / && echo "$LOCKBROKER_TLS $LOCKBROKER_TOKEN" && '
+                '"$LB" status --raw "$LOCKBROKER_NAME"']
+        p = self.start(args, env=clean_env(LB=client_path()), cwd=self.pki.dir)
+        p.finish()
+        self.assert_exit(p, 0)
+        self.assertEqual(p.err, "")
+        first, status = p.out.splitlines()
+        self.assertRegex(first, r"^1 [0-9]+$")
+        self.assertRegex(status, r"^STATUS %s held .* token=%s( |$)"
+                         % (re.escape(n), first.split()[1]))
+        # Released after the command.
+        p = self.lb(self.tls() + ["status", n])
+        self.assert_exit(p, EXIT_FREE)
+
+    def test_lease_renew_release_from_the_environment(self):
+        n = self.name()
+        env = self.tls_env(LOCKBROKER_ADDR=self.d.tls_addr)
+        p = self.lb(["lease", n, "60s"], env=env)
+        self.assert_exit(p, 0)
+        self.assertEqual(p.err, "")
+        token = p.out.strip()
+        self.assertRegex(token, r"^[0-9]+$")
+        self.assert_exit(self.lb(["status", n], env=env), 0)
+        self.assert_exit(self.lb(["renew", n, token, "60s"], env=env), 0, stdout="")
+        self.assert_exit(self.lb(["release", n, token], env=env), 0, stdout="")
+        self.assert_exit(self.lb(["release", n, token], env=env), EXIT_NOT_HELD,
+                         r"cannot release lease %s: it is not held" % re.escape(n))
+        # The command line wins over the environment: --no-tls on the plain port.
+        p = self.lb(["--no-tls", "-H", self.d.listen_addr, "ping"], env=env)
+        self.assert_exit(p, 0, stdout="PONG\n")
+
+    def test_status_locks_stats_ping(self):
+        n = self.name()
+        addr = re.escape(self.d.tls_addr)
+        p = self.lb(self.tls() + ["ping"])
+        self.assert_exit(p, 0, stdout="PONG\n")
+        self.assertEqual(p.err, "")        # logged in: ping could ask STATS
+        p = self.lb(self.tls() + ["stats"])
+        self.assert_exit(p, 0)
+        self.assertIn("STAT mode embedded", p.out.splitlines())
+        p = self.lb(self.tls() + ["status"])
+        self.assert_exit(p, 0)
+        self.assertRegex(p.out, r"^lockbrokerd \S+ at %s: embedded mode, " % addr)
+        # Many holds: LOCKS' reply spans several TLS records (16 KiB each).
+        h = self.d.client()
+        self.addCleanup(h.close)
+        self.assertEqual(h.request("AUTH alice hunter2"), "OK alice")
+        names = ["%s-%03d" % (n, i) for i in range(250)]
+        h.send("".join("LOCK %s\n" % x for x in names))
+        for x in names:
+            h.expect_match(r"^OK %s [0-9]+$" % re.escape(x))
+        for cmd in (["locks"], ["locks", "--cluster"]):
+            with self.subTest(cmd=cmd):
+                p = self.lb(self.tls() + cmd + [n + "-*"])
+                self.assert_exit(p, 0)
+                self.assertEqual(p.err, "")
+                got = [line.split()[1] for line in p.out.splitlines()]
+                self.assertEqual(sorted(got), names)
+        p = self.lb(self.tls() + ["status", "--raw", names[7]])
+        self.assert_exit(p, 0)
+        self.assertRegex(p.out, r"^STATUS %s held " % re.escape(names[7]))
+
+    def test_certificate_login(self):
+        n = self.name()
+        p = self.lb(self.tls() + ["run", n, "--", "echo", "ran"])
+        self.assert_exit(p, 0, stdout="ran\n")
+        self.assertEqual(p.err, "")
+        # Not one of alice's names: refused by the daemon, no login can help.
+        p = self.lb(self.tls() + ["run", "db", "--", "echo", "ran"])
+        self.assert_exit(p, EXIT_DENIED, r"%s refused LOCK db: ERR DENIED user alice may not "
+                         r"use lock db$" % re.escape(self.d.tls_addr), stdout="")
+        # Without a certificate, as a plain-text client: AUTH (-a) or nothing.
+        p = self.lb(self.tls(cert=False) + ["status", n])
+        self.assert_exit(p, EXIT_DENIED, re.escape(self.d.tls_addr) + " " +
+                         LOGIN_ADVICE % "STATUS", stdout="")
+        p = self.lb(self.tls(cert=False) + ["-a", "alice", "run", n, "--", "echo", "ran"],
+                    env=clean_env(LOCKBROKER_PASSWORD="hunter2"))
+        self.assert_exit(p, 0, stdout="ran\n")
+        self.d.wait_log(r"logged in by certificate as alice")
+
+    def test_lost_ends_the_command(self):
+        n = self.name()
+        p = self.start(self.tls() + ["run", n, "--"] + trapper(code=0, ready=PID_AND_TOKEN))
+        pid, token = p.read_line().split()
+        # break over TLS too: alice may (break=job-*).
+        self.assert_exit(self.lb(self.tls() + ["break", n]), 0)
+        p.finish()
+        self.assert_exit(p, EXIT_LOST)
+        self.assertRegex(p.err.splitlines()[0], r"^lockbroker: lock %s lost \(broken\); "
+                         r"terminating the command$" % re.escape(n))
+        self.assertEqual(p.out, "trapped-TERM\n")
+        self.assertFalse(pid_alive(int(pid)))
+        self.d.wait_log(r"lock %s: broken by .* \(token %s\)" % (re.escape(n), token))
+
+    def test_elect_and_observe(self):
+        n = self.name()
+        obs = self.start(self.tls() + ["observe", n])
+        self.assertEqual(obs.read_line(), "-")
+        leader = self.start(self.tls() + ["elect", "--label", "10.0.0.1:80", n, "--", "sh",
+                                          "-c", "echo leading; read x"], stdin=subprocess.PIPE)
+        self.assertEqual(leader.read_line(), "leading")
+        self.assertEqual(obs.read_line(), "10.0.0.1:80")
+        leader.write("done\n")
+        self.assertEqual(leader.finish(), 0)
+        self.assertEqual(obs.read_line(), "-")
+        obs.kill()
+
+    def test_refused_handshakes(self):
+        """Each refusal is one line and exit 121, and nothing is run."""
+        strict = self.strict.tls_addr
+        port = strict.rsplit(":", 1)[1]
+        cases = [
+            # The broker's certificate from another CA.
+            (self.tls(ca=self.other.ca), self.d.tls_addr,
+             r"the broker's TLS certificate does not verify against %s: " % re.escape(
+                 self.other.ca)),
+            # Made for localhost, reached as 127.0.0.1.
+            (self.tls(addr=strict), strict, r"the broker's TLS certificate is not valid for "
+             r"127\.0\.0\.1 \(IP address mismatch\)"),
+            # Required, and not shown.
+            (self.tls(cert=False, addr="localhost:" + port), "localhost:" + port,
+             r"the broker refused the TLS connection: .*certificate required \(it asks for a "
+             r"client certificate: give --cert and --key\)$"),
+            # Signed by a CA the broker does not trust.
+            (self.tls(cert=self.forged, addr="localhost:" + port), "localhost:" + port,
+             r"the broker refused the TLS connection: .* \(its log says why\)$"),
+        ]
+        for args, addr, why in cases:
+            for sub in (["ping"], ["run", self.name(), "--", "echo", "ran"]):
+                with self.subTest(addr=addr, why=why, sub=sub):
+                    p = self.lb(args + sub)
+                    self.assert_exit(p, EXIT_UNAVAILABLE, re.escape(addr) + ": " + why,
+                                     stdout="")
+        # The right name, and the certificate it requires: served.
+        p = self.lb(self.tls(addr="localhost:" + port) + ["ping"])
+        self.assert_exit(p, 0, stdout="PONG\n")
+
+    def test_wrong_port(self):
+        p = self.lb(self.tls(addr=self.d.listen_addr) + ["ping"])
+        self.assert_exit(p, EXIT_UNAVAILABLE, r"%s closed the connection during the TLS "
+                         r"handshake: is this its plain-text port\?" % re.escape(
+                             self.d.listen_addr), stdout="")
+        self.d.wait_log(r"a TLS handshake on the plain port")
+        p = self.lb(["-H", self.d.tls_addr, "ping"])
+        self.assertEqual(p.rc, EXIT_UNAVAILABLE, p.err)
+
+    def test_tls_usage(self):
+        hp = ["-H", self.d.tls_addr]
+        for args, env, why in (
+                (hp + ["--cacert", self.pki.ca], None, r"--cacert, --cert and --key go with --tls"),
+                (["--tls", "-U", "/nonexistent"], None, r"--tls is for a broker's TCP port"),
+                (hp + ["--tls", "--key", self.alice[1]], None, r"--key is the key of --cert FILE"),
+                (hp, clean_env(LOCKBROKER_TLS="yes"), r"LOCKBROKER_TLS: expected 1 \(TLS\) or 0"),
+                (hp + ["--tls", "--cacert", "/nonexistent.pem"], None,
+                 r"CA file /nonexistent\.pem: No such file or directory$"),
+                (hp + ["--tls", "--cert", self.alice[0]], None,
+                 r"certificate file \S+ has no private key in it"),
+                (hp + ["--tls", "--cert", self.alice[0], "--key", self.forged[1]], None,
+                 r"key file \S+ does not match certificate file \S+$")):
+            with self.subTest(args=args):
+                p = self.lb(args + ["ping"], env=env)
+                self.assert_exit(p, EXIT_USAGE, why, stdout="")
+
+
+@unittest.skipUnless(have_openssl(), "the openssl command is not installed")
+class ReadmeTlsTests(Case):
+    """README's "Serving other machines", run as it is printed: the openssl
+    recipe (in a temporary directory, the server's certificate also for
+    127.0.0.1), its configuration, and the lockbroker line against it
+    (127.0.0.1 for locks.example.net)."""
+
+    def section(self):
+        with open(README) as f:
+            m = re.search(r"\n## Serving other machines\n(.*?)\n## ", f.read(), re.S)
+        self.assertIsNotNone(m, "no Serving other machines section in " + README)
+        return m.group(1)
+
+    def test_recipe_and_the_lockbroker_line(self):
+        text = self.section()
+        blocks = re.findall(r"```(sh|ini)\n(.*?)```", text, re.S)
+        recipe = next(b for kind, b in blocks if kind == "sh" and "openssl req" in b)
+        ini = next(b for kind, b in blocks if kind == "ini")
+        line = next(b for kind, b in blocks if kind == "sh" and "lockbroker -H" in b)
+        tmp = make_tmpdir()
+        self.assertIn("cd /etc/lockbroker && umask 077\n", recipe)
+        self.assertIn("IP:192.0.2.10", recipe)
+        recipe = recipe.replace("cd /etc/lockbroker && ", "").replace(
+            "IP:192.0.2.10", "IP:127.0.0.1")
+        recipe = "\n".join(l for l in recipe.splitlines() if not l.startswith("chown "))
+        subprocess.run(["sh", "-ec", recipe], cwd=tmp, check=True, capture_output=True)
+        with open(os.path.join(tmp, "users"), "w") as f:
+            f.write("deploy:%s:deploy-*\n" % LoginTests.HASH)
+        os.chmod(os.path.join(tmp, "users"), 0o600)
+        self.assertIn("listen = 0.0.0.0:7412\n", ini)
+        d = start_tls_daemon(ini.replace("/etc/lockbroker/", tmp + "/").replace(
+            "0.0.0.0:7412", "127.0.0.1:0"), "lockbrokerd-cli-readme-tls")
+        self.addCleanup(d.kill)
+        with open(os.path.join(tmp, "deploy.sh"), "w") as f:
+            f.write('#!/bin/sh\necho "deploying with token $LOCKBROKER_TOKEN"\n')
+        os.chmod(os.path.join(tmp, "deploy.sh"), 0o755)
+        self.assertIn("-H locks.example.net:7412 ", line)
+        p = self.start(["-ec", line.replace("locks.example.net:7412", d.tls_addr)],
+                       program="sh", cwd=tmp, env=clean_env(PATH=os.path.dirname(
+                           os.path.abspath(client_path())) + os.pathsep + os.environ["PATH"]))
+        p.finish()
+        self.assert_exit(p, 0)
+        self.assertEqual(p.err, "")
+        self.assertRegex(p.out, r"^deploying with token [0-9]+\n$")
+        d.wait_log(r"logged in by certificate as deploy")
+        d.stop()
+
+
+@unittest.skipUnless(have_openssl(), "the openssl command is not installed")
+class TlsZkTests(ZkCase):
+    """Distributed mode over TLS: run, and locks --cluster from ZooKeeper."""
+
+    def test_run_and_cluster_locks(self):
+        import zkharness
+        tmp = make_tmpdir()
+        pki = Pki(os.path.join(tmp, "pki"))
+        zk = zkharness.ZkServer(tick_ms=500, name="zk-cli-tls")
+        self.addCleanup(zk.cleanup)
+        zk.start()
+        d = start_tls_daemon(tls_conf(pki.issue("localhost", server=True), pki.ca, "none",
+                                      extra="[zookeeper]\nhosts = %s\nsession_timeout_ms = %d\n"
+                                      "tick_ms = 500\n" % (zk.connect_string, self.SESSION_MS)),
+                             "lockbrokerd-cli-zk-tls")
+        self.addCleanup(d.kill)
+        self.assertEqual(d.mode, "distributed")
+        d.wait_log(r"zk: new session 0x[0-9a-f]+", timeout=scaled(30))
+        tls = ["-H", d.tls_addr, "--tls", "--cacert", pki.ca]
+        n = self.name()
+        p = self.start(tls + ["run", "--label", "tls-holder", n, "--", "sh", "-c",
+                              "echo held; read x"], stdin=subprocess.PIPE)
+        self.assertEqual(p.read_line(timeout=scaled(30)), "held")
+        q = self.lb(tls + ["locks", "--cluster", "--raw", n])
+        self.assert_exit(q, 0)
+        self.assertEqual(q.err, "")
+        self.assertRegex(q.out, r"^HOLDER %s .*label=tls-holder" % re.escape(n))
+        p.write("done\n")
+        self.assertEqual(p.finish(), 0)
+        self.assert_exit(self.lb(tls + ["status", n]), EXIT_FREE)
+        d.stop()
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
