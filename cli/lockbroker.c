@@ -1520,6 +1520,8 @@ static const struct option_rule {
       "%s: --min-hold and --release-on-failure are options of run" },
 };
 
+static void usage_signals_and_exits(FILE *f);
+
 /* The part of --help that is not any subcommand's: times, options, exit statuses. */
 static void usage_options(FILE *f)
 {
@@ -1584,7 +1586,15 @@ static void usage_options(FILE *f)
         "                        in --cert's FILE; $LOCKBROKER_KEY with $LOCKBROKER_CERT)\n"
         "  -t, --timeout TIME    connect and reply timeout (default %d ms)\n"
         "  -h, --help            show this help\n"
-        "  -V, --version         show the version\n"
+        "  -V, --version         show the version\n",
+        CLIENT_ADDR_DEFAULT, GRACE_DEFAULT_MS, IO_TIMEOUT_DEFAULT_MS);
+    usage_signals_and_exits(f);
+}
+
+/* The end of --help: signals, then every exit status. */
+static void usage_signals_and_exits(FILE *f)
+{
+    fputs(
         "SIGINT, SIGTERM and SIGHUP are passed on to COMMAND's process group. After\n"
         "SIGINT or SIGTERM (or a ^C that killed COMMAND), what is left of the group\n"
         "gets SIGKILL when COMMAND ends, or all of it after -g, and the lock is\n"
@@ -1620,8 +1630,7 @@ static void usage_options(FILE *f)
         "  125  usage error (also a --cacert, --cert or --key file that does not\n"
         "       load), or lockbroker itself failed\n"
         "  126  COMMAND was found but cannot be executed\n"
-        "  127  COMMAND was not found\n",
-        CLIENT_ADDR_DEFAULT, GRACE_DEFAULT_MS, IO_TIMEOUT_DEFAULT_MS);
+        "  127  COMMAND was not found\n", f);
 }
 
 static void usage(FILE *f)
