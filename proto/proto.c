@@ -422,7 +422,7 @@ enum proto_parse_result proto_parse(const char *line, size_t len, struct proto_r
             break;
         }
     if (cmd < 0)
-        return fail(req, PROTO_ERR_BAD_COMMAND, "unknown command");
+        return fail(req, PROTO_ERR_BAD_COMMAND, "unknown command (HELP lists them)");
     req->cmd = (enum proto_cmd)cmd;
     def = &cmd_defs[cmd];
 

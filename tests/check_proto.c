@@ -259,7 +259,8 @@ START_TEST(bad_command)
 {
     struct proto_req req;
 
-    ck_error("HELLO", PROTO_ERR_BAD_COMMAND);
+    /* The message says where the commands are (PROTOCOL.md, Errors). */
+    ck_error_msg("HELLO", PROTO_ERR_BAD_COMMAND, "unknown command (HELP lists them)");
     ck_error("LOCKED a", PROTO_ERR_BAD_COMMAND);   /* LOCKS is a command: a word matches whole */
     ck_error("LOC a", PROTO_ERR_BAD_COMMAND);
     ck_error("PINGPING", PROTO_ERR_BAD_COMMAND);

@@ -249,9 +249,14 @@ static void on_ancestor_created(int rc, const char *value, const void *data)
     struct zk *zk = (struct zk *)data;
 
     zk->outstanding--;
-    /* A ZNOAUTH comes again for the node created under it, which says why. */
-    if (rc != ZOK && rc != ZNODEEXISTS && rc != ZCONNECTIONLOSS && rc != ZCLOSING &&
-        rc != ZSESSIONEXPIRED && rc != ZOPERATIONTIMEOUT && rc != ZNOAUTH)
+    /* A ZNOAUTH comes again for the node created under it, which says why.
+     * ZNONODE is the normal course on a new root: only the name's parent
+     * was sent, <root>/locks is missing too, and the next failed create
+     * sends the whole chain (zk_create_ancestors). */
+    if (rc == ZNONODE)
+        log_debug("zk: creating a parent node: %s; its ancestors follow", zerror(rc));
+    else if (rc != ZOK && rc != ZNODEEXISTS && rc != ZCONNECTIONLOSS && rc != ZCLOSING &&
+             rc != ZSESSIONEXPIRED && rc != ZOPERATIONTIMEOUT && rc != ZNOAUTH)
         log_warn("zk: creating a parent node: %s", zerror(rc));
 }
 

@@ -1193,6 +1193,21 @@ class DistributedTest(DistributedBase):
         self.assertEqual(c.request("UNLOCK lc"), "OK lc")
         self.wait_no_nodes(zk.connect_string, port=zk.port, sessions=[a.session, b.session])
 
+    # 14 --------------------------------------------------------------
+    def test_14_first_use_of_a_root_and_of_names_is_not_a_warning(self):
+        """The first lock of a new root makes <root>/locks and the name's
+        parent, and each new name its parent: the normal course of things,
+        logged below warn (issue 29, item 11)."""
+        a = self.start_daemon(self.zk.connect_string, "A")
+        c = self.client(a)
+        mark = a.log_mark()
+        for name in ("first", "second", "third"):
+            self.assertRegex(c.request("LOCK %s" % name), r"^OK %s %s$" % (name, TOKEN))
+            self.assertEqual(c.request("UNLOCK %s" % name), "OK %s" % name)
+        self.wait_no_nodes(self.zk.connect_string)
+        warned = [ln for ln in a.lines[mark:] if re.match(r"^\S+Z (warn|error) ", ln)]
+        self.assertEqual(warned, [])
+
 
 def queued(d, client, name):
     """Waits for the daemon's debug line saying that client's request for
