@@ -145,6 +145,7 @@ static bool add_locks_line(void *arg, const char *name, const struct locks_statu
         in.has_token = 1;
         in.token = st->token;
         in.since_ms = st->since_ms;
+        in.delay_ms = st->delay_ms;
         in.lease_ms = st->lease_ms;
     }
     client_reply_more(l->c, buf, proto_fmt_lock(buf, sizeof(buf), &in));

@@ -565,6 +565,43 @@ START_TEST(watch_events)
 }
 END_TEST
 
+/* A hold kept for its lock-delay after its client went: LOCKS says how
+ * long is left (delay=), and STATUS, LOCKS and WATCH go on naming it by
+ * its label rather than "-" (issue 29, item 5). */
+START_TEST(abandoned_hold_keeps_label)
+{
+    char want[256];
+    uint64_t token;
+
+    send_line(&a, "WATCH db");
+    ck_out(&a, "OK db\n");
+    run_until_reply(&a);
+    ck_out(&a, "EVENT db free\n");
+    send_line(&b, "CLIENT job@h:7:backup");
+    ck_out(&b, "OK\n");
+    send_line(&b, "LOCK db delay=60000");
+    token = ck_out_num(&b, "OK db ");
+    run_until_reply(&a);
+    snprintf(want, sizeof(want), "EVENT db held %" PRIu64 " holders=1 label=job@h:7:backup "
+             "holder=test-1-ab/127.0.0.1:1002 mode=exclusive\n", token);
+    ck_out(&a, want);
+    client_release_all(&b.cl, true);          /* the connection dropped */
+    run_past_ms(20);
+    ck_out(&a, "");                           /* the same holder, the same line */
+    send_line(&a, "LOCKS");
+    snprintf(want, sizeof(want), "LOCK db exclusive holder=test-1-ab/127.0.0.1:1002 "
+             "label=job@h:7:backup token=%" PRIu64 " since=", token);
+    ck_assert_msg(strncmp(a.out, want, strlen(want)) == 0, "%s", a.out);
+    ck_assert_msg(strstr(a.out, " holders=1 waiters=0 delay=") != NULL, "%s", a.out);
+    ck_assert_str_eq(a.out + a.len - 5, "\nEND\n");
+    a.len = 0;
+    send_line(&a, "STATUS db");
+    ck_assert_msg(strstr(a.out, " waiters=0 queue=1 delay=") != NULL, "%s", a.out);
+    ck_assert_str_eq(a.out + a.len - strlen(" label=job@h:7:backup\n"), " label=job@h:7:backup\n");
+    a.len = 0;
+}
+END_TEST
+
 START_TEST(break_others_hold)
 {
     send_line(&a, "LOCK db");
@@ -751,6 +788,7 @@ static Suite *cmd_suite(void)
     tcase_add_test(tc, close_cancels_parked_lock);
     tcase_add_test(tc, end_of_input_ends_lock_wait);
     tcase_add_test(tc, watch_events);
+    tcase_add_test(tc, abandoned_hold_keeps_label);
     tcase_add_test(tc, break_others_hold);
     tcase_add_test(tc, auth_without_users);
     tcase_add_test(tc, limit_per_client);

@@ -1624,6 +1624,11 @@ START_TEST(fmt_lock_and_holder_lines)
            "lease=250\n");
     ck_fmt(proto_fmt_holder(buf, sizeof(buf), &in),
            "HOLDER db shared held holder=h-1-ab/unix label=web token=9 since=1700 lease=250\n");
+    /* An abandoned hold kept for its lock-delay: delay= before lease=, as in STATUS. */
+    in.delay_ms = 1500;
+    ck_fmt(proto_fmt_lock(buf, sizeof(buf), &in),
+           "LOCK db shared holder=h-1-ab/unix label=web token=9 since=1700 holders=2 waiters=1 "
+           "delay=1500 lease=250\n");
     in = (struct proto_info){ .name = "db", .state = PROTO_FREE, .mode = PROTO_MODE_LIMIT,
                               .limit = 3, .since_ms = -1, .waiters = 4, .lease_ms = -1,
                               .recipe = "nonfair" };
