@@ -199,6 +199,12 @@ struct backend_ops {
     int64_t (*unreachable_since)(void *impl);
     /* Optional: while unreachable_since() is not 0, why, in words (static). */
     const char *(*why_unavailable)(void *impl);
+    /* Optional: while the backend serves nothing until a setting is changed
+     * and the daemon restarted (ZooKeeper answers, but the daemons disagree
+     * on [zookeeper] nonfair), what to change, in words, for ERR UNAVAILABLE
+     * and /healthz; NULL otherwise (an outage says the usual words).
+     * Borrowed from the backend. */
+    const char *(*config_error)(void *impl);
     /*
      * For CHECK: how long from now (ms) the backend promises that nobody
      * else is granted a hold that excludes h, granted, while h is not

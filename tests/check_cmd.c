@@ -422,13 +422,39 @@ START_TEST(status_parked_and_cancelled)
 }
 END_TEST
 
+static const char *config_error_text;
+
+static const char *fake_config_error(void *impl)
+{
+    return config_error_text;
+}
+
 START_TEST(unavailable_status)
 {
+    char longer[1000], want[PROTO_REPLY_MAX];
+
     deferring_ops.query = deferring_query;
+    deferring_ops.config_error = fake_config_error;
     be.ops = &deferring_ops;
+    config_error_text = NULL;
     send_line(&a, "STATUS db");
     fq.cb(fq.arg, &(struct backend_queue_info){ .ok = false });
     ck_out(&a, "ERR UNAVAILABLE the lock service is not reachable; retry later\n");
+    /* Not an outage but a setting to change: the client is told which. */
+    config_error_text = "[zookeeper] nonfair is 'a*' here but 'b*' on daemon d2; change it";
+    send_line(&a, "STATUS db");
+    fq.cb(fq.arg, &(struct backend_queue_info){ .ok = false });
+    ck_out(&a, "ERR UNAVAILABLE [zookeeper] nonfair is 'a*' here but 'b*' on daemon d2; "
+               "change it\n");
+    /* A reason longer than a reply line is cut, and says so. */
+    memset(longer, 'x', sizeof(longer) - 1);
+    longer[sizeof(longer) - 1] = '\0';
+    config_error_text = longer;
+    send_line(&a, "STATUS db");
+    fq.cb(fq.arg, &(struct backend_queue_info){ .ok = false });
+    snprintf(want, sizeof(want), "ERR UNAVAILABLE %.*s...\n", PROTO_REPLY_MAX - 28, longer);
+    ck_out(&a, want);
+    config_error_text = NULL;
     be.ops = embedded_ops;
 }
 END_TEST

@@ -2832,22 +2832,36 @@ class NonFairTest(DistributedBase):
         a = self.start_nf("A")
         ca = self.client(a)
         self.assertRegex(ca.request("LOCK nf-x"), r"OK nf-x \d+")
-        b = self.start_nf("B", extra="nonfair = nf-*,other\n", wait_agreement=False)
-        m = b.wait_log(r"error zk: \[zookeeper\] nonfair is 'nf-\*,other' here but 'nf-\*' on "
+        b = self.start_nf("B", extra="nonfair = nf-*,other\n[server]\n"
+                          "metrics_listen = 127.0.0.1:0\n", wait_agreement=False)
+        m = b.wait_log(r"error zk: (\[zookeeper\] nonfair is 'nf-\*,other' here but 'nf-\*' on "
                        r"daemon %s \(session 0x[0-9a-f]+\): every daemon of root %s must have "
-                       r"the same setting; change it and restart$"
+                       r"the same setting; change it and restart)$"
                        % (re.escape(a.daemon_id), re.escape(self.root)), scaled(10.0))
         self.assertIsNotNone(m)
+        # Clients are told what the log says, not that ZooKeeper is away
+        # (issue 29, item 6); so is /healthz.
         cb = self.client(b)
-        unavailable = "ERR UNAVAILABLE the lock service is not reachable; retry later"
+        unavailable = "ERR UNAVAILABLE " + m.group(1)
         self.assertEqual(cb.request("TRYLOCK nf-x"), unavailable)
         self.assertEqual(cb.request("LOCK other 1000"), unavailable)
         self.assertEqual(cb.request("LOCK fair-name 1000"), unavailable)
+        self.assertEqual(cb.request("STATUS nf-x"), unavailable)
+        self.assertEqual(cb.request("HOLDERS"), unavailable)
+        http = b.wait_log(r"metrics: serving /metrics and /healthz on http://(\S+):(\d+)$")
+        conn = http_client.HTTPConnection(http.group(1), int(http.group(2)), timeout=scaled(5.0))
+        conn.request("GET", "/healthz")
+        r = conn.getresponse()
+        body = r.read().decode()
+        conn.close()
+        self.assertEqual(r.status, 503, body)
+        self.assertRegex(body, r"^not serving for \d+ s: %s; requests that need ZooKeeper "
+                         r"answer ERR UNAVAILABLE with this reason\n$" % re.escape(m.group(1)))
         # without the setting at all: refuses too, and says so
         c = self.start_nf("C", extra="", wait_agreement=False)
-        c.wait_log(r"error zk: \[zookeeper\] nonfair is '' here but 'nf-\*' on daemon %s"
-                   % re.escape(a.daemon_id), scaled(10.0))
-        self.assertEqual(self.client(c).request("TRYLOCK y"), unavailable)
+        m = c.wait_log(r"error zk: (\[zookeeper\] nonfair is '' here but 'nf-\*' on daemon %s "
+                       r".*)$" % re.escape(a.daemon_id), scaled(10.0))
+        self.assertEqual(self.client(c).request("TRYLOCK y"), "ERR UNAVAILABLE " + m.group(1))
         # A serves on; B and C do not hold up a daemon that agrees
         self.assertEqual(ca.request("UNLOCK nf-x"), "OK nf-x")
         d = self.start_nf("D")
