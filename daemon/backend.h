@@ -41,6 +41,8 @@ struct backend_queue_info {
     unsigned limit;          /* LOCK_LIMIT only */
     char holder[256];        /* "<daemon>/<owner>" of the earliest holder, or "-" */
     char label[128];         /* its CLIENT label when it asked, or "" */
+    uint64_t token;          /* its fencing token, as its daemon wrote it after the
+                              * grant; 0: not known (not written yet) */
     int64_t since_ms;        /* when that holder's request was queued, or -1 */
     int64_t lease_ms;        /* that holder is a lease ending in this many ms (its
                               * deadline by this daemon's clock), or -1 */
@@ -61,7 +63,8 @@ struct backend_holder {
     bool held;               /* false: queued, not granted yet */
     const char *holder;      /* "<daemon>/<client>" */
     const char *label;       /* its CLIENT label when it asked, or NULL */
-    uint64_t token;          /* its fencing token when held here; 0: not known */
+    uint64_t token;          /* its fencing token when held (in distributed mode as its
+                              * daemon wrote it after the grant); 0: not known */
     int64_t since_ms;        /* wall-clock ms: granted (held here) or queued */
     int64_t lease_ms;        /* a lease ending in this many ms, or -1 */
 };
@@ -199,6 +202,12 @@ struct backend_ops {
     int64_t (*unreachable_since)(void *impl);
     /* Optional: while unreachable_since() is not 0, why, in words (static). */
     const char *(*why_unavailable)(void *impl);
+    /* Optional: while the backend serves nothing until a setting is changed
+     * and the daemon restarted (ZooKeeper answers, but the daemons disagree
+     * on [zookeeper] nonfair), what to change, in words, for ERR UNAVAILABLE
+     * and /healthz; NULL otherwise (an outage says the usual words).
+     * Borrowed from the backend. */
+    const char *(*config_error)(void *impl);
     /*
      * For CHECK: how long from now (ms) the backend promises that nobody
      * else is granted a hold that excludes h, granted, while h is not

@@ -56,9 +56,12 @@ static void reply_status(struct client *c, const char *name, const struct backen
         in.token = ls.token;
         in.since_ms = ls.since_ms;
     } else if (remote) {
-        /* Held through another daemon (or about to be ours): its token is its own. */
+        /* Held through another daemon (or about to be ours): the token its
+         * daemon wrote to the holder's node, once written. */
         in.state = PROTO_HELD;
         in.holder = zi->holder;
+        in.has_token = zi->token != 0;
+        in.token = zi->token;
         in.since_ms = zi->since_ms;
     }
     client_reply(c, buf, proto_fmt_status(buf, sizeof(buf), &in));
@@ -145,6 +148,7 @@ static bool add_locks_line(void *arg, const char *name, const struct locks_statu
         in.has_token = 1;
         in.token = st->token;
         in.since_ms = st->since_ms;
+        in.delay_ms = st->delay_ms;
         in.lease_ms = st->lease_ms;
     }
     client_reply_more(l->c, buf, proto_fmt_lock(buf, sizeof(buf), &in));

@@ -32,7 +32,22 @@ void cmd_reply_word(struct client *c, const char *word, const char *name, size_t
 
 void cmd_reply_unavailable(struct client *c)
 {
-    client_reply_err(c, PROTO_ERR_UNAVAILABLE, "the lock service is not reachable; retry later");
+    const struct backend *be = c->srv->backend;
+    const char *fault = be->ops->config_error ? be->ops->config_error(be->impl) : NULL;
+    /* Room for "ERR UNAVAILABLE " and the LF in a reply line. */
+    char text[PROTO_REPLY_MAX - 24];
+
+    if (!fault) {
+        client_reply_err(c, PROTO_ERR_UNAVAILABLE,
+                         "the lock service is not reachable; retry later");
+        return;
+    }
+    /* Not an outage that ends by itself: say what the log says. A reason
+     * longer than a reply (settings of hundreds of bytes) is cut, and
+     * says so. */
+    if ((size_t)snprintf(text, sizeof(text), "%s", fault) >= sizeof(text))
+        memcpy(text + sizeof(text) - 4, "...", 4);
+    client_reply_err(c, PROTO_ERR_UNAVAILABLE, text);
 }
 
 enum proto_mode cmd_proto_mode(enum lock_mode m)

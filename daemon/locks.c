@@ -48,6 +48,7 @@ struct hold {
     int64_t kept_ms;               /* kept (a lock-delay, or UNLOCK keep=): for how long */
     bool kept_by_release;          /* kept because UNLOCK said keep=, not abandoned */
     char *gone_desc;               /* abandoned: a copy of its owner's desc; owned */
+    char *gone_label;              /* abandoned: a copy of its owner's label, or NULL; owned */
     uint32_t count;                /* re-entrant depth, >= 1 when HELD */
     uint64_t token;                /* valid when HELD */
     int64_t since_ms;              /* wall-clock time of the grant, valid when HELD */
@@ -250,6 +251,7 @@ static void hold_unlink(struct hold *h)
     if (h->timer)
         event_free(h->timer);
     free(h->gone_desc);
+    free(h->gone_label);
     free(h);
 }
 
@@ -446,20 +448,24 @@ static bool hold_keep(struct hold *h, int64_t ms, bool released)
 {
     struct locks *t = h->lock->table;
     struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
-    char *desc;
+    char *desc, *label = NULL;
 
     if (ms <= 0 || t->closing || h->state != HOLD_HELD)
         return false;
     event_base_update_cache_time(t->base);
+    /* Its desc and label go on naming it in STATUS, LOCKS and WATCH. */
     if (!(desc = strdup(h->owner->desc ? h->owner->desc : "?")) ||
+        (h->owner->label && !(label = strdup(h->owner->label))) ||
         !(h->timer = evtimer_new(t->base, on_delay_over, h)) || evtimer_add(h->timer, &tv) < 0) {
         if (h->timer)
             event_free(h->timer);
         h->timer = NULL;
         free(desc);
+        free(label);
         return false;
     }
     h->gone_desc = desc;
+    h->gone_label = label;
     h->kept_ms = ms;
     h->kept_by_release = released;
     h->delay_end_ms = locks_mono_ms() + ms;
@@ -772,7 +778,7 @@ void locks_status(const struct locks *t, const char *name, struct locks_status *
         if (h->state == HOLD_HELD && !out->held) {
             out->held = true;
             out->holder = hold_owner_desc(h);
-            out->label = h->owner->label;
+            out->label = hold_label(h);
             out->token = h->token;
             out->since_ms = h->since_ms;
             out->mode = h->mode;
@@ -836,7 +842,7 @@ static bool visit_hold(const struct each_ctx *e, const struct lock *l, const str
 {
     struct backend_holder row = {
         .name = l->name, .mode = h->mode, .limit = h->mode == LOCK_LIMIT ? l->limit : 0,
-        .held = h->state == HOLD_HELD, .holder = hold_owner_desc(h), .label = h->owner->label,
+        .held = h->state == HOLD_HELD, .holder = hold_owner_desc(h), .label = hold_label(h),
         .token = h->state == HOLD_HELD ? h->token : 0, .lease_ms = -1,
     };
     struct timeval now;
@@ -893,7 +899,10 @@ const char *hold_owner_desc(const struct hold *h)
     return h->gone_desc ? h->gone_desc : h->owner->desc;
 }
 int64_t hold_delay_ms(const struct hold *h) { return h->delay_ms; }
-const char *hold_label(const struct hold *h) { return h->owner->label; }
+const char *hold_label(const struct hold *h)
+{
+    return h->gone_desc ? h->gone_label : h->owner->label;
+}
 enum lock_mode hold_mode(const struct hold *h) { return h->mode; }
 unsigned hold_limit(const struct hold *h) { return h->mode == LOCK_LIMIT ? h->lock->limit : 0; }
 bool hold_try(const struct hold *h) { return h->try; }

@@ -244,7 +244,8 @@ void locks_set_max_per_client(struct locks *t, unsigned max_per_client);
 const char *hold_name(const struct hold *h);          /* the lock's name; lives as long as h */
 const char *hold_owner_desc(const struct hold *h);    /* the owner's desc; borrowed */
 int64_t hold_delay_ms(const struct hold *h);          /* its lock-delay, 0: none */
-const char *hold_label(const struct hold *h);         /* its owner's label then, or NULL */
+const char *hold_label(const struct hold *h);         /* its owner's label then (of the owner
+                                                       * that abandoned it), or NULL */
 enum lock_mode hold_mode(const struct hold *h);
 unsigned hold_limit(const struct hold *h);            /* LOCK_LIMIT only, else 0 */
 bool hold_try(const struct hold *h);                  /* answer busy rather than wait */

@@ -406,21 +406,28 @@ static void serve_metrics(const struct metrics *m, struct evhttp_request *req)
     evbuffer_free(body);
 }
 
-/* 200 while requests can be served; 503 and why during a ZooKeeper outage. */
+/* 200 while requests can be served; 503 and why during a ZooKeeper outage,
+ * or while a setting must change (the daemons disagree on nonfair). */
 static void serve_healthz(const struct metrics *m, struct evhttp_request *req)
 {
     const struct backend *be = m->srv->backend;
     int64_t down = be->ops->unreachable_since(be->impl);
     const char *why = be->ops->why_unavailable ? be->ops->why_unavailable(be->impl) : NULL;
-    char text[256];
+    const char *fault = be->ops->config_error ? be->ops->config_error(be->impl) : NULL;
+    long long secs = (long long)((locks_mono_ms() - down) / 1000);
+    char text[2048];
 
     if (!down) {
         send_text(req, HTTP_OK, "OK", "ok\n");
         return;
     }
-    snprintf(text, sizeof(text), "ZooKeeper unreachable for %lld s (%s): LOCK waits, TRYLOCK and "
-             "STATUS answer ERR UNAVAILABLE\n", (long long)((locks_mono_ms() - down) / 1000),
-             why ? why : "unreachable");
+    if (fault)
+        snprintf(text, sizeof(text), "not serving for %lld s: %s; requests that need "
+                 "ZooKeeper answer ERR UNAVAILABLE with this reason\n", secs, fault);
+    else
+        snprintf(text, sizeof(text), "ZooKeeper unreachable for %lld s (%s): LOCK waits, "
+                 "TRYLOCK and STATUS answer ERR UNAVAILABLE\n", secs,
+                 why ? why : "unreachable");
     send_text(req, 503, "Service Unavailable", text);
 }
 

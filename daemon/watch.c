@@ -87,7 +87,8 @@ static enum proto_mode proto_mode_of(enum lock_mode m)
 /*
  * The name's state as one line. Embedded mode: the table's earliest
  * holder, with its token. Distributed mode: ZooKeeper's view, the same on
- * every daemon, where no token is kept (token -).
+ * every daemon, with the token the holding daemon wrote to its node after
+ * the grant (token - until then).
  */
 static size_t format_event(const struct watches *ws, const struct watched *w, char *buf,
                            size_t cap)
@@ -109,6 +110,8 @@ static size_t format_event(const struct watches *ws, const struct watched *w, ch
             in.holders = zi->holders;
             in.label = zi->label;
             in.holder = zi->holder;
+            in.has_token = zi->token != 0;
+            in.token = zi->token;
         }
     } else {
         locks_status(ws->locks, w->name, &ls);

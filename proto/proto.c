@@ -422,7 +422,7 @@ enum proto_parse_result proto_parse(const char *line, size_t len, struct proto_r
             break;
         }
     if (cmd < 0)
-        return fail(req, PROTO_ERR_BAD_COMMAND, "unknown command");
+        return fail(req, PROTO_ERR_BAD_COMMAND, "unknown command (HELP lists them)");
     req->cmd = (enum proto_cmd)cmd;
     def = &cmd_defs[cmd];
 
@@ -690,6 +690,8 @@ int proto_fmt_lock(char *buf, size_t cap, const struct proto_info *in)
     append(buf, cap, &k, " since=");
     append_since(buf, cap, &k, in);
     append(buf, cap, &k, " holders=%u waiters=%u", in->holders, in->waiters);
+    if (in->delay_ms > 0)
+        append(buf, cap, &k, " delay=%lld", (long long)in->delay_ms);
     append_lease(buf, cap, &k, in);
     append_recipe(buf, cap, &k, in);
     append(buf, cap, &k, "\n");

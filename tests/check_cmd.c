@@ -422,13 +422,39 @@ START_TEST(status_parked_and_cancelled)
 }
 END_TEST
 
+static const char *config_error_text;
+
+static const char *fake_config_error(void *impl)
+{
+    return config_error_text;
+}
+
 START_TEST(unavailable_status)
 {
+    char longer[1000], want[PROTO_REPLY_MAX];
+
     deferring_ops.query = deferring_query;
+    deferring_ops.config_error = fake_config_error;
     be.ops = &deferring_ops;
+    config_error_text = NULL;
     send_line(&a, "STATUS db");
     fq.cb(fq.arg, &(struct backend_queue_info){ .ok = false });
     ck_out(&a, "ERR UNAVAILABLE the lock service is not reachable; retry later\n");
+    /* Not an outage but a setting to change: the client is told which. */
+    config_error_text = "[zookeeper] nonfair is 'a*' here but 'b*' on daemon d2; change it";
+    send_line(&a, "STATUS db");
+    fq.cb(fq.arg, &(struct backend_queue_info){ .ok = false });
+    ck_out(&a, "ERR UNAVAILABLE [zookeeper] nonfair is 'a*' here but 'b*' on daemon d2; "
+               "change it\n");
+    /* A reason longer than a reply line is cut, and says so. */
+    memset(longer, 'x', sizeof(longer) - 1);
+    longer[sizeof(longer) - 1] = '\0';
+    config_error_text = longer;
+    send_line(&a, "STATUS db");
+    fq.cb(fq.arg, &(struct backend_queue_info){ .ok = false });
+    snprintf(want, sizeof(want), "ERR UNAVAILABLE %.*s...\n", PROTO_REPLY_MAX - 28, longer);
+    ck_out(&a, want);
+    config_error_text = NULL;
     be.ops = embedded_ops;
 }
 END_TEST
@@ -562,6 +588,43 @@ START_TEST(watch_events)
     ck_out(&a, "OK db\n");
     send_line(&a, "UNWATCH db");
     ck_out(&a, "OK db\n");
+}
+END_TEST
+
+/* A hold kept for its lock-delay after its client went: LOCKS says how
+ * long is left (delay=), and STATUS, LOCKS and WATCH go on naming it by
+ * its label rather than "-" (issue 29, item 5). */
+START_TEST(abandoned_hold_keeps_label)
+{
+    char want[256];
+    uint64_t token;
+
+    send_line(&a, "WATCH db");
+    ck_out(&a, "OK db\n");
+    run_until_reply(&a);
+    ck_out(&a, "EVENT db free\n");
+    send_line(&b, "CLIENT job@h:7:backup");
+    ck_out(&b, "OK\n");
+    send_line(&b, "LOCK db delay=60000");
+    token = ck_out_num(&b, "OK db ");
+    run_until_reply(&a);
+    snprintf(want, sizeof(want), "EVENT db held %" PRIu64 " holders=1 label=job@h:7:backup "
+             "holder=test-1-ab/127.0.0.1:1002 mode=exclusive\n", token);
+    ck_out(&a, want);
+    client_release_all(&b.cl, true);          /* the connection dropped */
+    run_past_ms(20);
+    ck_out(&a, "");                           /* the same holder, the same line */
+    send_line(&a, "LOCKS");
+    snprintf(want, sizeof(want), "LOCK db exclusive holder=test-1-ab/127.0.0.1:1002 "
+             "label=job@h:7:backup token=%" PRIu64 " since=", token);
+    ck_assert_msg(strncmp(a.out, want, strlen(want)) == 0, "%s", a.out);
+    ck_assert_msg(strstr(a.out, " holders=1 waiters=0 delay=") != NULL, "%s", a.out);
+    ck_assert_str_eq(a.out + a.len - 5, "\nEND\n");
+    a.len = 0;
+    send_line(&a, "STATUS db");
+    ck_assert_msg(strstr(a.out, " waiters=0 queue=1 delay=") != NULL, "%s", a.out);
+    ck_assert_str_eq(a.out + a.len - strlen(" label=job@h:7:backup\n"), " label=job@h:7:backup\n");
+    a.len = 0;
 }
 END_TEST
 
@@ -751,6 +814,7 @@ static Suite *cmd_suite(void)
     tcase_add_test(tc, close_cancels_parked_lock);
     tcase_add_test(tc, end_of_input_ends_lock_wait);
     tcase_add_test(tc, watch_events);
+    tcase_add_test(tc, abandoned_hold_keeps_label);
     tcase_add_test(tc, break_others_hold);
     tcase_add_test(tc, auth_without_users);
     tcase_add_test(tc, limit_per_client);

@@ -259,7 +259,8 @@ START_TEST(bad_command)
 {
     struct proto_req req;
 
-    ck_error("HELLO", PROTO_ERR_BAD_COMMAND);
+    /* The message says where the commands are (PROTOCOL.md, Errors). */
+    ck_error_msg("HELLO", PROTO_ERR_BAD_COMMAND, "unknown command (HELP lists them)");
     ck_error("LOCKED a", PROTO_ERR_BAD_COMMAND);   /* LOCKS is a command: a word matches whole */
     ck_error("LOC a", PROTO_ERR_BAD_COMMAND);
     ck_error("PINGPING", PROTO_ERR_BAD_COMMAND);
@@ -1623,6 +1624,11 @@ START_TEST(fmt_lock_and_holder_lines)
            "lease=250\n");
     ck_fmt(proto_fmt_holder(buf, sizeof(buf), &in),
            "HOLDER db shared held holder=h-1-ab/unix label=web token=9 since=1700 lease=250\n");
+    /* An abandoned hold kept for its lock-delay: delay= before lease=, as in STATUS. */
+    in.delay_ms = 1500;
+    ck_fmt(proto_fmt_lock(buf, sizeof(buf), &in),
+           "LOCK db shared holder=h-1-ab/unix label=web token=9 since=1700 holders=2 waiters=1 "
+           "delay=1500 lease=250\n");
     in = (struct proto_info){ .name = "db", .state = PROTO_FREE, .mode = PROTO_MODE_LIMIT,
                               .limit = 3, .since_ms = -1, .waiters = 4, .lease_ms = -1,
                               .recipe = "nonfair" };

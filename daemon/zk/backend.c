@@ -23,6 +23,7 @@ static void zk_free(void *impl);
 static void zk_before_request(void *impl);
 static int64_t zk_unreachable_since(void *impl);
 static const char *zk_why_unavailable(void *impl);
+static const char *zk_config_error(void *impl);
 static int64_t zk_window_ms(void *impl, struct hold *h);
 
 static const struct backend_ops zk_ops = {
@@ -49,6 +50,7 @@ static const struct backend_ops zk_ops = {
     .before_request = zk_before_request,
     .unreachable_since = zk_unreachable_since,
     .why_unavailable = zk_why_unavailable,
+    .config_error = zk_config_error,
     .window_ms = zk_window_ms,
     .free = zk_free,
 };
@@ -68,6 +70,16 @@ static int64_t zk_unreachable_since(void *impl)
 static const char *zk_why_unavailable(void *impl)
 {
     return zk_session_why_down(impl);
+}
+
+/* Another daemon of the root takes other names non-fair: nothing is
+ * served until a restart, and the log's words say what to change
+ * (presence.c). */
+static const char *zk_config_error(void *impl)
+{
+    const struct zk *zk = impl;
+
+    return zk->nonfair_disagrees ? zk->nonfair_why : NULL;
 }
 
 /* CHECK's window (presence.c). */

@@ -314,7 +314,7 @@ static void zl_wait(struct zlock *zl, const struct zview *v, bool children_watch
         return;
     }
     /* A later semaphore waiter watches its predecessor, which rewrites its
-     * own data once granted (see zl_write_data): then this one is first. */
+     * own data once granted (its token, zl_decide): then this one is first. */
     if (zl->mode == LOCK_SHARED)
         zl_watch(zl, v->blocker ? v->blocker : v->lease_blocker);
     else
@@ -350,11 +350,11 @@ static void zl_decide(struct zlock *zl, const struct zview *v, int64_t pzxid,
         zl->handoffs = 0;
         log_debug("zk: %s holds %s, token %llu", zl->node, zl->parent,
                   (unsigned long long)zl->token);
-        /* The semaphore waiter after ours may have seen this node waiting
-         * and watch it: tell it that it may be first now. Whoever lists
-         * after this listing sees this node holding and needs no word. */
-        if (zl->mode == LOCK_LIMIT && v->after > 0)
-            zl_write_data(zl);
+        /* The token goes into our node's data, for STATUS, HOLDERS and
+         * WATCH on every daemon (a write nothing waits for). It also tells
+         * the semaphore waiter after ours, which may have seen this node
+         * waiting and watch it, that it may be first now. */
+        zl_write_data(zl);
         locks_backend_granted(zl->hold, zl->token);
         return;
     }

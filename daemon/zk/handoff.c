@@ -27,8 +27,8 @@
  * from a zxid read or written after our node became first, and any later
  * holder elsewhere is granted after our node's delete, whose zxid is
  * greater, so its token exceeds ours by at least 2^8 - local_handoff. A
- * handoff writes nothing to ZooKeeper but the new owner's name, for STATUS
- * elsewhere, and that write is not waited for.
+ * handoff writes nothing to ZooKeeper but the new owner's name and token,
+ * for STATUS elsewhere, and that write is not waited for.
  */
 
 /* Grants the holder waiting at a turn's end the token of zxid, passed on. */
@@ -40,6 +40,7 @@ static void zl_grant_turn(struct zlock *zl, int64_t zxid)
         return;
     log_debug("zk: %s passed on, new turn, token %llu", zl->node,
               (unsigned long long)zl->token);
+    zl_write_data(zl);       /* its token, for STATUS elsewhere */
     locks_backend_granted(zl->hold, zl->token);
 }
 

@@ -45,18 +45,40 @@ static void on_data_written(int rc, const struct Stat *stat, const void *data)
         zl_write_data(zl);        /* the owner changed meanwhile */
 }
 
-/* "daemon=<id> client=<owner>": who a node is for, read by STATUS. */
-void zl_format_data(const struct zlock *zl, char *buf, size_t len)
+/*
+ * "daemon=<id> client=<owner>[ label=<label>][ token=<token>][ deadline=<ms>]":
+ * who a node is for, read by STATUS, HOLDERS and WATCH on every daemon
+ * (query.c). token=: the token its holder was given, once granted (the
+ * same hold, token and state as locks_drop_held's "held"); a lease's is
+ * not written, readers make it from the lease node's czxid as the grant
+ * did (lease_lock.c). by_write: this very write's zxid makes the grant's
+ * token (a non-fair node's setData, nonfair.c): "token=mzxid".
+ */
+static void format_data(const struct zlock *zl, bool by_write, char *buf, size_t len)
 {
     const char *label = zl->hold ? hold_label(zl->hold) : NULL;
+    bool granted = zl->hold && zl->step == ZL_HELD && !zl->awaiting_token && !zl->lease;
     int n = snprintf(buf, len, "daemon=%s client=%s%s%s", zl->zk->daemon_id,
                      zl->hold ? hold_owner_desc(zl->hold) : "-", label ? " label=" : "",
                      label ? label : "");
 
+    if (n > 0 && (size_t)n < len && (granted || (by_write && zl->hold)))
+        n += snprintf(buf + n, len - (size_t)n, by_write ? " token=mzxid" : " token=%llu",
+                      (unsigned long long)zl->token);
     /* A lease's end, as wall-clock ms: what any daemon may remove it by. */
     if (zl->lease && n > 0 && (size_t)n < len)
         snprintf(buf + n, len - (size_t)n, " deadline=%lld",
                  (long long)(zk_now_ms() + zl->ttl_ms));
+}
+
+void zl_format_data(const struct zlock *zl, char *buf, size_t len)
+{
+    format_data(zl, false, buf, len);
+}
+
+void zl_format_token_data(const struct zlock *zl, char *buf, size_t len)
+{
+    format_data(zl, true, buf, len);
 }
 
 /*
@@ -249,9 +271,14 @@ static void on_ancestor_created(int rc, const char *value, const void *data)
     struct zk *zk = (struct zk *)data;
 
     zk->outstanding--;
-    /* A ZNOAUTH comes again for the node created under it, which says why. */
-    if (rc != ZOK && rc != ZNODEEXISTS && rc != ZCONNECTIONLOSS && rc != ZCLOSING &&
-        rc != ZSESSIONEXPIRED && rc != ZOPERATIONTIMEOUT && rc != ZNOAUTH)
+    /* A ZNOAUTH comes again for the node created under it, which says why.
+     * ZNONODE is the normal course on a new root: only the name's parent
+     * was sent, <root>/locks is missing too, and the next failed create
+     * sends the whole chain (zk_create_ancestors). */
+    if (rc == ZNONODE)
+        log_debug("zk: creating a parent node: %s; its ancestors follow", zerror(rc));
+    else if (rc != ZOK && rc != ZNODEEXISTS && rc != ZCONNECTIONLOSS && rc != ZCLOSING &&
+             rc != ZSESSIONEXPIRED && rc != ZOPERATIONTIMEOUT && rc != ZNOAUTH)
         log_warn("zk: creating a parent node: %s", zerror(rc));
 }
 

@@ -45,9 +45,13 @@ void zl_create(struct zlock *zl, zk_batch_sent_fn sent, stat_completion_t parent
 bool zl_create_failed(struct zlock *zl, int rc, unsigned max_attempts);
 /* Lists the parent for the node whose create reply was lost. */
 void zl_find_lost_create(struct zlock *zl);
-/* What our node's data says now ("daemon=<id> client=<owner>[ label=..]"),
- * into buf (len bytes, truncated). */
+/* What our node's data says now ("daemon=<id> client=<owner>[ label=..]
+ * [ token=..]", node.c), into buf (len bytes, truncated). */
 void zl_format_data(const struct zlock *zl, char *buf, size_t len);
+/* The same for a setData whose own zxid makes the grant's token (a
+ * non-fair node's): "token=mzxid", which readers take from the node's
+ * mzxid, so the token is there as soon as the write is. */
+void zl_format_token_data(const struct zlock *zl, char *buf, size_t len);
 /* Queues a write of our node's current data; done gets a nodecall.
  * Returns ZOK, or the error with nothing sent. */
 int zl_send_data(struct zlock *zl, stat_completion_t done);

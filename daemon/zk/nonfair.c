@@ -7,7 +7,9 @@
  * setData of the same node tied to it (batch.h, zk_batch_set_tied), whose
  * mzxid makes the fencing token: no read at all. The setData runs after our
  * create and before our delete, so its zxid lies between the previous
- * holder's and the next one's: tokens only go up.
+ * holder's and the next one's: tokens only go up. Its data says
+ * "token=mzxid" (node.c): other daemons make the token from the node's
+ * mzxid as we do, with no write after the grant.
  *
  * A create that finds the node (ZNODEEXISTS) sets one exists watch on it;
  * the lock table admits only a name's first local waiter, so a daemon
@@ -69,6 +71,10 @@ static void nf_on_set(int rc, const struct Stat *stat, const void *data)
         return;
     zl->step = ZL_HELD;
     zl->handoffs = 0;
+    /* A write of our data sent after this one (a handover) took
+     * "token=mzxid" away: write the token itself once it is answered. */
+    if (zl->data_writing)
+        zl->data_stale = true;
     log_debug("zk: %s held, token %llu", zl->node, (unsigned long long)zl->token);
     locks_backend_granted(zl->hold, zl->token);
 }
@@ -165,8 +171,11 @@ static void nf_create(struct zlock *zl)
     zl->create_attempts++;
     rc = zk_batch_create(zk, zl->parent, data, (int)strlen(data), zk->acl, ZOO_EPHEMERAL,
                          nf_on_created, NULL, c);
-    /* listing_sent: here, a setData rides behind the create. */
+    /* listing_sent: here, a setData rides behind the create. Its data says
+     * that its own zxid is the token, so that every daemon sees the token
+     * with the node, at no extra write. */
     zl->listing_sent = false;
+    zl_format_token_data(zl, data, sizeof(data));
     if (rc == ZOK && zk_batch_set_tied(zk, zl->parent, data, (int)strlen(data), -1, nf_on_set,
                                        s) == ZOK) {
         zk->outstanding++;   /* the setData's; zk_sent counts the create's */
@@ -187,7 +196,7 @@ static void nf_take_token(struct zlock *zl)
 
     if (!c)
         return;
-    zl_format_data(zl, data, sizeof(data));
+    zl_format_token_data(zl, data, sizeof(data));
     zk_sent(zl, c, zk_batch_set(zk, zl->node, data, (int)strlen(data), -1, nf_on_set, c),
             "setData");
 }

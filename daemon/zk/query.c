@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ztoken.h"
+
 /* ------------------------------------------------------- STATUS queries */
 
 struct backend_query {
@@ -32,31 +34,44 @@ static void query_finish(struct backend_query *q, bool ok)
 }
 
 /* What a lock node's data says: "daemon=<id> client=<addr>[ label=<label>]
- * [ deadline=<ms>]...", as zl_format_data (node.c) writes it. */
+ * [ token=<token>][ deadline=<ms>]...", as zl_format_data (node.c) writes
+ * it. Fields are words without spaces: a label has none. */
 struct node_data {
     char daemon[128], client[128], label[128];
     int64_t lease_ms;          /* a lease's time left by this daemon's clock, or -1 */
+    uint64_t token;            /* its holder's fencing token, 0: not written (yet) */
 };
 
-static void parse_node_data(const char *value, int len, struct node_data *d)
+static void parse_node_data(const char *value, int len, const struct Stat *stat,
+                            struct node_data *d)
 {
     char buf[512];
-    const char *label, *deadline;
+    const char *label, *token, *deadline;
 
     snprintf(d->daemon, sizeof(d->daemon), "-");
     snprintf(d->client, sizeof(d->client), "-");
     d->label[0] = '\0';
     d->lease_ms = -1;
+    d->token = 0;
     if (!value || len <= 0)
         return;
     snprintf(buf, sizeof(buf), "%.*s", len, value);
     sscanf(buf, "daemon=%127s client=%127s", d->daemon, d->client);
     if ((label = strstr(buf, " label=")))
         sscanf(label, " label=%127s", d->label);
+    /* Written by the holding daemon after the grant; "mzxid": this data's
+     * own write made it (a non-fair node, nonfair.c). */
+    if ((token = strstr(buf, " token=")) && strncmp(token + 7, "mzxid", 5) == 0)
+        ztoken_of_zxid(stat->mzxid, &d->token);
+    else if (token)
+        d->token = strtoull(token + 7, NULL, 10);
     if ((deadline = strstr(buf, " deadline="))) {     /* a lease (lease_lock.c) */
         long long t = strtoll(deadline + 10, NULL, 10);
 
         d->lease_ms = t > zk_now_ms() ? t - zk_now_ms() : 0;
+        /* Its token is its node's czxid's, as lease_lock.c granted it. */
+        if (!token)
+            ztoken_of_zxid(stat->czxid, &d->token);
     }
 }
 
@@ -146,7 +161,7 @@ void zk_queue_holder(const char *value, int len, const struct Stat *stat,
 
     if (!value || len <= 0)
         return;
-    parse_node_data(value, len, &d);
+    parse_node_data(value, len, stat, &d);
     if (info->mode == LOCK_EXCLUSIVE && strcmp(d.client, "-") == 0) {
         /* Nobody holds it: a released lock's node, kept idle or about
          * to be deleted (handoff.c); the next in line gets it then. */
@@ -155,6 +170,7 @@ void zk_queue_holder(const char *value, int len, const struct Stat *stat,
         return;
     }
     snprintf(info->label, sizeof(info->label), "%s", d.label);
+    info->token = d.token;
     info->lease_ms = d.lease_ms;
     snprintf(info->holder, sizeof(info->holder), "%s/%s", d.daemon, d.client);
     info->since_ms = stat->ctime;
@@ -262,6 +278,7 @@ struct list_row {
     struct zkind kind;         /* what its request asked for */
     int64_t since_ms;          /* the node's creation, wall-clock ms */
     int64_t lease_ms;
+    uint64_t token;            /* as its node says; 0: not written (yet) */
     char holder[256];
     char label[128];
 };
@@ -338,7 +355,8 @@ static void list_maybe_finish(struct backend_list *l)
             out[n++] = (struct backend_holder){
                 .name = l->names[r->name], .mode = r->kind.mode, .limit = r->kind.limit,
                 .held = r->held, .holder = r->holder, .label = r->label,
-                .since_ms = r->since_ms, .lease_ms = r->lease_ms,
+                .token = r->held ? r->token : 0, .since_ms = r->since_ms,
+                .lease_ms = r->lease_ms,
             };
         }
         l->cb(l->arg, true, out, n, l->more);
@@ -388,12 +406,13 @@ static void on_list_data(int rc, const char *value, int len, const struct Stat *
     struct node_data d;
 
     if (rc == ZOK) {
-        parse_node_data(value, len, &d);
+        parse_node_data(value, len, stat, &d);
         /* A released exclusive lock's node, kept idle (handoff.c): nobody's. */
         r->skip = r->kind.mode == LOCK_EXCLUSIVE && strcmp(d.client, "-") == 0;
         snprintf(r->holder, sizeof(r->holder), "%s/%s", d.daemon, d.client);
         snprintf(r->label, sizeof(r->label), "%s", d.label);
         r->lease_ms = d.lease_ms;
+        r->token = d.token;
         r->since_ms = stat->ctime;
     } else if (rc == ZNONODE) {
         r->skip = true;           /* it left between the two reads */

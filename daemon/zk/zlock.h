@@ -62,7 +62,8 @@ struct zlock {
     bool try;                  /* answer busy instead of waiting */
     enum lock_mode mode;       /* what the request asks for; part of the node name */
     unsigned limit;            /* LOCK_LIMIT only */
-    bool data_stale;           /* the node's data names an owner that left (handover) */
+    bool data_stale;           /* the node's data is behind: it names an owner that left
+                                * (handover), or lacks the token of a grant (node.c) */
     bool data_writing;         /* a write of the node's data is in flight */
     bool create_uncertain;     /* a create was sent and its reply lost */
     bool listing_sent;         /* a getChildren went out right behind the create's multi,

@@ -1397,6 +1397,7 @@ class InfoTests(DaemonCase):
         token = p.out.strip()
         self.addCleanup(self.lb, self.hp() + ["release", n + "-l", token])
         c = self.client()
+        c.request("CLIENT ops@db1:7:deploy")
         c.request("LOCK %s-d delay=60000" % n)
         c.close()                 # abandoned: its lock-delay keeps the name
         self.d.wait_log(r"lock %s-d: \S+ ended without a release" % re.escape(n))
@@ -1405,13 +1406,16 @@ class InfoTests(DaemonCase):
         lines = p.out.splitlines()
         self.assertRegex(lines[0], self.HEADER)
         self.assertEqual(len(lines), 3, p.out)
+        # The gone holder, by its label, and the lock-delay's time left.
+        self.assertRegex(lines[1], r"^%s-d +held +exclusive +\S+ +ops@db1:7:deploy +[0-9]+ +%s +1 "
+                         r"+0 +- +%s$" % (re.escape(n), self.DURATION, self.DURATION))
         self.assertRegex(lines[2], r"^%s-l +held +exclusive +\S+/lease:\S+ +ops@web-3 +%s +%s +1 "
                          r"+0 +%s +-$" % (re.escape(n), token, self.DURATION, self.DURATION))
         p = self.lb(self.hp() + ["status", "--human", n + "-d"])
         self.assert_exit(p, 0)
         lines = p.out.splitlines()
         self.assertRegex(lines[0], self.HEADER)
-        self.assertRegex(lines[1], r"^%s-d +held +exclusive .* +- +%s$"
+        self.assertRegex(lines[1], r"^%s-d +held +exclusive .* ops@db1:7:deploy .* +- +%s$"
                          % (re.escape(n), self.DURATION))
         p = self.lb(self.hp() + ["status", "--human", n + "-free"])
         self.assert_exit(p, EXIT_FREE)
@@ -1424,6 +1428,8 @@ class InfoTests(DaemonCase):
         self.assert_exit(p, 0)
         objs = [json.loads(line) for line in p.out.splitlines()]
         self.assertEqual([o["name"] for o in objs], [n + "-d", n + "-l"])
+        self.assertIsInstance(objs[0]["delay"], int)
+        self.assertEqual(objs[0]["label"], "ops@db1:7:deploy")
         self.assertEqual(objs[1]["token"], token)
         self.assertIsInstance(objs[1]["lease"], int)
         self.assertEqual(objs[1]["label"], "ops@web-3")
@@ -1507,7 +1513,8 @@ class InfoTests(DaemonCase):
         lines = p.out.splitlines()
         for line in lines:
             self.assertRegex(line, r"^LOCK \S+ \S+ holder=\S+ label=\S+ token=\S+ since=\S+ "
-                                   r"holders=[0-9]+ waiters=[0-9]+( lease=[0-9]+)?$")
+                                   r"holders=[0-9]+ waiters=[0-9]+( delay=[0-9]+)?"
+                                   r"( lease=[0-9]+)?$")
         ours = [line for line in lines if line.split()[1] in (a, b)]
         self.assertEqual(len(ours), 2, p.out)
         self.assertRegex(ours[0], "^" + line_a + "$")

@@ -32,7 +32,7 @@ from lbharness import Daemon, TIMEOUT, START_TIMEOUT, STOP_TIMEOUT, check_failur
     contend_sets, run_daemon, scaled  # noqa: E402
 
 # The daemon's exact error lines (from proto/proto.c, daemon/conn.c, daemon/server.c).
-ERR_BAD_COMMAND = "ERR BAD_COMMAND unknown command"
+ERR_BAD_COMMAND = "ERR BAD_COMMAND unknown command (HELP lists them)"
 ERR_MISSING = "ERR BAD_ARGS missing argument"
 ERR_TOO_MANY = "ERR BAD_ARGS too many arguments"
 ERR_BAD_WAIT = "ERR BAD_ARGS wait-ms must be an integer from 0 to 2147483647"
