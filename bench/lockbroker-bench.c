@@ -68,6 +68,11 @@
 #define LINE_MAX_BYTES 256
 /* Pause before reading /proc so the daemon has handled everything we sent. */
 #define SETTLE_MS 300
+/* Connections not all ready by then (or, in handshake mode, a pause that
+ * long with connections in flight): the run fails instead of hanging. */
+#define SETUP_TIMEOUT_S 60
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 enum workload { WL_DISTINCT, WL_COLD, WL_HOT, WL_ZIPF, WL_TRYLOCK, WL_WAITERS, WL_IDLE,
                 WL_HANDSHAKE };
@@ -166,6 +171,7 @@ struct bench {
     unsigned next_connect, connecting, ready;
     struct name_state *names;  /* shared-name workloads: nnames entries */
     struct event *timer;
+    struct event *setup_timer; /* load and idle modes: armed until all are ready */
     const char *failure;       /* set when the run cannot go on */
 
     /* measurement */
@@ -198,6 +204,7 @@ struct bench {
            HS_DONE } hs_phase;
     bool hs_use_tls;           /* new connections of the phase speak TLS */
     int hs_counting;           /* 0 or 1: which kind's PONGs count now; -1: none */
+    unsigned hs_waits;         /* pauses extended in a row */
     struct {
         uint64_t ops, cpu_us, ns, client_us;
         struct histo lat;      /* connect -> PONG (TLS: handshake included) */
@@ -822,6 +829,7 @@ static void bc_on_pong(struct bconn *c)
     }
     connect_more(b);
     if (b->ready == b->nconns) {
+        evtimer_del(b->setup_timer);
         if (b->wl == WL_IDLE)
             idle_on_ready(b);
         else
@@ -857,7 +865,12 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
         char why[160], reason[120];
 
         if (ssl_err) {
-            ERR_error_string_n(ssl_err, reason, sizeof(reason));
+            /* libevent reports an I/O failure inside OpenSSL as SSL_get_error()'s
+             * code, which is no OpenSSL error (its library number is 0). */
+            if (ERR_GET_LIB(ssl_err) == 0)
+                snprintf(reason, sizeof(reason), "closed or reset (SSL_get_error %lu)", ssl_err);
+            else
+                ERR_error_string_n(ssl_err, reason, sizeof(reason));
             snprintf(why, sizeof(why), "TLS connection to %s failed: %s", target, reason);
             while (bufferevent_get_openssl_error(bev))
                 ;
@@ -1249,9 +1262,14 @@ static void hs_phase(evutil_socket_t fd, short what, void *arg)
      * take longer than SETTLE_MS over a handshake). */
     if ((b->hs_phase == HS_WARMUP_SETTLE || b->hs_phase == HS_PLAIN_SETTLE ||
          b->hs_phase == HS_TLS_SETTLE) && b->connecting > 0) {
+        if (++b->hs_waits * SETTLE_MS > SETUP_TIMEOUT_S * 1000) {
+            fail(b, "connections still in flight " STR(SETUP_TIMEOUT_S) " s after a phase");
+            return;
+        }
         hs_timer(b, SETTLE_MS / 1000.0);
         return;
     }
+    b->hs_waits = 0;
     switch (b->hs_phase) {
     case HS_WARMUP:
     case HS_PLAIN:
@@ -1413,6 +1431,11 @@ static void report_idle(struct bench *b)
 
 /* ------------------------------------------------------------ main */
 
+static void on_setup_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    fail(arg, "connections still not ready after " STR(SETUP_TIMEOUT_S) " s");
+}
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -1544,6 +1567,7 @@ int main(int argc, char **argv)
     struct bench *b = calloc(1, sizeof(*b));
     const char *tls_ca = NULL, *tls_cert = NULL, *tls_key = NULL;
     bool names_set = false, conns_set = false;
+    struct timeval setup_tv = { SETUP_TIMEOUT_S, 0 };
     unsigned v;
     int opt, rc = 1;
 
@@ -1720,6 +1744,7 @@ bad:
     histo_reset(&b->lat);
     histo_reset(&b->unlock_lat);
     if (!(b->base = event_base_new()) || !(b->timer = evtimer_new(b->base, NULL, NULL)) ||
+        !(b->setup_timer = evtimer_new(b->base, on_setup_timeout, b)) ||
         !(b->conns = calloc(b->nconns, sizeof(*b->conns))) ||
         !(b->names = calloc(b->nnames, sizeof(*b->names)))) {
         fprintf(stderr, "lockbroker-bench: out of memory\n");
@@ -1749,6 +1774,7 @@ bad:
         fprintf(stderr, "lockbroker-bench: cannot read /proc/%d/status\n", (int)b->pid);
         goto out;
     }
+    evtimer_add(b->setup_timer, &setup_tv);
     connect_more(b);
     event_base_dispatch(b->base);
 failed:
