@@ -24,21 +24,36 @@
  *            of a bare connect/PING/close.
  *   idle     open c idle connections; report the daemon's RSS and anonymous
  *            memory growth per connection.
+ *   handshake connect, PING, close, c connections at a time, to the plain
+ *            port and then over TLS; report the daemon's CPU per TLS
+ *            connection net of a plain one: the cost of a handshake.
+ *
+ * With --tls-ca every connection speaks TLS (bufferevent_openssl) and
+ * checks the server's certificate against that CA and the name it
+ * connected to. A connection is ready once its handshake and a PING are
+ * done, so in the load workloads handshakes happen before the warm-up and
+ * are never measured. Over TLS every byte goes through the bufferevent
+ * (plain connections write to the socket directly when they can).
  */
 #include "config.h"
 
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 #include <event2/util.h>
 #include <getopt.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <arpa/inet.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -53,10 +68,16 @@
 #define LINE_MAX_BYTES 256
 /* Pause before reading /proc so the daemon has handled everything we sent. */
 #define SETTLE_MS 300
+/* Connections not all ready by then (or, in handshake mode, a pause that
+ * long with connections in flight): the run fails instead of hanging. */
+#define SETUP_TIMEOUT_S 60
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
-enum workload { WL_DISTINCT, WL_COLD, WL_HOT, WL_ZIPF, WL_TRYLOCK, WL_WAITERS, WL_IDLE };
+enum workload { WL_DISTINCT, WL_COLD, WL_HOT, WL_ZIPF, WL_TRYLOCK, WL_WAITERS, WL_IDLE,
+                WL_HANDSHAKE };
 static const char *const workload_names[] = {
-    "distinct", "cold", "hot", "zipf", "trylock", "waiters", "idle",
+    "distinct", "cold", "hot", "zipf", "trylock", "waiters", "idle", "handshake",
 };
 
 enum req_kind { REQ_PING, REQ_LOCK, REQ_TRYLOCK, REQ_UNLOCK };
@@ -102,6 +123,8 @@ struct bconn {
     uint64_t wait_since;       /* fairness: when that LOCK went out */
     uint64_t bypassed;         /* fairness: later LOCKs granted before ours */
     unsigned cold_next;        /* cold: cycles begun, so the next name's number */
+    bool tls;                  /* bev is a bufferevent_openssl (owns its SSL) */
+    uint64_t t_connect;        /* handshake mode: when the connect began */
 };
 
 /* Per shared name: who holds it as far as the replies tell. */
@@ -130,16 +153,25 @@ struct bench {
     char mode_word[16];        /* appended to LOCK / TRYLOCK: "" (exclusive), " shared",
                                   " limit=N" */
     unsigned max_holders;      /* connections that may hold a name at once; 0: any */
+    SSL_CTX *tls;              /* --tls-ca: connect over TLS with it; NULL: plain */
+    const char *tls_name;      /* the name the server's certificate must carry */
+    bool tls_name_is_ip;       /* ... as an IP address SAN */
+    char tls_desc[96];         /* protocol and cipher of the first handshake */
 
     struct event_base *base;
     struct sockaddr_storage addr;
     int addrlen;
+    const char *hostport;      /* -H */
+    struct sockaddr_storage plain_addr;   /* handshake mode: --plain */
+    int plain_addrlen;
+    const char *plain_hostport;
     struct bconn *conns;
     struct zipf zipf;
     uint64_t rng;
     unsigned next_connect, connecting, ready;
     struct name_state *names;  /* shared-name workloads: nnames entries */
     struct event *timer;
+    struct event *setup_timer; /* load and idle modes: armed until all are ready */
     const char *failure;       /* set when the run cannot go on */
 
     /* measurement */
@@ -166,6 +198,17 @@ struct bench {
     struct { uint64_t ops, cpu_us, ns; } grant, cancel, churn;
     struct bconn *spare;       /* churn mode: temporary connections */
     unsigned nspare;
+
+    /* handshake mode: [0] plain connections, [1] TLS */
+    enum { HS_WARMUP, HS_WARMUP_SETTLE, HS_PLAIN, HS_PLAIN_SETTLE, HS_TLS, HS_TLS_SETTLE,
+           HS_DONE } hs_phase;
+    bool hs_use_tls;           /* new connections of the phase speak TLS */
+    int hs_counting;           /* 0 or 1: which kind's PONGs count now; -1: none */
+    unsigned hs_waits;         /* pauses extended in a row */
+    struct {
+        uint64_t ops, cpu_us, ns, client_us;
+        struct histo lat;      /* connect -> PONG (TLS: handshake included) */
+    } hs[2];
 };
 
 static void bc_connect(struct bench *b, struct bconn *c);
@@ -176,6 +219,7 @@ static void waiters_on_pong(struct bconn *c);
 static void waiters_on_reply(struct bconn *c, const struct req *r, const char *line, size_t ll);
 static bool is_spare(const struct bench *b, const struct bconn *c);
 static void idle_on_ready(struct bench *b);
+static void hs_on_pong(struct bconn *c);
 
 /* ------------------------------------------------------------ helpers */
 
@@ -264,7 +308,7 @@ static void bc_stage(struct bconn *c, enum req_kind kind, unsigned slot)
 }
 
 /* Sends what was staged: straight to the socket when nothing is queued in
- * the bufferevent, the rest through it. */
+ * the bufferevent, the rest through it; over TLS all through it. */
 static void bc_flush(struct bconn *c)
 {
     struct bench *b = c->b;
@@ -285,7 +329,7 @@ static void bc_flush(struct bconn *c)
     }
     c->unsent = 0;
     out = bufferevent_get_output(c->bev);
-    if (evbuffer_get_length(out) == 0) {
+    if (!c->tls && evbuffer_get_length(out) == 0) {
         ssize_t n = send(bufferevent_getfd(c->bev), c->obuf, c->olen, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0)
             off = (size_t)n;
@@ -483,7 +527,8 @@ static void snap_begin(struct bench *b)
     b->have_cpu = b->pid > 0 && proc_cpu_us(b->pid, &b->cpu_user0, &b->cpu_sys0) == 0;
     b->have_zcpu = b->zk_pid > 0 && proc_cpu_us(b->zk_pid, &b->zcpu_user0, &b->zcpu_sys0) == 0;
     b->have_zxid = b->zk_hosts && zk_srvr_zxid(b->zk_hosts, &b->zxid0) == 0;
-    b->have_batches = b->zk_hosts &&
+    /* STATS is asked in plain text: not on a TLS port. */
+    b->have_batches = b->zk_hosts && !b->tls &&
                       lb_stats(b->host, b->port, batch_stats, b->batches0, 2) == 0;
     getrusage(RUSAGE_SELF, &b->ru0);
     b->t0 = bench_now_ns();
@@ -563,6 +608,8 @@ static void report_load(struct bench *b)
     out_str("workload", workload_names[b->wl]);
     out_str("target", target);
     out_str("mode", b->mode);
+    if (b->tls)
+        out_str("tls", b->tls_desc);
     out_u64("conns", b->nconns);
     out_u64("pipeline", b->pipeline);
     /* cold: every name the run used, warm-up included */
@@ -613,6 +660,57 @@ static void report_load(struct bench *b)
     out_end();
 }
 
+/* ------------------------------------------------------------ TLS */
+
+/* Prints OpenSSL's reason for what failed on path. */
+static void tls_perror(const char *what, const char *path)
+{
+    char reason[256] = "unknown error";
+    unsigned long e = ERR_get_error();
+
+    if (e)
+        ERR_error_string_n(e, reason, sizeof(reason));
+    ERR_clear_error();
+    fprintf(stderr, "lockbroker-bench: %s %s: %s\n", what, path, reason);
+}
+
+/*
+ * The client context: TLS 1.2 or 1.3, the server's certificate verified
+ * against ca, and our own certificate when given. Sessions are not kept,
+ * so every connection makes a full handshake. NULL after a message.
+ */
+static SSL_CTX *tls_ctx_new(const char *ca, const char *cert, const char *key)
+{
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+
+    if (!ctx) {
+        tls_perror("TLS context", "");
+        return NULL;
+    }
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+    SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+    if (SSL_CTX_load_verify_locations(ctx, ca, NULL) != 1)
+        tls_perror("--tls-ca", ca);
+    else if (cert && SSL_CTX_use_certificate_chain_file(ctx, cert) != 1)
+        tls_perror("--tls-cert", cert);
+    else if (key && (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1 ||
+                     SSL_CTX_check_private_key(ctx) != 1))
+        tls_perror("--tls-key", key);
+    else
+        return ctx;
+    SSL_CTX_free(ctx);
+    return NULL;
+}
+
+static bool name_is_ip(const char *name)
+{
+    unsigned char buf[sizeof(struct in6_addr)];
+
+    return inet_pton(AF_INET, name, buf) == 1 || inet_pton(AF_INET6, name, buf) == 1;
+}
+
 /* ------------------------------------------------------------ connections */
 
 static int bc_alloc(struct bench *b, struct bconn *c, unsigned idx)
@@ -640,6 +738,7 @@ static void bc_close(struct bconn *c, bool rst)
         c->bev = NULL;
     }
     c->state = BC_CLOSED;
+    c->tls = false;
     c->head = c->count = c->unsent = 0;
     c->olen = 0;
     c->waiting = false;
@@ -651,18 +750,59 @@ static void connect_more(struct bench *b)
         bc_connect(b, &b->conns[b->next_connect++]);
 }
 
+/* A client-side SSL for one connection, checking the server's name; NULL on failure. */
+static SSL *tls_ssl_new(struct bench *b)
+{
+    SSL *ssl = SSL_new(b->tls);
+    int ok;
+
+    if (!ssl)
+        return NULL;
+    if (b->tls_name_is_ip)
+        ok = X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), b->tls_name);
+    else
+        ok = SSL_set_tlsext_host_name(ssl, b->tls_name) == 1 &&
+             SSL_set1_host(ssl, b->tls_name) == 1;
+    if (!ok) {
+        SSL_free(ssl);
+        return NULL;
+    }
+    return ssl;
+}
+
+/* Connects c: over TLS when there is a context (in handshake mode, when the
+ * phase says so), else in plain text; to --plain in a plain handshake phase. */
 static void bc_connect(struct bench *b, struct bconn *c)
 {
-    c->bev = bufferevent_socket_new(b->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    bool tls = b->tls && (b->wl != WL_HANDSHAKE || b->hs_use_tls);
+    bool to_plain = b->wl == WL_HANDSHAKE && !tls;
+    const struct sockaddr *sa = (const struct sockaddr *)(to_plain ? &b->plain_addr : &b->addr);
+    int salen = to_plain ? b->plain_addrlen : b->addrlen;
+
+    if (tls) {
+        SSL *ssl = tls_ssl_new(b);
+        if (!ssl) {
+            fail(b, "cannot create an SSL");
+            return;
+        }
+        /* On failure the SSL is not freed: libevent may have taken it, and
+         * the run ends here anyway. */
+        c->bev = bufferevent_openssl_socket_new(b->base, -1, ssl, BUFFEREVENT_SSL_CONNECTING,
+                                                BEV_OPT_CLOSE_ON_FREE);
+    } else {
+        c->bev = bufferevent_socket_new(b->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    }
     if (!c->bev) {
         fail(b, "cannot create a bufferevent");
         return;
     }
+    c->tls = tls;
     bufferevent_setcb(c->bev, on_read, NULL, on_event, c);
     c->state = BC_CONNECTING;
     c->head = c->count = c->unsent = 0;
+    c->t_connect = bench_now_ns();
     b->connecting++;
-    if (bufferevent_socket_connect(c->bev, (struct sockaddr *)&b->addr, b->addrlen) < 0) {
+    if (bufferevent_socket_connect(c->bev, sa, salen) < 0) {
         fail(b, "connect failed");
         return;
     }
@@ -676,6 +816,10 @@ static void bc_on_pong(struct bconn *c)
 
     if (c->state != BC_CONNECTING)
         return;
+    if (b->wl == WL_HANDSHAKE) {
+        hs_on_pong(c);
+        return;
+    }
     c->state = BC_READY;
     b->connecting--;
     b->ready++;
@@ -685,6 +829,7 @@ static void bc_on_pong(struct bconn *c)
     }
     connect_more(b);
     if (b->ready == b->nconns) {
+        evtimer_del(b->setup_timer);
         if (b->wl == WL_IDLE)
             idle_on_ready(b);
         else
@@ -700,6 +845,12 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
     if (what & BEV_EVENT_CONNECTED) {
         int one = 1;
         setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        /* TLS: the handshake is done (the event comes after it). */
+        if (c->tls && !b->tls_desc[0]) {
+            SSL *ssl = bufferevent_openssl_get_ssl(bev);
+            snprintf(b->tls_desc, sizeof(b->tls_desc), "%s %s", SSL_get_version(ssl),
+                     SSL_get_cipher_name(ssl));
+        }
         bc_stage(c, REQ_PING, 0);
         if (b->wl == WL_WAITERS && c->idx != 0 && !is_spare(b, c))
             bc_stage(c, REQ_LOCK, 0);     /* queued by the time PONG is back */
@@ -708,13 +859,27 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
     }
     if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
         bool was_connecting = (c->state == BC_CONNECTING);
-        char why[160];
+        /* handshake mode: plain connections go to --plain */
+        const char *target = b->wl == WL_HANDSHAKE && !c->tls ? b->plain_hostport : b->hostport;
+        unsigned long ssl_err = c->tls ? bufferevent_get_openssl_error(bev) : 0;
+        char why[160], reason[120];
 
-        if (what & BEV_EVENT_ERROR)
-            snprintf(why, sizeof(why), "connection to %s:%d failed: %s", b->host, b->port,
+        if (ssl_err) {
+            /* libevent reports an I/O failure inside OpenSSL as SSL_get_error()'s
+             * code, which is no OpenSSL error (its library number is 0). */
+            if (ERR_GET_LIB(ssl_err) == 0)
+                snprintf(reason, sizeof(reason), "closed or reset (SSL_get_error %lu)", ssl_err);
+            else
+                ERR_error_string_n(ssl_err, reason, sizeof(reason));
+            snprintf(why, sizeof(why), "TLS connection to %s failed: %s", target, reason);
+            while (bufferevent_get_openssl_error(bev))
+                ;
+        } else if (what & BEV_EVENT_ERROR) {
+            snprintf(why, sizeof(why), "connection to %s failed: %s", target,
                      evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
-        else
+        } else {
             snprintf(why, sizeof(why), "connection closed by the daemon");
+        }
         note_error(b, why, strlen(why));
         bc_close(c, false);
         if (was_connecting && b->phase == WP_SETUP)
@@ -1027,6 +1192,179 @@ static void report_waiters(struct bench *b)
     out_end();
 }
 
+/* ------------------------------------------------------------ handshake mode */
+
+/*
+ * -c connections at a time each connect, send PING and, once PONG is back,
+ * close (over TLS, with close_notify first), and connect again. First over
+ * TLS, unmeasured, for the warm-up; then `duration` seconds to the plain
+ * address (--plain, the same daemon's plain listener) and `duration`
+ * seconds over TLS, each phase followed by a pause in which no connection
+ * begins, SETTLE_MS and longer while one is in flight. The daemon's CPU per
+ * connection of each kind comes from /proc before the phase and after its
+ * pause; the difference between the two is what a TLS connection costs
+ * beyond a plain one: the full handshake (the client keeps no session, so
+ * none is resumed) and the record layer on PING, PONG and close_notify.
+ * Connections end with a reset, as in waiters mode, or tens of thousands
+ * would sit in TIME_WAIT.
+ */
+static void hs_phase(evutil_socket_t fd, short what, void *arg);
+
+static void hs_timer(struct bench *b, double secs)
+{
+    struct timeval tv = { (time_t)secs, (suseconds_t)((secs - (time_t)secs) * 1e6) };
+
+    evtimer_assign(b->timer, b->base, hs_phase, b);
+    evtimer_add(b->timer, &tv);
+}
+
+static uint64_t client_cpu_us(void)
+{
+    struct rusage ru;
+
+    getrusage(RUSAGE_SELF, &ru);
+    return (uint64_t)(tv_us(&ru.ru_utime) + tv_us(&ru.ru_stime));
+}
+
+/* Every connection not in flight connects (with the phase's kind). */
+static void hs_connect_all(struct bench *b)
+{
+    for (unsigned i = 0; i < b->nconns && !b->failure; i++)
+        if (b->conns[i].state == BC_IDLE || b->conns[i].state == BC_CLOSED)
+            bc_connect(b, &b->conns[i]);
+}
+
+static void hs_begin(struct bench *b, int kind)
+{
+    b->hs_phase = kind ? HS_TLS : HS_PLAIN;
+    b->hs_use_tls = kind;
+    b->hs_counting = kind;
+    b->t0 = bench_now_ns();
+    b->phase_cpu0 = waiters_cpu(b);
+    b->hs[kind].client_us = client_cpu_us();
+    hs_connect_all(b);
+    hs_timer(b, b->duration);
+}
+
+/* A phase's pause is over: everything it began has been answered. */
+static void hs_end(struct bench *b, int kind)
+{
+    b->hs[kind].cpu_us = waiters_cpu(b) - b->phase_cpu0;
+    b->hs[kind].client_us = client_cpu_us() - b->hs[kind].client_us;
+    b->hs_counting = -1;
+}
+
+static void hs_phase(evutil_socket_t fd, short what, void *arg)
+{
+    struct bench *b = arg;
+
+    /* A pause ends once no connection is in flight (a loaded machine can
+     * take longer than SETTLE_MS over a handshake). */
+    if ((b->hs_phase == HS_WARMUP_SETTLE || b->hs_phase == HS_PLAIN_SETTLE ||
+         b->hs_phase == HS_TLS_SETTLE) && b->connecting > 0) {
+        if (++b->hs_waits * SETTLE_MS > SETUP_TIMEOUT_S * 1000) {
+            fail(b, "connections still in flight " STR(SETUP_TIMEOUT_S) " s after a phase");
+            return;
+        }
+        hs_timer(b, SETTLE_MS / 1000.0);
+        return;
+    }
+    b->hs_waits = 0;
+    switch (b->hs_phase) {
+    case HS_WARMUP:
+    case HS_PLAIN:
+    case HS_TLS:
+        if (b->hs_phase != HS_WARMUP)
+            b->hs[b->hs_phase == HS_TLS].ns = bench_now_ns() - b->t0;
+        b->hs_phase++;
+        hs_timer(b, SETTLE_MS / 1000.0);
+        break;
+    case HS_WARMUP_SETTLE:
+        hs_begin(b, 0);
+        break;
+    case HS_PLAIN_SETTLE:
+        hs_end(b, 0);
+        hs_begin(b, 1);
+        break;
+    case HS_TLS_SETTLE:
+        hs_end(b, 1);
+        b->hs_phase = HS_DONE;
+        event_base_loopbreak(b->base);
+        break;
+    default:
+        break;
+    }
+}
+
+/* PONG: one connection done; close it, and begin the next one unless pausing. */
+static void hs_on_pong(struct bconn *c)
+{
+    struct bench *b = c->b;
+    int kind = c->tls;
+
+    b->connecting--;
+    if (b->hs_counting == kind) {
+        b->hs[kind].ops++;
+        histo_record(&b->hs[kind].lat, bench_now_ns() - c->t_connect);
+    }
+    if (c->tls) {
+        SSL_shutdown(bufferevent_openssl_get_ssl(c->bev));   /* close_notify, as clients do */
+        ERR_clear_error();
+    }
+    bc_close(c, true);
+    if (b->hs_phase == HS_WARMUP || b->hs_phase == HS_PLAIN || b->hs_phase == HS_TLS)
+        bc_connect(b, c);
+}
+
+static int run_handshake(struct bench *b)
+{
+    b->hs_phase = HS_WARMUP;
+    b->hs_use_tls = true;
+    b->hs_counting = -1;
+    histo_reset(&b->hs[0].lat);
+    histo_reset(&b->hs[1].lat);
+    hs_connect_all(b);
+    hs_timer(b, b->warmup);
+    event_base_dispatch(b->base);
+    return b->failure ? -1 : 0;
+}
+
+static void report_handshake(struct bench *b)
+{
+    static const char *const kinds[2] = { "plain", "tls" };
+    double per[2];
+    char key[64], target[300];
+
+    snprintf(target, sizeof(target), "%s:%d", b->host, b->port);
+    out_begin(b->out);
+    out_str("tool", "lockbroker-bench");
+    out_str("workload", "handshake");
+    out_str("target", target);
+    out_str("plain_target", b->plain_hostport);
+    out_str("tls", b->tls_desc);
+    out_u64("conns", b->nconns);
+    for (int k = 0; k < 2; k++) {
+        double n = (double)b->hs[k].ops;
+
+        per[k] = n > 0 ? (double)b->hs[k].cpu_us / n : 0;
+        snprintf(key, sizeof(key), "%s_connects", kinds[k]);
+        out_u64(key, b->hs[k].ops);
+        snprintf(key, sizeof(key), "%s_connects_per_s", kinds[k]);
+        out_dbl(key, b->hs[k].ns ? n / ((double)b->hs[k].ns / 1e9) : 0, 0);
+        snprintf(key, sizeof(key), "daemon_cpu_us_per_%s_connect", kinds[k]);
+        out_dbl(key, per[k], 2);
+        snprintf(key, sizeof(key), "client_cpu_us_per_%s_connect", kinds[k]);
+        out_dbl(key, n > 0 ? (double)b->hs[k].client_us / n : 0, 2);
+        snprintf(key, sizeof(key), "%s_connect", kinds[k]);
+        out_histo(key, &b->hs[k].lat);
+    }
+    out_dbl("daemon_cpu_us_per_handshake", per[1] - per[0], 2);
+    out_u64("errors", b->errors_total);
+    if (b->first_error[0])
+        out_str("first_error", b->first_error);
+    out_end();
+}
+
 /* ------------------------------------------------------------ idle mode */
 
 struct mem { uint64_t rss, anon, data; };
@@ -1093,13 +1431,18 @@ static void report_idle(struct bench *b)
 
 /* ------------------------------------------------------------ main */
 
+static void on_setup_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    fail(arg, "connections still not ready after " STR(SETUP_TIMEOUT_S) " s");
+}
+
 static void usage(FILE *f)
 {
     fprintf(f,
 "Usage: lockbroker-bench [options]\n"
 "  -H HOST:PORT   lockbrokerd address (default 127.0.0.1:7411)\n"
-"  -W WORKLOAD    distinct | cold | hot | zipf | trylock | waiters | idle\n"
-"                 (default distinct)\n"
+"  -W WORKLOAD    distinct | cold | hot | zipf | trylock | waiters | idle |\n"
+"                 handshake (default distinct)\n"
 "                   distinct  each connection cycles LOCK/UNLOCK on names of its own\n"
 "                   cold      as distinct, but every LOCK is on a name never used\n"
 "                             before (in this run or any other): a job id per lock\n"
@@ -1111,6 +1454,10 @@ static void usage(FILE *f)
 "                             and per cancel (needs --pid)\n"
 "                   idle      -c idle connections: daemon memory per connection\n"
 "                             (needs --pid)\n"
+"                   handshake -c at a time (default 8): connect, PING, close; -d\n"
+"                             seconds to --plain, then -d seconds over TLS to -H:\n"
+"                             daemon CPU per TLS connection net of a plain one\n"
+"                             (needs --pid, --tls-ca and --plain)\n"
 "  -m MODE        exclusive (default), shared, or limit=N (N from 1 to 65535):\n"
 "                 the lock mode every LOCK and TRYLOCK asks for (distinct, cold,\n"
 "                 hot, zipf, trylock). mutex_violations counts grants that left more\n"
@@ -1134,6 +1481,14 @@ static void usage(FILE *f)
 "  --pid PID      the daemon's pid: report its CPU time per cycle (/proc)\n"
 "  --zk-pid PID   the ZooKeeper server's pid: report its CPU time per cycle\n"
 "  --prefix P     lock name prefix (default lb<pid>-; cold adds the start time)\n"
+"  --tls-ca FILE  connect over TLS (to the daemon's [tls] listen address) and\n"
+"                 verify its certificate against the CA in FILE and the host of\n"
+"                 -H (an IP address SAN when -H is numeric); handshakes are done\n"
+"                 before the warm-up\n"
+"  --tls-cert FILE, --tls-key FILE\n"
+"                 a client certificate and its key, for client_certs\n"
+"  --tls-name NAME the name the server's certificate must carry, if not -H's host\n"
+"  --plain HOST:PORT  handshake mode: the same daemon's plain address\n"
 "  -o FORMAT      table (default) or json (one line)\n"
 "  -h             this help\n");
 }
@@ -1201,17 +1556,24 @@ int main(int argc, char **argv)
         { "pid", required_argument, NULL, 'P' },
         { "zk-pid", required_argument, NULL, 'Q' },
         { "prefix", required_argument, NULL, 'X' },
+        { "tls-ca", required_argument, NULL, 'A' },
+        { "tls-cert", required_argument, NULL, 'C' },
+        { "tls-key", required_argument, NULL, 'K' },
+        { "tls-name", required_argument, NULL, 'N' },
+        { "plain", required_argument, NULL, 'L' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
     struct bench *b = calloc(1, sizeof(*b));
-    const char *hostport = "127.0.0.1:7411";
-    bool names_set = false;
+    const char *tls_ca = NULL, *tls_cert = NULL, *tls_key = NULL;
+    bool names_set = false, conns_set = false;
+    struct timeval setup_tv = { SETUP_TIMEOUT_S, 0 };
     unsigned v;
     int opt, rc = 1;
 
     if (!b)
         return 1;
+    b->hostport = "127.0.0.1:7411";
     b->wl = WL_DISTINCT;
     b->nconns = 50;
     b->pipeline = 1;
@@ -1225,7 +1587,7 @@ int main(int argc, char **argv)
 
     while ((opt = getopt_long(argc, argv, "H:W:m:c:d:w:n:s:p:o:h", longopts, NULL)) != -1) {
         switch (opt) {
-        case 'H': hostport = optarg; break;
+        case 'H': b->hostport = optarg; break;
         case 'W': {
             unsigned i;
             for (i = 0; i < sizeof(workload_names) / sizeof(workload_names[0]); i++)
@@ -1245,6 +1607,7 @@ int main(int argc, char **argv)
         case 'c':
             if (parse_uint(optarg, &b->nconns, 1) < 0)
                 goto bad;
+            conns_set = true;
             break;
         case 'd':
             if (parse_secs(optarg, &b->duration) < 0 || b->duration <= 0)
@@ -1287,6 +1650,11 @@ int main(int argc, char **argv)
         case 'X':
             snprintf(b->prefix, sizeof(b->prefix), "%s", optarg);
             break;
+        case 'A': tls_ca = optarg; break;
+        case 'C': tls_cert = optarg; break;
+        case 'K': tls_key = optarg; break;
+        case 'N': b->tls_name = optarg; break;
+        case 'L': b->plain_hostport = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -1318,16 +1686,48 @@ bad:
             return 2;
         }
     }
+    if (b->wl == WL_HANDSHAKE) {
+        if (b->mode_word[0] || b->pid <= 0 || !tls_ca || !b->plain_hostport) {
+            fprintf(stderr, "lockbroker-bench: -W handshake needs --pid, --tls-ca and --plain, "
+                    "and takes no -m\n");
+            return 2;
+        }
+        b->pipeline = 1;
+        if (!conns_set)
+            b->nconns = 8;
+        b->plain_addrlen = sizeof(b->plain_addr);
+        if (evutil_parse_sockaddr_port(b->plain_hostport, (struct sockaddr *)&b->plain_addr,
+                                       &b->plain_addrlen) < 0) {
+            fprintf(stderr, "lockbroker-bench: '%s' is not a numeric address\n",
+                    b->plain_hostport);
+            return 2;
+        }
+    }
+    if (!tls_ca && (tls_cert || tls_key || b->tls_name)) {
+        fprintf(stderr, "lockbroker-bench: --tls-cert, --tls-key and --tls-name need --tls-ca\n");
+        return 2;
+    }
+    if (!tls_cert != !tls_key) {
+        fprintf(stderr, "lockbroker-bench: --tls-cert and --tls-key go together\n");
+        return 2;
+    }
     if (b->wl == WL_WAITERS)
         b->nconns++;       /* the holder, plus c waiters */
-    if (split_host_port(hostport, &b->host, &b->port) < 0) {
-        fprintf(stderr, "lockbroker-bench: bad address '%s'\n", hostport);
+    if (split_host_port(b->hostport, &b->host, &b->port) < 0) {
+        fprintf(stderr, "lockbroker-bench: bad address '%s'\n", b->hostport);
         return 2;
     }
     b->addrlen = sizeof(b->addr);
-    if (evutil_parse_sockaddr_port(hostport, (struct sockaddr *)&b->addr, &b->addrlen) < 0) {
-        fprintf(stderr, "lockbroker-bench: '%s' is not a numeric address\n", hostport);
+    if (evutil_parse_sockaddr_port(b->hostport, (struct sockaddr *)&b->addr, &b->addrlen) < 0) {
+        fprintf(stderr, "lockbroker-bench: '%s' is not a numeric address\n", b->hostport);
         return 2;
+    }
+    if (tls_ca) {
+        if (!b->tls_name)
+            b->tls_name = b->host;
+        if (!(b->tls = tls_ctx_new(tls_ca, tls_cert, tls_key)))
+            return 1;
+        b->tls_name_is_ip = name_is_ip(b->tls_name);
     }
     if (raise_nofile((uint64_t)b->nconns + WAITERS_INFLIGHT + 64) <
         (uint64_t)b->nconns + WAITERS_INFLIGHT + 16) {
@@ -1344,6 +1744,7 @@ bad:
     histo_reset(&b->lat);
     histo_reset(&b->unlock_lat);
     if (!(b->base = event_base_new()) || !(b->timer = evtimer_new(b->base, NULL, NULL)) ||
+        !(b->setup_timer = evtimer_new(b->base, on_setup_timeout, b)) ||
         !(b->conns = calloc(b->nconns, sizeof(*b->conns))) ||
         !(b->names = calloc(b->nnames, sizeof(*b->names)))) {
         fprintf(stderr, "lockbroker-bench: out of memory\n");
@@ -1362,10 +1763,18 @@ bad:
         rc = 0;
         goto out;
     }
+    if (b->wl == WL_HANDSHAKE) {
+        if (run_handshake(b) < 0)
+            goto failed;
+        report_handshake(b);
+        rc = 0;
+        goto out;
+    }
     if (b->wl == WL_IDLE && mem_read(b->pid, &idle_before) < 0) {
         fprintf(stderr, "lockbroker-bench: cannot read /proc/%d/status\n", (int)b->pid);
         goto out;
     }
+    evtimer_add(b->setup_timer, &setup_tv);
     connect_more(b);
     event_base_dispatch(b->base);
 failed:

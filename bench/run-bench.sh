@@ -3,7 +3,9 @@
 # points on one machine, in one run, printed as one table.
 #
 # Starts on loopback, with free ports and a temporary directory:
-#   - lockbrokerd in embedded mode,
+#   - lockbrokerd in embedded mode, with a TLS listener beside the plain one
+#     (a throw-away CA and server certificate made with the openssl command;
+#     without it, the TLS rows are skipped),
 #   - a standalone ZooKeeper server (Debian's zookeeper package),
 #   - lockbrokerd in distributed mode against that server, three times: with
 #     the default settings, with [zookeeper] local_handoff = 0 (every grant
@@ -34,6 +36,8 @@
 #   BENCH_HANDOFF_SWEEP 1: also run the one-daemon hot row (16 connections)
 #                      once with local_handoff 8, 16, 32 and 64, and the
 #                      two-daemon row once with local_handoff 0 (default 0: skip)
+#   BENCH_TLS          1 (default): the TLS rows, when the openssl command is
+#                      there to make a certificate; 0: skip them
 #   BENCH_RESULTS      file receiving every run's JSON record
 #                      (default ./bench-results.jsonl)
 #   LOCKBROKERD, LOCKBROKER_BENCH, ZK_RAW_BENCH, REDIS_LOCK_BENCH
@@ -96,7 +100,35 @@ jget() { sed -n "s/.*\"$2\": \"\{0,1\}\([^,\"}]*\).*/\1/p" <<<"$1"; }
 
 # --------------------------------------------------------------- servers
 
-# start_lockbrokerd NAME [ARGS...]: sets LB_PORT and LB_PID.
+# make_tls_files: a throw-away CA and a P-256 server certificate for
+# 127.0.0.1 (as the README's recipe, IP SAN), and a configuration with a TLS
+# listener on a free port, in $tmp/tls. Returns 1, with the reason in
+# tls_skip, without the openssl command or when it fails.
+make_tls_files() {
+    local d=$tmp/tls
+    tls_skip="no openssl command"
+    command -v openssl >/dev/null || return 1
+    tls_skip="openssl failed to make a certificate"
+    mkdir -p "$d"
+    (
+        set -e
+        cd "$d"
+        umask 077
+        openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+            -keyout ca.key -out ca.pem -subj "/CN=lockbroker bench CA"
+        openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+            -keyout server.key -out server.csr -subj "/CN=127.0.0.1"
+        printf 'subjectAltName = IP:127.0.0.1\n' >server.ext
+        openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+            -extfile server.ext -out server.pem
+        printf '[tls]\nlisten = 127.0.0.1:0\ncert_file = %s\nkey_file = %s\n' \
+            "$d/server.pem" "$d/server.key" >tls.conf
+    ) >"$d/openssl.log" 2>&1 || { log "openssl failed:"; cat "$d/openssl.log" >&2; return 1; }
+    tls_skip=""
+}
+
+# start_lockbrokerd NAME [ARGS...]: sets LB_PORT and LB_PID, and LB_TLS_PORT
+# when the daemon has a TLS listener.
 start_lockbrokerd() {
     local name=$1 i port=
     shift
@@ -113,6 +145,7 @@ start_lockbrokerd() {
         log "lockbrokerd ($name) did not start:"; cat "$tmp/$name.log" >&2; exit 1
     fi
     LB_PORT=$port
+    LB_TLS_PORT=$(sed -n 's/.* TLS on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$tmp/$name.log")
 }
 
 wait_zk_session() {
@@ -217,8 +250,19 @@ run() {
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 log "duration ${D}s, warm-up ${W}s per run; records in $RESULTS"
 
-start_lockbrokerd embedded
-E_PORT=$LB_PORT E_PID=$LB_PID
+# The embedded daemon serves TLS too: the TLS rows (issue 30).
+tls=0 tls_skip="BENCH_TLS=0"
+if [ "${BENCH_TLS:-1}" != 1 ]; then
+    start_lockbrokerd embedded
+elif make_tls_files; then
+    start_lockbrokerd embedded -c "$tmp/tls/tls.conf"
+    tls_skip="the daemon reported no TLS listener"
+    [ -n "$LB_TLS_PORT" ] && tls=1
+else
+    log "$tls_skip: skipping the TLS rows"
+    start_lockbrokerd embedded
+fi
+E_PORT=$LB_PORT E_PID=$LB_PID E_TLS_PORT=${LB_TLS_PORT:-}
 start_zookeeper
 ZK="127.0.0.1:$ZK_PORT"
 start_lockbrokerd distributed -z "$ZK"
@@ -252,6 +296,9 @@ have_redis=0
 start_redis && have_redis=1
 
 EB="$LOCKBROKER_BENCH -H 127.0.0.1:$E_PORT --pid $E_PID"
+# The same daemon through its TLS listener; connections finish their
+# handshakes before the warm-up.
+EBT="$LOCKBROKER_BENCH -H 127.0.0.1:${E_TLS_PORT:-0} --pid $E_PID --tls-ca $tmp/tls/ca.pem"
 DB="$LOCKBROKER_BENCH -H 127.0.0.1:$D_PORT --pid $D_PID --zk $ZK --zk-pid $ZK_PID"
 D0B="$LOCKBROKER_BENCH -H 127.0.0.1:$D0_PORT --pid $D0_PID --zk $ZK --zk-pid $ZK_PID"
 DK0B="$LOCKBROKER_BENCH -H 127.0.0.1:$DK0_PORT --pid $DK0_PID --zk $ZK --zk-pid $ZK_PID"
@@ -270,12 +317,25 @@ rate() {
     echo "${r:-0}"
 }
 
-# pick_median KEY: R[KEY] becomes the record of KEY#1..KEY#REPEAT with the median rate.
+# pick_median KEY [FIELD]: R[KEY] becomes the record of KEY#1..KEY#REPEAT
+# with the median rate (or the median FIELD).
 pick_median() {
-    local key=$1 i best
-    best=$(for i in $(seq "$REPEAT"); do echo "$(rate "$key#$i") $i"; done | sort -n |
-           awk '{ a[NR] = $2 } END { print a[int((NR + 1) / 2)] }')
+    local key=$1 field=${2:-} i best v
+    best=$(for i in $(seq "$REPEAT"); do
+               if [ -n "$field" ]; then v=$(jget "${R[$key#$i]:-}" "$field"); else v=$(rate "$key#$i"); fi
+               echo "${v:-0} $i"
+           done | sort -g | awk '{ a[NR] = $2 } END { print a[int((NR + 1) / 2)] }')
     R[$key]=${R[$key#$best]:-}
+}
+
+# median_ratio KEY_A KEY_B FIELD: the median over i of FIELD in KEY_A#i /
+# FIELD in KEY_B#i, two runs made back to back; "-" when none.
+median_ratio() {
+    local i a b
+    for i in $(seq "$REPEAT"); do
+        a=$(jget "${R[$1#$i]:-}" "$3") b=$(jget "${R[$2#$i]:-}" "$3")
+        [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN { if (b > 0) print a / b }'
+    done | sort -g | awk '{ a[NR] = $1 } END { if (NR) printf "%.2f", (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2; else print "-" }'
 }
 
 # Each pair of rows that a target compares runs back to back, REPEAT times in
@@ -283,12 +343,24 @@ pick_median() {
 # neighbours see the same drift.
 REPEAT=${BENCH_REPEAT:-1}
 run emb-distinct-1   $EB -W distinct -c 1
+# The TLS row runs right after its plain twin, on the same daemon, so that
+# each pair sees the same load.
 for i in $(seq "$REPEAT"); do
     run "emb-distinct-50#$i"  $EB -W distinct -c 50
+    [ $tls = 1 ] && run "emb-tls-distinct-50#$i" $EBT -W distinct -c 50
     [ $have_redis = 1 ] && run "redis-distinct-50#$i" $RB -W distinct -c 50
 done
 pick_median emb-distinct-50
+[ $tls = 1 ] && pick_median emb-tls-distinct-50
 [ $have_redis = 1 ] && pick_median redis-distinct-50
+# The cost of a handshake: 8 connections at a time connect, PING and close,
+# for D seconds in plain text and then D seconds over TLS (full handshakes).
+if [ $tls = 1 ]; then
+    for i in $(seq "$REPEAT"); do
+        run "emb-tls-handshake#$i" $EBT -W handshake --plain "127.0.0.1:$E_PORT"
+    done
+    pick_median emb-tls-handshake daemon_cpu_us_per_handshake
+fi
 run emb-hot-50       $EB -W hot -c 50
 [ $have_redis = 1 ] && run redis-hot-50 $RB -W hot -c 50
 run emb-zipf-50      $EB -W zipf -c 50 -n 1000
@@ -455,6 +527,11 @@ printf '%-34s %10s %9s %9s %9s %9s %7s %s\n' "run" "cycles/s" "p50 us" "p99 us" 
     "cpu us/c" "zkw/c" "notes"
 row emb-distinct-1    "embedded distinct, 1 conn"
 row emb-distinct-50   "embedded distinct, 50 conns"
+if [ $tls = 1 ]; then
+    row emb-tls-distinct-50 "embedded TLS distinct, 50 conns"
+else
+    printf '%-34s %s\n' "embedded TLS distinct, 50 conns" "(skipped: $tls_skip)"
+fi
 row emb-hot-50        "embedded hot, 50 conns"
 row emb-zipf-50       "embedded zipf(1) 1000 names, 50"
 row emb-trylock-50    "embedded trylock storm, 50 conns"
@@ -493,6 +570,26 @@ d64=$(jget "${R[dist-distinct-64]:-}" cycles_per_s)
 rt1=$(ratio "$e50" "$r50")
 rt2=$(ratio "$d64" "$zk_best_rate")
 printf '%-58s %6s  (target >= 1.00: %s)\n' "embedded distinct 50 / redis lock distinct 50" "$rt1" "$(verdict "$rt1" 1.0)"
+# Issue 30: TLS cycles against plain ones, each pair back to back.
+if [ $tls = 1 ]; then
+    per=$([ "$REPEAT" -gt 1 ] && echo ", median of $REPEAT pairs")
+    rt15=$(median_ratio emb-tls-distinct-50 emb-distinct-50 daemon_cpu_us_per_cycle)
+    printf '%-58s %6s  (target <= 1.50: %s)\n' "TLS / plain distinct 50: daemon CPU per cycle$per" "$rt15" \
+        "$(awk -v r="$rt15" 'BEGIN { if (r == "-") print "n/a"; else print (r <= 1.5) ? "met" : "NOT met" }')"
+    rt16=$(median_ratio emb-tls-distinct-50 emb-distinct-50 cycles_per_s)
+    printf '%-58s %6s  (for reference: the client pays for TLS too)\n' "TLS / plain distinct 50: cycles/s$per" "$rt16"
+    hj=${R[emb-tls-handshake]:-}
+    if [ -n "$hj" ]; then
+        printf '%-58s %6s  (TLS connect %s us - plain connect %s us; %s handshakes/s, %s)\n' \
+            "TLS handshake: daemon CPU us, net of a plain connect$([ "$REPEAT" -gt 1 ] && echo " (median)")" \
+            "$(jget "$hj" daemon_cpu_us_per_handshake)" "$(jget "$hj" daemon_cpu_us_per_tls_connect)" \
+            "$(jget "$hj" daemon_cpu_us_per_plain_connect)" "$(jget "$hj" tls_connects_per_s)" "$(jget "$hj" tls)"
+    else
+        printf '%-58s %s\n' "TLS handshake: daemon CPU us, net of a plain connect" "(failed)"
+    fi
+else
+    printf '%-58s %s\n' "TLS / plain distinct 50 (issue 30)" "(skipped: $tls_skip)"
+fi
 printf '%-58s %6s  (target >= 0.80: %s)\n' "distributed distinct 64 / raw ZK pairs (${zk_best:-none})" "$rt2" "$(verdict "$rt2" 0.8)"
 rt3=$(ratio "$d64" "$(rate zk-raw-64-1sess)")
 printf '%-58s %6s  (for reference: the daemon uses one session)\n' "distributed distinct 64 / raw ZK pairs on one session" "$rt3"
@@ -578,6 +675,7 @@ if [ -n "${scaling:-}" ]; then
 fi
 echo
 echo "cpu us/c: daemon (lockbrokerd, or redis-server) CPU microseconds per cycle, from /proc;"
+[ $tls = 1 ] && echo "TLS: the embedded daemon's [tls] listener, P-256 certificate; handshakes done before the warm-up;"
 echo "zkw/c: ZooKeeper transactions per cycle (zxid delta from srvr; a multi is one); zkcpu: ZooKeeper server CPU per cycle;"
 echo "batch: mean writes per multi the daemon sent (STATS zk_batched_ops / zk_batches);"
 echo "bypass: most times one hot waiter saw a later LOCK granted first; shares: each daemon's share of the"
