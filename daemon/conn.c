@@ -260,7 +260,10 @@ static void conn_handshake_failed(struct conn *c, short what)
     unsigned long e = bufferevent_get_openssl_error(c->bev);
     char reason[256] = "the client closed the connection";
 
-    if (e)
+    /* Library 0 is libevent passing on an I/O failure (a reset...), not OpenSSL's. */
+    if (e && ERR_GET_LIB(e) == 0)
+        snprintf(reason, sizeof(reason), "the connection failed during it (reset or closed)");
+    else if (e)
         ERR_error_string_n(e, reason, sizeof(reason));
     while (bufferevent_get_openssl_error(c->bev))
         ;
