@@ -1017,9 +1017,15 @@ class DistributedTest(DistributedBase):
                     self.assertGreater(int(m.group(1)), last)
                     last = int(m.group(1))
                     del pending[w]
-                    for other in pending:
-                        self.assertTrue(other.silent(), "two holders of z")
-                    self.assertEqual(w.request("UNLOCK z"), "OK z")
+                    if all(other.silent() for other in pending):
+                        self.assertEqual(w.request("UNLOCK z"), "OK z")
+                    else:
+                        # A grant made on the reconnection, before the session
+                        # was confirmed through the leader again, can be
+                        # presumed lost a probe period later: then LOST came
+                        # before the other waiter's grant, or it is two holders.
+                        self.assertEqual(w.line(timeout=scaled(5.0)),
+                                         "LOST z %d zk-disconnected" % last, "two holders of z")
                     break
             else:
                 for w in pending:
