@@ -351,7 +351,13 @@ STAT_METRICS = {
 }
 # Statistics that move on their own between STATS and the scrape: the
 # window's probe rounds go out every tenth of the session timeout.
-GROWING_STATS = ("uptime", "zk_window_probes", "zk_window_confirms")
+GROWING_STATS = ("uptime", "zk_window_probes", "zk_window_confirms", "zk_batches",
+                 "zk_batched_ops", "zk_requests")
+# Gauges of ZooKeeper work that the daemon does on its own between the STATS
+# and the scrape (a probe round every tenth of the session timeout, the
+# token write after a grant, an idle node's end): only their range is checked.
+MOVING_GAUGES = ("zk_outstanding", "zk_batches_inflight", "zk_write_queue", "zk_idle_nodes",
+                 "zk_lock_operations")
 # Words, not numbers: version and mode are labels of lockbroker_info, zk_state
 # is lockbroker_zk_session_state; the session id is left to STATS.
 WORD_STATS = ("version", "mode", "zk_state", "zk_session_id")
@@ -382,6 +388,8 @@ def check_every_stat_exported(testcase, d):
         got = value(f, name, **labels)
         if stat in GROWING_STATS:
             testcase.assertGreaterEqual(got, int(text))
+        elif stat in MOVING_GAUGES:
+            testcase.assertGreaterEqual(got, 0, "STAT %s vs %s%r" % (stat, name, labels))
         elif stat == "zk_window_age_ms":
             # Grows, and falls back whenever a probe round confirms the session.
             testcase.assertGreaterEqual(got, 0)
