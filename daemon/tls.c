@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 
 #include "log.h"
+#include "secret.h"
 #include "settings.h"
 
 struct tls {
@@ -37,18 +38,18 @@ static int ssl_fail(char *err, size_t errlen, const char *what, const char *path
     return -1;
 }
 
-/* The key file must not be readable or writable by others (as [zookeeper] auth). */
+/* The key file follows the rule of every secret file (conf/secret.h). */
 static int check_key_mode(const char *path, char *err, size_t errlen)
 {
+    char why[512];
     struct stat st;
 
     if (stat(path, &st) < 0) {
         snprintf(err, errlen, "[tls] key_file %s: %s", path, strerror(errno));
         return -1;
     }
-    if (st.st_mode & (S_IROTH | S_IWOTH)) {
-        snprintf(err, errlen, "[tls] key_file %s is readable or writable by others (mode "
-                 "%04o): chmod o-rwx it", path, (unsigned)(st.st_mode & 07777));
+    if (secret_file_check(path, st.st_mode, why, sizeof(why)) < 0) {
+        snprintf(err, errlen, "[tls] key_file %s", why);
         return -1;
     }
     return 0;

@@ -238,7 +238,7 @@ class ConfigurationChecks(TlsCase):
         readable = os.path.join(make_tmpdir(), "key.pem")
         shutil.copy(self.server_key, readable)
         os.chmod(readable, 0o644)
-        self.check_fails(self.tls_conf(key=readable), "is readable or writable by others")
+        self.check_fails(self.tls_conf(key=readable), "others may read or write it (mode 0644); chmod o-rwx")
         self.check_fails(self.tls_conf(cert=self.expired[0], key=self.expired[1]),
                          "the certificate has expired")
         self.check_fails(self.tls_conf(cert="/nonexistent.pem"), "[tls] cert_file /nonexistent.pem")
