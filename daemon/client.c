@@ -77,22 +77,24 @@ void client_destroy(struct client *c)
     c->watches = NULL;
 }
 
-void client_reply(struct client *c, const char *buf, int len)
+/* A formatted line (len -1: it did not fit) to the transport. */
+static void reply_line(struct client *c, const char *buf, int len, bool more)
 {
     if (len < 0) {
         log_error("conn %llu: reply too long", (unsigned long long)c->id);
         return;
     }
-    c->io->write(c, buf, (size_t)len, false);
+    c->io->write(c, buf, (size_t)len, more);
+}
+
+void client_reply(struct client *c, const char *buf, int len)
+{
+    reply_line(c, buf, len, false);
 }
 
 void client_reply_more(struct client *c, const char *buf, int len)
 {
-    if (len < 0) {
-        log_error("conn %llu: reply line too long", (unsigned long long)c->id);
-        return;
-    }
-    c->io->write(c, buf, (size_t)len, true);
+    reply_line(c, buf, len, true);
 }
 
 void client_reply_err(struct client *c, enum proto_err err, const char *text)

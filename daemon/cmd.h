@@ -48,6 +48,9 @@ void cmd_reply_lock_result(struct client *c, enum proto_cmd cmd, const char *nam
 extern const struct pending_ops cmd_set_ops;
 /* A lock table answer to a set's step (cmd_set.c), from the owner's done(). */
 void cmd_set_done(struct client *c, enum locks_result r, uint64_t token);
+/* A LOCK wait (c's pending one) cut short by the end of input: logged, and
+ * LOCKS_UNAVAILABLE in an outage, else LOCKS_TIMEOUT, for the reply. */
+enum locks_result cmd_wait_cut(struct client *c);
 /* The lock table's request for a LOCK or TRYLOCK. */
 void cmd_lock_req(const struct client *c, const struct proto_req *req, struct lock_req *lreq);
 /* "OK <name>" and the like; name may be a set's list. */

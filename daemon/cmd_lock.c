@@ -150,15 +150,18 @@ void cmd_lock_req(const struct client *c, const struct proto_req *req, struct lo
     lreq->delay_default = req->delay_ms < 0;
 }
 
-/* A wait cut short by the end of input: TIMEOUT, or ERR UNAVAILABLE in an outage. */
-static void reply_wait_cut(struct client *c)
+enum locks_result cmd_wait_cut(struct client *c)
 {
     log_debug("conn %llu (%s): wait for %s ended by the end of input",
               (unsigned long long)c->id, c->peer, c->pending_name);
-    if (c->srv->backend->ops->unreachable_since(c->srv->backend->impl))
-        cmd_reply_unavailable(c);
-    else
-        cmd_reply_word(c, "TIMEOUT", c->pending_name, strlen(c->pending_name));
+    return c->srv->backend->ops->unreachable_since(c->srv->backend->impl) ? LOCKS_UNAVAILABLE
+                                                                          : LOCKS_TIMEOUT;
+}
+
+/* A wait cut short by the end of input: TIMEOUT, or ERR UNAVAILABLE in an outage. */
+static void reply_wait_cut(struct client *c)
+{
+    cmd_reply_lock_result(c, c->pending_cmd, c->pending_name, cmd_wait_cut(c), 0, true);
     client_complete(c);
 }
 

@@ -164,12 +164,8 @@ static void set_input_ended(struct client *c, void *op)
 {
     struct cmd_set *s = op;
 
-    if (!locks_cancel_wait(c->srv->locks, &c->owner, c->pending_name))
-        return;
-    log_debug("conn %llu (%s): wait for %s ended by the end of input",
-              (unsigned long long)c->id, c->peer, c->pending_name);
-    set_fail(s, c->srv->backend->ops->unreachable_since(c->srv->backend->impl) ?
-             LOCKS_UNAVAILABLE : LOCKS_TIMEOUT, true);
+    if (locks_cancel_wait(c->srv->locks, &c->owner, c->pending_name))
+        set_fail(s, cmd_wait_cut(c), true);
 }
 
 const struct pending_ops cmd_set_ops = {
