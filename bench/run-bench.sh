@@ -109,21 +109,7 @@ make_tls_files() {
     tls_skip="no openssl command"
     command -v openssl >/dev/null || return 1
     tls_skip="openssl failed to make a certificate"
-    mkdir -p "$d"
-    (
-        set -e
-        cd "$d"
-        umask 077
-        openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
-            -keyout ca.key -out ca.pem -subj "/CN=lockbroker bench CA"
-        openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
-            -keyout server.key -out server.csr -subj "/CN=127.0.0.1"
-        printf 'subjectAltName = IP:127.0.0.1\n' >server.ext
-        openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
-            -extfile server.ext -out server.pem
-        printf '[tls]\nlisten = 127.0.0.1:0\ncert_file = %s\nkey_file = %s\n' \
-            "$d/server.pem" "$d/server.key" >tls.conf
-    ) >"$d/openssl.log" 2>&1 || { log "openssl failed:"; cat "$d/openssl.log" >&2; return 1; }
+    bash "$here/tls-files.sh" "$d" || { log "openssl failed:"; cat "$d/openssl.log" >&2; return 1; }
     tls_skip=""
 }
 

@@ -42,20 +42,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
 
-(
-    set -e
-    cd "$tmp"
-    umask 077
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
-        -keyout ca.key -out ca.pem -subj "/CN=lockbroker bench CA"
-    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
-        -keyout server.key -out server.csr -subj "/CN=127.0.0.1"
-    printf 'subjectAltName = IP:127.0.0.1\n' >server.ext
-    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
-        -extfile server.ext -out server.pem
-    printf '[tls]\nlisten = 127.0.0.1:0\ncert_file = %s\nkey_file = %s\n' \
-        "$tmp/server.pem" "$tmp/server.key" >tls.conf
-) >"$tmp/openssl.log" 2>&1 || { cat "$tmp/openssl.log" >&2; exit 1; }
+bash "$(dirname "$0")/tls-files.sh" "$tmp" || { cat "$tmp/openssl.log" >&2; exit 1; }
 
 "$LOCKBROKERD" -l 127.0.0.1:0 -c "$tmp/tls.conf" 2>"$tmp/daemon.log" &
 pid=$!
