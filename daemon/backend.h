@@ -30,6 +30,8 @@
 #include "locks.h"
 
 struct hold;
+struct snap_w;
+struct snap_r;
 
 /* What a backend knows about one name beyond this daemon, for STATUS. */
 struct backend_queue_info {
@@ -227,6 +229,20 @@ struct backend_ops {
      * gone. false: acquire() grants whatever it is asked for (embedded).
      */
     bool early_places;
+    /*
+     * Handover (handover.h). All optional. ready: whether nothing is in
+     * flight that a snapshot could not carry; false with why (the daemon
+     * waits a little, then gives the handover up). save writes the
+     * backend's own records (kinds starting with "backend"), restore reads
+     * one back before any hold. save_hold writes one field for a granted or
+     * acquiring hold's slot into its hold record; restore_hold reads it and
+     * takes h back (its backend slot).
+     */
+    bool (*handover_ready)(void *impl, char *why, size_t len);
+    void (*save)(void *impl, struct snap_w *w);
+    bool (*restore)(void *impl, struct snap_r *r);
+    void (*save_hold)(void *impl, const struct hold *h, struct snap_w *w);
+    bool (*restore_hold)(void *impl, struct hold *h, struct snap_r *r);
     /* Frees the backend; ends its session (and so its holds) first. */
     void (*free)(void *impl);
 };

@@ -5,8 +5,10 @@
 #include "config.h"
 #include "backend.h"
 #include "locks.h"
+#include "snap.h"
 
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 struct embedded {
@@ -91,6 +93,25 @@ static int64_t embedded_window_ms(void *impl, struct hold *h)
     return INT64_MAX;
 }
 
+/* Handover: the last token, so that the successor's only go up from it. */
+static void embedded_save(void *impl, struct snap_w *w)
+{
+    const struct embedded *e = impl;
+
+    snap_w_rec(w, "backend_embedded");
+    snap_w_u64(w, e->last_token);
+}
+
+static bool embedded_restore(void *impl, struct snap_r *r)
+{
+    struct embedded *e = impl;
+
+    if (strcmp(r->kind, "backend_embedded") != 0)
+        return snap_r_fail(r, "a record %s in embedded mode", r->kind);
+    e->last_token = snap_r_u64(r);
+    return snap_r_done(r);
+}
+
 static const struct backend_ops embedded_ops = {
     .name = "embedded",
     .acquire = embedded_acquire,
@@ -108,6 +129,8 @@ static const struct backend_ops embedded_ops = {
     .before_request = embedded_before_request,
     .unreachable_since = embedded_unreachable_since,
     .window_ms = embedded_window_ms,
+    .save = embedded_save,
+    .restore = embedded_restore,
     .free = embedded_free,
 };
 

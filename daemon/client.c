@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "snap.h"
 #include "server.h"
 #include "users.h"
 #include "watch.h"
@@ -130,4 +131,66 @@ void client_drained(struct client *c)
 {
     for (unsigned i = 0; i < c->nwatches; i++)
         watch_flush(c->watches[i]);
+}
+
+void client_save_fields(const struct client *c, struct snap_w *w)
+{
+    snap_w_str(w, c->user ? c->user_name : NULL);
+    snap_w_str(w, c->owner.label ? c->label : NULL);
+}
+
+bool client_restore_fields(struct client *c, struct snap_r *r)
+{
+    char user[PROTO_USER_MAX + 1];
+    const struct user *u;
+
+    snap_r_str_copy(r, user, sizeof(user));
+    snap_r_str_copy(r, c->label, sizeof(c->label));
+    if (!snap_r_ok(r))
+        return false;
+    if (c->label[0])
+        c->owner.label = c->label;
+    if (!user[0])
+        return true;
+    /* The users file is read again by the successor: the user must still be there. */
+    if (!c->srv->users || !(u = users_find(c->srv->users, user, strlen(user))))
+        return snap_r_fail(r, "conn %llu is logged in as %s, who is not in the users file now",
+                           (unsigned long long)c->id, user);
+    client_login(c, u);
+    return true;
+}
+
+bool client_ready(const struct client *c, const char **what)
+{
+    const struct pending_ops *p = c->pending;
+
+    *what = p ? p->what : "";
+    return !p || (p->snap_kind && (!p->snap_ready || p->snap_ready(c, c->pending_op)));
+}
+
+void client_save_extras(const struct client *c, struct snap_w *w)
+{
+    const struct pending_ops *p = c->pending;
+
+    if (p) {
+        snap_w_rec(w, "pending");
+        snap_w_u64(w, c->id);
+        snap_w_str(w, p->snap_kind);
+        snap_w_u64(w, c->pending_cmd);
+        snap_w_str(w, c->pending_name);
+        if (p->save)
+            p->save(c, c->pending_op, w);
+    }
+    for (unsigned i = 0; i < c->nwatches; i++) {
+        const char *line;
+        size_t len;
+        bool taken;
+
+        watch_sub_state(c->watches[i], &line, &len, &taken);
+        snap_w_rec(w, "watch");
+        snap_w_u64(w, c->id);
+        snap_w_str(w, watch_sub_name(c->watches[i]));
+        snap_w_bytes(w, line, len);
+        snap_w_bool(w, taken);
+    }
 }

@@ -30,6 +30,9 @@
 struct server;
 struct client;
 struct watch_sub;
+struct snap_w;
+struct snap_r;
+struct lease;
 
 /* The transport under a client (conn.c; a fake in tests/check_cmd.c). */
 struct client_io {
@@ -56,6 +59,14 @@ struct pending_ops {
     /* The client ended its input while the request waits. NULL: the answer is
      * awaited as usual. Otherwise it may answer and client_complete(). */
     void (*input_ended)(struct client *c, void *op);
+    /* Handover (handover.h): the kind's word in the snapshot, or NULL when
+     * such a request is not carried over (the handover waits for its
+     * answer first). */
+    const char *snap_kind;
+    /* Optional: true while op can be carried over (not between two steps). */
+    bool (*snap_ready)(const struct client *c, void *op);
+    /* Optional: writes the kind's own fields after the common ones. */
+    void (*save)(const struct client *c, void *op, struct snap_w *w);
 };
 
 struct client {
@@ -127,5 +138,19 @@ bool client_relogin(struct client *c);
 
 /* The transport's output drained: watches whose latest line waited get it. */
 void client_drained(struct client *c);
+
+/*
+ * Handover (handover.h). client_save_fields writes the client's own
+ * fields into its transport's record (login, label);
+ * client_restore_fields reads them back (false: r's error). client_ready:
+ * whether its pending request, if any, can be carried over now
+ * (*what: the kind, for the log). client_save_extras writes its "pending"
+ * and "watch" records; the successor reads them through cmd.h's
+ * cmd_restore_pending and cmd_restore_watch, after the lock table's holds.
+ */
+void client_save_fields(const struct client *c, struct snap_w *w);
+bool client_restore_fields(struct client *c, struct snap_r *r);
+bool client_ready(const struct client *c, const char **what);
+void client_save_extras(const struct client *c, struct snap_w *w);
 
 #endif

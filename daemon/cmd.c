@@ -11,6 +11,7 @@
 
 #include "backend.h"
 #include "server.h"
+#include "snap.h"
 #include "users.h"
 
 static cmd_handler *const cmd_table[PROTO_CMD_COUNT] = {
@@ -108,4 +109,29 @@ void cmd_dispatch(struct client *c, const struct proto_req *req)
     if (req->name && req->nnames <= 1)
         name_copy(name, (struct proto_name){ req->name, req->name_len });
     cmd_table[req->cmd](c, req, name);
+}
+
+/* Handover: "pending <conn> <kind> <cmd> <name> ...", the conn id read. */
+bool cmd_restore_pending(struct client *c, struct snap_r *r, struct lease *const *leases,
+                         size_t nleases)
+{
+    char kind[16];
+
+    if (!snap_r_str_copy(r, kind, sizeof(kind)))
+        return false;
+    if (c->pending)
+        return snap_r_fail(r, "conn %llu has two pending requests", (unsigned long long)c->id);
+    c->pending_cmd = (enum proto_cmd)snap_r_u64(r);
+    snap_r_str_copy(r, c->pending_name, sizeof(c->pending_name));
+    if (!snap_r_ok(r))
+        return false;
+    if (c->pending_cmd != PROTO_CMD_LOCK && c->pending_cmd != PROTO_CMD_TRYLOCK)
+        return snap_r_fail(r, "conn %llu: a pending request of command %u",
+                           (unsigned long long)c->id, (unsigned)c->pending_cmd);
+    if (strcmp(kind, "lock") == 0 || strcmp(kind, "lease") == 0)
+        return cmd_lock_restore_wait(c, r, kind[2] == 'a', leases, nleases);
+    if (strcmp(kind, "set") == 0)
+        return cmd_set_restore(c, r);
+    return snap_r_fail(r, "conn %llu: a pending request of unknown kind %s",
+                       (unsigned long long)c->id, kind);
 }

@@ -58,4 +58,19 @@ void cmd_reply_word(struct client *c, const char *word, const char *name, size_t
 /* The protocol's mode of the lock table's. */
 enum proto_mode cmd_proto_mode(enum lock_mode m);
 
+/*
+ * Handover (client.h): the rest of a "pending" record (after its conn id),
+ * a request parked again as it was (leases: the restored leases by their
+ * number), and the rest of a "watch" record. false: r's error is set.
+ */
+struct snap_r;
+struct lease;
+bool cmd_restore_pending(struct client *c, struct snap_r *r, struct lease *const *leases,
+                         size_t nleases);
+bool cmd_restore_watch(struct client *c, struct snap_r *r);
+/* The kinds' halves (cmd_lock.c, cmd_set.c). */
+bool cmd_lock_restore_wait(struct client *c, struct snap_r *r, bool lease_wait,
+                           struct lease *const *leases, size_t nleases);
+bool cmd_set_restore(struct client *c, struct snap_r *r);
+
 #endif

@@ -20,6 +20,7 @@
 #include "backend.h"
 #include "lease.h"
 #include "log.h"
+#include "snap.h"
 #include "server.h"
 #include "settings.h"
 
@@ -171,9 +172,16 @@ static void lock_wait_input_ended(struct client *c, void *op)
         reply_wait_cut(c);
 }
 
+/* Handover: a wait still queued (not being acquired, not answered). */
+static bool lock_wait_ready(const struct client *c, void *op)
+{
+    return locks_owner_waiting(c->srv->locks, &c->owner, c->pending_name);
+}
+
 /* A LOCK waiting in the table: the owner's release at the close ends the wait. */
 static const struct pending_ops lock_wait_ops = {
     .what = "lock wait", .cancel = NULL, .input_ended = lock_wait_input_ended,
+    .snap_kind = "lock", .snap_ready = lock_wait_ready,
 };
 
 static void lease_wait_cancel(struct client *c, void *op)
@@ -187,10 +195,51 @@ static void lease_wait_input_ended(struct client *c, void *op)
     reply_wait_cut(c);
 }
 
+static bool lease_wait_ready(const struct client *c, void *op)
+{
+    return locks_owner_waiting(c->srv->locks, leases_owner(op), c->pending_name);
+}
+
+/* Handover: the lease by its number in the snapshot. */
+static void lease_wait_save(const struct client *c, void *op, struct snap_w *w)
+{
+    uint64_t n = 0;
+
+    leases_owner_number(leases_owner(op), &n);
+    snap_w_u64(w, n);
+}
+
 /* A LOCK ... ttl= being acquired: the lease is the client's until granted. */
 static const struct pending_ops lease_wait_ops = {
     .what = "lease wait", .cancel = lease_wait_cancel, .input_ended = lease_wait_input_ended,
+    .snap_kind = "lease", .snap_ready = lease_wait_ready, .save = lease_wait_save,
 };
+
+bool cmd_lock_restore_wait(struct client *c, struct snap_r *r, bool lease_wait,
+                           struct lease *const *leases, size_t nleases)
+{
+    char name[PROTO_NAME_MAX + 1];
+    struct lease *le = NULL;
+    uint64_t n;
+
+    if (lease_wait) {
+        n = snap_r_u64(r);
+        if (!snap_r_ok(r))
+            return false;
+        if (n >= nleases || !leases_restore_requester(leases[n], &c->owner))
+            return snap_r_fail(r, "conn %llu waits for lease %llu, which is not waiting",
+                               (unsigned long long)c->id, (unsigned long long)n);
+        le = leases[n];
+    }
+    if (!snap_r_done(r))
+        return false;
+    if (!locks_owner_waiting(c->srv->locks, le ? leases_owner(le) : &c->owner, c->pending_name))
+        return snap_r_fail(r, "conn %llu waits for %s, which it does not wait for",
+                           (unsigned long long)c->id, c->pending_name);
+    snprintf(name, sizeof(name), "%s", c->pending_name);
+    client_suspend(c, c->pending_cmd, le ? &lease_wait_ops : &lock_wait_ops, le, name);
+    return true;
+}
 
 /* LOCK and TRYLOCK of one name, as a hold of the client or as a lease (ttl=). */
 void cmd_lock(struct client *c, const struct proto_req *req, const char *name)

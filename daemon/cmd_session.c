@@ -19,6 +19,7 @@
 #include "server.h"
 #include "users.h"
 #include "watch.h"
+#include "snap.h"
 
 /* A failed AUTH is answered this long after it came (PROTOCOL.md, AUTH):
  * one guess per second per connection. */
@@ -208,4 +209,29 @@ void cmd_break(struct client *c, const struct proto_req *req, const char *name)
              "another daemon is broken there: STATUS and HOLDERS name it)", name,
              req->has_token ? " with that token" : "");
     client_reply_err(c, PROTO_ERR_NOT_HELD, text);
+}
+
+/* Handover: "watch <conn> <name> <line> <taken>", the conn id read. */
+bool cmd_restore_watch(struct client *c, struct snap_r *r)
+{
+    char name[PROTO_NAME_MAX + 1];
+    const char *line;
+    struct watch_sub *s;
+    size_t len;
+    bool taken;
+
+    snap_r_str_copy(r, name, sizeof(name));
+    line = snap_r_str(r, &len);
+    taken = snap_r_bool(r);
+    if (!snap_r_done(r))
+        return false;
+    if (!name[0] || find_watch(c, name) >= 0 || c->nwatches == WATCHES_PER_CONN_MAX ||
+        !watch_room(c))
+        return snap_r_fail(r, "conn %llu: a watch of %s that does not add up",
+                           (unsigned long long)c->id, name);
+    if (!(s = watch_restore(c->srv->watches, name, on_watch_event, c, line ? line : "", len,
+                            taken)))
+        return snap_r_fail(r, "out of memory, or more than %d watches", WATCHES_MAX);
+    c->watches[c->nwatches++] = s;
+    return true;
 }

@@ -19,6 +19,7 @@
 
 #include "backend.h"
 #include "log.h"
+#include "snap.h"
 #include "server.h"
 #include "settings.h"
 
@@ -168,8 +169,33 @@ static void set_input_ended(struct client *c, void *op)
         set_fail(s, cmd_wait_cut(c), true);
 }
 
+/* Handover: while a step waits in the table, not between two steps. */
+static bool set_ready(const struct client *c, void *op)
+{
+    return locks_owner_waiting(c->srv->locks, &c->owner, c->pending_name);
+}
+
+/* Handover: the request and how far it got; names and order follow from the list. */
+static void set_save(const struct client *c, void *op, struct snap_w *w)
+{
+    const struct cmd_set *s = op;
+
+    snap_w_u64(w, s->lreq.mode);
+    snap_w_u64(w, s->lreq.limit);
+    snap_w_bool(w, s->lreq.try);
+    snap_w_i64(w, s->lreq.ttl_ms);
+    snap_w_i64(w, s->lreq.delay_ms);
+    snap_w_bool(w, s->lreq.delay_default);
+    snap_w_i64(w, s->deadline_ms);
+    snap_w_u64(w, s->taken);
+    snap_w_str(w, s->list);
+    for (unsigned i = 0; i < s->n; i++)
+        snap_w_u64(w, s->tokens[i]);
+}
+
 const struct pending_ops cmd_set_ops = {
     .what = "set", .cancel = set_cancel, .input_ended = set_input_ended,
+    .snap_kind = "set", .snap_ready = set_ready, .save = set_save,
 };
 
 /* UNLOCK a,b,c [keep=<ms>]: all or nothing, every name must be held. */
@@ -224,6 +250,64 @@ static struct cmd_set *set_new(struct client *c, const struct proto_req *req, un
         s->order[j] = i;
     }
     return s;
+}
+
+bool cmd_set_restore(struct client *c, struct snap_r *r)
+{
+    struct proto_req req = { .cmd = c->pending_cmd };
+    struct lock_req lreq;
+    const char *list;
+    struct cmd_set *s;
+    unsigned taken, fresh, i;
+    int64_t deadline_ms;
+    bool whole = false;
+    size_t len;
+
+    lreq.mode = (enum lock_mode)snap_r_u64(r);
+    lreq.limit = (unsigned)snap_r_u64(r);
+    lreq.try = snap_r_bool(r);
+    lreq.ttl_ms = snap_r_i64(r);
+    lreq.delay_ms = snap_r_i64(r);
+    lreq.delay_default = snap_r_bool(r);
+    deadline_ms = snap_r_i64(r);
+    taken = (unsigned)snap_r_u64(r);
+    list = snap_r_str(r, &len);
+    /* The list splits as the request did: the same names, in the same order. */
+    for (const char *p = list; snap_r_ok(r) && list && req.nnames < PROTO_SET_MAX; ) {
+        const char *comma = memchr(p, ',', len - (size_t)(p - list));
+        size_t n = comma ? (size_t)(comma - p) : len - (size_t)(p - list);
+
+        if (n == 0 || n > PROTO_NAME_MAX)
+            break;
+        req.names[req.nnames].p = p;
+        req.names[req.nnames++].len = n;
+        if (!comma) {
+            whole = true;
+            break;
+        }
+        p = comma + 1;
+    }
+    if (!snap_r_ok(r) || !list || !whole || req.nnames < 2 || taken >= req.nnames ||
+        strlen(list) != len || (unsigned)lreq.mode >= LOCK_MODE_COUNT)
+        return snap_r_fail(r, "conn %llu: a set that does not add up", (unsigned long long)c->id);
+    req.name = list;
+    req.name_len = len;
+    if (!(s = set_new(c, &req, &fresh)))
+        return snap_r_fail(r, "out of memory");
+    s->cmd = c->pending_cmd;
+    s->lreq = lreq;
+    s->deadline_ms = deadline_ms;
+    s->taken = taken;
+    s->r = LOCKS_GRANTED;
+    for (i = 0; i < s->n; i++)
+        s->tokens[i] = snap_r_u64(r);
+    if (!snap_r_done(r) ||
+        !locks_owner_waiting(c->srv->locks, &c->owner, s->names[s->order[taken]])) {
+        set_free(s);
+        return snap_r_fail(r, "conn %llu: a set that does not add up", (unsigned long long)c->id);
+    }
+    client_suspend(c, s->cmd, &cmd_set_ops, s, s->names[s->order[taken]]);
+    return true;
 }
 
 void cmd_set(struct client *c, const struct proto_req *req, const char *name)

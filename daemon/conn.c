@@ -40,6 +40,7 @@
 #include "proto.h"
 #include "server.h"
 #include "settings.h"
+#include "snap.h"
 #include "tls.h"
 #include "users.h"
 
@@ -301,7 +302,8 @@ static void conn_process(struct conn *c)
     struct evbuffer *out = bufferevent_get_output(c->bev);
     size_t max_line = c->cl.srv->settings->max_line;
 
-    while (c->state == CONN_READING) {
+    /* A handover is under way: what is not parsed yet goes to the successor. */
+    while (c->state == CONN_READING && !c->cl.srv->handing_over) {
         struct evbuffer_ptr eol;
         struct proto_req req;
         size_t eol_len = 0;
@@ -536,4 +538,186 @@ void conn_free(struct conn *c)
     bufferevent_free(c->bev);
     client_destroy(&c->cl);
     free(c);
+}
+
+/*
+ * Handover (handover.h). Connections that cannot be carried over go first:
+ * TLS ones (their session keys live in OpenSSL's memory) and those already
+ * closing down. Returns how many were closed.
+ */
+unsigned conn_handover_drop(struct server *srv)
+{
+    struct conn *c, *next;
+    unsigned n = 0;
+
+    for (c = TAILQ_FIRST(&srv->conns); c; c = next) {
+        next = TAILQ_NEXT(c, link);
+        if (c->ssl || c->state == CONN_LINGER) {
+            if (c->ssl)
+                log_info("conn %llu (%s): a TLS connection cannot be handed over; closing",
+                         (unsigned long long)c->cl.id, c->cl.peer);
+            conn_free(c);
+            n++;
+        }
+    }
+    return n;
+}
+
+/* Whether every connection can be carried over now; *why names one that cannot. */
+bool conn_handover_ready(struct server *srv, char *why, size_t len)
+{
+    struct conn *c;
+    const char *what;
+
+    TAILQ_FOREACH(c, &srv->conns, link) {
+        if (c->ssl || c->state == CONN_LINGER)
+            continue;
+        if (c->state == CONN_CLOSING) {
+            snprintf(why, len, "conn %llu (%s) is closing", (unsigned long long)c->cl.id,
+                     c->cl.peer);
+            return false;
+        }
+        if (!client_ready(&c->cl, &what)) {
+            snprintf(why, len, "conn %llu (%s) waits for a %s", (unsigned long long)c->cl.id,
+                     c->cl.peer, what);
+            return false;
+        }
+    }
+    return true;
+}
+
+static void save_buffer(struct snap_w *w, struct evbuffer *b)
+{
+    size_t len = evbuffer_get_length(b);
+
+    snap_w_bytes(w, len ? (const void *)evbuffer_pullup(b, -1) : "", len);
+}
+
+void conn_handover_save(struct server *srv, struct snap_w *w, bool extras)
+{
+    struct conn *c;
+
+    TAILQ_FOREACH(c, &srv->conns, link) {
+        if (extras) {
+            client_save_extras(&c->cl, w);
+            continue;
+        }
+        snap_w_rec(w, "conn");
+        snap_w_u64(w, c->cl.id);
+        snap_w_i64(w, bufferevent_getfd(c->bev));
+        snap_w_str(w, c->cl.peer);
+        client_save_fields(&c->cl, w);
+        save_buffer(w, bufferevent_get_input(c->bev));
+        save_buffer(w, bufferevent_get_output(c->bev));
+    }
+}
+
+void conn_handover_fds(struct server *srv, void (*fn)(void *arg, int fd, uint64_t id),
+                       void *arg)
+{
+    struct conn *c;
+
+    TAILQ_FOREACH(c, &srv->conns, link)
+        fn(arg, bufferevent_getfd(c->bev), c->cl.id);
+}
+
+/* A bufferevent's input is the socket's to fill: unfrozen for the bytes
+ * the daemon before had read. */
+static int restore_input(struct evbuffer *in, const char *p, size_t len)
+{
+    int rc;
+
+    evbuffer_unfreeze(in, 0);
+    rc = evbuffer_add(in, p, len);
+    evbuffer_freeze(in, 0);
+    return rc;
+}
+
+/* Handover: conn_new for a carried-over connection, with nothing started yet. */
+struct client *conn_restore(struct server *srv, struct snap_r *r, int (*fd_of)(void *arg,
+                            int64_t fd, uint64_t id), void *arg)
+{
+    uint64_t id = snap_r_u64(r);
+    int64_t old_fd = snap_r_i64(r);
+    char peer[64];
+    const char *in, *out;
+    size_t in_len, out_len;
+    struct conn *c;
+    int fd;
+
+    snap_r_str_copy(r, peer, sizeof(peer));
+    if (!snap_r_ok(r))
+        return NULL;
+    if ((fd = fd_of(arg, old_fd, id)) < 0) {
+        snap_r_fail(r, "conn %llu: its descriptor %lld was not passed on",
+                    (unsigned long long)id, (long long)old_fd);
+        return NULL;
+    }
+    if (!(c = calloc(1, sizeof(*c))) ||
+        !(c->bev = bufferevent_socket_new(srv->base, fd, BEV_OPT_CLOSE_ON_FREE))) {
+        free(c);
+        snap_r_fail(r, "out of memory");
+        return NULL;
+    }
+    client_init(&c->cl, srv, &conn_io, &cmd_owner_ops, id, peer);
+    c->state = CONN_READING;
+    c->any_input = true;
+    TAILQ_INSERT_TAIL(&srv->conns, c, link);
+    srv->nconns++;
+    if (srv->next_conn_id < id)
+        srv->next_conn_id = id;
+    bufferevent_setcb(c->bev, conn_on_read, conn_on_write, conn_on_event, c);
+    conn_set_watermark(c);
+    if (!client_restore_fields(&c->cl, r))
+        return NULL;
+    in = snap_r_str(r, &in_len);
+    out = snap_r_str(r, &out_len);
+    if (!snap_r_done(r))
+        return NULL;
+    if (in_len && restore_input(bufferevent_get_input(c->bev), in, in_len) < 0) {
+        snap_r_fail(r, "out of memory");
+        return NULL;
+    }
+    if (out_len && evbuffer_add(bufferevent_get_output(c->bev), out, out_len) < 0) {
+        snap_r_fail(r, "out of memory");
+        return NULL;
+    }
+    return &c->cl;
+}
+
+/* Handover: every restored connection is served from here on. */
+void conn_handover_resume(struct server *srv)
+{
+    struct conn *c;
+
+    TAILQ_FOREACH(c, &srv->conns, link) {
+        bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+        /* Lines that came in before the handover are parsed as if just read. */
+        if (c->state == CONN_READING)
+            bufferevent_trigger(c->bev, EV_READ, BEV_TRIG_IGNORE_WATERMARKS |
+                                BEV_TRIG_DEFER_CALLBACKS);
+        log_debug("conn %llu (%s): carried over (%s, %u holds and waits)",
+                  (unsigned long long)c->cl.id, c->cl.peer, state_names[c->state],
+                  c->cl.owner.nholds);
+    }
+}
+
+/* The handover was given up: read again. */
+void conn_handover_abort(struct server *srv)
+{
+    struct conn *c;
+
+    TAILQ_FOREACH(c, &srv->conns, link)
+        if (c->state == CONN_READING)
+            bufferevent_trigger(c->bev, EV_READ, BEV_TRIG_IGNORE_WATERMARKS |
+                                BEV_TRIG_DEFER_CALLBACKS);
+}
+
+/* Closes every restored connection after a snapshot that did not add up. */
+void conn_free_all(struct server *srv)
+{
+    struct conn *c;
+
+    while ((c = TAILQ_FIRST(&srv->conns)))
+        conn_free(c);
 }

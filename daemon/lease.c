@@ -13,6 +13,7 @@
 #include "backend.h"
 #include "log.h"
 #include "proto.h"
+#include "snap.h"
 
 #include <event2/event.h>
 #include <search.h>
@@ -36,6 +37,7 @@ struct lease {
     char desc[96];                 /* "lease:<taker's address>"; the owner's desc */
     char label[PROTO_LABEL_MAX + 1]; /* the taker's CLIENT label then, or "" */
     char name[256];                /* a lock name (at most 200 bytes) */
+    uint64_t number;               /* its place in the last handover snapshot */
 };
 
 struct leases {
@@ -313,4 +315,105 @@ void leases_note_released(struct leases *ls)
 void leases_op_cancel(struct leases *ls, struct backend_lease_op *pending)
 {
     ls->backend->ops->lease_op_cancel(ls->backend->impl, pending);
+}
+
+/*
+ * Handover: one "lease" record per lease, numbered in order; the lock
+ * table's hold records name them by that number (leases_owner_number).
+ */
+void leases_save(struct leases *ls, struct snap_w *w)
+{
+    struct lease *le;
+    uint64_t n = 0;
+
+    snap_w_rec(w, "leases");
+    snap_w_u64(w, ls->stats.granted);
+    snap_w_u64(w, ls->stats.expired);
+    snap_w_u64(w, ls->stats.released);
+    TAILQ_FOREACH(le, &ls->all, link) {
+        le->number = n++;
+        snap_w_rec(w, "lease");
+        snap_w_str(w, le->name);
+        snap_w_bool(w, le->granted);
+        snap_w_u64(w, le->token);
+        snap_w_i64(w, le->ttl_ms);
+        snap_w_i64(w, le->delay_ms);
+        snap_w_i64(w, le->ends_ms);
+        snap_w_str(w, le->desc);
+        snap_w_str(w, le->label[0] ? le->label : NULL);
+    }
+}
+
+bool leases_owner_number(const struct lock_owner *o, uint64_t *n)
+{
+    if (o->ops != &lease_ops)
+        return false;
+    *n = ((const struct lease *)o)->number;
+    return true;
+}
+
+bool leases_restore_stats(struct leases *ls, struct snap_r *r)
+{
+    ls->stats.granted = snap_r_u64(r);
+    ls->stats.expired = snap_r_u64(r);
+    ls->stats.released = snap_r_u64(r);
+    return snap_r_done(r);
+}
+
+struct lease *leases_restore(struct leases *ls, struct snap_r *r)
+{
+    struct lease *le = calloc(1, sizeof(*le));
+    struct timeval tv;
+    int64_t left;
+
+    if (!le || !(le->expiry = evtimer_new(ls->base, on_expiry, le))) {
+        free(le);
+        snap_r_fail(r, "out of memory");
+        return NULL;
+    }
+    le->set = ls;
+    snap_r_str_copy(r, le->name, sizeof(le->name));
+    le->granted = snap_r_bool(r);
+    le->token = snap_r_u64(r);
+    le->ttl_ms = snap_r_i64(r);
+    le->delay_ms = snap_r_i64(r);
+    le->ends_ms = snap_r_i64(r);
+    snap_r_str_copy(r, le->desc, sizeof(le->desc));
+    snap_r_str_copy(r, le->label, sizeof(le->label));
+    lock_owner_init(&le->owner, &lease_ops, le->desc);
+    if (le->label[0])
+        le->owner.label = le->label;
+    TAILQ_INSERT_TAIL(&ls->all, le, link);
+    ls->stats.current++;
+    if (!snap_r_done(r))
+        return NULL;        /* in ls->all: leases_free() frees it */
+    if (le->granted && !tsearch(le, &ls->by_token, by_token)) {
+        le->granted = false;
+        snap_r_fail(r, "out of memory");
+        return NULL;
+    }
+    if (le->granted && !ls->backend->ops->ends_leases) {
+        left = le->ends_ms - locks_mono_ms();
+        left = left < 0 ? 0 : left;
+        tv.tv_sec = left / 1000;
+        tv.tv_usec = (left % 1000) * 1000;
+        if (evtimer_add(le->expiry, &tv) < 0) {
+            snap_r_fail(r, "out of memory");
+            return NULL;
+        }
+    }
+    return le;
+}
+
+struct lock_owner *leases_owner(struct lease *le)
+{
+    return &le->owner;
+}
+
+bool leases_restore_requester(struct lease *le, struct lock_owner *requester)
+{
+    if (le->granted || le->requester)
+        return false;
+    le->requester = requester;
+    return true;
 }

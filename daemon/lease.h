@@ -16,6 +16,7 @@
 #ifndef LOCKBROKER_LEASE_H
 #define LOCKBROKER_LEASE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "locks.h"
@@ -80,5 +81,23 @@ enum locks_result leases_op(struct leases *ls, const char *name, uint64_t token,
  */
 void leases_note_released(struct leases *ls);
 void leases_op_cancel(struct leases *ls, struct backend_lease_op *pending);
+
+/*
+ * Handover (handover.h): leases_save writes a "leases" record and one
+ * "lease" record per lease, numbered from 0 in that order, which
+ * leases_owner_number gives for an owner that is a lease (false for any
+ * other owner). The successor reads the first through leases_restore_stats
+ * and each of the others through leases_restore (NULL: r's error is set),
+ * before the lock table's holds; a lease still being acquired gets its
+ * requester back through leases_restore_requester.
+ */
+struct snap_w;
+struct snap_r;
+void leases_save(struct leases *ls, struct snap_w *w);
+bool leases_owner_number(const struct lock_owner *o, uint64_t *n);
+bool leases_restore_stats(struct leases *ls, struct snap_r *r);
+struct lease *leases_restore(struct leases *ls, struct snap_r *r);
+struct lock_owner *leases_owner(struct lease *le);
+bool leases_restore_requester(struct lease *le, struct lock_owner *requester);
 
 #endif

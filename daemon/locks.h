@@ -143,6 +143,9 @@ enum locks_result locks_lock(struct locks *t, struct lock_owner *o, const char *
 bool locks_owner_token(const struct locks *t, const struct lock_owner *o, const char *name,
                        uint64_t *token);
 
+/* Whether o's request for name is queued in this table (not yet admitted). */
+bool locks_owner_waiting(const struct locks *t, const struct lock_owner *o, const char *name);
+
 /*
  * For CHECK: o's granted hold of name. true with *token, *delay_ms (its
  * lock-delay) and *backend_ms: how long from now the backend promises that
@@ -261,5 +264,27 @@ void locks_backend_lost(struct hold *h, const char *reason);
 /* A hold that ended as agreed elsewhere (a lease released or expired through
  * another daemon): like lost, but not counted or warned about. */
 void locks_backend_ended(struct hold *h, const char *reason);
+
+/*
+ * Handover (handover.h). locks_save writes the table as records: a
+ * "locks" record, then per name a "lock" record and its "hold" records;
+ * key(arg, owner, w) writes the field that names an owner (a connection,
+ * a lease). The successor reads them back in that order: each "lock"
+ * record through locks_restore_lock (into *l), each of its "hold" records
+ * through locks_restore_hold with the owner the caller found from the key
+ * field it read first (NULL: a hold kept after its owner left), and after
+ * a name's last hold locks_restore_check. Nobody is called back and
+ * nothing is granted: the holds come back as they were. false: r's error
+ * is set; the table is then only fit for locks_free().
+ */
+struct snap_w;
+struct snap_r;
+typedef void (*locks_owner_key_fn)(void *arg, const struct lock_owner *o, struct snap_w *w);
+void locks_save(const struct locks *t, struct snap_w *w, locks_owner_key_fn key, void *arg);
+bool locks_restore_stats(struct locks *t, struct snap_r *r);
+bool locks_restore_lock(struct locks *t, struct snap_r *r, struct lock **l);
+bool locks_restore_hold(struct locks *t, struct lock *l, struct lock_owner *o,
+                        struct snap_r *r);
+bool locks_restore_check(struct locks *t, struct lock *l, struct snap_r *r);
 
 #endif

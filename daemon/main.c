@@ -18,6 +18,7 @@
 
 #include "backend.h"
 #include "conn.h"
+#include "handover.h"
 #include "lease.h"
 #include "locks.h"
 #include "log.h"
@@ -37,10 +38,12 @@ struct options {
     const char *listen;        /* -l, or NULL */
     const char *zk_hosts;      /* -z, or NULL */
     bool verbose;              /* -v */
+    bool check_handover;       /* --check-handover: -t, and the snapshot format */
 };
 
-/* The signals the daemon handles: TERM and INT stop it, HUP reloads. */
-static const int daemon_signals[] = { SIGTERM, SIGINT, SIGHUP };
+/* The signals the daemon handles: TERM and INT stop it, HUP reloads, USR2
+ * hands over to a successor (handover.h). */
+static const int daemon_signals[] = { SIGTERM, SIGINT, SIGHUP, SIGUSR2 };
 #define NSIGNALS (sizeof(daemon_signals) / sizeof(daemon_signals[0]))
 
 /* Everything main starts; daemon_stop() frees what was started, NULL fields skipped. */
@@ -56,7 +59,12 @@ struct daemon {
     struct leases *leases;
     struct users *users;       /* from [server] users_file, or NULL; the server borrows it */
     struct metrics *metrics;   /* NULL unless metrics_listen is set */
-    char id[96];               /* server_make_daemon_id() */
+    char id[96];               /* server_make_daemon_id(), or the one taken over */
+    struct handover_in in;     /* a snapshot passed on, while it is restored */
+    bool taking_over;          /* in holds one */
+    struct handover_parts parts; /* for handover.c */
+    char exe[4096];            /* this binary's path, executed for a handover */
+    char **argv;               /* as main got them */
 };
 
 static void usage(FILE *f)
@@ -72,8 +80,10 @@ static void usage(FILE *f)
             "  -v            log at debug level\n"
             "  -h, --help    show this help\n"
             "  -V, --version show the version\n"
+            "  --check-handover  as -t, and say which handover snapshots it reads\n"
             "Signals: TERM or INT stop the daemon; HUP reloads the log level, the limits,\n"
-            "the users file and the TLS certificate, key and CA.\n",
+            "the users file and the TLS certificate, key and CA; USR2 hands every\n"
+            "connection and lock over to a new daemon executed from the same path.\n",
             SETTINGS_LISTEN_DEFAULT);
 }
 
@@ -167,6 +177,17 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
     struct daemon *d = arg;
 
+    if (sig == SIGUSR2) {
+        log_info("caught SIGUSR2, handing over to %s", d->exe);
+        handover_begin(&d->parts);
+        return;
+    }
+    if (sig == SIGTERM && handover_to_fdstore_wanted()) {
+        log_info("caught SIGTERM under systemd with LOCKBROKERD_FDSTORE=1: handing over to "
+                 "the next start through the file descriptor store");
+        handover_to_fdstore(&d->parts);
+        return;
+    }
     if (sig == SIGHUP) {
         log_info("caught SIGHUP, reloading %s", d->opt.conf_file ? d->opt.conf_file : "(no file)");
 #ifdef HAVE_LIBSYSTEMD
@@ -195,6 +216,7 @@ static int parse_args(int argc, char **argv, struct options *o, bool *check_only
     static const struct option longopts[] = {
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
+        { "check-handover", no_argument, NULL, 'H' },
         { NULL, 0, NULL, 0 },
     };
     int opt;
@@ -214,6 +236,7 @@ static int parse_args(int argc, char **argv, struct options *o, bool *check_only
             o->zk_hosts = optarg;
             break;
         case 't': *check_only = true; break;
+        case 'H': *check_only = true; o->check_handover = true; break;
         case 'v': o->verbose = true; break;
         case 'h': usage(stdout); *exit_code = 0; return 1;
         case 'V': printf("lockbrokerd %s\n", PACKAGE_VERSION); *exit_code = 0; return 1;
@@ -291,7 +314,10 @@ static int daemon_start_backend(struct daemon *d, char *zk_auth, size_t zk_cap)
         log_error("cannot create the event loop");
         return -1;
     }
-    server_make_daemon_id(d->id, sizeof(d->id));
+    if (d->taking_over)
+        snprintf(d->id, sizeof(d->id), "%s", d->in.daemon_id);
+    else
+        server_make_daemon_id(d->id, sizeof(d->id));
     d->backend = d->s.zk_hosts ? zk_backend_new(d->base, &d->s, d->id,
                                                 zk_auth[0] ? zk_auth : NULL)
                                : backend_embedded_new();
@@ -308,11 +334,23 @@ static int daemon_start_backend(struct daemon *d, char *zk_auth, size_t zk_cap)
 static int daemon_start_server(struct daemon *d)
 {
     if (server_start(&d->srv, d->base, &d->s, d->locks, d->leases, d->backend, d->users,
-                     d->id) < 0)
+                     d->id, d->taking_over ? &d->in.fds : NULL) < 0)
         return -1;
     d->server_started = true;
-    if (d->s.metrics_listen && !(d->metrics = metrics_start(&d->srv, d->s.metrics_listen)))
+    if (!d->s.metrics_listen && d->in.metrics_fd >= 0)
+        close(d->in.metrics_fd);
+    if (d->s.metrics_listen &&
+        !(d->metrics = metrics_start(&d->srv, d->s.metrics_listen,
+                                     d->taking_over ? d->in.metrics_fd : -1)))
         return -1;
+    d->parts = (struct handover_parts){ .base = d->base, .srv = &d->srv, .locks = d->locks,
+                                        .leases = d->leases, .backend = d->backend,
+                                        .metrics = d->metrics, .argv = d->argv,
+                                        .exe = d->exe };
+    if (d->taking_over) {
+        handover_restore(&d->in, &d->parts);
+        d->taking_over = false;
+    }
     for (size_t i = 0; i < NSIGNALS; i++) {
         d->sig_ev[i] = evsignal_new(d->base, daemon_signals[i], on_signal, d);
         if (!d->sig_ev[i] || evsignal_add(d->sig_ev[i], NULL) < 0) {
@@ -367,6 +405,22 @@ static void daemon_stop(struct daemon *d)
     settings_free(&d->s);
 }
 
+/* The path this binary was started from, executed again for a handover
+ * (a new build installed over it is what runs then). */
+static void this_binary(char *buf, size_t len, const char *argv0)
+{
+    ssize_t n = readlink("/proc/self/exe", buf, len - 1);
+    const char *deleted = " (deleted)";
+
+    if (n <= 0) {
+        snprintf(buf, len, "%s", argv0);
+        return;
+    }
+    buf[n] = '\0';
+    if ((size_t)n > strlen(deleted) && strcmp(buf + n - strlen(deleted), deleted) == 0)
+        buf[n - strlen(deleted)] = '\0';
+}
+
 int main(int argc, char **argv)
 {
     struct daemon d;
@@ -375,14 +429,24 @@ int main(int argc, char **argv)
     int rc;
 
     memset(&d, 0, sizeof(d));
+    d.in.metrics_fd = -1;
     log_detect_journal();
     if (parse_args(argc, argv, &d.opt, &check_only, &rc) != 0)
         return rc;
-    if (daemon_configure(&d, zk_auth, sizeof(zk_auth)) < 0)
+    /* Before anything opens a descriptor: one refused closes all it came with. */
+    if (!check_only)
+        d.taking_over = handover_receive(&d.in) == 1;
+    d.argv = argv;
+    this_binary(d.exe, sizeof(d.exe), argv[0]);
+    if (daemon_configure(&d, zk_auth, sizeof(zk_auth)) < 0) {
+        handover_in_free(&d.in);
         return 1;
+    }
     if (check_only) {
         explicit_bzero(zk_auth, sizeof(zk_auth));
         printf("lockbrokerd: configuration OK\n");
+        if (d.opt.check_handover)
+            handover_print_format();
         daemon_stop(&d);   /* nothing started: frees the users and the settings */
         return 0;
     }

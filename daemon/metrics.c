@@ -48,6 +48,7 @@ struct metrics {
     const struct server *srv;      /* borrowed */
     struct evhttp *http;           /* owned; frees its connections */
     char addr[64];                 /* bound address, port resolved */
+    int fd;                        /* the listening socket; the listener owns it */
 };
 
 /* ------------------------------------------------------ the exposition */
@@ -458,7 +459,7 @@ static void on_request(struct evhttp_request *req, void *arg)
         serve_healthz(m, req);
 }
 
-struct metrics *metrics_start(const struct server *srv, const char *addr)
+struct metrics *metrics_start(const struct server *srv, const char *addr, int fd)
 {
     struct metrics *m = calloc(1, sizeof(*m));
     struct evconnlistener *l;
@@ -478,9 +479,13 @@ struct metrics *metrics_start(const struct server *srv, const char *addr)
         metrics_stop(m);
         return NULL;
     }
-    l = evconnlistener_new_bind(srv->base, NULL, NULL,
-                                LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_REUSEABLE,
-                                LISTEN_BACKLOG, (struct sockaddr *)&ss, len);
+    if ((fd = server_inherited_listener("metrics_listen", fd, &ss)) >= 0)
+        l = evconnlistener_new(srv->base, NULL, NULL, LEV_OPT_CLOSE_ON_FREE |
+                               LEV_OPT_CLOSE_ON_EXEC, 0, fd);
+    else
+        l = evconnlistener_new_bind(srv->base, NULL, NULL, LEV_OPT_CLOSE_ON_FREE |
+                                    LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_REUSEABLE,
+                                    LISTEN_BACKLOG, (struct sockaddr *)&ss, len);
     if (!l) {
         log_error("metrics_listen %s: %s", addr, strerror(errno));
         metrics_stop(m);
@@ -493,7 +498,8 @@ struct metrics *metrics_start(const struct server *srv, const char *addr)
         return NULL;
     }
     sl = sizeof(ss);
-    getsockname(evconnlistener_get_fd(l), (struct sockaddr *)&ss, &sl);
+    m->fd = evconnlistener_get_fd(l);
+    getsockname(m->fd, (struct sockaddr *)&ss, &sl);
     server_format_addr((struct sockaddr *)&ss, m->addr, sizeof(m->addr));
     /* Bound every request, as the lock port does its lines. */
     evhttp_set_max_headers_size(m->http, HTTP_MAX_HEADERS);
@@ -510,6 +516,11 @@ struct metrics *metrics_start(const struct server *srv, const char *addr)
     evhttp_set_gencb(m->http, on_request, m);
     log_info("metrics: serving /metrics and /healthz on http://%s", m->addr);
     return m;
+}
+
+int metrics_fd(const struct metrics *m)
+{
+    return m ? m->fd : -1;
 }
 
 const char *metrics_addr(const struct metrics *m)

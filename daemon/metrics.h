@@ -20,7 +20,10 @@ struct metrics;
  * statistics. srv is borrowed and must outlive the endpoint. Returns NULL
  * after logging why.
  */
-struct metrics *metrics_start(const struct server *srv, const char *addr);
+struct metrics *metrics_start(const struct server *srv, const char *addr, int fd);
+
+/* The listening socket, for a handover; -1 for NULL. */
+int metrics_fd(const struct metrics *m);
 
 /* The bound address, "IP:PORT" with the port resolved; lives as long as m. */
 const char *metrics_addr(const struct metrics *m);

@@ -135,9 +135,39 @@ static void on_accept_error(struct evconnlistener *l, void *arg)
     log_error("accept: %s", evutil_socket_error_to_string(err));
 }
 
-/* Listens on addr (IP:PORT) for cb; *out gets the listener, bound the
- * address with its port resolved. Returns 0, or -1 after logging why. */
-static int listen_tcp(struct server *srv, const char *what, const char *addr,
+/*
+ * A listening socket passed on by the daemon this one took over from, if it
+ * is still the one addr names (port 0: any port); otherwise it is closed and
+ * -1 returned (bind anew).
+ */
+int server_inherited_listener(const char *what, int fd, const struct sockaddr_storage *want)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    char have[64], asked[64];
+
+    if (fd < 0)
+        return -1;
+    server_format_addr((const struct sockaddr *)want, asked, sizeof(asked));
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
+        server_format_addr((struct sockaddr *)&ss, have, sizeof(have));
+        if (strcmp(have, asked) == 0 || (ss.ss_family == want->ss_family &&
+            ((const struct sockaddr_in *)want)->sin_port == 0)) {
+            evutil_make_socket_nonblocking(fd);
+            evutil_make_socket_closeonexec(fd);
+            return fd;
+        }
+        log_info("%s: the socket taken over listens on %s, the settings say %s: listening "
+                 "anew", what, have, asked);
+    }
+    close(fd);
+    return -1;
+}
+
+/* Listens on addr (IP:PORT) for cb, or on fd (>= 0) when the daemon taken
+ * over listened there already; *out gets the listener, bound the address
+ * with its port resolved. Returns 0, or -1 after logging why. */
+static int listen_tcp(struct server *srv, const char *what, const char *addr, int fd,
                       evconnlistener_cb cb, struct evconnlistener **out, char *bound,
                       size_t boundlen)
 {
@@ -149,10 +179,14 @@ static int listen_tcp(struct server *srv, const char *what, const char *addr,
         log_error("%s: cannot parse '%s'", what, addr);
         return -1;
     }
-    *out = evconnlistener_new_bind(srv->base, cb, srv,
-                                   LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC |
-                                       LEV_OPT_REUSEABLE,
-                                   LISTEN_BACKLOG, (struct sockaddr *)&ss, len);
+    if ((fd = server_inherited_listener(what, fd, &ss)) >= 0)
+        *out = evconnlistener_new(srv->base, cb, srv, LEV_OPT_CLOSE_ON_FREE |
+                                  LEV_OPT_CLOSE_ON_EXEC, 0, fd);
+    else
+        *out = evconnlistener_new_bind(srv->base, cb, srv,
+                                       LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC |
+                                           LEV_OPT_REUSEABLE,
+                                       LISTEN_BACKLOG, (struct sockaddr *)&ss, len);
     if (!*out) {
         log_error("%s on %s: %s", what, addr, strerror(errno));
         return -1;
@@ -166,7 +200,7 @@ static int listen_tcp(struct server *srv, const char *what, const char *addr,
 }
 
 /* The TLS listener and its context, when [tls] listen is set. */
-static int listen_tls(struct server *srv)
+static int listen_tls(struct server *srv, int fd)
 {
     char err[512];
 
@@ -174,7 +208,7 @@ static int listen_tls(struct server *srv)
         log_error("%s", err);
         return -1;
     }
-    return listen_tcp(srv, "[tls] listen", srv->settings->tls_listen, on_accept_tls,
+    return listen_tcp(srv, "[tls] listen", srv->settings->tls_listen, fd, on_accept_tls,
                       &srv->tls_sock, srv->tls_addr, sizeof(srv->tls_addr));
 }
 
@@ -244,12 +278,29 @@ static int unix_set_group(const char *path, const char *group)
     return 0;
 }
 
-static int listen_unix(struct server *srv)
+static int listen_unix(struct server *srv, int fd)
 {
     const char *path = srv->settings->unix_socket;
-    struct sockaddr_un sun = { .sun_family = AF_UNIX };
+    struct sockaddr_un sun = { .sun_family = AF_UNIX }, have;
+    socklen_t sl = sizeof(have);
     mode_t old_mask;
 
+    /* Taken over: the same path keeps its socket (and its file). */
+    if (fd >= 0 && getsockname(fd, (struct sockaddr *)&have, &sl) == 0 &&
+        have.sun_family == AF_UNIX && strcmp(have.sun_path, path) == 0) {
+        evutil_make_socket_nonblocking(fd);
+        evutil_make_socket_closeonexec(fd);
+        srv->unix_sock = evconnlistener_new(srv->base, on_accept, srv, LEV_OPT_CLOSE_ON_FREE |
+                                            LEV_OPT_CLOSE_ON_EXEC, 0, fd);
+        if (!srv->unix_sock) {
+            log_error("unix_socket %s: out of memory", path);
+            return -1;
+        }
+        evconnlistener_set_error_cb(srv->unix_sock, on_accept_error);
+        return 0;
+    }
+    if (fd >= 0)
+        close(fd);
     if (unix_clear_stale(path) < 0) {
         log_error("unix_socket %s: cannot be used", path);
         return -1;
@@ -326,8 +377,10 @@ void server_set_users(struct server *srv, const struct users *users)
 
 int server_start(struct server *srv, struct event_base *base, const struct settings *s,
                  struct locks *locks, struct leases *leases, struct backend *backend,
-                 const struct users *users, const char *daemon_id)
+                 const struct users *users, const char *daemon_id,
+                 const struct server_fds *fds)
 {
+    static const struct server_fds none = { -1, -1, -1 };
     char err[512];
 
     if (server_check_exposure(s, err, sizeof(err)) < 0) {
@@ -349,8 +402,15 @@ int server_start(struct server *srv, struct event_base *base, const struct setti
         return -1;
     }
     locks_set_observer(locks, watches_lock_changed, srv->watches);
-    if (listen_tcp(srv, "listen", s->listen, on_accept, &srv->tcp, srv->listen_addr,
-                   sizeof(srv->listen_addr)) < 0 || (s->tls_listen && listen_tls(srv) < 0)) {
+    if (!fds)
+        fds = &none;
+    if (!s->tls_listen && fds->tls >= 0)
+        close(fds->tls);
+    if (!s->unix_socket && fds->unix_fd >= 0)
+        close(fds->unix_fd);
+    if (listen_tcp(srv, "listen", s->listen, fds->tcp, on_accept, &srv->tcp, srv->listen_addr,
+                   sizeof(srv->listen_addr)) < 0 ||
+        (s->tls_listen && listen_tls(srv, fds->tls) < 0)) {
         server_stop(srv);
         return -1;
     }
@@ -358,7 +418,7 @@ int server_start(struct server *srv, struct event_base *base, const struct setti
         log_warn("listening on %s without TLS: AUTH passwords, lock names and tokens cross "
                  "the network in clear text; serve other machines through [tls] listen "
                  "(README.md, \"Serving other machines\")", srv->listen_addr);
-    if (s->unix_socket && listen_unix(srv) < 0) {
+    if (s->unix_socket && listen_unix(srv, fds->unix_fd) < 0) {
         server_stop(srv);
         return -1;
     }

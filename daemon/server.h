@@ -53,13 +53,23 @@ struct server {
     char listen_addr[64];              /* the bound TCP address, port resolved */
     char tls_addr[64];                 /* the bound TLS address, port resolved, or "" */
     const char *daemon_id;             /* borrowed; names this daemon to clients and in ZooKeeper */
+    bool handing_over;                 /* a handover is under way: parse nothing more */
+    uint64_t handovers;                /* handovers this daemon took over, all generations */
     bool sockopt_warned;               /* a TCP option failed once: later failures log at debug */
 };
 
-/* Binds the listeners. users: as server.users. Returns 0, or -1 after logging why. */
+/* Listening sockets passed on by the daemon this one takes over from; -1: none. */
+struct server_fds {
+    int tcp, unix_fd, tls;
+};
+
+/* Binds the listeners, or takes fds' ones (NULL: none) where the settings
+ * still name them (the others are closed). users: as server.users.
+ * Returns 0, or -1 after logging why. */
 int server_start(struct server *srv, struct event_base *base, const struct settings *s,
                  struct locks *locks, struct leases *leases, struct backend *backend,
-                 const struct users *users, const char *daemon_id);
+                 const struct users *users, const char *daemon_id,
+                 const struct server_fds *fds);
 
 /*
  * The secure default: a TCP listen address that is not loopback needs
@@ -85,6 +95,10 @@ void server_reload_tls(struct server *srv);
 
 /* Closes the listeners and every connection (releasing their locks). */
 void server_stop(struct server *srv);
+
+/* A listening socket fd passed on at a handover, if it still listens where
+ * want says (port 0: any port): fd, ready; otherwise it is closed, -1. */
+int server_inherited_listener(const char *what, int fd, const struct sockaddr_storage *want);
 
 /* Formats a socket address as "1.2.3.4:5" or "[::1]:5" into buf. */
 void server_format_addr(const struct sockaddr *sa, char *buf, size_t len);

@@ -289,3 +289,31 @@ void watches_lock_changed(void *arg, const char *name)
         return;
     mark_dirty(w);
 }
+
+void watch_sub_state(const struct watch_sub *s, const char **line, size_t *len, bool *taken)
+{
+    *line = s->w->line;
+    *len = s->w->len;
+    *taken = s->w->len && s->gen == s->w->gen;
+}
+
+struct watch_sub *watch_restore(struct watches *ws, const char *name, watch_deliver_fn fn,
+                                void *arg, const char *line, size_t len, bool taken)
+{
+    bool limit;
+    struct watch_sub *s = watch_add(ws, name, fn, arg, &limit);
+    struct watched *w;
+
+    if (!s || len == 0 || len > EVENT_MAX)
+        return s;
+    w = s->w;
+    /* The first subscriber restored brings its name's line; the others agree. */
+    if (w->len == 0) {
+        memcpy(w->line, line, len);
+        w->len = len;
+        w->gen = 1;
+    }
+    if (taken && w->len == len && memcmp(w->line, line, len) == 0)
+        s->gen = w->gen;
+    return s;
+}

@@ -45,6 +45,13 @@ struct watch_sub *watch_add(struct watches *ws, const char *name, watch_deliver_
 void watch_remove(struct watch_sub *s);
 /* The name s watches; lives as long as s. */
 const char *watch_sub_name(const struct watch_sub *s);
+/* Handover: the latest line of s's name (len 0: none yet) and whether s took it. */
+void watch_sub_state(const struct watch_sub *s, const char **line, size_t *len, bool *taken);
+/* Handover: as watch_add, for a subscriber that had line (len 0: none) as its
+ * name's latest line, and had taken it or not: only a line that differs, or
+ * one it had not taken, is offered. */
+struct watch_sub *watch_restore(struct watches *ws, const char *name, watch_deliver_fn fn,
+                                void *arg, const char *line, size_t len, bool taken);
 /* Offers s the latest line if it has not taken it yet. */
 void watch_flush(struct watch_sub *s);
 

@@ -1,0 +1,823 @@
+/*
+ * handover.c - restarting without dropping a lock (see handover.h).
+ */
+#include "config.h"
+#include "handover.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#ifdef HAVE_LIBSYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
+
+#include "backend.h"
+#include "client.h"
+#include "cmd.h"
+#include "conn.h"
+#include "lease.h"
+#include "locks.h"
+#include "log.h"
+#include "metrics.h"
+#include "snap.h"
+
+extern char **environ;
+
+#define HANDOVER_ENV "LOCKBROKERD_HANDOVER"
+#define FDSTORE_ENV "LOCKBROKERD_FDSTORE"
+/* How often the old daemon looks whether every parked request can go. */
+#define QUIET_POLL_MS 5
+
+/* The old daemon's handover under way, or NULL. */
+struct handover_out {
+    struct handover_parts *p;
+    bool to_fdstore;               /* SIGTERM under systemd: into the store, then exit */
+    pid_t check_pid;
+    int check_fd;                  /* the check's stdout, read to its end */
+    struct event *check_ev, *timer;
+    char check_out[512];
+    size_t check_len;
+    int64_t stopped_us;            /* monotonic: parsing stopped */
+    char why[512];                 /* what the last look found not ready */
+};
+
+static struct handover_out *current;
+
+static int64_t mono_us(void)
+{
+    return locks_mono_us();
+}
+
+/* ------------------------------------------------------- the snapshot out */
+
+static void owner_key(void *arg, const struct lock_owner *o, struct snap_w *w)
+{
+    char key[32];
+    uint64_t n;
+
+    if (leases_owner_number(o, &n))
+        snprintf(key, sizeof(key), "l%" PRIu64, n);
+    else
+        snprintf(key, sizeof(key), "c%" PRIu64,
+                 client_of_owner((struct lock_owner *)o)->id);
+    snap_w_str(w, key);
+}
+
+static int listener_fd(struct evconnlistener *l)
+{
+    return l ? evconnlistener_get_fd(l) : -1;
+}
+
+/* Everything, in the order handover_restore reads it. */
+static int snapshot_write(struct handover_out *h, char **buf, size_t *len)
+{
+    struct handover_parts *p = h->p;
+    struct server *srv = p->srv;
+    struct backend *b = p->backend;
+    struct snap_w w;
+
+    snap_w_init(&w, SNAP_MAX_BYTES);
+    snap_w_rec(&w, "daemon");
+    snap_w_str(&w, srv->daemon_id);
+    snap_w_str(&w, b->ops->name);
+    snap_w_i64(&w, h->stopped_us);
+    snap_w_i64(&w, (int64_t)srv->started);
+    snap_w_u64(&w, srv->handovers);
+    snap_w_u64(&w, srv->stats.conns_total);
+    snap_w_i64(&w, listener_fd(srv->tcp));
+    snap_w_i64(&w, listener_fd(srv->unix_sock));
+    snap_w_i64(&w, listener_fd(srv->tls_sock));
+    snap_w_i64(&w, metrics_fd(p->metrics));
+    b->ops->save(b->impl, &w);
+    leases_save(p->leases, &w);
+    conn_handover_save(srv, &w, false);
+    locks_save(p->locks, &w, owner_key, NULL);
+    conn_handover_save(srv, &w, true);
+    return snap_w_finish(&w, buf, len);
+}
+
+/* The snapshot in a memfd, read from its start. -1 (logged) on failure. */
+static int snapshot_fd(const char *buf, size_t len)
+{
+    int fd = memfd_create("lockbrokerd-snapshot", 0);
+    size_t off = 0;
+
+    if (fd < 0) {
+        log_error("handover: memfd_create: %s", strerror(errno));
+        return -1;
+    }
+    while (off < len) {
+        ssize_t n = write(fd, buf + off, len - off);
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            log_error("handover: writing the snapshot: %s", strerror(errno));
+            close(fd);
+            return -1;
+        }
+        off += (size_t)n;
+    }
+    lseek(fd, 0, SEEK_SET);
+    return fd;
+}
+
+static void keep_fd(int fd)
+{
+    if (fd >= 0)
+        fcntl(fd, F_SETFD, 0);
+}
+
+static void keep_conn_fd(void *arg, int fd, uint64_t id)
+{
+    keep_fd(fd);
+}
+
+/* ------------------------------------------------------ giving up or done */
+
+static void handover_end(void)
+{
+    struct handover_out *h = current;
+
+    if (!h)
+        return;
+    if (h->check_ev)
+        event_free(h->check_ev);
+    if (h->timer)
+        event_free(h->timer);
+    if (h->check_fd >= 0)
+        close(h->check_fd);
+    if (h->check_pid > 0) {
+        kill(h->check_pid, SIGKILL);
+        waitpid(h->check_pid, NULL, 0);
+    }
+    free(h);
+    current = NULL;
+}
+
+static void listeners_enable(struct server *srv, bool on)
+{
+    struct evconnlistener *ls[] = { srv->tcp, srv->unix_sock, srv->tls_sock };
+
+    for (size_t i = 0; i < sizeof(ls) / sizeof(ls[0]); i++)
+        if (ls[i])
+            (on ? evconnlistener_enable : evconnlistener_disable)(ls[i]);
+}
+
+/* The handover did not happen: serve on as before. */
+static void handover_give_up(const char *fmt, const char *why)
+{
+    struct server *srv = current->p->srv;
+
+    log_error(fmt, why);
+    if (srv->handing_over) {
+        srv->handing_over = false;
+        listeners_enable(srv, true);
+        conn_handover_abort(srv);
+    }
+    handover_end();
+}
+
+#ifdef HAVE_LIBSYSTEMD
+/* One descriptor into systemd's store under name. */
+static int fdstore_put(int fd, const char *name)
+{
+    char msg[300];
+
+    snprintf(msg, sizeof(msg), "FDSTORE=1\nFDNAME=%s", name);
+    return sd_pid_notify_with_fds(0, 0, msg, &fd, 1) > 0 ? 0 : -1;
+}
+
+static void fdstore_conn(void *arg, int fd, uint64_t id)
+{
+    char name[32];
+    int *failed = arg;
+
+    snprintf(name, sizeof(name), "c%" PRIu64, id);
+    if (fdstore_put(fd, name) < 0)
+        *failed = 1;
+}
+#endif
+
+/* Passes everything to systemd's store; 0, or -1 (logged). */
+static int pass_to_fdstore(struct handover_out *h, int snap)
+{
+#ifdef HAVE_LIBSYSTEMD
+    struct server *srv = h->p->srv;
+    struct { int fd; const char *name; } ls[] = {
+        { listener_fd(srv->tcp), "tcp" }, { listener_fd(srv->unix_sock), "unix" },
+        { listener_fd(srv->tls_sock), "tls" }, { metrics_fd(h->p->metrics), "metrics" },
+    };
+    int failed = 0;
+
+    for (size_t i = 0; i < sizeof(ls) / sizeof(ls[0]); i++)
+        if (ls[i].fd >= 0 && fdstore_put(ls[i].fd, ls[i].name) < 0)
+            failed = 1;
+    conn_handover_fds(srv, fdstore_conn, &failed);
+    /* Last: a successor that finds the snapshot finds everything else too. */
+    if (failed || fdstore_put(snap, "snapshot") < 0) {
+        log_error("handover: systemd refused a descriptor (FileDescriptorStoreMax= too small, "
+                  "or not run by systemd)");
+        return -1;
+    }
+    return 0;
+#else
+    log_error("handover: built without libsystemd: no file descriptor store");
+    return -1;
+#endif
+}
+
+/* Every parked request can be carried: write the snapshot and go. */
+static void handover_go(struct handover_out *h)
+{
+    struct handover_parts *p = h->p;
+    struct server *srv = p->srv;
+    struct locks_stats st;
+    unsigned dropped = conn_handover_drop(srv);
+    char *buf = NULL, fdnum[16];
+    size_t len = 0;
+    int fd, err;
+
+    if (snapshot_write(h, &buf, &len) < 0) {
+        handover_give_up("handover: given up: %s", "the snapshot would be larger than "
+                         "SNAP_MAX_BYTES, or out of memory");
+        return;
+    }
+    fd = snapshot_fd(buf, len);
+    free(buf);
+    if (fd < 0) {
+        handover_give_up("handover: given up: %s", "the snapshot could not be written");
+        return;
+    }
+    locks_get_stats(p->locks, &st);
+    log_info("handover: %u connections, %llu holds, %llu waits; snapshot of %zu bytes, %lld ms "
+             "after parsing stopped%s; %s %s", srv->nconns, (unsigned long long)st.held,
+             (unsigned long long)st.waiting, len, (long long)(mono_us() - h->stopped_us) / 1000,
+             dropped ? " (TLS or closing connections closed)" : "",
+             h->to_fdstore ? "passing them to systemd's file descriptor store for" :
+                             "executing", h->to_fdstore ? "the next start" : p->exe);
+    if (h->to_fdstore) {
+        if (pass_to_fdstore(h, fd) < 0) {
+            close(fd);
+            handover_give_up("handover: given up: %s; stopping as usual", "the store");
+            event_base_loopbreak(p->base);
+            return;
+        }
+        /* Nothing of ours may end now: not the connections, not the session. */
+        _exit(0);
+    }
+    /* Only what the successor takes crosses the exec. */
+    if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
+        for (int i = 3; i < 65536 + 64; i++)
+            fcntl(i, F_SETFD, FD_CLOEXEC);
+    }
+    keep_fd(fd);
+    keep_fd(listener_fd(srv->tcp));
+    keep_fd(listener_fd(srv->unix_sock));
+    keep_fd(listener_fd(srv->tls_sock));
+    keep_fd(metrics_fd(p->metrics));
+    conn_handover_fds(srv, keep_conn_fd, NULL);
+    snprintf(fdnum, sizeof(fdnum), "%d", fd);
+    setenv(HANDOVER_ENV, fdnum, 1);
+    execve(p->exe, p->argv, environ);
+    err = errno;
+    unsetenv(HANDOVER_ENV);
+    close(fd);
+    handover_give_up("handover: given up, serving on: cannot execute the successor: %s",
+                     strerror(err));
+}
+
+static void on_quiet_poll(evutil_socket_t fd, short what, void *arg)
+{
+    struct handover_out *h = arg;
+    struct backend *b = h->p->backend;
+
+    if (conn_handover_ready(h->p->srv, h->why, sizeof(h->why)) &&
+        (!b->ops->handover_ready || b->ops->handover_ready(b->impl, h->why, sizeof(h->why)))) {
+        handover_go(h);
+        return;
+    }
+    if (mono_us() - h->stopped_us > (int64_t)HANDOVER_QUIET_MS * 1000) {
+        char why[sizeof(h->why) + 64];
+
+        snprintf(why, sizeof(why), "after %d ms %s", HANDOVER_QUIET_MS, h->why);
+        handover_give_up("handover: given up, serving on: %s", why);
+    }
+}
+
+/* The successor accepts: stop parsing and wait for parked requests to settle. */
+static void handover_quiesce(struct handover_out *h)
+{
+    struct timeval tv = { 0, QUIET_POLL_MS * 1000 };
+    struct server *srv = h->p->srv;
+
+    srv->handing_over = true;
+    listeners_enable(srv, false);
+    h->stopped_us = mono_us();
+    if (!(h->timer = event_new(h->p->base, -1, EV_PERSIST, on_quiet_poll, h)) ||
+        event_add(h->timer, &tv) < 0) {
+        handover_give_up("handover: given up: %s", "out of memory");
+        return;
+    }
+    on_quiet_poll(-1, 0, h);
+}
+
+/* ------------------------------------------------- checking the successor */
+
+static void check_finished(struct handover_out *h)
+{
+    char line[64];
+    int status = 0;
+
+    h->check_out[h->check_len] = '\0';
+    waitpid(h->check_pid, &status, 0);
+    h->check_pid = 0;
+    snprintf(line, sizeof(line), "snapshot format %d\n", SNAP_FORMAT);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && strstr(h->check_out, line)) {
+        handover_quiesce(h);
+        return;
+    }
+    for (char *q = h->check_out; *q; q++)
+        if (*q == '\n')
+            *q = ' ';
+    snprintf(h->why, sizeof(h->why), "%s", h->check_out[0] ? h->check_out :
+             "it printed nothing");
+    if (h->to_fdstore) {
+        log_error("handover: the next start could not take over (%s); stopping as usual",
+                  h->why);
+        event_base_loopbreak(h->p->base);
+        handover_end();
+        return;
+    }
+    handover_give_up("handover: refused, serving on: the successor does not accept the "
+                     "settings or this snapshot format: %s", h->why);
+}
+
+static void on_check_output(evutil_socket_t fd, short what, void *arg)
+{
+    struct handover_out *h = arg;
+    ssize_t n;
+
+    if (what & EV_TIMEOUT) {
+        snprintf(h->check_out, sizeof(h->check_out), "no answer within %d ms",
+                 HANDOVER_CHECK_MS);
+        h->check_len = strlen(h->check_out);
+        kill(h->check_pid, SIGKILL);
+        check_finished(h);
+        return;
+    }
+    n = read(fd, h->check_out + h->check_len, sizeof(h->check_out) - 1 - h->check_len);
+    if (n > 0) {
+        h->check_len += (size_t)n;
+        if (h->check_len < sizeof(h->check_out) - 1)
+            return;
+    }
+    if (n < 0 && (errno == EINTR || errno == EAGAIN))
+        return;
+    event_del(h->check_ev);
+    close(h->check_fd);
+    h->check_fd = -1;
+    check_finished(h);
+}
+
+/* Runs `<exe> --check-handover <the daemon's arguments>`, its stdout and stderr piped. */
+static int check_start(struct handover_out *h)
+{
+    struct handover_parts *p = h->p;
+    struct timeval tv = { HANDOVER_CHECK_MS / 1000, 0 };
+    posix_spawn_file_actions_t fa;
+    char **args;
+    int pfd[2], argc = 0, rc;
+
+    while (p->argv[argc])
+        argc++;
+    if (!(args = calloc((size_t)argc + 2, sizeof(*args))) || pipe2(pfd, O_CLOEXEC) < 0) {
+        free(args);
+        return -1;
+    }
+    args[0] = p->argv[0];
+    args[1] = "--check-handover";
+    for (int i = 1; i < argc; i++)
+        args[i + 1] = p->argv[i];
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, pfd[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, pfd[1], 2);
+    rc = posix_spawn(&h->check_pid, p->exe, &fa, NULL, args, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    free(args);
+    close(pfd[1]);
+    if (rc != 0) {
+        close(pfd[0]);
+        h->check_pid = 0;
+        errno = rc;
+        return -1;
+    }
+    h->check_fd = pfd[0];
+    evutil_make_socket_nonblocking(h->check_fd);
+    if (!(h->check_ev = event_new(p->base, h->check_fd, EV_READ | EV_PERSIST, on_check_output,
+                                  h)) || event_add(h->check_ev, &tv) < 0)
+        return -1;
+    return 0;
+}
+
+static void handover_start(struct handover_parts *p, bool to_fdstore)
+{
+    struct handover_out *h;
+
+    if (current) {
+        log_info("handover: one is under way already");
+        return;
+    }
+    if (!p->backend->ops->save) {
+        log_error("handover: %s mode cannot hand over yet; serving on", p->backend->ops->name);
+        if (to_fdstore)
+            event_base_loopbreak(p->base);
+        return;
+    }
+    if (!(h = calloc(1, sizeof(*h)))) {
+        log_error("handover: out of memory; serving on");
+        return;
+    }
+    h->p = p;
+    h->to_fdstore = to_fdstore;
+    h->check_fd = -1;
+    current = h;
+    log_info("handover: checking the successor: %s --check-handover", p->exe);
+    if (check_start(h) < 0)
+        handover_give_up("handover: refused, serving on: cannot run the successor's check: %s",
+                         strerror(errno));
+}
+
+void handover_begin(struct handover_parts *p)
+{
+    handover_start(p, false);
+}
+
+bool handover_to_fdstore_wanted(void)
+{
+    const char *e = getenv(FDSTORE_ENV);
+
+    return e && strcmp(e, "1") == 0 && getenv("NOTIFY_SOCKET");
+}
+
+int handover_to_fdstore(struct handover_parts *p)
+{
+    handover_start(p, true);
+    return 0;
+}
+
+void handover_print_format(void)
+{
+    printf("lockbrokerd %s: snapshot format %d\n", PACKAGE_VERSION, SNAP_FORMAT);
+}
+
+/* -------------------------------------------------------- the successor */
+
+/* Descriptors passed by systemd (LISTEN_FDS): name to descriptor. */
+struct fdnames {
+    char **names;
+    int first, n;
+};
+
+static struct fdnames passed;
+
+static int passed_fd(const char *name)
+{
+    for (int i = 0; i < passed.n; i++)
+        if (passed.names[i] && strcmp(passed.names[i], name) == 0)
+            return passed.first + i;
+    return -1;
+}
+
+/* LISTEN_FDS for this process with a "snapshot" among LISTEN_FDNAMES: its fd. */
+static int fdstore_snapshot(void)
+{
+    const char *pid = getenv("LISTEN_PID"), *nfds = getenv("LISTEN_FDS");
+    const char *names = getenv("LISTEN_FDNAMES");
+    char *copy, *save = NULL, *tok;
+    int n;
+
+    if (!pid || !nfds || !names || atol(pid) != (long)getpid() || (n = atoi(nfds)) <= 0)
+        return -1;
+    if (!(copy = strdup(names)) || !(passed.names = calloc((size_t)n, sizeof(char *)))) {
+        free(copy);
+        return -1;
+    }
+    passed.first = 3;      /* SD_LISTEN_FDS_START */
+    passed.n = n;
+    for (tok = strtok_r(copy, ":", &save); tok && n > 0; tok = strtok_r(NULL, ":", &save))
+        passed.names[passed.n - n--] = strdup(tok);
+    free(copy);
+    unsetenv("LISTEN_PID");
+    unsetenv("LISTEN_FDS");
+    unsetenv("LISTEN_FDNAMES");
+    return passed_fd("snapshot");
+}
+
+static int read_all(int fd, char **buf, size_t *len)
+{
+    struct stat st;
+    size_t off = 0;
+
+    if (fstat(fd, &st) < 0 || st.st_size < 0 || (uint64_t)st.st_size > SNAP_MAX_BYTES ||
+        !(*buf = malloc((size_t)st.st_size + 1)))
+        return -1;
+    while (off < (size_t)st.st_size) {
+        ssize_t n = pread(fd, *buf + off, (size_t)st.st_size - off, (off_t)off);
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        off += (size_t)n;
+    }
+    *len = off;
+    (*buf)[off] = '\0';
+    return 0;
+}
+
+/* The snapshot cannot be used: every descriptor it came with is closed. */
+static void refuse(struct handover_in *in, const char *why)
+{
+    log_error("handover: refusing the snapshot passed on: %s; closing the connections it "
+              "carried (their locks end, as in a crash) and starting afresh", why);
+    close_range(3, ~0U, 0);
+    handover_in_free(in);
+}
+
+static bool read_head(struct handover_in *in, struct snap_r *r)
+{
+    const char *kind = snap_r_next(r);
+    int64_t fds[4];
+
+    if (!kind || strcmp(kind, "daemon") != 0)
+        return snap_r_fail(r, "it does not begin with the daemon's record");
+    snap_r_str_copy(r, in->daemon_id, sizeof(in->daemon_id));
+    snap_r_str_copy(r, in->mode, sizeof(in->mode));
+    in->stopped_us = snap_r_i64(r);
+    in->started = snap_r_i64(r);
+    in->handovers = snap_r_u64(r);
+    in->conns_total = snap_r_u64(r);
+    for (int i = 0; i < 4; i++)
+        fds[i] = snap_r_i64(r);
+    if (!snap_r_done(r))
+        return false;
+    if (in->fdstore) {
+        in->fds.tcp = passed_fd("tcp");
+        in->fds.unix_fd = passed_fd("unix");
+        in->fds.tls = passed_fd("tls");
+        in->metrics_fd = passed_fd("metrics");
+    } else {
+        in->fds.tcp = (int)fds[0];
+        in->fds.unix_fd = (int)fds[1];
+        in->fds.tls = (int)fds[2];
+        in->metrics_fd = (int)fds[3];
+    }
+    return true;
+}
+
+int handover_receive(struct handover_in *in)
+{
+    const char *env = getenv(HANDOVER_ENV);
+    int fd = -1;
+    char *end;
+
+    memset(in, 0, sizeof(*in));
+    in->fds = (struct server_fds){ -1, -1, -1 };
+    in->metrics_fd = -1;
+    if (env) {
+        fd = (int)strtol(env, &end, 10);
+        if (*end || fd < 3)
+            fd = -1;
+        unsetenv(HANDOVER_ENV);
+    } else if ((fd = fdstore_snapshot()) >= 0) {
+        in->fdstore = true;
+    }
+    if (fd < 0) {
+        if (env || passed.n)
+            refuse(in, "no snapshot descriptor came with it");
+        return 0;
+    }
+    if (read_all(fd, &in->buf, &in->len) < 0) {
+        refuse(in, "it cannot be read");
+        return 0;
+    }
+    close(fd);
+    if (!(in->r = calloc(1, sizeof(*in->r)))) {
+        refuse(in, "out of memory");
+        return 0;
+    }
+    if (snap_r_open(in->r, in->buf, in->len) < 0 || !read_head(in, in->r)) {
+        char why[sizeof(in->r->err)];
+
+        snprintf(why, sizeof(why), "%s", in->r->err);
+        refuse(in, why);
+        return 0;
+    }
+    return 1;
+}
+
+void handover_in_free(struct handover_in *in)
+{
+    free(in->buf);
+    free(in->r);
+    in->buf = NULL;
+    in->r = NULL;
+    for (int i = 0; i < passed.n; i++)
+        free(passed.names[i]);
+    free(passed.names);
+    passed.names = NULL;
+    passed.n = 0;
+}
+
+/* What restoring has made so far, to find owners by their keys. */
+struct restoring {
+    struct handover_in *in;
+    struct handover_parts *p;
+    struct lease **leases;
+    size_t nleases, leases_cap;
+    struct client **clients;       /* in increasing id order, as written */
+    size_t nclients, clients_cap;
+    struct lock *lock;             /* the lock whose holds are being read */
+    unsigned holds, watches;
+};
+
+static bool grow(void *arrp, size_t *cap, size_t n, size_t size)
+{
+    void **arr = arrp;
+    void *more;
+
+    if (n < *cap)
+        return true;
+    *cap = *cap ? *cap * 2 : 64;
+    if (!(more = realloc(*arr, *cap * size)))
+        return false;
+    *arr = more;
+    return true;
+}
+
+static struct client *client_by_id(struct restoring *rs, uint64_t id)
+{
+    size_t lo = 0, hi = rs->nclients;
+
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+
+        if (rs->clients[mid]->id == id)
+            return rs->clients[mid];
+        if (rs->clients[mid]->id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+static int conn_fd_of(void *arg, int64_t old_fd, uint64_t id)
+{
+    struct restoring *rs = arg;
+    char name[32];
+
+    if (rs->in->fdstore) {
+        snprintf(name, sizeof(name), "c%" PRIu64, id);
+        return passed_fd(name);
+    }
+    if (old_fd < 3 || old_fd > INT32_MAX || fcntl((int)old_fd, F_GETFD) < 0)
+        return -1;
+    return (int)old_fd;
+}
+
+static struct client *client_of_record(struct restoring *rs, struct snap_r *r)
+{
+    uint64_t id = snap_r_u64(r);
+    struct client *c = snap_r_ok(r) ? client_by_id(rs, id) : NULL;
+
+    if (!c && snap_r_ok(r))
+        snap_r_fail(r, "a %s record names conn %" PRIu64 ", which is not there", r->kind, id);
+    return c;
+}
+
+static bool restore_hold(struct restoring *rs, struct snap_r *r)
+{
+    char key[32];
+    struct lock_owner *o = NULL;
+    uint64_t n;
+    char *end;
+
+    snap_r_str_copy(r, key, sizeof(key));
+    if (!snap_r_ok(r))
+        return false;
+    if (key[0]) {
+        n = strtoull(key + 1, &end, 10);
+        if (key[0] == 'l' && !*end && n < rs->nleases)
+            o = leases_owner(rs->leases[n]);
+        else if (key[0] == 'c' && !*end && client_by_id(rs, n))
+            o = &client_by_id(rs, n)->owner;
+        else
+            return snap_r_fail(r, "a hold names owner %s, which is not there", key);
+    }
+    rs->holds++;
+    return locks_restore_hold(rs->p->locks, rs->lock, o, r);
+}
+
+static bool restore_record(struct restoring *rs, struct snap_r *r, const char *kind)
+{
+    struct handover_parts *p = rs->p;
+    struct backend *b = p->backend;
+    struct client *c;
+    struct lease *le;
+
+    if (strncmp(kind, "backend", 7) == 0)
+        return b->ops->restore && b->ops->restore(b->impl, r);
+    if (strcmp(kind, "leases") == 0)
+        return leases_restore_stats(p->leases, r);
+    if (strcmp(kind, "lease") == 0) {
+        if (!grow(&rs->leases, &rs->leases_cap, rs->nleases, sizeof(*rs->leases)))
+            return snap_r_fail(r, "out of memory");
+        if (!(le = leases_restore(p->leases, r)))
+            return false;
+        rs->leases[rs->nleases++] = le;
+        return true;
+    }
+    if (strcmp(kind, "conn") == 0) {
+        if (!grow(&rs->clients, &rs->clients_cap, rs->nclients, sizeof(*rs->clients)))
+            return snap_r_fail(r, "out of memory");
+        if (!(c = conn_restore(p->srv, r, conn_fd_of, rs)))
+            return false;
+        if (rs->nclients && rs->clients[rs->nclients - 1]->id >= c->id)
+            return snap_r_fail(r, "conn %" PRIu64 " is out of order", c->id);
+        rs->clients[rs->nclients++] = c;
+        return true;
+    }
+    if (strcmp(kind, "locks") == 0)
+        return locks_restore_stats(p->locks, r);
+    if (strcmp(kind, "lock") == 0)
+        return locks_restore_check(p->locks, rs->lock, r) &&
+               locks_restore_lock(p->locks, r, &rs->lock);
+    if (strcmp(kind, "hold") == 0)
+        return rs->lock ? restore_hold(rs, r) : snap_r_fail(r, "a hold before any lock");
+    if (strcmp(kind, "pending") == 0)
+        return (c = client_of_record(rs, r)) &&
+               cmd_restore_pending(c, r, rs->leases, rs->nleases);
+    if (strcmp(kind, "watch") == 0) {
+        rs->watches++;
+        return (c = client_of_record(rs, r)) && cmd_restore_watch(c, r);
+    }
+    return snap_r_fail(r, "an unknown record %s", kind);
+}
+
+/* Restoring failed half way: nothing of it may serve. Start afresh. */
+static void restart_afresh(struct handover_parts *p, const char *why)
+{
+    log_error("handover: the snapshot passed on does not add up: %s; closing the connections "
+              "it carried (their locks end, as in a crash) and starting afresh", why);
+    close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+    unsetenv(HANDOVER_ENV);
+    execve(p->exe, p->argv, environ);
+    log_error("handover: cannot execute %s: %s", p->exe, strerror(errno));
+    _exit(1);
+}
+
+int handover_restore(struct handover_in *in, struct handover_parts *p)
+{
+    struct restoring rs = { .in = in, .p = p };
+    struct snap_r *r = in->r;
+    const char *kind;
+    char why[200];
+
+    if (strcmp(in->mode, p->backend->ops->name) != 0)
+        snap_r_fail(r, "it is of %s mode, and this daemon runs in %s mode", in->mode,
+                    p->backend->ops->name);
+    while ((kind = snap_r_next(r)))
+        if (!restore_record(&rs, r, kind) && snap_r_ok(r))
+            snap_r_fail(r, "record %s could not be read", kind);
+    if (snap_r_ok(r))
+        locks_restore_check(p->locks, rs.lock, r);
+    free(rs.leases);
+    free(rs.clients);
+    if (!snap_r_ok(r)) {
+        snprintf(why, sizeof(why), "record %s: %s", r->kind, r->err);
+        restart_afresh(p, why);
+    }
+    p->srv->handovers = in->handovers + 1;
+    p->srv->started = (time_t)in->started;
+    p->srv->stats.conns_total = in->conns_total;
+    conn_handover_resume(p->srv);
+    log_info("handover: took over %zu connections, %u holds and waits, %zu leases and %u watches "
+             "%s; %lld ms after the daemon before stopped parsing", rs.nclients, rs.holds,
+             rs.nleases, rs.watches, in->fdstore ? "from systemd's file descriptor store" :
+             "from the daemon before", (long long)(mono_us() - in->stopped_us) / 1000);
+    handover_in_free(in);
+    return 0;
+}
