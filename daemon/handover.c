@@ -547,9 +547,12 @@ static int read_all(int fd, char **buf, size_t *len)
     return 0;
 }
 
+static void fdstore_forget(void);
+
 /* The snapshot cannot be used: every descriptor it came with is closed. */
 static void refuse(struct handover_in *in, const char *why)
 {
+    fdstore_forget();
     log_error("handover: refusing the snapshot passed on: %s; closing the connections it "
               "carried (their locks end, as in a crash) and starting afresh", why);
     close_range(3, ~0U, 0);
@@ -777,11 +780,31 @@ static bool restore_record(struct restoring *rs, struct snap_r *r, const char *k
     return snap_r_fail(r, "an unknown record %s", kind);
 }
 
+/*
+ * Taken from systemd's store: the store lets go of its copies, or a client's
+ * close would never end the connection (the store's copy keeps it open), and
+ * the next restart would find stale ones.
+ */
+static void fdstore_forget(void)
+{
+#ifdef HAVE_LIBSYSTEMD
+    char msg[300];
+
+    for (int i = 0; i < passed.n; i++) {
+        if (!passed.names[i])
+            continue;
+        snprintf(msg, sizeof(msg), "FDSTOREREMOVE=1\nFDNAME=%s", passed.names[i]);
+        sd_notify(0, msg);
+    }
+#endif
+}
+
 /* Restoring failed half way: nothing of it may serve. Start afresh. */
 static void restart_afresh(struct handover_parts *p, const char *why)
 {
     log_error("handover: the snapshot passed on does not add up: %s; closing the connections "
               "it carried (their locks end, as in a crash) and starting afresh", why);
+    fdstore_forget();
     close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
     unsetenv(HANDOVER_ENV);
     execve(p->exe, p->argv, environ);
@@ -810,6 +833,8 @@ int handover_restore(struct handover_in *in, struct handover_parts *p)
         snprintf(why, sizeof(why), "record %s: %s", r->kind, r->err);
         restart_afresh(p, why);
     }
+    if (in->fdstore)
+        fdstore_forget();
     p->srv->handovers = in->handovers + 1;
     p->srv->started = (time_t)in->started;
     p->srv->stats.conns_total = in->conns_total;
