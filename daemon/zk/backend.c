@@ -52,6 +52,11 @@ static const struct backend_ops zk_ops = {
     .why_unavailable = zk_why_unavailable,
     .config_error = zk_config_error,
     .window_ms = zk_window_ms,
+    .handover_ready = zk_handover_ready,
+    .save = zk_handover_save,
+    .restore = zk_handover_restore,
+    .save_hold = zk_handover_save_hold,
+    .restore_hold = zk_handover_restore_hold,
     .free = zk_free,
 };
 

@@ -631,6 +631,50 @@ static void on_stalled(evutil_socket_t fd, short what, void *arg)
     zk_open(zk, resume ? &id : NULL);
 }
 
+/*
+ * Handover (zk/handover.c): the daemon before had session id, with its
+ * password, timeout and confirmation (c): the handle made at start-up, which
+ * has not connected yet, is replaced by one that attaches to that session.
+ * Until it does, the session's confirmation ages as it would have: the lost
+ * timer runs from c, so a handover that takes too long tells LOST first.
+ */
+int zk_session_reattach(struct zk *zk, int64_t id, const char *passwd, size_t passwd_len,
+                        int negotiated_ms, int64_t confirmed_ms, int64_t lost_told_ms,
+                        bool presumed_lost)
+{
+    clientid_t cid = { .client_id = id };
+
+    if (passwd_len != sizeof(cid.passwd) || id == 0)
+        return -1;
+    memcpy(cid.passwd, passwd, passwd_len);
+    zk_close_handle(zk);
+    zk->outstanding = 0;
+    zk->session_id = id;
+    zk->negotiated_ms = negotiated_ms;
+    zk->confirmed_ms = confirmed_ms;
+    zk->lost_told_ms = lost_told_ms;
+    zk->presumed_lost = presumed_lost;
+    zk->sessions = 1;
+    zk_open(zk, &cid);
+    explicit_bzero(&cid, sizeof(cid));
+    if (!zk->zh)
+        return -1;
+    zk_session_confirmed(zk);
+    log_info("zk: attaching to session 0x%llx, taken over (timeout %d ms)",
+             (unsigned long long)id, negotiated_ms);
+    return 0;
+}
+
+void zk_session_secret(const struct zk *zk, int64_t *id, char *passwd, size_t len)
+{
+    const clientid_t *cid = zk->zh ? zoo_client_id(zk->zh) : NULL;
+
+    *id = cid ? cid->client_id : 0;
+    memset(passwd, 0, len);
+    if (cid)
+        memcpy(passwd, cid->passwd, len < sizeof(cid->passwd) ? len : sizeof(cid->passwd));
+}
+
 /* The session expired: everything it owned in ZooKeeper is gone. */
 static void on_restart(evutil_socket_t fd, short what, void *arg)
 {

@@ -132,4 +132,16 @@ static inline int64_t zk_now_ms(void)
     return (int64_t)now.tv_sec * 1000 + now.tv_usec / 1000;
 }
 
+/*
+ * Handover (zk/handover.c). zk_session_secret: the session's id and
+ * password (len bytes, 16), 0 without a session. zk_session_reattach:
+ * replaces the start-up handle (not connected yet) by one attaching to the
+ * session the daemon before had, with its timeout, confirmation and lost
+ * state. Returns 0, or -1 (no handle could be made).
+ */
+void zk_session_secret(const struct zk *zk, int64_t *id, char *passwd, size_t len);
+int zk_session_reattach(struct zk *zk, int64_t id, const char *passwd, size_t passwd_len,
+                        int negotiated_ms, int64_t confirmed_ms, int64_t lost_told_ms,
+                        bool presumed_lost);
+
 #endif

@@ -319,6 +319,30 @@ struct zlock *zl_new(struct zk *zk, struct hold *h, const char *parent)
     return zl;
 }
 
+struct zlock *zl_restore(struct zk *zk, uint64_t id, const char *parent)
+{
+    struct zlock *zl = calloc(1, sizeof(*zl));
+
+    if (!zl || !(zl->parent = strdup(parent)) || zl_find(zk, id)) {
+        if (zl)
+            free(zl->parent);
+        free(zl);
+        return NULL;
+    }
+    zl->zk = zk;
+    zl->id = id;
+    if (zk->nodes->next_id < id)
+        zk->nodes->next_id = id;
+    if (!tsearch(zl, &zk->nodes->by_id, by_id)) {
+        free(zl->parent);
+        free(zl);
+        return NULL;
+    }
+    TAILQ_INSERT_TAIL(&zk->nodes->zlocks, zl, link);
+    zk->nodes->nzlocks++;
+    return zl;
+}
+
 void zl_free_watches(struct zk *zk)
 {
     struct zcall *w;

@@ -138,6 +138,9 @@ void zl_next(struct zlock *zl);
 /* A zlock for h, in h's backend slot; parent is copied. NULL when out of
  * memory. Freed by zl_free(). */
 struct zlock *zl_new(struct zk *zk, struct hold *h, const char *parent);
+/* Handover (zk/handover.c): a zlock of the daemon before, with its id, no
+ * hold and nothing else set yet. NULL when out of memory or id is taken. */
+struct zlock *zl_restore(struct zk *zk, uint64_t id, const char *parent);
 /* Looks a zlock up by id: NULL once it was freed. */
 struct zlock *zl_find(struct zk *zk, uint64_t id);
 /* Frees zl (its node is gone or left to the session's end). */

@@ -1,0 +1,245 @@
+/*
+ * handover.c - distributed mode's part of a handover (daemon/handover.h):
+ * the session and every request's node go to the successor, which attaches
+ * to the same ZooKeeper session, so no node of ours goes and no other
+ * daemon is granted anything meanwhile.
+ *
+ * Only a backend at rest is handed over: no request in flight, nothing
+ * queued for a multi, no node write pending, no lock-delay being waited
+ * out. What the successor then knows of each request is what a
+ * reconnection to the same session knows (acquire.c, `closed`): its node,
+ * whether it holds, and that its watches are gone; it looks again at
+ * whatever it watched once connected, as after any reconnection.
+ */
+#include "config.h"
+#include "recipes.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "snap.h"
+
+/* The zookeeper.h client id's password. */
+#define PASSWD_LEN 16
+
+static const char *step_name(enum zl_step s)
+{
+    static const char *const names[] = {
+        "idle", "creating", "finding", "listing", "watching", "asking", "delaying", "held",
+        "deleting", "converting", "checking", "leased",
+    };
+
+    return (unsigned)s < sizeof(names) / sizeof(names[0]) ? names[s] : "?";
+}
+
+/* Steps at rest: no request of theirs is in flight, no timer but the keep. */
+static bool at_rest(const struct zlock *zl)
+{
+    switch (zl->step) {
+    case ZL_IDLE:
+    case ZL_WATCHING:
+    case ZL_LEASED:
+        return !zl->data_writing;
+    case ZL_HELD:
+        return !zl->data_writing && !zl->awaiting_token && !zl->data_stale;
+    default:
+        return false;
+    }
+}
+
+bool zk_handover_ready(void *impl, char *why, size_t len)
+{
+    struct zk *zk = impl;
+    struct zlock *zl;
+
+    if (zk->state == ZK_EXPIRED || !zk->session_id) {
+        snprintf(why, len, "there is no ZooKeeper session to hand over");
+        return false;
+    }
+    if (zk->outstanding || zk->batch->wq_len || zk->batch->batches_inflight) {
+        snprintf(why, len, "%llu ZooKeeper requests are in flight",
+                 (unsigned long long)(zk->outstanding + zk->batch->wq_len));
+        return false;
+    }
+    TAILQ_FOREACH(zl, &zk->nodes->zlocks, link)
+        if (!at_rest(zl)) {
+            snprintf(why, len, "the request for %s is %s%s", zl->parent, step_name(zl->step),
+                     zl->data_writing || zl->data_stale ? " (writing its node)" : "");
+            return false;
+        }
+    return true;
+}
+
+void zk_handover_save(void *impl, struct snap_w *w)
+{
+    struct zk *zk = impl;
+    char passwd[PASSWD_LEN];
+    struct zlock *zl;
+    int64_t id;
+
+    zk_session_secret(zk, &id, passwd, sizeof(passwd));
+    snap_w_rec(w, "backend_zk");
+    snap_w_i64(w, id);
+    snap_w_bytes(w, passwd, sizeof(passwd));
+    explicit_bzero(passwd, sizeof(passwd));
+    snap_w_i64(w, zk->negotiated_ms);
+    snap_w_i64(w, zk->confirmed_ms);
+    snap_w_i64(w, zk->lost_told_ms);
+    snap_w_bool(w, zk->presumed_lost);
+    snap_w_u64(w, zk->nodes->next_id);
+    TAILQ_FOREACH(zl, &zk->nodes->zlocks, link) {
+        snap_w_rec(w, "backend_zlock");
+        snap_w_u64(w, zl->id);
+        snap_w_bool(w, zl->hold != NULL);
+        snap_w_u64(w, zl->step);
+        snap_w_bool(w, zl->try);
+        snap_w_u64(w, zl->mode);
+        snap_w_u64(w, zl->limit);
+        snap_w_bool(w, zl->create_uncertain);
+        snap_w_bool(w, zl->first_use);
+        snap_w_u64(w, zl->create_attempts);
+        snap_w_i64(w, zl->ttl_ms);
+        snap_w_i64(w, zl->delay_ms);
+        snap_w_i64(w, zl->keep_until_ms);
+        snap_w_bool(w, zl->nonfair);
+        snap_w_bool(w, zl->raced);
+        snap_w_bool(w, zl->lease);
+        snap_w_bool(w, zl->create_sent);
+        snap_w_bool(w, zl->granted);
+        snap_w_u64(w, zl->ephemeral_id);
+        snap_w_u64(w, zl->handoffs);
+        snap_w_u64(w, zl->token);
+        snap_w_u64(w, zl->epoch);
+        snap_w_str(w, zl->parent);
+        snap_w_str(w, zl->node);
+    }
+}
+
+static bool restore_session(struct zk *zk, struct snap_r *r)
+{
+    int64_t id = snap_r_i64(r), confirmed_ms, lost_told_ms;
+    size_t plen;
+    const char *passwd = snap_r_str(r, &plen);
+    char pw[PASSWD_LEN];
+    int negotiated_ms;
+    bool presumed_lost;
+
+    if (passwd && plen == sizeof(pw))
+        memcpy(pw, passwd, sizeof(pw));
+    negotiated_ms = (int)snap_r_i64(r);
+    confirmed_ms = snap_r_i64(r);
+    lost_told_ms = snap_r_i64(r);
+    presumed_lost = snap_r_bool(r);
+    zk->nodes->next_id = snap_r_u64(r);
+    if (!snap_r_done(r))
+        return false;
+    if (!passwd || plen != sizeof(pw) || id == 0 || negotiated_ms <= 0)
+        return snap_r_fail(r, "the ZooKeeper session does not add up");
+    if (zk_session_reattach(zk, id, pw, sizeof(pw), negotiated_ms, confirmed_ms, lost_told_ms,
+                            presumed_lost) < 0) {
+        explicit_bzero(pw, sizeof(pw));
+        return snap_r_fail(r, "cannot make a ZooKeeper handle for session 0x%llx",
+                           (unsigned long long)id);
+    }
+    explicit_bzero(pw, sizeof(pw));
+    return true;
+}
+
+static bool restore_zlock(struct zk *zk, struct snap_r *r)
+{
+    uint64_t id = snap_r_u64(r);
+    struct zlock f = { .zk = zk };
+    const char *parent, *node;
+    bool held = snap_r_bool(r);
+
+    f.step = (enum zl_step)snap_r_u64(r);
+    f.try = snap_r_bool(r);
+    f.mode = (enum lock_mode)snap_r_u64(r);
+    f.limit = (unsigned)snap_r_u64(r);
+    f.create_uncertain = snap_r_bool(r);
+    f.first_use = snap_r_bool(r);
+    f.create_attempts = (unsigned)snap_r_u64(r);
+    f.ttl_ms = snap_r_i64(r);
+    f.delay_ms = snap_r_i64(r);
+    f.keep_until_ms = snap_r_i64(r);
+    f.nonfair = snap_r_bool(r);
+    f.raced = snap_r_bool(r);
+    f.lease = snap_r_bool(r);
+    f.create_sent = snap_r_bool(r);
+    f.granted = snap_r_bool(r);
+    f.ephemeral_id = snap_r_u64(r);
+    f.handoffs = (unsigned)snap_r_u64(r);
+    f.token = snap_r_u64(r);
+    f.epoch = (unsigned)snap_r_u64(r);
+    parent = snap_r_str(r, NULL);
+    node = snap_r_str(r, NULL);
+    if (!snap_r_done(r))
+        return false;
+    if (!parent || !at_rest(&f) || (unsigned)f.mode >= LOCK_MODE_COUNT)
+        return snap_r_fail(r, "request %llu does not add up", (unsigned long long)id);
+    {
+        struct zlock *zl = zl_restore(zk, id, parent);
+
+        if (!zl || (node && !(zl->node = strdup(node)))) {
+            if (zl)
+                zl_free(zl);
+            return snap_r_fail(r, "out of memory, or request %llu twice",
+                               (unsigned long long)id);
+        }
+        /* The fields, then what the old handle's end means (acquire.c,
+         * `closed` with the session alive): watches are gone, idle nodes end. */
+        f.id = zl->id;
+        f.parent = zl->parent;
+        f.node = zl->node;
+        f.link = zl->link;
+        *zl = f;
+        if (zl->step == ZL_WATCHING || zl->step == ZL_LEASED || !held)
+            zl->step = ZL_IDLE;      /* !held: an idle node, deleted once connected */
+    }
+    return true;
+}
+
+bool zk_handover_restore(void *impl, struct snap_r *r)
+{
+    struct zk *zk = impl;
+
+    if (strcmp(r->kind, "backend_zk") == 0)
+        return restore_session(zk, r);
+    if (strcmp(r->kind, "backend_zlock") == 0)
+        return restore_zlock(zk, r);
+    return snap_r_fail(r, "a record %s in distributed mode", r->kind);
+}
+
+void zk_handover_save_hold(void *impl, const struct hold *h, struct snap_w *w)
+{
+    const struct zlock *zl = hold_backend_data(h);
+    char key[32];
+
+    if (!zl) {
+        snap_w_str(w, NULL);
+        return;
+    }
+    snprintf(key, sizeof(key), "z%" PRIu64, zl->id);
+    snap_w_str(w, key);
+}
+
+bool zk_handover_restore_hold(void *impl, struct hold *h, struct snap_r *r)
+{
+    struct zk *zk = impl;
+    const char *key = snap_r_str(r, NULL);
+    struct zlock *zl;
+    char *end;
+    uint64_t id;
+
+    if (!key)
+        return snap_r_ok(r);
+    id = strtoull(key + 1, &end, 10);
+    if (key[0] != 'z' || *end || !(zl = zl_find(zk, id)) || zl->hold)
+        return snap_r_fail(r, "a hold names request %s, which is not there", key);
+    zl->hold = h;
+    hold_set_backend_data(h, zl);
+    return true;
+}
