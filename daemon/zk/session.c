@@ -278,6 +278,7 @@ static void presume_lost(struct zk *zk, int64_t now)
 {
     zk->lost_told_ms = now;
     zk->presumed_lost = true;
+    zk->attaching = false;
     TELL(zk, lost, "zk-disconnected");
     TELL(zk, stale_reads);
     if (zk->zh && zk->state == ZK_CONNECTED && !zk->barrier &&
@@ -655,6 +656,7 @@ int zk_session_reattach(struct zk *zk, int64_t id, const char *passwd, size_t pa
     zk->lost_told_ms = lost_told_ms;
     zk->presumed_lost = presumed_lost;
     zk->sessions = 1;
+    zk->attaching = true;
     zk_open(zk, &cid);
     explicit_bzero(&cid, sizeof(cid));
     if (!zk->zh)
@@ -710,6 +712,7 @@ static void on_session_event(zhandle_t *zh, int type, int state, const char *pat
         const clientid_t *id = zoo_client_id(zh);
         bool same = zk->session_id == id->client_id;
         zk->state = ZK_CONNECTED;
+        zk->attaching = false;
         zk_came_up(zk);
         zk->negotiated_ms = zoo_recv_timeout(zh);
         zk->conn_serial++;
@@ -760,6 +763,7 @@ static void on_session_event(zhandle_t *zh, int type, int state, const char *pat
         else
             log_warn("zk: session 0x%llx expired", (unsigned long long)zk->session_id);
         zk->state = ZK_EXPIRED;
+        zk->attaching = false;
         zk->confirmed_ms = 0;
         zk_went_down(zk);
         TELL(zk, down, ZSESSIONEXPIRED);

@@ -230,7 +230,7 @@ struct backend_watch *zk_watch(void *impl, const char *name, backend_watch_cb cb
         w->again = true;
     else if (zk_reachable(zk))
         zw_read(w);
-    else
+    else if (!zk->attaching)    /* a handover: read once attached (or told when lost) */
         zw_report(w, false);
     return w;
 }

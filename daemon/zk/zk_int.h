@@ -85,6 +85,9 @@ struct zk {
     uint64_t probe_rounds, probe_confirms; /* for STATS: rounds sent, and rounds that moved c */
     int negotiated_ms;
     int64_t session_id;
+    bool attaching;                    /* a handover's successor attaches to the session of
+                                        * the daemon before: nothing is known yet, nothing
+                                        * is unavailable yet either (watch.c) */
     struct {                           /* the layers above, in registration order */
         const struct zk_listener *l;   /* borrowed */
         void *arg;

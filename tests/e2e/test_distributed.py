@@ -2423,6 +2423,99 @@ class AclTest(DistributedBase):
         self.assertEqual(len([ln for ln in d.lines if " does not exist" in ln]), 1)
 
 @dump_on_failure
+class HandoverTest(DistributedBase):
+    """SIGUSR2 in distributed mode (PROTOCOL.md, Handover): the successor
+    attaches to the same ZooKeeper session, so no node of the daemon goes
+    and no other daemon is granted what its clients hold or wait for."""
+
+    def hand_over(self, d):
+        mark = d.log_mark()
+        d.send_signal(signal.SIGUSR2)
+        d.wait_log(r"handover: took over \d+ connections", scaled(15.0), since=mark)
+        d.wait_log(r"zk: reconnected to session 0x%x," % d.session, scaled(15.0), since=mark)
+
+    def test_handover_keeps_the_session_the_holds_and_the_queue(self):
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A")
+        b = self.start_daemon(hosts, "B")
+        pid = a.pid
+        h = self.client(a)
+        t = int(h.request("LOCK hv").split()[2])
+        ts = int(h.request("LOCK hv-shared shared").split()[2])
+        tl = int(self.client(a).request("LOCK hv-lease ttl=60000").split()[2])
+        local = self.client(a)               # waits on A, behind h
+        local.send("LOCK hv\n")
+        queued(a, local, "hv")
+        other = self.client(b)               # waits on B, in ZooKeeper's queue
+        other.send("LOCK hv\n")
+        queued(b, other, "hv")
+        self.wait_node(hosts, "hv", b)
+        watcher = self.client(a)
+        self.assertRegex(watcher.request("WATCH hv"), r"^OK hv$")
+        watcher.expect_match(r"^EVENT hv held %d .*" % t)
+        before = stats(a)
+
+        self.hand_over(a)
+        after = stats(a)
+        self.assertEqual(a.pid, pid)
+        self.assertEqual(after["zk_session_id"], before["zk_session_id"])
+        self.assertEqual(after["handovers"], "1")
+        # Same holds, same tokens, nothing granted elsewhere meanwhile.
+        self.assertRegex(h.request("CHECK hv"), r"^OK hv %d \d+$" % t)
+        self.assertRegex(h.request("CHECK hv-shared"), r"^OK hv-shared %d \d+$" % ts)
+        self.assertTrue(other.silent())
+        self.assertTrue(local.silent())
+        self.assertEqual(h.request("UNLOCK hv"), "OK hv")
+        tloc = int(local.expect_match(r"^OK hv %s$" % TOKEN).group(1))
+        self.assertGreater(tloc, t)
+        watcher.expect_match(r"^EVENT hv held %d .*" % tloc)
+        self.assertEqual(local.request("UNLOCK hv"), "OK hv")
+        tb = int(other.expect_match(r"^OK hv %s$" % TOKEN).group(1))
+        self.assertGreater(tb, tloc)
+        self.assertEqual(other.request("UNLOCK hv"), "OK hv")
+        self.assertEqual(h.request("UNLOCK hv-shared"), "OK hv-shared")
+        # The lease, taken through the daemon before, ends by its token anywhere.
+        self.assertEqual(self.client(b).request("UNLOCK hv-lease %d" % tl), "OK hv-lease")
+        self.assertEqual(stats(a)["zk_sessions"], "1")
+        self.wait_no_nodes(hosts, sessions=[a.session, b.session], port=self.zk.port)
+
+    def test_idle_nodes_go_after_a_handover(self):
+        """A node kept idle for a local LOCK is the daemon's only: the
+        successor deletes it once attached, so it blocks nobody."""
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A")
+        c = self.client(a)
+        for _ in range(3):
+            self.assertRegex(c.request("LOCK hv-idle"), r"^OK hv-idle \d+$")
+            self.assertEqual(c.request("UNLOCK hv-idle"), "OK hv-idle")
+        self.hand_over(a)
+        self.wait_no_nodes(hosts, sessions=[a.session], port=self.zk.port)
+        b = self.start_daemon(hosts, "B")
+        self.assertRegex(self.client(b).request("TRYLOCK hv-idle"), r"^OK hv-idle \d+$")
+
+    def test_a_session_that_cannot_be_attached_ends_the_holds_first(self):
+        """The successor cannot reach ZooKeeper before the session could
+        expire: its holders are told LOST, and another daemon gets the name
+        only after that (safety, not timing)."""
+        zk = self.own_server(name="zk-hv-gone")
+        zk.start()
+        hosts = zk.connect_string
+        a = self.start_daemon(hosts, "A")
+        h = self.client(a, timeout=scaled(30.0))
+        t = int(h.request("LOCK hv-gone").split()[2])
+        mark = a.log_mark()
+        zk.pause()
+        try:
+            a.send_signal(signal.SIGUSR2)
+            a.wait_log(r"handover: took over", scaled(15.0), since=mark)
+            h.expect_match(r"^LOST hv-gone %d \S+$" % t)
+        finally:
+            zk.resume()
+        b = self.start_daemon(hosts, "B")
+        tb = int(self.client(b, timeout=scaled(30.0)).request("LOCK hv-gone").split()[2])
+        self.assertGreater(tb, t)
+
+
 class BatchTest(DistributedBase):
     """Group commit (daemon/zk/batch.c): creates and deletes go out as
     multis, at most 2 in flight; a failed multi's culprit is handled as a
