@@ -99,6 +99,14 @@ static int snapshot_write(struct handover_out *h, char **buf, size_t *len)
     snap_w_i64(&w, listener_fd(srv->unix_sock));
     snap_w_i64(&w, listener_fd(srv->tls_sock));
     snap_w_i64(&w, metrics_fd(p->metrics));
+    /* The counters since start go on, as uptime does. */
+    snap_w_rec(&w, "server_stats");
+    snap_w_u64(&w, srv->stats.conns_rejected);
+    snap_w_u64(&w, srv->stats.errors);
+    snap_w_u64(&w, srv->stats.auth_failures);
+    snap_w_u64(&w, PROTO_CMD_COUNT);
+    for (int i = 0; i < PROTO_CMD_COUNT; i++)
+        snap_w_u64(&w, srv->stats.cmds[i]);
     b->ops->save(b->impl, &w);
     leases_save(p->leases, &w);
     conn_handover_save(srv, &w, false);
@@ -734,6 +742,24 @@ static bool restore_hold(struct restoring *rs, struct snap_r *r)
     return locks_restore_hold(rs->p->locks, rs->lock, o, r);
 }
 
+static bool restore_server_stats(struct server *srv, struct snap_r *r)
+{
+    uint64_t n;
+
+    srv->stats.conns_rejected = snap_r_u64(r);
+    srv->stats.errors = snap_r_u64(r);
+    srv->stats.auth_failures = snap_r_u64(r);
+    n = snap_r_u64(r);
+    /* Another build may have more or fewer commands: those known are kept. */
+    for (uint64_t i = 0; i < n && snap_r_ok(r); i++) {
+        uint64_t v = snap_r_u64(r);
+
+        if (i < PROTO_CMD_COUNT)
+            srv->stats.cmds[i] = v;
+    }
+    return snap_r_done(r);
+}
+
 static bool restore_record(struct restoring *rs, struct snap_r *r, const char *kind)
 {
     struct handover_parts *p = rs->p;
@@ -741,6 +767,8 @@ static bool restore_record(struct restoring *rs, struct snap_r *r, const char *k
     struct client *c;
     struct lease *le;
 
+    if (strcmp(kind, "server_stats") == 0)
+        return restore_server_stats(p->srv, r);
     if (strncmp(kind, "backend", 7) == 0)
         return b->ops->restore && b->ops->restore(b->impl, r);
     if (strcmp(kind, "leases") == 0)

@@ -1055,7 +1055,15 @@ void locks_save(const struct locks *t, struct snap_w *w, locks_owner_key_fn key,
     struct save_ctx s = { w, t, key, arg };
 
     snap_w_rec(w, "locks");
+    snap_w_u64(w, t->stats.grants);
+    for (int m = 0; m < LOCK_MODE_COUNT; m++)
+        snap_w_u64(w, t->stats.grants_by_mode[m]);
+    snap_w_u64(w, t->stats.timeouts);
+    snap_w_u64(w, t->stats.lost);
     snap_w_u64(w, t->stats.handoffs);
+    snap_w_u64(w, t->stats.delays);
+    snap_w_u64(w, t->stats.keeps);
+    snap_w_u64(w, t->stats.broken);
     twalk_r(t->tree, save_visit, &s);
 }
 
@@ -1193,7 +1201,15 @@ fail:
 
 bool locks_restore_stats(struct locks *t, struct snap_r *r)
 {
+    t->stats.grants = snap_r_u64(r);
+    for (int m = 0; m < LOCK_MODE_COUNT; m++)
+        t->stats.grants_by_mode[m] = snap_r_u64(r);
+    t->stats.timeouts = snap_r_u64(r);
+    t->stats.lost = snap_r_u64(r);
     t->stats.handoffs = snap_r_u64(r);
+    t->stats.delays = snap_r_u64(r);
+    t->stats.keeps = snap_r_u64(r);
+    t->stats.broken = snap_r_u64(r);
     return snap_r_done(r);
 }
 

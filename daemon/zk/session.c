@@ -662,8 +662,13 @@ int zk_session_reattach(struct zk *zk, int64_t id, const char *passwd, size_t pa
     if (!zk->zh)
         return -1;
     zk_session_confirmed(zk);
-    log_info("zk: attaching to session 0x%llx, taken over (timeout %d ms)",
-             (unsigned long long)id, negotiated_ms);
+    /* What a CHECK answered before the handover promised ends at c + T at the
+     * earliest; the holds are given up well before that, at the lost deadline. */
+    log_info("zk: attaching to session 0x%llx, taken over (timeout %d ms, confirmed %lld ms "
+             "ago): its holds are presumed lost unless it is attached within %lld ms",
+             (unsigned long long)id, negotiated_ms,
+             (long long)(confirmed_ms ? locks_mono_ms() - confirmed_ms : -1),
+             (long long)(lost_deadline_ms(zk) ? lost_deadline_ms(zk) - locks_mono_ms() : 0));
     return 0;
 }
 
