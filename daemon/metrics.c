@@ -70,6 +70,8 @@ static const struct metric_row rows[] = {
       "Client connections accepted since start." },
     { "rejected_connections", "connections_rejected_total", "counter", NULL, 0,
       "Client connections refused because max_clients were open." },
+    { "handovers", "handovers_total", "counter", NULL, 0,
+      "Handovers to a successor this daemon's line took over (SIGUSR2, systemd's store)." },
     { "locks_held", "locks_held", "gauge", NULL, 0, "Holds granted on this daemon now." },
     { "waiters", "lock_waiters", "gauge", NULL, 0,
       "Lock requests queued or being acquired on this daemon now." },
