@@ -152,10 +152,13 @@ bool client_restore_fields(struct client *c, struct snap_r *r)
         c->owner.label = c->label;
     if (!user[0])
         return true;
-    /* The users file is read again by the successor: the user must still be there. */
-    if (!c->srv->users || !(u = users_find(c->srv->users, user, strlen(user))))
-        return snap_r_fail(r, "conn %llu is logged in as %s, who is not in the users file now",
-                           (unsigned long long)c->id, user);
+    /* The users file is read again by the successor: as after a reload, a
+     * user who is gone takes the connection with them (closed once served). */
+    snprintf(c->user_name, sizeof(c->user_name), "%s", user);
+    if (!c->srv->users || !(u = users_find(c->srv->users, user, strlen(user)))) {
+        c->user_gone = true;
+        return true;
+    }
     client_login(c, u);
     return true;
 }

@@ -81,6 +81,8 @@ struct client {
     struct watch_sub **watches;          /* WATCH: owned (the array and each) */
     unsigned nwatches, watches_cap;
     bool input_ended;                    /* the client half-closed (set by the transport) */
+    bool user_gone;                      /* taken over logged in as a user the users file
+                                          * no longer has: closed once served (handover) */
     /* The one pending request; pending is NULL when there is none. */
     const struct pending_ops *pending;
     void *pending_op;                    /* the kind's handle, cancelled through pending */

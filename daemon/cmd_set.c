@@ -232,6 +232,7 @@ static struct cmd_set *set_new(struct client *c, const struct proto_req *req, un
     }
     s->c = c;
     s->n = req->nnames;
+    memset(s->tokens, 0, sizeof(s->tokens));   /* the names not taken yet have none */
     *fresh = 0;
     for (unsigned i = 0; i < s->n; i++) {
         memcpy(s->names[i], req->names[i].p, req->names[i].len);

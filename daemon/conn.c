@@ -688,10 +688,17 @@ struct client *conn_restore(struct server *srv, struct snap_r *r, int (*fd_of)(v
 /* Handover: every restored connection is served from here on. */
 void conn_handover_resume(struct server *srv)
 {
-    struct conn *c;
+    struct conn *c, *next;
 
-    TAILQ_FOREACH(c, &srv->conns, link) {
+    for (c = TAILQ_FIRST(&srv->conns); c; c = next) {
+        next = TAILQ_NEXT(c, link);
         bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+        if (c->cl.user_gone) {
+            log_info("conn %llu (%s): user %s is no longer in the users file, closing",
+                     (unsigned long long)c->cl.id, c->cl.peer, c->cl.user_name);
+            conn_begin_close(c, true);
+            continue;
+        }
         /* Lines that came in before the handover are parsed as if just read. */
         if (c->state == CONN_READING)
             bufferevent_trigger(c->bev, EV_READ, BEV_TRIG_IGNORE_WATERMARKS |

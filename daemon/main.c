@@ -430,6 +430,10 @@ int main(int argc, char **argv)
 
     memset(&d, 0, sizeof(d));
     d.in.metrics_fd = -1;
+    /* Until the loop handles them: a reload or handover signal that comes
+     * while this daemon starts (a successor, say) must not end it. */
+    signal(SIGHUP, SIG_IGN);
+    signal(SIGUSR2, SIG_IGN);
     log_detect_journal();
     if (parse_args(argc, argv, &d.opt, &check_only, &rc) != 0)
         return rc;
