@@ -183,18 +183,26 @@ static void listeners_enable(struct server *srv, bool on)
             (on ? evconnlistener_enable : evconnlistener_disable)(ls[i]);
 }
 
-/* The handover did not happen: serve on as before. */
+/* The handover did not happen: serve on as before, or, asked to stop
+ * (SIGTERM into systemd's store), stop as usual. */
 static void handover_give_up(const char *fmt, const char *why)
 {
     struct server *srv = current->p->srv;
+    struct event_base *base = current->p->base;
+    bool stop = current->to_fdstore;
+    char msg[768];
 
-    log_error(fmt, why);
+    snprintf(msg, sizeof(msg), fmt, why);
+    log_error("%s; %s", msg, stop ? "stopping as usual (the connections close, their locks end)"
+                                  : "serving on, nothing lost");
     if (srv->handing_over) {
         srv->handing_over = false;
         listeners_enable(srv, true);
         conn_handover_abort(srv);
     }
     handover_end();
+    if (stop)
+        event_base_loopbreak(base);
 }
 
 #ifdef HAVE_LIBSYSTEMD
@@ -259,7 +267,7 @@ static void handover_go(struct handover_out *h)
 
     if (snapshot_write(h, &buf, &len) < 0) {
         handover_give_up("handover: given up: %s", "the snapshot would be larger than "
-                         "SNAP_MAX_BYTES, or out of memory");
+                         "256 MiB, or out of memory");
         return;
     }
     fd = snapshot_fd(buf, len);
@@ -278,8 +286,7 @@ static void handover_go(struct handover_out *h)
     if (h->to_fdstore) {
         if (pass_to_fdstore(h, fd) < 0) {
             close(fd);
-            handover_give_up("handover: given up: %s; stopping as usual", "the store");
-            event_base_loopbreak(p->base);
+            handover_give_up("handover: given up: %s", "systemd's store refused a descriptor");
             return;
         }
         /* Nothing of ours may end now: not the connections, not the session. */
@@ -302,7 +309,7 @@ static void handover_go(struct handover_out *h)
     err = errno;
     unsetenv(HANDOVER_ENV);
     close(fd);
-    handover_give_up("handover: given up, serving on: cannot execute the successor: %s",
+    handover_give_up("handover: given up: cannot execute the successor: %s",
                      strerror(err));
 }
 
@@ -320,7 +327,7 @@ static void on_quiet_poll(evutil_socket_t fd, short what, void *arg)
         char why[sizeof(h->why) + 64];
 
         snprintf(why, sizeof(why), "after %d ms %s", HANDOVER_QUIET_MS, h->why);
-        handover_give_up("handover: given up, serving on: %s", why);
+        handover_give_up("handover: given up: %s", why);
     }
 }
 
@@ -361,15 +368,10 @@ static void check_finished(struct handover_out *h)
             *q = ' ';
     snprintf(h->why, sizeof(h->why), "%s", h->check_out[0] ? h->check_out :
              "it printed nothing");
-    if (h->to_fdstore) {
-        log_error("handover: the next start could not take over (%s); stopping as usual",
-                  h->why);
-        event_base_loopbreak(h->p->base);
-        handover_end();
-        return;
-    }
-    handover_give_up("handover: refused, serving on: the successor does not accept the "
-                     "settings or this snapshot format: %s", h->why);
+    handover_give_up(h->to_fdstore ? "handover: refused: the next start would not accept "
+                     "the settings or this snapshot format: %s" : "handover: refused: the "
+                     "successor does not accept the settings or this snapshot format: %s",
+                     h->why);
 }
 
 static void on_check_output(evutil_socket_t fd, short what, void *arg)
@@ -448,7 +450,8 @@ static void handover_start(struct handover_parts *p, bool to_fdstore)
         return;
     }
     if (!p->backend->ops->save) {
-        log_error("handover: %s mode cannot hand over yet; serving on", p->backend->ops->name);
+        log_error("handover: %s mode cannot hand over; %s", p->backend->ops->name,
+                  to_fdstore ? "stopping as usual" : "serving on");
         if (to_fdstore)
             event_base_loopbreak(p->base);
         return;
@@ -463,7 +466,7 @@ static void handover_start(struct handover_parts *p, bool to_fdstore)
     current = h;
     log_info("handover: checking the successor: %s --check-handover", p->exe);
     if (check_start(h) < 0)
-        handover_give_up("handover: refused, serving on: cannot run the successor's check: %s",
+        handover_give_up("handover: refused: cannot run the successor's check: %s",
                          strerror(errno));
 }
 
