@@ -290,56 +290,52 @@ struct zlock *watch_fired(void *ctx, int type, unsigned *gen)
     return zl;
 }
 
-/* A zlock for h, in h's backend slot; parent is copied. NULL when out of memory. */
-struct zlock *zl_new(struct zk *zk, struct hold *h, const char *parent)
+/* A zlock with id for parent (copied), registered, nothing else set; NULL
+ * when out of memory or id is taken. */
+static struct zlock *zl_make(struct zk *zk, uint64_t id, const char *parent)
 {
-    struct zlock *zl = calloc(1, sizeof(*zl));
+    struct zlock *zl = zl_find(zk, id) ? NULL : calloc(1, sizeof(*zl));
 
-    if (!zl || !(zl->parent = strdup(parent))) {
-        free(zl);
-        log_error("zk: out of memory acquiring %s", hold_name(h));
+    if (!zl)
         return NULL;
-    }
     zl->zk = zk;
-    zl->hold = h;
-    zl->id = ++zk->nodes->next_id;
-    zl->try = hold_try(h);
-    zl->mode = hold_mode(h);
-    zl->limit = hold_limit(h);
-    zl->ttl_ms = hold_ttl_ms(h);
-    zl->delay_ms = hold_delay_ms(h);
-    if (!tsearch(zl, &zk->nodes->by_id, by_id)) {
+    zl->id = id;        /* the tree's key: set first */
+    if (!(zl->parent = strdup(parent)) || !tsearch(zl, &zk->nodes->by_id, by_id)) {
         free(zl->parent);
         free(zl);
         return NULL;
     }
     TAILQ_INSERT_TAIL(&zk->nodes->zlocks, zl, link);
     zk->nodes->nzlocks++;
+    return zl;
+}
+
+/* A zlock for h, in h's backend slot; parent is copied. NULL when out of memory. */
+struct zlock *zl_new(struct zk *zk, struct hold *h, const char *parent)
+{
+    struct zlock *zl = zl_make(zk, zk->nodes->next_id + 1, parent);
+
+    if (!zl) {
+        log_error("zk: out of memory acquiring %s", hold_name(h));
+        return NULL;
+    }
+    zk->nodes->next_id++;
+    zl->hold = h;
+    zl->try = hold_try(h);
+    zl->mode = hold_mode(h);
+    zl->limit = hold_limit(h);
+    zl->ttl_ms = hold_ttl_ms(h);
+    zl->delay_ms = hold_delay_ms(h);
     hold_set_backend_data(h, zl);
     return zl;
 }
 
 struct zlock *zl_restore(struct zk *zk, uint64_t id, const char *parent)
 {
-    struct zlock *zl = calloc(1, sizeof(*zl));
+    struct zlock *zl = zl_make(zk, id, parent);
 
-    if (!zl || !(zl->parent = strdup(parent)) || zl_find(zk, id)) {
-        if (zl)
-            free(zl->parent);
-        free(zl);
-        return NULL;
-    }
-    zl->zk = zk;
-    zl->id = id;
-    if (zk->nodes->next_id < id)
+    if (zl && zk->nodes->next_id < id)
         zk->nodes->next_id = id;
-    if (!tsearch(zl, &zk->nodes->by_id, by_id)) {
-        free(zl->parent);
-        free(zl);
-        return NULL;
-    }
-    TAILQ_INSERT_TAIL(&zk->nodes->zlocks, zl, link);
-    zk->nodes->nzlocks++;
     return zl;
 }
 
