@@ -186,13 +186,27 @@ bool snap_r_fail(struct snap_r *r, const char *fmt, ...)
     return false;
 }
 
+/*
+ * p[0..len) NUL-terminated in out (at most cap - 1 bytes of it): sscanf
+ * reads its input up to a NUL (glibc's measures it with strlen first), and
+ * the snapshot's buffer has none after its last byte.
+ */
+static const char *bounded(char *out, size_t cap, const char *p, size_t len)
+{
+    if (len >= cap)
+        len = cap - 1;
+    memcpy(out, p, len);
+    out[len] = '\0';
+    return out;
+}
+
 int snap_r_open(struct snap_r *r, char *buf, size_t len)
 {
     char *nl, *last;
     unsigned long long records = 0, counted = 0;
     uint64_t sum;
     int format;
-    char hash[17];
+    char hash[17], line[64];
 
     memset(r, 0, sizeof(*r));
     r->p = r->end = buf;
@@ -202,7 +216,8 @@ int snap_r_open(struct snap_r *r, char *buf, size_t len)
         return snap_r_fail(r, "it is not a lockbrokerd snapshot"), -1;
     if (memchr(buf, 0, len))
         return snap_r_fail(r, "it has a NUL byte"), -1;
-    if (sscanf(buf + sizeof(SNAP_MAGIC), "%d", &format) != 1)
+    if (sscanf(bounded(line, sizeof(line), buf + sizeof(SNAP_MAGIC), len - sizeof(SNAP_MAGIC)),
+               "%d", &format) != 1)
         return snap_r_fail(r, "its header has no format number"), -1;
     if (format != SNAP_FORMAT)
         return snap_r_fail(r, "its format is %d; this lockbrokerd reads format %d only",
@@ -212,7 +227,8 @@ int snap_r_open(struct snap_r *r, char *buf, size_t len)
         return snap_r_fail(r, "it is truncated (no end line)"), -1;
     for (last = buf + len - 1; last > buf && last[-1] != '\n'; last--)
         ;
-    if (last == buf || sscanf(last, "end %llu %16[0-9a-f]", &records, hash) != 2)
+    if (last == buf || sscanf(bounded(line, sizeof(line), last, (size_t)(buf + len - last)),
+                              "end %llu %16[0-9a-f]", &records, hash) != 2)
         return snap_r_fail(r, "it is truncated (no end line)"), -1;
     sum = fnv1a(buf, (size_t)(last - buf));
     if (strtoull(hash, NULL, 16) != sum)
