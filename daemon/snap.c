@@ -233,6 +233,11 @@ int snap_r_open(struct snap_r *r, char *buf, size_t len)
     sum = fnv1a(buf, (size_t)(last - buf));
     if (strtoull(hash, NULL, 16) != sum)
         return snap_r_fail(r, "its checksum does not match: it is corrupt"), -1;
+    /* The checksum does not cover the end line: it must be spelt as written
+     * (sscanf's blanks also match none, "%llu" takes leading zeros). */
+    snprintf(line, sizeof(line), "end %llu %016" PRIx64 "\n", records, sum);
+    if (strlen(line) != (size_t)(buf + len - last) || memcmp(line, last, strlen(line)) != 0)
+        return snap_r_fail(r, "its end line is damaged: it is corrupt"), -1;
     last[-1] = '\0';
     nl = strchr(buf, '\n');
     r->p = nl && nl < last ? nl + 1 : last;
