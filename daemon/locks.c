@@ -1154,7 +1154,8 @@ bool locks_restore_hold(struct locks *t, struct lock *l, struct lock_owner *o,
         goto fail;
     if (!l || (unsigned)h->state > HOLD_HELD || (unsigned)h->mode >= LOCK_MODE_COUNT ||
         h->weight != 1 || (h->mode == LOCK_LIMIT) != l->semaphore ||
-        (h->state == HOLD_HELD) != (h->count > 0) ||
+        /* A hold kept after UNLOCK keep= was released: its count is 0. */
+        (!kept && (h->state == HOLD_HELD) != (h->count > 0)) ||
         (kept && (h->state != HOLD_HELD || !h->gone_desc))) {
         snap_r_fail(r, "a hold of lock %s does not add up", l ? l->name : "?");
         goto fail;
