@@ -126,7 +126,8 @@ SKIP_KEYS = {
     "node": "node and npm (clients/node)",
     "venv": "/usr/bin/python3 with python3-venv, python3-setuptools and python3-wheel",
     "valgrind": "valgrind",
-    "systemd": "systemd-analyze",
+    "systemd": "systemd-analyze, and a daemon built with libsystemd (HAVE_LIBSYSTEMD: "
+               "the file descriptor store of test_handover.py)",
     "deb": "dpkg-buildpackage, dh and lintian, with the source tree the top of a git "
            "work tree",
     "clang": "clang with libFuzzer and the sanitizers (found by configure)",
@@ -296,6 +297,8 @@ class Daemon:
     listen: the -l flag (default 127.0.0.1:0, a free port); None for no -l.
     verbose: pass -v, which the "queued" and "closed" debug lines need.
     args: more flags.
+    binary: the daemon binary to run instead of daemon_path() (a copy).
+    pass_fds: descriptors the daemon inherits, at the same numbers.
     """
 
     # "... ready: embedded mode, listening on 127.0.0.1:7411[ and /path]"; other
@@ -303,8 +306,10 @@ class Daemon:
     READY_RE = re.compile(r"ready: (\S+) mode, (?:[^,]*, )*?listening on (\S+)(?: and (.+))?$")
 
     def __init__(self, config=None, listen="127.0.0.1:0", verbose=True, args=(),
-                 env=None, wrapper=None, name="lockbrokerd"):
+                 env=None, wrapper=None, name="lockbrokerd", binary=None, pass_fds=()):
         self.name = name
+        self.binary = binary
+        self.pass_fds = tuple(pass_fds)
         self.tmpdir = make_tmpdir()
         self.config_path = None
         if config is not None:
@@ -337,11 +342,12 @@ class Daemon:
 
     def start(self, timeout=None):
         """Starts the daemon and waits for its "ready" line. Returns self."""
-        cmd = self.wrapper + [daemon_path()] + self.argv
+        cmd = self.wrapper + [self.binary or daemon_path()] + self.argv
         env = dict(os.environ)
         if self.env:
             env.update(self.env)
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     pass_fds=self.pass_fds,
                                      stderr=subprocess.PIPE, env=env, start_new_session=True)
         _live_daemons.add(self)
         self._reader = threading.Thread(target=self._read_stderr, name="%s-stderr" % self.name,
