@@ -393,7 +393,7 @@ struct lease *leases_restore(struct leases *ls, struct snap_r *r)
         return NULL;
     }
     if (le->granted && !ls->backend->ops->ends_leases) {
-        left = le->ends_ms - locks_mono_ms();
+        left = le->ends_ms + 1 - locks_mono_ms();     /* ends_ms was rounded down */
         left = left < 0 ? 0 : left;
         tv.tv_sec = left / 1000;
         tv.tv_usec = (left % 1000) * 1000;

@@ -1096,8 +1096,10 @@ static bool restore_timer(struct locks *t, struct hold *h, int64_t deadline_us)
     int64_t left_us;
     struct timeval tv;
 
+    /* delay_end_ms was rounded down to the ms: its end is the ms after, so
+     * that the keep never ends sooner than it would have. */
     if (h->owner == &t->abandoned)
-        left_us = (h->delay_end_ms - locks_mono_ms()) * 1000;
+        left_us = (h->delay_end_ms + 1) * 1000 - locks_mono_us();
     else if (deadline_us >= 0)
         left_us = deadline_us - locks_mono_us();
     else
