@@ -29,6 +29,9 @@
 #                      BENCH_DURATION < 5)
 #   BENCH_SCALING      1 (default): also run waiters-scaling.sh (10,000
 #                      waiters, 10,000 idle connections); 0: skip it
+#   BENCH_HANDOVER     1 (default): also run handover.sh (10,000 connections
+#                      holding 100,000 locks handed over 3 times, about
+#                      20 s); 0: skip it
 #   BENCH_ZK_FORCESYNC yes (default) or no: ZooKeeper's forceSync (fsync of
 #                      its transaction log before acknowledging writes)
 #   BENCH_REPEAT       run each pair of rows a target compares this many times,
@@ -505,6 +508,12 @@ if [ "${BENCH_SCALING:-1}" = 1 ]; then
               "$here/waiters-scaling.sh" 2>"$tmp/scaling.err") ||
         { log "waiters-scaling.sh failed:"; cat "$tmp/scaling.err" >&2; }
 fi
+if [ "${BENCH_HANDOVER:-1}" = 1 ]; then
+    log "handover of 10,000 connections holding 100,000 locks (handover.sh)"
+    handover=$(LOCKBROKERD="$LOCKBROKERD" PYTHON="$PYTHON" HANDOVER_RUNS=${HANDOVER_RUNS:-3} \
+               "$here/handover.sh" 2>"$tmp/handover.err") ||
+        { log "handover.sh failed:"; cat "$tmp/handover.err" >&2; }
+fi
 
 echo
 echo "lockbroker benchmark: $(nproc) CPUs, ${D}s per run after ${W}s warm-up$([ "$REPEAT" -gt 1 ] && echo ", compared pairs: median of $REPEAT"), $(date -u +%Y-%m-%dT%H:%MZ)"
@@ -658,6 +667,10 @@ fi
 if [ -n "${scaling:-}" ]; then
     echo
     printf '%s\n' "$scaling"
+fi
+if [ -n "${handover:-}" ]; then
+    echo
+    printf '%s\n' "$handover"
 fi
 echo
 echo "cpu us/c: daemon (lockbrokerd, or redis-server) CPU microseconds per cycle, from /proc;"

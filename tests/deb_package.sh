@@ -98,11 +98,27 @@ if [ -z "$users_at" ] || [ -z "$start_at" ] || [ "$users_at" -ge "$start_at" ]; 
     bad "postinst does not run systemd-sysusers (line ${users_at:-none}) before it starts the service (line ${start_at:-none})"
 fi
 
+# An upgrade hands over: postinst restarts the service (the unit's file
+# descriptor store carries the connections and locks across), and nothing
+# stops it on the way, which would end every lock: prerm stops it only on
+# remove, and there is no preinst stop.
+grep -q '_dh_action=restart' "$tmp/postinst" ||
+    bad "postinst does not restart the service after an upgrade"
+dpkg-deb -I "$deb" prerm >"$tmp/prerm" 2>/dev/null || bad "no prerm"
+if grep -q 'deb-systemd-invoke stop' "$tmp/prerm" &&
+   ! grep -q '"$1" = remove' "$tmp/prerm"; then
+    bad "prerm stops the service on upgrade, not only on remove"
+fi
+if dpkg-deb -I "$deb" preinst 2>/dev/null | grep -q 'deb-systemd-invoke stop'; then
+    bad "preinst stops the service before an upgrade"
+fi
+
 # The unit runs the packaged daemon with the packaged config, as lockbroker.
 dpkg-deb -x "$deb" "$tmp/root"
 if [ -n "$unit" ]; then
     for line in 'ExecStart=/usr/sbin/lockbrokerd -c /etc/lockbrokerd.conf' \
-                Type=notify User=lockbroker Group=lockbroker; do
+                Type=notify User=lockbroker Group=lockbroker \
+                Environment=LOCKBROKERD_FDSTORE=1 FileDescriptorStoreMax=4101; do
         grep -qxF "$line" "$tmp/root$unit" || bad "$unit lacks the line $line"
     done
 fi
