@@ -39,6 +39,10 @@ extern char **environ;
 /* How often the old daemon looks whether every parked request can go. */
 #define QUIET_POLL_MS 5
 
+/* Connections per message of the socket that carries them through
+ * systemd's store (pass_to_fdstore): the kernel's SCM_MAX_FD. */
+#define CONNS_PER_MSG 253
+
 /* The old daemon's handover under way, or NULL. */
 struct handover_out {
     struct handover_parts *p;
@@ -215,14 +219,75 @@ static int fdstore_put(int fd, const char *name)
     return sd_pid_notify_with_fds(0, 0, msg, &fd, 1) > 0 ? 0 : -1;
 }
 
-static void fdstore_conn(void *arg, int fd, uint64_t id)
-{
-    char name[32];
-    int *failed = arg;
+/*
+ * The connections go to the store inside one socket: systemd passes a
+ * start every stored name in one environment string (at most 128 KiB) and
+ * compares each new descriptor with every stored one, so thousands of them
+ * would not go through. They are queued, CONNS_PER_MSG at a time with their
+ * ids, on a datagram socket pair whose reading end is stored as "conns".
+ */
+struct conn_batch {
+    int sock;                  /* the writing end */
+    int fds[CONNS_PER_MSG];
+    uint64_t ids[CONNS_PER_MSG];
+    unsigned n;
+    bool failed;
+};
 
-    snprintf(name, sizeof(name), "c%" PRIu64, id);
-    if (fdstore_put(fd, name) < 0)
-        *failed = 1;
+static void batch_send(struct conn_batch *b)
+{
+    char ctl[CMSG_SPACE(sizeof(int) * CONNS_PER_MSG)];
+    struct iovec iov = { b->ids, b->n * sizeof(uint64_t) };
+    struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,
+                        .msg_controllen = CMSG_SPACE(sizeof(int) * b->n) };
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+
+    if (b->n == 0 || b->failed)
+        return;
+    memset(ctl, 0, sizeof(ctl));
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int) * b->n);
+    memcpy(CMSG_DATA(cm), b->fds, sizeof(int) * b->n);
+    if (sendmsg(b->sock, &m, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
+        log_error("handover: queueing connections for systemd's store: %s", strerror(errno));
+        b->failed = true;
+    }
+    b->n = 0;
+}
+
+static void batch_conn(void *arg, int fd, uint64_t id)
+{
+    struct conn_batch *b = arg;
+
+    b->fds[b->n] = fd;
+    b->ids[b->n++] = id;
+    if (b->n == CONNS_PER_MSG)
+        batch_send(b);
+}
+
+/* The reading end of a socket queueing every connection, or -1 (logged). */
+static int conns_socket(struct server *srv)
+{
+    struct conn_batch b = { .sock = -1 };
+    int sv[2], size = 8 << 20;
+
+    if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv) < 0) {
+        log_error("handover: socketpair: %s", strerror(errno));
+        return -1;
+    }
+    /* Room for every batch (the kernel caps it at wmem_max and rmem_max). */
+    setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
+    setsockopt(sv[1], SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
+    b.sock = sv[0];
+    conn_handover_fds(srv, batch_conn, &b);
+    batch_send(&b);
+    close(sv[0]);
+    if (b.failed) {
+        close(sv[1]);
+        return -1;
+    }
+    return sv[1];
 }
 #endif
 
@@ -235,12 +300,13 @@ static int pass_to_fdstore(struct handover_out *h, int snap)
         { listener_fd(srv->tcp), "tcp" }, { listener_fd(srv->unix_sock), "unix" },
         { listener_fd(srv->tls_sock), "tls" }, { metrics_fd(h->p->metrics), "metrics" },
     };
-    int failed = 0;
+    int failed = 0, conns = conns_socket(srv);
 
     for (size_t i = 0; i < sizeof(ls) / sizeof(ls[0]); i++)
         if (ls[i].fd >= 0 && fdstore_put(ls[i].fd, ls[i].name) < 0)
             failed = 1;
-    conn_handover_fds(srv, fdstore_conn, &failed);
+    if (conns < 0 || fdstore_put(conns, "conns") < 0)
+        failed = 1;
     /* Last: a successor that finds the snapshot finds everything else too. */
     if (failed || fdstore_put(snap, "snapshot") < 0) {
         log_error("handover: systemd refused a descriptor (FileDescriptorStoreMax= too small, "
@@ -503,6 +569,85 @@ struct fdnames {
 
 static struct fdnames passed;
 
+/* The connections that came inside the store's "conns" socket, by id. */
+struct passed_conn {
+    uint64_t id;
+    int fd;                    /* -1 once taken */
+};
+
+static struct passed_conn *pconns;
+static size_t npconns;
+
+static int by_conn_id(const void *a, const void *b)
+{
+    const struct passed_conn *x = a, *y = b;
+
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Reads every connection queued on the "conns" socket. 0, or -1. */
+static int receive_conns(int sock)
+{
+    size_t cap = 0;
+
+    for (;;) {
+        uint64_t ids[CONNS_PER_MSG];
+        char ctl[CMSG_SPACE(sizeof(int) * CONNS_PER_MSG)];
+        struct iovec iov = { ids, sizeof(ids) };
+        struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,
+                            .msg_controllen = sizeof(ctl) };
+        struct cmsghdr *cm;
+        ssize_t n = recvmsg(sock, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        size_t nfds = 0;
+        int *fds;
+
+        if (n < 0)
+            return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+        cm = CMSG_FIRSTHDR(&m);
+        if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
+            nfds = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        fds = nfds ? (int *)CMSG_DATA(cm) : NULL;
+        if (npconns + nfds > cap) {
+            struct passed_conn *more;
+
+            cap = (npconns + nfds) * 2;
+            if (!(more = realloc(pconns, cap * sizeof(*more)))) {
+                for (size_t i = 0; i < nfds; i++)
+                    close(fds[i]);
+                return -1;
+            }
+            pconns = more;
+        }
+        for (size_t i = 0; i < nfds; i++)
+            pconns[npconns++] = (struct passed_conn){ ids[i], fds[i] };
+        if ((m.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) || (size_t)n != nfds * sizeof(uint64_t))
+            return -1;
+    }
+}
+
+/* A connection that came through the store: its descriptor, taken, or -1. */
+static int take_passed_conn(uint64_t id)
+{
+    struct passed_conn key = { id, -1 }, *pc;
+    int fd;
+
+    if (!npconns || !(pc = bsearch(&key, pconns, npconns, sizeof(*pconns), by_conn_id)))
+        return -1;
+    fd = pc->fd;
+    pc->fd = -1;
+    return fd;
+}
+
+static void free_passed_conns(void)
+{
+    for (size_t i = 0; i < npconns; i++)
+        if (pconns[i].fd >= 0)
+            close(pconns[i].fd);
+    free(pconns);
+    pconns = NULL;
+    npconns = 0;
+}
+
 static int passed_fd(const char *name)
 {
     for (int i = 0; i < passed.n; i++)
@@ -533,6 +678,11 @@ static int fdstore_snapshot(void)
     unsetenv("LISTEN_PID");
     unsetenv("LISTEN_FDS");
     unsetenv("LISTEN_FDNAMES");
+    if (passed_fd("conns") >= 0) {
+        if (receive_conns(passed_fd("conns")) < 0)
+            return -2;
+        qsort(pconns, npconns, sizeof(*pconns), by_conn_id);
+    }
     return passed_fd("snapshot");
 }
 
@@ -563,10 +713,28 @@ static void fdstore_forget(void);
 /* The snapshot cannot be used: every descriptor it came with is closed. */
 static void refuse(struct handover_in *in, const char *why)
 {
+    int keep[4];
+
     fdstore_forget();
     log_error("handover: refusing the snapshot passed on: %s; closing the connections it "
               "carried (their locks end, as in a crash) and starting afresh", why);
-    close_range(3, ~0U, 0);
+    if (!passed.n) {
+        close_range(3, ~0U, 0);
+        handover_in_free(in);
+        return;
+    }
+    /* From systemd's store the listeners are known by name: listening on
+     * them goes on (binding anew could race the store's copies closing). */
+    keep[0] = in->fds.tcp = passed_fd("tcp");
+    keep[1] = in->fds.unix_fd = passed_fd("unix");
+    keep[2] = in->fds.tls = passed_fd("tls");
+    keep[3] = in->metrics_fd = passed_fd("metrics");
+    for (int i = 0; i < passed.n; i++) {
+        int fd = passed.first + i;
+
+        if (fd != keep[0] && fd != keep[1] && fd != keep[2] && fd != keep[3])
+            close(fd);
+    }
     handover_in_free(in);
 }
 
@@ -620,7 +788,8 @@ int handover_receive(struct handover_in *in)
     }
     if (fd < 0) {
         if (env || passed.n)
-            refuse(in, "no snapshot descriptor came with it");
+            refuse(in, fd == -2 ? "the connections it carried could not be read"
+                                : "no snapshot descriptor came with it");
         return 0;
     }
     if (read_all(fd, &in->buf, &in->len) < 0) {
@@ -653,6 +822,7 @@ void handover_in_free(struct handover_in *in)
     free(passed.names);
     passed.names = NULL;
     passed.n = 0;
+    free_passed_conns();       /* any not taken over are closed */
 }
 
 /* What restoring has made so far, to find owners by their keys. */
@@ -701,12 +871,9 @@ static struct client *client_by_id(struct restoring *rs, uint64_t id)
 static int conn_fd_of(void *arg, int64_t old_fd, uint64_t id)
 {
     struct restoring *rs = arg;
-    char name[32];
 
-    if (rs->in->fdstore) {
-        snprintf(name, sizeof(name), "c%" PRIu64, id);
-        return passed_fd(name);
-    }
+    if (rs->in->fdstore)
+        return take_passed_conn(id);
     if (old_fd < 3 || old_fd > INT32_MAX || fcntl((int)old_fd, F_GETFD) < 0)
         return -1;
     return (int)old_fd;

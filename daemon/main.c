@@ -334,14 +334,13 @@ static int daemon_start_backend(struct daemon *d, char *zk_auth, size_t zk_cap)
 static int daemon_start_server(struct daemon *d)
 {
     if (server_start(&d->srv, d->base, &d->s, d->locks, d->leases, d->backend, d->users,
-                     d->id, d->taking_over ? &d->in.fds : NULL) < 0)
+                     d->id, &d->in.fds) < 0)
         return -1;
     d->server_started = true;
     if (!d->s.metrics_listen && d->in.metrics_fd >= 0)
         close(d->in.metrics_fd);
     if (d->s.metrics_listen &&
-        !(d->metrics = metrics_start(&d->srv, d->s.metrics_listen,
-                                     d->taking_over ? d->in.metrics_fd : -1)))
+        !(d->metrics = metrics_start(&d->srv, d->s.metrics_listen, d->in.metrics_fd)))
         return -1;
     d->parts = (struct handover_parts){ .base = d->base, .srv = &d->srv, .locks = d->locks,
                                         .leases = d->leases, .backend = d->backend,
@@ -429,6 +428,7 @@ int main(int argc, char **argv)
     int rc;
 
     memset(&d, 0, sizeof(d));
+    d.in.fds = (struct server_fds){ -1, -1, -1 };
     d.in.metrics_fd = -1;
     /* Until the loop handles them: a reload or handover signal that comes
      * while this daemon starts (a successor, say) must not end it. */

@@ -27,6 +27,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import struct
 import sys
 import threading
 import time
@@ -996,9 +997,6 @@ class FdStore(Case):
         self.assertEqual(a.request("CLIENT store-holder"), "OK")
         ta = self.lock(a, "f")
         self.queue(d, b, "f")
-        ids = {}
-        for c in (a, b):
-            ids[c] = int(d.find_log(r"conn (\d+) \(%s\): open" % re.escape(c.local)).group(1))
 
         d.send_signal(signal.SIGTERM)
         got = []
@@ -1012,8 +1010,9 @@ class FdStore(Case):
             held.append(fds[0])
         self.assertEqual(d.wait_exit(), 0)
         names = [n for n, _ in got]
-        self.assertEqual(sorted(names), sorted(["tcp", "c%d" % ids[a], "c%d" % ids[b],
-                                                "snapshot"]), names)
+        # The connections travel inside one socket ("conns"): the store holds
+        # a handful of descriptors however many clients there are.
+        self.assertEqual(sorted(names), sorted(["tcp", "conns", "snapshot"]), names)
         self.assertEqual(names[-1], "snapshot")
         self.assertIsNotNone(d.find_log(r"passing them to systemd's file descriptor store"))
         # The clients are still connected: the store (here, the test) keeps them.
@@ -1052,6 +1051,51 @@ class FdStore(Case):
         with succ.client() as c:
             c.send("TRYLOCK f\n")
             self.granted(c, "f")
+
+    def test_a_refused_snapshot_from_the_store_keeps_listening_on_its_socket(self):
+        """A start that refuses what the store passed closes the connections
+        but keeps the listening socket systemd passed by name: binding the
+        port anew could race the store's copy, which is still open."""
+        notify = NotifyStandIn()
+        self.addCleanup(notify.close)
+        lsock = socket.socket()
+        self.addCleanup(lsock.close)
+        lsock.bind(("127.0.0.1", 0))
+        lsock.listen(16)
+        port = lsock.getsockname()[1]
+        client, server_end = socket.socketpair()
+        self.addCleanup(client.close)
+        self.addCleanup(server_end.close)
+        snap = os.memfd_create("corrupt-snapshot")
+        self.addCleanup(os.close, snap)
+        os.write(snap, b"lockbrokerd-snapshot 1 x\ndaemon garbage\nend 1 0000000000000000\n")
+        # The connection comes inside a "conns" socket, as the daemon sends it.
+        conns_r, conns_w = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.addCleanup(conns_r.close)
+        socket.send_fds(conns_w, [struct.pack("=Q", 7)], [server_end.fileno()])
+        conns_w.close()
+        server_end.close()
+        fdlist = [lsock.fileno(), conns_r.fileno(), snap]
+        names = ["tcp", "conns", "snapshot"]
+        succ = self.start(
+            wrapper=[sys.executable, "-c", RENUMBER, ",".join(map(str, fdlist))],
+            listen="127.0.0.1:%d" % port,
+            env={"NOTIFY_SOCKET": notify.path, "LISTEN_FDS": "3",
+                 "LISTEN_FDNAMES": ":".join(names)},
+            pass_fds=fdlist, stop_sig=signal.SIGINT)
+        succ.wait_log(r"handover: refusing the snapshot passed on: its checksum does not match")
+        removed = set()
+        while removed != set(names):
+            fields, _ = notify.recv()
+            if fields.get("FDSTOREREMOVE") == "1":
+                removed.add(fields["FDNAME"])
+        # The store's copies go (here: the test's), the daemon's stay.
+        lsock.close()
+        conns_r.close()
+        self.assert_sock_eof(client, "the connection the refused snapshot carried")
+        self.assertEqual(succ.port, port)
+        with succ.client() as c:
+            self.assertEqual(c.request("PING"), "PONG")
 
 
 if __name__ == "__main__":
