@@ -118,7 +118,7 @@ dpkg-deb -x "$deb" "$tmp/root"
 if [ -n "$unit" ]; then
     for line in 'ExecStart=/usr/sbin/lockbrokerd -c /etc/lockbrokerd.conf' \
                 Type=notify User=lockbroker Group=lockbroker \
-                Environment=LOCKBROKERD_FDSTORE=1 FileDescriptorStoreMax=4101; do
+                Environment=LOCKBROKERD_FDSTORE=1 FileDescriptorStoreMax=8; do
         grep -qxF "$line" "$tmp/root$unit" || bad "$unit lacks the line $line"
     done
 fi
