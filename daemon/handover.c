@@ -54,6 +54,7 @@ struct handover_out {
     size_t check_len;
     int64_t stopped_us;            /* monotonic: parsing stopped */
     char why[512];                 /* what the last look found not ready */
+    unsigned dropped;              /* connections closed when parsing stopped */
 };
 
 static struct handover_out *current;
@@ -326,7 +327,7 @@ static void handover_go(struct handover_out *h)
     struct handover_parts *p = h->p;
     struct server *srv = p->srv;
     struct locks_stats st;
-    unsigned dropped = conn_handover_drop(srv);
+    unsigned dropped = h->dropped;
     char *buf = NULL, fdnum[16];
     size_t len = 0;
     int fd, err;
@@ -344,9 +345,9 @@ static void handover_go(struct handover_out *h)
     }
     locks_get_stats(p->locks, &st);
     log_info("handover: %u connections, %llu holds, %llu waits; snapshot of %zu bytes, %lld ms "
-             "after parsing stopped%s; %s %s", srv->nconns, (unsigned long long)st.held,
-             (unsigned long long)st.waiting, len, (long long)(mono_us() - h->stopped_us) / 1000,
-             dropped ? " (TLS or closing connections closed)" : "",
+             "after parsing stopped (%u TLS or ended connections closed); %s %s", srv->nconns,
+             (unsigned long long)st.held, (unsigned long long)st.waiting, len,
+             (long long)(mono_us() - h->stopped_us) / 1000, dropped,
              h->to_fdstore ? "passing them to systemd's file descriptor store for" :
                              "executing", h->to_fdstore ? "the next start" : p->exe);
     if (h->to_fdstore) {
@@ -384,6 +385,9 @@ static void on_quiet_poll(evutil_socket_t fd, short what, void *arg)
     struct handover_out *h = arg;
     struct backend *b = h->p->backend;
 
+    /* Connections that ended meanwhile (lingering) go first: nothing of
+     * theirs is held any more; then whatever is left must be at rest. */
+    h->dropped += conn_handover_drop(h->p->srv);
     if (conn_handover_ready(h->p->srv, h->why, sizeof(h->why)) &&
         (!b->ops->handover_ready || b->ops->handover_ready(b->impl, h->why, sizeof(h->why)))) {
         handover_go(h);
@@ -406,6 +410,10 @@ static void handover_quiesce(struct handover_out *h)
     srv->handing_over = true;
     listeners_enable(srv, false);
     h->stopped_us = mono_us();
+    /* TLS connections cannot be carried: closed first, so that what their
+     * holds' ends set off (a grant, a ZooKeeper delete) settles before the
+     * snapshot like anything else in flight. */
+    h->dropped = conn_handover_drop(srv);
     if (!(h->timer = event_new(h->p->base, -1, EV_PERSIST, on_quiet_poll, h)) ||
         event_add(h->timer, &tv) < 0) {
         handover_give_up("handover: given up: %s", "out of memory");

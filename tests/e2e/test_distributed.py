@@ -26,6 +26,7 @@ import re
 import selectors
 import shutil
 import signal
+import ssl
 import sys
 import tempfile
 import time
@@ -39,6 +40,8 @@ import lbharness  # noqa: E402
 from lbharness import Daemon, contend_sets, scaled, scaled_ms, stats  # noqa: E402
 import zkharness  # noqa: E402
 from zkharness import ZkClient, ZkEnsemble, ZkServer, wait_for  # noqa: E402
+from lbpki import Pki, have_openssl, tls_section, TLS_LISTEN_RE  # noqa: E402
+from test_tls import TlsClient  # noqa: E402
 
 SESSION_MS = 4000          # ordinary tests: a dead daemon's locks go in ~4 s
 # ZooKeeper restart and leader election must fit in 2/3 of the session
@@ -2492,6 +2495,36 @@ class HandoverTest(DistributedBase):
         self.wait_no_nodes(hosts, sessions=[a.session], port=self.zk.port)
         b = self.start_daemon(hosts, "B")
         self.assertRegex(self.client(b).request("TRYLOCK hv-idle"), r"^OK hv-idle \d+$")
+
+    def test_a_tls_holder_closed_at_the_handover_lets_go_through_zookeeper(self):
+        """TLS connections are not carried: closed when the old daemon stops
+        parsing, their nodes' deletes settle before the snapshot, and the
+        successor takes over the rest."""
+        if not have_openssl():
+            lbharness.skip("openssl", "the openssl command is not installed")
+        hosts = self.zk.connect_string
+        pki = Pki(os.path.join(server_dir("pki-hv"), "pki"))
+        cert, key = pki.issue("localhost", server=True)
+        a = self.start_daemon(hosts, "A", extra=tls_section(cert, key, pki.ca, "none"))
+        host, port, _ = lbharness.parse_hostport(a.wait_log(TLS_LISTEN_RE).group(1))
+        raw = socket.create_connection((host, port), timeout=scaled(20.0))
+        t = TlsClient(ssl.create_default_context(cafile=pki.ca).wrap_socket(
+            raw, server_hostname="127.0.0.1"))
+        self.addCleanup(t.close)
+        tt = int(t.request("LOCK hv-tls").split()[2])
+        p = self.client(a)
+        tp = int(p.request("LOCK hv-plain").split()[2])
+        b = self.start_daemon(hosts, "B")
+        w = self.client(b)
+        w.send("LOCK hv-tls\n")
+        queued(b, w, "hv-tls")
+        self.hand_over(a)
+        tw = int(w.expect_match(r"^OK hv-tls %s$" % TOKEN).group(1))
+        self.assertGreater(tw, tt)
+        self.assertRegex(p.request("CHECK hv-plain"), r"^OK hv-plain %d \d+$" % tp)
+        self.assertEqual(p.request("UNLOCK hv-plain"), "OK hv-plain")
+        self.assertEqual(w.request("UNLOCK hv-tls"), "OK hv-tls")
+        self.wait_no_nodes(hosts, sessions=[a.session, b.session], port=self.zk.port)
 
     def test_a_session_that_cannot_be_attached_ends_the_holds_first(self):
         """The successor cannot reach ZooKeeper before the session could

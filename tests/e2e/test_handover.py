@@ -917,7 +917,7 @@ class Tls(Case):
         self.assertEqual(m.group(1), "1", m.group(0))      # the plain one
         self.assertIsNotNone(d.find_log(r"a TLS connection cannot be handed over; closing$",
                                         since=mark), d.log_tail())
-        self.assertIsNotNone(d.find_log(r"TLS or closing connections closed", since=mark))
+        self.assertIsNotNone(d.find_log(r"\(1 TLS or ended connections closed\)", since=mark))
         t.sock.settimeout(TIMEOUT)
         try:
             data = t.sock.recv(100)
