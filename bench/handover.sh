@@ -15,7 +15,10 @@
 # Environment: HANDOVER_CONNS (default 10000), HANDOVER_LOCKS (locks per
 # connection, default 10), HANDOVER_RUNS (default 5), HANDOVER_SAMPLE
 # (connections whose locks are CHECKed after each run, default 200),
-# HANDOVER_JSON (file receiving one JSON record per run), LOCKBROKERD
+# HANDOVER_JSON (file receiving one JSON record per run), HANDOVER_ZK
+# (ZooKeeper hosts: distributed mode, under a root of its own, where the
+# successor attaches to the same session; the log's "zk: reconnected"
+# line says when), LOCKBROKERD
 # (default: under the current build directory), PYTHON (default python3),
 # BENCH_KEEP=1 (keep the temporary directory, with the daemon's log).
 # Exit status 1 when a run failed (no handover, a lock lost or its token
@@ -65,6 +68,10 @@ cat >"$tmp/lockbrokerd.conf" <<EOF
 max_clients = $(( CONNS + 100 ))
 max_locks_per_client = $(( LOCKS > 256 ? LOCKS : 256 ))
 EOF
+if [ -n "${HANDOVER_ZK:-}" ]; then
+    printf '[zookeeper]\nhosts = %s\nroot = /lbbench-handover-%s\n' "$HANDOVER_ZK" "$$" \
+        >>"$tmp/lockbrokerd.conf"
+fi
 
 "$LOCKBROKERD" -c "$tmp/lockbrokerd.conf" -l 127.0.0.1:0 2>"$tmp/lockbrokerd.log" &
 lb_pid=$!

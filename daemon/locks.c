@@ -136,6 +136,7 @@ static struct lock *lock_create(struct locks *t, const char *name, const struct 
 {
     size_t len = strlen(name);
     struct lock *l = calloc(1, sizeof(*l) + len + 1);
+    void *found;
 
     if (!l)
         return NULL;
@@ -146,7 +147,8 @@ static struct lock *lock_create(struct locks *t, const char *name, const struct 
     l->limit = l->semaphore ? req->limit : 0;
     memcpy(l->name_buf, name, len + 1);
     l->name = l->name_buf;
-    if (!tsearch(l, &t->tree, by_name)) {
+    found = tsearch(l, &t->tree, by_name);
+    if (!found || *(struct lock **)found != l) {   /* out of memory, or there already */
         free(l);
         return NULL;
     }
@@ -1078,15 +1080,16 @@ bool locks_restore_lock(struct locks *t, struct snap_r *r, struct lock **out)
     req.limit = (unsigned)snap_r_u64(r);
     if (!snap_r_done(r))
         return false;
-    if (!name[0] || lock_find(t, name))
-        return snap_r_fail(r, "lock '%s' is empty or twice", name);
+    if (!name[0])
+        return snap_r_fail(r, "a lock without a name");
     if (semaphore) {
         if (req.limit < 1 || req.limit > LOCK_LIMIT_MAX)
             return snap_r_fail(r, "lock %s: limit %u", name, req.limit);
         req.mode = LOCK_LIMIT;
     }
+    /* One walk of the tree: lock_create refuses a name already there. */
     if (!(*out = lock_create(t, name, &req)))
-        return snap_r_fail(r, "out of memory");
+        return snap_r_fail(r, "lock %s is there twice, or out of memory", name);
     return true;
 }
 

@@ -80,18 +80,31 @@ static void w_field(struct snap_w *w, const char *p, size_t len)
     w_raw(w, p, len);
 }
 
+/* Decimal digits of v, written backwards from end; returns the first.
+ * (snprintf took half of the time a big snapshot took to write.) */
+static char *digits(char *end, uint64_t v)
+{
+    do {
+        *--end = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    return end;
+}
+
 void snap_w_u64(struct snap_w *w, uint64_t v)
 {
-    char buf[24];
+    char buf[24], *p = digits(buf + sizeof(buf), v);
 
-    w_field(w, buf, (size_t)snprintf(buf, sizeof(buf), "%" PRIu64, v));
+    w_field(w, p, (size_t)(buf + sizeof(buf) - p));
 }
 
 void snap_w_i64(struct snap_w *w, int64_t v)
 {
-    char buf[24];
+    char buf[24], *p = digits(buf + sizeof(buf), v < 0 ? -(uint64_t)v : (uint64_t)v);
 
-    w_field(w, buf, (size_t)snprintf(buf, sizeof(buf), "%" PRId64, v));
+    if (v < 0)
+        *--p = '-';
+    w_field(w, p, (size_t)(buf + sizeof(buf) - p));
 }
 
 void snap_w_bool(struct snap_w *w, bool v)
