@@ -18,7 +18,7 @@
  *   passes the same descriptors to systemd's file descriptor store and
  *   exits; the next start takes them from LISTEN_FDS.
  *
- * The successor (handover_receive, first thing in main): reads and checks
+ * The successor (takeover.c; handover_receive, first thing in main): reads and checks
  * the whole snapshot before anything starts; a snapshot it refuses closes
  * every descriptor it came with (clients see their connections end) and
  * the daemon starts afresh, saying why in one log line. handover_restore
@@ -38,6 +38,13 @@ struct locks;
 struct leases;
 struct backend;
 struct metrics;
+
+/* The environment: the snapshot's descriptor (exec), and the store wanted. */
+#define HANDOVER_ENV "LOCKBROKERD_HANDOVER"
+#define FDSTORE_ENV "LOCKBROKERD_FDSTORE"
+/* Connections per message of the socket that carries them through
+ * systemd's store ("conns"): the kernel's SCM_MAX_FD. */
+#define CONNS_PER_MSG 253
 
 /* How long the old daemon waits for parked requests to settle. */
 #define HANDOVER_QUIET_MS 3000
