@@ -62,6 +62,14 @@ bool zk_handover_ready(void *impl, char *why, size_t len)
         snprintf(why, len, "there is no ZooKeeper session to hand over");
         return false;
     }
+    /* The successor must attach before the lost deadline: leave it at least
+     * a third of the timeout (a probe round confirms c every tenth). */
+    if (zk_session_lost_in_ms(zk) < zk_timeout_ms(zk) / 3) {
+        snprintf(why, len, "the ZooKeeper session was last confirmed too long ago (%lld ms "
+                 "left before its holds would be presumed lost; waiting for a probe round)",
+                 (long long)zk_session_lost_in_ms(zk));
+        return false;
+    }
     if (outstanding || zk->batch->wq_len || zk->batch->batches_inflight) {
         snprintf(why, len, "%llu ZooKeeper requests are in flight",
                  (unsigned long long)(outstanding + zk->batch->wq_len));

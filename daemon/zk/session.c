@@ -672,6 +672,13 @@ int zk_session_reattach(struct zk *zk, int64_t id, const char *passwd, size_t pa
     return 0;
 }
 
+int64_t zk_session_lost_in_ms(const struct zk *zk)
+{
+    int64_t at = lost_deadline_ms(zk);
+
+    return at ? at - locks_mono_ms() : -1;
+}
+
 void zk_session_secret(const struct zk *zk, int64_t *id, char *passwd, size_t len)
 {
     const clientid_t *cid = zk->zh ? zoo_client_id(zk->zh) : NULL;

@@ -140,6 +140,8 @@ static inline int64_t zk_now_ms(void)
  * state. Returns 0, or -1 (no handle could be made).
  */
 void zk_session_secret(const struct zk *zk, int64_t *id, char *passwd, size_t len);
+/* ms until the holds would be presumed lost (c + 2/3 of the timeout), -1: no c. */
+int64_t zk_session_lost_in_ms(const struct zk *zk);
 int zk_session_reattach(struct zk *zk, int64_t id, const char *passwd, size_t passwd_len,
                         int negotiated_ms, int64_t confirmed_ms, int64_t lost_told_ms,
                         bool presumed_lost);
