@@ -2496,6 +2496,47 @@ class HandoverTest(DistributedBase):
         b = self.start_daemon(hosts, "B")
         self.assertRegex(self.client(b).request("TRYLOCK hv-idle"), r"^OK hv-idle \d+$")
 
+    def test_a_non_fair_name_is_held_and_awaited_across_a_handover(self):
+        """A non-fair name (one fixed node) held through the daemon handed
+        over, awaited through it and through another daemon."""
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A", extra="nonfair = nf-*\n")
+        b = self.start_daemon(hosts, "B", extra="nonfair = nf-*\n")
+        h = self.client(a)
+        t = int(h.request("LOCK nf-hv").split()[2])
+        local = self.client(a)
+        local.send("LOCK nf-hv\n")
+        queued(a, local, "nf-hv")
+        other = self.client(b)
+        other.send("LOCK nf-hv\n")
+        queued(b, other, "nf-hv")
+        self.hand_over(a)
+        self.assertRegex(h.request("CHECK nf-hv"), r"^OK nf-hv %d \d+$" % t)
+        self.assertTrue(local.silent() and other.silent())
+        self.assertEqual(h.request("UNLOCK nf-hv"), "OK nf-hv")
+        # Non-fair: either waiter may come next, never both at once.
+        first = None
+        deadline = time.monotonic() + scaled(15.0)
+        while first is None and time.monotonic() < deadline:
+            for c in (local, other):
+                if not c.silent():
+                    first = c
+                    break
+            else:
+                time.sleep(0.01)
+        self.assertIsNotNone(first, "nobody was granted nf-hv after its release")
+        second = other if first is local else local
+        t1 = int(first.expect_match(r"^OK nf-hv %s$" % TOKEN).group(1))
+        self.assertGreater(t1, t)
+        self.assertTrue(second.silent())
+        self.assertEqual(first.request("UNLOCK nf-hv"), "OK nf-hv")
+        t2 = int(second.expect_match(r"^OK nf-hv %s$" % TOKEN).group(1))
+        self.assertGreater(t2, t1)
+        self.assertEqual(second.request("UNLOCK nf-hv"), "OK nf-hv")
+        self.wait_no_nodes(hosts)
+        self.wait_zk(lambda: not nonfair_nodes(hosts, self.root), scaled(15.0),
+                     "no non-fair nodes under %s" % self.root)
+
     def test_a_tls_holder_closed_at_the_handover_lets_go_through_zookeeper(self):
         """TLS connections are not carried: closed when the old daemon stops
         parsing, their nodes' deletes settle before the snapshot, and the
@@ -2528,22 +2569,21 @@ class HandoverTest(DistributedBase):
 
     def test_a_session_that_cannot_be_attached_ends_the_holds_first(self):
         """The successor cannot reach ZooKeeper before the session could
-        expire: its holders are told LOST, and another daemon gets the name
-        only after that (safety, not timing)."""
-        zk = self.own_server(name="zk-hv-gone")
-        zk.start()
-        hosts = zk.connect_string
+        expire (its settings name a port where nothing listens): its holders
+        are told LOST, and another daemon gets the name only after that
+        (safety, not timing)."""
+        hosts = self.zk.connect_string
         a = self.start_daemon(hosts, "A")
         h = self.client(a, timeout=scaled(30.0))
         t = int(h.request("LOCK hv-gone").split()[2])
+        with open(a.config_path) as f:
+            conf = f.read()
+        with open(a.config_path, "w") as f:
+            f.write(conf.replace(hosts, "127.0.0.1:%d" % zkharness.free_port()))
         mark = a.log_mark()
-        zk.pause()
-        try:
-            a.send_signal(signal.SIGUSR2)
-            a.wait_log(r"handover: took over", scaled(15.0), since=mark)
-            h.expect_match(r"^LOST hv-gone %d \S+$" % t)
-        finally:
-            zk.resume()
+        a.send_signal(signal.SIGUSR2)
+        a.wait_log(r"handover: took over", scaled(15.0), since=mark)
+        h.expect_match(r"^LOST hv-gone %d \S+$" % t)
         b = self.start_daemon(hosts, "B")
         tb = int(self.client(b, timeout=scaled(30.0)).request("LOCK hv-gone").split()[2])
         self.assertGreater(tb, t)
