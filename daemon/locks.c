@@ -653,7 +653,7 @@ bool locks_owner_waiting(const struct locks *t, const struct lock_owner *o, cons
     struct lock *l = lock_find(t, name);
     struct hold *h = l ? owned_hold(l, o) : NULL;
 
-    return h && h->state == HOLD_WAITING;
+    return h && h->state != HOLD_HELD;
 }
 
 bool locks_owner_check(const struct locks *t, const struct lock_owner *o, const char *name,

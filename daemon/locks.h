@@ -143,7 +143,8 @@ enum locks_result locks_lock(struct locks *t, struct lock_owner *o, const char *
 bool locks_owner_token(const struct locks *t, const struct lock_owner *o, const char *name,
                        uint64_t *token);
 
-/* Whether o's request for name is queued in this table (not yet admitted). */
+/* Whether o's request for name waits: queued in this table, or admitted
+ * and being acquired from the backend (distributed mode); not granted. */
 bool locks_owner_waiting(const struct locks *t, const struct lock_owner *o, const char *name);
 
 /*

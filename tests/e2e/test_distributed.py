@@ -2497,6 +2497,48 @@ class HandoverTest(DistributedBase):
         b = self.start_daemon(hosts, "B")
         self.assertRegex(self.client(b).request("TRYLOCK hv-idle"), r"^OK hv-idle \d+$")
 
+    def test_a_semaphore_and_a_set_across_a_handover(self):
+        """A limit lock's holders and a waiter through another daemon; a set
+        half taken on the daemon handed over, and a LOCK, each waiting in
+        ZooKeeper's queue for a name another daemon's client holds."""
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A")
+        b = self.start_daemon(hosts, "B")
+        s1, s2 = self.client(a), self.client(a)
+        t1 = int(s1.request("LOCK hv-sem limit=2").split()[2])
+        t2 = int(s2.request("LOCK hv-sem limit=2").split()[2])
+        sw = self.client(b)
+        sw.send("LOCK hv-sem limit=2\n")
+        queued(b, sw, "hv-sem")
+        bh = self.client(b)
+        tz = int(bh.request("LOCK hv-z").split()[2])
+        setc = self.client(a)
+        setc.send("LOCK hv-a,hv-z\n")            # hv-a taken, waits for hv-z
+        queued(a, setc, "hv-z")
+        self.wait_node(hosts, "hv-z", a)
+        ty = int(bh.request("LOCK hv-y").split()[2])
+        aw = self.client(a)                      # waits in ZooKeeper's queue, behind B
+        aw.send("LOCK hv-y\n")
+        queued(a, aw, "hv-y")
+        self.wait_node(hosts, "hv-y", a)
+        self.hand_over(a)
+        self.assertTrue(aw.silent())
+        self.assertEqual(bh.request("UNLOCK hv-y"), "OK hv-y")
+        self.assertGreater(int(aw.expect_match(r"^OK hv-y %s$" % TOKEN).group(1)), ty)
+        self.assertEqual(aw.request("UNLOCK hv-y"), "OK hv-y")
+        self.assertRegex(s1.request("CHECK hv-sem"), r"^OK hv-sem %d \d+$" % t1)
+        self.assertTrue(sw.silent() and setc.silent())
+        self.assertEqual(s2.request("UNLOCK hv-sem"), "OK hv-sem")
+        tw = int(sw.expect_match(r"^OK hv-sem %s$" % TOKEN).group(1))
+        self.assertGreater(tw, t2)
+        self.assertEqual(bh.request("UNLOCK hv-z"), "OK hv-z")
+        m = setc.expect_match(r"^OK hv-a,hv-z (\d+),(\d+)$")
+        self.assertGreater(int(m.group(2)), tz)
+        self.assertEqual(setc.request("UNLOCK hv-a,hv-z"), "OK hv-a,hv-z")
+        for c in (s1, sw):
+            self.assertEqual(c.request("UNLOCK hv-sem"), "OK hv-sem")
+        self.wait_no_nodes(hosts, sessions=[a.session, b.session], port=self.zk.port)
+
     def test_a_non_fair_name_is_held_and_awaited_across_a_handover(self):
         """A non-fair name (one fixed node) held through the daemon handed
         over, awaited through it and through another daemon."""
