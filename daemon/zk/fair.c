@@ -98,11 +98,31 @@ static void on_delay_over(evutil_socket_t fd, short what, void *arg)
         zl_next(zl);         /* lists again, or deletes a node nobody wants */
 }
 
+/* Arms the delay's timer for what is left of it. false: out of memory. */
+static bool zl_arm_delay(struct zlock *zl)
+{
+    int64_t left = zl->delay_until_ms - locks_mono_ms();
+    struct timeval tv;
+
+    if (!zl->delay_timer && !(zl->delay_timer = evtimer_new(zl->zk->base, on_delay_over, zl)))
+        return false;
+    left = left < 0 ? 0 : left;
+    tv.tv_sec = left / 1000;
+    tv.tv_usec = (left % 1000) * 1000;
+    evtimer_add(zl->delay_timer, &tv);
+    return true;
+}
+
+bool zl_resume_delay(struct zlock *zl)
+{
+    return zl->step == ZL_DELAYING && zl_arm_delay(zl);
+}
+
 static void zl_begin_delay(struct zlock *zl)
 {
-    struct timeval tv = { zl->pred_delay_ms / 1000, (zl->pred_delay_ms % 1000) * 1000 };
-
-    if (!zl->delay_timer && !(zl->delay_timer = evtimer_new(zl->zk->base, on_delay_over, zl))) {
+    /* The ms after: a carried delay (handover) never ends sooner. */
+    zl->delay_until_ms = locks_mono_ms() + zl->pred_delay_ms + 1;
+    if (!zl_arm_delay(zl)) {
         zl_list(zl);         /* out of memory: cannot wait, a fencing token still orders */
         return;
     }
@@ -112,7 +132,6 @@ static void zl_begin_delay(struct zlock *zl)
     log_info("zk: the holder before %s in %s ended with its daemon's session, without a "
              "release: waiting its lock-delay of %lld ms", zl->node, zl->parent,
              (long long)zl->pred_delay_ms);
-    evtimer_add(zl->delay_timer, &tv);
 }
 
 static void on_session_asked(int rc, const struct Stat *stat, const void *data)

@@ -5,8 +5,8 @@
  * daemon is granted anything meanwhile.
  *
  * Only a backend at rest is handed over: no request in flight, nothing
- * queued for a multi, no node write pending, no lock-delay being waited
- * out. What the successor then knows of each request is what a
+ * queued for a multi, no node write pending. A lock-delay being waited out
+ * is carried with its end. What the successor then knows of each request is what a
  * reconnection to the same session knows (acquire.c, `closed`): its node,
  * whether it holds, and that its watches are gone; it looks again at
  * whatever it watched once connected, as after any reconnection.
@@ -42,6 +42,7 @@ static bool at_rest(const struct zlock *zl)
     case ZL_IDLE:
     case ZL_WATCHING:
     case ZL_LEASED:
+    case ZL_DELAYING:          /* a timer only: carried with its end */
         return !zl->data_writing;
     case ZL_HELD:
         return !zl->data_writing && !zl->awaiting_token && !zl->data_stale;
@@ -115,6 +116,8 @@ void zk_handover_save(void *impl, struct snap_w *w)
         snap_w_i64(w, zl->ttl_ms);
         snap_w_i64(w, zl->delay_ms);
         snap_w_i64(w, zl->keep_until_ms);
+        snap_w_i64(w, zl->delay_until_ms);
+        snap_w_i64(w, zl->pred_delay_ms);
         snap_w_bool(w, zl->nonfair);
         snap_w_bool(w, zl->raced);
         snap_w_bool(w, zl->lease);
@@ -176,6 +179,8 @@ static bool restore_zlock(struct zk *zk, struct snap_r *r)
     f.ttl_ms = snap_r_i64(r);
     f.delay_ms = snap_r_i64(r);
     f.keep_until_ms = snap_r_i64(r);
+    f.delay_until_ms = snap_r_i64(r);
+    f.pred_delay_ms = snap_r_i64(r);
     f.nonfair = snap_r_bool(r);
     f.raced = snap_r_bool(r);
     f.lease = snap_r_bool(r);
@@ -209,6 +214,8 @@ static bool restore_zlock(struct zk *zk, struct snap_r *r)
         *zl = f;
         if (zl->step == ZL_WATCHING || zl->step == ZL_LEASED || !held)
             zl->step = ZL_IDLE;      /* !held: an idle node, deleted once connected */
+        if (zl->step == ZL_DELAYING && !zl_resume_delay(zl))
+            return snap_r_fail(r, "out of memory");
     }
     return true;
 }

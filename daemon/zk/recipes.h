@@ -41,6 +41,9 @@ struct zk_leases {
 void zl_fair_create(struct zlock *zl);
 /* Lists the parent: may our node hold? Grants, waits or refuses. */
 void zl_list(struct zlock *zl);
+/* Handover: a zlock carried in ZL_DELAYING waits out what is left of its
+ * predecessor's lock-delay (delay_until_ms). false: out of memory. */
+bool zl_resume_delay(struct zlock *zl);
 
 /* nonfair.c: non-fair names (zl->nonfair), one fixed node each. */
 /* zl_start() for a non-fair zlock: creates, watches, takes the token,

@@ -75,6 +75,8 @@ struct zlock {
     int64_t pred_delay_ms;     /* ZL_WATCHING: the predecessor's lock-delay */
     int64_t pred_session;      /* ZL_WATCHING: its ephemeral owner, once read; 0: none */
     struct event *delay_timer; /* ZL_DELAYING: ends the predecessor's lock-delay; owned */
+    int64_t delay_until_ms;    /* ZL_DELAYING: monotonic ms when it ends (a handover
+                                * carries it) */
     int64_t keep_until_ms;     /* monotonic ms: a hold presumed lost keeps our node until
                                 * the last CHECK window it may have been given ends */
     struct event *keep_timer;  /* runs zl_start then (acquire.c); owned */

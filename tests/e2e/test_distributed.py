@@ -18,6 +18,7 @@ LB_REQUIRE=zk: lbharness.skip).
 """
 
 import atexit
+import calendar
 import functools
 import http.client as http_client
 import os
@@ -98,6 +99,14 @@ def zk_available():
     except zkharness.ZkError:
         return False
     return True
+
+
+def logged_at(m):
+    """The wall-clock time (s since the epoch) of the daemon's log line
+    holding match m: its "2026-11-25T02:57:04.749Z" prefix."""
+    stamp = re.match(r"^(\S+)Z ", m.string).group(1)
+    return calendar.timegm(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")) + \
+        float("0" + stamp[19:])
 
 
 def zk_config(hosts, root, session_ms=SESSION_MS, extra=""):
@@ -2538,6 +2547,33 @@ class HandoverTest(DistributedBase):
         for c in (s1, sw):
             self.assertEqual(c.request("UNLOCK hv-sem"), "OK hv-sem")
         self.wait_no_nodes(hosts, sessions=[a.session, b.session], port=self.zk.port)
+
+    def test_a_lock_delay_being_waited_out_is_carried(self):
+        """A waiter sitting out the lock-delay of a holder whose daemon died
+        is carried with what is left of it: the successor grants the name
+        no sooner than the delay's end (the daemon's own log times)."""
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A")
+        c = self.start_daemon(hosts, "C")
+        h = self.client(c)
+        t = int(h.request("LOCK hv-delay delay=4000").split()[2])
+        w = self.client(a, timeout=scaled(30.0))
+        w.send("LOCK hv-delay\n")
+        queued(a, w, "hv-delay")
+        self.wait_node(hosts, "hv-delay", a)
+        mark = a.log_mark()
+        c.killed = True
+        c.kill()                                 # its session ends: no release
+        began = a.wait_log(r"zk: the holder before \S+ in \S+/hv-delay ended with its "
+                           r"daemon's session, without a release: waiting its lock-delay of "
+                           r"4000 ms", scaled(30.0), since=mark)
+        self.hand_over(a)
+        tw = int(w.expect_match(r"^OK hv-delay %s$" % TOKEN).group(1))
+        self.assertGreater(tw, t)
+        granted = a.wait_log(r"lock hv-delay: granted to ", since=mark)
+        self.assertGreaterEqual(logged_at(granted) - logged_at(began), 4.0)
+        self.assertEqual(w.request("UNLOCK hv-delay"), "OK hv-delay")
+        self.wait_no_nodes(hosts)
 
     def test_a_non_fair_name_is_held_and_awaited_across_a_handover(self):
         """A non-fair name (one fixed node) held through the daemon handed
