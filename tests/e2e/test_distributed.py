@@ -2548,6 +2548,41 @@ class HandoverTest(DistributedBase):
             self.assertEqual(c.request("UNLOCK hv-sem"), "OK hv-sem")
         self.wait_no_nodes(hosts, sessions=[a.session, b.session], port=self.zk.port)
 
+    def test_mutual_exclusion_and_tokens_through_handovers_under_contention(self):
+        """Clients of three daemons contend for three names, without pause,
+        while one daemon is handed over twice: no two holders at once, tokens
+        only go up, every grant counted, nothing lost, one session each."""
+        hosts = self.zk.connect_string
+        daemons = [self.start_daemon(hosts, "lb%d" % i) for i in range(3)]
+        a = daemons[0]
+        names = ["hvmx-a", "hvmx-b", "hvmx-c"]
+        clients, iterations = 10, 30
+        load = LockLoad(daemons, seed=31)
+        self.addCleanup(load.close)
+        for d in daemons:
+            for _ in range(clients):
+                load.add(self.client(d), d.name, names, iterations)
+        expected = len(daemons) * clients * iterations
+        for k in (1, 2):
+            target = expected * k // 3
+            load.run_until(lambda: len(load.grants) >= target, scaled(120.0),
+                           what="%d grants" % target)
+            mark = a.log_mark()
+            a.send_signal(signal.SIGUSR2)
+            # The load goes on meanwhile; the handover must still happen.
+            load.run_until(lambda: a.find_log(r"handover: took over \d+ connections",
+                                              since=mark) is not None,
+                           scaled(30.0), what="handover %d" % k)
+        load.run_until(load.all_done, scaled(120.0))
+        self.assertEqual(len(load.grants), expected)
+        self.assertEqual(load.holder, {})
+        st = stats(a)
+        self.assertEqual(st["handovers"], "2")
+        self.assertEqual(st["zk_sessions"], "1")
+        for d in daemons:
+            self.assertEqual(int(stats(d)["lost"]), 0, d.name)
+        self.wait_no_nodes(hosts)
+
     def test_a_lock_delay_being_waited_out_is_carried(self):
         """A waiter sitting out the lock-delay of a holder whose daemon died
         is carried with what is left of it: the successor grants the name
