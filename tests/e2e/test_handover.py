@@ -974,6 +974,37 @@ os.execv(sys.argv[2], sys.argv[2:])
 """
 
 
+class UnderLoad(Case):
+    def test_mutual_exclusion_and_tokens_through_handovers_under_contention(self):
+        """30 clients contend for three names without pause while the daemon
+        is handed over twice: no two holders at once, tokens only go up,
+        every grant counted (test_distributed's LockLoad checks each)."""
+        import test_distributed as td
+        d = self.start()
+        names = ["ul-a", "ul-b", "ul-c"]
+        clients, iterations = 30, 30
+        load = td.LockLoad([d], seed=17)
+        self.addCleanup(load.close)
+        for _ in range(clients):
+            load.add(self.connect(d), "lb", names, iterations)
+        expected = clients * iterations
+        for k in (1, 2):
+            target = expected * k // 3
+            load.run_until(lambda: len(load.grants) >= target, scaled(60.0),
+                           what="%d grants" % target)
+            mark = d.log_mark()
+            d.send_signal(signal.SIGUSR2)
+            load.run_until(lambda: d.find_log(TOOK_OVER_RE, since=mark) is not None,
+                           scaled(30.0), what="handover %d" % k)
+        load.run_until(load.all_done, scaled(60.0))
+        self.assertEqual(len(load.grants), expected)
+        self.assertEqual(load.holder, {})
+        with d.client() as c:
+            st = read_stats(c)
+        self.assertEqual(st["handovers"], "2")
+        self.assertEqual(int(st["grants"]), expected)      # counters carried over
+
+
 @lbharness.skip_unless(built_with_libsystemd(), "systemd",
                        "lockbrokerd is built without libsystemd (no HAVE_LIBSYSTEMD in "
                        "config.h): no file descriptor store")
