@@ -16,8 +16,8 @@
 #include "locks.h"
 #include "backend.h"
 #include "histogram.h"
+#include "locks_int.h"
 #include "log.h"
-#include "snap.h"
 
 #include <event2/event.h>
 #include <fnmatch.h>
@@ -28,67 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum hold_state {
-    HOLD_WAITING,    /* in lock->waiters */
-    HOLD_ACQUIRING,  /* in lock->admitted; the backend works for it */
-    HOLD_HELD,       /* in lock->admitted; granted */
-};
-
-struct hold {
-    struct lock *lock;
-    struct lock_owner *owner;
-    TAILQ_ENTRY(hold) in_lock;     /* lock->admitted or lock->waiters, by state */
-    TAILQ_ENTRY(hold) in_owner;    /* the owner's list */
-    enum hold_state state;
-    enum lock_mode mode;
-    unsigned weight;               /* share of a LOCK_LIMIT lock's limit; 1 today */
-    bool try;                      /* TRYLOCK or LOCK ... 0: never waits behind others */
-    int64_t ttl_ms;                /* > 0: a lease's (the owner is a lease record) */
-    int64_t delay_ms;              /* lock-delay kept after an abandonment; 0: none */
-    int64_t delay_end_ms;          /* abandoned: monotonic ms when the delay ends */
-    int64_t kept_ms;               /* kept (a lock-delay, or UNLOCK keep=): for how long */
-    bool kept_by_release;          /* kept because UNLOCK said keep=, not abandoned */
-    char *gone_desc;               /* abandoned: a copy of its owner's desc; owned */
-    char *gone_label;              /* abandoned: a copy of its owner's label, or NULL; owned */
-    uint32_t count;                /* re-entrant depth, >= 1 when HELD */
-    uint64_t token;                /* valid when HELD */
-    int64_t since_ms;              /* wall-clock time of the grant, valid when HELD */
-    int64_t asked_us;              /* monotonic time of the request (locks_mono_us) */
-    int64_t granted_us;            /* monotonic time of the grant, valid when HELD */
-    struct event *timer;           /* wait deadline, or the end of a lock-delay, or NULL */
-    int64_t deadline_us;           /* monotonic end of the wait when timer is the deadline */
-    void *backend_data;            /* the backend's; the table only moves it on handover */
-};
-
-struct lock {
-    const char *name;              /* NUL-terminated; points at name_buf */
-    struct locks *table;
-    TAILQ_HEAD(hold_list, hold) admitted; /* ACQUIRING and HELD holds, in admission order
-                                    * (in distributed mode one that took its place
-                                    * early may sit behind holds it does not fit) */
-    TAILQ_HEAD(, hold) waiters;    /* WAITING holds, in arrival order */
-    unsigned nadmitted, nheld, nwaiters;
-    unsigned weight;               /* sum of the admitted holds' weights */
-    bool semaphore;                /* a LOCK_LIMIT lock; else exclusive and shared mix */
-    unsigned limit;                /* semaphore only: the holders' weight limit */
-    char name_buf[];
-};
-
-struct locks {
-    struct event_base *base;
-    struct backend *backend;
-    unsigned max_per_client;
-    bool closing;                  /* locks_shutdown() was called: grant nothing more */
-    void *tree;                    /* tsearch root of struct lock * by name */
-    struct locks_stats stats;
-    struct locks_histograms hist;
-    struct lock_owner abandoned;   /* owns the holds kept for their lock-delay */
-    void (*changed)(void *arg, const char *name); /* locks_set_observer(), or NULL */
-    void *changed_arg;
-};
-
 #define MAX_DEPTH UINT32_MAX
-#define NAME_COPY 256              /* a lock name (at most 200 bytes) and its NUL */
 
 static const char *const mode_names[LOCK_MODE_COUNT] = { "exclusive", "shared", "limit" };
 
@@ -123,7 +63,7 @@ static int by_name(const void *a, const void *b)
     return strcmp(((const struct lock *)a)->name, ((const struct lock *)b)->name);
 }
 
-static struct lock *lock_find(const struct locks *t, const char *name)
+struct lock *lock_find(const struct locks *t, const char *name)
 {
     /* tfind compares with by_name, so a key needs only the name. */
     struct lock key = { .name = name };
@@ -132,7 +72,7 @@ static struct lock *lock_find(const struct locks *t, const char *name)
     return found ? *(struct lock **)found : NULL;
 }
 
-static struct lock *lock_create(struct locks *t, const char *name, const struct lock_req *req)
+struct lock *lock_create(struct locks *t, const char *name, const struct lock_req *req)
 {
     size_t len = strlen(name);
     struct lock *l = calloc(1, sizeof(*l) + len + 1);
@@ -155,7 +95,7 @@ static struct lock *lock_create(struct locks *t, const char *name, const struct 
     return l;
 }
 
-static bool lock_empty(const struct lock *l)
+bool lock_empty(const struct lock *l)
 {
     return TAILQ_EMPTY(&l->admitted) && TAILQ_EMPTY(&l->waiters);
 }
@@ -394,7 +334,7 @@ static void hold_release(struct hold *h)
     lock_settle(l, NULL, NULL, NULL);
 }
 
-static void on_wait_timeout(evutil_socket_t fd, short what, void *arg)
+void hold_on_wait_timeout(evutil_socket_t fd, short what, void *arg)
 {
     struct hold *h = arg;
     struct locks *t = h->lock->table;
@@ -430,7 +370,7 @@ static const struct lock_owner_ops abandoned_ops = {
 };
 
 /* A kept hold's time is over (a lock-delay, or UNLOCK keep=): it ends as if released. */
-static void on_delay_over(evutil_socket_t fd, short what, void *arg)
+void hold_on_delay_over(evutil_socket_t fd, short what, void *arg)
 {
     struct hold *h = arg;
 
@@ -460,7 +400,7 @@ static bool hold_keep(struct hold *h, int64_t ms, bool released)
     /* Its desc and label go on naming it in STATUS, LOCKS and WATCH. */
     if (!(desc = strdup(h->owner->desc ? h->owner->desc : "?")) ||
         (h->owner->label && !(label = strdup(h->owner->label))) ||
-        !(h->timer = evtimer_new(t->base, on_delay_over, h)) || evtimer_add(h->timer, &tv) < 0) {
+        !(h->timer = evtimer_new(t->base, hold_on_delay_over, h)) || evtimer_add(h->timer, &tv) < 0) {
         if (h->timer)
             event_free(h->timer);
         h->timer = NULL;
@@ -562,7 +502,7 @@ static int hold_arm_timer(struct locks *t, struct hold *h, int64_t wait_ms)
      * iteration): a deadline counted from it would end the wait early. */
     event_base_update_cache_time(t->base);
     h->deadline_us = locks_mono_us() + wait_ms * 1000;
-    h->timer = event_new(t->base, -1, 0, on_wait_timeout, h);
+    h->timer = event_new(t->base, -1, 0, hold_on_wait_timeout, h);
     if (!h->timer || event_add(h->timer, &tv) < 0) {
         if (h->timer)
             event_free(h->timer);
@@ -986,242 +926,4 @@ void locks_backend_lost(struct hold *h, const char *reason)
 void locks_backend_ended(struct hold *h, const char *reason)
 {
     backend_ended(h, reason, false);
-}
-
-/*
- * Handover (handover.h): the table as records. Each lock is a "lock"
- * record followed by one "hold" record per hold, admitted ones first in
- * their order, then the waiters in theirs; times are monotonic (the same
- * clock in the successor: same boot) or wall-clock, as they are kept.
- */
-struct save_ctx {
-    struct snap_w *w;
-    const struct locks *t;
-    locks_owner_key_fn key;
-    void *arg;
-};
-
-static void save_hold(struct save_ctx *s, const struct hold *h)
-{
-    const struct backend *b = s->t->backend;
-    struct snap_w *w = s->w;
-
-    snap_w_rec(w, "hold");
-    if (h->owner == &s->t->abandoned)
-        snap_w_str(w, NULL);
-    else
-        s->key(s->arg, h->owner, w);
-    snap_w_u64(w, h->state);
-    snap_w_u64(w, h->mode);
-    snap_w_u64(w, h->weight);
-    snap_w_bool(w, h->try);
-    snap_w_i64(w, h->ttl_ms);
-    snap_w_i64(w, h->delay_ms);
-    snap_w_i64(w, h->delay_end_ms);
-    snap_w_i64(w, h->kept_ms);
-    snap_w_bool(w, h->kept_by_release);
-    snap_w_str(w, h->gone_desc);
-    snap_w_str(w, h->gone_label);
-    snap_w_u64(w, h->count);
-    snap_w_u64(w, h->token);
-    snap_w_i64(w, h->since_ms);
-    snap_w_i64(w, h->asked_us);
-    snap_w_i64(w, h->granted_us);
-    snap_w_i64(w, h->timer && h->state == HOLD_WAITING ? h->deadline_us : -1);
-    if (b->ops->save_hold && h->state != HOLD_WAITING)
-        b->ops->save_hold(b->impl, h, w);
-    else
-        snap_w_str(w, NULL);
-}
-
-static void save_visit(const void *node, VISIT which, void *closure)
-{
-    struct save_ctx *s = closure;
-    const struct lock *l = *(struct lock *const *)node;
-    const struct hold *h;
-
-    if (which != postorder && which != leaf)
-        return;
-    snap_w_rec(s->w, "lock");
-    snap_w_str(s->w, l->name);
-    snap_w_bool(s->w, l->semaphore);
-    snap_w_u64(s->w, l->limit);
-    TAILQ_FOREACH(h, &l->admitted, in_lock)
-        save_hold(s, h);
-    TAILQ_FOREACH(h, &l->waiters, in_lock)
-        save_hold(s, h);
-}
-
-void locks_save(const struct locks *t, struct snap_w *w, locks_owner_key_fn key, void *arg)
-{
-    struct save_ctx s = { w, t, key, arg };
-
-    snap_w_rec(w, "locks");
-    snap_w_u64(w, t->stats.grants);
-    for (int m = 0; m < LOCK_MODE_COUNT; m++)
-        snap_w_u64(w, t->stats.grants_by_mode[m]);
-    snap_w_u64(w, t->stats.timeouts);
-    snap_w_u64(w, t->stats.lost);
-    snap_w_u64(w, t->stats.handoffs);
-    snap_w_u64(w, t->stats.delays);
-    snap_w_u64(w, t->stats.keeps);
-    snap_w_u64(w, t->stats.broken);
-    twalk_r(t->tree, save_visit, &s);
-}
-
-bool locks_restore_lock(struct locks *t, struct snap_r *r, struct lock **out)
-{
-    char name[NAME_COPY];
-    struct lock_req req = { .mode = LOCK_EXCLUSIVE };
-    bool semaphore;
-
-    snap_r_str_copy(r, name, sizeof(name));
-    semaphore = snap_r_bool(r);
-    req.limit = (unsigned)snap_r_u64(r);
-    if (!snap_r_done(r))
-        return false;
-    if (!name[0])
-        return snap_r_fail(r, "a lock without a name");
-    if (semaphore) {
-        if (req.limit < 1 || req.limit > LOCK_LIMIT_MAX)
-            return snap_r_fail(r, "lock %s: limit %u", name, req.limit);
-        req.mode = LOCK_LIMIT;
-    }
-    /* One walk of the tree: lock_create refuses a name already there. */
-    if (!(*out = lock_create(t, name, &req)))
-        return snap_r_fail(r, "lock %s is there twice, or out of memory", name);
-    return true;
-}
-
-/* Re-arms what h's timer did: the wait's deadline or the end of its keep. */
-static bool restore_timer(struct locks *t, struct hold *h, int64_t deadline_us)
-{
-    int64_t left_us;
-    struct timeval tv;
-
-    /* delay_end_ms was rounded down to the ms: its end is the ms after, so
-     * that the keep never ends sooner than it would have. */
-    if (h->owner == &t->abandoned)
-        left_us = (h->delay_end_ms + 1) * 1000 - locks_mono_us();
-    else if (deadline_us >= 0)
-        left_us = deadline_us - locks_mono_us();
-    else
-        return true;
-    if (left_us < 0)
-        left_us = 0;
-    tv.tv_sec = left_us / 1000000;
-    tv.tv_usec = left_us % 1000000;
-    h->deadline_us = deadline_us;
-    h->timer = evtimer_new(t->base, h->owner == &t->abandoned ? on_delay_over : on_wait_timeout,
-                           h);
-    return h->timer && evtimer_add(h->timer, &tv) == 0;
-}
-
-static bool restore_hold_fields(struct snap_r *r, struct hold *h, int64_t *deadline_us)
-{
-    const char *s;
-
-    h->state = (enum hold_state)snap_r_u64(r);
-    h->mode = (enum lock_mode)snap_r_u64(r);
-    h->weight = (unsigned)snap_r_u64(r);
-    h->try = snap_r_bool(r);
-    h->ttl_ms = snap_r_i64(r);
-    h->delay_ms = snap_r_i64(r);
-    h->delay_end_ms = snap_r_i64(r);
-    h->kept_ms = snap_r_i64(r);
-    h->kept_by_release = snap_r_bool(r);
-    if ((s = snap_r_str(r, NULL)) && !(h->gone_desc = strdup(s)))
-        return snap_r_fail(r, "out of memory");
-    if ((s = snap_r_str(r, NULL)) && !(h->gone_label = strdup(s)))
-        return snap_r_fail(r, "out of memory");
-    h->count = (uint32_t)snap_r_u64(r);
-    h->token = snap_r_u64(r);
-    h->since_ms = snap_r_i64(r);
-    h->asked_us = snap_r_i64(r);
-    h->granted_us = snap_r_i64(r);
-    *deadline_us = snap_r_i64(r);
-    return snap_r_ok(r);
-}
-
-bool locks_restore_hold(struct locks *t, struct lock *l, struct lock_owner *o,
-                        struct snap_r *r)
-{
-    const struct backend *b = t->backend;
-    struct hold *h = calloc(1, sizeof(*h));
-    int64_t deadline_us = -1;
-    bool kept = o == NULL;
-
-    if (!h)
-        return snap_r_fail(r, "out of memory");
-    h->lock = l;
-    h->owner = kept ? &t->abandoned : o;
-    if (!restore_hold_fields(r, h, &deadline_us))
-        goto fail;
-    if (!l || (unsigned)h->state > HOLD_HELD || (unsigned)h->mode >= LOCK_MODE_COUNT ||
-        h->weight != 1 || (h->mode == LOCK_LIMIT) != l->semaphore ||
-        /* A hold kept after UNLOCK keep= was released: its count is 0. */
-        (!kept && (h->state == HOLD_HELD) != (h->count > 0)) ||
-        (kept && (h->state != HOLD_HELD || !h->gone_desc))) {
-        snap_r_fail(r, "a hold of lock %s does not add up", l ? l->name : "?");
-        goto fail;
-    }
-    if (h->state != HOLD_WAITING && b->ops->restore_hold) {
-        if (!b->ops->restore_hold(b->impl, h, r))
-            goto fail;
-    } else if (snap_r_str(r, NULL) || !snap_r_ok(r)) {
-        snap_r_fail(r, "a hold of lock %s carries what this backend does not keep", l->name);
-        goto fail;
-    }
-    if (!snap_r_done(r) || !restore_timer(t, h, deadline_us)) {
-        snap_r_fail(r, "out of memory");
-        goto fail;
-    }
-    if (h->state == HOLD_WAITING) {
-        TAILQ_INSERT_TAIL(&l->waiters, h, in_lock);
-        l->nwaiters++;
-        t->stats.waiting++;
-    } else {
-        TAILQ_INSERT_TAIL(&l->admitted, h, in_lock);
-        l->nadmitted++;
-        l->weight += h->weight;
-        if (h->state == HOLD_HELD) {
-            l->nheld++;
-            t->stats.held++;
-        } else {
-            t->stats.waiting++;
-        }
-    }
-    TAILQ_INSERT_TAIL(&h->owner->holds, h, in_owner);
-    h->owner->nholds++;
-    if (kept)
-        t->stats.delayed++;
-    return true;
-fail:
-    if (h->timer)
-        event_free(h->timer);
-    free(h->gone_desc);
-    free(h->gone_label);
-    free(h);
-    return false;
-}
-
-bool locks_restore_stats(struct locks *t, struct snap_r *r)
-{
-    t->stats.grants = snap_r_u64(r);
-    for (int m = 0; m < LOCK_MODE_COUNT; m++)
-        t->stats.grants_by_mode[m] = snap_r_u64(r);
-    t->stats.timeouts = snap_r_u64(r);
-    t->stats.lost = snap_r_u64(r);
-    t->stats.handoffs = snap_r_u64(r);
-    t->stats.delays = snap_r_u64(r);
-    t->stats.keeps = snap_r_u64(r);
-    t->stats.broken = snap_r_u64(r);
-    return snap_r_done(r);
-}
-
-bool locks_restore_check(struct locks *t, struct lock *l, struct snap_r *r)
-{
-    if (l && lock_empty(l))
-        return snap_r_fail(r, "lock %s has no hold", l->name);
-    return true;
 }
