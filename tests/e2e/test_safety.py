@@ -10,7 +10,6 @@ The distributed tests share test_distributed.py's harness and are skipped
 (exit 77 when nothing ran) without ZooKeeper.
 """
 
-import calendar
 import os
 import re
 import select
@@ -44,12 +43,7 @@ while True:
 OVER_RE = r"lock %s: lock-delay of %d ms after \S+ ended \(token %s\) is over"
 
 
-def logged_at(m):
-    """The wall-clock time (s since the epoch) of the daemon's log line
-    holding match m: its "2026-11-25T02:57:04.749Z" prefix."""
-    stamp = re.match(r"^(\S+)Z ", m.string).group(1)
-    return calendar.timegm(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")) + \
-        float("0" + stamp[19:])
+logged_at = td.logged_at     # the wall-clock time of a daemon log line
 
 
 def check_reply(c, name):
