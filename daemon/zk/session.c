@@ -307,6 +307,9 @@ void zk_session_check_stall(struct zk *zk)
                  "its server cut off from the leader?); presuming the session lost",
                  (unsigned long long)zk->session_id, (long long)(now - zk->confirmed_ms),
                  zk_timeout_ms(zk));
+    else
+        log_warn("zk: no contact with ZooKeeper for 2/3 of the %d ms session timeout; "
+                 "presuming the session lost", zk_timeout_ms(zk));
     presume_lost(zk, now);
 }
 
