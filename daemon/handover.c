@@ -75,9 +75,23 @@ static void owner_key(void *arg, const struct lock_owner *o, struct snap_w *w)
     snap_w_str(w, key);
 }
 
+const char *const handover_listener_names[HANDOVER_LISTENERS] = {
+    [HANDOVER_TCP] = "tcp", [HANDOVER_UNIX] = "unix", [HANDOVER_TLS] = "tls",
+    [HANDOVER_METRICS] = "metrics",
+};
+
 static int listener_fd(struct evconnlistener *l)
 {
     return l ? evconnlistener_get_fd(l) : -1;
+}
+
+/* The daemon's listening sockets, in handover_listener_names' order; -1: none. */
+static void carried_listeners(const struct handover_parts *p, int fds[HANDOVER_LISTENERS])
+{
+    fds[HANDOVER_TCP] = listener_fd(p->srv->tcp);
+    fds[HANDOVER_UNIX] = listener_fd(p->srv->unix_sock);
+    fds[HANDOVER_TLS] = listener_fd(p->srv->tls_sock);
+    fds[HANDOVER_METRICS] = metrics_fd(p->metrics);
 }
 
 /* Everything, in the order handover_restore reads it. */
@@ -86,8 +100,10 @@ static int snapshot_write(struct handover_out *h, char **buf, size_t *len)
     struct handover_parts *p = h->p;
     struct server *srv = p->srv;
     struct backend *b = p->backend;
+    int listeners[HANDOVER_LISTENERS];
     struct snap_w w;
 
+    carried_listeners(p, listeners);
     snap_w_init(&w, SNAP_MAX_BYTES);
     snap_w_rec(&w, "daemon");
     snap_w_str(&w, srv->daemon_id);
@@ -96,10 +112,8 @@ static int snapshot_write(struct handover_out *h, char **buf, size_t *len)
     snap_w_i64(&w, (int64_t)srv->started);
     snap_w_u64(&w, srv->handovers);
     snap_w_u64(&w, srv->stats.conns_total);
-    snap_w_i64(&w, listener_fd(srv->tcp));
-    snap_w_i64(&w, listener_fd(srv->unix_sock));
-    snap_w_i64(&w, listener_fd(srv->tls_sock));
-    snap_w_i64(&w, metrics_fd(p->metrics));
+    for (int i = 0; i < HANDOVER_LISTENERS; i++)
+        snap_w_i64(&w, listeners[i]);
     /* The counters since start go on, as uptime does. */
     snap_w_rec(&w, "server_stats");
     snap_w_u64(&w, srv->stats.conns_rejected);
@@ -292,15 +306,11 @@ static int conns_socket(struct server *srv)
 static int pass_to_fdstore(struct handover_out *h, int snap)
 {
 #ifdef HAVE_LIBSYSTEMD
-    struct server *srv = h->p->srv;
-    struct { int fd; const char *name; } ls[] = {
-        { listener_fd(srv->tcp), "tcp" }, { listener_fd(srv->unix_sock), "unix" },
-        { listener_fd(srv->tls_sock), "tls" }, { metrics_fd(h->p->metrics), "metrics" },
-    };
-    int failed = 0, conns = conns_socket(srv);
+    int listeners[HANDOVER_LISTENERS], failed = 0, conns = conns_socket(h->p->srv);
 
-    for (size_t i = 0; i < sizeof(ls) / sizeof(ls[0]); i++)
-        if (ls[i].fd >= 0 && fdstore_put(ls[i].fd, ls[i].name) < 0)
+    carried_listeners(h->p, listeners);
+    for (int i = 0; i < HANDOVER_LISTENERS; i++)
+        if (listeners[i] >= 0 && fdstore_put(listeners[i], handover_listener_names[i]) < 0)
             failed = 1;
     if (conns < 0 || fdstore_put(conns, "conns") < 0)
         failed = 1;
@@ -324,6 +334,7 @@ static void handover_go(struct handover_out *h)
     struct server *srv = p->srv;
     struct locks_stats st;
     unsigned dropped = h->dropped;
+    int listeners[HANDOVER_LISTENERS];
     char *buf = NULL, fdnum[16];
     size_t len = 0;
     int fd, err;
@@ -361,10 +372,9 @@ static void handover_go(struct handover_out *h)
             fcntl(i, F_SETFD, FD_CLOEXEC);
     }
     keep_fd(fd);
-    keep_fd(listener_fd(srv->tcp));
-    keep_fd(listener_fd(srv->unix_sock));
-    keep_fd(listener_fd(srv->tls_sock));
-    keep_fd(metrics_fd(p->metrics));
+    carried_listeners(p, listeners);
+    for (int i = 0; i < HANDOVER_LISTENERS; i++)
+        keep_fd(listeners[i]);
     conn_handover_fds(srv, keep_conn_fd, NULL);
     snprintf(fdnum, sizeof(fdnum), "%d", fd);
     setenv(HANDOVER_ENV, fdnum, 1);

@@ -46,6 +46,11 @@ struct metrics;
  * systemd's store ("conns"): the kernel's SCM_MAX_FD. */
 #define CONNS_PER_MSG 253
 
+/* The listening sockets a handover carries, in the snapshot's order, and
+ * their names in systemd's store (handover_listener_names). */
+enum { HANDOVER_TCP, HANDOVER_UNIX, HANDOVER_TLS, HANDOVER_METRICS, HANDOVER_LISTENERS };
+extern const char *const handover_listener_names[HANDOVER_LISTENERS];
+
 /* How long the old daemon waits for parked requests to settle. */
 #define HANDOVER_QUIET_MS 3000
 /* How long the successor's check may take. */

@@ -178,10 +178,26 @@ static int read_all(int fd, char **buf, size_t *len)
 
 static void fdstore_forget(void);
 
+/* The listeners systemd passed by name, in handover_listener_names' order. */
+static void passed_listeners(int fds[HANDOVER_LISTENERS])
+{
+    for (int i = 0; i < HANDOVER_LISTENERS; i++)
+        fds[i] = passed_fd(handover_listener_names[i]);
+}
+
+/* in's listeners, from fds in handover_listener_names' order. */
+static void take_listeners(struct handover_in *in, const int fds[HANDOVER_LISTENERS])
+{
+    in->fds.tcp = fds[HANDOVER_TCP];
+    in->fds.unix_fd = fds[HANDOVER_UNIX];
+    in->fds.tls = fds[HANDOVER_TLS];
+    in->metrics_fd = fds[HANDOVER_METRICS];
+}
+
 /* The snapshot cannot be used: every descriptor it came with is closed. */
 static void refuse(struct handover_in *in, const char *why)
 {
-    int keep[4];
+    int keep[HANDOVER_LISTENERS];
 
     fdstore_forget();
     log_error("handover: refusing the snapshot passed on: %s; closing the connections it "
@@ -193,14 +209,14 @@ static void refuse(struct handover_in *in, const char *why)
     }
     /* From systemd's store the listeners are known by name: listening on
      * them goes on (binding anew could race the store's copies closing). */
-    keep[0] = in->fds.tcp = passed_fd("tcp");
-    keep[1] = in->fds.unix_fd = passed_fd("unix");
-    keep[2] = in->fds.tls = passed_fd("tls");
-    keep[3] = in->metrics_fd = passed_fd("metrics");
+    passed_listeners(keep);
+    take_listeners(in, keep);
     for (int i = 0; i < passed.n; i++) {
-        int fd = passed.first + i;
+        int fd = passed.first + i, k = 0;
 
-        if (fd != keep[0] && fd != keep[1] && fd != keep[2] && fd != keep[3])
+        while (k < HANDOVER_LISTENERS && keep[k] != fd)
+            k++;
+        if (k == HANDOVER_LISTENERS)
             close(fd);
     }
     handover_in_free(in);
@@ -209,7 +225,7 @@ static void refuse(struct handover_in *in, const char *why)
 static bool read_head(struct handover_in *in, struct snap_r *r)
 {
     const char *kind = snap_r_next(r);
-    int64_t fds[4];
+    int fds[HANDOVER_LISTENERS];
 
     if (!kind || strcmp(kind, "daemon") != 0)
         return snap_r_fail(r, "it does not begin with the daemon's record");
@@ -219,21 +235,15 @@ static bool read_head(struct handover_in *in, struct snap_r *r)
     in->started = snap_r_i64(r);
     in->handovers = snap_r_u64(r);
     in->conns_total = snap_r_u64(r);
-    for (int i = 0; i < 4; i++)
-        fds[i] = snap_r_i64(r);
+    for (int i = 0; i < HANDOVER_LISTENERS; i++)
+        fds[i] = (int)snap_r_i64(r);
     if (!snap_r_done(r))
         return false;
-    if (in->fdstore) {
-        in->fds.tcp = passed_fd("tcp");
-        in->fds.unix_fd = passed_fd("unix");
-        in->fds.tls = passed_fd("tls");
-        in->metrics_fd = passed_fd("metrics");
-    } else {
-        in->fds.tcp = (int)fds[0];
-        in->fds.unix_fd = (int)fds[1];
-        in->fds.tls = (int)fds[2];
-        in->metrics_fd = (int)fds[3];
-    }
+    /* From systemd's store the names say which is which; after an exec the
+     * numbers are the same. */
+    if (in->fdstore)
+        passed_listeners(fds);
+    take_listeners(in, fds);
     return true;
 }
 
