@@ -345,6 +345,22 @@ class LockLoad:
             if w.state == "idle":
                 w.state = "done"
 
+    def run_with_handovers(self, d, expected, times, timeout,
+                           took_over=r"handover: took over \d+ connections"):
+        """Drives the load to its end (expected grants), handing daemon d
+        over (SIGUSR2) `times` times at even shares of the grants; each
+        handover must end (d logs a line matching took_over) while the load
+        goes on."""
+        for k in range(1, times + 1):
+            target = expected * k // (times + 1)
+            self.run_until(lambda: len(self.grants) >= target, timeout,
+                           what="%d grants" % target)
+            mark = d.log_mark()
+            d.send_signal(signal.SIGUSR2)
+            self.run_until(lambda: d.find_log(took_over, since=mark) is not None,
+                           scaled(30.0), what="handover %d" % k)
+        self.run_until(self.all_done, timeout)
+
     def all_done(self):
         return all(w.state == "done" for w in self.workers)
 
@@ -2570,17 +2586,7 @@ class HandoverTest(DistributedBase):
             for _ in range(clients):
                 load.add(self.client(d), d.name, names, iterations)
         expected = len(daemons) * clients * iterations
-        for k in (1, 2):
-            target = expected * k // 3
-            load.run_until(lambda: len(load.grants) >= target, scaled(120.0),
-                           what="%d grants" % target)
-            mark = a.log_mark()
-            a.send_signal(signal.SIGUSR2)
-            # The load goes on meanwhile; the handover must still happen.
-            load.run_until(lambda: a.find_log(r"handover: took over \d+ connections",
-                                              since=mark) is not None,
-                           scaled(30.0), what="handover %d" % k)
-        load.run_until(load.all_done, scaled(120.0))
+        load.run_with_handovers(a, expected, 2, scaled(120.0))
         self.assertEqual(len(load.grants), expected)
         self.assertEqual(load.holder, {})
         st = stats(a)

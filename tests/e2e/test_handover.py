@@ -783,11 +783,13 @@ class SnapshotRefused(Case):
             return f.read()
 
     def start_with(self, snap):
-        """The daemon with LOCKBROKERD_HANDOVER naming a memfd holding snap,
-        and one end of a socketpair. Returns (daemon, the other end)."""
+        """The daemon with LOCKBROKERD_HANDOVER naming a memfd holding snap
+        (bytes, or a function of the descriptor number passed to the daemon
+        that returns them), and one end of a socketpair. Returns (daemon, the
+        other end)."""
         ours, theirs = socket.socketpair()
         self.addCleanup(ours.close)
-        fd = memfd_holding(snap)
+        fd = memfd_holding(snap(theirs.fileno()) if callable(snap) else snap)
         try:
             d = self.start(env={"LOCKBROKERD_HANDOVER": str(fd)},
                            pass_fds=(fd, theirs.fileno()))
@@ -844,18 +846,11 @@ class SnapshotRefused(Case):
                 ("other mode", [], "distributed",
                  "it is of distributed mode, and this daemon runs in embedded mode")):
             with self.subTest(name):
-                ours, theirs = socket.socketpair()
-                self.addCleanup(ours.close)
-                records = ["daemon test-id %s 0 0 0 0 -1 -1 -1 -1" % mode,
-                           "backend_embedded 5",
-                           "conn 1 %d 127.0.0.1:1 - - . ." % theirs.fileno()] + extra
-                fd = memfd_holding(snapshot(records))
-                try:
-                    d = self.start(env={"LOCKBROKERD_HANDOVER": str(fd)},
-                                   pass_fds=(fd, theirs.fileno()))
-                finally:
-                    os.close(fd)
-                    theirs.close()
+                def snap(conn_fd, mode=mode, extra=extra):
+                    return snapshot(["daemon test-id %s 0 0 0 0 -1 -1 -1 -1" % mode,
+                                     "backend_embedded 5",
+                                     "conn 1 %d 127.0.0.1:1 - - . ." % conn_fd] + extra)
+                d, ours = self.start_with(snap)
                 self.assert_sock_eof(ours, "the connection passed on")
                 m = d.wait_log(NOT_ADD_UP_RE)
                 self.assertIn(why, m.group(1))
@@ -988,15 +983,7 @@ class UnderLoad(Case):
         for _ in range(clients):
             load.add(self.connect(d), "lb", names, iterations)
         expected = clients * iterations
-        for k in (1, 2):
-            target = expected * k // 3
-            load.run_until(lambda: len(load.grants) >= target, scaled(60.0),
-                           what="%d grants" % target)
-            mark = d.log_mark()
-            d.send_signal(signal.SIGUSR2)
-            load.run_until(lambda: d.find_log(TOOK_OVER_RE, since=mark) is not None,
-                           scaled(30.0), what="handover %d" % k)
-        load.run_until(load.all_done, scaled(60.0))
+        load.run_with_handovers(d, expected, 2, scaled(60.0), took_over=TOOK_OVER_RE)
         self.assertEqual(len(load.grants), expected)
         self.assertEqual(load.holder, {})
         with d.client() as c:
