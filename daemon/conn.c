@@ -146,6 +146,13 @@ static void conn_suspend(struct client *cl)
     conn_set_state(conn_of(cl), CONN_WAITING);
 }
 
+/* Parses what is buffered as if just read; deferred to the loop, because
+ * the lock table or the ZooKeeper client may be on the stack. */
+static void conn_parse_later(struct conn *c)
+{
+    bufferevent_trigger(c->bev, EV_READ, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+}
+
 /* The parked request's answer is queued: parse the lines that waited behind it. */
 static void conn_resume(struct client *cl)
 {
@@ -154,8 +161,7 @@ static void conn_resume(struct client *cl)
     if (c->state != CONN_WAITING)
         return;
     conn_set_state(c, CONN_READING);
-    /* Deferred, because the lock table or the ZooKeeper client is on the stack. */
-    bufferevent_trigger(c->bev, EV_READ, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+    conn_parse_later(c);
 }
 
 /* Releases everything and queues the last reply; conn_on_write closes.
@@ -701,8 +707,7 @@ void conn_handover_resume(struct server *srv)
         }
         /* Lines that came in before the handover are parsed as if just read. */
         if (c->state == CONN_READING)
-            bufferevent_trigger(c->bev, EV_READ, BEV_TRIG_IGNORE_WATERMARKS |
-                                BEV_TRIG_DEFER_CALLBACKS);
+            conn_parse_later(c);
         log_debug("conn %llu (%s): carried over (%s, %u holds and waits)",
                   (unsigned long long)c->cl.id, c->cl.peer, state_names[c->state],
                   c->cl.owner.nholds);
@@ -716,8 +721,7 @@ void conn_handover_abort(struct server *srv)
 
     TAILQ_FOREACH(c, &srv->conns, link)
         if (c->state == CONN_READING)
-            bufferevent_trigger(c->bev, EV_READ, BEV_TRIG_IGNORE_WATERMARKS |
-                                BEV_TRIG_DEFER_CALLBACKS);
+            conn_parse_later(c);
 }
 
 /* Closes every restored connection after a snapshot that did not add up. */
