@@ -852,6 +852,7 @@ const char *hold_owner_desc(const struct hold *h)
     return h->gone_desc ? h->gone_desc : h->owner->desc;
 }
 int64_t hold_delay_ms(const struct hold *h) { return h->delay_ms; }
+bool hold_kept(const struct hold *h) { return h->owner == &h->lock->table->abandoned; }
 const char *hold_label(const struct hold *h)
 {
     return h->gone_desc ? h->gone_label : h->owner->label;

@@ -253,6 +253,8 @@ const char *hold_label(const struct hold *h);         /* its owner's label then 
 enum lock_mode hold_mode(const struct hold *h);
 unsigned hold_limit(const struct hold *h);            /* LOCK_LIMIT only, else 0 */
 bool hold_try(const struct hold *h);                  /* answer busy rather than wait */
+bool hold_kept(const struct hold *h);                 /* kept after its owner let go of it (a
+                                                       * lock-delay, UNLOCK keep=): nobody's */
 int64_t hold_ttl_ms(const struct hold *h);            /* > 0: a lease's time to live */
 void *hold_backend_data(const struct hold *h);        /* the backend's slot, NULL at first */
 void hold_set_backend_data(struct hold *h, void *p);

@@ -122,6 +122,10 @@ static const struct metric_row rows[] = {
     { "zk_window_age_ms", "zk_window_age_seconds", "gauge", NULL, 1000,
       "Time since the latest request whose session touch a ZooKeeper leader certainly "
       "received: the session lives at least its timeout minus this (-1: no session)." },
+    { "zk_session_confirmed", "zk_session_confirmed", "gauge", NULL, 0,
+      "1 while the ZooKeeper session is confirmed through the leader and locks may be "
+      "granted; 0 while connecting, attaching after a handover, presumed lost or expired "
+      "(LOCK waits stay queued, TRYLOCK answers ERR UNAVAILABLE)." },
     { "zk_outstanding", "zk_outstanding_requests", "gauge", NULL, 0,
       "ZooKeeper requests sent and not yet answered." },
     { "zk_requests", "zk_lock_operations", "gauge", NULL, 0,

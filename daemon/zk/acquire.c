@@ -50,18 +50,29 @@ static bool zl_kept_for_window(struct zlock *zl)
 /* Decides the next request from what is known, whatever happened before. */
 static void zl_start(struct zlock *zl)
 {
+    struct zk *zk = zl->zk;
+
     zl->step = ZL_IDLE;
     if (zl_kept_for_window(zl))
         return;
-    if (zk_serving(zl->zk) && zl->lease) {
-        zl_lease_start(zl);
+    /* Nothing is granted unless the session is vouched for (zk_may_grant):
+     * a request waits, keeping its node and so its place; a try is
+     * answered ERR UNAVAILABLE, as /healthz says, unless it may wait (the
+     * agreement check, a handover's successor attaching). A node whose
+     * request left may still go. */
+    if (!zk_may_grant(zk)) {
+        if (!zk_waits(zk))
+            zl_try_unavailable(zl);
+        if (zl->hold || !zk_serving(zk) || zl->lease || zl->nonfair || !zl->node) {
+            if (!zl->hold && !zl->node && !zl->create_uncertain)
+                zl_free(zl);     /* nothing of it in ZooKeeper */
+            return;
+        }
+        zl_delete(zl);
         return;
     }
-    if (!zk_serving(zl->zk)) {
-        if (!zk_checking(zl->zk))    /* a try waits for the agreement check */
-            zl_try_unavailable(zl);
-        if (!zl->hold && !zl->node && !zl->create_uncertain)
-            zl_free(zl);     /* nothing of it in ZooKeeper */
+    if (zl->lease) {
+        zl_lease_start(zl);
         return;
     }
     if (zl->nonfair) {
@@ -95,8 +106,9 @@ enum locks_result zk_lock_acquire(void *impl, struct hold *h, uint64_t *token)
     struct zlock *zl;
     char parent[512];
 
-    /* A try cannot be answered without ZooKeeper: say so now. */
-    if (hold_try(h) && !zk_serving(zk) && !zk_checking(zk))
+    /* A try cannot be answered without a session vouched for: say so now,
+     * unless it may wait (zk_waits). */
+    if (hold_try(h) && !zk_may_grant(zk) && !zk_waits(zk))
         return LOCKS_UNAVAILABLE;
     /* Another daemon takes other names non-fair: nothing is taken here
      * until a restart (presence.c). */
@@ -112,7 +124,7 @@ enum locks_result zk_lock_acquire(void *impl, struct hold *h, uint64_t *token)
         return LOCKS_WAITING;
     }
     snprintf(parent, sizeof(parent), "%s/locks/%s", zk->root, hold_name(h));
-    if ((zl = zl_idle_find(zk, parent))) {
+    if (zk_vouched(zk) && (zl = zl_idle_find(zk, parent))) {
         if (zl_idle_adopt(zl, h, token))
             return LOCKS_GRANTED;
         zl_idle_drop(zl);    /* it goes first; ours queues behind it */
@@ -224,16 +236,28 @@ static void locks_forget_reads(void *arg)
         }
 }
 
-/* `lost`: every held lock is given up with reason; the waiters keep
- * waiting. */
+/*
+ * `lost`: every held lock is given up with reason; the waiters keep
+ * waiting. A hold kept after its owner let go (UNLOCK keep=, a lock-delay)
+ * is nobody's: nobody is told, and nothing is granted while the session is
+ * not vouched for (zk_may_grant), so it stays, its node with it, until its
+ * time is over, or the session is known to have ended (expired): then its
+ * node went with it (PROTOCOL.md, keep=). A try that waited for a
+ * handover's successor to attach is answered now.
+ */
 static void locks_drop_held(void *arg, const char *reason)
 {
     struct zk *zk = arg;
     struct zlock *zl, *next;
+    bool session_ended = zk->state == ZK_EXPIRED;
 
     for (zl = TAILQ_FIRST(&zk->nodes->zlocks); zl; zl = next) {
         next = TAILQ_NEXT(zl, link);
-        if (zl->step == ZL_HELD && zl->hold && !zl->awaiting_token) {
+        if (zl->step == ZL_IDLE && zl->try && zl->hold && !zk_waits(zk)) {
+            zl_try_unavailable(zl);
+            zl_start(zl);                /* deletes or frees, or once connected */
+        } else if (zl->step == ZL_HELD && zl->hold && !zl->awaiting_token &&
+                   (session_ended || !hold_kept(zl->hold))) {
             struct hold *h = zl_detach(zl);
             zl->step = ZL_IDLE;          /* node deleted once connected, if it survived, */
             zl->keep_until_ms = zk_presence_window_end_ms(zk);   /* not sooner than this */

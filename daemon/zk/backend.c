@@ -169,6 +169,7 @@ static void zk_stats(void *impl, backend_stat_fn add, void *cookie)
                             : zk->state == ZK_CONNECTING ? "connecting" : "expired");
     snprintf(v, sizeof(v), "0x%llx", (unsigned long long)zk->session_id);
     add(cookie, "zk_session_id", v);
+    add(cookie, "zk_session_confirmed", zk_serving(zk) && zk_confirmed(zk) ? "1" : "0");
     snprintf(v, sizeof(v), "%d", zk->negotiated_ms);
     add(cookie, "zk_session_timeout_ms", v);
     stat_u64(add, cookie, "zk_sessions", zk->sessions);

@@ -362,7 +362,7 @@ static void zl_decide(struct zlock *zl, const struct zview *v, int64_t pzxid,
         return;
     }
     if (zl_may_hold(zl, v)) {
-        if (!zl_take_token(zl, pzxid))
+        if (zl_grant_held_back(zl) || !zl_take_token(zl, pzxid))
             return;
         zl->step = ZL_HELD;
         zl->create_attempts = 0;

@@ -34,6 +34,8 @@
 /* Grants the holder waiting at a turn's end the token of zxid, passed on. */
 static void zl_grant_turn(struct zlock *zl, int64_t zxid)
 {
+    if (zl_grant_held_back(zl))
+        return;              /* the turn is checked again once it may */
     zl->awaiting_token = false;
     zl->handoffs = 0;
     if (!zl_take_token(zl, zxid))
@@ -117,7 +119,7 @@ enum locks_result zk_lock_pass_on(void *impl, struct hold *from, struct hold *to
     struct zlock *zl = hold_backend_data(from);
 
     if (!zl || zl->lease || zl->step != ZL_HELD || zl->awaiting_token ||
-        zk->state != ZK_CONNECTED || !zk->settings->zk_local_handoff)
+        !zk_vouched(zk) || !zk->settings->zk_local_handoff)
         return LOCKS_BUSY;
     /* A non-fair node has no turn to end: at the limit it goes, and the
      * next waiter races for it like any other daemon's. */
@@ -323,7 +325,7 @@ bool zl_idle_adopt(struct zlock *zl, struct hold *h, uint64_t *token)
 
     if (hold_mode(h) != LOCK_EXCLUSIVE || hold_ttl_ms(h) > 0 || zl->contended ||
         hold_delay_ms(h) != zl->delay_ms ||
-        zl->step != ZL_HELD || zk->state != ZK_CONNECTED ||
+        zl->step != ZL_HELD || !zk_vouched(zk) ||
         zl->handoffs >= zk->settings->zk_local_handoff)
         return false;
     zl_idle_end(zl);

@@ -235,10 +235,13 @@ static void free_ln_node(void *p)
     ln_free(ln);
 }
 
+static void leases_free_parked(struct zk *zk);
+
 void zk_lease_free_all(struct zk *zk)
 {
     if (!zk->leases)
         return;
+    leases_free_parked(zk);
     tdestroy(zk->leases->lease_nodes, free_ln_node);
     free(zk->leases);
     zk->leases = NULL;
@@ -319,6 +322,8 @@ struct backend_lease_op {
     bool matched;              /* the current attempt found the node */
     bool writing;              /* its delete or setData is in flight */
     bool trouble;              /* a read failed for another reason than ZNONODE */
+    bool parked;               /* in zk->leases->parked, nothing sent yet */
+    TAILQ_ENTRY(backend_lease_op) in_parked;
     enum locks_result result;  /* when matched and not writing */
     char parent[512];
 };
@@ -469,7 +474,7 @@ enum locks_result zk_lease_op(void *impl, const char *name, uint64_t token, int6
     struct zk *zk = impl;
     struct backend_lease_op *op;
 
-    if (!zk_serving(zk))
+    if (!zk_serving(zk) && !zk_waits(zk))
         return LOCKS_UNAVAILABLE;
     if (!(op = calloc(1, sizeof(*op))))
         return LOCKS_NOMEM;
@@ -479,6 +484,14 @@ enum locks_result zk_lease_op(void *impl, const char *name, uint64_t token, int6
     op->token = token;
     op->ttl_ms = ttl_ms;
     snprintf(op->parent, sizeof(op->parent), "%s/locks/%s", zk->root, name);
+    if (!zk_serving(zk)) {
+        /* A handover's successor attaching (or the agreement check): the
+         * op waits, as a watch does (leases_serving, leases_lost). */
+        op->parked = true;
+        TAILQ_INSERT_TAIL(&zk->leases->parked, op, in_parked);
+        *pending = op;
+        return LOCKS_WAITING;
+    }
     if (zoo_aget_children(zk->zh, op->parent, 0, on_op_listed, op) != ZOK) {
         free(op);
         return LOCKS_UNAVAILABLE;
@@ -492,20 +505,62 @@ enum locks_result zk_lease_op(void *impl, const char *name, uint64_t token, int6
 
 void zk_lease_op_cancel(void *impl, struct backend_lease_op *op)
 {
+    struct zk *zk = impl;
+
+    if (op->parked) {        /* nothing in flight: freed now */
+        TAILQ_REMOVE(&zk->leases->parked, op, in_parked);
+        free(op);
+        return;
+    }
     op->cb = NULL;           /* freed by its completions */
 }
 
-/* The session's `serving`: a new session may sweep (once per daemon run). */
+/* At the end: parked ops whose owners did not cancel them (nobody to tell). */
+static void leases_free_parked(struct zk *zk)
+{
+    struct backend_lease_op *op;
+
+    while ((op = TAILQ_FIRST(&zk->leases->parked))) {
+        TAILQ_REMOVE(&zk->leases->parked, op, in_parked);
+        free(op);
+    }
+}
+
+/* Ends or sends every parked op: sent when the session serves, else
+ * answered ERR UNAVAILABLE when it can no longer be waited for. */
+static void leases_unpark(struct zk *zk)
+{
+    struct backend_lease_op *op;
+
+    while ((op = TAILQ_FIRST(&zk->leases->parked)) && (zk_serving(zk) || !zk_waits(zk))) {
+        TAILQ_REMOVE(&zk->leases->parked, op, in_parked);
+        op->parked = false;
+        op_start(op);        /* answers UNAVAILABLE when not serving */
+    }
+}
+
+/* The session's `serving`: parked ops go; a new session may sweep (once
+ * per daemon run). */
 static void leases_serving(void *arg)
 {
+    leases_unpark(arg);
     zk_lease_sweep(arg);
+}
+
+/* `lost`: an attach that failed ends what waited for it. */
+static void leases_lost(void *arg, const char *reason)
+{
+    leases_unpark(arg);
 }
 
 int zk_lease_init(struct zk *zk)
 {
-    static const struct zk_listener listener = { .serving = leases_serving };
+    static const struct zk_listener listener = {
+        .serving = leases_serving, .lost = leases_lost,
+    };
 
     if (!(zk->leases = calloc(1, sizeof(*zk->leases))))
         return -1;
+    TAILQ_INIT(&zk->leases->parked);
     return zk_session_listen(zk, &listener, zk);
 }

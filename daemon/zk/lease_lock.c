@@ -102,7 +102,7 @@ static void on_lease_read(int rc, const char *value, int len, const struct Stat 
         return;
     }
     if (zl->hold && !zl->granted) {
-        if (!zl_take_token(zl, stat->czxid))
+        if (zl_grant_held_back(zl) || !zl_take_token(zl, stat->czxid))
             return;
         zl->granted = true;
         log_debug("zk: lease %s holds %s, token %llu", zl->node, zl->parent,

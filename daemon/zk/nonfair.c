@@ -67,7 +67,7 @@ static void nf_on_set(int rc, const struct Stat *stat, const void *data)
         zl->raced = false;
         zl->zk->nonfair_won++;
     }
-    if (!zl_take_token(zl, stat->mzxid))
+    if (zl_grant_held_back(zl) || !zl_take_token(zl, stat->mzxid))
         return;
     zl->step = ZL_HELD;
     zl->handoffs = 0;

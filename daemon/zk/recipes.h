@@ -32,6 +32,8 @@ struct zk_idle {
 /* lease.c's state (zk->leases). */
 struct zk_leases {
     void *lease_nodes;                 /* tsearch tree of tracked lease nodes by path */
+    TAILQ_HEAD(, backend_lease_op) parked;  /* ops asked while a handover's successor
+                                        * attaches: sent once it serves (lease.c) */
     bool swept;                        /* the start-up sweep ran */
     uint64_t leases_removed;           /* expired lease nodes this daemon removed */
 };

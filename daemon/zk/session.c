@@ -265,6 +265,47 @@ void zk_session_confirmed(struct zk *zk)
         arm_lost(zk, at);
     else
         evtimer_del(zk->lost_timer);
+    /* Grants held back while unconfirmed may be made now. */
+    if (zk->grants_held_back && zk_may_grant(zk)) {
+        zk->grants_held_back = false;
+        TELL(zk, resume);
+    }
+}
+
+/*
+ * One state decides what the daemon may answer (PROTOCOL.md, "Session
+ * states and replies"): from the moment c + 2/3 of the timeout passes
+ * until probes on the current connection move c again, holds are presumed
+ * lost (presume_lost) and nothing is granted, so that no grant falls
+ * between a presumed-lost pass and the confirmation that ends it: a grant
+ * made in that state would be told LOST at the next pass. The clock is
+ * read here too, for the moment between the deadline and the lost timer
+ * (or the check before a request) that presumes the holds lost.
+ */
+bool zk_confirmed(const struct zk *zk)
+{
+    int64_t at = lost_deadline_ms(zk);
+
+    return zk->state == ZK_CONNECTED && !zk->presumed_lost && at && locks_mono_ms() < at;
+}
+
+bool zk_vouched(struct zk *zk)
+{
+    if (zk_confirmed(zk))
+        return true;
+    if (zk->state == ZK_CONNECTED)
+        zk->grants_held_back = true;
+    return false;
+}
+
+bool zk_may_grant(struct zk *zk)
+{
+    return zk_serving(zk) && zk_vouched(zk);
+}
+
+bool zk_waits(const struct zk *zk)
+{
+    return zk_checking(zk) || zk->attaching;
 }
 
 /*
@@ -324,6 +365,10 @@ static bool zk_unconfirmed(const struct zk *zk)
 
 int64_t zk_session_unreachable_since(const struct zk *zk)
 {
+    /* A handover's successor attaching: nothing is known to be down yet
+     * (requests wait; a wait that ends meanwhile is a TIMEOUT). */
+    if (zk->attaching)
+        return 0;
     if (zk->state != ZK_CONNECTED)
         return zk->down_since_ms;
     if (zk->nonfair_disagrees)
@@ -744,7 +789,9 @@ static void on_session_event(zhandle_t *zh, int type, int state, const char *pat
             zk_check_window_settings(zk);
         }
         /* A reconnection moves nothing: c moves once probes on this
-         * connection confirm it (presence.c). */
+         * connection confirm it (presence.c). What waits is told
+         * `serving` below, after presence.c's `connected`. */
+        zk->grants_held_back = false;
         zk_session_confirmed(zk);
         log_info("zk: %s session 0x%llx, timeout %d ms", same ? "reconnected to" : "new",
                  (unsigned long long)id->client_id, zk->negotiated_ms);

@@ -101,8 +101,28 @@ int zk_probe_period_ms(const struct zk *zk);
  * event loop stalled, or probes stopped confirming), holds are presumed
  * lost now (see session.c). */
 void zk_session_check_stall(struct zk *zk);
-/* c (zk->confirmed_ms) moved: the lost timer follows it. */
+/* c (zk->confirmed_ms) moved: the lost timer follows it, and when that
+ * ends the presumed-lost state, what waited for it resumes. */
 void zk_session_confirmed(struct zk *zk);
+/*
+ * Whether a grant may be made now (a waiter, a TRYLOCK, a set's step, a
+ * lease, a local handoff, an idle node taken over): requests can go out
+ * (zk_serving) and the session is vouched for, c + 2/3 of the timeout not
+ * passed (PROTOCOL.md, "Session states and replies"). false while holds
+ * are presumed lost, until probes on the current connection move c: what
+ * asked waits, and the session tells `resume` once grants may be made.
+ */
+bool zk_may_grant(struct zk *zk);
+/* The session part of zk_may_grant(): connected and confirmed, whatever the
+ * agreement check. Enough to pass a node this daemon holds on (a local
+ * handoff, an idle node taken over). */
+bool zk_vouched(struct zk *zk);
+/* The same without noting that something waits for it (STATS). */
+bool zk_confirmed(const struct zk *zk);
+/* Requests that cannot be served now wait rather than fail: the agreement
+ * check is pending (zk_checking), or a handover's successor attaches to
+ * the session (until attached, or its holds are presumed lost). */
+bool zk_waits(const struct zk *zk);
 /* Monotonic ms since requests cannot be served, or 0 (backend.h). */
 int64_t zk_session_unreachable_since(const struct zk *zk);
 /* Why requests cannot be served now, in words, or NULL (static string). */

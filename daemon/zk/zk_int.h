@@ -82,6 +82,8 @@ struct zk {
                                         * or zk_session_check_stall), 0: never */
     bool presumed_lost;                /* holds were presumed lost and c has not moved
                                         * past the lost deadline since (logged when it does) */
+    bool grants_held_back;             /* zk_may_grant() said no while connected: tell
+                                        * `resume` once c moves (session.c) */
     uint64_t probe_rounds, probe_confirms; /* for STATS: rounds sent, and rounds that moved c */
     int negotiated_ms;
     int64_t session_id;

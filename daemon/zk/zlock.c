@@ -227,6 +227,14 @@ void zl_try_unavailable(struct zlock *zl)
         locks_backend_refused(h, LOCKS_UNAVAILABLE);
 }
 
+bool zl_grant_held_back(struct zlock *zl)
+{
+    if (zk_may_grant(zl->zk))
+        return false;
+    zl_next(zl);             /* parks: zl_start answers a try, keeps a wait */
+    return true;
+}
+
 /* The reply says the connection or session is gone: park until it is back. */
 void zl_park(struct zlock *zl, int rc)
 {

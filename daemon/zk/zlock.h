@@ -180,6 +180,10 @@ struct zcall *zl_begin_watched(struct zlock *zl, enum zl_step step);
 void zl_sent_watched(struct zlock *zl, struct zcall *c, int rc, const char *what);
 /* A try acquisition cannot be answered now: report it, keep cleaning up. */
 void zl_try_unavailable(struct zlock *zl);
+/* Called where zl's request would be granted: true when no grant may be
+ * made now (zk_may_grant): zl then waits, keeping its node, and what the
+ * session tells next (`resume`, `serving`) decides again (zl_next). */
+bool zl_grant_held_back(struct zlock *zl);
 /* The reply says the connection or session is gone (or another error):
  * park until it is back, or for the retry timer. */
 void zl_park(struct zlock *zl, int rc);

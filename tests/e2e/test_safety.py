@@ -428,6 +428,105 @@ class DistributedSafetyTests(td.DistributedBase):
         self.wait_no_nodes(hosts)
 
 
+@td.dump_on_failure
+class UnconfirmedSessionTests(td.DistributedBase):
+    """Nothing is granted while a daemon's session is not confirmed through
+    the ZooKeeper leader (PROTOCOL.md, "Session states and replies"): after
+    an outage past 2/3 of the session timeout the daemon presumes its holds
+    lost, and until probes on the new connection confirm the session again
+    it grants no waiter, no TRYLOCK and no local handoff; a kept hold stays.
+    On the build before, grants resumed once the barrier sync returned, a
+    probe round before the confirmation, and the next presumed-lost pass
+    took them back (OK, CHECK 0, then LOST), a keep= included."""
+
+    def test_no_grant_is_taken_back_after_an_outage(self):
+        zk = self.own_server(name="zk-unconfirmed")
+        zk.start()
+        hosts = zk.connect_string
+        a = self.start_daemon(hosts, "A")
+        b = self.start_daemon(hosts, "B")
+        wait = scaled(60.0)
+        holder = self.client(a, timeout=wait)
+        t_q = int(holder.request("LOCK q").split()[2])
+        waiter = self.client(a, timeout=wait)
+        waiter.send("LOCK q 60000\n")
+        a.wait_queued(waiter, "q")
+        # A kept hold: released with keep=, nobody else may have it for 60 s.
+        keeper = self.client(a)
+        t_k = int(keeper.request("LOCK kk").split()[2])
+        self.assertEqual(keeper.request("UNLOCK kk keep=60000"), "OK kk")
+        # A job that waits through the outage for a name the holder has.
+        t_q2 = int(holder.request("LOCK q2").split()[2])
+        out = tempfile.NamedTemporaryFile(prefix="lbunconfirmed-", delete=False)
+        out.close()
+        self.addCleanup(os.unlink, out.name)
+        mark = a.log_mark()
+        job = subprocess.Popen([LOCKBROKER, "-H", a.listen_addr, "run", "-w", "60s", "q2",
+                                "--", "sh", "-c", "echo ran >> %s" % out.name],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               stdin=subprocess.DEVNULL)
+        self.addCleanup(lambda: job.poll() is not None or job.kill())
+        a.wait_log(r"lock q2: \S+ queued$", since=mark)
+        tries = self.client(a, timeout=wait)
+
+        mark, mark_b = a.log_mark(), b.log_mark()
+        zk.stop()
+        self.assertEqual(sorted([holder.line(), holder.line()]),
+                         ["LOST q %d zk-disconnected" % t_q, "LOST q2 %d zk-disconnected" % t_q2])
+        a.wait_log(r"zk: no contact with ZooKeeper for 2/3", since=mark)
+        zk.start()
+        # While the daemon reconnects and is not yet confirmed, a TRYLOCK of
+        # a free name is answered ERR UNAVAILABLE (what /healthz says) or
+        # OK; an OK is never followed by LOST.
+        granted = []
+        confirmed = None
+        n = 0
+        while confirmed is None:
+            n += 1
+            line = tries.request("TRYLOCK t%d" % n)
+            if line.startswith("OK "):
+                token = int(line.split()[2])
+                granted.append(("t%d" % n, token))
+                m = re.fullmatch(r"OK t%d %d (\d+)" % (n, token),
+                                 tries.request("CHECK t%d" % n))
+                self.assertIsNotNone(m, "CHECK after a grant")
+                self.assertGreater(int(m.group(1)), 0, "a grant whose window is 0")
+            else:
+                self.assertRegex(line, r"^ERR UNAVAILABLE ")
+            confirmed = a.find_log(r"zk: session 0x[0-9a-f]+ confirmed through the "
+                                   r"ZooKeeper leader again", since=mark)
+            if confirmed is None and n > 1 and not granted:
+                a.wait_log(r"zk: (reconnected to|new) session", since=mark)
+        # Every LOST a presumed-lost pass pushed came before the confirmation
+        # line, so before this PONG: none may be about a grant.
+        self.assertEqual(tries.request("PING"), "PONG")
+        for name, token in granted:
+            self.assertEqual(tries.request("UNLOCK %s" % name), "OK %s" % name)
+        # The waiter is granted, with a real window, and keeps its hold.
+        t_w = int(waiter.expect_match(r"OK q %s" % TOKEN).group(1))
+        self.assertGreater(t_w, t_q)
+        token, window = check_reply(waiter, "q")
+        self.assertEqual(token, t_w)
+        self.assertGreater(window, 0)
+        self.assertEqual(waiter.request("UNLOCK q"), "OK q")
+        # The kept hold stays on every daemon: the session never ended.
+        for d, since in ((a, mark), (b, mark_b)):
+            c = self.client(d)
+            got = c.request("TRYLOCK kk")
+            while got.startswith("ERR UNAVAILABLE"):
+                d.wait_log(r"zk: session 0x[0-9a-f]+ confirmed through the ZooKeeper "
+                           r"leader again", since=since)
+                got = c.request("TRYLOCK kk")
+            self.assertEqual(got, "BUSY kk", "%s granted a kept name" % d.name)
+        self.assertIsNone(a.find_log(r"keep= of \d+ ms after \S+ released \(token %d\) is "
+                                     r"over" % t_k))
+        # The job that sat through the outage ran its command.
+        _, err = job.communicate(timeout=wait)
+        self.assertEqual(job.returncode, 0, err)
+        with open(out.name) as f:
+            self.assertEqual(f.read(), "ran\n")
+
+
 if __name__ == "__main__":
     prog = unittest.main(exit=False, verbosity=2)
     r = prog.result
