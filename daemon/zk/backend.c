@@ -116,7 +116,7 @@ struct backend *zk_backend_new(struct event_base *base, const struct settings *s
     /* Bottom up: each layer's listener hears the session after those below it. */
     if (zk_session_init(zk, base, s, daemon_id, auth) < 0 || zk_presence_init(zk) < 0 ||
         zk_batch_init(zk) < 0 || zk_idle_init(zk) < 0 || zk_locks_init(zk) < 0 ||
-        zk_lease_init(zk) < 0 || zk_watch_init(zk) < 0) {
+        zk_lease_init(zk) < 0 || zk_watch_init(zk) < 0 || zk_query_init(zk) < 0) {
         zk_free(zk);
         return NULL;
     }
@@ -141,6 +141,7 @@ static void zk_free(void *impl)
     zk->state = ZK_EXPIRED;    /* completions run by zookeeper_close are ignored */
     zk_session_close(zk);      /* closing the session removes our ephemeral nodes */
     zk_watch_free(zk);
+    zk_query_free(zk);
     zk_locks_free_all(zk);
     zk_lease_free_all(zk);
     zk_idle_free(zk);

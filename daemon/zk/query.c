@@ -21,6 +21,9 @@ struct backend_query {
     backend_query_cb cb;       /* NULL once cancelled */
     void *arg;
     struct backend_queue_info info;
+    bool nonfair;              /* the name is non-fair: one fixed node */
+    bool parked;               /* in zk->queries, nothing sent yet */
+    TAILQ_ENTRY(backend_query) in_parked;
     char parent[512];
 };
 
@@ -221,6 +224,20 @@ static void on_query_children(int rc, const struct String_vector *children, cons
         query_finish(q, false);
 }
 
+/* Sends q's first read; false when it could not go. */
+static bool query_send(struct backend_query *q)
+{
+    struct zk *zk = q->zk;
+    int rc = q->nonfair ? zoo_aget(zk->zh, q->parent, 0, on_nonfair_data, q)
+                        : zoo_aget_children(zk->zh, q->parent, 0, on_query_children, q);
+
+    if (rc != ZOK)
+        return false;
+    zk->outstanding++;
+    zk_kick(zk);
+    return true;
+}
+
 struct backend_query *zk_query(void *impl, const char *name,
                                       struct backend_queue_info *now, backend_query_cb cb,
                                       void *arg)
@@ -232,36 +249,39 @@ struct backend_query *zk_query(void *impl, const char *name,
     struct backend_query *q;
 
     *now = unavailable;
-    if (!zk_reachable(zk) || !(q = calloc(1, sizeof(*q))))
+    if ((!zk_reachable(zk) && !zk->attaching) || !(q = calloc(1, sizeof(*q))))
         return NULL;
     q->zk = zk;
     q->cb = cb;
     q->arg = arg;
     q->info = unavailable;
-    if (settings_globs_match(zk->settings->zk_nonfair, name)) {
-        /* nonfair.c: one fixed node, held while it exists */
-        snprintf(q->parent, sizeof(q->parent), "%s/nonfair/%s", zk->root, name);
+    q->nonfair = settings_globs_match(zk->settings->zk_nonfair, name);
+    /* nonfair.c: one fixed node, held while it exists */
+    snprintf(q->parent, sizeof(q->parent), "%s/%s/%s", zk->root,
+             q->nonfair ? "nonfair" : "locks", name);
+    if (q->nonfair)
         q->info.mode = LOCK_EXCLUSIVE;
-        if (zoo_aget(zk->zh, q->parent, 0, on_nonfair_data, q) != ZOK) {
-            free(q);
-            return NULL;
-        }
-        zk->outstanding++;
-        zk_kick(zk);
+    if (!zk_reachable(zk)) {     /* attaching: sent once attached (queries_serving) */
+        q->parked = true;
+        TAILQ_INSERT_TAIL(&zk->queries->queries, q, in_parked);
         return q;
     }
-    snprintf(q->parent, sizeof(q->parent), "%s/locks/%s", zk->root, name);
-    if (zoo_aget_children(zk->zh, q->parent, 0, on_query_children, q) != ZOK) {
+    if (!query_send(q)) {
         free(q);
         return NULL;
     }
-    zk->outstanding++;
-    zk_kick(zk);
     return q;
 }
 
 void zk_query_cancel(void *impl, struct backend_query *q)
 {
+    struct zk *zk = impl;
+
+    if (q->parked) {         /* nothing in flight: freed now */
+        TAILQ_REMOVE(&zk->queries->queries, q, in_parked);
+        free(q);
+        return;
+    }
     q->cb = NULL;   /* freed by its completion */
 }
 
@@ -287,6 +307,8 @@ struct backend_list {
     struct zk *zk;
     backend_list_cb cb;        /* NULL once cancelled */
     void *arg;
+    bool parked;               /* in zk->queries, nothing sent yet */
+    TAILQ_ENTRY(backend_list) in_parked;
     backend_name_filter may;
     char glob[256];
     char **names;              /* the matching names (fair ones sorted, then the
@@ -641,10 +663,15 @@ struct backend_list *zk_list(void *impl, const char *glob, backend_name_filter m
     struct zk *zk = impl;
     struct backend_list *l;
 
-    if (!zk_reachable(zk) || !(l = calloc(1, sizeof(*l))))
+    if ((!zk_reachable(zk) && !zk->attaching) || !(l = calloc(1, sizeof(*l))))
         return NULL;
     *l = (struct backend_list){ .zk = zk, .cb = cb, .arg = arg, .may = may };
     snprintf(l->glob, sizeof(l->glob), "%s", glob);
+    if (!zk_reachable(zk)) {     /* attaching: asked once attached (queries_serving) */
+        l->parked = true;
+        TAILQ_INSERT_TAIL(&zk->queries->lists, l, in_parked);
+        return l;
+    }
     if (!list_ask_names(l, "locks", on_list_names)) {
         free(l);
         return NULL;
@@ -654,5 +681,88 @@ struct backend_list *zk_list(void *impl, const char *glob, backend_name_filter m
 
 void zk_list_cancel(void *impl, struct backend_list *l)
 {
+    struct zk *zk = impl;
+
+    if (l->parked) {         /* nothing in flight: freed now */
+        TAILQ_REMOVE(&zk->queries->lists, l, in_parked);
+        list_free(l);
+        return;
+    }
     l->cb = NULL;   /* freed once its requests are answered */
+}
+
+/* ------------------------------------------- what waits for an attach */
+
+/* Sends what waited for a handover's successor to attach, once it serves;
+ * answers it unavailable once it cannot be waited for (the attach failed). */
+static void queries_unpark(struct zk *zk)
+{
+    static const struct backend_queue_info unavailable = {
+        .ok = false, .global = true, .holder = "-", .since_ms = -1, .lease_ms = -1
+    };
+    struct backend_query *q;
+    struct backend_list *l;
+
+    if (!zk_reachable(zk) && zk->attaching)
+        return;
+    while ((q = TAILQ_FIRST(&zk->queries->queries))) {
+        TAILQ_REMOVE(&zk->queries->queries, q, in_parked);
+        q->parked = false;
+        if (!zk_reachable(zk) || !query_send(q)) {
+            if (q->cb)
+                q->cb(q->arg, &unavailable);
+            free(q);
+        }
+    }
+    while ((l = TAILQ_FIRST(&zk->queries->lists))) {
+        TAILQ_REMOVE(&zk->queries->lists, l, in_parked);
+        l->parked = false;
+        if (!zk_reachable(zk) || !list_ask_names(l, "locks", on_list_names)) {
+            if (l->cb)
+                l->cb(l->arg, false, NULL, 0, 0);
+            list_free(l);
+        }
+    }
+}
+
+static void queries_serving(void *arg)
+{
+    queries_unpark(arg);
+}
+
+static void queries_lost(void *arg, const char *reason)
+{
+    queries_unpark(arg);
+}
+
+int zk_query_init(struct zk *zk)
+{
+    static const struct zk_listener listener = {
+        .serving = queries_serving, .lost = queries_lost,
+    };
+
+    if (!(zk->queries = calloc(1, sizeof(*zk->queries))))
+        return -1;
+    TAILQ_INIT(&zk->queries->queries);
+    TAILQ_INIT(&zk->queries->lists);
+    return zk_session_listen(zk, &listener, zk);
+}
+
+void zk_query_free(struct zk *zk)
+{
+    struct backend_query *q;
+    struct backend_list *l;
+
+    if (!zk->queries)
+        return;
+    while ((q = TAILQ_FIRST(&zk->queries->queries))) {
+        TAILQ_REMOVE(&zk->queries->queries, q, in_parked);
+        free(q);
+    }
+    while ((l = TAILQ_FIRST(&zk->queries->lists))) {
+        TAILQ_REMOVE(&zk->queries->lists, l, in_parked);
+        list_free(l);
+    }
+    free(zk->queries);
+    zk->queries = NULL;
 }

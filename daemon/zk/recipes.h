@@ -101,6 +101,15 @@ void zl_idle_end(struct zlock *zl);
 /* The idle node goes now, or once connected. */
 void zl_idle_drop(struct zlock *zl);
 
+/* query.c: STATUS and HOLDERS asked while a handover's successor attaches
+ * wait for it; registers with the session (serving: sent; lost: answered
+ * unavailable). Returns 0 or -1; zk_query_free() frees what waits. */
+struct zk_queries {
+    TAILQ_HEAD(, backend_query) queries;
+    TAILQ_HEAD(, backend_list) lists;
+};
+int zk_query_init(struct zk *zk);
+void zk_query_free(struct zk *zk);
 /* query.c: the backend ops for STATUS (see backend.h). */
 struct backend_query *zk_query(void *impl, const char *name, struct backend_queue_info *now,
                                backend_query_cb cb, void *arg);

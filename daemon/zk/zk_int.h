@@ -101,6 +101,7 @@ struct zk {
     struct zk_idle *idle;              /* handoff.c's (recipes.h) */
     struct zk_leases *leases;          /* lease.c's (recipes.h) */
     struct zk_watches *watches;        /* watch.c's (recipes.h) */
+    struct zk_queries *queries;        /* query.c's (recipes.h) */
     /* counters, for STATS (backend.c) */
     uint64_t sessions, reconnects;
     uint64_t outstanding;              /* requests in flight, of every layer */

@@ -2698,10 +2698,16 @@ class HandoverTest(DistributedBase):
             conf = f.read()
         with open(a.config_path, "w") as f:
             f.write(conf.replace(hosts, "127.0.0.1:%d" % zkharness.free_port()))
+        c = self.client(a, timeout=scaled(30.0))
         mark = a.log_mark()
         a.send_signal(signal.SIGUSR2)
         a.wait_log(r"handover: took over", scaled(15.0), since=mark)
+        # Requests that wait for the attach are answered when it fails.
+        c.send("TRYLOCK hv-free\nSTATUS hv-gone\nHOLDERS\nPING\n")
         h.expect_match(r"^LOST hv-gone %d \S+$" % t)
+        for _ in range(3):
+            c.expect_match(r"^ERR UNAVAILABLE .*")
+        self.assertEqual(c.line(), "PONG")
         b = self.start_daemon(hosts, "B")
         tb = int(self.client(b, timeout=scaled(30.0)).request("LOCK hv-gone").split()[2])
         self.assertGreater(tb, t)
@@ -2710,8 +2716,9 @@ class HandoverTest(DistributedBase):
         """From the snapshot until the successor is attached to the session,
         requests that need ZooKeeper wait for the attach rather than answer
         ERR UNAVAILABLE (PROTOCOL.md, Handover): TRYLOCKs of free names,
-        RENEW and CHECK of a lease taken through another daemon, and a LOCK
-        wait that ends meanwhile (TIMEOUT, as without a handover). They are
+        RENEW and CHECK of a lease taken through another daemon, STATUS,
+        and a LOCK wait that ends meanwhile (TIMEOUT, as without a
+        handover). They are
         sent in the 100 ms after SIGUSR2, the first while the daemon before
         has stopped parsing. (On the build before, about half of them were
         answered ERR UNAVAILABLE.)"""
@@ -2730,9 +2737,10 @@ class HandoverTest(DistributedBase):
             for c in cs:
                 i += 1
                 c.send("TRYLOCK hs-free-%d\nUNLOCK hs-free-%d\nRENEW hs-lease %d 60000\n"
-                       "CHECK hs-lease %d\nLOCK hs-held 20\n" % (i, i, tl, tl))
+                       "CHECK hs-lease %d\nLOCK hs-held 20\nSTATUS hs-held\n" % (i, i, tl, tl))
                 expected[c] += [r"OK hs-free-%d \d+" % i, "OK hs-free-%d" % i, "OK hs-lease",
-                                r"OK hs-lease %d \d+" % tl, "TIMEOUT hs-held"]
+                                r"OK hs-lease %d \d+" % tl, "TIMEOUT hs-held",
+                                r"STATUS hs-held held .*"]
             if time.monotonic() >= end:
                 break
             time.sleep(0.005)    # paces the requests over the 100 ms
