@@ -30,7 +30,8 @@ enum cli_exit {
     CLI_EXIT_FREE        = 1,   /* status NAME: the lock is free (0: held) */
     CLI_EXIT_BACKEND_DOWN = 115, /* ping, status (no NAME): the broker answers, but STATS
                                   * zk_state says it cannot reach ZooKeeper */
-    CLI_EXIT_JEOPARDY    = 116, /* run: the broker did not confirm the lock (CHECK) in time */
+    CLI_EXIT_JEOPARDY    = 116, /* run: the command ran, and the broker did not confirm the
+                                 * lock (CHECK) in time */
     CLI_EXIT_DENIED      = 117, /* AUTH refused, or ERR NOAUTH / DENIED: log in, or another NAME */
     CLI_EXIT_NOT_HELD    = 118, /* renew, release: ERR NOT_HELD (wrong token, or the lease ended) */
     CLI_EXIT_CONFLICT    = 119, /* run, lease: ERR CONFLICT, the lock is in use in another mode/limit */
@@ -39,7 +40,8 @@ enum cli_exit {
                                  * ERR UNAVAILABLE/LIMIT, a failed TLS handshake */
     CLI_EXIT_BAD_NAME    = 122, /* invalid lock name (checked here, or ERR BAD_NAME) */
     CLI_EXIT_PROTOCOL    = 123, /* unexpected reply (ERR BAD_COMMAND, ERR INTERNAL, ...) */
-    CLI_EXIT_TIMEOUT     = 124, /* run -w, lease -w: the lock was not granted in time */
+    CLI_EXIT_TIMEOUT     = 124, /* run -w, lease -w: the lock was not granted in time (run:
+                                 * not with a window to start the command in) */
     CLI_EXIT_USAGE       = 125, /* bad command line, or lockbroker itself failed */
     CLI_EXIT_CANNOT_EXEC = 126, /* run: the command was found but could not be executed */
     CLI_EXIT_NOT_FOUND   = 127, /* run: the command was not found */

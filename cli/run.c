@@ -32,7 +32,10 @@
  * frozen daemon, a dead network), the command gets SIGTERM a grace period
  * before safe_until and SIGKILL at safe_until, before anyone else can be
  * granted the lock. After a LOST too, SIGKILL comes no later than
- * safe_until: a grace period that does not fit is cut.
+ * safe_until: a grace period that does not fit is cut. A grant whose
+ * first window is too short to start in is released and asked for again
+ * while -w lasts (run_take()): CLI_EXIT_JEOPARDY is only for a command that
+ * ran and was stopped.
  *
  * The command runs in a process group of its own so that a loss reaches
  * everything it started. When lockbroker is the foreground job of a terminal,
@@ -81,6 +84,9 @@
 #define RUN_REPLY_MAX (PROTO_SET_REPLY_MAX + 64)
 #define CHECK_EVERY_MIN_MS 100    /* CHECKs at most this often, however short the window */
 #define CHECK_EVERY_MAX_MS 1000   /* and at least this often, however long: a table lookup */
+#define RUN_RETRY_MIN_MS 100      /* a grant without a window: ask again this much later, */
+#define RUN_RETRY_MAX_MS 1000     /* doubling up to this (a daemon back from an outage
+                                   * confirms its session within a few seconds) */
 
 /* The self-pipe: handlers write the signal number, the loop reads it. */
 static int sig_pipe[2] = { -1, -1 };
@@ -433,15 +439,16 @@ static int run_client_reply(const struct run_opts *o, const char *line)
 /*
  * The request run_lock sends into req: `CLIENT <label>` (when there is a
  * label) and `LOCK <name> [<wait_ms>] [<mode>] [ttl=<ttl_ms>]`, one line
- * each. Returns its length.
+ * each (wait_ms: what is left of o->wait_ms). Returns its length.
  */
-static int run_lock_request(const struct run_opts *o, const char *mode, char *req, size_t cap)
+static int run_lock_request(const struct run_opts *o, const char *mode, int64_t wait_ms,
+                            char *req, size_t cap)
 {
     char wait[32] = "", ttl[32] = "";
     int n = 0;
 
-    if (o->wait_ms >= 0)
-        snprintf(wait, sizeof(wait), " %" PRId64, o->wait_ms);
+    if (wait_ms >= 0)
+        snprintf(wait, sizeof(wait), " %" PRId64, wait_ms);
     if (o->ttl_ms > 0)
         snprintf(ttl, sizeof(ttl), " ttl=%" PRId64, o->ttl_ms);
     /* CLIENT and LOCK in one write: the label is set before the LOCK is parsed. */
@@ -453,12 +460,12 @@ static int run_lock_request(const struct run_opts *o, const char *mode, char *re
 }
 
 /*
- * Connects c, sends the request and waits for the reply to LOCK, however
- * long the lock takes, into line. Returns 0, or a CLI_EXIT_* status having
- * said why on stderr.
+ * Connects c, sends the request (a LOCK waiting wait_ms) and waits for the
+ * reply to LOCK, however long the lock takes, into line. Returns 0, or a
+ * CLI_EXIT_* status having said why on stderr.
  */
 static int run_lock_exchange(const struct run_opts *o, struct client *c, const char *mode,
-                             char *line, size_t cap)
+                             int64_t wait_ms, char *line, size_t cap)
 {
     char req[RUN_REPLY_MAX], err[CLIENT_ERR_MAX];
     int64_t deadline;
@@ -469,7 +476,7 @@ static int run_lock_exchange(const struct run_opts *o, struct client *c, const c
         fprintf(stderr, "lockbroker: %s\n", err);
         return rc;
     }
-    n = run_lock_request(o, mode, req, sizeof(req));
+    n = run_lock_request(o, mode, wait_ms, req, sizeof(req));
     st = client_send(c, req, (size_t)n, client_now_ms() + o->io_ms, err, sizeof(err));
     if (st == CLIENT_ERROR) {
         fprintf(stderr, "lockbroker: %s: %s\n", o->addr->spec, err);
@@ -482,7 +489,7 @@ static int run_lock_exchange(const struct run_opts *o, struct client *c, const c
     }
     if (st == CLIENT_OK) {
         /* The broker answers TIMEOUT after wait_ms; allow io_ms on top for the round trip. */
-        deadline = o->wait_ms >= 0 ? client_now_ms() + o->wait_ms + o->io_ms : -1;
+        deadline = wait_ms >= 0 ? client_now_ms() + wait_ms + o->io_ms : -1;
         st = run_wait_reply(o, c, line, cap, deadline, err, sizeof(err));
     }
     switch (st) {
@@ -592,17 +599,24 @@ static void run_lock_timeout(const struct run_opts *o, struct client *c)
                 o->wait_ms, o->name, held == 1 ? ", held by " : "", held == 1 ? who : "");
 }
 
-int run_lock(const struct run_opts *o, struct client *c, char *token, size_t tokcap)
+/* run_lock(), its LOCK waiting wait_ms: what is left of o->wait_ms (run_take()). */
+static int run_lock_wait(const struct run_opts *o, int64_t wait_ms, struct client *c,
+                         char *token, size_t tokcap)
 {
     char line[RUN_REPLY_MAX], mode[32];
     int rc;
 
     run_mode_option(o, mode, sizeof(mode));
-    if ((rc = run_lock_exchange(o, c, mode, line, sizeof(line))) != 0)
+    if ((rc = run_lock_exchange(o, c, mode, wait_ms, line, sizeof(line))) != 0)
         return rc;
     if ((rc = run_lock_reply(o, mode, line, token, tokcap)) == CLI_EXIT_TIMEOUT)
         run_lock_timeout(o, c);
     return rc;
+}
+
+int run_lock(const struct run_opts *o, struct client *c, char *token, size_t tokcap)
+{
+    return run_lock_wait(o, o->wait_ms, c, token, tokcap);
 }
 
 /* ------------------------------------------------------------- jeopardy */
@@ -734,7 +748,9 @@ static int64_t jeopardy_at(const struct run *r)
 /*
  * The first CHECK, before the command starts. Returns 0 (with a window,
  * or r->checking 0 for a daemon that does not know CHECK), or a CLI_EXIT_*
- * status having said why on stderr.
+ * status having said why on stderr; but CLI_EXIT_JEOPARDY, a window too
+ * short to start the command in (r->check_min: 0, say, from a daemon not
+ * sure of its ZooKeeper session), is said by run_take(), which asks again.
  */
 static int check_first(struct run *r)
 {
@@ -777,9 +793,7 @@ next:
             goto next;           /* the next name's reply */
         if (client_now_ms() < jeopardy_at(r))
             return 0;
-        fprintf(stderr, "lockbroker: lock %s is certain for only %" PRId64 " ms (CHECK); the "
-                "command was not run\n", r->o->name, r->check_min);
-        return CLI_EXIT_JEOPARDY;
+        return CLI_EXIT_JEOPARDY;   /* not a window to start in: run_take() */
     case CHECK_NOT_HELD:
         fprintf(stderr, "lockbroker: lock %s lost before the command started: %s\n",
                 r->o->name, line);
@@ -1181,7 +1195,8 @@ static int64_t run_keep_ms(const struct run *r, int failed)
  * After the command ended by itself: UNLOCK (keep_ms later, if not 0) and
  * wait for `OK <name>`. A loss noticed only now is reported but does not
  * change the exit status: the command finished while the lock was, as far
- * as anyone could tell, held.
+ * as anyone could tell, held. Also for a grant given back before the
+ * command started (run_take()), with keep_ms 0 and no report of a loss.
  */
 static void run_unlock(struct run *r, int64_t keep_ms)
 {
@@ -1211,8 +1226,9 @@ static void run_unlock(struct run *r, int64_t keep_ms)
             return;
         }
         if (strncmp(line, "LOST ", 5) == 0) {
-            fprintf(stderr, "lockbroker: warning: lock %s was lost as the command finished: %s\n",
-                    r->o->name, line);
+            if (r->pid > 0)   /* else a grant given back unused (run_take()): no matter */
+                fprintf(stderr, "lockbroker: warning: lock %s was lost as the command "
+                        "finished: %s\n", r->o->name, line);
             continue;   /* the UNLOCK reply (ERR NOT_HELD) follows */
         }
         /* The LOST line above said why; of a set, UNLOCK released none of
@@ -1322,6 +1338,64 @@ static void run_split(struct run *r)
     r->nnames = 0;
 }
 
+/*
+ * Takes the lock and asks the first CHECK. A grant with no window to start
+ * the command in is no answer (a daemon just back from a ZooKeeper outage
+ * granted with a window of 0, then took the grant back a second later):
+ * release it at once, pause, and ask again with what is left of -w, until
+ * a grant with a window or the end of -w. The pause grows from
+ * RUN_RETRY_MIN_MS to RUN_RETRY_MAX_MS, within the wait. Returns 0 with
+ * the lock held and its first window answered (r->conn connected), or a
+ * CLI_EXIT_* status having said why on stderr: the end of -w is
+ * CLI_EXIT_TIMEOUT, never CLI_EXIT_JEOPARDY, which only a command that ran
+ * and was stopped gets. r->conn is closed or to be closed.
+ */
+static int run_take(struct run *r)
+{
+    const struct run_opts *o = r->o;
+    int64_t now = client_now_ms(), end = o->wait_ms >= 0 ? now + o->wait_ms : -1;
+    int64_t wait = o->wait_ms, pause = RUN_RETRY_MIN_MS;
+    unsigned grants = 0;
+    int rc;
+
+    for (;;) {
+        rc = run_lock_wait(o, wait, r->conn, r->token, sizeof(r->token));
+        r->granted_at = client_now_ms();
+        if (rc != 0)
+            return rc;
+        run_split(r);
+        r->safe_until = r->window_max = 0;   /* a window of an earlier grant says nothing */
+        if ((rc = check_first(r)) != CLI_EXIT_JEOPARDY)
+            return rc;
+        grants++;
+        run_unlock(r, 0);
+        client_close(r->conn);
+        now = client_now_ms();
+        if (end >= 0 && now >= end)
+            break;
+        if (grants == 1 && o->notice)
+            fprintf(stderr, "lockbroker: lock %s granted, but certain for only %" PRId64
+                    " ms (CHECK): released; asking again%s\n", o->name, r->check_min,
+                    end >= 0 ? " until the end of -w" : "");
+        if (end >= 0 && end - now < pause)
+            pause = end - now;
+        poll(NULL, 0, (int)pause);
+        now = client_now_ms();
+        wait = end < 0 ? -1 : end > now ? end - now : 0;
+        pause = pause * 2 > RUN_RETRY_MAX_MS ? RUN_RETRY_MAX_MS : pause * 2;
+    }
+    if (o->wait_ms == 0)
+        fprintf(stderr, "lockbroker: lock %s is certain for only %" PRId64 " ms (CHECK); not "
+                "waiting for a longer window (-w 0); the command was not run\n", o->name,
+                r->check_min);
+    else
+        fprintf(stderr, "lockbroker: timed out after %" PRId64 " ms waiting for lock %s: "
+                "granted %u time%s, but certain for only %" PRId64 " ms (CHECK) the last "
+                "time; the command was not run\n", o->wait_ms, o->name, grants,
+                grants == 1 ? "" : "s", r->check_min);
+    return CLI_EXIT_TIMEOUT;
+}
+
 int run_command(const struct run_opts *o)
 {
     static struct client conn;   /* 64 KiB buffer: not on the stack */
@@ -1331,13 +1405,7 @@ int run_command(const struct run_opts *o)
     pid_t parent;
     int rc, wstatus;
 
-    rc = run_lock(o, &conn, r.token, sizeof(r.token));
-    r.granted_at = client_now_ms();
-    if (rc == 0)
-        run_split(&r);
-    if (rc == 0 && (rc = check_first(&r)) == CLI_EXIT_JEOPARDY)
-        run_unlock(&r, 0);
-    if (rc != 0) {
+    if ((rc = run_take(&r)) != 0) {
         client_close(&conn);
         return rc == CLI_EXIT_TIMEOUT && o->timeout_exit >= 0 ? o->timeout_exit : rc;
     }

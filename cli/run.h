@@ -61,7 +61,9 @@ int run_lock(const struct run_opts *o, struct client *c, char *token, size_t tok
 /*
  * Takes the lock, runs the command in its own process group with
  * LOCKBROKER_NAME, LOCKBROKER_TOKEN and LOCKBROKER_ADDR in its environment,
- * releases the lock when it exits. Returns the exit status for lockbroker:
+ * releases the lock when it exits. A grant whose first CHECK window is too
+ * short to start in is released and the lock asked for again, within
+ * o->wait_ms (CLI_EXIT_TIMEOUT when it runs out). Returns the exit status for lockbroker:
  * the command's (128+N if signal N killed it) or a CLI_EXIT_* code, having
  * printed a one-line reason on stderr for the latter.
  */

@@ -1867,18 +1867,92 @@ class FakeBrokerTests(Case):
         self.assertFalse(pid_alive(int(pid)))
 
     def test_set_not_run_when_one_name_is_not_safe(self):
+        # -w 0: no time to ask again (test_a_grant_without_a_window_is_asked_for_again).
         a, b = self.name() + "-a", self.name() + "-b"
-        p = self.start(["-H", self.addr, "run", "%s,%s" % (a, b), "--", "echo", "ran"])
+        p = self.start(["-H", self.addr, "run", "-w", "0", "%s,%s" % (a, b), "--", "echo", "ran"])
         c = self.accept_locker()
-        c.expect("LOCK %s,%s" % (a, b))
+        c.expect("LOCK %s,%s 0" % (a, b))
         c.send("OK %s,%s 42,43\n" % (a, b))
         self.confirm(c, a, "42")
-        self.confirm(c, b, "43", safe=10)        # the smallest window counts
+        self.confirm(c, b, "43", safe=0)         # the smallest window counts
         c.expect("UNLOCK %s,%s" % (a, b))
         c.send("OK %s,%s\n" % (a, b))
         p.finish()
-        self.assert_exit(p, EXIT_JEOPARDY, r"lock %s,%s is certain for only 10 ms"
+        self.assert_exit(p, EXIT_TIMEOUT, r"lock %s,%s is certain for only 0 ms \(CHECK\); not "
+                         r"waiting for a longer window \(-w 0\); the command was not run$"
                          % (re.escape(a), re.escape(b)), stdout="")
+
+    def give_back(self, c, n, token):
+        """Grants c's LOCK of n with a window of 0 (as a daemon just back from
+        a ZooKeeper outage did, issue 36), which lockbroker releases with a
+        plain UNLOCK before it closes c. Returns the LOCK's wait (None: none)."""
+        m = c.expect_match(r"LOCK %s(?: ([0-9]+))?" % re.escape(n))
+        c.send("OK %s %s\n" % (n, token))
+        c.expect("CHECK %s %s" % (n, token))
+        c.send("OK %s %s 0\n" % (n, token))
+        c.expect("UNLOCK %s" % n)
+        c.send("OK %s\n" % n)
+        c.expect_eof()
+        return None if m.group(1) is None else int(m.group(1))
+
+    def test_a_grant_without_a_window_is_asked_for_again(self):
+        # While -w has time left (or without -w), a grant with a window of 0
+        # is no answer: lockbroker asks again with what is left of the wait,
+        # and the command runs once, under the grant with a window. -v says so.
+        for wait in ("25s", None):
+            with self.subTest(wait=wait):
+                n = self.name()
+                p = self.start(["-H", self.addr, "run"] + (["-w", wait] if wait else ["-v"]) +
+                               [n, "--", "sh", "-c", 'echo "ran $LOCKBROKER_TOKEN"'])
+                self.assertEqual(self.give_back(self.accept_locker(), n, "42"),
+                                 25000 if wait else None)
+                left = self.give_back(self.accept_locker(), n, "43")
+                if wait:
+                    self.assertGreater(left, 0)
+                    self.assertLess(left, 25000)
+                else:
+                    self.assertIsNone(left)
+                c = self.accept_locker()
+                c.expect_match(r"LOCK %s%s" % (re.escape(n), " [0-9]+" if wait else ""))
+                c.send("OK %s 44\n" % n)
+                self.confirm(c, n, "44")
+                c.expect("UNLOCK %s" % n)
+                c.send("OK %s\n" % n)
+                p.finish()
+                self.assert_exit(p, 0, stdout="ran 44\n")
+                self.assertEqual(p.err, "" if wait else
+                                 "lockbroker: lock %s granted, but certain for only 0 ms (CHECK): "
+                                 "released; asking again\n" % n)
+
+    def test_no_window_until_the_wait_ends_is_a_timeout(self):
+        # A window of 0 at every grant until -w runs out: the command never
+        # runs, and the exit is -w's (124, or -E's), not jeopardy's 116.
+        for extra, rc in (([], EXIT_TIMEOUT), (["-E", "3"], 3)):
+            with self.subTest(extra=extra):
+                n = self.name()
+                p = self.start(["-H", self.addr, "run", "-w", "600"] + extra +
+                               [n, "--", "echo", "ran"])
+                grants = 0
+                while True:
+                    # Another LOCK, or lockbroker's last word and exit.
+                    ready = select.select([self.srv, p.proc.stderr], [], [], TIMEOUT)[0]
+                    self.assertTrue(ready, "neither a LOCK nor an exit")
+                    if self.srv not in ready:
+                        break
+                    self.give_back(self.accept_locker(), n, str(42 + grants))
+                    grants += 1
+                p.finish()
+                self.assert_exit(p, rc, r"timed out after 600 ms waiting for lock %s: granted "
+                                 r"%d times, but certain for only 0 ms \(CHECK\) the last time; "
+                                 r"the command was not run$" % (re.escape(n), grants), stdout="")
+                self.assertGreaterEqual(grants, 2)
+        n = self.name()
+        p = self.start(["-H", self.addr, "run", "-w", "0", n, "--", "echo", "ran"])
+        self.assertEqual(self.give_back(self.accept_locker(), n, "42"), 0)
+        p.finish()
+        self.assert_exit(p, EXIT_TIMEOUT, r"lock %s is certain for only 0 ms \(CHECK\); not "
+                         r"waiting for a longer window \(-w 0\); the command was not run$"
+                         % re.escape(n), stdout="")
 
     def test_connection_drop_terminates_the_command(self):
         n = self.name()
@@ -1972,17 +2046,16 @@ class FakeBrokerTests(Case):
         self.assertFalse(pid_alive(pid))
 
     def test_first_check_decides_whether_the_command_runs(self):
+        # A window of 0: test_a_grant_without_a_window_is_asked_for_again.
         cases = [
-            ("OK %(n)s 42 0", EXIT_JEOPARDY, r"lock %(n)s is certain for only 0 ms \(CHECK\); "
-             r"the command was not run$", True),
             ("ERR NOT_HELD this connection does not hold that lock", EXIT_LOST,
-             r"lock %(n)s lost before the command started: ERR NOT_HELD", False),
+             r"lock %(n)s lost before the command started: ERR NOT_HELD"),
             ("LOST %(n)s 42 session-expired", EXIT_LOST,
-             r"lock %(n)s lost before the command started: LOST", False),
-            ("OK %(n)s 43 5000", EXIT_PROTOCOL, r"unexpected reply to CHECK %(n)s: OK", False),
-            ("ERR INTERNAL oops", EXIT_PROTOCOL, r"unexpected reply to CHECK %(n)s: ERR", False),
+             r"lock %(n)s lost before the command started: LOST"),
+            ("OK %(n)s 43 5000", EXIT_PROTOCOL, r"unexpected reply to CHECK %(n)s: OK"),
+            ("ERR INTERNAL oops", EXIT_PROTOCOL, r"unexpected reply to CHECK %(n)s: ERR"),
         ]
-        for reply, rc, err, unlocks in cases:
+        for reply, rc, err in cases:
             with self.subTest(reply=reply):
                 n = self.name()
                 p = self.start(["-H", self.addr, "run", n, "--", "echo", "ran"])
@@ -1991,9 +2064,6 @@ class FakeBrokerTests(Case):
                 c.send("OK %s 42\n" % n)
                 c.expect("CHECK %s 42" % n)
                 c.send(reply % {"n": n} + "\n")
-                if unlocks:
-                    c.expect("UNLOCK %s" % n)
-                    c.send("OK %s\n" % n)
                 p.finish()
                 self.assert_exit(p, rc, err % {"n": re.escape(n)}, stdout="")
 
