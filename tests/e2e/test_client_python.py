@@ -696,6 +696,144 @@ class JeopardyTests(unittest.TestCase):
             h.release()
 
 
+class FakeBroker:
+    """A broker of a few lines, for replies the daemon cannot be made to send
+    on demand: answer(line) returns the lines to send back (None: nothing).
+    .log is every request as (connection number, line), in order."""
+
+    def __init__(self, test, answer):
+        self.answer = answer
+        self.log = []
+        self._socks = []
+        self._lock = threading.Lock()
+        self._srv = socket.create_server(("127.0.0.1", 0))
+        self.address = "127.0.0.1:%d" % self._srv.getsockname()[1]
+        test.addCleanup(self.close)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        n = 0
+        while True:
+            try:
+                sock, _ = self._srv.accept()
+            except OSError:
+                return                  # closed
+            n += 1
+            with self._lock:
+                self._socks.append(sock)
+            threading.Thread(target=self._serve, args=(sock, n), daemon=True).start()
+
+    def _serve(self, sock, n):
+        try:
+            for raw in sock.makefile("rb"):
+                line = raw.decode().rstrip("\n")
+                with self._lock:
+                    self.log.append((n, line))
+                    replies = self.answer(line) or ()
+                for reply in replies:
+                    sock.sendall((reply + "\n").encode())
+        except OSError:
+            pass
+
+    def requests(self, word):
+        """The lines of the log that start with word."""
+        return [line for _, line in self.log if line.split(" ")[0] == word]
+
+    def close(self):
+        try:
+            self._srv.shutdown(socket.SHUT_RDWR)    # wakes the accept()
+        except OSError:
+            pass
+        self._srv.close()
+        with self._lock:
+            for sock in self._socks:
+                sock.close()
+
+
+def windows_broker(test, name, windows):
+    """A FakeBroker that grants every LOCK or TRYLOCK of name (tokens 1, 2,
+    ...) and answers the first CHECK of grant i with windows[i - 1] ms (the
+    last one for every later grant), and every UNLOCK OK."""
+    grants = []
+
+    def answer(line):
+        w = line.split(" ")
+        if w[0] in ("LOCK", "TRYLOCK") and w[1] == name:
+            grants.append(len(grants) + 1)
+            return ["OK %s %d" % (name, grants[-1])]
+        if w[0] == "CHECK" and w[1] == name:
+            token = int(w[2])
+            return ["OK %s %d %d" % (name, token, windows[min(token, len(windows)) - 1])]
+        if w[0] == "UNLOCK" and w[1:] == [name]:
+            return ["OK %s" % name]
+        return ["ERR BAD_COMMAND not in this fake"]
+    return FakeBroker(test, answer)
+
+
+class NoWindowTests(unittest.TestCase):
+    """Issue 36: a daemon just back from a ZooKeeper outage granted with a
+    first CHECK window of 0 (and took the grant back a second later). Such
+    a grant is released and asked for again while the wait lasts; a hold the
+    library returns had a window."""
+
+    def test_a_grant_without_a_window_is_asked_for_again(self):
+        for wait in (25, None):
+            with self.subTest(wait=wait):
+                fake = windows_broker(self, "nw", [0, 0, 60000])
+                c = lockbroker.connect(fake.address, timeout=T)
+                self.addCleanup(c.close)
+                h = c.lock("nw", wait=wait)
+                self.assertEqual(h.token, 3)
+                self.assertFalse(h.lost)
+                self.assertGreater(h.safe_remaining(), 0)
+                locks = fake.requests("LOCK")
+                self.assertEqual(len(locks), 3, fake.log)
+                if wait:
+                    self.assertEqual(locks[0], "LOCK nw 25000")
+                    lefts = [int(x.split(" ")[2]) for x in locks]
+                    self.assertTrue(25000 > lefts[1] > lefts[2] > 0, locks)
+                else:
+                    self.assertEqual(locks, ["LOCK nw"] * 3)
+                self.assertEqual(fake.requests("UNLOCK"), ["UNLOCK nw"] * 2)   # no keep=
+                h.release()
+                self.assertEqual(fake.requests("UNLOCK"), ["UNLOCK nw"] * 3)
+
+    def test_no_window_until_the_wait_ends_is_a_timeout(self):
+        fake = windows_broker(self, "nw", [0])
+        c = lockbroker.connect(fake.address, timeout=T)
+        self.addCleanup(c.close)
+        with self.assertRaisesRegex(lockbroker.Timeout, r"^lock nw not granted with time to use "
+                                    r"it within 0.6 s: granted [0-9]+ times, but the broker "
+                                    r"promised no time for it \(CHECK answered 0\)$"):
+            c.lock("nw", wait=0.6)
+        self.assertGreaterEqual(len(fake.requests("LOCK")), 2, fake.log)
+        self.assertEqual(len(fake.requests("UNLOCK")), len(fake.requests("LOCK")), fake.log)
+        # No time to wait: one grant, given back.
+        for take, error in ((lambda: c.lock("nw", wait=0), lockbroker.Timeout),
+                            (lambda: c.trylock("nw"), lockbroker.Busy)):
+            with self.subTest(error=error):
+                before = len(fake.log)
+                with self.assertRaisesRegex(error, r"granted 1 time, but the broker promised "
+                                            r"no time for it"):
+                    take()
+                self.assertEqual([line.split(" ")[0] for _, line in fake.log[before:]],
+                                 ["LOCK" if error is lockbroker.Timeout else "TRYLOCK",
+                                  "CHECK", "UNLOCK"])
+
+    def test_asyncio_lock_asks_again_too(self):
+        fake = windows_broker(self, "nw", [0, 60000])
+
+        async def main():
+            c = await lockbroker.aio.connect(fake.address, timeout=T)
+            try:
+                async with c.lock("nw", wait=25) as h:
+                    return h.token, h.lost
+            finally:
+                await c.close()
+        self.assertEqual(asyncio.run(main()), (2, False))
+        self.assertEqual(fake.requests("UNLOCK"), ["UNLOCK nw"] * 2)
+
+
 class AuthTests(unittest.TestCase):
 
     def test_denied_and_auth_failed(self):

@@ -21,7 +21,11 @@ Design (documented in README.md):
   quarter of the last safe window (at least every second, at most every
   100 ms) and marks the hold lost when the window runs out without a fresh
   answer (a frozen daemon, a dead network): `hold.lost` turns true before
-  anyone else can be granted the lock (PROTOCOL.md, CHECK).
+  anyone else can be granted the lock (PROTOCOL.md, CHECK). A grant whose
+  first CHECK promises no time (0: a daemon just back from a ZooKeeper
+  outage, say) is no grant: lock() releases it and asks again while its
+  wait lasts, then raises Timeout (trylock(): Busy); a hold it returns had
+  a window.
 - Leases renew themselves every third of their ttl on a connection of their
   own, and are released on exit; a lease granted after a wait is renewed at
   once, so its ttl counts from then.
@@ -64,6 +68,10 @@ NAME_MAX = 200
 _NAME_RE = re.compile(r"[A-Za-z0-9._:@-]{1,200}")
 CHECK_EVERY_MIN = 0.1
 CHECK_EVERY_MAX = 1.0
+# A grant with no window (CHECK answered 0) is given back and asked for
+# again this long after, doubling up to RETRY_MAX, while the wait lasts.
+RETRY_MIN = 0.1
+RETRY_MAX = 1.0
 KEEP_MAX = 86400.0                 # seconds: UNLOCK's keep=<ms> goes to 86400000
 
 
@@ -482,6 +490,8 @@ class Hold:
         self._lock = threading.Lock()
         self._released = False
         self._safe_until = None       # monotonic seconds; None: no window (no CHECK)
+        self._no_window = False       # the first CHECK promised no time: Client._acquire
+                                      # gives the hold back and asks again
         self._stop = threading.Event()
         conn.on_lost = self._on_line_lost
         self._monitor = None
@@ -578,7 +588,7 @@ class Hold:
         if safe == -1.0:
             self._safe_until = None
         elif safe is not None and safe <= 0:
-            self._mark_lost("jeopardy: the broker promises no time (CHECK answered 0)")
+            self._no_window = True
 
     def _watch(self):
         while not self._stop.is_set():
@@ -860,6 +870,11 @@ class Client:
     # -- locks
     def _acquire(self, cmd, name, wait, shared, limit, delay, min_hold=None,
                  release_on_failure=False, on_pending=None):
+        """A hold with a window: a grant whose first CHECK promises no time
+        is released (UNLOCK, no keep) and asked for again, after a pause
+        growing from RETRY_MIN to RETRY_MAX, with what is left of wait,
+        until one comes with a window or the wait ends (Timeout; Busy for
+        TRYLOCK, which does not wait)."""
         if min_hold is not None:
             min_hold = _keep_seconds(min_hold, "min_hold") or None
         multi = isinstance(name, (list, tuple))     # a set (PROTOCOL.md, Sets of locks)
@@ -868,8 +883,39 @@ class Client:
             check_name(n)
         if multi and (not 1 <= len(names) <= 16 or len(set(names)) != len(names)):
             raise BadName("a set is 1 to 16 distinct names: %r" % (name,))
-        name = ",".join(names)
         wait_ms = _ms(wait, "wait")
+        end = None if wait_ms is None else time.monotonic() + wait_ms / 1000.0
+        left_ms, pause, grants = wait_ms, RETRY_MIN, 0
+        while True:
+            hold = self._grant(cmd, names, multi, wait, left_ms, shared, limit, delay,
+                               min_hold, release_on_failure, on_pending)
+            if not hold._no_window:
+                return hold
+            grants += 1
+            try:
+                hold.release(keep=0)
+            except Error:
+                pass                    # lost meanwhile, or the connection failed: not held
+            why = "granted %d time%s, but the broker promised no time for it (CHECK " \
+                  "answered 0)" % (grants, "" if grants == 1 else "s")
+            if cmd == "TRYLOCK":
+                raise Busy("lock %s: %s" % (hold.name, why))  # not waiting: as if held
+            if end is not None:
+                left = end - time.monotonic()
+                if left <= 0:
+                    raise Timeout("lock %s not granted with time to use it within %s s: %s"
+                                  % (hold.name, wait, why))
+                pause = min(pause, left)
+            time.sleep(pause)
+            if end is not None:
+                left_ms = max(0, int((end - time.monotonic()) * 1000))
+            pause = min(pause * 2, RETRY_MAX)
+
+    def _grant(self, cmd, names, multi, wait, wait_ms, shared, limit, delay, min_hold,
+               release_on_failure, on_pending):
+        """One LOCK (waiting wait_ms) or TRYLOCK of names, on a connection of
+        its own: the Hold, its first CHECK asked."""
+        name = ",".join(names)
         words = [cmd, name]
         if cmd == "LOCK" and wait_ms is not None:
             words.append(str(wait_ms))
@@ -909,6 +955,11 @@ class Client:
         up to 16 names, a set: all are held or none, without deadlock
         between sets (Hold.names, Hold.tokens).
 
+        A grant whose first CHECK promises no time (0: a daemon just back
+        from a ZooKeeper outage, say) is released at once and the lock
+        asked for again, after a pause of 0.1 s doubling up to 1 s, while
+        wait lasts: Timeout if none with a window came in time.
+
         min_hold: seconds (up to 86400) the lock stays held after its grant
         even when released sooner: the release then asks the daemon to keep
         it for the rest (Hold.release). release_on_failure: a `with` block
@@ -918,7 +969,8 @@ class Client:
 
     def trylock(self, name, shared=False, limit=None, delay=None, min_hold=None,
                 release_on_failure=False):
-        """Takes the lock if it is free now, else raises Busy. With
+        """Takes the lock if it is free now, else raises Busy (also when
+        granted with no time promised, CHECK 0: released at once). With
         min_hold=period: at most once per period across all its callers."""
         return self._acquire("TRYLOCK", name, None, shared, limit, delay, min_hold,
                              release_on_failure)
