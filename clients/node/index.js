@@ -20,7 +20,10 @@
  * LOST marks its hold lost at once. Jeopardy: a hold sends `CHECK` every
  * quarter of its safe window (at least every second, halfway through a
  * window too short for that) and is lost when the window runs out without
- * a fresh answer. Leases renew themselves every
+ * a fresh answer. A grant whose first CHECK promises no time (0: a daemon
+ * just back from a ZooKeeper outage, say) is no grant: lock() releases it
+ * and asks again while its wait lasts, then rejects with TIMEOUT (trylock:
+ * BUSY); a hold it resolves to had a window. Leases renew themselves every
  * third of their ttl. Nothing survives a reconnect. A minimum hold
  * (lock(name, { minHold })): a hold released sooner than minHold after its
  * grant is released with `UNLOCK <name> keep=<ms left>`, and the daemon
@@ -47,9 +50,32 @@ const DEFAULT_ADDRESS = '127.0.0.1:7411';
 const NAME_RE = /^[A-Za-z0-9._:@-]{1,200}$/;
 const CHECK_EVERY_MIN = 100;
 const CHECK_EVERY_MAX = 1000;
+// A grant with no window (CHECK answered 0) is given back and asked for
+// again this many ms later, doubling up to RETRY_MAX, while the wait lasts.
+const RETRY_MIN = 100;
+const RETRY_MAX = 1000;
 const IDLE_MAX = 8;
 const KEEP_MAX = 86400000;     // UNLOCK's keep=<ms> goes to 24 hours
 const asyncDispose = Symbol.asyncDispose || Symbol.for('nodejs.asyncDispose');
+
+/** Resolves after ms, or rejects with signal's reason once it aborts. */
+function pauseFor(ms, signal) {
+  return new Promise((resolve, reject) => {
+    if (signal && signal.aborted) {
+      reject(signal.reason);
+      return;
+    }
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal.reason);
+    };
+    const timer = setTimeout(() => {
+      if (signal) signal.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    if (signal) signal.addEventListener('abort', onAbort, { once: true });
+  });
+}
 
 /** Every failure: .code ('TIMEOUT', 'BUSY', 'UNAVAILABLE', ...) and .line (the reply). */
 class LockbrokerError extends Error {
@@ -289,6 +315,7 @@ class Hold extends EventEmitter {
     this.conn = conn;
     this.released = false;
     this.safeEnd = null;       // monotonic (performance.now()) ms; null: no window (an older daemon)
+    this.noWindow = false;     // the first CHECK promised no time: Client.acquire gives it back
     this.timer = null;
     this.checking = null;      // the CHECK in flight
     this.abort = new AbortController();
@@ -376,7 +403,10 @@ class Hold extends EventEmitter {
       this.safeEnd = null;
       return;
     }
-    if (safe === 0) this.markLost('jeopardy: the broker promises no time (CHECK answered 0)');
+    if (safe === 0) {
+      this.noWindow = true;    // no time to work in: Client.acquire releases it and asks again
+      return;
+    }
     if (!this.lost) this.schedule();
   }
 
@@ -635,6 +665,13 @@ class Client {
     else conn.close();
   }
 
+  /**
+   * A hold with a window: a grant whose first CHECK promises no time is
+   * released (UNLOCK, no keep) and asked for again, after a pause growing
+   * from RETRY_MIN to RETRY_MAX, with what is left of opts.wait, until one
+   * comes with a window or the wait ends (TIMEOUT; BUSY for TRYLOCK, which
+   * does not wait).
+   */
   async acquire(cmd, name, opts = {}) {
     const multi = Array.isArray(name);     // a set (PROTOCOL.md, Sets of locks)
     const names = multi ? name : [name];
@@ -644,8 +681,34 @@ class Client {
     }
     name = names.join(',');
     const minHold = opts.minHold == null ? null : checkKeep(opts.minHold, 'minHold');
+    const end = opts.wait == null ? null : performance.now() + opts.wait;
+    let wait = opts.wait == null ? null : Math.round(opts.wait);
+    let pause = RETRY_MIN;
+    for (let grants = 1; ; grants++) {
+      const hold = await this.grant(cmd, name, names, multi, wait, minHold, opts);
+      if (!hold.noWindow) return hold;
+      await hold.release({ keep: 0 }).catch(() => {});   // a protocol error: closed, not held
+      const why = `granted ${grants} time${grants === 1 ? '' : 's'}, but the broker promised ` +
+        'no time for it (CHECK answered 0)';
+      if (cmd === 'TRYLOCK') throw new LockbrokerError('BUSY', `lock ${name}: ${why}`);
+      if (end !== null) {
+        const left = end - performance.now();
+        if (left <= 0) {
+          throw new LockbrokerError('TIMEOUT',
+            `lock ${name} not granted with time to use it within ${opts.wait} ms: ${why}`);
+        }
+        pause = Math.min(pause, left);
+      }
+      await pauseFor(pause, opts.signal);
+      if (end !== null) wait = Math.max(0, Math.floor(end - performance.now()));
+      pause = Math.min(pause * 2, RETRY_MAX);
+    }
+  }
+
+  /** One LOCK (waiting wait ms; null: for ever) or TRYLOCK: the Hold, its first CHECK asked. */
+  async grant(cmd, name, names, multi, wait, minHold, opts) {
     const words = [cmd, name];
-    if (cmd === 'LOCK' && opts.wait != null) words.push(String(Math.round(opts.wait)));
+    if (cmd === 'LOCK' && wait != null) words.push(String(wait));
     words.push(...options(opts));
     const signal = opts.signal;
     if (signal && signal.aborted) throw signal.reason;
@@ -655,7 +718,7 @@ class Client {
     let reply;
     try {
       reply = await conn.request(words.join(' '),
-        cmd === 'LOCK' && opts.wait == null ? null : this.timeout + (opts.wait || 0));
+        cmd === 'LOCK' && wait == null ? null : this.timeout + (wait || 0));
     } catch (e) {
       conn.close();
       if (signal && signal.aborted) throw signal.reason;
@@ -690,11 +753,16 @@ class Client {
    * up to 16 names, a set: all held or none, no deadlock between sets
    * (Hold.names, Hold.tokens). Resolves to a Hold;
    * rejects with code TIMEOUT, CONFLICT, UNAVAILABLE, DENIED, BAD_NAME, ...
+   * A grant whose first CHECK promises no time (0: a daemon just back from
+   * a ZooKeeper outage, say) is released at once and the lock asked for
+   * again, after a pause of 100 ms doubling up to 1 s, while opts.wait
+   * lasts: TIMEOUT if none with a window came in time.
    */
   lock(name, opts = {}) { return this.acquire('LOCK', name, opts); }
 
   /**
-   * Takes the lock if it is free now; rejects with code BUSY otherwise.
+   * Takes the lock if it is free now; rejects with code BUSY otherwise
+   * (also when granted with no time promised, CHECK 0: released at once).
    * With { minHold: period }: at most once per period across its callers.
    */
   trylock(name, opts = {}) { return this.acquire('TRYLOCK', name, opts); }

@@ -568,6 +568,106 @@ test("a set's round of CHECKs waits no longer than the window left", async () =>
   }
 });
 
+// Grants every LOCK or TRYLOCK of name (tokens 1, 2, ...), answers the
+// first CHECK of grant i with windows[i - 1] ms (the last one for every
+// later grant) and every UNLOCK OK; log: every request, in order, each
+// passed to onLine before it is answered.
+async function windowsBroker(name, windows, onLine = () => {}) {
+  const log = [];
+  let grants = 0;
+  const fake = await fakeBroker((line, reply) => {
+    log.push(line);
+    onLine(line);
+    const w = line.split(' ');
+    if ((w[0] === 'LOCK' || w[0] === 'TRYLOCK') && w[1] === name) {
+      return reply(`OK ${name} ${++grants}`);
+    }
+    if (w[0] === 'CHECK' && w[1] === name) {
+      return reply(`OK ${name} ${w[2]} ${windows[Math.min(Number(w[2]), windows.length) - 1]}`);
+    }
+    if (line === `UNLOCK ${name}`) return reply(`OK ${name}`);
+    reply('ERR BAD_COMMAND not in this fake');
+  });
+  fake.log = log;
+  fake.requests = (word) => log.filter((l) => l.split(' ')[0] === word);
+  return fake;
+}
+
+// Issue 36: a daemon just back from a ZooKeeper outage granted with a first
+// CHECK window of 0 (and took the grant back a second later).
+test('a grant without a window is released and asked for again while the wait lasts', async () => {
+  for (const wait of [25000, undefined]) {
+    const fake = await windowsBroker('n-nw', [0, 0, 60000]);
+    const c = await lb.connect({ address: fake.address, timeout: T });
+    try {
+      const h = await c.lock('n-nw', { wait });
+      assert.strictEqual(h.token, 3n);
+      assert.strictEqual(h.lost, false);
+      assert.ok(h.safeRemaining() > 0);
+      const locks = fake.requests('LOCK');
+      assert.strictEqual(locks.length, 3, JSON.stringify(fake.log));
+      if (wait) {
+        assert.strictEqual(locks[0], 'LOCK n-nw 25000');
+        const lefts = locks.map((l) => Number(l.split(' ')[2]));
+        assert.ok(lefts[0] > lefts[1] && lefts[1] > lefts[2] && lefts[2] > 0, locks.join());
+      } else {
+        assert.deepStrictEqual(locks, ['LOCK n-nw', 'LOCK n-nw', 'LOCK n-nw']);
+      }
+      assert.deepStrictEqual(fake.requests('UNLOCK'), ['UNLOCK n-nw', 'UNLOCK n-nw']);   // no keep=
+      assert.strictEqual(await h.release(), true);
+    } finally {
+      await c.close();
+      fake.close();
+    }
+  }
+});
+
+test('no window until the wait ends is a TIMEOUT (trylock: BUSY), every grant given back',
+  async () => {
+    const fake = await windowsBroker('n-nw', [0]);
+    const c = await lb.connect({ address: fake.address, timeout: T });
+    try {
+      await assert.rejects(c.lock('n-nw', { wait: 600 }), (e) => {
+        assert.strictEqual(e.code, 'TIMEOUT', e.message);
+        assert.match(e.message, new RegExp('^lock n-nw not granted with time to use it within ' +
+          '600 ms: granted \\d+ times, but the broker promised no time for it \\(CHECK ' +
+          'answered 0\\)$'));
+        return true;
+      });
+      assert.ok(fake.requests('LOCK').length >= 2, JSON.stringify(fake.log));
+      assert.strictEqual(fake.requests('UNLOCK').length, fake.requests('LOCK').length);
+      for (const [take, code, first] of [[() => c.lock('n-nw', { wait: 0 }), 'TIMEOUT', 'LOCK'],
+        [() => c.trylock('n-nw'), 'BUSY', 'TRYLOCK']]) {
+        const before = fake.log.length;
+        await assert.rejects(take(), (e) => {
+          assert.strictEqual(e.code, code, e.message);
+          assert.match(e.message, /granted 1 time, but the broker promised no time for it/);
+          return true;
+        });
+        assert.deepStrictEqual(fake.log.slice(before).map((l) => l.split(' ')[0]),
+          [first, 'CHECK', 'UNLOCK']);
+      }
+    } finally {
+      await c.close();
+      fake.close();
+    }
+  });
+
+test('an AbortSignal ends the asking again after a grant without a window', async () => {
+  const ac = new AbortController();
+  const fake = await windowsBroker('n-nw', [0], (line) => {
+    if (line.startsWith('UNLOCK')) ac.abort(new Error('stop'));
+  });
+  const c = await lb.connect({ address: fake.address, timeout: T });
+  try {
+    await assert.rejects(c.lock('n-nw', { signal: ac.signal }), /^Error: stop$/);
+    assert.deepStrictEqual(fake.log, ['LOCK n-nw', 'CHECK n-nw 1', 'UNLOCK n-nw']);
+  } finally {
+    await c.close();
+    fake.close();
+  }
+});
+
 test('AUTH: denied and auth failed', { skip: !env.LB_AUTH_ADDR }, async () => {
   await rejectsWith(lb.connect({ address: env.LB_AUTH_ADDR, user: 'alice', password: 'wrong' }),
     'AUTH_FAILED');
