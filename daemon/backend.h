@@ -230,7 +230,9 @@ struct backend_ops {
      */
     bool early_places;
     /*
-     * Handover (handover.h). All optional. ready: whether nothing is in
+     * Handover (handover.h). All optional. possible: whether the settings
+     * allow a handover at all; false with why (refused at once, before
+     * anything stops). ready: whether nothing is in
      * flight that a snapshot could not carry; false with why (the daemon
      * waits a little, then gives the handover up). save writes the
      * backend's own records (kinds starting with "backend"), restore reads
@@ -238,6 +240,7 @@ struct backend_ops {
      * acquiring hold's slot into its hold record; restore_hold reads it and
      * takes h back (its backend slot).
      */
+    bool (*handover_possible)(void *impl, char *why, size_t len);
     bool (*handover_ready)(void *impl, char *why, size_t len);
     void (*save)(void *impl, struct snap_w *w);
     bool (*restore)(void *impl, struct snap_r *r);

@@ -524,6 +524,7 @@ static int check_start(struct handover_out *h)
 static void handover_start(struct handover_parts *p, bool to_fdstore)
 {
     struct handover_out *h;
+    char why[512];
 
     if (current) {
         log_info("handover: one is under way already");
@@ -532,6 +533,18 @@ static void handover_start(struct handover_parts *p, bool to_fdstore)
     if (!p->backend->ops->save) {
         log_error("handover: %s mode cannot hand over; %s", p->backend->ops->name,
                   to_fdstore ? "stopping as usual" : "serving on");
+        if (to_fdstore)
+            event_base_loopbreak(p->base);
+        return;
+    }
+    /* Settings that allow none: said at once, nothing stopped (a wait
+     * for readiness that cannot come would stop every client for
+     * HANDOVER_QUIET_MS). */
+    if (p->backend->ops->handover_possible &&
+        !p->backend->ops->handover_possible(p->backend->impl, why, sizeof(why))) {
+        log_error("handover: refused: %s; %s", why, to_fdstore
+                  ? "stopping as usual (the connections close, their locks end)"
+                  : "serving on, nothing lost");
         if (to_fdstore)
             event_base_loopbreak(p->base);
         return;

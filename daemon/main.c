@@ -81,6 +81,7 @@ static void usage(FILE *f)
             "  -h, --help    show this help\n"
             "  -V, --version show the version\n"
             "  --check-handover  as -t, and say which handover snapshots it reads\n"
+            "                (distributed mode: exit 1 if the settings allow none)\n"
             "Signals: TERM or INT stop the daemon; HUP reloads the log level, the limits,\n"
             "the users file and the TLS certificate, key and CA; USR2 hands every\n"
             "connection and lock over to a new daemon executed from the same path.\n",
@@ -447,7 +448,17 @@ int main(int argc, char **argv)
         return 1;
     }
     if (check_only) {
+        char why[512];
+
         explicit_bzero(zk_auth, sizeof(zk_auth));
+        /* The daemon before runs this with our arguments: settings that
+         * allow no handover refuse it here too, in the words it logs. */
+        if (d.opt.check_handover && d.s.zk_hosts &&
+            !zk_handover_settings_fit(&d.s, why, sizeof(why))) {
+            printf("lockbrokerd: %s\n", why);
+            daemon_stop(&d);
+            return 1;
+        }
         printf("lockbrokerd: configuration OK\n");
         if (d.opt.check_handover)
             handover_print_format();

@@ -52,6 +52,7 @@ static const struct backend_ops zk_ops = {
     .why_unavailable = zk_why_unavailable,
     .config_error = zk_config_error,
     .window_ms = zk_window_ms,
+    .handover_possible = zk_handover_possible,
     .handover_ready = zk_handover_ready,
     .save = zk_handover_save,
     .restore = zk_handover_restore,

@@ -20,7 +20,9 @@
 #include <string.h>
 
 #include "log.h"
+#include "settings.h"
 #include "snap.h"
+#include "zk.h"
 
 /* The zookeeper.h client id's password. */
 #define PASSWD_LEN 16
@@ -49,6 +51,73 @@ static bool at_rest(const struct zlock *zl)
     default:
         return false;
     }
+}
+
+/*
+ * Which settings allow a handover at all. W is 3/4 of [zookeeper] tick_ms
+ * (zk_ping_wait_ms), T the session timeout, c the session's confirmation
+ * (presence.c; PROTOCOL.md, "How `c` is established").
+ *
+ * 1. The old daemon goes only while now - c <= T/3 (zk_handover_ready: the
+ *    successor must have a third of T before the lost deadline c + 2T/3).
+ *    Once a probe round has moved c, c is the send time of a probe answered
+ *    at least W before the sync of a round whose write has been answered
+ *    since (probe_confirm): so now - c >= W at every instant, as c moves
+ *    only when such a round ends and now - c only grows in between.
+ * 2. The successor attaches with that c, and its holds are presumed lost at
+ *    c + 2T/3 unless a probe round confirms the session first. Only probes
+ *    answered on its own connection count, and one of them must have been
+ *    answered W before a later round's sync: that is after attaching + W.
+ *    It attaches after the old daemon went, itself at least W after c: so
+ *    2W < 2T/3 is needed.
+ * Both say W < T/3. With W >= T/3, the old daemon waits HANDOVER_QUIET_MS
+ * with parsing stopped and gives up (1), or at best (the first moments of
+ * a new session, where c is when its connection attempt began) hands over
+ * a third of T, less than the W the successor needs (2): refused at once,
+ * the same answer whatever the moment.
+ *
+ * Allowed is not prompt: right after a round that moved c, now - c is
+ * between W and W + P (rounds every P, plus their round trips), then grows
+ * by P. With W + P under T/3 (the defaults: 1500 + 1000 < 3333) a handover
+ * goes within a round; nearer the limit it may wait its HANDOVER_QUIET_MS.
+ */
+static bool handover_settings_fit(unsigned tick_ms, int timeout_ms, const char *negotiated,
+                                  char *why, size_t len)
+{
+    int64_t w = zk_tick_ping_wait_ms(tick_ms);
+    int timeout = timeout_ms;
+    unsigned tick = tick_ms;
+
+    if (zk_handover_fits(w, timeout_ms))
+        return true;
+    /* The nearest settings that fit, by the same test. */
+    while (!zk_handover_fits(w, timeout))
+        timeout++;
+    while (tick > 1 && !zk_handover_fits(zk_tick_ping_wait_ms(tick), timeout_ms))
+        tick--;
+    snprintf(why, len, "[zookeeper] tick_ms %u and a %d ms session timeout%s allow no handover "
+             "in distributed mode: 3/4 of tick_ms (%lld ms) must be under a third of the "
+             "timeout (%d ms); a session timeout of at least %d ms, or tick_ms of at most %u, "
+             "allows one", tick_ms, timeout_ms, negotiated, (long long)w, timeout_ms / 3, timeout,
+             tick);
+    return false;
+}
+
+bool zk_handover_possible(void *impl, char *why, size_t len)
+{
+    const struct zk *zk = impl;
+    char negotiated[64] = "";
+
+    if (zk->negotiated_ms > 0 && zk->negotiated_ms != (int)zk->settings->zk_session_timeout_ms)
+        snprintf(negotiated, sizeof(negotiated), " (negotiated; session_timeout_ms is %u)",
+                 zk->settings->zk_session_timeout_ms);
+    return handover_settings_fit(zk->settings->zk_tick_ms, zk_timeout_ms(zk), negotiated, why,
+                                 len);
+}
+
+bool zk_handover_settings_fit(const struct settings *s, char *why, size_t len)
+{
+    return handover_settings_fit(s->zk_tick_ms, (int)s->zk_session_timeout_ms, "", why, len);
 }
 
 bool zk_handover_ready(void *impl, char *why, size_t len)

@@ -151,6 +151,7 @@ void zk_lock_let_go(void *impl, struct hold *h);
 void zk_locks_free_all(struct zk *zk);
 
 /* handover.c: the backend's handover operations (backend.h). */
+bool zk_handover_possible(void *impl, char *why, size_t len);
 bool zk_handover_ready(void *impl, char *why, size_t len);
 void zk_handover_save(void *impl, struct snap_w *w);
 bool zk_handover_restore(void *impl, struct snap_r *r);

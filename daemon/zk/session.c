@@ -66,17 +66,28 @@ int zk_timeout_ms(const struct zk *zk)
  * tick, and a quarter tick for its ping loop to be late. */
 int64_t zk_ping_wait_ms(const struct zk *zk)
 {
-    return (int64_t)zk->settings->zk_tick_ms * 3 / 4;
+    return zk_tick_ping_wait_ms(zk->settings->zk_tick_ms);
 }
 
-int zk_probe_period_ms(const struct zk *zk)
+int64_t zk_tick_ping_wait_ms(unsigned tick_ms)
 {
-    int ms = zk_timeout_ms(zk) / 10;
+    return (int64_t)tick_ms * 3 / 4;
+}
+
+/* P with a session timeout of timeout_ms (zk_probe_period_ms). */
+static int probe_period_for(const struct zk *zk, int timeout_ms)
+{
+    int ms = timeout_ms / 10;
 
     /* ZK_PROBES answered probes (two a round) cover W. */
     if (ms < zk_ping_wait_ms(zk) / 8)
         ms = (int)(zk_ping_wait_ms(zk) / 8);
     return ms < 100 ? 100 : ms;
+}
+
+int zk_probe_period_ms(const struct zk *zk)
+{
+    return probe_period_for(zk, zk_timeout_ms(zk));
 }
 
 /* How long a handshake may take: short enough that several attempts fit
@@ -750,16 +761,40 @@ static void on_restart(evutil_socket_t fd, short what, void *arg)
 
 /* The window's probes need W (3/4 of tick_ms) and up to two periods
  * before they move c; past half the timeout, holds would be presumed lost
- * without a fault. Said once per new session. */
+ * without a fault. */
+static bool window_fits(const struct zk *zk, int timeout_ms)
+{
+    return 2 * (zk_ping_wait_ms(zk) + 2 * probe_period_for(zk, timeout_ms)) < timeout_ms;
+}
+
+bool zk_handover_fits(int64_t w, int timeout_ms)
+{
+    return 3 * w < timeout_ms;
+}
+
+/*
+ * Said once per new session. The timeout advised is the smallest from
+ * which on every one fits (P grows with it, rounded down: T - 4P drops
+ * where T/10 steps up, each time to above where the step before left it,
+ * so past ten in a row that fit, all do). It also allows a handover: with
+ * P at least a tenth of T (rounded down), 2(W + 2P) < T gives
+ * W < 0.3 T + 2, under T/3 as T is at least 1000 (settings.c). So whenever
+ * handovers are refused (zk/handover.c), this warning is given, and says so.
+ */
 static void zk_check_window_settings(const struct zk *zk)
 {
-    int64_t lag = zk_ping_wait_ms(zk) + 2 * zk_probe_period_ms(zk);
+    int timeout = zk_timeout_ms(zk), advised = timeout, run = 0;
 
-    if (lag * 2 >= zk_timeout_ms(zk))
-        log_warn("zk: the %d ms session timeout is short for [zookeeper] tick_ms %u: CHECK "
-                 "windows and locks would be given up at the least delay; use a timeout of "
-                 "at least %lld ms", zk_timeout_ms(zk), zk->settings->zk_tick_ms,
-                 (long long)(lag * 2 + 1));
+    if (window_fits(zk, timeout))
+        return;
+    for (; run < 10; advised++)
+        run = window_fits(zk, advised) ? run + 1 : 0;
+    advised -= 10;
+    log_warn("zk: the %d ms session timeout is short for [zookeeper] tick_ms %u: CHECK "
+             "windows and locks would be given up at the least delay%s; use a timeout of "
+             "at least %d ms", timeout, zk->settings->zk_tick_ms,
+             zk_handover_fits(zk_ping_wait_ms(zk), timeout) ? ""
+                 : ", and SIGUSR2 handovers are refused", advised);
 }
 
 static void on_session_event(zhandle_t *zh, int type, int state, const char *path, void *ctx)

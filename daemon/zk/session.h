@@ -93,6 +93,12 @@ int zk_timeout_ms(const struct zk *zk);
 /* W, 3/4 of [zookeeper] tick_ms: a leader pings each follower at least this
  * often (CHECK's window, presence.c). */
 int64_t zk_ping_wait_ms(const struct zk *zk);
+/* The same for [zookeeper] tick_ms tick_ms, for settings not in use
+ * (--check-handover). */
+int64_t zk_tick_ping_wait_ms(unsigned tick_ms);
+/* Whether a session timeout of timeout_ms leaves room for a handover with
+ * W = w: 3w < timeout_ms (zk/handover.c argues it). */
+bool zk_handover_fits(int64_t w, int timeout_ms);
 /* How often presence.c sends a probe round: a tenth of the timeout, at
  * least W/8 and 100 ms. */
 int zk_probe_period_ms(const struct zk *zk);

@@ -28,6 +28,9 @@
 #ifndef LOCKBROKER_ZK_H
 #define LOCKBROKER_ZK_H
 
+#include <stdbool.h>
+#include <stddef.h>
+
 struct event_base;
 struct settings;
 struct backend;
@@ -43,5 +46,12 @@ struct backend;
  */
 struct backend *zk_backend_new(struct event_base *base, const struct settings *s,
                                const char *daemon_id, const char *auth);
+
+/*
+ * --check-handover: whether s ([zookeeper] tick_ms and session_timeout_ms)
+ * allows a handover at all (zk/handover.c argues when); false with why,
+ * which names the nearest settings that do.
+ */
+bool zk_handover_settings_fit(const struct settings *s, char *why, size_t len);
 
 #endif

@@ -109,10 +109,10 @@ def logged_at(m):
         float("0" + stamp[19:])
 
 
-def zk_config(hosts, root, session_ms=SESSION_MS, extra=""):
+def zk_config(hosts, root, session_ms=SESSION_MS, extra="", tick_ms=500):
     # tick_ms: the servers' tickTime (zkharness's default), for CHECK's window.
-    return ("[zookeeper]\nhosts = %s\nroot = %s\nsession_timeout_ms = %d\ntick_ms = 500\n%s"
-            % (hosts, root, session_ms, extra))
+    return ("[zookeeper]\nhosts = %s\nroot = %s\nsession_timeout_ms = %d\ntick_ms = %d\n%s"
+            % (hosts, root, session_ms, tick_ms, extra))
 
 
 def lock_nodes(hosts, root):
@@ -431,8 +431,9 @@ class DistributedBase(unittest.TestCase):
         return s
 
     def start_daemon(self, hosts, name, session_ms=SESSION_MS, root=None, wait_session=True,
-                     extra="", wait_agreement=True):
-        d = Daemon(config=zk_config(hosts, root or self.root, session_ms, extra), name=name)
+                     extra="", wait_agreement=True, tick_ms=500):
+        d = Daemon(config=zk_config(hosts, root or self.root, session_ms, extra, tick_ms),
+                   name=name)
         d.start()
         self._daemons.append(d)
         self.addCleanup(self._stop_daemon, d)
@@ -2751,6 +2752,74 @@ class HandoverTest(DistributedBase):
         a.wait_log(r"zk: reconnected to session 0x%x," % a.session, scaled(15.0), since=mark)
         self.assertEqual(stats(a)["handovers"], "1")
         self.assertEqual(self.client(b).request("UNLOCK hs-lease %d" % tl), "OK hs-lease")
+
+    def test_settings_that_allow_no_handover_refuse_it_at_once(self):
+        """[zookeeper] tick_ms 2000 with a 4200 ms session timeout (issue 36,
+        item 5, had 4000 ms; 4200 keeps the lost deadline further from the
+        probes): W, 3/4 of tick_ms, is not under a third of the timeout, so
+        the session is never confirmed recently enough to hand over, and a
+        successor could not confirm it in time either (zk/handover.c).
+        SIGUSR2 is refused at once, in one line with the reason, before the
+        successor is checked or parsing stops (it used to stop parsing for
+        3 s, then give up), and the daemon serves on. A successor whose
+        settings allow none is refused by its --check-handover, before
+        parsing stops too."""
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A", session_ms=4200, tick_ms=2000)
+        a.killed = True                 # its logged refusal is what this test wants
+        # The start-up warning says so, and advises a timeout that allows one.
+        self.assertIsNotNone(a.find_log(
+            r"warn zk: the 4200 ms session timeout is short for \[zookeeper\] tick_ms 2000: "
+            r"CHECK windows and locks would be given up at the least delay, and SIGUSR2 "
+            r"handovers are refused; use a timeout of at least 5001 ms$"), a.log_tail())
+        # Past the first moments of the session (c is when its connection
+        # attempt began, so a handover could start): a probe round moved c.
+        self.wait_zk(lambda: int(stats(a)["zk_window_confirms"]) > 0, scaled(10.0),
+                     "A: a probe round confirmed the session")
+        h = self.client(a)
+        t = int(h.request("LOCK hv-never").split()[2])
+        mark = a.log_mark()
+        a.send_signal(signal.SIGUSR2)
+        self.assertEqual(h.request("PING"), "PONG")
+        why = (r"\[zookeeper\] tick_ms 2000 and a 4200 ms session timeout allow no handover "
+               r"in distributed mode: 3/4 of tick_ms \(1500 ms\) must be under a third of the "
+               r"timeout \(1400 ms\); a session timeout of at least 4501 ms, or tick_ms of at "
+               r"most 1866, allows one")
+        a.wait_log(r"error handover: refused: %s; serving on, nothing lost$" % why, since=mark)
+        # Nothing began: no successor checked, no parsing stopped, nothing given up.
+        self.assertIsNone(a.find_log(r"handover: (?:checking the successor|given up|\d+ "
+                                     r"connections)", since=mark), a.log_tail())
+        self.assertRegex(h.request("CHECK hv-never"), r"^OK hv-never %d \d+$" % t)
+        self.assertEqual(self.client(a).request("TRYLOCK hv-never"), "BUSY hv-never")
+        self.assertEqual(h.request("UNLOCK hv-never"), "OK hv-never")
+        self.assertEqual(stats(a)["handovers"], "0")
+        # What the daemon before runs with the successor's arguments refuses too.
+        check = lbharness.run_daemon(["--check-handover"] + a.argv)
+        self.assertEqual(check.returncode, 1, check)
+        self.assertRegex(check.stdout, r"^lockbrokerd: %s\n$" % why)
+
+        # Settings that allow one, changed into settings that do not: the
+        # successor's check refuses them.
+        b = self.start_daemon(hosts, "B", session_ms=4200)
+        b.killed = True
+        self.assertIsNone(b.find_log(r"SIGUSR2 handovers are refused"))
+        hb = self.client(b)
+        tb = int(hb.request("LOCK hv-never-b").split()[2])
+        with open(b.config_path) as f:
+            conf = f.read()
+        with open(b.config_path, "w") as f:
+            f.write(conf.replace("tick_ms = 500\n", "tick_ms = 2000\n"))
+        mark = b.log_mark()
+        b.send_signal(signal.SIGUSR2)
+        self.assertEqual(hb.request("PING"), "PONG")
+        b.wait_log(r"error handover: refused: the successor does not accept the settings or "
+                   r"this snapshot format: lockbrokerd: %s ; serving on, nothing lost$" % why,
+                   since=mark)
+        self.assertIsNone(b.find_log(r"handover: (?:given up|\d+ connections)", since=mark),
+                          b.log_tail())
+        self.assertRegex(hb.request("CHECK hv-never-b"), r"^OK hv-never-b %d \d+$" % tb)
+        self.assertEqual(hb.request("UNLOCK hv-never-b"), "OK hv-never-b")
+        self.assertEqual(stats(b)["handovers"], "0")
 
 
 class BatchTest(DistributedBase):
