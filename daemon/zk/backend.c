@@ -188,6 +188,8 @@ static void zk_stats(void *impl, backend_stat_fn add, void *cookie)
     stat_u64(add, cookie, "zk_leases_removed", zk->leases->leases_removed);
     stat_u64(add, cookie, "zk_session_delays", zk->session_delays);
     stat_u64(add, cookie, "zk_grants_unlisted", zk->grants_unlisted);
+    stat_u64(add, cookie, "zk_token_writes_due", zk->nodes->ntokens_due);
+    stat_u64(add, cookie, "zk_token_writes_spared", zk->nodes->token_writes_spared);
     stat_u64(add, cookie, "zk_nonfair_races_won", zk->nonfair_won);
     stat_u64(add, cookie, "zk_nonfair_races_lost", zk->nonfair_lost);
     stat_u64(add, cookie, "zk_batches", zk->batch->batches);

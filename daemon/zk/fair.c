@@ -333,7 +333,7 @@ static void zl_wait(struct zlock *zl, const struct zview *v, bool children_watch
         return;
     }
     /* A later semaphore waiter watches its predecessor, which rewrites its
-     * own data once granted (its token, zl_decide): then this one is first. */
+     * own data at once when granted (zl_decide): then this one is first. */
     if (zl->mode == LOCK_SHARED)
         zl_watch(zl, v->blocker ? v->blocker : v->lease_blocker);
     else
@@ -370,10 +370,15 @@ static void zl_decide(struct zlock *zl, const struct zview *v, int64_t pzxid,
         log_debug("zk: %s holds %s, token %llu", zl->node, zl->parent,
                   (unsigned long long)zl->token);
         /* The token goes into our node's data, for STATUS, HOLDERS and
-         * WATCH on every daemon (a write nothing waits for). It also tells
-         * the semaphore waiter after ours, which may have seen this node
-         * waiting and watch it, that it may be first now. */
-        zl_write_data(zl);
+         * WATCH on every daemon: a write nothing waits for, put off in
+         * case the hold ends first. Not for a semaphore with waiters
+         * after ours: the one after it may have seen this node waiting
+         * and watch it, and the write tells it that it may be first now.
+         * Whoever lists after this listing sees this node holding. */
+        if (zl->mode == LOCK_LIMIT && v->after > 0)
+            zl_write_data(zl);
+        else
+            zl_write_token(zl);
         locks_backend_granted(zl->hold, zl->token);
         return;
     }

@@ -42,7 +42,7 @@ static void zl_grant_turn(struct zlock *zl, int64_t zxid)
         return;
     log_debug("zk: %s passed on, new turn, token %llu", zl->node,
               (unsigned long long)zl->token);
-    zl_write_data(zl);       /* its token, for STATUS elsewhere */
+    zl_write_token(zl);      /* its token, for STATUS elsewhere, put off */
     locks_backend_granted(zl->hold, zl->token);
 }
 

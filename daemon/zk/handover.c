@@ -140,6 +140,8 @@ bool zk_handover_ready(void *impl, char *why, size_t len)
                  (long long)zk_session_lost_in_ms(zk));
         return false;
     }
+    /* Token writes put off go now: then they are answered like the rest. */
+    zl_write_tokens_now(zk);
     if (outstanding || zk->batch->wq_len || zk->batch->batches_inflight) {
         snprintf(why, len, "%llu ZooKeeper requests are in flight",
                  (unsigned long long)(outstanding + zk->batch->wq_len));

@@ -29,6 +29,8 @@
 
 /* ---------------------------------------------------------- the node's data */
 
+static bool token_unqueue(struct zlock *zl);
+
 /* Completion of a write of our node's data, which nothing waits for. */
 static void on_data_written(int rc, const struct Stat *stat, const void *data)
 {
@@ -82,16 +84,9 @@ void zl_format_token_data(const struct zlock *zl, char *buf, size_t len)
 }
 
 /*
- * Rewrites our node's data with the current owner. A data watch on the
- * node fires, so this also wakes the waiter behind it, which is how a
- * semaphore's next waiter learns that it is now the first one. Sent
- * without a zcall: nothing waits for the reply, and the zlock's
- * generation (which keeps a pending watch valid) must not change.
- */
-/*
  * Queues a write of our node's current data (batch.c: it may share a
  * multi's zxid with other writes); done gets a nodecall. Returns ZOK, or
- * the error with nothing sent.
+ * the error with nothing sent. It carries a token write put off.
  */
 int zl_send_data(struct zlock *zl, stat_completion_t done)
 {
@@ -107,6 +102,7 @@ int zl_send_data(struct zlock *zl, stat_completion_t done)
         free(n);
         return rc;
     }
+    token_unqueue(zl);
     zl->data_stale = false;
     zl->data_writing = true;
     zk->outstanding++;
@@ -114,6 +110,13 @@ int zl_send_data(struct zlock *zl, stat_completion_t done)
     return ZOK;
 }
 
+/*
+ * Rewrites our node's data with the current owner. A data watch on the
+ * node fires, so this also wakes the waiter behind it, which is how a
+ * semaphore's next waiter learns that it is now the first one. Sent
+ * without a zcall: nothing waits for the reply, and the zlock's
+ * generation (which keeps a pending watch valid) must not change.
+ */
 void zl_write_data(struct zlock *zl)
 {
     zl->data_stale = true;
@@ -122,6 +125,104 @@ void zl_write_data(struct zlock *zl)
      * per handoff. No token depends on its zxid. */
     if (zl->node && zl->zk->state == ZK_CONNECTED && !zl->data_writing)
         zl_send_data(zl, on_data_written);
+}
+
+/* ------------------------------------------------------ the grant's token */
+
+/*
+ * A grant through the queue writes the holder's token to its node, for
+ * STATUS, HOLDERS and WATCH on other daemons: a transaction (fsync'd) of
+ * its own when no other write goes with it. Most holds of a busy lock end
+ * sooner than this: the write waits as long, and a hold that ends first
+ * (its node deleted, or kept idle, a write of its own) never pays for it.
+ * Other daemons' views lag the grant by as much more (PROTOCOL.md, What
+ * other daemons see); no token and no grant depends on the write.
+ */
+#define TOKEN_WRITE_DELAY_MS 50
+
+/* Takes zl's put-off token write off the list; true if it was on it. */
+static bool token_unqueue(struct zlock *zl)
+{
+    struct zk_nodes *n = zl->zk->nodes;
+
+    if (!zl->token_put_off)
+        return false;
+    zl->token_put_off = false;
+    TAILQ_REMOVE(&n->tokens_due, zl, token_link);
+    n->ntokens_due--;
+    return true;
+}
+
+void zl_token_spared(struct zlock *zl)
+{
+    if (token_unqueue(zl))
+        zl->zk->nodes->token_writes_spared++;
+}
+
+/* The timer, for the oldest write put off (all wait as long: the first
+ * one is due first). */
+static void token_arm(struct zk *zk)
+{
+    struct zlock *zl = TAILQ_FIRST(&zk->nodes->tokens_due);
+    int64_t wait_us;
+    struct timeval tv;
+
+    if (!zl)
+        return;
+    wait_us = zl->token_due_us - locks_mono_us();
+    if (wait_us < 0)
+        wait_us = 0;
+    tv.tv_sec = wait_us / 1000000;
+    tv.tv_usec = wait_us % 1000000;
+    evtimer_add(zk->nodes->token_timer, &tv);
+}
+
+/* Writes zl's token now, if it still holds with it. */
+static void token_write(struct zlock *zl)
+{
+    token_unqueue(zl);
+    if (zl->hold && zl->step == ZL_HELD && !zl->awaiting_token)
+        zl_write_data(zl);
+    else
+        zl->zk->nodes->token_writes_spared++;   /* whatever comes next rewrites or deletes */
+}
+
+static void on_token_due(evutil_socket_t fd, short what, void *arg)
+{
+    struct zk *zk = arg;
+    int64_t now = locks_mono_us();
+    struct zlock *zl;
+
+    while ((zl = TAILQ_FIRST(&zk->nodes->tokens_due)) && zl->token_due_us <= now)
+        token_write(zl);
+    token_arm(zk);
+}
+
+void zl_write_token(struct zlock *zl)
+{
+    struct zk_nodes *n = zl->zk->nodes;
+
+    zl->data_stale = true;   /* a write that goes meanwhile carries it */
+    if (zl->token_put_off)
+        return;
+    if (!n->token_timer && !(n->token_timer = evtimer_new(zl->zk->base, on_token_due, zl->zk))) {
+        zl_write_data(zl);   /* cannot wait: write it now */
+        return;
+    }
+    zl->token_put_off = true;
+    zl->token_due_us = locks_mono_us() + TOKEN_WRITE_DELAY_MS * 1000;
+    TAILQ_INSERT_TAIL(&n->tokens_due, zl, token_link);
+    n->ntokens_due++;
+    if (!evtimer_pending(n->token_timer, NULL))
+        token_arm(zl->zk);
+}
+
+void zl_write_tokens_now(struct zk *zk)
+{
+    struct zlock *zl;
+
+    while ((zl = TAILQ_FIRST(&zk->nodes->tokens_due)))
+        token_write(zl);
 }
 
 /*
@@ -488,6 +589,7 @@ void zl_delete(struct zlock *zl)
 {
     struct zcall *c;
 
+    zl_token_spared(zl);     /* nobody will see this grant's token */
     zl->zk->nodes->hooks->node_going(zl);   /* an idle node is no more */
     c = zl_begin(zl, ZL_DELETING);
 
@@ -499,6 +601,7 @@ void zl_delete(struct zlock *zl)
 
 void zl_node_gone(struct zlock *zl)
 {
+    zl_token_spared(zl);
     zl->zk->nodes->hooks->node_going(zl);
     free(zl->node);
     zl->node = NULL;

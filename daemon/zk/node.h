@@ -57,6 +57,15 @@ void zl_format_token_data(const struct zlock *zl, char *buf, size_t len);
 int zl_send_data(struct zlock *zl, stat_completion_t done);
 /* Rewrites our node's data with the current owner, once at a time. */
 void zl_write_data(struct zlock *zl);
+/* Writes the token of a grant just made to our node, for the views of
+ * other daemons (query.c), but not at once: TOKEN_WRITE_DELAY_MS later
+ * (node.c), and never if a write of the node's data (which carries the
+ * token while it is held) or its delete goes first. */
+void zl_write_token(struct zlock *zl);
+/* Sends every token write put off, now (a handover waits for none). */
+void zl_write_tokens_now(struct zk *zk);
+/* zl's token write put off is not needed (its node or zl goes). */
+void zl_token_spared(struct zlock *zl);
 /* The grant's token, made from zxid into zl->token (ztoken.h); false when
  * the zxid is too large (zl is detached, its request refused). */
 bool zl_take_token(struct zlock *zl, int64_t zxid);

@@ -23,6 +23,7 @@
 
 #include "locks.h"
 #include "log.h"
+#include "node.h"
 
 int zl_nodes_init(struct zk *zk, const struct zl_hooks *hooks)
 {
@@ -32,11 +33,14 @@ int zl_nodes_init(struct zk *zk, const struct zl_hooks *hooks)
     TAILQ_INIT(&zk->nodes->zlocks);
     TAILQ_INIT(&zk->nodes->watches);
     TAILQ_INIT(&zk->nodes->known);
+    TAILQ_INIT(&zk->nodes->tokens_due);
     return 0;
 }
 
 void zl_nodes_free(struct zk *zk)
 {
+    if (zk->nodes->token_timer)
+        event_free(zk->nodes->token_timer);
     free(zk->nodes);
     zk->nodes = NULL;
 }
@@ -75,6 +79,7 @@ void zl_free(struct zlock *zl)
 
     log_debug("zk: request %llu on %s done", (unsigned long long)zl->id, zl->parent);
     zk->nodes->hooks->freeing(zl);      /* a lease's conversion, an idle node */
+    zl_token_spared(zl);
     if (zl->delay_timer)
         event_free(zl->delay_timer);
     if (zl->keep_timer)

@@ -34,6 +34,11 @@ struct zk_nodes {
     void *known_by_path;               /* tsearch tree of struct known_parent */
     TAILQ_HEAD(, known_parent) known;
     unsigned nknown;
+    /* node.c: grants' token writes put off (zl_write_token), oldest first */
+    TAILQ_HEAD(, zlock) tokens_due;
+    unsigned ntokens_due;
+    struct event *token_timer;         /* sends them once due; owned, made on first use */
+    uint64_t token_writes_spared;      /* since start: put off, and then not needed */
 };
 
 enum zl_step {
@@ -65,6 +70,10 @@ struct zlock {
     bool data_stale;           /* the node's data is behind: it names an owner that left
                                 * (handover), or lacks the token of a grant (node.c) */
     bool data_writing;         /* a write of the node's data is in flight */
+    bool token_put_off;        /* on zk->nodes->tokens_due: the grant's token waits to be
+                                * written (data_stale is set meanwhile) */
+    int64_t token_due_us;      /* then: locks_mono_us() when it goes by itself */
+    TAILQ_ENTRY(zlock) token_link;
     bool create_uncertain;     /* a create was sent and its reply lost */
     bool listing_sent;         /* a getChildren went out right behind the create's multi,
                                 * or a setData of the parent rides in it (zl_create) */

@@ -2484,6 +2484,7 @@ class HandoverTest(DistributedBase):
         other.send("LOCK hv\n")
         queued(b, other, "hv")
         self.wait_node(hosts, "hv", b)
+        self.wait_token(a, "hv", t)          # written to h's node after the grant
         watcher = self.client(a)
         self.assertRegex(watcher.request("WATCH hv"), r"^OK hv$")
         watcher.expect_match(r"^EVENT hv held %d .*" % t)
@@ -2868,8 +2869,10 @@ class BatchTest(DistributedBase):
 
     def settle(self, d):
         """Waits until no multi is in flight: after a grant, the write of
-        its token to its node (PROTOCOL.md, Fencing tokens) has been
-        answered, and takes no place in the window."""
+        its token to its node (PROTOCOL.md, Fencing tokens), put off for a
+        while, has gone and been answered, and takes no place in the
+        window."""
+        self.wait_stat(d, "zk_token_writes_due", "0")
         self.wait_stat(d, "zk_batches_inflight", "0")
 
     def failed_multi(self, d, since):
@@ -2893,10 +2896,13 @@ class BatchTest(DistributedBase):
     def test_parent_removed_while_writes_wait(self):
         names = ["w1", "w2", "x", "gone", "y"]
         proxy, a, c = self.behind_proxy(names, LONG_SESSION_MS)
-        # A lone request goes out at once, in a multi of its own; so does
-        # the write of its token to its node, after the grant.
+        # A lone request goes out at once, in a multi of its own; the write
+        # of its token to its node, after the grant, is put off, and goes
+        # by itself in a multi of its own.
         base = stats(a)
         self.assertRegex(c["x"].request("LOCK x"), r"^OK x %s$" % TOKEN)
+        self.assertEqual(self.delta(base, stats(a), "zk_batches", "zk_batched_ops"), (1, 1))
+        self.settle(a)
         self.assertEqual(self.delta(base, stats(a), "zk_batches", "zk_batched_ops"), (2, 2))
         self.assertEqual(c["x"].request("UNLOCK x"), "OK x")
         self.wait_stat(a, "zk_requests", "0")
@@ -3026,6 +3032,80 @@ class BatchTest(DistributedBase):
         self.wait_no_nodes(self.zk.connect_string, port=self.zk.port,
                            sessions=[a.session, session])
         self.wait_stat(a, "zk_requests", "0")
+
+
+class TokenWriteTest(DistributedBase):
+    """The write of a grant's token to its node (PROTOCOL.md, What other
+    daemons see) is put off: a hold that ends first never pays for it, so
+    a cycle through ZooKeeper's queue costs its create and its delete
+    only (issue 36, item 6: it cost a third transaction); a hold that
+    lasts gets its token written, and other daemons see it."""
+
+    def multis(self, d):
+        return int(stats(d)["zk_batches"])
+
+    def ops(self, d):
+        return int(stats(d)["zk_batched_ops"])
+
+    def test_a_short_hold_writes_no_token(self):
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A", extra="keep_idle_ms = 0\n")
+        c = self.client(a)
+        # Known names: a first use adds a create of the parent (not a multi).
+        for n in ("x", "y"):
+            self.assertRegex(c.request("LOCK %s" % n), r"^OK %s %s$" % (n, TOKEN))
+            self.assertEqual(c.request("UNLOCK %s" % n), "OK %s" % n)
+        self.wait_stat(a, "zk_requests", "0")
+        self.wait_stat(a, "zk_batches_inflight", "0")
+        base, ops = self.multis(a), self.ops(a)
+        spared = int(stats(a)["zk_token_writes_spared"])
+        # Sent together: the UNLOCK is read right after the grant.
+        c.send("LOCK x\nUNLOCK x\n")
+        c.expect_match(r"OK x %s" % TOKEN)
+        c.expect("OK x")
+        self.wait_stat(a, "zk_requests", "0")
+        self.assertEqual(self.multis(a) - base, 2, "create and delete only")
+        self.assertEqual(self.ops(a) - ops, 2, "create and delete only")
+        self.assertEqual(int(stats(a)["zk_token_writes_spared"]), spared + 1)
+        # A hold that lasts: its token is written once the delay is over.
+        base = self.multis(a)
+        t = int(c.request("LOCK y").split()[2])
+        self.wait_stat(a, "zk_token_writes_due", "0")
+        self.wait_stat(a, "zk_batches_inflight", "0")
+        self.assertEqual(self.multis(a) - base, 2, "create and token write")
+        (node,) = lock_nodes(hosts, self.root)["y"]
+        with ZkClient(hosts) as zc:
+            data, _ = zc.get_data("%s/locks/y/%s" % (self.root, node))
+        self.assertIn(" token=%d" % t, data.decode())
+        self.assertEqual(c.request("UNLOCK y"), "OK y")
+        self.wait_no_nodes(hosts)
+
+    def test_a_hot_name_without_local_handoff_writes_no_token(self):
+        """local_handoff = 0: every grant through ZooKeeper's queue. A
+        holder that releases right after its grant spares the write, and
+        the waiter behind it is not woken by the write (a data watch) to
+        read the queue again."""
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A", extra="local_handoff = 0\n")
+        b = self.start_daemon(hosts, "B")
+        h, w, v = self.client(a), self.client(a), self.client(b)
+        t0 = int(h.request("LOCK hot").split()[2])
+        self.wait_token(b, "hot", t0)      # written once the delay is over
+        # The waiter queues on A (a node once the holder's goes).
+        w.send("LOCK hot\nUNLOCK hot\n")
+        a.wait_queued(w, "hot")
+        self.wait_stat(a, "zk_batches_inflight", "0")
+        base, spared = self.ops(a), int(stats(a)["zk_token_writes_spared"])
+        self.assertEqual(h.request("UNLOCK hot"), "OK hot")
+        t1 = int(w.expect_match(r"OK hot %s" % TOKEN).group(1))
+        self.assertGreater(t1, t0)
+        w.expect("OK hot")
+        self.wait_stat(a, "zk_requests", "0")
+        self.assertEqual(self.ops(a) - base, 3, "h's delete, w's create and delete only")
+        self.assertEqual(int(stats(a)["zk_token_writes_spared"]), spared + 1)
+        self.assertEqual(v.request("STATUS hot"),
+                         "STATUS hot free holder=- token=- since=- waiters=0 queue=0")
+        self.wait_no_nodes(hosts)
 
 
 class ReplyDroppingProxy:
