@@ -47,6 +47,10 @@
 #                      programs (default: under the current build directory)
 #   PYTHON             runs bench/two_daemons_hot.py (default python3)
 #   BENCH_KEEP=1       keep the temporary directory (logs) for inspection
+#   BENCH_ROWS         run only the rows whose key (as in the records, without
+#                      "#<i>") matches this extended regular expression, e.g.
+#                      'zk-recipe-1|dist-distinct-1-k0|dist-hot-16(-lh0)?'; the
+#                      servers and the warm-up are the same (default: all rows)
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -225,6 +229,9 @@ declare -A R    # row key -> JSON record
 run() {
     local key=$1 out
     shift
+    if [ -n "${BENCH_ROWS:-}" ] && ! [[ ${key%#*} =~ ^(${BENCH_ROWS})$ ]]; then
+        return 0
+    fi
     log "$key: $(basename "$1") ${*:2}"
     if out=$("$@" -d "$D" -w "$W" -o json); then
         R[$key]=$out
