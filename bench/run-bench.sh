@@ -363,10 +363,17 @@ run emb-zipf-50      $EB -W zipf -c 50 -n 1000
 run emb-trylock-50   $EB -W trylock -c 50
 
 # A fresh ZooKeeper server runs interpreted Java for its first seconds: warm
-# it up, or whichever ZooKeeper row comes first pays for the JIT.
+# it up, or whichever ZooKeeper rows come first pay for the JIT. Every kind
+# of request the rows send gets its share: raw creates and deletes, the
+# recipe's listings and watches, and the daemon's multis and setData
+# (5 s of raw pairs alone left the first round of rows slower than the
+# next ones: issue 36).
 log "warming up ZooKeeper"
-$ZR -c 64 -S 0 -w 0 -d "$(awk -v d="$D" 'BEGIN { print (d >= 10) ? 5 : (d < 2 ? 1 : d / 2) }')" \
-    -o json >/dev/null || log "ZooKeeper warm-up failed"
+zk_warm=$(awk -v d="$D" 'BEGIN { print (d >= 10) ? 5 : (d < 2 ? 1 : d / 2) }')
+$ZR -c 64 -S 0 -w 0 -d "$zk_warm" -o json >/dev/null &&
+    $ZR --recipe -c 64 -S 0 -w 0 -d "$zk_warm" -o json >/dev/null &&
+    $DK0B -W distinct -c 64 -w 0 -d "$zk_warm" -o json >/dev/null &&
+    $D0B -W hot -c 16 -w 0 -d "$zk_warm" -o json >/dev/null || log "ZooKeeper warm-up failed"
 # The lock recipe run by each client on its own session (issue 11) is the
 # peer of the distinct-names rows: what ZooKeeper users pay without the
 # daemon. One raw create round trip is the latency reference.
@@ -433,22 +440,19 @@ pick_median dist2-hot-6x2
 # they leave empty containers behind, which the server deletes later (its
 # container check runs once a minute), and those deletes are transactions
 # that would count in the rows after them.
+# Non-fair names used once (issue 22) are compared with the same recipe:
+# their row runs in turn with it too (its nodes are flat, under no
+# container of their own).
 for i in $(seq "$REPEAT"); do
     run "zk-recipe-cold-64#$i"  $ZR --recipe --cold -c 64 -S 0
+    [ "$nonfair" = 1 ] && run "dist-nonfair-cold-64#$i" $DNFB -W cold -c 64
     run "dist-cold-64#$i"       $DB -W cold -c 64
     run "dist-cold-64-k0#$i"    $DK0B -W cold -c 64
 done
 pick_median zk-recipe-cold-64
+[ "$nonfair" = 1 ] && pick_median dist-nonfair-cold-64
 pick_median dist-cold-64
 pick_median dist-cold-64-k0
-# Non-fair names used once (issue 22), after the fair cold rows for the
-# same reason.
-if [ "$nonfair" = 1 ]; then
-    for i in $(seq "$REPEAT"); do
-        run "dist-nonfair-cold-64#$i" $DNFB -W cold -c 64
-    done
-    pick_median dist-nonfair-cold-64
-fi
 if [ "$SWEEP" = 1 ]; then
     for h in 8 16 32 64; do
         run "dist-hot-16-lh$h" $LOCKBROKER_BENCH -H "127.0.0.1:${SW_PORT[$h]}" \
