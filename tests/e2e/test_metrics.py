@@ -349,6 +349,7 @@ STAT_METRICS = {
     "zk_window_probes": ("lockbroker_zk_window_probes_total", {}),
     "zk_window_confirms": ("lockbroker_zk_window_confirms_total", {}),
     "zk_window_age_ms": ("lockbroker_zk_window_age_seconds", {}),
+    "zk_session_confirmed": ("lockbroker_zk_session_confirmed", {}),
 }
 # Statistics that move on their own between STATS and the scrape: the
 # window's probe rounds go out every tenth of the session timeout.
@@ -615,6 +616,8 @@ class DistributedTest(unittest.TestCase):
         self.assertEqual(value(f, "lockbroker_zk_session_state", state="connected"), 1)
         self.assertEqual(value(f, "lockbroker_zk_session_state", state="connecting"), 0)
         self.assertEqual(value(f, "lockbroker_zk_session_state", state="expired"), 0)
+        self.assertEqual(value(f, "lockbroker_zk_session_confirmed"), 1)
+        self.assertEqual(f["lockbroker_zk_session_confirmed"]["type"], "gauge")
         self.assertEqual(value(f, "lockbroker_info", version=stats(d)["version"],
                                mode="distributed"), 1)
         # The lock took ZooKeeper requests (create, list...): their latency.
@@ -640,6 +643,7 @@ class DistributedTest(unittest.TestCase):
         f = scrape(d)
         self.assertEqual(value(f, "lockbroker_zk_session_state", state="connected"), 0)
         self.assertEqual(value(f, "lockbroker_zk_session_state", state="connecting"), 1)
+        self.assertEqual(value(f, "lockbroker_zk_session_confirmed"), 0)
         # HEAD says the same without the body.
         self.assertEqual(http_request(d, "HEAD", "/healthz")[0], 503)
 
@@ -656,6 +660,8 @@ class DistributedTest(unittest.TestCase):
         self.assertEqual((status, body), (200, "ok\n"))
         f = scrape(d)
         self.assertEqual(value(f, "lockbroker_zk_session_state", state="connected"), 1)
+        # Confirmed, as /healthz said: locks may be granted again.
+        self.assertEqual(value(f, "lockbroker_zk_session_confirmed"), 1)
 
 
 if __name__ == "__main__":
