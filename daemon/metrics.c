@@ -432,8 +432,8 @@ static void serve_healthz(const struct metrics *m, struct evhttp_request *req)
         snprintf(text, sizeof(text), "not serving for %lld s: %s; requests that need "
                  "ZooKeeper answer ERR UNAVAILABLE with this reason\n", secs, fault);
     else
-        snprintf(text, sizeof(text), "ZooKeeper unreachable for %lld s (%s): LOCK waits, "
-                 "TRYLOCK and STATUS answer ERR UNAVAILABLE\n", secs,
+        snprintf(text, sizeof(text), "ZooKeeper unreachable for %lld s (%s): nothing is "
+                 "granted; TRYLOCK, and a LOCK wait that ends, answer ERR UNAVAILABLE\n", secs,
                  why ? why : "unreachable");
     send_text(req, 503, "Service Unavailable", text);
 }
