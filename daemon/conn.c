@@ -34,6 +34,7 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
+#include "accept_pause.h"
 #include "client.h"
 #include "cmd.h"
 #include "log.h"
@@ -537,6 +538,7 @@ void conn_free(struct conn *c)
               (unsigned long long)c->cl.id, c->cl.peer, held);
     TAILQ_REMOVE(&c->cl.srv->conns, c, link);
     c->cl.srv->nconns--;
+    accept_pause_wake(c->cl.srv->accept_pause);   /* a descriptor is free again */
     if (c->linger_timer)
         event_free(c->linger_timer);
     if (c->handshake_timer)

@@ -24,6 +24,7 @@
 #include <systemd/sd-daemon.h>
 #endif
 
+#include "accept_pause.h"
 #include "backend.h"
 #include "client.h"
 #include "cmd.h"
@@ -189,13 +190,15 @@ static void handover_end(void)
     current = NULL;
 }
 
+/* The lock ports (not the metrics one), through the registry that also
+ * pauses them when accept() fails, so that a pause does not end a hold. */
 static void listeners_enable(struct server *srv, bool on)
 {
     struct evconnlistener *ls[] = { srv->tcp, srv->unix_sock, srv->tls_sock };
 
     for (size_t i = 0; i < sizeof(ls) / sizeof(ls[0]); i++)
         if (ls[i])
-            (on ? evconnlistener_enable : evconnlistener_disable)(ls[i]);
+            accept_pause_hold(srv->accept_pause, ls[i], ACCEPT_HOLD_HANDOVER, !on);
 }
 
 /* The handover did not happen: serve on as before, or, asked to stop

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "accept_pause.h"
 #include "backend.h"
 #include "histogram.h"
 #include "locks.h"
@@ -47,6 +48,7 @@
 struct metrics {
     const struct server *srv;      /* borrowed */
     struct evhttp *http;           /* owned; frees its connections */
+    struct evconnlistener *listener; /* owned by http */
     char addr[64];                 /* bound address, port resolved */
     int fd;                        /* the listening socket; the listener owns it */
 };
@@ -70,6 +72,9 @@ static const struct metric_row rows[] = {
       "Client connections accepted since start." },
     { "rejected_connections", "connections_rejected_total", "counter", NULL, 0,
       "Client connections refused because max_clients were open." },
+    { "accept_pauses", "accept_pauses_total", "counter", NULL, 0,
+      "Times every listener stopped accepting for a moment because accept() failed "
+      "(the open file limit reached, say), since this process started." },
     { "handovers", "handovers_total", "counter", NULL, 0,
       "Handovers to a successor this daemon's line took over (SIGUSR2, systemd's store)." },
     { "locks_held", "locks_held", "gauge", NULL, 0, "Holds granted on this daemon now." },
@@ -473,6 +478,7 @@ struct metrics *metrics_start(const struct server *srv, const char *addr, int fd
     struct sockaddr_storage ss;
     socklen_t sl;
     int len;
+    char what[96];
 
     if (!m || !(m->http = evhttp_new(srv->base))) {
         log_error("metrics: out of memory");
@@ -504,9 +510,15 @@ struct metrics *metrics_start(const struct server *srv, const char *addr, int fd
         return NULL;
     }
     sl = sizeof(ss);
+    m->listener = l;
     m->fd = evconnlistener_get_fd(l);
     getsockname(m->fd, (struct sockaddr *)&ss, &sl);
     server_format_addr((struct sockaddr *)&ss, m->addr, sizeof(m->addr));
+    snprintf(what, sizeof(what), "metrics_listen %s", m->addr);
+    if (accept_pause_add(srv->accept_pause, l, what) < 0) {
+        metrics_stop(m);
+        return NULL;
+    }
     /* Bound every request, as the lock port does its lines. */
     evhttp_set_max_headers_size(m->http, HTTP_MAX_HEADERS);
     evhttp_set_max_body_size(m->http, HTTP_MAX_BODY);
@@ -538,6 +550,8 @@ void metrics_stop(struct metrics *m)
 {
     if (!m)
         return;
+    if (m->listener)
+        accept_pause_remove(m->srv->accept_pause, m->listener);
     if (m->http)
         evhttp_free(m->http);   /* closes its listener and connections */
     free(m);

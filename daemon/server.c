@@ -20,6 +20,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "accept_pause.h"
 #include "conn.h"
 #include "tls.h"
 #include "locks.h"
@@ -127,14 +128,6 @@ static void on_accept_tls(struct evconnlistener *l, evutil_socket_t fd, struct s
     accept_conn(arg, fd, sa, true);
 }
 
-static void on_accept_error(struct evconnlistener *l, void *arg)
-{
-    int err = EVUTIL_SOCKET_ERROR();
-
-    /* EMFILE and friends: keep listening; the kernel queues the rest. */
-    log_error("accept: %s", evutil_socket_error_to_string(err));
-}
-
 /*
  * A listening socket passed on by the daemon this one took over from, if it
  * is still the one addr names (port 0: any port); otherwise it is closed and
@@ -174,6 +167,7 @@ static int listen_tcp(struct server *srv, const char *what, const char *addr, in
     struct sockaddr_storage ss;
     socklen_t sl;
     int len;
+    char name[96];
 
     if (settings_listen_addr(addr, &ss, &len) < 0) {
         log_error("%s: cannot parse '%s'", what, addr);
@@ -191,12 +185,12 @@ static int listen_tcp(struct server *srv, const char *what, const char *addr, in
         log_error("%s on %s: %s", what, addr, strerror(errno));
         return -1;
     }
-    evconnlistener_set_error_cb(*out, on_accept_error);
     /* Port 0 picks a free port; report the one we got. */
     sl = sizeof(ss);
     getsockname(evconnlistener_get_fd(*out), (struct sockaddr *)&ss, &sl);
     server_format_addr((struct sockaddr *)&ss, bound, boundlen);
-    return 0;
+    snprintf(name, sizeof(name), "%s %s", what, bound);
+    return accept_pause_add(srv->accept_pause, *out, name);
 }
 
 /* The TLS listener and its context, when [tls] listen is set. */
@@ -296,8 +290,7 @@ static int listen_unix(struct server *srv, int fd)
             log_error("unix_socket %s: out of memory", path);
             return -1;
         }
-        evconnlistener_set_error_cb(srv->unix_sock, on_accept_error);
-        return 0;
+        return accept_pause_add(srv->accept_pause, srv->unix_sock, path);
     }
     if (fd >= 0)
         close(fd);
@@ -316,7 +309,8 @@ static int listen_unix(struct server *srv, int fd)
         log_error("unix_socket %s: %s", path, strerror(errno));
         return -1;
     }
-    evconnlistener_set_error_cb(srv->unix_sock, on_accept_error);
+    if (accept_pause_add(srv->accept_pause, srv->unix_sock, path) < 0)
+        return -1;
     /* The group first: the mode may open the socket to it. */
     if (srv->settings->unix_socket_group && unix_set_group(path, srv->settings->unix_socket_group) < 0)
         return -1;
@@ -397,7 +391,8 @@ int server_start(struct server *srv, struct event_base *base, const struct setti
     srv->daemon_id = daemon_id;
     srv->started = time(NULL);
     TAILQ_INIT(&srv->conns);
-    if (!(srv->watches = watches_new(base, locks, backend, daemon_id))) {
+    if (!(srv->accept_pause = accept_pause_new(base, &srv->stats.accept_pauses)) ||
+        !(srv->watches = watches_new(base, locks, backend, daemon_id))) {
         log_error("out of memory");
         return -1;
     }
@@ -443,7 +438,11 @@ void server_make_daemon_id(char *buf, size_t len)
 void server_stop(struct server *srv)
 {
     struct conn *c;
+    struct evconnlistener **ls[] = { &srv->tcp, &srv->unix_sock, &srv->tls_sock };
 
+    for (size_t i = 0; i < sizeof(ls) / sizeof(ls[0]); i++)
+        if (*ls[i])
+            accept_pause_remove(srv->accept_pause, *ls[i]);
     if (srv->tcp) {
         evconnlistener_free(srv->tcp);
         srv->tcp = NULL;
@@ -466,4 +465,6 @@ void server_stop(struct server *srv)
         watches_free(srv->watches);
         srv->watches = NULL;
     }
+    accept_pause_free(srv->accept_pause);   /* the metrics endpoint stopped before */
+    srv->accept_pause = NULL;
 }

@@ -23,6 +23,7 @@ struct conn;
 struct users;
 struct watches;
 struct tls;
+struct accept_pause;
 
 struct server_stats {
     uint64_t conns_total;     /* accepted since start */
@@ -30,6 +31,7 @@ struct server_stats {
     uint64_t cmds[PROTO_CMD_COUNT];
     uint64_t errors;          /* ERR replies */
     uint64_t auth_failures;   /* AUTH with a wrong user name or password */
+    uint64_t accept_pauses;   /* listeners paused after accept() failed (accept_pause.h) */
 };
 
 struct server {
@@ -45,6 +47,8 @@ struct server {
     struct evconnlistener *unix_sock;  /* owned; NULL when not configured */
     struct evconnlistener *tls_sock;   /* owned; NULL when [tls] listen is not set */
     struct tls *tls;                   /* owned: the TLS listener's context, or NULL */
+    struct accept_pause *accept_pause; /* owned: pauses every listener, the metrics one
+                                        * too, when accept() fails */
     TAILQ_HEAD(, conn) conns;          /* every open connection */
     unsigned nconns;
     uint64_t next_conn_id;

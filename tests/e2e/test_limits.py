@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """End-to-end tests of lockbrokerd at its limits, in embedded mode: memory
-running out (ERR INTERNAL) and the per-daemon watch limit (WATCHES_MAX in
+running out (ERR INTERNAL), descriptors running out (accept() paused,
+daemon/accept_pause.h) and the per-daemon watch limit (WATCHES_MAX in
 daemon/watch.h; PROTOCOL.md, WATCH). The per-connection limits are in
 test_embedded.py.
 
@@ -12,11 +13,13 @@ survive. Nothing sleeps to synchronise: each step waits for a reply.
 import os
 import re
 import resource
+import socket
 import sys
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lbharness import Daemon, read_stats  # noqa: E402
+from lbharness import Client, Daemon, TIMEOUT, read_stats, scaled  # noqa: E402
 
 ERR_NOMEM = "ERR INTERNAL out of memory"
 WATCHES_MAX = 10000            # daemon/watch.h
@@ -85,6 +88,92 @@ class OutOfMemoryTests(unittest.TestCase):
         st = read_stats(c)
         self.assertEqual(st["errors"], "6")       # the six ERR INTERNAL replies
         self.assertEqual(st["locks_held"], str(i + 1))   # i granted, one released, two more
+
+
+def cpu_seconds(pid):
+    """User and system CPU time the process has used (/proc/PID/stat)."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def nofile_leaving(pid, free):
+    """The lowest open-file limit that leaves the process `free` descriptor
+    numbers unused below it."""
+    used = set(int(fd) for fd in os.listdir("/proc/%d/fd" % pid))
+    limit = 0
+    while free > 0 or limit in used:
+        if limit not in used:
+            free -= 1
+        limit += 1
+    return limit
+
+
+class DescriptorExhaustionTests(unittest.TestCase):
+    """The daemon's open-file limit is lowered from outside (prlimit) to
+    leave it two descriptors. Once they are taken, every listener has a
+    connection waiting that accept() cannot take (EMFILE): the daemon used
+    to retry at once, for ever, at full CPU and with a log line each time."""
+
+    FREE = 2
+
+    def setUp(self):
+        self.d = Daemon(config="[server]\nmax_clients = 64\nmetrics_listen = 127.0.0.1:0\n",
+                        name="lockbrokerd-nofile").start()
+        self.addCleanup(self.d.stop)
+        m = self.d.wait_log(r"metrics: serving /metrics and /healthz on http://(\S+):(\d+)$")
+        self.http = (m.group(1), int(m.group(2)))
+        self.socks = []
+
+    def connect(self, addr, send):
+        """A connection the kernel took (the daemon may not have), with send sent."""
+        c = Client.tcp(*addr)
+        self.socks.append(c)
+        c.send(send)
+        return c
+
+    def no_reply(self, c):
+        """Waits a while for a reply that should not come; True if none came."""
+        return not c._fill(time.monotonic() + scaled(0.5))
+
+    def test_a_daemon_out_of_descriptors_waits_quietly_and_recovers(self):
+        pid = self.d.pid
+        hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)[1]
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (nofile_leaving(pid, self.FREE), hard))
+        lock_port = (self.d.host, self.d.port)
+        # Take the free descriptors; the next connection is not accepted.
+        served = []
+        while True:
+            c = self.connect(lock_port, "PING\n")
+            if self.no_reply(c):
+                break
+            c.expect("PONG")
+            served.append(c)
+            self.assertLessEqual(len(served), self.FREE + 3, "the limit did not bite")
+        self.d.wait_log(r"accept.*: Too many open files")
+        # At the limit: a few seconds of connections to both ports, each
+        # waiting half a second for a reply that does not come. A daemon
+        # that retries accept() at once spends all that time on the CPU.
+        mark = self.d.log_mark()
+        cpu0, t0 = cpu_seconds(pid), time.monotonic()
+        for _ in range(4):
+            self.assertTrue(self.no_reply(self.connect(lock_port, "PING\n")))
+            self.assertTrue(self.no_reply(
+                self.connect(self.http, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")))
+        cpu, elapsed = cpu_seconds(pid) - cpu0, time.monotonic() - t0
+        self.assertLess(cpu, elapsed / 4, "%.2f s of CPU in %.2f s at the limit" % (cpu, elapsed))
+        with self.d._cond:
+            said = [l for l in self.d.lines[mark:] if "accept" in l]
+        self.assertLessEqual(len(said), 2, "\n".join(said[:5]))
+        self.assertGreater(int(read_stats(served[0])["accept_pauses"]), 0)
+        # Descriptors freed: new clients get in on both ports.
+        for c in self.socks:
+            c.close()
+        with self.d.client() as c:
+            self.assertEqual(c.request("PING"), "PONG")
+        with Client.tcp(*self.http) as c:
+            c.send("GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            self.assertRegex(c.read_to_eof(), rb"^HTTP/1\.1 200 OK\r\n(.|\n)*\r\n\r\nok\n$")
 
 
 class WatchLimitTests(unittest.TestCase):

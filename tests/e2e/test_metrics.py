@@ -320,6 +320,7 @@ STAT_METRICS = {
     "curr_connections": ("lockbroker_connections", {}),
     "total_connections": ("lockbroker_connections_accepted_total", {}),
     "rejected_connections": ("lockbroker_connections_rejected_total", {}),
+    "accept_pauses": ("lockbroker_accept_pauses_total", {}),
     "handovers": ("lockbroker_handovers_total", {}),
     "locks_held": ("lockbroker_locks_held", {}),
     "waiters": ("lockbroker_lock_waiters", {}),
