@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
@@ -39,11 +40,38 @@
 #define HTTP_MAX_BODY 1024
 /* An HTTP connection idle this long (reading a request or keeping alive) is closed. */
 #define HTTP_TIMEOUT_S 10
-/* Connections at once, where libevent can cap them (2.2 and later). */
-#define HTTP_MAX_CONNECTIONS 64
+/* libevent's timeout above counts from the last byte read: a client sending
+ * a byte every few seconds would keep its connection for ever. Each whole
+ * request must arrive within this many seconds of the accept or of the
+ * reply before (a scraper sends its few hundred bytes at once). */
+#define HTTP_REQUEST_DEADLINE_S 10
+/* HTTP connections at once; the listener accepts no more until one closes
+ * (the rest wait in its backlog). A scraper or two and a health check need
+ * a few; 16 fit in the descriptors kept beyond max_clients (FD_RESERVE in
+ * main.c: 32, of which the daemon uses about a dozen itself). */
+#define HTTP_MAX_CONNECTIONS 16
 #define LISTEN_BACKLOG 64
 
 #define PREFIX "lockbroker_"
+
+/*
+ * One HTTP connection, from its accept (libevent asks for its bufferevent,
+ * http_new_bev) to its close (libevent's close callback, http_closed).
+ * libevent 2.1 says nothing of a connection until its first request is
+ * read, so the connection object is found through its bufferevent on the
+ * next turn of the loop (http_timer). Until then the bufferevent holds a
+ * reference of ours, so that it outlives a connection libevent closed at
+ * once (a client that connected and left): it closes its socket itself
+ * (BEV_OPT_CLOSE_ON_FREE), when the last reference goes, so that the
+ * descriptor is not reused while its events are still registered.
+ */
+struct http_conn {
+    struct metrics *m;                  /* borrowed */
+    struct bufferevent *bev;            /* our reference until attached; NULL after */
+    struct evhttp_connection *evcon;    /* libevent's; NULL until attached */
+    struct event *timer;                /* owned: the attach, then the request deadline */
+    TAILQ_ENTRY(http_conn) link;        /* in metrics.conns */
+};
 
 struct metrics {
     const struct server *srv;      /* borrowed */
@@ -51,6 +79,9 @@ struct metrics {
     struct evconnlistener *listener; /* owned by http */
     char addr[64];                 /* bound address, port resolved */
     int fd;                        /* the listening socket; the listener owns it */
+    TAILQ_HEAD(, http_conn) conns; /* every HTTP connection open */
+    unsigned nconns;               /* their number, at most HTTP_MAX_CONNECTIONS */
+    bool stopping;                 /* metrics_stop() is freeing the connections */
 };
 
 /* ------------------------------------------------------ the exposition */
@@ -387,6 +418,105 @@ static void metrics_write(const struct server *srv, struct evbuffer *out)
     free(c);
 }
 
+/* ------------------------------------------------ HTTP connections */
+
+static void http_forget(struct http_conn *hc)
+{
+    struct metrics *m = hc->m;
+
+    TAILQ_REMOVE(&m->conns, hc, link);
+    m->nconns--;
+    event_free(hc->timer);
+    if (hc->bev)
+        bufferevent_decref(hc->bev);
+    free(hc);
+    if (m->stopping)
+        return;
+    if (m->nconns < HTTP_MAX_CONNECTIONS)
+        accept_pause_hold(m->srv->accept_pause, m->listener, ACCEPT_HOLD_BUDGET, false);
+    accept_pause_wake(m->srv->accept_pause);   /* a descriptor is free again */
+}
+
+static void http_closed(struct evhttp_connection *evcon, void *arg)
+{
+    http_forget(arg);
+}
+
+static void http_deadline_from_now(struct http_conn *hc)
+{
+    struct timeval tv = { HTTP_REQUEST_DEADLINE_S, 0 };
+
+    evtimer_add(hc->timer, &tv);
+}
+
+/* The timer: first the attach, then the deadline of the request. */
+static void http_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct http_conn *hc = arg;
+    bufferevent_event_cb eventcb = NULL;
+    void *cbarg = NULL;
+    char *host = NULL;
+    ev_uint16_t port = 0;
+
+    if (hc->evcon) {
+        evhttp_connection_get_peer(hc->evcon, &host, &port);
+        log_info("metrics: %s:%u sent no whole request within %d s; closing", host ? host : "?",
+                 port, HTTP_REQUEST_DEADLINE_S);
+        evhttp_connection_free(hc->evcon);   /* calls http_closed */
+        return;
+    }
+    /* libevent 2.1 makes the connection the bufferevent's callback argument. */
+    bufferevent_getcb(hc->bev, NULL, NULL, &eventcb, &cbarg);
+    if (!eventcb || !cbarg ||
+        evhttp_connection_get_bufferevent(cbarg) != hc->bev) {
+        if (eventcb)          /* a libevent that does not work this way: never capped */
+            log_error("metrics: cannot follow an HTTP connection; its request has no deadline");
+        http_forget(hc);      /* or libevent closed it at once */
+        return;
+    }
+    hc->evcon = cbarg;
+    evhttp_connection_set_closecb(hc->evcon, http_closed, hc);
+    bufferevent_decref(hc->bev);
+    hc->bev = NULL;
+    http_deadline_from_now(hc);
+}
+
+/* libevent asks for the bufferevent of a connection it just accepted. */
+static struct bufferevent *http_new_bev(struct event_base *base, void *arg)
+{
+    struct metrics *m = arg;
+    struct http_conn *hc = calloc(1, sizeof(*hc));
+    static const struct timeval now = { 0, 0 };
+
+    if (!hc || !(hc->bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE)) ||
+        !(hc->timer = evtimer_new(base, http_timer, hc))) {
+        if (hc && hc->bev)
+            bufferevent_free(hc->bev);
+        free(hc);
+        log_error("metrics: out of memory; an HTTP connection is served without a deadline");
+        return NULL;          /* libevent makes its own */
+    }
+    hc->m = m;
+    bufferevent_incref(hc->bev);   /* ours, until attached; libevent's is the first */
+    TAILQ_INSERT_TAIL(&m->conns, hc, link);
+    if (++m->nconns >= HTTP_MAX_CONNECTIONS)
+        accept_pause_hold(m->srv->accept_pause, m->listener, ACCEPT_HOLD_BUDGET, true);
+    evtimer_add(hc->timer, &now);
+    return hc->bev;
+}
+
+/* The connection of a request that was read whole, or NULL. */
+static struct http_conn *http_conn_of(struct metrics *m, struct evhttp_request *req)
+{
+    struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+    struct http_conn *hc;
+
+    TAILQ_FOREACH(hc, &m->conns, link)
+        if (hc->evcon && hc->evcon == evcon)
+            return hc;
+    return NULL;
+}
+
 /* ------------------------------------------------------------- HTTP */
 
 static void send_text(struct evhttp_request *req, int code, const char *reason,
@@ -445,7 +575,8 @@ static void serve_healthz(const struct metrics *m, struct evhttp_request *req)
 
 static void on_request(struct evhttp_request *req, void *arg)
 {
-    const struct metrics *m = arg;
+    struct metrics *m = arg;
+    struct http_conn *hc = http_conn_of(m, req);
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
     const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
@@ -454,6 +585,9 @@ static void on_request(struct evhttp_request *req, void *arg)
 
     log_debug("metrics: %s %.200s", cmd == EVHTTP_REQ_GET ? "GET" : cmd == EVHTTP_REQ_HEAD
               ? "HEAD" : "(other method)", evhttp_request_get_uri(req));
+    /* The next request's deadline (the reply must be read by then, too). */
+    if (hc)
+        http_deadline_from_now(hc);
     if (!metrics && !healthz) {
         send_text(req, HTTP_NOTFOUND, "Not Found", "not found: try /metrics or /healthz\n");
         return;
@@ -486,6 +620,7 @@ struct metrics *metrics_start(const struct server *srv, const char *addr, int fd
         return NULL;
     }
     m->srv = srv;
+    TAILQ_INIT(&m->conns);
     if (settings_listen_addr(addr, &ss, &len) < 0) {
         log_error("metrics_listen: cannot parse '%s'", addr);
         metrics_stop(m);
@@ -523,9 +658,7 @@ struct metrics *metrics_start(const struct server *srv, const char *addr, int fd
     evhttp_set_max_headers_size(m->http, HTTP_MAX_HEADERS);
     evhttp_set_max_body_size(m->http, HTTP_MAX_BODY);
     evhttp_set_timeout(m->http, HTTP_TIMEOUT_S);
-#ifdef HAVE_EVHTTP_SET_MAX_CONNECTIONS
-    evhttp_set_max_connections(m->http, HTTP_MAX_CONNECTIONS);
-#endif
+    evhttp_set_bevcb(m->http, http_new_bev, m);
     /* Every method reaches on_request, which answers 405 itself (libevent
      * would answer 501 to the ones not allowed). */
     evhttp_set_allowed_methods(m->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST |
@@ -548,11 +681,16 @@ const char *metrics_addr(const struct metrics *m)
 
 void metrics_stop(struct metrics *m)
 {
+    struct http_conn *hc;
+
     if (!m)
         return;
+    m->stopping = true;
     if (m->listener)
         accept_pause_remove(m->srv->accept_pause, m->listener);
     if (m->http)
-        evhttp_free(m->http);   /* closes its listener and connections */
+        evhttp_free(m->http);   /* closes its listener and connections (http_closed) */
+    while ((hc = TAILQ_FIRST(&m->conns)))
+        http_forget(hc);        /* not attached yet */
     free(m);
 }

@@ -16,15 +16,17 @@ import http.client
 import math
 import os
 import re
+import select
 import shutil
 import socket
 import sys
 import tempfile
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lbharness  # noqa: E402
-from lbharness import Daemon, TIMEOUT, read_stats, scaled, stats  # noqa: E402
+from lbharness import Client, Daemon, TIMEOUT, read_stats, scaled, stats  # noqa: E402
 import zkharness  # noqa: E402
 from zkharness import ZkServer  # noqa: E402
 
@@ -304,6 +306,44 @@ def http_request(d, method, path, body=None, headers=None):
         conn.close()
 
 
+# daemon/metrics.c
+HTTP_MAX_CONNECTIONS = 16
+HTTP_REQUEST_DEADLINE_S = 10
+
+
+def http_client(d):
+    """A raw connection to the metrics endpoint (lbharness.Client)."""
+    return Client.tcp(*d.http)
+
+
+def read_reply_head(c):
+    """(status, headers dict with lower-case names) of the next reply on c."""
+    line = c.line_bytes()
+    m = re.fullmatch(rb"HTTP/1\.[01] (\d{3}) [^\r]*\r", line)
+    if not m:
+        raise AssertionError("not a status line: %r (pending %r)" % (line, c.buf[:200]))
+    headers = {}
+    while True:
+        line = c.line_bytes()
+        if line == b"\r":
+            return int(m.group(1)), headers
+        name, _, value = line.decode("latin-1").partition(":")
+        headers[name.strip().lower()] = value.strip()
+
+
+def read_body(c, headers):
+    """The body of a reply whose head was read, by its Content-Length."""
+    if "content-length" not in headers:
+        raise AssertionError("no Content-Length in %r" % headers)
+    n = int(headers["content-length"])
+    deadline = time.monotonic() + TIMEOUT
+    while len(c.buf) < n and not c.eof:
+        if not c._fill(deadline):
+            raise AssertionError("body shorter than %d bytes: %r" % (n, c.buf[:200]))
+    body, c.buf = c.buf[:n], c.buf[n:]
+    return body
+
+
 def scrape(d):
     status, headers, body = http_request(d, "GET", "/metrics")
     if status != 200:
@@ -501,6 +541,44 @@ class EmbeddedTest(unittest.TestCase):
         for path in ("/metrics", "/healthz"):
             status, _, body = http_request(self.d, "HEAD", path)
             self.assertEqual((status, body), (200, ""), path)
+
+    def test_a_request_trickled_in_is_closed_at_its_deadline(self):
+        # A byte a second keeps libevent's per-read timeout (10 s) from ever
+        # firing; the whole request has HTTP_REQUEST_DEADLINE_S.
+        c = http_client(self.d)
+        self.addCleanup(c.close)
+        mark = self.d.log_mark()
+        request = b"GET /metrics HTTP/1.1\r\nX-Slow: " + b"a" * 1000
+        give_up = time.monotonic() + scaled(HTTP_REQUEST_DEADLINE_S + 10)
+        sent = 0
+        while not c.eof:
+            if time.monotonic() > give_up:
+                self.fail("still open after %d bytes, one a second" % sent)
+            if c._fill(time.monotonic() + 1):
+                continue
+            try:
+                c.sock.send(request[sent:sent + 1])
+            except (BrokenPipeError, ConnectionResetError):
+                break
+            sent += 1
+        self.assertEqual(c.buf, b"")
+        self.d.wait_log(r"metrics: 127\.0\.0\.1:\d+ sent no whole request within %d s; closing$"
+                        % HTTP_REQUEST_DEADLINE_S, since=mark)
+        self.assertEqual(http_request(self.d, "GET", "/healthz")[0], 200)
+
+    def test_connections_beyond_the_budget_wait_for_one_to_close(self):
+        idle = [http_client(self.d) for _ in range(HTTP_MAX_CONNECTIONS)]
+        for c in idle:
+            self.addCleanup(c.close)
+        late = http_client(self.d)     # connected: the kernel's backlog takes it
+        self.addCleanup(late.close)
+        late.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        # Not accepted while the others are open: no reply within a second.
+        self.assertFalse(late._fill(time.monotonic() + scaled(1)),
+                         "answered beyond the budget: %r" % late.buf[:200])
+        idle[0].close()
+        status, headers = read_reply_head(late)
+        self.assertEqual((status, read_body(late, headers)), (200, b"ok\n"))
 
     def test_other_paths_404(self):
         for path in ("/", "/metric", "/metrics/", "/healthz/x", "/favicon.ico"):
