@@ -519,6 +519,25 @@ static struct http_conn *http_conn_of(struct metrics *m, struct evhttp_request *
 
 /* ------------------------------------------------------------- HTTP */
 
+/*
+ * Sends body (NULL: none) with code. libevent 2.1 sends a HEAD reply's body
+ * and leaves its Content-Length out, which desynchronises a client that
+ * keeps the connection: the length is given here and the body kept back.
+ */
+static void send_reply(struct evhttp_request *req, int code, const char *reason,
+                       struct evbuffer *body)
+{
+    char len[24];
+
+    if (evhttp_request_get_command(req) != EVHTTP_REQ_HEAD) {
+        evhttp_send_reply(req, code, reason, body);
+        return;
+    }
+    snprintf(len, sizeof(len), "%zu", body ? evbuffer_get_length(body) : (size_t)0);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Length", len);
+    evhttp_send_reply(req, code, reason, NULL);
+}
+
 static void send_text(struct evhttp_request *req, int code, const char *reason,
                       const char *text)
 {
@@ -528,7 +547,7 @@ static void send_text(struct evhttp_request *req, int code, const char *reason,
                       "text/plain; charset=utf-8");
     if (body)
         evbuffer_add(body, text, strlen(text));
-    evhttp_send_reply(req, code, reason, body);
+    send_reply(req, code, reason, body);
     if (body)
         evbuffer_free(body);
 }
@@ -544,8 +563,28 @@ static void serve_metrics(const struct metrics *m, struct evhttp_request *req)
     metrics_write(m->srv, body);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
                       "text/plain; version=0.0.4; charset=utf-8");
-    evhttp_send_reply(req, HTTP_OK, "OK", body);
+    send_reply(req, HTTP_OK, "OK", body);
     evbuffer_free(body);
+}
+
+/*
+ * Whether the request has Content-Length headers that disagree. libevent
+ * reads the body by the first one; a proxy in front may have used another,
+ * and the bytes between would be taken for a request of their own.
+ */
+static bool lengths_conflict(struct evhttp_request *req)
+{
+    const struct evkeyval *h;
+    const char *first = NULL;
+
+    TAILQ_FOREACH(h, evhttp_request_get_input_headers(req), next) {
+        if (evutil_ascii_strcasecmp(h->key, "Content-Length") != 0)
+            continue;
+        if (first && strcmp(first, h->value) != 0)
+            return true;
+        first = h->value;
+    }
+    return false;
 }
 
 /* 200 while requests can be served; 503 and why during a ZooKeeper outage,
@@ -588,11 +627,16 @@ static void on_request(struct evhttp_request *req, void *arg)
     /* The next request's deadline (the reply must be read by then, too). */
     if (hc)
         http_deadline_from_now(hc);
+    if (lengths_conflict(req)) {
+        /* Nothing after it on this connection can be trusted. */
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+        send_text(req, HTTP_BADREQUEST, "Bad Request", "conflicting Content-Length headers\n");
+        return;
+    }
     if (!metrics && !healthz) {
         send_text(req, HTTP_NOTFOUND, "Not Found", "not found: try /metrics or /healthz\n");
         return;
     }
-    /* HEAD: libevent sends the headers (and the length) without the body. */
     if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_HEAD) {
         evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET, HEAD");
         send_text(req, HTTP_BADMETHOD, "Method Not Allowed", "only GET and HEAD\n");

@@ -542,6 +542,39 @@ class EmbeddedTest(unittest.TestCase):
             status, _, body = http_request(self.d, "HEAD", path)
             self.assertEqual((status, body), (200, ""), path)
 
+    def test_head_gives_the_length_and_no_body(self):
+        # libevent 2.1 sent HEAD replies with their body and no length: a
+        # client that keeps the connection took the body for the next reply.
+        for path in ("/metrics", "/healthz"):
+            with http_client(self.d) as c:
+                c.send("HEAD %s HTTP/1.1\r\nHost: x\r\n\r\n"
+                       "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" % path)
+                status, headers = read_reply_head(c)
+                self.assertEqual(status, 200, path)
+                self.assertIn("content-length", headers, path)
+                if path == "/healthz":
+                    self.assertEqual(headers["content-length"], "3")
+                else:
+                    self.assertGreater(int(headers["content-length"]), 1000)
+                # No body: the next bytes are the next reply's.
+                status, headers = read_reply_head(c)
+                self.assertEqual((status, read_body(c, headers)), (200, b"ok\n"), path)
+
+    def test_conflicting_content_lengths_get_400_and_a_close(self):
+        with http_client(self.d) as c:
+            c.send("POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n"
+                   "Content-Length: 40\r\n\r\nxGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            status, headers = read_reply_head(c)
+            self.assertEqual(status, 400)
+            self.assertEqual(headers.get("connection"), "close")
+            read_body(c, headers)
+            c.expect_eof()
+        # The same length twice is one length.
+        with http_client(self.d) as c:
+            c.send("POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n"
+                   "Content-Length: 1\r\n\r\nx")
+            self.assertEqual(read_reply_head(c)[0], 405)
+
     def test_a_request_trickled_in_is_closed_at_its_deadline(self):
         # A byte a second keeps libevent's per-read timeout (10 s) from ever
         # firing; the whole request has HTTP_REQUEST_DEADLINE_S.
