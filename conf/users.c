@@ -60,6 +60,11 @@ const char *user_name(const struct user *user)
     return user->name;
 }
 
+const char *user_hash(const struct user *user)
+{
+    return user->hash;
+}
+
 static bool is_blank(char c)
 {
     return c == ' ' || c == '\t';
@@ -334,24 +339,30 @@ static bool equal_ct(const char *a, const char *b, size_t len)
     return diff == 0;
 }
 
-int users_verify(const struct users *u, const struct user *user, const char *password,
-                 size_t len)
+int users_check_password(const char *hash, const char *password, size_t len, void *cd,
+                         int cd_size)
 {
     char pw[PROTO_PASSWORD_MAX + 1];
     const char *out;
-    size_t hlen = strlen(user->hash);
+    size_t hlen = strlen(hash);
     int ok;
 
     if (len > PROTO_PASSWORD_MAX || memchr(password, '\0', len))
         return 0;
     memcpy(pw, password, len);
     pw[len] = '\0';
-    out = crypt_rn(pw, user->hash, u->cd, sizeof(*u->cd));
+    out = crypt_rn(pw, hash, cd, cd_size);
     explicit_bzero(pw, sizeof(pw));
     /* Failure is NULL, or a string starting with '*' that no hash equals. */
-    ok = out && strlen(out) == hlen && equal_ct(out, user->hash, hlen);
-    explicit_bzero(u->cd, sizeof(*u->cd));
+    ok = out && strlen(out) == hlen && equal_ct(out, hash, hlen);
+    explicit_bzero(cd, (size_t)cd_size);
     return ok;
+}
+
+int users_verify(const struct users *u, const struct user *user, const char *password,
+                 size_t len)
+{
+    return users_check_password(user->hash, password, len, u->cd, (int)sizeof(*u->cd));
 }
 
 int user_may(const struct user *user, const char *name)

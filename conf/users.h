@@ -49,6 +49,9 @@ const struct user *users_find(const struct users *u, const char *name, size_t le
 /* The user's name, NUL-terminated; borrowed like the user. */
 const char *user_name(const struct user *user);
 
+/* The user's crypt(3) hash, NUL-terminated; borrowed like the user. */
+const char *user_hash(const struct user *user);
+
 /*
  * 1 if password[0..len) (any bytes; no NUL among them) hashes to the user's
  * hash, else 0 (also when crypt(3) fails, e.g. for an unsupported method).
@@ -57,6 +60,16 @@ const char *user_name(const struct user *user);
  */
 int users_verify(const struct users *u, const struct user *user, const char *password,
                  size_t len);
+
+/*
+ * 1 if password[0..len) hashes to hash (a NUL-terminated crypt(3) hash),
+ * else 0; as users_verify() but with the caller's scratch space: cd, of
+ * cd_size bytes, is libcrypt's struct crypt_data, wiped before returning.
+ * Touches nothing else, so that threads with their own cd may call it at
+ * once.
+ */
+int users_check_password(const char *hash, const char *password, size_t len, void *cd,
+                         int cd_size);
 
 /* 1 if the user may use lock name `name` (NUL-terminated): one of its
  * patterns matches it (fnmatch(3), no flags). */
