@@ -301,6 +301,28 @@ static const struct setting rows[] = {
     { "server", "lock_delay_ms", UINT(lock_delay_ms), "0", 0, 60000, ON_SIGHUP,
       "lock-delay of a LOCK or TRYLOCK without delay=: how long a hold that ends without "
       "a release keeps the name" },
+    /* Hashing uses at most one core, so that the event loop keeps another
+     * one on a small machine: 50 yescrypt or ~1000 sha512crypt checks a second. */
+    { "server", "auth_threads", UINT(auth_threads), "1", 1, 64, "auth_threads",
+      "threads that check AUTH passwords, off the event loop" },
+    /* 64 yescrypt checks are ~1.3 s of one thread's work: a login behind a
+     * full queue is answered within about that. */
+    { "server", "auth_max_pending", UINT(auth_max_pending), "64", 1, 100000, ON_SIGHUP,
+      "AUTH requests queued or being checked at once, all clients; one more is answered "
+      "ERR LIMIT" },
+    /* A client logs in once per connection: a few connections of one host
+     * starting together, while one host cannot fill the queue. */
+    { "server", "auth_max_pending_per_address", UINT(auth_max_pending_per_address), "4", 1,
+      100000, ON_SIGHUP, "AUTH requests of one source address queued or being checked at "
+      "once; one more is answered ERR LIMIT" },
+    /* More wrong passwords in a minute than a person types: at most ~14,400
+     * guesses a day from one address. */
+    { "server", "auth_fail_limit", UINT(auth_fail_limit), "10", 0, 1000000, ON_SIGHUP,
+      "failed AUTHs of one source address within auth_backoff_ms after which its AUTHs "
+      "are refused for auth_backoff_ms; 0: no back-off" },
+    /* 1000 at least: the delay of a failure's answer */
+    { "server", "auth_backoff_ms", UINT(auth_backoff_ms), "60000", 1000, 86400000, ON_SIGHUP,
+      "window in which auth_fail_limit failures are counted, and the back-off they start" },
     /* A client host that dies sends no FIN: without probes its locks would
      * stay held for the kernel's 2 h + 9 * 75 s. 30 + 3 * 10 s: within a minute. */
     { "server", "tcp_keepalive_idle_s", UINT(tcp_keepalive_idle_s), "30", 1, 32767, ON_SIGHUP,

@@ -33,6 +33,12 @@ struct settings {
     unsigned max_locks_per_client; /* locks held plus awaited by one connection */
     unsigned max_leases;        /* leases held or awaited through this daemon, all clients */
     unsigned lock_delay_ms;     /* lock-delay of a LOCK/TRYLOCK without delay= */
+    unsigned auth_threads;      /* threads that hash AUTH passwords, off the event loop */
+    unsigned auth_max_pending;  /* AUTHs queued or being hashed at once, all clients */
+    unsigned auth_max_pending_per_address; /* the same, from one source address */
+    unsigned auth_fail_limit;   /* failed AUTHs of an address within auth_backoff_ms that
+                                 * start its back-off; 0: no back-off */
+    unsigned auth_backoff_ms;   /* the window failures are counted in, and the back-off */
     unsigned tcp_keepalive_idle_s;     /* silence before an accepted TCP peer is probed */
     unsigned tcp_keepalive_interval_s; /* between unanswered probes */
     unsigned tcp_keepalive_count;      /* unanswered probes that end the connection */

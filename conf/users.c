@@ -60,6 +60,13 @@ const char *user_name(const struct user *user)
     return user->name;
 }
 
+const char *users_dummy_hash(const struct users *u)
+{
+    /* `openssl passwd -6 -salt lockbrokerdummy x`: any valid sha512crypt hash. */
+    return u->n ? u->v[0].hash : "$6$lockbrokerdummy$Q7LCrfWRQAnqzjJ0.9ZZIFvshlg7gSSz70WuWp0vLJI1SW"
+                                 "xsbbi8FI1ty/XvWGe.DJofJxxMam8VvZOxtDkKZ/";
+}
+
 const char *user_hash(const struct user *user)
 {
     return user->hash;

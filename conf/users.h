@@ -49,6 +49,16 @@ const struct user *users_find(const struct users *u, const char *name, size_t le
 /* The user's name, NUL-terminated; borrowed like the user. */
 const char *user_name(const struct user *user);
 
+/*
+ * A hash to check an unknown user's password against, so that refusing an
+ * unknown user costs what refusing a known one does: the hash of the first
+ * user by name (the same method, cost and salt shape as the file's users
+ * if they share one method), or a fixed sha512crypt hash when u has no
+ * users. Nothing hashes to it for an unknown user: the caller refuses
+ * whatever the check says. Borrowed from u.
+ */
+const char *users_dummy_hash(const struct users *u);
+
 /* The user's crypt(3) hash, NUL-terminated; borrowed like the user. */
 const char *user_hash(const struct user *user);
 

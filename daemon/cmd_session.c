@@ -2,21 +2,28 @@
  * cmd_session.c - the connection itself: PING, QUIT, CLIENT, AUTH, WATCH,
  * UNWATCH, and BREAK (which acts on others' holds through this daemon).
  *
- * A failed AUTH is answered AUTH_FAIL_DELAY_MS after it arrived, from a
- * timer: meanwhile it is the client's pending request like a waiting LOCK,
- * so the requests behind it stay unparsed (bounded as for any wait) and
- * one connection cannot try more than one password at a time.
+ * AUTH's password is hashed off the event loop (auth_pool.h), within the
+ * budgets of auth_budget.h. A failed AUTH is answered AUTH_FAIL_DELAY_MS
+ * after it arrived, from a timer: meanwhile it is the client's pending
+ * request like a waiting LOCK, so the requests behind it stay unparsed
+ * (bounded as for any wait) and one connection cannot try more than one
+ * password at a time.
  */
 #include "config.h"
 #include "cmd.h"
 
 #include <event2/event.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "auth_budget.h"
+#include "auth_pool.h"
 #include "log.h"
 #include "server.h"
+#include "settings.h"
 #include "users.h"
 #include "watch.h"
 #include "snap.h"
@@ -52,63 +59,250 @@ void cmd_client(struct client *c, const struct proto_req *req, const char *name)
     client_reply(c, buf, proto_fmt_word(buf, sizeof(buf), "OK"));
 }
 
-/* The answer to a failed AUTH, once its delay has passed. */
-static void on_auth_delay(evutil_socket_t fd, short what, void *arg)
-{
-    struct client *c = arg;
+/*
+ * A parked AUTH. Its password is hashed by the pool (auth_pool.h) while
+ * the delay timer runs; a failure is answered once both are over. The
+ * request belongs to the client's pending slot: a close cancels it
+ * (auth_cancel), which forgets the pool's job.
+ */
+enum auth_state {
+    AUTH_CHECKING,        /* the pool hashes the password; the delay runs */
+    AUTH_CHECKING_LATE,   /* the pool hashes the password; the delay is over */
+    AUTH_FAILED_WAITING,  /* the password was wrong; the delay runs */
+    AUTH_REFUSED_WAITING, /* the address backs off: refused unchecked once the delay is over */
+};
 
-    event_free(c->pending_op);
+static const char *const auth_state_names[] = {
+    "checking", "checking-late", "failed-waiting", "refused-waiting",
+};
+
+struct auth_req {
+    struct client *c;                 /* the client whose pending op this is */
+    enum auth_state state;            /* changed through auth_set_state() only */
+    struct event *timer;              /* owned: AUTH_FAIL_DELAY_MS after the request */
+    struct auth_job *job;             /* the pool's, while checking; NULL after */
+    char addr[AUTH_BUDGET_ADDR_MAX];  /* the client's address: its budget's key */
+    char user[PROTO_USER_MAX + 1];    /* the user name asked for */
+    char hash[USERS_HASH_MAX + 1];    /* the user's hash checked; "" for an unknown user */
+};
+
+static void auth_set_state(struct auth_req *r, enum auth_state to)
+{
+    log_debug("conn %llu (%s): AUTH going from %s to %s", (unsigned long long)r->c->id,
+              r->c->peer, auth_state_names[r->state], auth_state_names[to]);
+    r->state = to;
+}
+
+static int64_t auth_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static struct auth_limits auth_limits_of(const struct settings *s)
+{
+    return (struct auth_limits){ s->auth_max_pending_per_address, s->auth_fail_limit,
+                                 s->auth_backoff_ms };
+}
+
+static void auth_req_free(struct auth_req *r)
+{
+    if (r->timer)
+        event_free(r->timer);
+    explicit_bzero(r->hash, sizeof(r->hash));
+    free(r);
+}
+
+/* The parked AUTH's answer is queued: the client reads on. */
+static void auth_finish(struct auth_req *r)
+{
+    struct client *c = r->c;
+
+    auth_req_free(r);
     c->pending_op = NULL;
-    client_reply_err(c, PROTO_ERR_AUTH_FAILED, "wrong user name or password");
     client_complete(c);
 }
 
-static void auth_delay_cancel(struct client *c, void *op)
+/* A wrong password counts against the address when it is answered, or
+ * when its client leaves before that. */
+static void auth_count_failure(struct auth_req *r)
 {
-    event_free(op);
+    struct server *srv = r->c->srv;
+    struct auth_limits lim = auth_limits_of(srv->settings);
+
+    if (auth_budget_failed(srv->auth_budget, r->addr, &lim, auth_now_ms()))
+        log_warn("AUTH: %u failed logins from %s within %u ms: its AUTH requests are "
+                 "refused for %u ms", lim.fail_limit, r->addr, lim.backoff_ms, lim.backoff_ms);
 }
 
-static const struct pending_ops auth_delay_ops = { .what = "AUTH", .cancel = auth_delay_cancel };
+/* A wrong password, once its delay is over. */
+static void auth_answer_failure(struct auth_req *r)
+{
+    auth_count_failure(r);
+    client_reply_err(r->c, PROTO_ERR_AUTH_FAILED, "wrong user name or password");
+    auth_finish(r);
+}
+
+static void auth_answer_refusal(struct auth_req *r)
+{
+    client_reply_err(r->c, PROTO_ERR_AUTH_FAILED, "too many failed logins from this "
+                     "address: try again later");
+    auth_finish(r);
+}
+
+/* The delay since the request is over. */
+static void on_auth_delay(evutil_socket_t fd, short what, void *arg)
+{
+    struct auth_req *r = arg;
+
+    switch (r->state) {
+    case AUTH_CHECKING:
+        auth_set_state(r, AUTH_CHECKING_LATE);
+        break;
+    case AUTH_FAILED_WAITING:
+        auth_answer_failure(r);
+        break;
+    case AUTH_REFUSED_WAITING:
+        auth_answer_refusal(r);
+        break;
+    case AUTH_CHECKING_LATE:
+        break;
+    }
+}
+
+/* The pool's answer. The users file may have been re-read meanwhile: the
+ * login needs the user still there with the hash that was checked. */
+static void on_auth_checked(void *arg, bool match)
+{
+    struct auth_req *r = arg;
+    struct client *c = r->c;
+    const struct users *users = c->srv->users;
+    const struct user *user = users ? users_find(users, r->user, strlen(r->user)) : NULL;
+    char buf[PROTO_REPLY_MAX];
+
+    r->job = NULL;
+    auth_budget_done(c->srv->auth_budget, r->addr, auth_now_ms());
+    c->srv->stats.auth_checks++;
+    if (match && r->hash[0] && user && strcmp(user_hash(user), r->hash) == 0) {
+        client_login(c, user);
+        log_debug("conn %llu (%s): logged in as %s", (unsigned long long)c->id, c->peer,
+                  c->user_name);
+        client_reply(c, buf, proto_fmt_word_name(buf, sizeof(buf), "OK", c->user_name,
+                                                 strlen(c->user_name)));
+        auth_finish(r);
+        return;
+    }
+    c->srv->stats.auth_failures++;
+    log_warn("conn %llu (%s): AUTH failed: %s '%s'", (unsigned long long)c->id, c->peer,
+             r->hash[0] ? "wrong password for user" : "no user", r->user);
+    if (r->state == AUTH_CHECKING_LATE)
+        auth_answer_failure(r);
+    else
+        auth_set_state(r, AUTH_FAILED_WAITING);
+}
+
+static void auth_cancel(struct client *c, void *op)
+{
+    struct auth_req *r = op;
+
+    if (r->job) {
+        auth_pool_forget(c->srv->auth_pool, r->job);
+        auth_budget_done(c->srv->auth_budget, r->addr, auth_now_ms());
+    }
+    /* Closing before the answer does not spare the address the failure. */
+    if (r->state == AUTH_FAILED_WAITING)
+        auth_count_failure(r);
+    auth_req_free(r);
+}
+
+static const struct pending_ops auth_ops = { .what = "AUTH", .cancel = auth_cancel };
+
+/* ERR LIMIT for an AUTH beyond a budget of checks at once; at once, not counted as a failure. */
+static void auth_busy(struct client *c, const char *text)
+{
+    c->srv->stats.auth_busy++;
+    log_debug("conn %llu (%s): AUTH refused: %s", (unsigned long long)c->id, c->peer, text);
+    client_reply_err(c, PROTO_ERR_LIMIT, text);
+}
 
 /*
- * AUTH <user> <password>. The delay timer is armed before the password is
- * checked, so that a failure is answered AUTH_FAIL_DELAY_MS after the
- * request whatever the check cost (an unknown user costs none). A failure
- * leaves the connection as it was, logged in or not.
+ * AUTH <user> <password>. The password is hashed off the loop, by the
+ * pool, against the user's hash or, for an unknown user, against the
+ * users file's dummy hash (users_dummy_hash), so that both cost the same.
+ * The delay timer is armed first: a failure is answered AUTH_FAIL_DELAY_MS
+ * after the request, or when the check ends if that is later. A failure
+ * leaves the connection as it was, logged in or not. Budgets, before any
+ * hashing: checks at once daemon-wide and per address (ERR LIMIT at once),
+ * and an address's back-off after failures (refused unchecked, after the
+ * delay).
  */
 void cmd_auth(struct client *c, const struct proto_req *req, const char *name)
 {
     struct timeval delay = { AUTH_FAIL_DELAY_MS / 1000, (AUTH_FAIL_DELAY_MS % 1000) * 1000 };
+    const struct settings *s = c->srv->settings;
+    struct auth_limits lim = auth_limits_of(s);
     const struct users *users = c->srv->users;
     const struct user *user;
-    struct event *timer;
-    char buf[PROTO_REPLY_MAX];
+    struct auth_req *r;
+    char text[128];
 
     if (!users) {
         client_reply_err(c, PROTO_ERR_AUTH_FAILED, "this daemon has no users_file: AUTH is "
                          "not used");
         return;
     }
-    if (!(timer = evtimer_new(c->srv->base, on_auth_delay, c)) || evtimer_add(timer, &delay) < 0) {
-        if (timer)
-            event_free(timer);
+    if (auth_pool_jobs(c->srv->auth_pool) >= s->auth_max_pending) {
+        snprintf(text, sizeof(text), "too many AUTH requests being checked (at most %u): "
+                 "try again later", s->auth_max_pending);
+        auth_busy(c, text);
+        return;
+    }
+    if (!(r = calloc(1, sizeof(*r))) ||
+        !(r->timer = evtimer_new(c->srv->base, on_auth_delay, r))) {
+        free(r);
         client_reply_err(c, PROTO_ERR_INTERNAL, "out of memory");
         return;
     }
-    user = users_find(users, req->user, req->user_len);
-    if (user && users_verify(users, user, req->password, req->password_len)) {
-        event_free(timer);
-        client_login(c, user);
-        log_debug("conn %llu (%s): logged in as %s", (unsigned long long)c->id, c->peer,
-                  c->user_name);
-        client_reply(c, buf, proto_fmt_word_name(buf, sizeof(buf), "OK", c->user_name,
-                                                 strlen(c->user_name)));
+    r->c = c;
+    auth_budget_addr(c->peer, r->addr);
+    memcpy(r->user, req->user, req->user_len);
+    r->user[req->user_len] = '\0';
+    switch (auth_budget_admit(c->srv->auth_budget, r->addr, &lim, auth_now_ms())) {
+    case AUTH_ADMIT_BUSY:
+        auth_req_free(r);
+        snprintf(text, sizeof(text), "too many AUTH requests being checked from this address "
+                 "(at most %u): try again later", lim.max_pending);
+        auth_busy(c, text);
+        return;
+    case AUTH_ADMIT_BACKOFF:
+        c->srv->stats.auth_backoffs++;
+        log_debug("conn %llu (%s): AUTH refused unchecked: %s backs off",
+                  (unsigned long long)c->id, c->peer, r->addr);
+        r->state = AUTH_REFUSED_WAITING;
+        break;
+    case AUTH_ADMIT_OK:
+        user = users_find(users, req->user, req->user_len);
+        if (user)
+            snprintf(r->hash, sizeof(r->hash), "%s", user_hash(user));
+        r->state = AUTH_CHECKING;
+        if (!(r->job = auth_pool_submit(c->srv->auth_pool, user ? r->hash :
+                                        users_dummy_hash(users), req->password,
+                                        req->password_len, on_auth_checked, r))) {
+            auth_budget_done(c->srv->auth_budget, r->addr, auth_now_ms());
+            auth_req_free(r);
+            client_reply_err(c, PROTO_ERR_INTERNAL, "out of memory");
+            return;
+        }
+        break;
+    }
+    if (evtimer_add(r->timer, &delay) < 0) {
+        auth_cancel(c, r);
+        client_reply_err(c, PROTO_ERR_INTERNAL, "out of memory");
         return;
     }
-    c->srv->stats.auth_failures++;
-    log_warn("conn %llu (%s): AUTH failed: %s '%.*s'", (unsigned long long)c->id, c->peer,
-             user ? "wrong password for user" : "no user", (int)req->user_len, req->user);
-    client_suspend(c, req->cmd, &auth_delay_ops, timer, NULL);
+    client_suspend(c, req->cmd, &auth_ops, r, NULL);
 }
 
 /* An EVENT line for this client: false while its output is backed up (the

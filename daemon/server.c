@@ -24,6 +24,8 @@
 #include "conn.h"
 #include "tls.h"
 #include "locks.h"
+#include "auth_budget.h"
+#include "auth_pool.h"
 #include "log.h"
 #include "settings.h"
 #include "watch.h"
@@ -397,6 +399,13 @@ int server_start(struct server *srv, struct event_base *base, const struct setti
         return -1;
     }
     locks_set_observer(locks, watches_lock_changed, srv->watches);
+    /* A users file cannot be added by a reload: without one, no AUTH is checked. */
+    if (users && (!(srv->auth_budget = auth_budget_new()) ||
+                  !(srv->auth_pool = auth_pool_new(base, s->auth_threads)))) {
+        log_error("cannot start checking passwords (out of memory or threads)");
+        server_stop(srv);
+        return -1;
+    }
     if (!fds)
         fds = &none;
     if (!s->tls_listen && fds->tls >= 0)
@@ -460,6 +469,11 @@ void server_stop(struct server *srv)
         conn_free(c);
     tls_free(srv->tls);            /* after the connections: each held a reference */
     srv->tls = NULL;
+    /* After the connections, which forgot their jobs. */
+    auth_pool_free(srv->auth_pool);
+    srv->auth_pool = NULL;
+    auth_budget_free(srv->auth_budget);
+    srv->auth_budget = NULL;
     if (srv->watches) {
         locks_set_observer(srv->locks, NULL, NULL);
         watches_free(srv->watches);

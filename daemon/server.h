@@ -24,6 +24,8 @@ struct users;
 struct watches;
 struct tls;
 struct accept_pause;
+struct auth_pool;
+struct auth_budget;
 
 struct server_stats {
     uint64_t conns_total;     /* accepted since start */
@@ -32,6 +34,9 @@ struct server_stats {
     uint64_t errors;          /* ERR replies */
     uint64_t auth_failures;   /* AUTH with a wrong user name or password */
     uint64_t accept_pauses;   /* listeners paused after accept() failed (accept_pause.h) */
+    uint64_t auth_checks;     /* AUTH passwords hashed by the pool, unknown users included */
+    uint64_t auth_busy;       /* AUTH answered ERR LIMIT: too many being checked */
+    uint64_t auth_backoffs;   /* AUTH refused unchecked: its address was backing off */
 };
 
 struct server {
@@ -43,6 +48,8 @@ struct server {
     struct watches *watches;           /* owned: WATCH's registry */
     const struct users *users;         /* borrowed; NULL: no users_file, no AUTH needed.
                                         * Change it through server_set_users() */
+    struct auth_pool *auth_pool;       /* owned: AUTH's password threads; NULL without users */
+    struct auth_budget *auth_budget;   /* owned: AUTH's per-address budget; NULL without users */
     struct evconnlistener *tcp;        /* owned; NULL once stopped */
     struct evconnlistener *unix_sock;  /* owned; NULL when not configured */
     struct evconnlistener *tls_sock;   /* owned; NULL when [tls] listen is not set */

@@ -52,6 +52,9 @@ void stats_each(const struct server *srv, backend_stat_fn add, void *cookie)
     add_u64(add, cookie, "locks_broken", ls.broken);
     add_u64(add, cookie, "errors", srv->stats.errors);
     add_u64(add, cookie, "auth_failures", srv->stats.auth_failures);
+    add_u64(add, cookie, "auth_checks", srv->stats.auth_checks);
+    add_u64(add, cookie, "auth_busy", srv->stats.auth_busy);
+    add_u64(add, cookie, "auth_backoffs", srv->stats.auth_backoffs);
     for (int i = 0; i < PROTO_CMD_COUNT; i++) {
         /* cmd_lock, cmd_trylock...: the command's word in lower case */
         int n = snprintf(name, sizeof(name), "cmd_%s", proto_cmd_word((enum proto_cmd)i));

@@ -16,6 +16,8 @@
 #include "server.h"
 #include "settings.h"
 #include "users.h"
+#include "auth_budget.h"
+#include "auth_pool.h"
 #include "watch.h"
 
 #include <check.h>
@@ -140,6 +142,8 @@ static void teardown(void)
     client_release_all(&b.cl, false);
     client_destroy(&a.cl);
     client_destroy(&b.cl);
+    auth_pool_free(srv.auth_pool);          /* after the clients, which forgot their jobs */
+    auth_budget_free(srv.auth_budget);
     locks_set_observer(t, NULL, NULL);
     watches_free(srv.watches);
     locks_free(t);
@@ -162,6 +166,10 @@ static void setup_users(void)
     users = users_parse(text, strlen(text), "users", err, sizeof(err));
     ck_assert_msg(users != NULL, "%s", err);
     srv.users = users;
+    srv.auth_pool = auth_pool_new(base, 1);
+    ck_assert_ptr_nonnull(srv.auth_pool);
+    srv.auth_budget = auth_budget_new();
+    ck_assert_ptr_nonnull(srv.auth_budget);
 }
 
 /* ------------------------------------------------------------ helpers */
@@ -653,6 +661,8 @@ START_TEST(auth_flags)
     ck_out(&a, "ERR NOAUTH log in first with AUTH <user> <password> (only PING, HELP and "
                "QUIT work before)\n");
     send_line(&a, "AUTH ops secret");
+    ck_out(&a, "");                           /* hashed off the loop */
+    run_until_reply(&a);
     ck_out(&a, "OK ops\n");
     /* Names: every name of a set. */
     send_line(&a, "LOCK job-1");
@@ -674,6 +684,7 @@ START_TEST(auth_flags)
     a.len = 0;
     /* Listings leave out what the user may not use. */
     send_line(&b, "AUTH dev secret");
+    run_until_reply(&b);
     ck_out(&b, "OK dev\n");
     send_line(&b, "LOCK dev-1");
     ck_out_num(&b, "OK dev-1 ");
@@ -700,8 +711,80 @@ START_TEST(auth_failure_is_delayed)
     send_line(&a, "AUTH nobody x");
     client_release_all(&a.cl, true);
     ck_assert(a.cl.pending == NULL);
+    ck_assert_uint_eq(auth_pool_jobs(srv.auth_pool), 0);     /* its job was forgotten */
     run_past_ms(1100);
     ck_out(&a, "");
+    /* 127.0.0.1 is remembered for its one failure, not for the dropped check. */
+    ck_assert_uint_eq(auth_budget_count(srv.auth_budget), 1);
+}
+END_TEST
+
+/* An unknown user's password is hashed like a known one's (the dummy
+ * hash), and the budgets answer before any hashing. */
+START_TEST(auth_budgets)
+{
+    settings.auth_fail_limit = 2;
+    send_line(&a, "AUTH nobody x");
+    run_until_reply(&a);
+    ck_out(&a, "ERR AUTH_FAILED wrong user name or password\n");
+    ck_assert_uint_eq(srv.stats.auth_checks, 1);
+    ck_assert_uint_eq(srv.stats.auth_failures, 1);
+    /* Daemon-wide: b's AUTH waits for the pool, a's is one too many. */
+    settings.auth_max_pending = 1;
+    send_line(&b, "AUTH ops wrong");
+    send_line(&a, "AUTH ops secret");
+    ck_out(&a, "ERR LIMIT too many AUTH requests being checked (at most 1): try again later\n");
+    run_until_reply(&b);
+    ck_out(&b, "ERR AUTH_FAILED wrong user name or password\n");
+    /* Two failures from 127.0.0.1 now: with a limit of 2, a back-off. */
+    settings.auth_max_pending = 64;
+    send_line(&a, "AUTH ops secret");
+    run_until_reply(&a);
+    ck_out(&a, "ERR AUTH_FAILED too many failed logins from this address: try again later\n");
+    ck_assert_uint_eq(srv.stats.auth_backoffs, 1);
+    ck_assert_uint_eq(srv.stats.auth_checks, 2);              /* not hashed */
+    ck_assert_uint_eq(srv.stats.auth_busy, 1);
+}
+END_TEST
+
+START_TEST(auth_budget_table)
+{
+    struct auth_budget *bu = auth_budget_new();
+    struct auth_limits lim = { 2, 3, 1000 };
+    char addr[AUTH_BUDGET_ADDR_MAX];
+
+    auth_budget_addr("10.1.2.3:4567", addr);
+    ck_assert_str_eq(addr, "10.1.2.3");
+    auth_budget_addr("[::1]:7411", addr);
+    ck_assert_str_eq(addr, "::1");
+    auth_budget_addr("unix", addr);
+    ck_assert_str_eq(addr, "unix");
+    /* Checks at once. */
+    ck_assert_int_eq(auth_budget_admit(bu, "a", &lim, 0), AUTH_ADMIT_OK);
+    ck_assert_int_eq(auth_budget_admit(bu, "a", &lim, 0), AUTH_ADMIT_OK);
+    ck_assert_int_eq(auth_budget_admit(bu, "a", &lim, 0), AUTH_ADMIT_BUSY);
+    ck_assert_int_eq(auth_budget_admit(bu, "b", &lim, 0), AUTH_ADMIT_OK);
+    auth_budget_done(bu, "a", 0);
+    auth_budget_done(bu, "a", 0);
+    auth_budget_done(bu, "b", 0);
+    ck_assert_uint_eq(auth_budget_count(bu), 0);
+    /* Failures within the window start a back-off; older ones do not count. */
+    ck_assert(!auth_budget_failed(bu, "a", &lim, 0));
+    ck_assert(!auth_budget_failed(bu, "a", &lim, 500));
+    ck_assert(!auth_budget_failed(bu, "a", &lim, 1000));     /* a new window */
+    ck_assert(!auth_budget_failed(bu, "a", &lim, 1100));
+    ck_assert(auth_budget_failed(bu, "a", &lim, 1200));
+    ck_assert_int_eq(auth_budget_admit(bu, "a", &lim, 2199), AUTH_ADMIT_BACKOFF);
+    ck_assert_int_eq(auth_budget_admit(bu, "b", &lim, 2199), AUTH_ADMIT_OK);
+    ck_assert_int_eq(auth_budget_admit(bu, "a", &lim, 2200), AUTH_ADMIT_OK);
+    auth_budget_done(bu, "a", 2200);
+    auth_budget_done(bu, "b", 2200);
+    ck_assert_uint_eq(auth_budget_count(bu), 0);
+    /* 0: no back-off. */
+    lim.fail_limit = 0;
+    for (int i = 0; i < 10; i++)
+        ck_assert(!auth_budget_failed(bu, "a", &lim, 3000));
+    auth_budget_free(bu);
 }
 END_TEST
 
@@ -835,6 +918,8 @@ static Suite *cmd_suite(void)
     tcase_add_checked_fixture(tc, setup_users, teardown);
     tcase_add_test(tc, auth_flags);
     tcase_add_test(tc, auth_failure_is_delayed);
+    tcase_add_test(tc, auth_budgets);
+    tcase_add_test(tc, auth_budget_table);
     suite_add_tcase(s, tc);
     return s;
 }

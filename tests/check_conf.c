@@ -1344,6 +1344,8 @@ START_TEST(format_reloadable)
     settings_format_reloadable(&s, err, sizeof(err));
     ck_assert_str_eq(err, "log level info, max_clients 4096, max_line 1024, "
                           "max_locks_per_client 256, max_leases 10000, lock_delay_ms 0, "
+                          "auth_max_pending 64, auth_max_pending_per_address 4, "
+                          "auth_fail_limit 10, auth_backoff_ms 60000, "
                           "tcp_keepalive_idle_s 30, tcp_keepalive_interval_s 10, "
                           "tcp_keepalive_count 3, tcp_user_timeout_ms 60000");
     settings_format_reloadable(&s, small, sizeof(small));

@@ -17,6 +17,7 @@ a log line or end of file.
 import grp
 import os
 import re
+import select
 import signal
 import stat
 import subprocess
@@ -28,7 +29,7 @@ import lbharness  # noqa: E402
 from lbharness import Daemon, check_failure_exit, make_tmpdir, run_daemon, scaled  # noqa: E402
 
 # Made with `openssl passwd -6 -salt <salt> <password>`.
-PASSWORDS = {"alice": "hunter2", "bob": "b0b-pass", "carol": "c4rol"}
+PASSWORDS = {"alice": "hunter2", "bob": "b0b-pass", "carol": "c4rol", "slow": "sl0w-pass"}
 HASHES = {
     "alice": "$6$lbtesthunter2$ms9bf49IIzrJYI8.ns.owCRM0MxFMINUOmhBJxmHyyFpPn3L88VTo."
              "ldPhMEMF/ZksVMlp/L/a8MQS5czeLx5/",
@@ -36,6 +37,9 @@ HASHES = {
            "taxQClcJDa7OJKOl1RGmNa1",
     "carol": "$6$lbtestc4rol$n9Jc4Z4QAuKNZXOJwqGm45hbcyyjfBFCoivSxyrGy4QHH3.Al7ddMZMTjlfI8"
              "jqnZ836DyC.8P3Mqs6W5DvfN.",
+    # yescrypt at its default cost (~20 ms a check): crypt.crypt("sl0w-pass",
+    # "$y$j9T$lbtestslowsalt0$") in Python 3.12.
+    "slow": "$y$j9T$lbtestslowsalt0$x60hiTC2JXrXU1pEmHf9MjnWwiKYK9O33THiS8NVOx7",
 }
 
 # The daemon's exact lines (daemon/conn.c, proto/proto.c).
@@ -43,6 +47,7 @@ ERR_NOAUTH = ("ERR NOAUTH log in first with AUTH <user> <password> "
               "(only PING, HELP and QUIT work before)")
 ERR_AUTH_FAILED = "ERR AUTH_FAILED wrong user name or password"
 ERR_NO_USERS = "ERR AUTH_FAILED this daemon has no users_file: AUTH is not used"
+ERR_BACKOFF = "ERR AUTH_FAILED too many failed logins from this address: try again later"
 ERR_DENIED = "ERR DENIED user %s may not use lock %s"
 ERR_NOT_HELD = "ERR NOT_HELD this connection does not hold that lock"
 
@@ -224,6 +229,72 @@ class AuthTests(Case):
         c.send("AUTH alice two words\n")
         c.expect("ERR BAD_ARGS too many arguments")
         self.assertEqual(self.stat(self.login(d, "alice"), "auth_failures"), 0)
+
+
+class AuthLoadTests(Case):
+    """Passwords are hashed off the event loop, within budgets (issue 41)."""
+
+    def stats(self, c):
+        c.send("STATS\n")
+        return {line.split()[1]: line.split()[2] for line in iter(c.line, "END")}
+
+    def test_requests_are_served_while_passwords_are_hashed(self):
+        """50 yescrypt checks (~1 s of one thread's work) on other
+        connections: a PING sent behind them is answered while some of them
+        are still unanswered. On the loop, every one was hashed before the
+        PING was read."""
+        n = 50
+        d = self.start(patterns={"alice": "*", "slow": "*"},
+                       extra="auth_max_pending_per_address = %d\n" % n)
+        admin = self.login(d, "alice")
+        checks = int(self.stats(admin)["auth_checks"])
+        conns = [self.connect(d) for _ in range(n)]
+        for c in conns:
+            c.send("AUTH slow %s\n" % PASSWORDS["slow"])
+        admin.send("PING\n")
+        admin.expect("PONG")
+        ready, _, _ = select.select([c.sock for c in conns], [], [], 0)
+        self.assertLess(len(ready), n, "every AUTH was answered before the PING")
+        for c in conns:
+            c.expect("OK slow")
+        self.assertEqual(int(self.stats(admin)["auth_checks"]), checks + n)
+
+    def test_an_unknown_user_is_hashed_like_a_known_one(self):
+        d = self.start()
+        admin = self.login(d, "alice")
+        before = self.stats(admin)
+        c = self.connect(d)
+        c.send("AUTH nobody %s\nAUTH alice wrong\n" % PASSWORDS["alice"])
+        c.expect(ERR_AUTH_FAILED, ERR_AUTH_FAILED)
+        after = self.stats(admin)
+        self.assertEqual(int(after["auth_checks"]) - int(before["auth_checks"]), 2)
+        self.assertEqual(int(after["auth_failures"]) - int(before["auth_failures"]), 2)
+
+    def test_failures_from_one_address_start_a_back_off(self):
+        """auth_fail_limit failures within auth_backoff_ms refuse the
+        address's AUTHs, even a right one, unchecked, for auth_backoff_ms.
+        A refusal is answered 1000 ms after it came, and the back-off
+        (1000 ms here) began before it came: the next AUTH is checked."""
+        d = self.start(extra="auth_fail_limit = 3\nauth_backoff_ms = 1000\n")
+        admin = self.login(d, "alice")
+        before = self.stats(admin)
+        mark = d.log_mark()
+        conns = [self.connect(d) for _ in range(3)]
+        for c in conns:
+            c.send("AUTH alice wrong\n")
+        for c in conns:
+            c.expect(ERR_AUTH_FAILED)
+        d.wait_log(r"warn AUTH: 3 failed logins from 127\.0\.0\.1 within 1000 ms: its AUTH "
+                   r"requests are refused for 1000 ms$", since=mark)
+        c = self.connect(d)
+        c.send("AUTH alice %s\n" % PASSWORDS["alice"])
+        c.expect(ERR_BACKOFF)
+        c.send("AUTH alice %s\n" % PASSWORDS["alice"])
+        c.expect("OK alice")
+        after = self.stats(admin)
+        self.assertEqual(int(after["auth_backoffs"]) - int(before["auth_backoffs"]), 1)
+        self.assertEqual(int(after["auth_checks"]) - int(before["auth_checks"]), 4)
+        self.assertEqual(int(after["auth_failures"]) - int(before["auth_failures"]), 3)
 
 
 class PermissionTests(Case):
