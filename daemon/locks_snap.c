@@ -52,7 +52,10 @@ static void save_hold(struct save_ctx *s, const struct hold *h)
     snap_w_i64(w, h->since_ms);
     snap_w_i64(w, h->asked_us);
     snap_w_i64(w, h->granted_us);
-    snap_w_i64(w, h->timer && h->state == HOLD_WAITING ? h->deadline_us : -1);
+    /* A wait's deadline, queued here or already acquiring (distributed
+     * mode: waiting in ZooKeeper's queue); a kept hold's end is its own. */
+    snap_w_i64(w, h->timer && h->owner != &s->t->abandoned && h->state != HOLD_HELD
+                  ? h->deadline_us : -1);
     if (b->ops->save_hold && h->state != HOLD_WAITING)
         b->ops->save_hold(b->impl, h, w);
     else

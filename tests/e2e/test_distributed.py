@@ -2714,6 +2714,25 @@ class HandoverTest(DistributedBase):
         tb = int(self.client(b, timeout=scaled(30.0)).request("LOCK hv-gone").split()[2])
         self.assertGreater(tb, t)
 
+    def test_a_wait_in_zookeepers_queue_keeps_its_deadline(self):
+        """A LOCK wait whose node already waits in ZooKeeper's queue (behind
+        another daemon's holder) is carried with its deadline and answered
+        TIMEOUT when it ends; before, only a wait still queued on the daemon
+        was, and this one waited until granted (the soak with handovers,
+        docs/SOAK.md)."""
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A")
+        b = self.start_daemon(hosts, "B")
+        holder = self.client(b)
+        self.assertRegex(holder.request("LOCK hw"), r"^OK hw \d+$")
+        w = self.client(a, timeout=scaled(20.0))
+        w.send("LOCK hw %d\n" % scaled_ms(3000))
+        self.wait_node(hosts, "hw", a)
+        self.hand_over(a)
+        self.assertEqual(w.line(), "TIMEOUT hw")
+        self.assertEqual(holder.request("UNLOCK hw"), "OK hw")
+        self.wait_no_nodes(hosts)
+
     def test_requests_while_the_successor_attaches_wait_for_it(self):
         """From the snapshot until the successor is attached to the session,
         requests that need ZooKeeper wait for the attach rather than answer
