@@ -67,6 +67,14 @@ What it does
   other servers until its session is on the wanted one (logged as the
   fault's "steer"/"steered" steps; the cuts stay, the partition includes
   them).
+  Between two faults (--handovers, 2 by default), with the cluster healthy
+  and at least a session timeout + 1 s after it was last seen so, the
+  nemesis hands a daemon over: SIGUSR2 to a random running daemon (one
+  that answers STATS: not stopped, not dead), which executes its
+  successor in the same process with every connection (PROTOCOL.md,
+  "### Handover"). It logs the signal's time and, once the daemon's log
+  says how it ended ("took over", or "refused" / "given up": no handover,
+  the daemon serves on), the outcome; then waits for health and 2-4 s.
 * At the end: clients finish their cycle and close, every cut is healed,
   daemons get SIGTERM, the tree under the root is listed (at once, and
   again after twice the session timeout), ZooKeeper stops, and the checker
@@ -119,6 +127,16 @@ ERR NOT_HELD to a CHECK. It reports:
   * UNLOCK or CHECK answered NOT_HELD although no LOST was received for
     the hold; a CHECK answered OK after the hold's LOST;
   * lock nodes left under the root after the clean stop;
+  * handovers: every EOF (connection dropped), LOST and ERR (NOT_HELD
+    included) a client received from a handover's signal until 1 s after
+    its end, on a connection to the daemon handed over or having been on
+    it at the signal, is a **handover_failure** (with the client, the line,
+    the handover and a timeline), unless another fault's window (as for
+    the window handoffs), a freeze or a wedged ensemble overlaps the
+    handover's (the nemesis schedules none so: "explained") or it is a
+    NOT_HELD for a hold whose LOST came before the signal. Also: handovers
+    signalled, their outcomes, the same counted in the daemons' logs, the
+    longest wait for a reply to a request sent meanwhile;
   * lines that fit no request, LOST lines for no hold, daemon error lines,
     daemon exit codes, errors of the proxies' thread.
 It prints a summary (faults per kind, partitions per kind and variant)
@@ -155,6 +173,15 @@ FAULT_KINDS = ("daemon-kill", "daemon-freeze", "zk-restart", "zk-leader-kill",
 PART_KINDS = tuple(k for k in FAULT_KINDS if k.startswith("part-"))
 ONEWAY_VARIANTS = ("follower-out", "daemon-out", "server-to-daemon")
 ERROR_RE = re.compile(r"^\S+Z error ")
+# How a handover (SIGUSR2) ends, in the daemon's log: the successor took over;
+# the daemon refused or gave up and serves on; the successor refused what it
+# was passed (the connections close). The latter three are error lines.
+HANDOVER_END_RE = re.compile(r"handover: (took over|refused|given up|refusing the snapshot|"
+                             r"the snapshot passed on does not add up)")
+HANDOVER_OUTCOME = {"took over": "done", "refused": "refused", "given up": "given-up",
+                    "refusing the snapshot": "successor-refused",
+                    "the snapshot passed on does not add up": "successor-refused"}
+HANDOVER_WINDOW = 1.0    # s after a handover ends in which EOF, LOST, ERR are its failures
 NO_WAIT_LIMIT = 60.0     # a LOCK without wait-ms unanswered this long (+margin) stalled
 # The daemon's timers run on libevent's default clock, CLOCK_MONOTONIC_COARSE
 # (one jiffy, 4 ms at HZ=250), from the time cached at the start of the loop
@@ -699,6 +726,8 @@ class Soak:
         self.fault_counts = collections.Counter()
         self.wedges = 0
         self.fault_failures = collections.Counter()
+        self.handover_counts = collections.Counter()   # by outcome, "failed" if no end
+        self.last_healthy = None
 
     def say(self, msg):
         sys.stdout.write("[soak %s] %s\n" % (time.strftime("%H:%M:%S"), msg))
@@ -1047,6 +1076,64 @@ class Soak:
         return "%s %.1fs%s, %d directed cuts" % (what, secs, " (steered)" if steered else "",
                                                   len(made))
 
+    # -- handovers
+
+    def handover(self):
+        """SIGUSR2 to a random running daemon that answers STATS (not one
+        that is stopped or dead), between faults, with the cluster healthy
+        and every earlier fault's window over (see nemesis), so that what
+        clients see in the second after it is the handover's doing. Waits
+        for the end of the handover in the daemon's log ("took over",
+        "refused", "given up", ...) and logs the signal's time and the
+        outcome. Returns a description."""
+        cands = [d for d in self.daemons if d.running and daemon_stats(d.port, 2.0)]
+        if not cands:
+            raise RuntimeError("no daemon to hand over")
+        d = self.rng.choice(cands)
+        mark = d.log_mark()
+        t = time.monotonic()
+        self.log.emit("handover", t=t, phase="signal", d=d.idx, pid=d.pid)
+        os.kill(d.pid, signal.SIGUSR2)
+        try:
+            m = d.wait_log(HANDOVER_END_RE, 20.0, since=mark)
+        except AssertionError as e:
+            self.log.emit("handover", phase="failed", d=d.idx, error=str(e)[:2000])
+            raise RuntimeError("handover of d%d did not end within 20 s" % d.idx)
+        t_end = time.monotonic()
+        outcome = HANDOVER_OUTCOME[m.group(1)]
+        self.log.emit("handover", t=t_end, phase="end", d=d.idx, outcome=outcome,
+                      secs=round(t_end - t, 3), line=m.string)
+        self.handover_counts[outcome] += 1
+        return "d%d %s in %.3fs" % (d.idx, outcome, t_end - t)
+
+    def handovers(self, until):
+        """args.handovers handovers between two faults, each at least a
+        session timeout + 1 s after the system was last seen healthy (the
+        checker's fault windows end a session timeout after that) and
+        followed by a wait for health and a quiet 2 to 4 s (more than the
+        checker's second)."""
+        settle = self.session_ms / 1000.0 + 1.0
+        for _ in range(self.args.handovers):
+            if time.monotonic() >= until:
+                return
+            if self.last_healthy is not None:
+                time.sleep(max(0.0, self.last_healthy + settle - time.monotonic()))
+            t0 = time.monotonic()
+            try:
+                what = self.handover()
+                rec = self.healthy(90.0, since=t0)
+                self.log.emit("healthy", kind="handover", secs=round(rec, 3))
+                self.say("handover %s; healthy %.1fs later" % (what, rec))
+            except Exception as e:  # noqa: BLE001 - keep going, report it
+                self.handover_counts["failed"] += 1
+                self.log.emit("handover", phase="nemesis-failed", error=repr(e))
+                self.say("handover FAILED: %r; recovering" % e)
+                self.recover()
+                self.healthy(120.0, since=t0)
+                self.last_healthy = time.monotonic()
+                return
+            time.sleep(self.rng.uniform(2.0, 4.0))
+
     def recover(self):
         """After a failed fault: every path healed, every server and
         daemon running again."""
@@ -1080,6 +1167,7 @@ class Soak:
                 what = self.fault(kind)
                 self.fault_counts[kind] += 1
                 rec = self.healthy(90.0, since=t0)
+                self.last_healthy = time.monotonic()
                 self.log.emit("healthy", kind=kind, secs=round(rec, 3))
                 self.say("fault %d %s %s; healthy %.1fs later (%.0fs in all)"
                          % (n, kind, what, rec, time.monotonic() - t0))
@@ -1090,6 +1178,7 @@ class Soak:
                 self.recover()
                 try:
                     self.healthy(120.0, since=t0)
+                    self.last_healthy = time.monotonic()
                 except Exception as e2:  # noqa: BLE001
                     self.say("still unhealthy: %r" % e2)
                     raise
@@ -1097,6 +1186,7 @@ class Soak:
                 raise RuntimeError("client thread failed: %r" % self.driver.error)
             gap = self.rng.uniform(3.0, 8.0)
             time.sleep(max(0.0, min(gap, until - time.monotonic())))
+            self.handovers(until)
 
     # -- tear-down
 
@@ -1118,13 +1208,17 @@ class Soak:
             rc = d.stop(expect=None, timeout=20.0) if d.proc is not None else None
             self.log.emit("daemon", phase="terminated", d=d.idx, rc=rc)
         for d in self.daemons:
-            errs = []
+            errs, ho = [], []
             with open(d.log_path, "rb") as f:
                 for raw in f:
                     line = raw.decode("utf-8", "replace").rstrip("\n")
                     if ERROR_RE.search(line):
-                        errs.append(line)
-            self.log.emit("daemon_errors", d=d.idx, count=len(errs), lines=errs[:50])
+                        if HANDOVER_END_RE.search(line):
+                            ho.append(line)     # reported as handovers not done
+                        else:
+                            errs.append(line)
+            self.log.emit("daemon_errors", d=d.idx, count=len(errs), lines=errs[:50],
+                          handover_not_done=len(ho), handover_lines=ho[:50])
 
     def run(self):
         a = self.args
@@ -1135,7 +1229,8 @@ class Soak:
                       names=self.names, shared=a.shared, session_ms=self.session_ms,
                       faults=a.faults, window_followers=wf, wf_long_hold=a.wf_long_hold,
                       tick_ms=a.tick_ms, daemon=os.environ.get("LOCKBROKERD"),
-                      margin=a.margin, root=self.root, argv=sys.argv)
+                      margin=a.margin, root=self.root, argv=sys.argv,
+                      handovers=a.handovers, handover_window=HANDOVER_WINDOW)
         self.say("seed %d, %g minutes, %d clients (%d window-following) on %d names, session "
                  "%d ms, out %s" % (a.seed, a.minutes, a.clients, nwf, len(self.names),
                                     self.session_ms, self.out))
@@ -1150,9 +1245,11 @@ class Soak:
             time.sleep(min(10.0, a.minutes * 60.0 / 10))   # a calm start
             self.nemesis(until)
             self.log.emit("nemesis", phase="done", faults=dict(self.fault_counts),
-                          failures=dict(self.fault_failures), zk_wedged=self.wedges)
+                          failures=dict(self.fault_failures), zk_wedged=self.wedges,
+                          handovers=dict(self.handover_counts))
             self.healthy(120.0)
-            self.say("nemesis done: %s; stopping clients" % dict(self.fault_counts))
+            self.say("nemesis done: %s, handovers %s; stopping clients"
+                     % (dict(self.fault_counts), dict(self.handover_counts)))
         except BaseException as e:
             self.log.emit("run", phase="aborted", error=repr(e))
             raise
@@ -1784,6 +1881,135 @@ def check(events_path, margin=None, out_path=None, quiet=False):
             continue
         (answered_late if req["reply_t"] is not None else unanswered).append(rec)
 
+    # ---- handovers: every EOF (any drop), LOST and ERR (NOT_HELD
+    # included) a client received from the signal until HANDOVER_WINDOW
+    # after the handover ended (its end seen in the daemon's log), on a
+    # connection to the daemon handed over or, for a client that was
+    # talking to it at the signal, on any connection, is a failure of the
+    # handover, unless another fault's window (the spans above), a freeze
+    # or a wedged ensemble overlaps the handover's window (the nemesis
+    # schedules none so), or it is a NOT_HELD following a LOST that came
+    # before the signal (for a hold granted before that LOST).
+    ho_window = run.get("handover_window", HANDOVER_WINDOW)
+    hos = []
+    for e in events:
+        if e["ev"] != "handover":
+            continue
+        if e.get("phase") == "signal":
+            hos.append({"d": e["d"], "t": e["t"], "end_t": None, "outcome": None,
+                        "secs": None})
+            continue
+        h = next((x for x in reversed(hos) if x["d"] == e.get("d") and x["end_t"] is None),
+                 None)
+        if h is None:
+            continue
+        if e.get("phase") == "end":
+            h.update(end_t=e["t"], outcome=e.get("outcome"), secs=e.get("secs"))
+        elif e.get("phase") == "failed":
+            h.update(end_t=e["t"], outcome="no end logged")
+    ho_logs = daemon_handovers(os.path.dirname(os.path.abspath(events_path)))
+    for h in hos:
+        h["until"] = (h["end_t"] if h["end_t"] is not None else h["t"] + 20.0) + ho_window
+        # a daemon told to stop (SIGTERM) by someone else than the
+        # tear-down, as its log says: a fault nobody scheduled
+        lo, hi = wall_at(h["t"]), wall_at(h["until"])
+        h["other"] = sorted(set(
+            ["SIGTERM to d%d from outside" % i for i, ws in
+             ((ho_logs or {}).get("terms") or {}).items() if any(lo <= x <= hi for x in ws)] +
+            [k for x, y, k in fault_spans if x < h["until"] and y > h["t"]] +
+            ["daemon-freeze d%s" % d for d, fzs in freezes.items() for x, y in fzs
+             if x < h["until"] and y > h["t"]] +
+            ["zk-wedged" for x, y in wedges if x < h["until"] and y > h["t"]]))
+    ho_starts = [h["t"] for h in hos]
+
+    def handover_at(t):
+        """The handovers whose window holds t."""
+        i = bisect.bisect_right(ho_starts, t) - 1
+        return [hos[j] for j in range(max(0, i - 3), i + 1) if hos[j]["t"] <= t <= hos[j]["until"]]
+
+    def brief_ho(h):
+        return {"daemon": h["d"], "signal_at": _r(h["t"]), "end_at": _r(h["end_t"]),
+                "outcome": h["outcome"], "other_faults": h["other"]}
+    ho_fail, ho_explained, ho_after_lost = [], [], []
+    ho_kinds = collections.Counter()
+    for c, evs in by_client.items():
+        conns = []             # (t, daemon or None)
+        last_grant = last_lost = None
+        for e in evs:
+            ev, t = e["ev"], e["t"]
+            if ev == "conn":
+                conns.append((t, e["d"]))
+            elif ev in ("drop", "close"):
+                conns.append((t, None))
+            line = e.get("line") or ""
+            what = None
+            if ev == "drop":
+                what = "EOF (%s)" % e.get("why")
+            elif ev == "recv":
+                if line.startswith("LOST "):
+                    what = "LOST"
+                elif line.startswith("ERR "):
+                    what = " ".join(line.split()[:2])
+            if what is not None and hos:
+                for h in handover_at(t):
+                    i = bisect.bisect_right([x for x, _ in conns], h["t"]) - 1
+                    was = conns[i][1] if i >= 0 else None
+                    if h["d"] not in (e.get("d"), was):
+                        continue
+                    rec = {"client": c, "daemon": e.get("d"), "t": _r(t), "line":
+                           line if ev == "recv" else "EOF (%s)" % e.get("why"),
+                           "after_signal_s": _r(t - h["t"]), "handover": brief_ho(h)}
+                    if h["other"]:
+                        ho_explained.append(rec)
+                    elif what == "ERR NOT_HELD" and last_lost is not None and \
+                            last_lost < h["t"] and (last_grant is None or
+                                                    last_grant < last_lost):
+                        ho_after_lost.append(rec)
+                    else:
+                        ho_kinds[what] += 1
+                        rec["timeline"] = timeline(events, times, (c,), h["t"] - 0.5,
+                                                   h["until"] + 0.5)
+                        ho_fail.append(rec)
+            if ev == "recv":
+                if line.startswith("LOST "):
+                    last_lost = t
+                elif line.startswith("OK ") and len(line.split()) == 3:
+                    last_grant = t
+    # how long requests other than LOCK sent to the daemon handed over
+    # between the signal and the end waited for their reply (the pause)
+    pauses = collections.defaultdict(float)
+    for req in requests:
+        if req["kind"] == "LOCK" or req["reply_t"] is None:
+            continue
+        for h in handover_at(req["t"]):
+            if h["d"] == req["d"] and h["end_t"] is not None and req["t"] <= h["end_t"]:
+                k = id(h)
+                pauses[k] = max(pauses[k], req["reply_t"] - req["t"])
+    pause_s = sorted(pauses.values())
+    # requests answered late or never: which handovers of their daemon
+    # happened while they were pending
+    for rec in answered_late + unanswered + endless:
+        end = rec["sent_at"] + rec["after_s"]
+        rec["handovers_while_pending"] = [brief_ho(h) for h in hos if h["d"] == rec["daemon"]
+                                          and rec["sent_at"] <= h["t"] <= end]
+    ho_secs = sorted(h["secs"] for h in hos if h["secs"] is not None)
+    handover_summary = {
+        "signalled": len(hos),
+        "outcomes": dict(collections.Counter(h["outcome"] for h in hos)),
+        "in_daemon_logs": ho_logs["counts"] if ho_logs else None,
+        "not_done_lines": ho_logs["not_done"][:20] if ho_logs else None,
+        "secs_avg": _r(sum(ho_secs) / len(ho_secs)) if ho_secs else None,
+        "secs_max": _r(ho_secs[-1]) if ho_secs else None,
+        "pause_s_p50": _r(_pct(pause_s, 50)), "pause_s_max": _r(pause_s[-1]) if pause_s else None,
+        "windows_with_another_fault": sum(1 for h in hos if h["other"]),
+        "failures": len(ho_fail),
+        "failures_by_kind": dict(ho_kinds),
+        "explained_by_another_fault": len(ho_explained),
+        "not_held_after_earlier_lost": len(ho_after_lost),
+        "late_or_unanswered_across_a_handover": sum(
+            1 for r in answered_late + unanswered + endless if r["handovers_while_pending"]),
+    }
+
     # ---- nodes, daemons
     nodes = {}
     for e in events:
@@ -1796,7 +2022,8 @@ def check(events_path, margin=None, out_path=None, quiet=False):
                      and p.count("/") - root.count("/") == 3]
             nodes[e["phase"]] = {"lock_nodes": locks, "other_nodes": [
                 p for p in e["nodes"] if p not in locks]}
-    daemon_errors = {e["d"]: {"count": e["count"], "lines": e["lines"][:10]}
+    daemon_errors = {e["d"]: {"count": e["count"], "lines": e["lines"][:10],
+                              "handover_not_done": e.get("handover_not_done", 0)}
                      for e in events if e["ev"] == "daemon_errors"}
     exit_codes = {e["d"]: e["rc"] for e in events
                   if e["ev"] == "daemon" and e.get("phase") == "terminated"}
@@ -1837,6 +2064,8 @@ def check(events_path, margin=None, out_path=None, quiet=False):
         "lock_nodes_left_at_stop": len(nodes.get("after-stop", {}).get("lock_nodes") or []),
         "daemon_error_lines": sum(v["count"] for v in daemon_errors.values()),
         "daemon_bad_exit": sum(1 for rc in exit_codes.values() if rc != 0),
+        # an EOF, LOST or ERR within HANDOVER_WINDOW of a handover
+        "handover_failure": len(ho_fail),
     }
     total = sum(v for k, v in violations.items()
                 if v and k not in ("lock_nodes_left_at_stop",))
@@ -1929,6 +2158,7 @@ def check(events_path, margin=None, out_path=None, quiet=False):
                          if o["earlier"]["lost_at"] is not None))[:20]},
         "window_following": window,
         "first_line_after_sigcont": dict(after_cont),
+        "handovers": handover_summary,
         "nodes": nodes,
         "daemon_exit_codes": exit_codes,
         "net_errors": next((e.get("errors") for e in events if e["ev"] == "net"), None),
@@ -1957,6 +2187,9 @@ def check(events_path, margin=None, out_path=None, quiet=False):
             "endless_lock_over_limit": endless[:20],
             "anomalies": {k: v[:20] for k, v in anomalies.items()},
             "lock_nodes_left": left,
+            "handover_failures": ho_fail[:50],
+            "handover_explained_by_another_fault": ho_explained[:20],
+            "handover_not_held_after_earlier_lost": ho_after_lost[:20],
         },
     }
     if out_path:
@@ -2004,6 +2237,35 @@ def daemon_releases(out_dir):
     return out
 
 
+def daemon_handovers(out_dir):
+    """From DIR/daemon-<i>.log: how many handovers ended which way
+    ({"took over": n, "refused": n, ...}) and the lines of those that did
+    not happen; None without logs."""
+    paths = sorted(f for f in os.listdir(out_dir) if re.match(r"^daemon-\d+\.log$", f)) \
+        if os.path.isdir(out_dir) else []
+    if not paths:
+        return None
+    counts = collections.Counter()
+    not_done = []
+    terms = collections.defaultdict(list)     # daemon -> wall times of "caught Terminated"
+    for f in paths:
+        i = int(re.search(r"(\d+)", f).group(1))
+        with open(os.path.join(out_dir, f), errors="replace") as fh:
+            for line in fh:
+                if " caught Terminated" in line[:60]:
+                    ts = line.split()[0]
+                    terms[i].append(calendar.timegm(time.strptime(ts[:19], "%Y-%m-%dT%H:%M:%S"))
+                                    + float("0" + ts[19:-1]))
+                if "handover: " not in line:
+                    continue
+                m = HANDOVER_END_RE.search(line)
+                if m:
+                    counts[HANDOVER_OUTCOME[m.group(1)]] += 1
+                    if m.group(1) != "took over":
+                        not_done.append("%s: %s" % (f, line.rstrip("\n")))
+    return {"counts": dict(counts), "not_done": not_done, "terms": dict(terms)}
+
+
 def timeline(events, times, clients, t0, t1, limit=60):
     """Compact lines: events of these clients and every fault/daemon event
     between t0 and t1 (times: the sorted event times)."""
@@ -2011,7 +2273,7 @@ def timeline(events, times, clients, t0, t1, limit=60):
     for e in events[bisect.bisect_left(times, t0):]:
         if e["t"] > t1:
             break
-        if e.get("c") in clients or e["ev"] in ("fault", "daemon", "healthy"):
+        if e.get("c") in clients or e["ev"] in ("fault", "daemon", "healthy", "handover"):
             rest = {k: v for k, v in e.items() if k not in ("t", "w", "ev", "_n", "c", "d")}
             out.append("%.3f c%s d%s %s %s" % (e["t"], e.get("c", "-"), e.get("d", "-"),
                                                e["ev"], json.dumps(rest, separators=(",", ":"))))
@@ -2084,6 +2346,22 @@ def print_summary(s):
              wf["violations"]))
     w("first line after SIGCONT to a holder on the frozen daemon: %s\n"
       % s["first_line_after_sigcont"])
+    ho = s["handovers"]
+    if ho["signalled"] or ho["in_daemon_logs"]:
+        w("handovers: %d signalled, outcomes %s; in the daemons' logs %s (done = took over; "
+          "refused / given-up: the daemon served on); signal to end avg %ss max %ss; longest "
+          "pause of a request sent meanwhile %ss (p50 %ss); windows touching another fault %d\n"
+          % (ho["signalled"], ho["outcomes"], ho["in_daemon_logs"], ho["secs_avg"],
+             ho["secs_max"], ho["pause_s_max"], ho["pause_s_p50"],
+             ho["windows_with_another_fault"]))
+        w("handover failures (EOF, LOST, ERR within %gs of a handover of the client's daemon): "
+          "%d %s; explained by another fault %d; NOT_HELD after an earlier LOST %d; requests "
+          "answered late or never with a handover of their daemon while pending %d\n"
+          % (HANDOVER_WINDOW, ho["failures"], ho["failures_by_kind"] or "",
+             ho["explained_by_another_fault"], ho["not_held_after_earlier_lost"],
+             ho["late_or_unanswered_across_a_handover"]))
+        for line in (ho["not_done_lines"] or [])[:5]:
+            w("  handover not done: %s\n" % line)
     for phase, n in s["nodes"].items():
         w("nodes %s: %s lock nodes %s; other %s\n" % (
             phase, len(n.get("lock_nodes") or []), n.get("lock_nodes") or "",
@@ -2103,11 +2381,11 @@ def self_test():
     that. Returns the number of failed cases (0: all passed)."""
     import tempfile
 
-    def case(label, a_lines, b_ok_at, expect, a_wf=True):
+    def case(label, a_lines, b_ok_at, expect, a_wf=True, extra=()):
         """Client 0 takes n0 (OK at 1.0; LOCK at 0.5) and then does
         a_lines [(t, ev, line)]; client 1, which asked at 0.6 on another
         daemon, is granted n0 at b_ok_at and unlocks 0.1 s later.
-        expect: {summary path: value}."""
+        expect: {summary path: value}; extra: more events (nemesis steps)."""
         ev = [dict(ev="run", phase="start", t=0.0, seed=0, minutes=0, clients=2,
                    names=["n0"], shared=0, session_ms=4000, margin=10.0, root="/x",
                    window_followers=[0] if a_wf else [])]
@@ -2125,6 +2403,7 @@ def self_test():
                 ev.append(dict(ev="send", c=0, d=0, rid=rid, line=line, t=t))
             else:
                 ev.append(dict(ev="recv", c=0, d=0, line=line, t=t))
+        ev += [dict(e) for e in extra]
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "events.jsonl")
             with open(path, "w") as f:
@@ -2177,6 +2456,28 @@ def self_test():
                   [(1.01, "send", "PING"), (1.011, "recv", "PONG")] + unlock, 3.0,
                   {"violations.window_violation": 0, "violations.overlap_not_told": 1},
                   a_wf=False)
+    # handovers of d0 (client 0's daemon) at 2.0, its successor took over at 2.1
+    ho = [dict(ev="handover", phase="signal", d=0, t=2.0),
+          dict(ev="handover", phase="end", d=0, t=2.1, outcome="done", secs=0.1)]
+    ping_err = [(2.05, "send", "CHECK n0"), (2.3, "recv", "ERR UNAVAILABLE x"),
+                (2.4, "send", "UNLOCK n0"), (2.401, "recv", "OK n0")]
+    fails += case("ERR within 1 s of its daemon's handover: a handover failure", ping_err,
+                  4.5, {"violations.handover_failure": 1, "handovers.signalled": 1,
+                        "handovers.failures_by_kind": {"ERR UNAVAILABLE": 1}}, extra=ho)
+    fails += case("... not when the handover was of another daemon", ping_err, 4.5,
+                  {"violations.handover_failure": 0},
+                  extra=[dict(e, d=1) for e in ho])
+    fails += case("... nor later than 1 s after its end", [
+        (3.0, "send", "CHECK n0"), (3.2, "recv", "ERR UNAVAILABLE x"),
+        (3.4, "send", "UNLOCK n0"), (3.401, "recv", "OK n0")], 4.5,
+        {"violations.handover_failure": 0}, extra=ho)
+    fails += case("... nor while another fault's window is open: explained", ping_err, 4.5,
+                  {"violations.handover_failure": 0, "handovers.explained_by_another_fault": 1},
+                  extra=ho + [dict(ev="fault", kind="zk-restart", phase="start", zk=1, t=1.5)])
+    fails += case("LOST after the handover: a failure",
+                  [(2.2, "recv", "LOST n0 100 zk-disconnected")], 4.5,
+                  {"violations.handover_failure": 1, "handovers.failures_by_kind": {"LOST": 1}},
+                  extra=ho)
     return fails
 
 
@@ -2200,6 +2501,9 @@ def main(argv=None):
     p.add_argument("--tick-ms", type=int, default=500,
                    help="[zookeeper] tick_ms given to the daemons (the servers' tickTime is "
                    "500); 0 leaves the setting out, for a daemon that does not know it")
+    p.add_argument("--handovers", type=int, default=2, metavar="N",
+                   help="handovers (SIGUSR2 to a random daemon) between two faults, with "
+                   "the cluster healthy (default 2; 0 for none)")
     p.add_argument("--margin", type=float, default=10.0,
                    help="seconds beyond wait-ms before a request counts as unanswered")
     p.add_argument("--out", default="soak-out", help="directory for logs and summary")
