@@ -10,7 +10,8 @@
  * leaves and the next waiter wants the same mode, that waiter takes over
  * its acquisition, so a departing waiter costs the backend nothing and the
  * next keeps its place in line. Locks exist only while a list is non-empty.
- * Names are found through a tsearch(3) tree; queue operations are O(1).
+ * Names are found through an ordered tree (name_tree.h); queue operations
+ * are O(1).
  */
 #include "config.h"
 #include "locks.h"
@@ -18,12 +19,13 @@
 #include "histogram.h"
 #include "locks_int.h"
 #include "log.h"
+#include "name_tree.h"
 
 #include <event2/event.h>
 #include <fnmatch.h>
-#include <search.h>
 #include <sys/time.h>
 #include <time.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,25 +60,22 @@ static const char *mode_suffix(enum lock_mode m)
     return (unsigned)m < LOCK_MODE_COUNT ? suffixes[m] : "";
 }
 
-static int by_name(const void *a, const void *b)
+struct lock *lock_of_node(const struct name_node *n)
 {
-    return strcmp(((const struct lock *)a)->name, ((const struct lock *)b)->name);
+    return (struct lock *)((char *)n - offsetof(struct lock, node));
 }
 
 struct lock *lock_find(const struct locks *t, const char *name)
 {
-    /* tfind compares with by_name, so a key needs only the name. */
-    struct lock key = { .name = name };
-    void *found = tfind(&key, &t->tree, by_name);
+    struct name_node *n = name_tree_find(t->tree, name);
 
-    return found ? *(struct lock **)found : NULL;
+    return n ? lock_of_node(n) : NULL;
 }
 
 struct lock *lock_create(struct locks *t, const char *name, const struct lock_req *req)
 {
     size_t len = strlen(name);
     struct lock *l = calloc(1, sizeof(*l) + len + 1);
-    void *found;
 
     if (!l)
         return NULL;
@@ -87,8 +86,8 @@ struct lock *lock_create(struct locks *t, const char *name, const struct lock_re
     l->limit = l->semaphore ? req->limit : 0;
     memcpy(l->name_buf, name, len + 1);
     l->name = l->name_buf;
-    found = tsearch(l, &t->tree, by_name);
-    if (!found || *(struct lock **)found != l) {   /* out of memory, or there already */
+    l->node.name = l->name;
+    if (name_tree_insert(&t->tree, &l->node) != &l->node) {   /* there already */
         free(l);
         return NULL;
     }
@@ -102,7 +101,7 @@ bool lock_empty(const struct lock *l)
 
 static void lock_destroy(struct lock *l)
 {
-    tdelete(l, &l->table->tree, by_name);
+    name_tree_remove(&l->table->tree, &l->node);
     free(l);
 }
 
@@ -453,9 +452,9 @@ void locks_shutdown(struct locks *t)
     t->closing = true;
 }
 
-static void free_lock_node(void *p)
+static void free_lock_node(struct name_node *n)
 {
-    struct lock *l = p;
+    struct lock *l = lock_of_node(n);
     struct hold *h;
 
     while ((h = TAILQ_FIRST(&l->admitted)) || (h = TAILQ_FIRST(&l->waiters)))
@@ -467,7 +466,7 @@ void locks_free(struct locks *t)
 {
     if (!t)
         return;
-    tdestroy(t->tree, free_lock_node);
+    name_tree_destroy(t->tree, free_lock_node);
     free(t);
 }
 
@@ -760,20 +759,20 @@ struct each_ctx {
     status_cb status;              /* the caller's callback, for visit */
     hold_cb hold;
     void *arg;
-    bool stop;
 };
 
-static void each_visit(const void *node, VISIT which, void *closure)
+static void each_walk(struct each_ctx *e)
 {
-    struct each_ctx *e = closure;
-    const struct lock *l = *(struct lock *const *)node;
+    struct name_node *n;
 
-    /* In name order: a node between its subtrees, or a leaf. */
-    if (e->stop || (which != postorder && which != leaf))
-        return;
-    if (e->glob && fnmatch(e->glob, l->name, 0) != 0)
-        return;
-    e->stop = !e->visit(e, l);
+    for (n = name_tree_after(e->t->tree, NULL); n; n = name_tree_after(e->t->tree, n->name)) {
+        const struct lock *l = lock_of_node(n);
+
+        if (e->glob && fnmatch(e->glob, l->name, 0) != 0)
+            continue;
+        if (!e->visit(e, l))
+            return;
+    }
 }
 
 static bool visit_status(struct each_ctx *e, const struct lock *l)
@@ -786,9 +785,9 @@ static bool visit_status(struct each_ctx *e, const struct lock *l)
 
 void locks_each(const struct locks *t, const char *glob, status_cb cb, void *arg)
 {
-    struct each_ctx e = { t, glob, visit_status, cb, NULL, arg, false };
+    struct each_ctx e = { t, glob, visit_status, cb, NULL, arg };
 
-    twalk_r(t->tree, each_visit, &e);
+    each_walk(&e);
 }
 
 static bool visit_hold(const struct each_ctx *e, const struct lock *l, const struct hold *h)
@@ -827,9 +826,9 @@ static bool visit_holds(struct each_ctx *e, const struct lock *l)
 
 void locks_each_hold(const struct locks *t, const char *glob, hold_cb cb, void *arg)
 {
-    struct each_ctx e = { t, glob, visit_holds, NULL, cb, arg, false };
+    struct each_ctx e = { t, glob, visit_holds, NULL, cb, arg };
 
-    twalk_r(t->tree, each_visit, &e);
+    each_walk(&e);
 }
 
 void locks_set_observer(struct locks *t, void (*changed)(void *arg, const char *name),

@@ -12,6 +12,7 @@
 #include <sys/queue.h>
 
 #include "locks.h"
+#include "name_tree.h"
 
 #define NAME_COPY 256              /* a lock name (at most 200 bytes) and its NUL */
 
@@ -49,6 +50,7 @@ struct hold {
 
 struct lock {
     const char *name;              /* NUL-terminated; points at name_buf */
+    struct name_node node;         /* in table->tree, by name */
     struct locks *table;
     TAILQ_HEAD(hold_list, hold) admitted; /* ACQUIRING and HELD holds, in admission order
                                     * (in distributed mode one that took its place
@@ -66,7 +68,7 @@ struct locks {
     struct backend *backend;
     unsigned max_per_client;
     bool closing;                  /* locks_shutdown() was called: grant nothing more */
-    void *tree;                    /* tsearch root of struct lock * by name */
+    struct name_node *tree;        /* every lock, by name (struct lock's node) */
     struct locks_stats stats;
     struct locks_histograms hist;
     struct lock_owner abandoned;   /* owns the holds kept for their lock-delay */
@@ -81,6 +83,8 @@ struct locks {
 struct lock *lock_find(const struct locks *t, const char *name);
 struct lock *lock_create(struct locks *t, const char *name, const struct lock_req *req);
 bool lock_empty(const struct lock *l);
+/* The lock whose tree node n is. */
+struct lock *lock_of_node(const struct name_node *n);
 void hold_on_wait_timeout(evutil_socket_t fd, short what, void *arg);
 void hold_on_delay_over(evutil_socket_t fd, short what, void *arg);
 

@@ -9,7 +9,6 @@
 #include "snap.h"
 
 #include <event2/event.h>
-#include <search.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,14 +61,10 @@ static void save_hold(struct save_ctx *s, const struct hold *h)
         snap_w_str(w, NULL);
 }
 
-static void save_visit(const void *node, VISIT which, void *closure)
+static void save_lock(struct save_ctx *s, const struct lock *l)
 {
-    struct save_ctx *s = closure;
-    const struct lock *l = *(struct lock *const *)node;
     const struct hold *h;
 
-    if (which != postorder && which != leaf)
-        return;
     snap_w_rec(s->w, "lock");
     snap_w_str(s->w, l->name);
     snap_w_bool(s->w, l->semaphore);
@@ -94,7 +89,9 @@ void locks_save(const struct locks *t, struct snap_w *w, locks_owner_key_fn key,
     snap_w_u64(w, t->stats.delays);
     snap_w_u64(w, t->stats.keeps);
     snap_w_u64(w, t->stats.broken);
-    twalk_r(t->tree, save_visit, &s);
+    for (const struct name_node *n = name_tree_after(t->tree, NULL); n;
+         n = name_tree_after(t->tree, n->name))
+        save_lock(&s, lock_of_node(n));
 }
 
 bool locks_restore_lock(struct locks *t, struct snap_r *r, struct lock **out)
@@ -115,7 +112,7 @@ bool locks_restore_lock(struct locks *t, struct snap_r *r, struct lock **out)
             return snap_r_fail(r, "lock %s: limit %u", name, req.limit);
         req.mode = LOCK_LIMIT;
     }
-    /* One walk of the tree: lock_create refuses a name already there. */
+    /* One search of the tree: lock_create refuses a name already there. */
     if (!(*out = lock_create(t, name, &req)))
         return snap_r_fail(r, "lock %s is there twice, or out of memory", name);
     return true;

@@ -10,6 +10,7 @@
 #include "backend.h"
 #include "fake_backend_stubs.h"
 #include "log.h"
+#include "name_tree.h"
 #include "zk/ztoken.h"
 
 #include <check.h>
@@ -1717,6 +1718,98 @@ START_TEST(ztoken_order_and_range)
 }
 END_TEST
 
+/* ------------------------------------------------------------ name tree */
+
+#define TREE_N 2000
+
+static int tree_height_ok(const struct name_node *n, int *h)
+{
+    int hl, hr;
+
+    if (!n) {
+        *h = 0;
+        return 1;
+    }
+    if (!tree_height_ok(n->left, &hl) || !tree_height_ok(n->right, &hr))
+        return 0;
+    if (n->left && strcmp(n->left->name, n->name) >= 0)
+        return 0;
+    if (n->right && strcmp(n->right->name, n->name) <= 0)
+        return 0;
+    *h = (hl > hr ? hl : hr) + 1;
+    return n->height == *h && hl - hr <= 1 && hr - hl <= 1;
+}
+
+/* Random inserts and removes: the walk is always the names in order, the
+ * tree balanced; after and from find the next name from any key. */
+START_TEST(name_tree_order_and_balance)
+{
+    static struct name_node nodes[TREE_N];
+    static char names[TREE_N][16];
+    static int in[TREE_N];
+    struct name_node *root = NULL, *n;
+    unsigned seed = 41;
+    int h, count = 0;
+
+    for (int i = 0; i < TREE_N; i++) {
+        snprintf(names[i], sizeof(names[i]), "n%05d", i);
+        nodes[i].name = names[i];
+    }
+    for (int step = 0; step < 20000; step++) {
+        int i = (int)((seed = seed * 1103515245u + 12345u) >> 8) % TREE_N;
+
+        if (in[i]) {
+            name_tree_remove(&root, &nodes[i]);
+            count--;
+        } else {
+            ck_assert_ptr_eq(name_tree_insert(&root, &nodes[i]), &nodes[i]);
+            count++;
+        }
+        in[i] = !in[i];
+        if (step % 1000 == 0 || step == 19999) {
+            int seen = 0, last = -1;
+
+            ck_assert(tree_height_ok(root, &h));
+            for (n = name_tree_after(root, NULL); n; n = name_tree_after(root, n->name)) {
+                int k = (int)(n - nodes);
+
+                ck_assert_int_gt(k, last);
+                ck_assert(in[k]);
+                for (int j = last + 1; j < k; j++)
+                    ck_assert(!in[j]);
+                last = k;
+                seen++;
+            }
+            ck_assert_int_eq(seen, count);
+        }
+    }
+    /* A second node under a name that is there is refused. */
+    for (int i = 0; i < TREE_N; i++) {
+        if (in[i]) {
+            struct name_node dup = { .name = names[i] };
+
+            ck_assert_ptr_eq(name_tree_insert(&root, &dup), &nodes[i]);
+            ck_assert_ptr_eq(name_tree_find(root, names[i]), &nodes[i]);
+            /* after a present name: the next present one; from: itself. */
+            ck_assert_ptr_eq(name_tree_from(root, names[i]), &nodes[i]);
+            n = name_tree_after(root, names[i]);
+            for (int j = i + 1; j <= TREE_N; j++) {
+                if (j == TREE_N) {
+                    ck_assert_ptr_null(n);
+                } else if (in[j]) {
+                    ck_assert_ptr_eq(n, &nodes[j]);
+                    break;
+                }
+            }
+        } else {
+            ck_assert_ptr_null(name_tree_find(root, names[i]));
+        }
+    }
+    ck_assert_ptr_eq(name_tree_from(root, "n"), name_tree_after(root, NULL));
+    ck_assert_ptr_null(name_tree_from(root, "o"));
+}
+END_TEST
+
 static Suite *locks_suite(void)
 {
     Suite *s = suite_create("locks");
@@ -1788,6 +1881,10 @@ static Suite *locks_suite(void)
     tcase_add_test(tc, modes_release_all_mixed);
     tcase_add_test(tc, modes_stats_grants_by_mode);
     tcase_add_test(tc, modes_timed_out_writer_lets_readers_in);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("name_tree");
+    tcase_add_test(tc, name_tree_order_and_balance);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("ztoken");
