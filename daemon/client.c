@@ -131,6 +131,8 @@ void client_drained(struct client *c)
 {
     for (unsigned i = 0; i < c->nwatches; i++)
         watch_flush(c->watches[i]);
+    if (c->pending && c->pending->drained)
+        c->pending->drained(c, c->pending_op);
 }
 
 void client_save_fields(const struct client *c, struct snap_w *w)

@@ -59,6 +59,9 @@ struct pending_ops {
     /* The client ended its input while the request waits. NULL: the answer is
      * awaited as usual. Otherwise it may answer and client_complete(). */
     void (*input_ended)(struct client *c, void *op);
+    /* The client read its output (client_drained). NULL: nothing to do.
+     * A reply written as the client reads it goes on here. */
+    void (*drained)(struct client *c, void *op);
     /* Handover (handover.h): the kind's word in the snapshot, or NULL when
      * such a request is not carried over (the handover waits for its
      * answer first). */
@@ -138,7 +141,8 @@ void client_login(struct client *c, const struct user *u);
 /* After a users reload: finds the client's user again; false if it is gone. */
 bool client_relogin(struct client *c);
 
-/* The transport's output drained: watches whose latest line waited get it. */
+/* The transport's output drained: watches whose latest line waited get it,
+ * and the pending request's drained() runs (a listing goes on). */
 void client_drained(struct client *c);
 
 /*

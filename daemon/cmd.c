@@ -125,6 +125,9 @@ bool cmd_restore_pending(struct client *c, struct snap_r *r, struct lease *const
     snap_r_str_copy(r, c->pending_name, sizeof(c->pending_name));
     if (!snap_r_ok(r))
         return false;
+    if (strcmp(kind, "list") == 0 &&
+        (c->pending_cmd == PROTO_CMD_LOCKS || c->pending_cmd == PROTO_CMD_HOLDERS))
+        return cmd_listing_restore(c, r);
     if (c->pending_cmd != PROTO_CMD_LOCK && c->pending_cmd != PROTO_CMD_TRYLOCK)
         return snap_r_fail(r, "conn %llu: a pending request of command %u",
                            (unsigned long long)c->id, (unsigned)c->pending_cmd);

@@ -72,5 +72,7 @@ bool cmd_restore_watch(struct client *c, struct snap_r *r);
 bool cmd_lock_restore_wait(struct client *c, struct snap_r *r, bool lease_wait,
                            struct lease *const *leases, size_t nleases);
 bool cmd_set_restore(struct client *c, struct snap_r *r);
+/* A LOCKS or HOLDERS reply being written (cmd_info.c). */
+bool cmd_listing_restore(struct client *c, struct snap_r *r);
 
 #endif

@@ -6,10 +6,12 @@
 #include "cmd.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
 #include "server.h"
+#include "snap.h"
 #include "stats.h"
 
 /* The name's recipe when the backend has another than the usual one, or NULL. */
@@ -107,13 +109,59 @@ static void reply_end(struct client *c, size_t more)
     client_reply(c, buf, proto_fmt_word(buf, sizeof(buf), "END"));
 }
 
-/* The most LOCK lines one LOCKS reply carries (its output is not bounded otherwise). */
+/* The most LOCK lines one LOCKS reply carries (PROTOCOL.md). */
 #define LOCKS_LINES_MAX 10000
+/* The most HOLDERS listings from the backend's queues (ZooKeeper) in flight
+ * daemon-wide, each up to HOLDERS_LINES_MAX rows held in memory from the
+ * request until its last line is queued: about 3.5 MB each at most. */
+#define HOLDERS_GATHERED_MAX 8
 
+/*
+ * A LOCKS or HOLDERS reply being written. Its lines are queued as the
+ * client reads them: while the client's unread output is under the
+ * transport's bound (client_io.backed_up), the next names are listed, and
+ * the rest wait in the client's pending slot for its output to drain. The
+ * cursor is the last name listed: the table may change between two steps,
+ * and the walk resumes after that name (locks_next).
+ *
+ * A HOLDERS reply gathered by the backend (distributed mode) arrives whole:
+ * its lines are formatted into gathered and queued from there the same way.
+ */
 struct listing {
     struct client *c;
-    unsigned lines, more;
+    enum proto_cmd cmd;            /* PROTO_CMD_LOCKS or PROTO_CMD_HOLDERS */
+    char glob[PROTO_NAME_MAX + 1]; /* "": every name */
+    char after[PROTO_NAME_MAX + 1];/* the last name listed; valid when started */
+    bool started;
+    unsigned lines, more;          /* lines listed; lines left out past the most */
+    struct backend_list *op;       /* the backend's gathering, while it runs; owned
+                                    * by the backend, cancelled through it */
+    bool gathering;                /* counts in srv->holders_gathered */
+    char *gathered;                /* the backend's rows as lines, or NULL; owned */
+    size_t gathered_len, gathered_off; /* its length, and how much is queued */
 };
+
+static const struct pending_ops listing_ops;
+
+static struct listing *listing_new(struct client *c, enum proto_cmd cmd, const char *glob)
+{
+    struct listing *l = calloc(1, sizeof(*l));
+
+    if (!l)
+        return NULL;
+    l->c = c;
+    l->cmd = cmd;
+    snprintf(l->glob, sizeof(l->glob), "%s", glob);
+    return l;
+}
+
+static void listing_free(struct listing *l)
+{
+    if (l->gathering)
+        l->c->srv->holders_gathered--;
+    free(l->gathered);
+    free(l);
+}
 
 /* Whether the listing shows one more line (the user may use the name, and
  * the reply has room); lines left out for room are counted in more. */
@@ -129,9 +177,8 @@ static bool listing_takes(struct listing *l, const char *name, unsigned max)
     return true;
 }
 
-static bool add_locks_line(void *arg, const char *name, const struct locks_status *st)
+static void add_locks_line(struct listing *l, const char *name, const struct locks_status *st)
 {
-    struct listing *l = arg;
     char buf[PROTO_INFO_MAX];
     struct proto_info in = { .name = name, .state = PROTO_FREE, .since_ms = -1, .lease_ms = -1,
                              .mode = cmd_proto_mode(st->mode), .limit = st->limit,
@@ -139,7 +186,7 @@ static bool add_locks_line(void *arg, const char *name, const struct locks_statu
                              .recipe = recipe_of(l->c, name) };
 
     if (!listing_takes(l, name, LOCKS_LINES_MAX))
-        return true;
+        return;
     if (st->held) {
         in.state = PROTO_HELD;
         in.daemon = l->c->srv->daemon_id;
@@ -152,24 +199,13 @@ static bool add_locks_line(void *arg, const char *name, const struct locks_statu
         in.lease_ms = st->lease_ms;
     }
     client_reply_more(l->c, buf, proto_fmt_lock(buf, sizeof(buf), &in));
-    return true;
 }
 
-/* LOCKS [<glob>]: what this daemon's table holds and awaits, by name. */
-void cmd_locks(struct client *c, const struct proto_req *req, const char *glob)
+/* One HOLDER line into buf; daemon: this daemon's id when the row's holder
+ * is one of its clients, NULL when it reads "<daemon>/<client>" already. */
+static int fmt_holder_line(char *buf, size_t size, const struct backend_holder *r,
+                           const char *daemon)
 {
-    struct listing l = { c, 0, 0 };
-
-    locks_each(c->srv->locks, glob[0] ? glob : NULL, add_locks_line, &l);
-    reply_end(c, l.more);
-}
-
-/* One HOLDER line; daemon: this daemon's id when the row's holder is one
- * of its clients, NULL when it reads "<daemon>/<client>" already. */
-static void add_holder_line(struct client *c, const struct backend_holder *r,
-                            const char *daemon)
-{
-    char buf[PROTO_INFO_MAX];
     struct proto_info in = {
         .name = r->name, .state = r->held ? PROTO_HELD : PROTO_QUEUED,
         .mode = cmd_proto_mode(r->mode), .limit = r->limit, .daemon = daemon,
@@ -177,64 +213,270 @@ static void add_holder_line(struct client *c, const struct backend_holder *r,
         .token = r->token, .since_ms = r->since_ms, .lease_ms = r->lease_ms,
     };
 
-    client_reply_more(c, buf, proto_fmt_holder(buf, sizeof(buf), &in));
+    return proto_fmt_holder(buf, size, &in);
 }
 
 static bool add_local_holder(void *arg, const struct backend_holder *row)
 {
     struct listing *l = arg;
+    char buf[PROTO_INFO_MAX];
 
     if (listing_takes(l, row->name, HOLDERS_LINES_MAX))
-        add_holder_line(l->c, row, l->c->srv->daemon_id);
+        client_reply_more(l->c, buf, fmt_holder_line(buf, sizeof(buf), row,
+                                                     l->c->srv->daemon_id));
     return true;
+}
+
+/* Queues the gathered lines while the client's output has room. */
+static bool listing_fill_gathered(struct listing *l)
+{
+    struct client *c = l->c;
+
+    while (l->gathered_off < l->gathered_len && !c->io->backed_up(c)) {
+        const char *line = l->gathered + l->gathered_off;
+        const char *lf = memchr(line, '\n', l->gathered_len - l->gathered_off);
+        size_t len = (size_t)(lf - line) + 1;
+
+        client_reply_more(c, line, (int)len);
+        l->gathered_off += len;
+    }
+    if (l->gathered_off < l->gathered_len)
+        return false;
+    reply_end(c, l->more);
+    return true;
+}
+
+/*
+ * Queues the next lines while the client's output has room (a name's
+ * lines all at once); true when the reply is whole, END included. Past the
+ * most lines a reply carries, the rest of the names are only counted.
+ */
+static bool listing_fill(struct listing *l)
+{
+    struct client *c = l->c;
+    const struct locks *t = c->srv->locks;
+    const char *glob = l->glob[0] ? l->glob : NULL;
+    const char *name;
+
+    if (l->gathered)
+        return listing_fill_gathered(l);
+    while (!c->io->backed_up(c)) {
+        if (!(name = locks_next(t, glob, l->started ? l->after : NULL))) {
+            reply_end(c, l->more);
+            return true;
+        }
+        snprintf(l->after, sizeof(l->after), "%s", name);
+        l->started = true;
+        if (l->cmd == PROTO_CMD_LOCKS) {
+            struct locks_status st;
+
+            locks_status(t, l->after, &st);
+            add_locks_line(l, l->after, &st);
+        } else {
+            locks_each_hold_of(t, l->after, add_local_holder, l);
+        }
+    }
+    return false;
+}
+
+/* Lists what fits now; the rest waits in the pending slot for the client
+ * to read (listing_drained). Takes l. */
+static void listing_run(struct listing *l, bool parked)
+{
+    struct client *c = l->c;
+
+    if (listing_fill(l)) {
+        listing_free(l);
+        if (parked)
+            client_complete(c);
+        return;
+    }
+    if (!parked)
+        client_suspend(c, l->cmd, &listing_ops, l, NULL);
+}
+
+/* The client read its output: the next lines. */
+static void listing_drained(struct client *c, void *op)
+{
+    struct listing *l = op;
+
+    if (!l->op)                    /* not while the backend gathers */
+        listing_run(l, true);
+}
+
+static void listing_cancel(struct client *c, void *op)
+{
+    struct listing *l = op;
+
+    if (l->op)
+        c->srv->backend->ops->list_cancel(c->srv->backend->impl, l->op);
+    listing_free(l);
+}
+
+/* Handover: a listing is carried over between two steps, not while the
+ * backend gathers; the successor goes on after the same name. */
+static bool listing_ready(const struct client *c, void *op)
+{
+    return ((struct listing *)op)->op == NULL;
+}
+
+static void listing_save(const struct client *c, void *op, struct snap_w *w)
+{
+    const struct listing *l = op;
+
+    snap_w_str(w, l->glob);
+    snap_w_str(w, l->started ? l->after : NULL);
+    snap_w_u64(w, l->lines);
+    snap_w_u64(w, l->more);
+    snap_w_bytes(w, l->gathered ? l->gathered + l->gathered_off : "",
+                 l->gathered ? l->gathered_len - l->gathered_off : 0);
+}
+
+static const struct pending_ops listing_ops = {
+    .what = "listing", .cancel = listing_cancel, .drained = listing_drained,
+    .snap_kind = "list", .snap_ready = listing_ready, .save = listing_save,
+};
+
+/* Handover: "pending <conn> list <cmd> <name> <glob> <after> <lines> <more>
+ * <gathered>", the common fields read. */
+bool cmd_listing_restore(struct client *c, struct snap_r *r)
+{
+    struct listing *l = listing_new(c, c->pending_cmd, "");
+    const char *rest;
+    size_t len;
+
+    if (!l)
+        return snap_r_fail(r, "out of memory");
+    snap_r_str_copy(r, l->glob, sizeof(l->glob));
+    snap_r_str_copy(r, l->after, sizeof(l->after));
+    l->started = l->after[0] != '\0';
+    l->lines = (unsigned)snap_r_u64(r);
+    l->more = (unsigned)snap_r_u64(r);
+    rest = snap_r_str(r, &len);
+    if (snap_r_done(r) && len && (!(l->gathered = malloc(len)) ||
+                                  !memcpy(l->gathered, rest, len)))
+        snap_r_fail(r, "out of memory");
+    if (!snap_r_ok(r)) {
+        listing_free(l);
+        return false;
+    }
+    l->gathered_len = len;
+    if (len) {                     /* a distributed HOLDERS reply: counted again */
+        l->gathering = true;
+        c->srv->holders_gathered++;
+    }
+    if (len && l->gathered[len - 1] != '\n') {
+        listing_free(l);
+        return snap_r_fail(r, "conn %llu: a listing's lines do not end a line",
+                           (unsigned long long)c->id);
+    }
+    /* What fits goes now; the rest once the client reads. When it all fits,
+     * the connection goes on as one restored with nothing pending. */
+    if (listing_fill(l))
+        listing_free(l);
+    else
+        client_suspend(c, l->cmd, &listing_ops, l, NULL);
+    return true;
+}
+
+/* LOCKS [<glob>]: what this daemon's table holds and awaits, by name. */
+void cmd_locks(struct client *c, const struct proto_req *req, const char *glob)
+{
+    struct listing *l = listing_new(c, req->cmd, glob);
+
+    if (!l) {
+        client_reply_err(c, PROTO_ERR_INTERNAL, "out of memory");
+        return;
+    }
+    listing_run(l, false);
 }
 
 static bool may_list(void *arg, const char *name)
 {
-    return client_may(arg, name);
+    return client_may(((struct listing *)arg)->c, name);
 }
 
 static void on_holders(void *arg, bool ok, const struct backend_holder *rows, size_t n,
                        size_t more)
 {
-    struct client *c = arg;
+    struct listing *l = arg;
+    struct client *c = l->c;
+    char line[PROTO_INFO_MAX];
+    size_t cap = 0;
 
-    c->pending_op = NULL;      /* answered: nothing left to cancel */
+    l->op = NULL;              /* answered: nothing left to cancel */
     if (!ok) {
+        listing_free(l);
         cmd_reply_unavailable(c);
-    } else {
-        for (size_t i = 0; i < n; i++)
-            add_holder_line(c, &rows[i], NULL);
-        reply_end(c, more);
+        client_complete(c);
+        return;
     }
-    client_complete(c);
-}
+    /* The rows live for this call only: kept as the lines they make. */
+    for (size_t i = 0; i < n; i++) {
+        int len = fmt_holder_line(line, sizeof(line), &rows[i], NULL);
 
-static void list_cancel(struct client *c, void *op)
-{
-    c->srv->backend->ops->list_cancel(c->srv->backend->impl, op);
-}
+        if (len < 0)
+            continue;
+        if (l->gathered_len + (size_t)len > cap) {
+            size_t want = cap ? cap * 2 : 64 * 1024;
+            char *p;
 
-static const struct pending_ops list_ops = { .what = "HOLDERS", .cancel = list_cancel };
+            while (want < l->gathered_len + (size_t)len)
+                want *= 2;
+            if (!(p = realloc(l->gathered, want))) {
+                listing_free(l);
+                client_reply_err(c, PROTO_ERR_INTERNAL, "out of memory");
+                client_complete(c);
+                return;
+            }
+            l->gathered = p;
+            cap = want;
+        }
+        memcpy(l->gathered + l->gathered_len, line, (size_t)len);
+        l->gathered_len += (size_t)len;
+    }
+    if (!l->gathered && !(l->gathered = malloc(1))) {
+        listing_free(l);
+        client_reply_err(c, PROTO_ERR_INTERNAL, "out of memory");
+        client_complete(c);
+        return;
+    }
+    l->more = (unsigned)more;
+    listing_run(l, true);
+}
 
 /* HOLDERS [<glob>]: every holder and queued request, from the backend's
  * queues when it has its own (all daemons), else from the table. */
 void cmd_holders(struct client *c, const struct proto_req *req, const char *glob)
 {
     struct backend *be = c->srv->backend;
-    struct listing l = { c, 0, 0 };
-    struct backend_list *op;
+    struct listing *l = listing_new(c, req->cmd, glob);
+    char text[96];
 
-    if (!be->ops->list) {
-        locks_each_hold(c->srv->locks, glob[0] ? glob : NULL, add_local_holder, &l);
-        reply_end(c, l.more);
+    if (!l) {
+        client_reply_err(c, PROTO_ERR_INTERNAL, "out of memory");
         return;
     }
-    op = be->ops->list(be->impl, glob[0] ? glob : "*", may_list, on_holders, c);
-    if (!op)
+    if (!be->ops->list) {
+        listing_run(l, false);
+        return;
+    }
+    if (c->srv->holders_gathered >= HOLDERS_GATHERED_MAX) {
+        free(l);
+        snprintf(text, sizeof(text), "at most %u HOLDERS replies are gathered at a time; "
+                 "try again", HOLDERS_GATHERED_MAX);
+        client_reply_err(c, PROTO_ERR_LIMIT, text);
+        return;
+    }
+    l->gathering = true;
+    c->srv->holders_gathered++;
+    l->op = be->ops->list(be->impl, glob[0] ? glob : "*", may_list, on_holders, l);
+    if (!l->op) {
+        listing_free(l);
         cmd_reply_unavailable(c);
-    else
-        client_suspend(c, req->cmd, &list_ops, op, NULL);
+        return;
+    }
+    client_suspend(c, req->cmd, &listing_ops, l, NULL);
 }
 
 /* A statistic as a STAT line. */

@@ -761,18 +761,47 @@ struct each_ctx {
     void *arg;
 };
 
-static void each_walk(struct each_ctx *e)
+/* How much of glob is literal: a name that matches starts with these bytes.
+ * fnmatch's special characters end it (a backslash too: kept short, the
+ * prefix is still a necessary condition). */
+static size_t glob_prefix_len(const char *glob)
 {
+    return glob ? strcspn(glob, "*?[\\") : 0;
+}
+
+const char *locks_next(const struct locks *t, const char *glob, const char *after)
+{
+    size_t plen = glob_prefix_len(glob);
     struct name_node *n;
 
-    for (n = name_tree_after(e->t->tree, NULL); n; n = name_tree_after(e->t->tree, n->name)) {
-        const struct lock *l = lock_of_node(n);
+    /* Names with the prefix are one run in name order: start at its first. */
+    if (plen && (!after || strncmp(after, glob, plen) < 0)) {
+        char prefix[NAME_COPY];
 
-        if (e->glob && fnmatch(e->glob, l->name, 0) != 0)
-            continue;
-        if (!e->visit(e, l))
-            return;
+        if (plen >= sizeof(prefix))
+            plen = sizeof(prefix) - 1;
+        memcpy(prefix, glob, plen);
+        prefix[plen] = '\0';
+        n = name_tree_from(t->tree, prefix);
+    } else {
+        n = name_tree_after(t->tree, after);
     }
+    for (; n; n = name_tree_after(t->tree, n->name)) {
+        if (plen && strncmp(n->name, glob, plen) != 0)
+            return NULL;            /* past the run */
+        if (!glob || fnmatch(glob, n->name, 0) == 0)
+            return n->name;
+    }
+    return NULL;
+}
+
+static void each_walk(struct each_ctx *e)
+{
+    const char *name = NULL;
+
+    while ((name = locks_next(e->t, e->glob, name)))
+        if (!e->visit(e, lock_find(e->t, name)))
+            return;
 }
 
 static bool visit_status(struct each_ctx *e, const struct lock *l)
@@ -822,6 +851,15 @@ static bool visit_holds(struct each_ctx *e, const struct lock *l)
         if (!visit_hold(e, l, h))
             return false;
     return true;
+}
+
+void locks_each_hold_of(const struct locks *t, const char *name, hold_cb cb, void *arg)
+{
+    struct each_ctx e = { t, NULL, visit_holds, NULL, cb, arg };
+    const struct lock *l = lock_find(t, name);
+
+    if (l)
+        visit_holds(&e, l);
 }
 
 void locks_each_hold(const struct locks *t, const char *glob, hold_cb cb, void *arg)

@@ -214,15 +214,29 @@ void locks_each(const struct locks *t, const char *glob,
                 void *arg);
 
 /*
+ * A walk that may pause, for a listing written as its client reads it:
+ * the first name after `after` (NULL: the first of all), in strcmp order,
+ * that matches glob (as locks_each), or NULL when there is none. A glob's
+ * literal prefix (`deploy-*`: "deploy-") is found in the tree, not by a
+ * walk of every name. The name is borrowed: copy it before the table
+ * changes. Between two calls the table may change; the walk goes on after
+ * the copied name wherever the tree puts it.
+ */
+const char *locks_next(const struct locks *t, const char *glob, const char *after);
+
+/*
  * HOLDERS in embedded mode: calls cb(arg, row) for every hold and queued
  * request of each lock whose name matches glob (NULL: every lock), in name
  * order, each name's holds before its waiters, until cb returns false.
  * row->holder is the owner's desc without a daemon id; the row is borrowed
  * for the call. The table must not change meanwhile.
+ * locks_each_hold_of: the same for the one lock `name` (none: no call).
  */
 struct backend_holder;
 void locks_each_hold(const struct locks *t, const char *glob,
                      bool (*cb)(void *arg, const struct backend_holder *row), void *arg);
+void locks_each_hold_of(const struct locks *t, const char *name,
+                        bool (*cb)(void *arg, const struct backend_holder *row), void *arg);
 
 /* changed(arg, name) runs whenever a name's holds change: granted,
  * released, ended, abandoned (for WATCH). It must not change the table. */

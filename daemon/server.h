@@ -64,6 +64,8 @@ struct server {
     char listen_addr[64];              /* the bound TCP address, port resolved */
     char tls_addr[64];                 /* the bound TLS address, port resolved, or "" */
     const char *daemon_id;             /* borrowed; names this daemon to clients and in ZooKeeper */
+    unsigned holders_gathered;         /* HOLDERS replies the backend gathers or that
+                                        * wait in memory to be read (cmd_info.c) */
     bool handing_over;                 /* a handover is under way: parse nothing more */
     uint64_t handovers;                /* handovers this daemon took over, all generations */
     bool sockopt_warned;               /* a TCP option failed once: later failures log at debug */

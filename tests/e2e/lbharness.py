@@ -499,6 +499,30 @@ class Daemon:
                                          % (self.name, rx.pattern, timeout, self.log_tail()))
                 self._cond.wait(left)
 
+    def wait_log_count(self, regex, n, timeout=None, since=0):
+        """Waits for n stderr lines matching regex from index `since` on, and
+        returns their matches; fails the test as wait_log does."""
+        rx = re.compile(regex) if isinstance(regex, str) else regex
+        timeout = TIMEOUT if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        found = []
+        pos = since
+        with self._cond:
+            while True:
+                while pos < len(self.lines) and len(found) < n:
+                    m = rx.search(self.lines[pos])
+                    pos += 1
+                    if m:
+                        found.append(m)
+                if len(found) == n:
+                    return found
+                left = deadline - time.monotonic()
+                if self._stderr_done or left <= 0:
+                    raise AssertionError("%s logged %d of %d lines matching %r\n%s"
+                                         % (self.name, len(found), n, rx.pattern,
+                                            self.log_tail()))
+                self._cond.wait(left)
+
     def wait_queued(self, client, name, timeout=None):
         """Waits for the debug line saying that client's LOCK name is queued
         (needs -v). Only lines logged after the client connected count."""

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """End-to-end tests of lockbrokerd at its limits, in embedded mode: memory
 running out (ERR INTERNAL), descriptors running out (accept() paused,
-daemon/accept_pause.h) and the per-daemon watch limit (WATCHES_MAX in
-daemon/watch.h; PROTOCOL.md, WATCH). The per-connection limits are in
+daemon/accept_pause.h), the per-daemon watch limit (WATCHES_MAX in
+daemon/watch.h; PROTOCOL.md, WATCH) and long listings within the unread
+output bound (PROTOCOL.md, LOCKS and Transport). The per-connection limits are in
 test_embedded.py.
 
 Not run under valgrind (tests/e2e/valgrind_embedded.sh): the memory test
@@ -24,6 +25,15 @@ from lbharness import Client, Daemon, TIMEOUT, read_stats, scaled  # noqa: E402
 ERR_NOMEM = "ERR INTERNAL out of memory"
 WATCHES_MAX = 10000            # daemon/watch.h
 WATCHES_PER_CONN_MAX = 100
+
+
+def vm_rss(pid):
+    """The process's resident memory in bytes (VmRSS of /proc/PID/status)."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS for pid %d" % pid)
 
 
 def vm_size(pid):
@@ -225,6 +235,123 @@ class WatchLimitTests(unittest.TestCase):
         self.addCleanup(holder.close)
         self.assertRegex(holder.request("LOCK w99-99"), r"^OK w99-99 \d+$")
         conns[99].expect_match(r"EVENT w99-99 held \d+ holders=1 .*")
+
+class ListingTests(unittest.TestCase):
+    """LOCKS and HOLDERS replies of thousands of lines, written as the client
+    reads them: a client that never reads costs the daemon its 64 KiB
+    output bound, not the whole reply."""
+
+    NAMES = 10000
+    CLIENTS = 100
+
+    def setUp(self):
+        self.d = Daemon(config="[server]\nmax_locks_per_client = %d\n" % self.NAMES,
+                        name="lockbrokerd-listings").start()
+        self.addCleanup(self.d.stop)
+        self.holder = self.d.client()
+        self.addCleanup(self.holder.close)
+        self.assertEqual(self.holder.request("CLIENT listings-holder-%s" % ("x" * 40)), "OK")
+        # Long names make long lines: a LOCKS reply of about 3 MB.
+        self.names = ["listing-%05d-%s" % (i, "n" * 120) for i in range(self.NAMES)]
+        self.holder.send("".join("LOCK %s 0\n" % n for n in self.names))
+        for n, line in zip(self.names, self.holder.lines(self.NAMES, timeout=scaled(30))):
+            self.assertTrue(line.startswith("OK %s " % n), line)
+
+    def quiet_client(self):
+        """A client whose receive buffer is small, connected to the daemon."""
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.settimeout(TIMEOUT)
+        s.connect((self.d.host, self.d.port))
+        c = Client(s)
+        self.addCleanup(c.close)
+        return c
+
+    def read_listing(self, c, word, timeout=None):
+        """The lines of one listing up to END (END left out)."""
+        lines = []
+        while True:
+            line = c.line(timeout=timeout)
+            if line == "END":
+                return lines
+            self.assertTrue(line.startswith(word + " "), line)
+            lines.append(line)
+
+    def test_clients_that_never_read_a_listing_cost_little_memory(self):
+        good = self.d.client()
+        self.addCleanup(good.close)
+        self.assertEqual(good.request("PING"), "PONG")
+        before = vm_rss(self.d.pid)
+        mark = self.d.log_mark()
+        quiet = []
+        for _ in range(self.CLIENTS):
+            c = self.quiet_client()
+            c.send("LOCKS\n")
+            quiet.append(c)
+        # Each listing client stops being parsed: its reply is unread (before
+        # this change a whole reply was queued, then the client "draining";
+        # now it waits in its pending slot for the client to read).
+        self.d.wait_log_count(r"conn \d+: going from reading to (waiting|draining)",
+                              self.CLIENTS, timeout=scaled(60), since=mark)
+        self.assertEqual(good.request("PING"), "PONG")
+        grown = vm_rss(self.d.pid) - before
+        # At most the 64 KiB bound and its bookkeeping per client (6.4 MB
+        # for 100); whole replies would be 300 MB.
+        self.assertLess(grown, 12 * 1024 * 1024,
+                        "the daemon grew by %.1f MB" % (grown / 1048576.0))
+        # Still served: another LOCKS, read, lists every name.
+        good.send("LOCKS\n")
+        self.assertEqual(len(self.read_listing(good, "LOCK")), self.NAMES)
+
+    def test_a_slow_reader_gets_every_name_once_in_order(self):
+        reader = self.quiet_client()
+        reader.send("LOCKS\nPING\n")
+        got = [reader.line() for _ in range(1000)]
+        # The table changes while it is listed: names go behind and ahead of
+        # the cursor, new ones come.
+        gone = self.names[500:600] + self.names[5000:5100]
+        self.holder.send("".join("UNLOCK %s\n" % n for n in gone))
+        self.holder.lines(len(gone))
+        self.assertEqual(self.holder.request("LOCK listing-00000-new 0")[:3], "OK ")
+        self.assertEqual(self.holder.request("LOCK listing-99999-new 0")[:3], "OK ")
+        while True:
+            line = reader.line(timeout=scaled(30))
+            if line == "END":
+                break
+            got.append(line)
+        self.assertEqual(reader.line(), "PONG")
+        listed = [l.split()[1] for l in got]
+        self.assertTrue(all(l.startswith("LOCK ") for l in got))
+        # Once each, in name order.
+        self.assertTrue(listed == sorted(set(listed)), "not once each in name order")
+        # Every name there throughout is listed; one that came after the
+        # cursor passed its place is, one before it is not.
+        kept = set(self.names) - set(gone)
+        self.assertEqual(kept - set(listed), set())
+        self.assertTrue("listing-99999-new" in listed, "a name after the cursor is missing")
+        self.assertFalse("listing-00000-new" in listed, "a name behind the cursor is listed")
+        self.assertEqual(set(listed) & set(self.names[500:600]), set(self.names[500:600]))
+        self.assertEqual(len(set(listed) & set(self.names[5000:5100])), 0,
+                         "names unlocked before the cursor came to them are listed")
+
+    def test_a_prefix_glob_lists_its_names_only(self):
+        c = self.d.client()
+        self.addCleanup(c.close)
+        self.assertEqual(c.request("LOCK listing-0123 0")[:3], "OK ")
+        c.send("LOCKS listing-0123*\n")
+        want = ["listing-0123"] + ["listing-0123%d-%s" % (i, "n" * 120) for i in range(10)]
+        self.assertEqual([l.split()[1] for l in self.read_listing(c, "LOCK")], want)
+        c.send("HOLDERS listing-0123?-*\n")
+        self.assertEqual([l.split()[1] for l in self.read_listing(c, "HOLDER")], want[1:])
+        c.send("LOCKS listing-1*\n")
+        self.assertEqual(self.read_listing(c, "LOCK"), [])
+
+    def test_holders_is_written_as_read_too(self):
+        reader = self.quiet_client()
+        reader.send("HOLDERS\nPING\n")
+        lines = self.read_listing(reader, "HOLDER", timeout=scaled(30))
+        self.assertEqual([l.split()[1] for l in lines], self.names)
+        self.assertEqual(reader.line(), "PONG")
 
 
 if __name__ == "__main__":
