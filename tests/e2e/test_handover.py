@@ -650,6 +650,33 @@ class MoreStates(Case):
         self.assertEqual(bytes(got), want)
         self.assertTrue(c.silent())
 
+    def test_a_listing_being_written_is_carried(self):
+        """A LOCKS reply longer than the unread-output bound, not read: the
+        handover does not wait for it; the successor goes on after the last
+        name written, and the client reads every name once, then END."""
+        n = 3000
+        d = self.start(config=lambda t: "[server]\nunix_socket = %s/sock\n"
+                       "max_locks_per_client = %d\n" % (t, n))
+        holder = self.connect(d, unix=True)
+        names = ["carried-%05d-%s" % (i, "n" * 100) for i in range(n)]
+        for i in range(0, n, 100):
+            holder.send("".join("LOCK %s 0\n" % x for x in names[i:i + 100]))
+            holder.lines(100)
+        reader = self.connect(d, unix=True)
+        mark = d.log_mark()
+        reader.send("LOCKS\nPING\n")
+        d.wait_log(r"conn \d+: going from reading to waiting$", since=mark)
+        self.handover(d)
+        listed = []
+        while True:
+            line = reader.line()
+            if line == "END":
+                break
+            listed.append(line.split()[1])
+        self.assertTrue(listed == names, "%d names listed, not each once in order"
+                        % len(listed))
+        self.assertEqual(reader.line(), "PONG")
+
 
 # ------------------------------------------------------------------ b.
 
