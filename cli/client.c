@@ -278,6 +278,11 @@ static int client_tls_verdict(struct client *c, const struct client_addr *a,
     case CLIENT_OK:
         if (strcmp(line, "PONG") == 0)
             return 0;
+        /* A refusal after the handshake (too many clients...): the broker says why. */
+        if (strncmp(line, "ERR ", 4) == 0) {
+            snprintf(err, errlen, "%s refused this client: %s", a->spec, line);
+            return client_err_exit(line);
+        }
         snprintf(err, errlen, "%s: unexpected reply to PING: %s", a->spec, line);
         return CLI_EXIT_PROTOCOL;
     case CLIENT_CLOSED:
@@ -559,6 +564,9 @@ enum client_status client_read_line(struct client *c, char *line, size_t cap,
             return CLIENT_ERROR;
         }
         st = client_fill(c, err, errlen);
+        /* Lines that came before the end are read first (a refusal, then the close). */
+        if (st == CLIENT_CLOSED && memchr(c->buf, '\n', c->len))
+            continue;
         if (st != CLIENT_OK)
             return st;
         if (memchr(c->buf, '\n', c->len))
