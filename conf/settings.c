@@ -323,6 +323,17 @@ static const struct setting rows[] = {
     /* 1000 at least: the delay of a failure's answer */
     { "server", "auth_backoff_ms", UINT(auth_backoff_ms), "60000", 1000, 86400000, ON_SIGHUP,
       "window in which auth_fail_limit failures are counted, and the back-off they start" },
+    /* As the TLS handshake's 10 s (daemon/tls.h): a client that means to log
+     * in does so in its first round trips; the one that does not holds a
+     * slot of max_clients that a remote client could use. */
+    { "server", "login_timeout_ms", UINT(login_timeout_ms), "10000", 0, 86400000, ON_SIGHUP,
+      "with users_file: ms a connection may stay without a login before it is closed "
+      "with ERR NOAUTH; 0: no deadline" },
+    /* 0: many clients share an address (NAT, every local client on 127.0.0.1),
+     * so no count suits every site; set it where clients come from many hosts */
+    { "server", "max_clients_per_address", UINT(max_clients_per_address), "0", 0, 1000000,
+      ON_SIGHUP, "TCP connections (plain and TLS) of one source address at once; one more "
+      "is refused with ERR LIMIT; 0: no cap" },
     /* A client host that dies sends no FIN: without probes its locks would
      * stay held for the kernel's 2 h + 9 * 75 s. 30 + 3 * 10 s: within a minute. */
     { "server", "tcp_keepalive_idle_s", UINT(tcp_keepalive_idle_s), "30", 1, 32767, ON_SIGHUP,
@@ -354,6 +365,11 @@ static const struct setting rows[] = {
     { "tls", "client_certs", CLIENT_CERTS(tls_client_certs), "none", 0, 0, RESTART_TLS,
       "none, optional or required: a client certificate signed by ca_file; its common "
       "name logs in as that user of users_file" },
+    /* A handshake takes a few ms: 32 at once is a host opening a pool of
+     * connections, more is a flood that keeps other hosts' handshakes out */
+    { "tls", "max_handshakes_per_address", UINT(tls_max_handshakes_per_address), "32", 0,
+      1000000, ON_SIGHUP, "TLS handshakes of one source address in progress at once; one "
+      "more is closed at once; 0: no cap" },
     { "zookeeper", "hosts", ZK_HOSTS(zk_hosts), "", 0, 0, RESTART_ZK,
       "ZooKeeper ensemble, host:port[,host:port...]; empty: embedded mode" },
     { "zookeeper", "root", ZK_ROOT(zk_root), "/lockbroker", 0, 0, RESTART_ZK,

@@ -39,6 +39,8 @@ struct settings {
     unsigned auth_fail_limit;   /* failed AUTHs of an address within auth_backoff_ms that
                                  * start its back-off; 0: no back-off */
     unsigned auth_backoff_ms;   /* the window failures are counted in, and the back-off */
+    unsigned login_timeout_ms;  /* with users: a connection's time to log in; 0: none */
+    unsigned max_clients_per_address; /* TCP connections of one address; 0: no cap */
     unsigned tcp_keepalive_idle_s;     /* silence before an accepted TCP peer is probed */
     unsigned tcp_keepalive_interval_s; /* between unanswered probes */
     unsigned tcp_keepalive_count;      /* unanswered probes that end the connection */
@@ -48,6 +50,7 @@ struct settings {
     char *tls_key_file;         /* PEM private key of tls_cert_file, or NULL; malloc'd */
     char *tls_ca_file;          /* PEM CA certificates for client certificates, or NULL */
     enum tls_client_certs tls_client_certs;
+    unsigned tls_max_handshakes_per_address; /* handshakes of one address at once; 0: no cap */
     char *metrics_listen;       /* "IP:PORT" of the HTTP /metrics endpoint, or NULL for none;
                                  * malloc'd */
     /* [zookeeper] */

@@ -115,6 +115,8 @@ void client_login(struct client *c, const struct user *u)
 {
     c->user = u;
     snprintf(c->user_name, sizeof(c->user_name), "%s", user_name(u));
+    if (c->io->logged_in)
+        c->io->logged_in(c);
 }
 
 bool client_relogin(struct client *c)

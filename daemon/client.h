@@ -48,6 +48,9 @@ struct client_io {
     void (*resume)(struct client *c);
     /* QUIT: close once the last reply is out (its holds are released as UNLOCK). */
     void (*quit)(struct client *c);
+    /* Optional: the client logged in (client_login); the transport's login
+     * deadline ends. */
+    void (*logged_in)(struct client *c);
 };
 
 /* A kind of parked request (redis's block types). */

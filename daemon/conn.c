@@ -17,6 +17,15 @@
  * which must be within TLS_HANDSHAKE_MS; a client certificate that names a
  * user logs the connection in as that user. A TLS handshake sent to the
  * plain port is recognised by its first byte and closed with a log line.
+ * A TLS connection the server refuses (max_clients...) is a conn too: its
+ * handshake ends, the refusal line is sent, and it closes, so that the
+ * client can read why.
+ *
+ * With a users file, a connection that has not logged in has
+ * login_timeout_ms to do so (after its handshake, over TLS), as a TLS
+ * handshake has TLS_HANDSHAKE_MS: a client that never logs in would keep a
+ * slot of max_clients for ever. An AUTH being answered at the deadline is
+ * answered first: the connection is closed after it unless it logged in.
  */
 #include "config.h"
 #include "conn.h"
@@ -35,9 +44,11 @@
 #include <openssl/ssl.h>
 
 #include "accept_pause.h"
+#include "auth_budget.h"
 #include "client.h"
 #include "cmd.h"
 #include "log.h"
+#include "peer_count.h"
 #include "proto.h"
 #include "server.h"
 #include "settings.h"
@@ -58,6 +69,15 @@ static const char *const state_names[] = {
     "reading", "waiting", "draining", "closing", "linger",
 };
 
+/* The login deadline (login_timeout_ms), beside the state: a connection in
+ * any state may be due to log in. */
+enum conn_login {
+    CONN_LOGIN_NONE,     /* no deadline: logged in, no users file, 0, or a refusal */
+    CONN_LOGIN_DUE,      /* login_timer runs */
+    CONN_LOGIN_OVERDUE,  /* it fired while an AUTH was being answered: closed after the
+                            answer unless that logged in */
+};
+
 /* Replies a client may leave unread before we stop parsing its requests. */
 #define OUTPUT_MAX (64 * 1024)
 /* Input buffered beyond the longest line (see conn_input_max()). */
@@ -75,6 +95,11 @@ struct conn {
     struct event *handshake_timer; /* owned; armed until the TLS handshake ends */
     bool handshaking;              /* TLS: the handshake has not ended yet */
     bool any_input;                /* a byte has been parsed (plain: not a TLS handshake) */
+    enum conn_login login;         /* change only through conn_login_arm/_done/timeout */
+    struct event *login_timer;     /* owned, or NULL before the first deadline */
+    char *refusal;                 /* owned: the line a refused TLS connection gets after
+                                    * its handshake, then closed; NULL: served */
+    char addr[AUTH_BUDGET_ADDR_MAX]; /* its address in srv->peers; "": not counted (Unix) */
     unsigned released;             /* holds and waits released by conn_begin_close() */
     TAILQ_ENTRY(conn) link;        /* srv->conns */
 };
@@ -154,6 +179,8 @@ static void conn_parse_later(struct conn *c)
     bufferevent_trigger(c->bev, EV_READ, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
 }
 
+static void conn_login_expired(struct conn *c);
+
 /* The parked request's answer is queued: parse the lines that waited behind it. */
 static void conn_resume(struct client *cl)
 {
@@ -162,6 +189,11 @@ static void conn_resume(struct client *cl)
     if (c->state != CONN_WAITING)
         return;
     conn_set_state(c, CONN_READING);
+    /* The login deadline passed while the answer was awaited (an AUTH that failed). */
+    if (c->login == CONN_LOGIN_OVERDUE && !c->cl.user) {
+        conn_login_expired(c);
+        return;
+    }
     conn_parse_later(c);
 }
 
@@ -177,6 +209,65 @@ static void conn_begin_close(struct conn *c, bool abandon)
         bufferevent_trigger(c->bev, EV_WRITE, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
 }
 
+/* No login within the deadline: one line, closed. */
+static void conn_login_expired(struct conn *c)
+{
+    unsigned ms = c->cl.srv->settings->login_timeout_ms;
+    char text[64];
+
+    c->login = CONN_LOGIN_NONE;
+    c->cl.srv->stats.login_timeouts++;
+    log_info("conn %llu (%s): no login within %u ms; closing", (unsigned long long)c->cl.id,
+             c->cl.peer, ms);
+    snprintf(text, sizeof(text), "no login within %u ms; closing", ms);
+    client_reply_err(&c->cl, PROTO_ERR_NOAUTH, text);
+    conn_begin_close(c, true);
+}
+
+static void conn_on_login_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    struct conn *c = arg;
+
+    if (c->login != CONN_LOGIN_DUE || c->state == CONN_CLOSING || c->state == CONN_LINGER)
+        return;
+    /* An AUTH is being checked or its failure delayed: its answer comes first. */
+    if (c->cl.pending) {
+        log_debug("conn %llu (%s): login deadline passed while %s is answered",
+                  (unsigned long long)c->cl.id, c->cl.peer, c->cl.pending->what);
+        c->login = CONN_LOGIN_OVERDUE;
+        return;
+    }
+    conn_login_expired(c);
+}
+
+/* Starts the login deadline, when the users file asks for a login and the
+ * connection has none. Returns 0, or -1 when out of memory. */
+static int conn_login_arm(struct conn *c)
+{
+    const struct server *srv = c->cl.srv;
+    unsigned ms = srv->settings->login_timeout_ms;
+    struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+
+    if (!srv->users || !ms || c->cl.user || c->refusal)
+        return 0;
+    if (!c->login_timer && !(c->login_timer = evtimer_new(srv->base, conn_on_login_timeout, c)))
+        return -1;
+    if (evtimer_add(c->login_timer, &tv) < 0)
+        return -1;
+    c->login = CONN_LOGIN_DUE;
+    return 0;
+}
+
+/* A login (AUTH, a certificate, a handover): no deadline any more. */
+static void conn_logged_in(struct client *cl)
+{
+    struct conn *c = conn_of(cl);
+
+    c->login = CONN_LOGIN_NONE;
+    if (c->login_timer)
+        evtimer_del(c->login_timer);
+}
+
 /* QUIT: released as by UNLOCK (no lock-delay), closed once BYE is out. */
 static void conn_quit(struct client *cl)
 {
@@ -189,6 +280,7 @@ static const struct client_io conn_io = {
     .suspend = conn_suspend,
     .resume = conn_resume,
     .quit = conn_quit,
+    .logged_in = conn_logged_in,
 };
 
 /*
@@ -252,11 +344,26 @@ static void conn_handshake_done(struct conn *c)
         return;
     c->handshaking = false;
     evtimer_del(c->handshake_timer);
+    if (c->addr[0])
+        peer_count_add(c->cl.srv->peers, c->addr, 0, -1);
+    if (c->refusal) {
+        log_debug("conn %llu (%s): TLS handshake done; refusing: %s",
+                  (unsigned long long)c->cl.id, c->cl.peer, c->refusal);
+        client_reply(&c->cl, c->refusal, (int)strlen(c->refusal));
+        conn_begin_close(c, false);
+        return;
+    }
     if (tls_peer_name(c->ssl, name, sizeof(name)) && c->cl.srv->users &&
         proto_user_valid(name, strlen(name)))
         u = users_find(c->cl.srv->users, name, strlen(name));
     if (u)
         client_login(&c->cl, u);
+    else if (conn_login_arm(c) < 0) {
+        log_error("conn %llu (%s): out of memory; closing", (unsigned long long)c->cl.id,
+                  c->cl.peer);
+        conn_free(c);
+        return;
+    }
     log_debug("conn %llu (%s): TLS %s %s%s%s", (unsigned long long)c->cl.id, c->cl.peer,
               SSL_get_version(c->ssl), SSL_get_cipher_name(c->ssl),
               u ? ", logged in by certificate as " : "", u ? c->cl.user_name : "");
@@ -462,11 +569,33 @@ static void conn_on_event(struct bufferevent *bev, short what, void *arg)
     conn_free(c);
 }
 
-struct conn *conn_new(struct server *srv, evutil_socket_t fd, const char *peer, SSL *ssl)
+/* Counts c under its address in srv->peers (not a Unix socket client, not
+ * a refusal). Returns 0, or -1 when out of memory. */
+static int conn_count_peer(struct conn *c, struct server *srv, const char *peer, bool tls)
+{
+    if (c->refusal || strcmp(peer, "unix") == 0)
+        return 0;
+    auth_budget_addr(peer, c->addr);
+    if (peer_count_add(srv->peers, c->addr, 1, tls ? 1 : 0) < 0) {
+        c->addr[0] = '\0';
+        return -1;
+    }
+    return 0;
+}
+
+struct conn *conn_new(struct server *srv, evutil_socket_t fd, const char *peer, SSL *ssl,
+                      const char *refusal)
 {
     struct conn *c = calloc(1, sizeof(*c));
 
-    if (!c) {
+    if (c && refusal && !(c->refusal = strdup(refusal))) {
+        free(c);
+        c = NULL;
+    }
+    if (!c || conn_count_peer(c, srv, peer, ssl != NULL) < 0) {
+        if (c)
+            free(c->refusal);
+        free(c);
         evutil_closesocket(fd);
         SSL_free(ssl);
         return NULL;
@@ -482,6 +611,11 @@ struct conn *conn_new(struct server *srv, evutil_socket_t fd, const char *peer, 
         else
             SSL_free(ssl);
         evutil_closesocket(fd);
+        if (c->handshake_timer)
+            event_free(c->handshake_timer);
+        if (c->addr[0])
+            peer_count_add(srv->peers, c->addr, -1, ssl ? -1 : 0);
+        free(c->refusal);
         free(c);
         return NULL;
     }
@@ -489,15 +623,20 @@ struct conn *conn_new(struct server *srv, evutil_socket_t fd, const char *peer, 
     c->state = CONN_READING;
     bufferevent_setcb(c->bev, conn_on_read, conn_on_write, conn_on_event, c);
     conn_set_watermark(c);
-    if (bufferevent_enable(c->bev, EV_READ | EV_WRITE) < 0) {
-        bufferevent_free(c->bev);
-        free(c);
+    TAILQ_INSERT_TAIL(&srv->conns, c, link);
+    if (c->refusal) {
+        srv->nrefusing++;
+    } else {
+        srv->nconns++;
+        srv->stats.conns_total++;
+    }
+    /* Over TLS the deadline starts once the handshake is done. */
+    if (bufferevent_enable(c->bev, EV_READ | EV_WRITE) < 0 || (!ssl && conn_login_arm(c) < 0)) {
+        conn_free(c);
         return NULL;
     }
-    TAILQ_INSERT_TAIL(&srv->conns, c, link);
-    srv->nconns++;
-    srv->stats.conns_total++;
-    log_debug("conn %llu (%s): open", (unsigned long long)c->cl.id, c->cl.peer);
+    log_debug("conn %llu (%s): open%s", (unsigned long long)c->cl.id, c->cl.peer,
+              c->refusal ? " to be refused" : "");
     return c;
 }
 
@@ -537,12 +676,20 @@ void conn_free(struct conn *c)
     log_debug("conn %llu (%s): closed, %u holds and waits released",
               (unsigned long long)c->cl.id, c->cl.peer, held);
     TAILQ_REMOVE(&c->cl.srv->conns, c, link);
-    c->cl.srv->nconns--;
+    if (c->refusal)
+        c->cl.srv->nrefusing--;
+    else
+        c->cl.srv->nconns--;
+    if (c->addr[0])
+        peer_count_add(c->cl.srv->peers, c->addr, -1, c->handshaking ? -1 : 0);
     accept_pause_wake(c->cl.srv->accept_pause);   /* a descriptor is free again */
     if (c->linger_timer)
         event_free(c->linger_timer);
     if (c->handshake_timer)
         event_free(c->handshake_timer);
+    if (c->login_timer)
+        event_free(c->login_timer);
+    free(c->refusal);
     bufferevent_free(c->bev);
     client_destroy(&c->cl);
     free(c);
@@ -672,6 +819,10 @@ struct client *conn_restore(struct server *srv, struct snap_r *r, int (*fd_of)(v
     c->any_input = true;
     TAILQ_INSERT_TAIL(&srv->conns, c, link);
     srv->nconns++;
+    if (conn_count_peer(c, srv, peer, false) < 0) {
+        snap_r_fail(r, "out of memory");
+        return NULL;
+    }
     if (srv->next_conn_id < id)
         srv->next_conn_id = id;
     bufferevent_setcb(c->bev, conn_on_read, conn_on_write, conn_on_event, c);
@@ -704,6 +855,13 @@ void conn_handover_resume(struct server *srv)
         if (c->cl.user_gone) {
             log_info("conn %llu (%s): user %s is no longer in the users file, closing",
                      (unsigned long long)c->cl.id, c->cl.peer, c->cl.user_name);
+            conn_begin_close(c, true);
+            continue;
+        }
+        /* The snapshot has no field for the deadline: a full one starts anew. */
+        if (conn_login_arm(c) < 0) {
+            log_error("conn %llu (%s): out of memory; closing", (unsigned long long)c->cl.id,
+                      c->cl.peer);
             conn_begin_close(c, true);
             continue;
         }

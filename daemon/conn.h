@@ -16,11 +16,16 @@ struct conn;
 /*
  * Starts serving fd (takes ownership of it, and of ssl). ssl: a TLS session
  * to accept on fd (the TLS listener), or NULL for plain text. peer names
- * the client in logs; it is copied. Returns NULL (and closes fd, frees
- * ssl) when out of memory. The connection frees itself when the client
- * goes; the server can close it earlier with conn_free().
+ * the client in logs ("unix": a Unix socket client, not counted in
+ * srv->peers); it is copied. refusal: NULL to serve the client; or, with
+ * ssl, a reply line (LF included; copied) sent once the handshake is done,
+ * after which the connection closes (counted in srv->nrefusing, not in
+ * nconns). Returns NULL (and closes fd, frees ssl) when out of memory. The
+ * connection frees itself when the client goes; the server can close it
+ * earlier with conn_free().
  */
-struct conn *conn_new(struct server *srv, evutil_socket_t fd, const char *peer, SSL *ssl);
+struct conn *conn_new(struct server *srv, evutil_socket_t fd, const char *peer, SSL *ssl,
+                      const char *refusal);
 
 /* Applies reloaded settings (max_line) to every open connection of srv. */
 void conn_settings_changed(struct server *srv);

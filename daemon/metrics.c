@@ -103,6 +103,11 @@ static const struct metric_row rows[] = {
       "Client connections accepted since start." },
     { "rejected_connections", "connections_rejected_total", "counter", NULL, 0,
       "Client connections refused because max_clients were open." },
+    { "rejected_per_address", "connections_rejected_per_address_total", "counter", NULL, 0,
+      "Client connections refused because their address had max_clients_per_address "
+      "connections or [tls] max_handshakes_per_address handshakes open." },
+    { "login_timeouts", "login_timeouts_total", "counter", NULL, 0,
+      "Connections closed because they did not log in within login_timeout_ms." },
     { "accept_pauses", "accept_pauses_total", "counter", NULL, 0,
       "Times every listener stopped accepting for a moment because accept() failed "
       "(the open file limit reached, say), since this process started." },

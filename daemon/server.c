@@ -27,6 +27,8 @@
 #include "auth_budget.h"
 #include "auth_pool.h"
 #include "log.h"
+#include "peer_count.h"
+#include "proto.h"
 #include "settings.h"
 #include "watch.h"
 
@@ -90,20 +92,72 @@ static void tcp_tune(struct server *srv, evutil_socket_t fd, const char *peer)
     }
 }
 
+/*
+ * Refuses a new connection with one ERR line. Plain text: sent at once (a
+ * fresh socket's send buffer takes it whole) and closed. TLS: the line can
+ * only be read inside TLS, so the handshake is done first, by a connection
+ * that closes after the line (conn_new's refusal); beyond TLS_REFUSALS_MAX
+ * of those at once, closed without a line.
+ */
+static void refuse_conn(struct server *srv, evutil_socket_t fd, const char *peer, bool tls,
+                        const char *line, size_t len)
+{
+    SSL *ssl;
+
+    if (!tls) {
+        if (send(fd, line, len, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+            log_debug("refusing %s: %s", peer, strerror(errno));
+        evutil_closesocket(fd);
+        return;
+    }
+    if (srv->nrefusing >= TLS_REFUSALS_MAX || !(ssl = tls_ssl_new(srv->tls))) {
+        log_debug("refusing %s: closed without a reply (%u TLS refusals under way)", peer,
+                  srv->nrefusing);
+        evutil_closesocket(fd);
+        return;
+    }
+    tcp_tune(srv, fd, peer);
+    if (!conn_new(srv, fd, peer, ssl, line))
+        log_debug("refusing %s: out of memory", peer);
+}
+
 /* A connection accepted on either TCP listener, or the Unix socket; tls: on the TLS one. */
 static void accept_conn(struct server *srv, evutil_socket_t fd, struct sockaddr *sa, bool tls)
 {
+    const struct settings *s = srv->settings;
+    struct peer_counts n = { 0, 0 };
+    char peer[64], addr[AUTH_BUDGET_ADDR_MAX], line[PROTO_REPLY_MAX], text[128];
     SSL *ssl = NULL;
-    char peer[64];
 
     server_format_addr(sa, peer, sizeof(peer));
-    if (srv->nconns >= srv->settings->max_clients) {
-        static const char msg[] = "ERR LIMIT too many clients; try again later\n";
+    /* A Unix socket's clients share one address and are let in by its file's mode. */
+    if (sa->sa_family != AF_UNIX) {
+        auth_budget_addr(peer, addr);
+        n = peer_count_get(srv->peers, addr);
+    }
+    if (srv->nconns >= s->max_clients) {
         srv->stats.conns_rejected++;
-        log_warn("refusing %s: max_clients (%u) reached", peer, srv->settings->max_clients);
-        /* A fresh socket's send buffer takes this line whole. */
-        if (send(fd, msg, sizeof(msg) - 1, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
-            log_debug("refusing %s: %s", peer, strerror(errno));
+        log_warn("refusing %s: max_clients (%u) reached", peer, s->max_clients);
+        refuse_conn(srv, fd, peer, tls, line, (size_t)proto_fmt_err(line, sizeof(line),
+                    PROTO_ERR_LIMIT, "too many clients; try again later"));
+        return;
+    }
+    if (s->max_clients_per_address && n.conns >= s->max_clients_per_address) {
+        srv->stats.conns_rejected_address++;
+        log_warn("refusing %s: max_clients_per_address (%u) reached by %s", peer,
+                 s->max_clients_per_address, addr);
+        snprintf(text, sizeof(text), "too many connections from this address (at most %u); "
+                 "try again later", s->max_clients_per_address);
+        refuse_conn(srv, fd, peer, tls, line, (size_t)proto_fmt_err(line, sizeof(line),
+                    PROTO_ERR_LIMIT, text));
+        return;
+    }
+    /* Telling it would take one more handshake: the very thing refused. */
+    if (tls && s->tls_max_handshakes_per_address &&
+        n.handshakes >= s->tls_max_handshakes_per_address) {
+        srv->stats.conns_rejected_address++;
+        log_warn("refusing %s: [tls] max_handshakes_per_address (%u) reached by %s; closed "
+                 "without a reply", peer, s->tls_max_handshakes_per_address, addr);
         evutil_closesocket(fd);
         return;
     }
@@ -114,7 +168,7 @@ static void accept_conn(struct server *srv, evutil_socket_t fd, struct sockaddr 
         evutil_closesocket(fd);
         return;
     }
-    if (!conn_new(srv, fd, peer, ssl))
+    if (!conn_new(srv, fd, peer, ssl, NULL))
         log_error("cannot serve %s: out of memory", peer);
 }
 
@@ -394,6 +448,7 @@ int server_start(struct server *srv, struct event_base *base, const struct setti
     srv->started = time(NULL);
     TAILQ_INIT(&srv->conns);
     if (!(srv->accept_pause = accept_pause_new(base, &srv->stats.accept_pauses)) ||
+        !(srv->peers = peer_count_new()) ||
         !(srv->watches = watches_new(base, locks, backend, daemon_id))) {
         log_error("out of memory");
         return -1;
@@ -468,6 +523,8 @@ void server_stop(struct server *srv)
     while ((c = TAILQ_FIRST(&srv->conns)))
         conn_free(c);
     tls_free(srv->tls);            /* after the connections: each held a reference */
+    peer_count_free(srv->peers);   /* after the connections, which counted in it */
+    srv->peers = NULL;
     srv->tls = NULL;
     /* After the connections, which forgot their jobs. */
     auth_pool_free(srv->auth_pool);

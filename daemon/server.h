@@ -26,10 +26,14 @@ struct tls;
 struct accept_pause;
 struct auth_pool;
 struct auth_budget;
+struct peer_count;
 
 struct server_stats {
     uint64_t conns_total;     /* accepted since start */
     uint64_t conns_rejected;  /* refused because of max_clients */
+    uint64_t conns_rejected_address; /* refused by max_clients_per_address or [tls]
+                                      * max_handshakes_per_address */
+    uint64_t login_timeouts;  /* closed for no login within login_timeout_ms */
     uint64_t cmds[PROTO_CMD_COUNT];
     uint64_t errors;          /* ERR replies */
     uint64_t auth_failures;   /* AUTH with a wrong user name or password */
@@ -56,8 +60,11 @@ struct server {
     struct tls *tls;                   /* owned: the TLS listener's context, or NULL */
     struct accept_pause *accept_pause; /* owned: pauses every listener, the metrics one
                                         * too, when accept() fails */
-    TAILQ_HEAD(, conn) conns;          /* every open connection */
-    unsigned nconns;
+    TAILQ_HEAD(, conn) conns;          /* every open connection, TLS refusals included */
+    unsigned nconns;                   /* served connections: TLS refusals not counted */
+    unsigned nrefusing;                /* TLS connections accepted to be refused, in their
+                                        * handshake or closing (at most TLS_REFUSALS_MAX) */
+    struct peer_count *peers;          /* owned: TCP connections and handshakes per address */
     uint64_t next_conn_id;
     struct server_stats stats;
     time_t started;

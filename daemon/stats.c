@@ -34,6 +34,8 @@ void stats_each(const struct server *srv, backend_stat_fn add, void *cookie)
     add_u64(add, cookie, "curr_connections", srv->nconns);
     add_u64(add, cookie, "total_connections", srv->stats.conns_total);
     add_u64(add, cookie, "rejected_connections", srv->stats.conns_rejected);
+    add_u64(add, cookie, "rejected_per_address", srv->stats.conns_rejected_address);
+    add_u64(add, cookie, "login_timeouts", srv->stats.login_timeouts);
     add_u64(add, cookie, "accept_pauses", srv->stats.accept_pauses);
     add_u64(add, cookie, "handovers", srv->handovers);
     add_u64(add, cookie, "locks_held", ls.held);

@@ -20,6 +20,11 @@ struct tls;
 /* A TLS handshake not finished this long after the accept is closed. */
 #define TLS_HANDSHAKE_MS 10000
 
+/* TLS connections refused with a line after their handshake (max_clients,
+ * max_clients_per_address) at once; more are closed without one. They use
+ * descriptors beyond max_clients: a few, within main.c's FD_RESERVE. */
+#define TLS_REFUSALS_MAX 4
+
 /* Builds the context from s's [tls] files. NULL with the reason in err. */
 struct tls *tls_new(const struct settings *s, char *err, size_t errlen);
 

@@ -65,6 +65,10 @@ START_TEST(defaults)
     ck_assert_uint_eq(s.max_clients, 4096);
     ck_assert_uint_eq(s.max_line, 1024);
     ck_assert_uint_eq(s.max_locks_per_client, 256);
+    /* As the TLS handshake's deadline; the per-address caps: tls only. */
+    ck_assert_uint_eq(s.login_timeout_ms, 10000);
+    ck_assert_uint_eq(s.max_clients_per_address, 0);
+    ck_assert_uint_eq(s.tls_max_handshakes_per_address, 32);
     /* A dead client host is noticed within a minute: 30 + 3 * 10 s. */
     ck_assert_uint_eq(s.tcp_keepalive_idle_s, 30);
     ck_assert_uint_eq(s.tcp_keepalive_interval_s, 10);
@@ -1346,8 +1350,10 @@ START_TEST(format_reloadable)
                           "max_locks_per_client 256, max_leases 10000, lock_delay_ms 0, "
                           "auth_max_pending 64, auth_max_pending_per_address 4, "
                           "auth_fail_limit 10, auth_backoff_ms 60000, "
+                          "login_timeout_ms 10000, max_clients_per_address 0, "
                           "tcp_keepalive_idle_s 30, tcp_keepalive_interval_s 10, "
-                          "tcp_keepalive_count 3, tcp_user_timeout_ms 60000");
+                          "tcp_keepalive_count 3, tcp_user_timeout_ms 60000, "
+                          "tls max_handshakes_per_address 32");
     settings_format_reloadable(&s, small, sizeof(small));
     ck_assert_str_eq(small, "log level i");     /* cut, but NUL-terminated */
 }

@@ -26,7 +26,8 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lbharness  # noqa: E402
-from lbharness import Daemon, check_failure_exit, make_tmpdir, run_daemon, scaled  # noqa: E402
+from lbharness import (Daemon, check_failure_exit, make_tmpdir, run_daemon,  # noqa: E402
+                       scaled, scaled_ms)
 
 # Made with `openssl passwd -6 -salt <salt> <password>`.
 PASSWORDS = {"alice": "hunter2", "bob": "b0b-pass", "carol": "c4rol", "slow": "sl0w-pass"}
@@ -50,6 +51,7 @@ ERR_NO_USERS = "ERR AUTH_FAILED this daemon has no users_file: AUTH is not used"
 ERR_BACKOFF = "ERR AUTH_FAILED too many failed logins from this address: try again later"
 ERR_DENIED = "ERR DENIED user %s may not use lock %s"
 ERR_NOT_HELD = "ERR NOT_HELD this connection does not hold that lock"
+ERR_NO_LOGIN = "ERR NOAUTH no login within %d ms; closing"
 
 CLI_TIMEOUT = scaled(20.0)
 EXIT_FREE = 1
@@ -295,6 +297,75 @@ class AuthLoadTests(Case):
         self.assertEqual(int(after["auth_backoffs"]) - int(before["auth_backoffs"]), 1)
         self.assertEqual(int(after["auth_checks"]) - int(before["auth_checks"]), 4)
         self.assertEqual(int(after["auth_failures"]) - int(before["auth_failures"]), 3)
+
+
+class LoginDeadlineTests(Case):
+    """With a users file, a connection that does not log in within
+    login_timeout_ms is answered ERR NOAUTH and closed (issue 41): however
+    it spends the time. Shorter than AUTH's 1000 ms failure delay, so that
+    the deadline passes while a failed AUTH waits for its answer."""
+
+    MS = scaled_ms(400)
+
+    def start_short(self, unix=False):
+        return self.start(extra="login_timeout_ms = %d\n" % self.MS, unix=unix)
+
+    def expect_closed(self, d, c, *before):
+        """c gets the lines before, then the deadline's line, then EOF; one log line."""
+        c.expect(*before, ERR_NO_LOGIN % self.MS)
+        c.expect_eof()
+        d.wait_log(r"info conn \d+ \(%s\): no login within %d ms; closing$"
+                   % (re.escape(c.local), self.MS), since=c.mark)
+
+    def test_a_silent_connection_is_closed(self):
+        d = self.start_short()
+        self.expect_closed(d, self.connect(d))
+        admin = self.login(d, "alice")
+        self.assertEqual(self.stat(admin, "login_timeouts"), 1)
+
+    def test_a_connection_that_only_pings_is_closed(self):
+        d = self.start_short()
+        c = self.connect(d)
+        pongs = 0
+        while True:
+            line = c.request("PING")
+            if line != "PONG":
+                break
+            pongs += 1
+        self.assertGreater(pongs, 0)
+        self.assertEqual(line, ERR_NO_LOGIN % self.MS)
+        c.expect_eof()
+
+    def test_half_a_line_is_closed(self):
+        d = self.start_short()
+        c = self.connect(d)
+        c.send("AUTH alice hun")
+        self.expect_closed(d, c)
+
+    def test_a_failed_auth_is_answered_then_closed(self):
+        d = self.start_short()
+        c = self.connect(d)
+        c.send("AUTH alice wrong\nPING\n")
+        # The deadline passes while the failure waits: its answer first; the
+        # PING behind it is not served.
+        self.expect_closed(d, c, ERR_AUTH_FAILED)
+
+    def test_a_unix_socket_connection_is_closed_too(self):
+        d = self.start_short(unix=True)
+        self.expect_closed(d, self.connect(d, unix=True))
+
+    def test_a_logged_in_connection_stays(self):
+        d = self.start_short()
+        kept = self.login(d, "alice")
+        relogged = self.login(d, "bob")
+        relogged.send("AUTH bob wrong\n")
+        relogged.expect(ERR_AUTH_FAILED)
+        # Opened after them: once its deadline has passed, theirs would have.
+        witness = self.connect(d)
+        self.expect_closed(d, witness)
+        self.assertEqual(kept.request("PING"), "PONG")
+        self.assertEqual(relogged.request("PING"), "PONG")
+        self.assertEqual(self.stat(kept, "login_timeouts"), 1)
 
 
 class PermissionTests(Case):

@@ -3219,6 +3219,24 @@ class TlsTests(DaemonCase):
         p = self.lb(self.tls(addr="localhost:" + port) + ["ping"])
         self.assert_exit(p, 0, stdout="PONG\n")
 
+    def test_too_many_clients_is_told_over_tls(self):
+        """The daemon's refusal comes after the handshake, and the CLI
+        prints it, where it asked whether the port was the plain-text one."""
+        d = start_tls_daemon(tls_conf(self.pki.issue("localhost", server=True), self.pki.ca,
+                                      "optional", extra="[server]\nmax_clients = 1\n"),
+                             "lockbrokerd-cli-tls-full")
+        self.addCleanup(d.stop)
+        kept = d.client()
+        self.addCleanup(kept.close)
+        self.assertEqual(kept.request("PING"), "PONG")
+        for cert in (None, False):
+            for sub in (["ping"], ["run", self.name(), "--", "echo", "ran"]):
+                with self.subTest(cert=cert, sub=sub):
+                    p = self.lb(self.tls(cert=cert, addr=d.tls_addr) + sub)
+                    self.assert_exit(p, EXIT_UNAVAILABLE, r"%s refused this client: ERR LIMIT "
+                                     r"too many clients; try again later$"
+                                     % re.escape(d.tls_addr), stdout="")
+
     def test_wrong_port(self):
         p = self.lb(self.tls(addr=self.d.listen_addr) + ["ping"])
         self.assert_exit(p, EXIT_UNAVAILABLE, r"%s closed the connection during the TLS "

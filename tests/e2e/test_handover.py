@@ -589,6 +589,31 @@ class MoreStates(Case):
         # Its user's rights came with it.
         self.assertEqual(a.request("TRYLOCK other"), "ERR DENIED user alice may not use lock other")
 
+    def test_a_connection_without_a_login_gets_a_full_deadline_again(self):
+        """The snapshot has no field for the login deadline: the successor
+        carries the anonymous connection and gives it a whole deadline of
+        its own, after which it closes it with the deadline's line."""
+        ms = lbharness.scaled_ms(2000)
+
+        def config(tmp):
+            path = os.path.join(tmp, "users")
+            with open(path, "w") as f:
+                f.write("alice:%s:job-*\n" % ALICE_HASH)
+            os.chmod(path, 0o600)
+            return "[server]\nusers_file = %s\nlogin_timeout_ms = %d\n" % (path, ms)
+        d = self.start(config=config)
+        anon, alice = self.connect(d), self.connect(d)
+        self.assertEqual(alice.request("AUTH alice hunter2"), "OK alice")
+        self.assertEqual(anon.request("PING"), "PONG")
+        mark = d.log_mark()
+        self.handover(d)
+        self.assertEqual(anon.request("PING"), "PONG")       # carried over
+        anon.expect("ERR NOAUTH no login within %d ms; closing" % ms)
+        anon.expect_eof()
+        d.wait_log(r"info conn \d+ \(%s\): no login within %d ms; closing$"
+                   % (re.escape(anon.local), ms), since=mark)
+        self.assertEqual(alice.request("PING"), "PONG")
+
     def test_a_user_gone_from_the_users_file_takes_only_their_connections(self):
         """As after a reload: the successor reads the users file again; a
         connection of a user no longer in it is closed (its holds end), the

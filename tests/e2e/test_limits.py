@@ -22,6 +22,9 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from lbharness import Client, Daemon, TIMEOUT, read_stats, scaled  # noqa: E402
 
+ERR_PER_ADDRESS = ("ERR LIMIT too many connections from this address (at most %d); "
+                   "try again later")
+
 ERR_NOMEM = "ERR INTERNAL out of memory"
 WATCHES_MAX = 10000            # daemon/watch.h
 WATCHES_PER_CONN_MAX = 100
@@ -184,6 +187,49 @@ class DescriptorExhaustionTests(unittest.TestCase):
         with Client.tcp(*self.http) as c:
             c.send("GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             self.assertRegex(c.read_to_eof(), rb"^HTTP/1\.1 200 OK\r\n(.|\n)*\r\n\r\nok\n$")
+
+
+class PerAddressTests(unittest.TestCase):
+    """max_clients_per_address: one address cannot take every slot of
+    max_clients (issue 41); other addresses and the Unix socket get in."""
+
+    N = 3
+
+    def setUp(self):
+        def config(tmpdir):
+            self.sock_path = os.path.join(tmpdir, "lb.sock")
+            return ("[server]\nmax_clients_per_address = %d\nunix_socket = %s\n"
+                    % (self.N, self.sock_path))
+        self.d = Daemon(config=config, name="lockbrokerd-peraddr").start()
+        self.addCleanup(self.d.stop)
+
+    def connect(self, source="127.0.0.1"):
+        s = socket.create_connection((self.d.host, self.d.port), timeout=TIMEOUT,
+                                     source_address=(source, 0))
+        c = Client(s)
+        c.daemon = self.d
+        c.mark = self.d.log_mark()
+        self.addCleanup(c.close)
+        return c
+
+    def test_the_next_connection_of_an_address_is_refused(self):
+        first = [self.connect() for _ in range(self.N)]
+        for c in first:
+            self.assertEqual(c.request("PING"), "PONG")
+        extra = self.connect()
+        extra.expect(ERR_PER_ADDRESS % self.N)
+        extra.expect_eof()
+        self.d.wait_log(r"warn refusing 127\.0\.0\.1:\d+: max_clients_per_address \(%d\) "
+                        r"reached by 127\.0\.0\.1$" % self.N, since=extra.mark)
+        # Another address, and the Unix socket, are not that address.
+        self.assertEqual(self.connect("127.0.0.2").request("PING"), "PONG")
+        with Client.unix(self.sock_path) as u:
+            self.assertEqual(u.request("PING"), "PONG")
+        # A slot of the address freed: it gets in again.
+        first[0].close()
+        self.d.wait_closed(first[0])
+        self.assertEqual(self.connect().request("PING"), "PONG")
+        self.assertEqual(read_stats(first[1])["rejected_per_address"], "1")
 
 
 class WatchLimitTests(unittest.TestCase):

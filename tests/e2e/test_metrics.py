@@ -360,6 +360,8 @@ STAT_METRICS = {
     "curr_connections": ("lockbroker_connections", {}),
     "total_connections": ("lockbroker_connections_accepted_total", {}),
     "rejected_connections": ("lockbroker_connections_rejected_total", {}),
+    "rejected_per_address": ("lockbroker_connections_rejected_per_address_total", {}),
+    "login_timeouts": ("lockbroker_login_timeouts_total", {}),
     "accept_pauses": ("lockbroker_accept_pauses_total", {}),
     "handovers": ("lockbroker_handovers_total", {}),
     "locks_held": ("lockbroker_locks_held", {}),

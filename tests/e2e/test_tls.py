@@ -36,6 +36,9 @@ ERR_NOAUTH = ("ERR NOAUTH log in first with AUTH <user> <password> "
               "(only PING, HELP and QUIT work before)")
 TOKEN = r"(\d+)"
 HANDSHAKE_WAIT = scaled(10.0) + scaled(20.0)      # the daemon's 10 s, and room
+ERR_TOO_MANY = "ERR LIMIT too many clients; try again later"
+ERR_PER_ADDRESS = ("ERR LIMIT too many connections from this address (at most %d); "
+                   "try again later")
 
 
 class TlsClient(Client):
@@ -85,9 +88,11 @@ class TlsCase(unittest.TestCase):
             ctx.load_cert_chain(*cert)
         return ctx
 
-    def connect(self, d, cert=None, ca=None):
-        """A TLS client of d, handshake done; cert: (cert, key) to show."""
-        raw = socket.create_connection((d.tls_host, d.tls_port), timeout=scaled(20.0))
+    def connect(self, d, cert=None, ca=None, source="127.0.0.1"):
+        """A TLS client of d, handshake done; cert: (cert, key) to show;
+        source: the loopback address it connects from."""
+        raw = socket.create_connection((d.tls_host, d.tls_port), timeout=scaled(20.0),
+                                       source_address=(source, 0))
         s = self.context(cert, ca).wrap_socket(raw, server_hostname="127.0.0.1")
         c = TlsClient(s)
         c.daemon = d
@@ -196,6 +201,60 @@ class WrongSpeakers(TlsCase):
         self.addCleanup(c.close)
         c.expect_eof(timeout=HANDSHAKE_WAIT, allow_reset=True)
         d.wait_log(r"no TLS handshake within 10000 ms; closing", since=mark)
+
+
+class Refusals(TlsCase):
+    """Issue 41: a refusal over TLS is readable inside TLS; handshakes in
+    progress and logins have their per-address cap and deadline."""
+
+    def test_too_many_clients_is_said_after_the_handshake(self):
+        d = self.start(users=False, client_certs="none", extra="[server]\nmax_clients = 1\n")
+        kept = self.connect(d)
+        self.assertEqual(kept.request("PING"), "PONG")
+        c = self.connect(d)
+        c.expect(ERR_TOO_MANY)
+        c.expect_eof(allow_reset=True)
+        self.assertEqual(kept.request("PING"), "PONG")
+
+    def test_connections_per_address_over_tls(self):
+        d = self.start(users=False, client_certs="none",
+                       extra="[server]\nmax_clients_per_address = 2\n")
+        first = [self.connect(d), self.connect(d)]
+        for c in first:
+            self.assertEqual(c.request("PING"), "PONG")
+        c = self.connect(d)
+        c.expect(ERR_PER_ADDRESS % 2)
+        c.expect_eof(allow_reset=True)
+        self.assertEqual(self.connect(d, source="127.0.0.2").request("PING"), "PONG")
+
+    def test_handshakes_per_address_are_capped(self):
+        d = self.start(users=False, client_certs="none", extra="max_handshakes_per_address = 2\n")
+        stalled = []
+        for _ in range(2):
+            s = Client.tcp(d.tls_host, d.tls_port)
+            self.addCleanup(s.close)
+            stalled.append(s)
+        mark = d.log_mark()
+        third = Client.tcp(d.tls_host, d.tls_port)
+        self.addCleanup(third.close)
+        third.expect_eof(allow_reset=True)
+        d.wait_log(r"warn refusing 127\.0\.0\.1:\d+: \[tls\] max_handshakes_per_address \(2\) "
+                   r"reached by 127\.0\.0\.1; closed without a reply$", since=mark)
+        # Another address completes its handshake meanwhile.
+        self.assertEqual(self.connect(d, source="127.0.0.2").request("PING"), "PONG")
+        # And once a stalled one is gone, so does this one.
+        stalled[0].close()
+        d.wait_log(r"TLS handshake failed", since=mark)
+        self.assertEqual(self.connect(d).request("PING"), "PONG")
+
+    def test_login_deadline_after_the_handshake(self):
+        d = self.start(extra="[server]\nlogin_timeout_ms = 300\n")
+        cert = self.connect(d, cert=self.alice)
+        anon = self.connect(d)
+        anon.expect("ERR NOAUTH no login within 300 ms; closing")
+        anon.expect_eof(allow_reset=True)
+        # Logged in by its certificate, before the anonymous one: no deadline.
+        self.assertRegex(cert.request("LOCK job-1"), r"^OK job-1 \d+$")
 
 
 class Rotation(TlsCase):
