@@ -296,6 +296,23 @@ static const struct setting rows[] = {
     /* a lease costs well under 1 KB: ~10 MB at most */
     { "server", "max_leases", UINT(max_leases), "10000", 1, 1000000, ON_SIGHUP,
       "leases (LOCK ... ttl=) held or awaited through this daemon, all clients together" },
+    /* a tenth of max_leases: one user (or address) cannot take them all */
+    { "server", "max_leases_per_user", UINT(max_leases_per_user), "1000", 1, 1000000,
+      ON_SIGHUP, "leases held or awaited by one user (without users_file: one client address)" },
+    /* a kept hold costs ~500 bytes and a log line, and outlives its client:
+     * ~5 MB at most, as max_leases */
+    { "server", "max_kept_holds", UINT(max_kept_holds), "10000", 1, 1000000, ON_SIGHUP,
+      "holds that may outlive their client: with a lock-delay (held or awaited), or kept "
+      "after UNLOCK keep=; all clients together" },
+    /* a tenth of max_kept_holds, and above max_locks_per_client: one
+     * connection may keep all its holds, one user cannot take them all */
+    { "server", "max_kept_holds_per_user", UINT(max_kept_holds_per_user), "1000", 1, 1000000,
+      ON_SIGHUP, "of max_kept_holds, those of one user (without users_file: one client "
+      "address)" },
+    /* a tenth of the daemon's 10000 watches, as max_leases_per_user */
+    { "server", "max_watches_per_user", UINT(max_watches_per_user), "1000", 1, 1000000,
+      ON_SIGHUP, "WATCH subscriptions of one user (without users_file: one client address), "
+      "all its connections together" },
     /* 0: opt-in per request (delay=), so a client that dies does not hold
      * up the next one unless it asked; 60 s as Consul's upper bound */
     { "server", "lock_delay_ms", UINT(lock_delay_ms), "0", 0, 60000, ON_SIGHUP,

@@ -32,6 +32,10 @@ struct settings {
     unsigned max_line;          /* longest request line in bytes, LF excluded */
     unsigned max_locks_per_client; /* locks held plus awaited by one connection */
     unsigned max_leases;        /* leases held or awaited through this daemon, all clients */
+    unsigned max_leases_per_user; /* of those, per account (a user, or a client address) */
+    unsigned max_kept_holds;    /* holds with a lock-delay or kept by UNLOCK keep=, all clients */
+    unsigned max_kept_holds_per_user; /* of those, per account */
+    unsigned max_watches_per_user; /* WATCH subscriptions per account (WATCHES_MAX in all) */
     unsigned lock_delay_ms;     /* lock-delay of a LOCK/TRYLOCK without delay= */
     unsigned auth_threads;      /* threads that hash AUTH passwords, off the event loop */
     unsigned auth_max_pending;  /* AUTHs queued or being hashed at once, all clients */

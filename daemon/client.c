@@ -16,6 +16,20 @@
 #include "users.h"
 #include "watch.h"
 
+/* "user alice" once logged in, else "address 192.0.2.7" or "address [::1]":
+ * the peer without its port. */
+static void client_set_account(struct client *c)
+{
+    const char *colon = strrchr(c->peer, ':');
+    int len = colon ? (int)(colon - c->peer) : (int)strlen(c->peer);
+
+    if (c->user)
+        snprintf(c->account, sizeof(c->account), "user %s", c->user_name);
+    else
+        snprintf(c->account, sizeof(c->account), "address %.*s", len, c->peer);
+    c->owner.account = c->account;
+}
+
 void client_init(struct client *c, struct server *srv, const struct client_io *io,
                  const struct lock_owner_ops *owner_ops, uint64_t id, const char *peer)
 {
@@ -24,6 +38,7 @@ void client_init(struct client *c, struct server *srv, const struct client_io *i
     c->id = id;
     snprintf(c->peer, sizeof(c->peer), "%s", peer);
     lock_owner_init(&c->owner, owner_ops, c->peer);
+    client_set_account(c);
 }
 
 struct client *client_of_owner(struct lock_owner *o)
@@ -115,6 +130,7 @@ void client_login(struct client *c, const struct user *u)
 {
     c->user = u;
     snprintf(c->user_name, sizeof(c->user_name), "%s", user_name(u));
+    client_set_account(c);
     if (c->io->logged_in)
         c->io->logged_in(c);
 }

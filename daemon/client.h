@@ -83,6 +83,9 @@ struct client {
     struct lock_owner owner;             /* its holds, managed by the lock table */
     const struct user *user;             /* logged in as; in srv->users; NULL: not */
     char user_name[PROTO_USER_MAX + 1];  /* user's name, kept to find it after a reload */
+    char account[PROTO_ACCOUNT_MAX + 1]; /* who pays for what it makes (quota.h): "user
+                                          * <name>" once logged in, else "address <peer's
+                                          * IP>" ("address unix"); owner.account points here */
     char label[PROTO_LABEL_MAX + 1];     /* CLIENT <label>; owner.label points here once set */
     struct watch_sub **watches;          /* WATCH: owned (the array and each) */
     unsigned nwatches, watches_cap;

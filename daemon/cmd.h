@@ -40,6 +40,9 @@ cmd_handler cmd_ping, cmd_quit, cmd_client, cmd_auth, cmd_watch, cmd_unwatch, cm
 /* Shared by the handlers. */
 /* ERR UNAVAILABLE: the backend (ZooKeeper) could not be asked. */
 void cmd_reply_unavailable(struct client *c);
+/* ERR LIMIT for a quota (PROTOCOL.md, "Quotas"): r is LOCKS_KEEP_ACCOUNT,
+ * LOCKS_KEEP_TOTAL or LOCKS_LEASE_ACCOUNT; then ends the text ("" or "; ..."). */
+void cmd_reply_quota(struct client *c, enum locks_result r, const char *then);
 /* The answer to a LOCK or TRYLOCK of name from the lock table; at_once: the
  * table answered the request itself, not a callback later. */
 void cmd_reply_lock_result(struct client *c, enum proto_cmd cmd, const char *name,

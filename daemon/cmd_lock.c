@@ -79,6 +79,23 @@ static void reply_conflict(struct client *c, const char *name, bool at_once)
     client_reply_err(c, PROTO_ERR_CONFLICT, text);
 }
 
+void cmd_reply_quota(struct client *c, enum locks_result r, const char *then)
+{
+    const struct settings *s = c->srv->settings;
+    char text[PROTO_ACCOUNT_MAX + 128];
+
+    if (r == LOCKS_KEEP_ACCOUNT)
+        snprintf(text, sizeof(text), "%s already has %u holds with a lock-delay or keep=%s",
+                 c->account, s->max_kept_holds_per_user, then);
+    else if (r == LOCKS_KEEP_TOTAL)
+        snprintf(text, sizeof(text), "this daemon already has %u holds with a lock-delay or "
+                 "keep=%s", s->max_kept_holds, then);
+    else
+        snprintf(text, sizeof(text), "%s already holds or awaits %u leases through this "
+                 "daemon%s", c->account, s->max_leases_per_user, then);
+    client_reply_err(c, PROTO_ERR_LIMIT, text);
+}
+
 /* The refusals of a LOCK or TRYLOCK, each with its own words. */
 static void reply_refused(struct client *c, const char *name, enum locks_result r, bool at_once)
 {
@@ -93,6 +110,11 @@ static void reply_refused(struct client *c, const char *name, enum locks_result 
         snprintf(buf, sizeof(buf), "this connection already holds or awaits %u locks",
                  c->srv->settings->max_locks_per_client);
         client_reply_err(c, PROTO_ERR_LIMIT, buf);
+        break;
+    case LOCKS_KEEP_ACCOUNT:
+    case LOCKS_KEEP_TOTAL:
+    case LOCKS_LEASE_ACCOUNT:
+        cmd_reply_quota(c, r, "");
         break;
     case LOCKS_NOMEM:
         client_reply_err(c, PROTO_ERR_INTERNAL, "out of memory");
@@ -369,11 +391,15 @@ void cmd_unlock(struct client *c, const struct proto_req *req, const char *name)
                          "later; a lease is kept longer with RENEW");
     } else if (!own_hold(c, req, name)) {
         lease_op(c, req, name);
-    } else if (locks_unlock_keep(c->srv->locks, &c->owner, name, req->keep_ms) ==
-               LOCKS_RELEASED) {
-        cmd_reply_word(c, "OK", name, req->name_len);
     } else {
-        client_reply_err(c, PROTO_ERR_NOT_HELD, "this connection does not hold that lock");
+        enum locks_result r = locks_unlock_keep(c->srv->locks, &c->owner, name, req->keep_ms);
+
+        if (r == LOCKS_RELEASED)
+            cmd_reply_word(c, "OK", name, req->name_len);
+        else if (r == LOCKS_KEEP_ACCOUNT || r == LOCKS_KEEP_TOTAL)
+            cmd_reply_quota(c, r, "; the lock is still held");   /* nothing changed */
+        else
+            client_reply_err(c, PROTO_ERR_NOT_HELD, "this connection does not hold that lock");
     }
 }
 

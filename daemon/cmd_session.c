@@ -355,16 +355,20 @@ static bool watch_room(struct client *c)
 void cmd_watch(struct client *c, const struct proto_req *req, const char *name)
 {
     struct watch_sub *s;
-    char text[96];
-    bool limit;
+    char text[PROTO_ACCOUNT_MAX + 64];
+    enum quota_verdict why;
 
     if (find_watch(c, name) < 0) {
         if (!watch_room(c))
             return;
-        if (!(s = watch_add(c->srv->watches, name, on_watch_event, c, &limit))) {
-            snprintf(text, sizeof(text), "this daemon has %d watches", WATCHES_MAX);
-            client_reply_err(c, limit ? PROTO_ERR_LIMIT : PROTO_ERR_INTERNAL,
-                             limit ? text : "out of memory");
+        if (!(s = watch_add(c->srv->watches, name, on_watch_event, c, c->account, &why))) {
+            if (why == QUOTA_ACCOUNT)
+                snprintf(text, sizeof(text), "%s already has %u watches in this daemon",
+                         c->account, c->srv->settings->max_watches_per_user);
+            else
+                snprintf(text, sizeof(text), "this daemon has %d watches", WATCHES_MAX);
+            client_reply_err(c, why != QUOTA_OK ? PROTO_ERR_LIMIT : PROTO_ERR_INTERNAL,
+                             why != QUOTA_OK ? text : "out of memory");
             return;
         }
         c->watches[c->nwatches++] = s;
@@ -423,8 +427,8 @@ bool cmd_restore_watch(struct client *c, struct snap_r *r)
         !watch_room(c))
         return snap_r_fail(r, "conn %llu: a watch of %s that does not add up",
                            (unsigned long long)c->id, name);
-    if (!(s = watch_restore(c->srv->watches, name, on_watch_event, c, line ? line : "", len,
-                            taken)))
+    if (!(s = watch_restore(c->srv->watches, name, on_watch_event, c, c->account,
+                            line ? line : "", len, taken)))
         return snap_r_fail(r, "out of memory, or more than %d watches", WATCHES_MAX);
     c->watches[c->nwatches++] = s;
     return true;

@@ -203,6 +203,8 @@ static void set_unlock(struct cmd_set *s, int64_t keep_ms)
 {
     struct client *c = s->c;
     char text[PROTO_NAME_MAX + 64];
+    const char *names[PROTO_SET_MAX];
+    enum locks_result r;
     uint64_t token;
 
     for (unsigned i = 0; i < s->n; i++)
@@ -213,6 +215,14 @@ static void set_unlock(struct cmd_set *s, int64_t keep_ms)
             set_free(s);
             return;
         }
+    for (unsigned i = 0; i < s->n; i++)
+        names[i] = s->names[i];
+    if ((r = locks_keep_room(c->srv->locks, &c->owner, names, s->n, keep_ms)) !=
+        LOCKS_RELEASED) {
+        cmd_reply_quota(c, r, "; nothing was released");
+        set_free(s);
+        return;
+    }
     for (unsigned i = 0; i < s->n; i++)
         locks_unlock_keep(c->srv->locks, &c->owner, s->names[i], keep_ms);
     cmd_reply_word(c, "OK", s->list, s->list_len);

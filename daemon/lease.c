@@ -13,9 +13,11 @@
 #include "backend.h"
 #include "log.h"
 #include "proto.h"
+#include "quota.h"
 #include "snap.h"
 
 #include <event2/event.h>
+#include <limits.h>
 #include <search.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -35,6 +37,9 @@ struct lease {
     int64_t delay_ms;              /* its lock-delay, kept after it expires */
     int64_t ends_ms;               /* embedded mode, granted: monotonic ms of its end */
     char desc[96];                 /* "lease:<taker's address>"; the owner's desc */
+    char account[PROTO_ACCOUNT_MAX + 1]; /* the taker's account (quota.h), the owner's;
+                                    * "" when restored by a handover (not carried) */
+    struct quota_acct *acct;       /* what it counts against in set->accounts */
     char label[PROTO_LABEL_MAX + 1]; /* the taker's CLIENT label then, or "" */
     char name[256];                /* a lock name (at most 200 bytes) */
     uint64_t number;               /* its place in the last handover snapshot */
@@ -47,6 +52,8 @@ struct leases {
     TAILQ_HEAD(, lease) all;
     void *by_token;                /* tsearch root: granted leases by (token, name) */
     unsigned max;
+    struct quota accounts;         /* leases per account; every lease is counted */
+    unsigned max_per_account;
     struct leases_stats stats;
 };
 
@@ -79,6 +86,7 @@ static void lease_free(struct lease *le)
         tdelete(le, &ls->by_token, by_token);
     TAILQ_REMOVE(&ls->all, le, link);
     ls->stats.current--;
+    quota_put(&ls->accounts, le->acct);
     if (le->expiry)
         event_free(le->expiry);
     free(le);
@@ -199,6 +207,7 @@ struct leases *leases_new(struct event_base *base, struct locks *t, struct backe
     ls->locks = t;
     ls->backend = backend;
     ls->max = max;
+    ls->max_per_account = UINT_MAX;
     TAILQ_INIT(&ls->all);
     return ls;
 }
@@ -211,12 +220,14 @@ void leases_free(struct leases *ls)
         return;
     while ((le = TAILQ_FIRST(&ls->all)))
         lease_free(le);
+    quota_clear(&ls->accounts);
     free(ls);
 }
 
-void leases_set_max(struct leases *ls, unsigned max)
+void leases_set_max(struct leases *ls, unsigned max, unsigned max_per_account)
 {
     ls->max = max;
+    ls->max_per_account = max_per_account;
 }
 
 void leases_get_stats(const struct leases *ls, struct leases_stats *out)
@@ -233,6 +244,9 @@ enum locks_result leases_lock(struct leases *ls, struct lock_owner *requester, c
 
     if (ls->stats.current >= ls->max)
         return LOCKS_LIMIT;
+    if (requester->account &&
+        quota_count(&ls->accounts, requester->account) >= ls->max_per_account)
+        return LOCKS_LEASE_ACCOUNT;
     if (!(le = calloc(1, sizeof(*le))))
         return LOCKS_NOMEM;
     /* Made now, so that nothing needs memory once the lease is granted. */
@@ -240,10 +254,20 @@ enum locks_result leases_lock(struct leases *ls, struct lock_owner *requester, c
         free(le);
         return LOCKS_NOMEM;
     }
+    if (!quota_take(&ls->accounts, requester->account, &le->acct)) {
+        event_free(le->expiry);
+        free(le);
+        return LOCKS_NOMEM;
+    }
+    if (requester->account)
+        snprintf(le->account, sizeof(le->account), "%s", requester->account);
     le->set = ls;
     snprintf(le->name, sizeof(le->name), "%s", name);
     snprintf(le->desc, sizeof(le->desc), "lease:%s", requester->desc);
     lock_owner_init(&le->owner, &lease_ops, le->desc);
+    /* Its holds that may be kept count against the taker's account too. */
+    if (le->account[0])
+        le->owner.account = le->account;
     if (requester->label) {
         snprintf(le->label, sizeof(le->label), "%s", requester->label);
         le->owner.label = le->label;
@@ -385,6 +409,8 @@ struct lease *leases_restore(struct leases *ls, struct snap_r *r)
         le->owner.label = le->label;
     TAILQ_INSERT_TAIL(&ls->all, le, link);
     ls->stats.current++;
+    /* The snapshot names no account: the daemon-wide cap only. */
+    quota_take(&ls->accounts, NULL, &le->acct);
     if (!snap_r_done(r))
         return NULL;        /* in ls->all: leases_free() frees it */
     if (le->granted && !tsearch(le, &ls->by_token, by_token)) {

@@ -42,14 +42,16 @@ struct leases *leases_new(struct event_base *base, struct locks *t, struct backe
  * mentions them, and no owner is called back. */
 void leases_free(struct leases *ls);
 
-/* New daemon-wide cap for later requests; leases beyond it are kept. */
-void leases_set_max(struct leases *ls, unsigned max);
+/* New caps for later requests, daemon-wide and per requester's account
+ * (quota.h; UINT_MAX until set); leases beyond them are kept. */
+void leases_set_max(struct leases *ls, unsigned max, unsigned max_per_account);
 
 void leases_get_stats(const struct leases *ls, struct leases_stats *out);
 
 /*
  * Asks for name (NUL-terminated, valid) as a lease; req->ttl_ms > 0.
- * LOCKS_LIMIT when max leases exist. LOCKS_WAITING: *pending is the lease
+ * LOCKS_LIMIT when max leases exist, LOCKS_LEASE_ACCOUNT when the
+ * requester's account has max_per_account of them. LOCKS_WAITING: *pending is the lease
  * being acquired, and the outcome reaches requester's done() later (the
  * token of a granted lease, or a refusal); until then, if the requester
  * goes away, it must call leases_cancel(). Otherwise answers at once, like

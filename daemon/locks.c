@@ -23,6 +23,7 @@
 
 #include <event2/event.h>
 #include <fnmatch.h>
+#include <limits.h>
 #include <sys/time.h>
 #include <time.h>
 #include <stddef.h>
@@ -159,6 +160,41 @@ static void lock_changed(const struct lock *l)
         l->table->changed(l->table->changed_arg, l->name);
 }
 
+bool hold_count_keepable(struct locks *t, struct hold *h, const char *key)
+{
+    if (!quota_take(&t->keep, key, &h->acct))
+        return false;
+    h->keepable = true;
+    t->stats.keepable++;
+    return true;
+}
+
+static void hold_uncount_keepable(struct locks *t, struct hold *h)
+{
+    if (!h->keepable)
+        return;
+    quota_put(&t->keep, h->acct);
+    h->acct = NULL;
+    h->keepable = false;
+    t->stats.keepable--;
+}
+
+/* Whether n more holds that may be kept fit for o: LOCKS_RELEASED, or which quota is full. */
+static enum locks_result keep_verdict(struct locks *t, const struct lock_owner *o, unsigned n)
+{
+    switch (quota_check(&t->keep, o->account, n, t->keep_max, t->keep_max_per_account)) {
+    case QUOTA_OK:
+        return LOCKS_RELEASED;
+    case QUOTA_ACCOUNT:
+        t->stats.keep_refused++;
+        return LOCKS_KEEP_ACCOUNT;
+    case QUOTA_TOTAL:
+        break;
+    }
+    t->stats.keep_refused++;
+    return LOCKS_KEEP_TOTAL;
+}
+
 /* Takes h out of its lists and the counters, and frees it. */
 static void hold_unlink(struct hold *h)
 {
@@ -191,6 +227,7 @@ static void hold_unlink(struct hold *h)
     h->owner->nholds--;
     if (h->owner == &t->abandoned)
         t->stats.delayed--;
+    hold_uncount_keepable(t, h);
     if (h->timer)
         event_free(h->timer);
     free(h->gone_desc);
@@ -395,6 +432,10 @@ static bool hold_keep(struct hold *h, int64_t ms, bool released)
 
     if (ms <= 0 || t->closing || h->state != HOLD_HELD)
         return false;
+    /* A hold without a lock-delay counts from now (the caller checked the
+     * quota); one with a lock-delay has counted since its request. */
+    if (!h->keepable && !hold_count_keepable(t, h, h->owner->account))
+        return false;
     event_base_update_cache_time(t->base);
     /* Its desc and label go on naming it in STATUS, LOCKS and WATCH. */
     if (!(desc = strdup(h->owner->desc ? h->owner->desc : "?")) ||
@@ -405,6 +446,8 @@ static bool hold_keep(struct hold *h, int64_t ms, bool released)
         h->timer = NULL;
         free(desc);
         free(label);
+        if (h->delay_ms == 0)
+            hold_uncount_keepable(t, h);
         return false;
     }
     h->gone_desc = desc;
@@ -444,6 +487,8 @@ struct locks *locks_new(struct event_base *base, struct backend *backend, unsign
     t->base = base;
     t->backend = backend;
     t->max_per_client = max_per_client;
+    t->keep_max = UINT_MAX;
+    t->keep_max_per_account = UINT_MAX;
     return t;
 }
 
@@ -467,6 +512,7 @@ void locks_free(struct locks *t)
     if (!t)
         return;
     name_tree_destroy(t->tree, free_lock_node);
+    quota_clear(&t->keep);
     free(t);
 }
 
@@ -477,6 +523,7 @@ void lock_owner_init(struct lock_owner *o, const struct lock_owner_ops *ops, con
     o->ops = ops;
     o->desc = desc;
     o->label = NULL;
+    o->account = NULL;
 }
 
 /* o's request for l, if any: at most max_locks_per_client holds to look at. */
@@ -540,15 +587,26 @@ enum locks_result locks_lock(struct locks *t, struct lock_owner *o, const char *
         return LOCKS_BUSY;
     if (o->nholds >= t->max_per_client)
         return LOCKS_LIMIT;
+    /* A lock-delay may keep it after its owner is gone: refused now rather
+     * than dropped then (PROTOCOL.md, "Quotas"). */
+    if (req->delay_ms > 0 && (r = keep_verdict(t, o, 1)) != LOCKS_RELEASED)
+        return r;
+    r = LOCKS_WAITING;
 
     h = calloc(1, sizeof(*h));
     if (!h)
         return LOCKS_NOMEM;
+    if (req->delay_ms > 0 && !hold_count_keepable(t, h, o->account)) {
+        free(h);
+        return LOCKS_NOMEM;
+    }
     if (!l && !(l = lock_create(t, name, req))) {
+        hold_uncount_keepable(t, h);
         free(h);
         return LOCKS_NOMEM;
     }
     if (hold_arm_timer(t, h, req->wait_ms) < 0) {
+        hold_uncount_keepable(t, h);
         free(h);
         if (lock_empty(l))
             lock_destroy(l);
@@ -630,9 +688,14 @@ enum locks_result locks_unlock_keep(struct locks *t, struct lock_owner *o, const
 {
     struct lock *l = lock_find(t, name);
     struct hold *h = l ? owned_hold(l, o) : NULL;
+    enum locks_result r;
 
     if (!h || h->state != HOLD_HELD)
         return LOCKS_NOT_HELD;
+    /* Refused before anything changes: the hold stays as it was. */
+    if (h->count == 1 && keep_ms > 0 && !h->keepable && !t->closing &&
+        (r = keep_verdict(t, o, 1)) != LOCKS_RELEASED)
+        return r;
     if (--h->count == 0 && !hold_keep(h, keep_ms, true))
         hold_release(h);
     return LOCKS_RELEASED;
@@ -879,6 +942,28 @@ void locks_set_observer(struct locks *t, void (*changed)(void *arg, const char *
 void locks_set_max_per_client(struct locks *t, unsigned max_per_client)
 {
     t->max_per_client = max_per_client;
+}
+
+void locks_set_keep_max(struct locks *t, unsigned max_total, unsigned max_per_account)
+{
+    t->keep_max = max_total;
+    t->keep_max_per_account = max_per_account;
+}
+
+enum locks_result locks_keep_room(struct locks *t, const struct lock_owner *o,
+                                  const char *const *names, unsigned n, int64_t keep_ms)
+{
+    unsigned fresh = 0;
+
+    if (keep_ms <= 0 || t->closing)
+        return LOCKS_RELEASED;
+    for (unsigned i = 0; i < n; i++) {
+        struct lock *l = lock_find(t, names[i]);
+        struct hold *h = l ? owned_hold(l, o) : NULL;
+
+        fresh += h && h->state == HOLD_HELD && h->count == 1 && !h->keepable;
+    }
+    return fresh ? keep_verdict(t, o, fresh) : LOCKS_RELEASED;
 }
 
 /* ------------------------------------------------------------ for backends */

@@ -62,6 +62,9 @@ enum locks_result {
     LOCKS_NOT_HELD,     /* unlock: this owner does not hold it */
     LOCKS_NOMEM,
     LOCKS_UNSUPPORTED,  /* the backend serves no such request on this name (non-fair) */
+    LOCKS_KEEP_ACCOUNT, /* the owner's account has its share of holds that may be kept */
+    LOCKS_KEEP_TOTAL,   /* the table has max_kept_holds holds that may be kept */
+    LOCKS_LEASE_ACCOUNT,/* leases: the requester's account has its share of leases */
 };
 
 struct lock_owner;
@@ -86,6 +89,9 @@ struct lock_owner {
                                           * STATUS and ZooKeeper; borrowed */
     const char *label;                   /* CLIENT <label> for requests made from now
                                           * on, or NULL; borrowed */
+    const char *account;                 /* who pays for its holds that may be kept
+                                          * (quota.h): "user alice", "address ::1";
+                                          * NULL: the daemon-wide cap only; borrowed */
 };
 
 struct locks_stats {
@@ -100,6 +106,9 @@ struct locks_stats {
     uint64_t delayed;     /* such holds now, and holds kept after UNLOCK keep= */
     uint64_t keeps;       /* holds released with UNLOCK keep=, since start */
     uint64_t broken;      /* holds ended by BREAK, since start (in lost too) */
+    uint64_t keepable;    /* holds that may be kept now: with a lock-delay, held or
+                           * awaited, and kept ones (counted against max_kept_holds) */
+    uint64_t keep_refused;/* LOCK, TRYLOCK or UNLOCK keep= refused for that quota */
 };
 
 /* Durations on the lock path, for /metrics. Re-entrant grants are not
@@ -167,6 +176,8 @@ enum locks_result locks_unlock(struct locks *t, struct lock_owner *o, const char
  * As locks_unlock(), but when that ends o's hold, the table keeps it for
  * keep_ms more (PROTOCOL.md, "Releasing later: keep="): held by nobody, with
  * its token, shown as a lock-delay, then released. keep_ms 0: at once.
+ * LOCKS_KEEP_ACCOUNT or LOCKS_KEEP_TOTAL: keeping it would pass a quota
+ * (locks_set_keep_max); nothing changed, o still holds it.
  */
 enum locks_result locks_unlock_keep(struct locks *t, struct lock_owner *o, const char *name,
                                     int64_t keep_ms);
@@ -254,6 +265,25 @@ unsigned locks_break(struct locks *t, const char *name, uint64_t token, const ch
 
 /* New limit for later requests; holds beyond it are kept. */
 void locks_set_max_per_client(struct locks *t, unsigned max_per_client);
+
+/*
+ * Holds that may be kept after their owner let go of them (PROTOCOL.md,
+ * "Quotas"): a hold with a lock-delay counts from its request until it
+ * ends (its lock-delay included), one kept by UNLOCK keep= from then on.
+ * At most max_total in the table and max_per_account per owner's account;
+ * a request beyond is refused (LOCKS_KEEP_ACCOUNT or LOCKS_KEEP_TOTAL),
+ * never a hold ended. New caps apply to later requests (UINT_MAX both
+ * until set).
+ */
+void locks_set_keep_max(struct locks *t, unsigned max_total, unsigned max_per_account);
+
+/*
+ * Whether o could UNLOCK each of names[0..n) with keep_ms at once (a set):
+ * LOCKS_RELEASED, or LOCKS_KEEP_ACCOUNT / LOCKS_KEEP_TOTAL (counted then
+ * in keep_refused). Names o does not hold are skipped.
+ */
+enum locks_result locks_keep_room(struct locks *t, const struct lock_owner *o,
+                                  const char *const *names, unsigned n, int64_t keep_ms);
 
 /*
  * For backends. A backend acquires and releases on behalf of one hold at a

@@ -13,6 +13,7 @@
 
 #include "locks.h"
 #include "name_tree.h"
+#include "quota.h"
 
 #define NAME_COPY 256              /* a lock name (at most 200 bytes) and its NUL */
 
@@ -36,6 +37,9 @@ struct hold {
     int64_t delay_end_ms;          /* abandoned: monotonic ms when the delay ends */
     int64_t kept_ms;               /* kept (a lock-delay, or UNLOCK keep=): for how long */
     bool kept_by_release;          /* kept because UNLOCK said keep=, not abandoned */
+    bool keepable;                 /* counted in table->keep: it has a lock-delay, or
+                                    * is kept; acct is its account then */
+    struct quota_acct *acct;       /* keepable: the account it counts against, or NULL */
     char *gone_desc;               /* abandoned: a copy of its owner's desc; owned */
     char *gone_label;              /* abandoned: a copy of its owner's label, or NULL; owned */
     uint32_t count;                /* re-entrant depth, >= 1 when HELD */
@@ -72,6 +76,9 @@ struct locks {
     struct locks_stats stats;
     struct locks_histograms hist;
     struct lock_owner abandoned;   /* owns the holds kept for their lock-delay */
+    struct quota keep;             /* holds that may be kept, per account (locks.h,
+                                    * locks_set_keep_max) */
+    unsigned keep_max, keep_max_per_account;
     void (*changed)(void *arg, const char *name); /* locks_set_observer(), or NULL */
     void *changed_arg;
 };
@@ -87,5 +94,8 @@ bool lock_empty(const struct lock *l);
 struct lock *lock_of_node(const struct name_node *n);
 void hold_on_wait_timeout(evutil_socket_t fd, short what, void *arg);
 void hold_on_delay_over(evutil_socket_t fd, short what, void *arg);
+/* Counts h against the quota of holds that may be kept, for key (NULL:
+ * the daemon-wide cap only). false when out of memory. */
+bool hold_count_keepable(struct locks *t, struct hold *h, const char *key);
 
 #endif

@@ -197,7 +197,11 @@ bool locks_restore_hold(struct locks *t, struct lock *l, struct lock_owner *o,
         snap_r_fail(r, "a hold of lock %s carries what this backend does not keep", l->name);
         goto fail;
     }
-    if (!snap_r_done(r) || !restore_timer(t, h, deadline_us)) {
+    /* The snapshot names no account: a kept hold counts against the
+     * daemon-wide cap only, one with a lock-delay against its owner's
+     * (restored before its holds), never refused (PROTOCOL.md, "Quotas"). */
+    if (!snap_r_done(r) || !restore_timer(t, h, deadline_us) ||
+        ((kept || h->delay_ms > 0) && !hold_count_keepable(t, h, kept ? NULL : o->account))) {
         snap_r_fail(r, "out of memory");
         goto fail;
     }

@@ -27,6 +27,7 @@
 #include "tls.h"
 #include "settings.h"
 #include "users.h"
+#include "watch.h"
 #include "zk/zk.h"
 
 /* Descriptors beyond max_clients: listeners, log, the ZooKeeper socket. */
@@ -150,6 +151,15 @@ static void reload_users(struct daemon *d)
     log_info("reload: %zu users from %s", users_count(fresh), d->s.users_file);
 }
 
+/* Limits on what clients make: later requests see them; nothing made ends. */
+static void apply_quotas(struct daemon *d)
+{
+    locks_set_max_per_client(d->locks, d->s.max_locks_per_client);
+    locks_set_keep_max(d->locks, d->s.max_kept_holds, d->s.max_kept_holds_per_user);
+    leases_set_max(d->leases, d->s.max_leases, d->s.max_leases_per_user);
+    watches_set_max_per_account(d->srv.watches, d->s.max_watches_per_user);
+}
+
 /* SIGHUP: re-read the file; apply what can change while running. */
 static void reload(struct daemon *d)
 {
@@ -167,8 +177,7 @@ static void reload(struct daemon *d)
     /* What start-up applied once from these values is applied again. */
     log_set_level(d->s.log_level);
     raise_fd_limit(&d->s);
-    locks_set_max_per_client(d->locks, d->s.max_locks_per_client);
-    leases_set_max(d->leases, d->s.max_leases);
+    apply_quotas(d);
     conn_settings_changed(&d->srv);
     settings_format_reloadable(&d->s, buf, sizeof(buf));
     log_info("reloaded: %s", buf);
@@ -338,6 +347,7 @@ static int daemon_start_server(struct daemon *d)
                      d->id, &d->in.fds) < 0)
         return -1;
     d->server_started = true;
+    apply_quotas(d);
     if (!d->s.metrics_listen && d->in.metrics_fd >= 0)
         close(d->in.metrics_fd);
     if (d->s.metrics_listen &&

@@ -136,6 +136,12 @@ static const struct metric_row rows[] = {
       "Holds released with UNLOCK keep= (kept for that time) since start." },
     { "locks_broken", "locks_broken_total", "counter", NULL, 0,
       "Holds ended by BREAK since start (counted in locks_lost_total too)." },
+    { "locks_keepable", "locks_keepable", "gauge", NULL, 0,
+      "Holds that may outlive their client now: with a lock-delay (held or awaited), or "
+      "kept (counted against max_kept_holds)." },
+    { "keep_refused", "keep_refused_total", "counter", NULL, 0,
+      "LOCK, TRYLOCK and UNLOCK keep= answered ERR LIMIT for max_kept_holds or "
+      "max_kept_holds_per_user, since start." },
     { "errors", "errors_total", "counter", NULL, 0, "ERR replies sent since start." },
     { "auth_failures", "auth_failures_total", "counter", NULL, 0,
       "Failed authentications since start." },

@@ -52,6 +52,8 @@ void stats_each(const struct server *srv, backend_stat_fn add, void *cookie)
     add_u64(add, cookie, "locks_delayed", ls.delayed);
     add_u64(add, cookie, "locks_kept", ls.keeps);
     add_u64(add, cookie, "locks_broken", ls.broken);
+    add_u64(add, cookie, "locks_keepable", ls.keepable);
+    add_u64(add, cookie, "keep_refused", ls.keep_refused);
     add_u64(add, cookie, "errors", srv->stats.errors);
     add_u64(add, cookie, "auth_failures", srv->stats.auth_failures);
     add_u64(add, cookie, "auth_checks", srv->stats.auth_checks);

@@ -6,6 +6,7 @@
 
 #include <event2/event.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <search.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -41,6 +42,7 @@ struct watch_sub {
     watch_deliver_fn fn;
     void *arg;
     uint64_t gen;                      /* of the last line fn took; 0: none */
+    struct quota_acct *acct;           /* the account it counts against, or NULL */
 };
 
 struct watches {
@@ -52,6 +54,8 @@ struct watches {
     TAILQ_HEAD(, watched) dirty;
     struct event *tick;                /* works the dirty ones out, from the loop */
     unsigned nsubs;
+    struct quota accounts;             /* subscriptions per account (quota.h) */
+    unsigned max_per_account;
 };
 
 static int by_name(const void *a, const void *b)
@@ -190,7 +194,7 @@ struct watches *watches_new(struct event_base *base, struct locks *locks,
     if (!ws)
         return NULL;
     *ws = (struct watches){ .base = base, .locks = locks, .backend = backend,
-                            .daemon_id = daemon_id };
+                            .daemon_id = daemon_id, .max_per_account = UINT_MAX };
     TAILQ_INIT(&ws->dirty);
     if (!(ws->tick = event_new(base, -1, 0, on_tick, ws))) {
         free(ws);
@@ -204,21 +208,35 @@ void watches_free(struct watches *ws)
     if (!ws)
         return;
     event_free(ws->tick);
+    quota_clear(&ws->accounts);
     free(ws);
 }
 
-struct watch_sub *watch_add(struct watches *ws, const char *name, watch_deliver_fn fn,
-                            void *arg, bool *limit)
+void watches_set_max_per_account(struct watches *ws, unsigned max)
+{
+    ws->max_per_account = max;
+}
+
+/* watch_add; checked: the account's share is enforced too (not on a handover). */
+static struct watch_sub *sub_add(struct watches *ws, const char *name, watch_deliver_fn fn,
+                                 void *arg, const char *account, bool checked,
+                                 enum quota_verdict *why)
 {
     struct backend *be = ws->backend;
     struct watched *w = watched_find(ws, name);
     struct watch_sub *s;
 
-    *limit = ws->nsubs >= WATCHES_MAX;
-    if (*limit || !(s = calloc(1, sizeof(*s))))
+    *why = quota_check(&ws->accounts, checked ? account : NULL, 1, WATCHES_MAX,
+                       ws->max_per_account);
+    if (*why != QUOTA_OK || !(s = calloc(1, sizeof(*s))))
         return NULL;
+    if (!quota_take(&ws->accounts, account, &s->acct)) {
+        free(s);
+        return NULL;
+    }
     if (!w) {
         if (!(w = calloc(1, sizeof(*w)))) {
+            quota_put(&ws->accounts, s->acct);
             free(s);
             return NULL;
         }
@@ -227,6 +245,7 @@ struct watch_sub *watch_add(struct watches *ws, const char *name, watch_deliver_
         snprintf(w->name, sizeof(w->name), "%s", name);
         if (!tsearch(w, &ws->tree, by_name)) {
             free(w);
+            quota_put(&ws->accounts, s->acct);
             free(s);
             return NULL;
         }
@@ -234,6 +253,7 @@ struct watch_sub *watch_add(struct watches *ws, const char *name, watch_deliver_
         if (be->ops->watch && !(w->bw = be->ops->watch(be->impl, w->name, on_backend, w))) {
             tdelete(w, &ws->tree, by_name);
             free(w);
+            quota_put(&ws->accounts, s->acct);
             free(s);
             return NULL;
         }
@@ -249,6 +269,12 @@ struct watch_sub *watch_add(struct watches *ws, const char *name, watch_deliver_
     return s;
 }
 
+struct watch_sub *watch_add(struct watches *ws, const char *name, watch_deliver_fn fn,
+                            void *arg, const char *account, enum quota_verdict *why)
+{
+    return sub_add(ws, name, fn, arg, account, true, why);
+}
+
 void watch_remove(struct watch_sub *s)
 {
     struct watched *w = s->w;
@@ -257,6 +283,7 @@ void watch_remove(struct watch_sub *s)
 
     TAILQ_REMOVE(&w->subs, s, link);
     ws->nsubs--;
+    quota_put(&ws->accounts, s->acct);
     free(s);
     if (!TAILQ_EMPTY(&w->subs))
         return;
@@ -298,10 +325,11 @@ void watch_sub_state(const struct watch_sub *s, const char **line, size_t *len, 
 }
 
 struct watch_sub *watch_restore(struct watches *ws, const char *name, watch_deliver_fn fn,
-                                void *arg, const char *line, size_t len, bool taken)
+                                void *arg, const char *account, const char *line, size_t len,
+                                bool taken)
 {
-    bool limit;
-    struct watch_sub *s = watch_add(ws, name, fn, arg, &limit);
+    enum quota_verdict why;
+    struct watch_sub *s = sub_add(ws, name, fn, arg, account, false, &why);
     struct watched *w;
 
     if (!s || len == 0 || len > EVENT_MAX)

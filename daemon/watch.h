@@ -15,6 +15,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "quota.h"
+
 struct event_base;
 struct locks;
 struct backend;
@@ -37,10 +39,15 @@ struct watches *watches_new(struct event_base *base, struct locks *locks,
 /* Frees it; every subscription must be removed first. */
 void watches_free(struct watches *ws);
 
-/* Watches name for fn(arg, ...): its first line comes from the loop, later.
- * NULL when WATCHES_MAX are in use (*limit set) or out of memory. */
+/* Watches name for fn(arg, ...), counted against account (quota.h; NULL:
+ * WATCHES_MAX only): its first line comes from the loop, later. NULL when
+ * WATCHES_MAX are in use (*why QUOTA_TOTAL), the account has its share
+ * (QUOTA_ACCOUNT), or out of memory (QUOTA_OK). */
 struct watch_sub *watch_add(struct watches *ws, const char *name, watch_deliver_fn fn,
-                            void *arg, bool *limit);
+                            void *arg, const char *account, enum quota_verdict *why);
+/* Subscriptions per account from now on (initially unlimited); existing
+ * ones stay. */
+void watches_set_max_per_account(struct watches *ws, unsigned max);
 /* Ends the subscription; fn will not run again. Frees s. */
 void watch_remove(struct watch_sub *s);
 /* The name s watches; lives as long as s. */
@@ -51,7 +58,8 @@ void watch_sub_state(const struct watch_sub *s, const char **line, size_t *len, 
  * name's latest line, and had taken it or not: only a line that differs, or
  * one it had not taken, is offered. */
 struct watch_sub *watch_restore(struct watches *ws, const char *name, watch_deliver_fn fn,
-                                void *arg, const char *line, size_t len, bool taken);
+                                void *arg, const char *account, const char *line, size_t len,
+                                bool taken);
 /* Offers s the latest line if it has not taken it yet. */
 void watch_flush(struct watch_sub *s);
 

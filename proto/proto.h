@@ -20,6 +20,7 @@
 #define PROTO_REPLY_MAX 512           /* enough for any single reply line */
 #define PROTO_LABEL_MAX 100           /* bytes in a CLIENT label */
 #define PROTO_USER_MAX 64             /* bytes in an AUTH user name */
+#define PROTO_ACCOUNT_MAX 80          /* "user <name>" or "address <peer's IP>" (quotas) */
 #define PROTO_DELAY_MAX 60000LL      /* largest delay=<ms>: a minute, as Consul's lock-delay */
 #define PROTO_KEEP_MAX 86400000LL     /* largest keep=<ms> of UNLOCK: 24 h */
 #define PROTO_SAFE_MAX 86400000LL     /* largest <safe-ms> a CHECK answers: 24 h */

@@ -17,6 +17,7 @@
 
 #include <check.h>
 #include <event2/event.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -819,7 +820,7 @@ START_TEST(max_leases)
     struct lease *p2 = NULL;
     struct locks_stats before;
 
-    leases_set_max(ls, 2);
+    leases_set_max(ls, 2, UINT_MAX);
     ck_assert_int_eq(lease(&c1, "a", 10000, &t1, NULL), LOCKS_GRANTED);
     ck_assert_int_eq(lease(&c2, "a", 10000, NULL, &p2), LOCKS_WAITING);
 
@@ -839,12 +840,12 @@ START_TEST(max_leases)
     ck_assert_int_eq(locks_unlock(t, &c3.c, "b"), LOCKS_RELEASED);
 
     /* A higher cap lets the next in. */
-    leases_set_max(ls, 3);
+    leases_set_max(ls, 3, UINT_MAX);
     ck_assert_int_eq(lease(&c3, "b", 10000, &t3, NULL), LOCKS_GRANTED);
     ck_assert_int_eq(lease(&c4, "c", 10000, &t4, NULL), LOCKS_LIMIT);
 
     /* A lower one keeps what exists and refuses until enough ended. */
-    leases_set_max(ls, 1);
+    leases_set_max(ls, 1, UINT_MAX);
     ck_assert_uint_eq(lstats().current, 3);
     ck_assert_int_eq(op("a", t1, 0), LOCKS_RELEASED);      /* c2's lease is granted */
     ck_done(&c2, 0, "a", LOCKS_GRANTED);
@@ -857,12 +858,41 @@ START_TEST(max_leases)
 }
 END_TEST
 
+START_TEST(max_leases_per_account)
+{
+    uint64_t t1 = 0, t2 = 0, t3 = 0;
+    struct lease *p = NULL;
+
+    /* c1 and c2 are one user, c3 another; c4 has no account (the daemon's cap only). */
+    c1.c.account = c2.c.account = "user alice";
+    c3.c.account = "user bob";
+    leases_set_max(ls, 5, 2);
+    ck_assert_int_eq(lease(&c1, "a", 10000, &t1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lease(&c2, "a", 10000, NULL, &p), LOCKS_WAITING);   /* awaited counts */
+    ck_assert_int_eq(lease(&c1, "b", 10000, NULL, NULL), LOCKS_LEASE_ACCOUNT);
+    ck_assert_int_eq(fake.nacqs, 1);
+    ck_assert_uint_eq(lstats().current, 2);
+    ck_assert_int_eq(lease(&c3, "b", 10000, &t3, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lease(&c4, "c", 10000, NULL, NULL), LOCKS_GRANTED);
+    /* A lease that ends gives its place back; a lower share refuses, ends nothing. */
+    leases_cancel(ls, p);
+    ck_assert_int_eq(lease(&c2, "d", 10000, &t2, NULL), LOCKS_GRANTED);
+    leases_set_max(ls, 5, 1);
+    ck_assert_int_eq(lease(&c3, "e", 10000, NULL, NULL), LOCKS_LEASE_ACCOUNT);
+    ck_assert_uint_eq(lstats().current, 4);
+    ck_assert_int_eq(op("a", t1, 0), LOCKS_RELEASED);
+    ck_assert_int_eq(op("d", t2, 0), LOCKS_RELEASED);
+    leases_set_max(ls, 5, 2);
+    ck_assert_int_eq(lease(&c1, "a", 10000, &t1, NULL), LOCKS_GRANTED);
+}
+END_TEST
+
 START_TEST(max_leases_freed_by_refusals_and_expiry)
 {
     uint64_t t1 = 0;
 
     /* Requests that end without a lease give their place back. */
-    leases_set_max(ls, 2);
+    leases_set_max(ls, 2, UINT_MAX);
     ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_GRANTED);
     for (int i = 0; i < 5; i++)
         ck_assert_int_eq(lease_as(&c2, "a", LOCK_EXCLUSIVE, 0, -1, true, 10000, NULL, NULL),
@@ -947,6 +977,7 @@ static Suite *lease_suite(void)
     tcase_add_test(tc, shared_and_limit_leases);
     tcase_add_test(tc, shared_leases_expire_separately);
     tcase_add_test(tc, max_leases);
+    tcase_add_test(tc, max_leases_per_account);
     tcase_add_test(tc, max_leases_freed_by_refusals_and_expiry);
     tcase_add_test(tc, free_with_live_leases);
     tcase_add_test(tc, free_empty_and_null);

@@ -536,6 +536,107 @@ START_TEST(limit_per_client)
 }
 END_TEST
 
+/* A request with a lock-delay: wait_ms as lock(). */
+static enum locks_result lock_delay(struct fclient *c, const char *name, int64_t wait_ms,
+                                    int64_t delay_ms)
+{
+    struct lock_req req = { .mode = LOCK_EXCLUSIVE, .wait_ms = wait_ms, .delay_ms = delay_ms };
+    uint64_t dummy;
+
+    return locks_lock(t, &c->c, name, &req, &dummy);
+}
+
+/* Whether c holds name. */
+static bool holds(struct fclient *c, const char *name)
+{
+    uint64_t token;
+
+    return locks_owner_token(t, &c->c, name, &token);
+}
+
+START_TEST(keep_quota_per_account)
+{
+    /* c1 and c2 are one account (two connections from one address), c3 another. */
+    c1.c.account = c2.c.account = "address 192.0.2.1";
+    c3.c.account = "address 192.0.2.2";
+    locks_set_keep_max(t, 10, 2);
+    ck_assert_int_eq(lock(&c1, "x", -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(locks_unlock_keep(t, &c1.c, "x", 60000), LOCKS_RELEASED);
+    ck_assert_int_eq(lock_delay(&c2, "y", -1, 60000), LOCKS_GRANTED);
+    ck_assert_uint_eq(stats().keepable, 2);
+
+    /* UNLOCK keep= beyond the share: refused, and the hold stays as it was. */
+    ck_assert_int_eq(lock(&c1, "z", -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(locks_unlock_keep(t, &c1.c, "z", 60000), LOCKS_KEEP_ACCOUNT);
+    ck_assert(holds(&c1, "z"));
+    ck_assert_uint_eq(stats().held, 3);
+    ck_assert_uint_eq(stats().delayed, 1);
+    /* A re-entrant UNLOCK keep= keeps nothing yet: no quota asked. */
+    ck_assert_int_eq(lock(&c1, "z", -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(locks_unlock_keep(t, &c1.c, "z", 60000), LOCKS_RELEASED);
+    ck_assert(holds(&c1, "z"));
+    ck_assert_int_eq(locks_unlock(t, &c1.c, "z"), LOCKS_RELEASED);
+
+    /* A lock-delay is asked for at the request: refused then, held or awaited. */
+    ck_assert_int_eq(lock_delay(&c1, "w", -1, 1000), LOCKS_KEEP_ACCOUNT);
+    ck_assert_int_eq(lock_delay(&c1, "y", -1, 1000), LOCKS_KEEP_ACCOUNT);
+    ck_assert_int_eq(lock_delay(&c1, "w", -1, 0), LOCKS_GRANTED);   /* none asked */
+    ck_assert_uint_eq(stats().keep_refused, 3);
+
+    /* The other account has its own share; holds with a delay count while
+     * awaited too. */
+    ck_assert_int_eq(lock_delay(&c3, "v", -1, 1000), LOCKS_GRANTED);
+    ck_assert_int_eq(lock_delay(&c3, "y", -1, 1000), LOCKS_WAITING);
+    ck_assert_int_eq(lock_delay(&c3, "u", -1, 1000), LOCKS_KEEP_ACCOUNT);
+    ck_assert_uint_eq(stats().keepable, 4);
+
+    /* Abandoned holds with a lock-delay stay counted while kept... */
+    locks_owner_abandon_all(t, &c2.c);
+    ck_assert_uint_eq(stats().delayed, 2);
+    ck_assert_uint_eq(stats().keepable, 4);
+    ck_assert_int_eq(lock(&c1, "z", -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(locks_unlock_keep(t, &c1.c, "z", 60000), LOCKS_KEEP_ACCOUNT);
+    /* ... and make room once they end (BREAK, or their time is over). */
+    ck_assert_uint_eq(locks_break(t, "x", 0, "test"), 1);
+    ck_assert_int_eq(locks_unlock_keep(t, &c1.c, "z", 60000), LOCKS_RELEASED);
+    ck_assert_uint_eq(stats().keepable, 4);
+    locks_owner_release_all(t, &c3.c);    /* its wait for y and its hold of v */
+    ck_assert_uint_eq(stats().keepable, 2);
+}
+END_TEST
+
+START_TEST(keep_quota_total_and_lowered)
+{
+    const char *set[] = { "s1", "s2", "s3" };
+
+    c1.c.account = "address 192.0.2.1";
+    c3.c.account = "address 192.0.2.2";
+    locks_set_keep_max(t, 3, 2);
+    ck_assert_int_eq(lock_delay(&c1, "a", -1, 60000), LOCKS_GRANTED);
+    ck_assert_int_eq(lock_delay(&c1, "b", -1, 60000), LOCKS_GRANTED);
+    ck_assert_int_eq(lock(&c3, "s1", -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock(&c3, "s2", -1, NULL), LOCKS_GRANTED);
+    /* A set counts every hold it would keep: two more than the table has room for. */
+    ck_assert_int_eq(locks_keep_room(t, &c3.c, set, 3, 60000), LOCKS_KEEP_TOTAL);
+    ck_assert_int_eq(locks_keep_room(t, &c3.c, set, 3, 0), LOCKS_RELEASED);
+    ck_assert_int_eq(locks_keep_room(t, &c3.c, set, 1, 60000), LOCKS_RELEASED);
+    ck_assert_int_eq(locks_unlock_keep(t, &c3.c, "s1", 60000), LOCKS_RELEASED);
+    ck_assert_int_eq(locks_unlock_keep(t, &c3.c, "s2", 60000), LOCKS_KEEP_TOTAL);
+    ck_assert(holds(&c3, "s2"));
+    /* A lower cap refuses new holds and ends none. */
+    locks_set_keep_max(t, 1, 1);
+    locks_owner_abandon_all(t, &c1.c);
+    ck_assert_uint_eq(stats().delayed, 3);
+    ck_assert_uint_eq(stats().keepable, 3);
+    ck_assert_int_eq(lock_delay(&c1, "c", -1, 10), LOCKS_KEEP_ACCOUNT);
+    ck_assert_int_eq(lock_delay(&c3, "c", -1, 10), LOCKS_KEEP_ACCOUNT);
+    c3.c.account = NULL;                   /* no account: the daemon-wide cap only */
+    ck_assert_int_eq(lock_delay(&c3, "c", -1, 10), LOCKS_KEEP_TOTAL);
+    locks_set_keep_max(t, 4, 1);
+    ck_assert_int_eq(lock_delay(&c3, "c", -1, 10), LOCKS_GRANTED);
+}
+END_TEST
+
 START_TEST(release_all_holder)
 {
     ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_GRANTED);
@@ -1828,6 +1929,8 @@ static Suite *locks_suite(void)
     tcase_add_test(tc, no_wait_on_held_lock);
     tcase_add_test(tc, no_wait_never_jumps_the_queue);
     tcase_add_test(tc, limit_per_client);
+    tcase_add_test(tc, keep_quota_per_account);
+    tcase_add_test(tc, keep_quota_total_and_lowered);
     tcase_add_test(tc, release_all_holder);
     tcase_add_test(tc, release_all_waiter);
     tcase_add_test(tc, release_all_idle_client);

@@ -502,6 +502,43 @@ class DuringTheHandover(Case):
         self.assertRegex(a.request("CHECK m"), r"^OK m %d \d+$" % ta)
 
 
+class Quotas(Case):
+    def test_kept_holds_count_daemon_wide_after_a_handover(self):
+        """The snapshot names no account (PROTOCOL.md, Quotas): a hold kept
+        after its client let go counts against the daemon-wide cap only
+        once carried over; a connection's hold with a lock-delay counts
+        against its account again; nothing carried over is refused."""
+        d = self.start(config="[server]\nmax_kept_holds = 3\nmax_kept_holds_per_user = 2\n"
+                              "max_leases_per_user = 1\nmax_watches_per_user = 1\n")
+        c = self.connect(d)
+        self.lock(c, "k")
+        self.assertEqual(c.request("UNLOCK k keep=600000"), "OK k")
+        self.lock(c, "d", "delay=60000")
+        full = "ERR LIMIT address 127.0.0.1 already has 2 holds with a lock-delay or keep="
+        self.assertEqual(c.request("LOCK e delay=60000"), full)
+        self.lock(c, "l", "ttl=600000")
+        self.assertEqual(c.request("WATCH w"), "OK w")
+        self.assertEqual(c.line(), "EVENT w free")
+        self.handover(d)
+        st = read_stats(c)
+        self.assertEqual((st["locks_keepable"], st["locks_delayed"], st["leases"]),
+                         ("2", "1", "1"))
+        self.assertRegex(c.request("STATUS k"), r"^STATUS k held .* delay=\d+$")
+        # The kept hold no longer counts against the address: room for one.
+        self.lock(c, "e", "delay=60000")
+        self.assertEqual(c.request("LOCK f delay=60000"), full)
+        # The daemon-wide cap counts it still: k, d and e are its 3.
+        self.assertEqual(read_stats(c)["locks_keepable"], "3")
+        self.assertEqual(c.request("UNLOCK d"), "OK d")
+        self.assertEqual(c.request("UNLOCK e"), "OK e")
+        self.assertEqual(read_stats(c)["locks_keepable"], "1")
+        # The lease carried over counts daemon-wide only; the watch is the
+        # connection's, counted against its address again.
+        self.lock(c, "l2", "ttl=600000")
+        self.assertEqual(c.request("WATCH w2"),
+                         "ERR LIMIT address 127.0.0.1 already has 1 watches in this daemon")
+
+
 class MoreStates(Case):
     def test_kept_holds_deadlines_pipelines_and_listeners(self):
         """A hold kept after UNLOCK keep=, a wait with a deadline and a PING

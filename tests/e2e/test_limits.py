@@ -2,8 +2,9 @@
 """End-to-end tests of lockbrokerd at its limits, in embedded mode: memory
 running out (ERR INTERNAL), descriptors running out (accept() paused,
 daemon/accept_pause.h), the per-daemon watch limit (WATCHES_MAX in
-daemon/watch.h; PROTOCOL.md, WATCH) and long listings within the unread
-output bound (PROTOCOL.md, LOCKS and Transport). The per-connection limits are in
+daemon/watch.h; PROTOCOL.md, WATCH), long listings within the unread
+output bound (PROTOCOL.md, LOCKS and Transport) and the quotas of what a
+client can leave behind (PROTOCOL.md, Quotas). The per-connection limits are in
 test_embedded.py.
 
 Not run under valgrind (tests/e2e/valgrind_embedded.sh): the memory test
@@ -14,6 +15,7 @@ survive. Nothing sleeps to synchronise: each step waits for a reply.
 import os
 import re
 import resource
+import signal
 import socket
 import sys
 import time
@@ -21,6 +23,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from lbharness import Client, Daemon, TIMEOUT, read_stats, scaled  # noqa: E402
+from test_auth import PASSWORDS, users_text, write_users  # noqa: E402
 
 ERR_PER_ADDRESS = ("ERR LIMIT too many connections from this address (at most %d); "
                    "try again later")
@@ -236,7 +239,9 @@ class WatchLimitTests(unittest.TestCase):
     """10000 watches per daemon, all connections together."""
 
     def setUp(self):
-        self.d = Daemon(name="lockbrokerd-watches").start()
+        # Every client here is 127.0.0.1: one account, with room for more.
+        self.d = Daemon(config="[server]\nmax_watches_per_user = %d\n" % (2 * WATCHES_MAX),
+                        name="lockbrokerd-watches").start()
         self.addCleanup(self.d.stop)
 
     def watch_all(self, c, names):
@@ -399,6 +404,162 @@ class ListingTests(unittest.TestCase):
         self.assertEqual([l.split()[1] for l in lines], self.names)
         self.assertEqual(reader.line(), "PONG")
 
+
+
+# ERR LIMIT of the quota of holds that may be kept (PROTOCOL.md, Quotas).
+KEEP_ACCOUNT = "ERR LIMIT %s already has %d holds with a lock-delay or keep="
+KEEP_TOTAL = "ERR LIMIT this daemon already has %d holds with a lock-delay or keep="
+STILL_HELD = "; the lock is still held"
+DAY = 86400000
+
+
+class QuotaTests(unittest.TestCase):
+    """What a client leaves behind (kept holds, holds with a lock-delay,
+    leases, watches) counts against its account, a user or a client
+    address, and against the daemon (issue 41)."""
+
+    def daemon(self, config, unix=False):
+        def text(tmpdir):
+            if unix:
+                self.sock = os.path.join(tmpdir, "lb.sock")
+                return config + "unix_socket = %s\n" % self.sock
+            return config
+        d = Daemon(config=text, name="lockbrokerd-" + self._testMethodName).start()
+        self.addCleanup(d.stop)
+        return d
+
+    def connect(self, d, unix=False):
+        c = Client.unix(self.sock) if unix else d.client()
+        self.addCleanup(c.close)
+        return c
+
+    def keep(self, c, name, ms=DAY):
+        self.assertRegex(c.request("LOCK %s 0" % name), r"^OK %s \d+$" % name)
+        return c.request("UNLOCK %s keep=%d" % (name, ms))
+
+    def assert_held_by(self, c, name):
+        """c itself holds name: no lock-delay, the holder is its address."""
+        self.assertRegex(c.request("STATUS %s" % name),
+                         r"^STATUS %s held holder=\S+/%s token=\d+ since=\d+ waiters=0 "
+                         r"queue=1$" % (name, re.escape(c.local)))
+
+    def test_one_connection_cannot_keep_more_than_its_quota(self):
+        d = self.daemon("[server]\nmax_kept_holds_per_user = 3\n")
+        c = self.connect(d)
+        for i in range(3):
+            self.assertEqual(self.keep(c, "k%d" % i), "OK k%d" % i)
+        full = KEEP_ACCOUNT % ("address 127.0.0.1", 3)
+        # Refused: the hold stays the connection's, as it was.
+        self.assertEqual(self.keep(c, "k3"), full + STILL_HELD)
+        self.assert_held_by(c, "k3")
+        self.assertRegex(c.request("CHECK k3"), r"^OK k3 \d+ \d+$")
+        # A set: all or nothing.
+        self.assertRegex(c.request("LOCK s1,s2 0"), r"^OK s1,s2 \d+,\d+$")
+        self.assertEqual(c.request("UNLOCK s1,s2 keep=1000"),
+                         full + "; nothing was released")
+        self.assert_held_by(c, "s1")
+        self.assertEqual(c.request("UNLOCK s1,s2"), "OK s1,s2")
+        # A hold that may be kept is refused at its request: a lock-delay
+        # is one; the lock is then not taken.
+        self.assertEqual(c.request("LOCK d1 delay=1000"), full)
+        self.assertEqual(c.request("TRYLOCK d1 delay=1000"), full)
+        self.assertRegex(c.request("STATUS d1"), r"^STATUS d1 free ")
+        # Without keep=, UNLOCK goes on as ever; a re-entrant hold too.
+        self.assertRegex(c.request("LOCK k3"), r"^OK k3 \d+$")
+        self.assertEqual(c.request("UNLOCK k3 keep=1000"), "OK k3")
+        self.assertEqual(c.request("UNLOCK k3"), "OK k3")
+        self.assertRegex(c.request("STATUS k3"), r"^STATUS k3 free ")
+        st = read_stats(c)
+        self.assertEqual((st["locks_keepable"], st["locks_delayed"], st["keep_refused"]),
+                         ("3", "3", "4"))
+        # A kept hold that ends makes room for one.
+        self.assertEqual(c.request("BREAK k0"), "OK k0")
+        self.assertEqual(self.keep(c, "k3"), "OK k3")
+        self.assertEqual(self.keep(c, "k4"), full + STILL_HELD)
+
+    def test_connection_churn_with_a_lock_delay_cannot_pass_the_quota(self):
+        # lock_delay_ms: every LOCK without delay= has one.
+        d = self.daemon("[server]\nmax_kept_holds_per_user = 3\nlock_delay_ms = 60000\n")
+        for i in range(3):
+            c = self.connect(d)
+            self.assertRegex(c.request("LOCK a%d" % i), r"^OK a%d \d+$" % i)
+            c.close()
+            d.wait_closed(c)
+            self.assertRegex(self.connect(d).request("STATUS a%d" % i),
+                             r"^STATUS a%d held .* delay=\d+$" % i)
+        c = self.connect(d)
+        full = KEEP_ACCOUNT % ("address 127.0.0.1", 3)
+        self.assertEqual(c.request("LOCK a3"), full)
+        self.assertEqual(c.request("LOCK a3 delay=5000"), full)
+        # A waiting request with a lock-delay counts, and so is refused.
+        self.assertEqual(c.request("LOCK a0 delay=5000"), full)
+        # delay=0 asks for none: nothing that outlives the client.
+        self.assertRegex(c.request("LOCK a3 delay=0"), r"^OK a3 \d+$")
+        self.assertEqual(c.request("UNLOCK a3"), "OK a3")
+        self.assertEqual(read_stats(c)["locks_keepable"], "3")
+
+    def test_the_daemon_wide_cap_holds_across_accounts(self):
+        d = self.daemon("[server]\nmax_kept_holds = 4\nmax_kept_holds_per_user = 3\n",
+                        unix=True)
+        tcp, local = self.connect(d), self.connect(d, unix=True)
+        for i in range(3):
+            self.assertEqual(self.keep(tcp, "t%d" % i), "OK t%d" % i)
+        # The Unix socket's clients are one account of their own.
+        self.assertRegex(local.request("LOCK u0 delay=60000"), r"^OK u0 \d+$")
+        self.assertEqual(self.keep(local, "u1"), KEEP_TOTAL % 4 + STILL_HELD)
+        self.assertEqual(local.request("LOCK u2 delay=1000"), KEEP_TOTAL % 4)
+        self.assertEqual(tcp.request("LOCK t3 delay=1000"), KEEP_ACCOUNT % ("address 127.0.0.1", 3))
+        # Lowering a quota (SIGHUP) refuses new entries and ends none.
+        with open(d.config_path, "w") as f:
+            f.write("[server]\nmax_kept_holds = 2\nmax_kept_holds_per_user = 1\n"
+                    "unix_socket = %s\n" % self.sock)
+        mark = d.log_mark()
+        d.send_signal(signal.SIGHUP)
+        d.wait_log(r"reloaded: .*max_kept_holds 2, max_kept_holds_per_user 1", since=mark)
+        for i in range(3):
+            self.assertRegex(local.request("STATUS t%d" % i), r"^STATUS t%d held .* delay=\d+$" % i)
+        self.assertEqual(local.request("UNLOCK u0"), "OK u0")
+        self.assertEqual(local.request("LOCK u0 delay=1000"), KEEP_TOTAL % 2)
+        self.assertEqual(tcp.request("LOCK t3 delay=1000"), KEEP_ACCOUNT % ("address 127.0.0.1", 1))
+        self.assertEqual(read_stats(local)["locks_keepable"], "3")
+
+    def test_a_user_has_a_share_of_the_leases_and_the_watches(self):
+        def config(tmpdir):
+            path = os.path.join(tmpdir, "users")
+            write_users(path, users_text({"alice": "atk-*", "bob": "*"}))
+            return ("[server]\nusers_file = %s\nmax_leases = 5\nmax_leases_per_user = 2\n"
+                    "max_watches_per_user = 3\n" % path)
+        d = Daemon(config=config, name="lockbrokerd-" + self._testMethodName).start()
+        self.addCleanup(d.stop)
+
+        def login(user):
+            c = self.connect(d)
+            self.assertEqual(c.request("AUTH %s %s" % (user, PASSWORDS[user])), "OK %s" % user)
+            return c
+        a1, a2, b = login("alice"), login("alice"), login("bob")
+        self.assertRegex(a1.request("LOCK atk-1 ttl=%d" % DAY), r"^OK atk-1 \d+$")
+        self.assertRegex(a2.request("LOCK atk-2 ttl=%d" % DAY), r"^OK atk-2 \d+$")
+        leases = "ERR LIMIT user alice already holds or awaits 2 leases through this daemon"
+        self.assertEqual(a1.request("LOCK atk-3 ttl=%d" % DAY), leases)
+        a1.close()
+        d.wait_closed(a1)
+        self.assertEqual(a2.request("LOCK atk-3 ttl=%d" % DAY), leases)   # leases outlive it
+        self.assertRegex(b.request("LOCK x ttl=%d" % DAY), r"^OK x \d+$")  # bob's share
+        # Watches: every connection of the user together.
+        a3 = login("alice")
+        for c, name in ((a2, "atk-w1"), (a2, "atk-w2"), (a3, "atk-w3")):
+            self.assertEqual(c.request("WATCH %s" % name), "OK %s" % name)
+            self.assertEqual(c.line(), "EVENT %s free" % name)
+        watches = "ERR LIMIT user alice already has 3 watches in this daemon"
+        self.assertEqual(a3.request("WATCH atk-w4"), watches)
+        self.assertEqual(a2.request("WATCH atk-w1"), "OK atk-w1")   # watched already: no more
+        self.assertEqual(b.request("WATCH atk-w4"), "OK atk-w4")
+        self.assertEqual(b.line(), "EVENT atk-w4 free")
+        self.assertEqual(a2.request("UNWATCH atk-w2"), "OK atk-w2")
+        self.assertEqual(a3.request("WATCH atk-w4"), "OK atk-w4")
+        self.assertEqual(a3.line(), "EVENT atk-w4 free")
+        self.assertEqual(a3.request("WATCH atk-w5"), watches)
+        self.assertEqual(read_stats(b)["leases"], "3")
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

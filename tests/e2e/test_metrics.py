@@ -391,6 +391,8 @@ STAT_METRICS = {
     "locks_delayed": ("lockbroker_locks_delayed", {}),
     "locks_kept": ("lockbroker_locks_kept_total", {}),
     "locks_broken": ("lockbroker_locks_broken_total", {}),
+    "locks_keepable": ("lockbroker_locks_keepable", {}),
+    "keep_refused": ("lockbroker_keep_refused_total", {}),
     "zk_session_delays": ("lockbroker_zk_session_lock_delays_total", {}),
     "zk_window_probes": ("lockbroker_zk_window_probes_total", {}),
     "zk_window_confirms": ("lockbroker_zk_window_confirms_total", {}),
