@@ -1192,6 +1192,36 @@ static int64_t run_keep_ms(const struct run *r, int failed)
 }
 
 /*
+ * The broker refused to keep the lock for us (ERR LIMIT: its quota of kept
+ * holds, PROTOCOL.md "Quotas"); the lock is still ours. Keeps it on this
+ * connection for the rest of --min-hold, then releases it as usual. A
+ * LOST line or a closed connection ends the wait: nothing is left to hold.
+ * Returns 1 when the lock is still to be released, else 0.
+ */
+static int run_hold_here(struct run *r, int64_t keep_ms, const char *refusal)
+{
+    char line[RUN_REPLY_MAX], err[CLIENT_ERR_MAX];
+    int64_t deadline = client_now_ms() + keep_ms;
+    enum client_status st;
+
+    fprintf(stderr, "lockbroker: lock %s: the broker will not keep it (%s); holding it "
+            "here %lld ms more (--min-hold)\n", r->o->name, refusal, (long long)keep_ms);
+    while ((st = client_read_line(r->conn, line, sizeof(line), deadline, err, sizeof(err))) ==
+           CLIENT_OK) {
+        if (strncmp(line, "LOST ", 5) == 0) {
+            fprintf(stderr, "lockbroker: warning: lock %s was lost during --min-hold: %s\n",
+                    r->o->name, line);
+            return 0;
+        }
+    }
+    if (st == CLIENT_TIMEOUT)
+        return 1;
+    fprintf(stderr, "lockbroker: warning: lock %s during --min-hold: %s\n", r->o->name,
+            st == CLIENT_CLOSED ? "the broker closed the connection" : err);
+    return 0;
+}
+
+/*
  * After the command ended by itself: UNLOCK (keep_ms later, if not 0) and
  * wait for `OK <name>`. A loss noticed only now is reported but does not
  * change the exit status: the command finished while the lock was, as far
@@ -1235,6 +1265,12 @@ static void run_unlock(struct run *r, int64_t keep_ms)
          * it, and closing the connection releases the rest. */
         if (strncmp(line, "ERR NOT_HELD", 12) == 0)
             return;
+        /* Nothing was released: hold it here instead, then UNLOCK. */
+        if (keep_ms > 0 && strncmp(line, "ERR LIMIT ", 10) == 0) {
+            if (run_hold_here(r, keep_ms, line + 10))
+                run_unlock(r, 0);
+            return;
+        }
         fprintf(stderr, "lockbroker: warning: unexpected reply to UNLOCK %s: %s\n",
                 r->o->name, line);
         return;

@@ -23,6 +23,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -357,6 +358,39 @@ class DaemonCase(Case):
         c = self.d.client()
         self.addCleanup(c.close)
         return c
+
+
+class MinHoldQuotaTests(DaemonCase):
+    """run --min-hold when the broker will keep no more holds (PROTOCOL.md,
+    Quotas): lockbroker keeps the lock itself for the rest of the period."""
+
+    daemon_config = "[server]\nmax_kept_holds_per_user = 1\n"
+
+    def test_min_hold_beyond_the_quota_holds_the_lock_here(self):
+        c = self.client()
+        self.assertRegex(c.request("LOCK cli-kept 0"), r"^OK cli-kept \d+$")
+        self.assertEqual(c.request("UNLOCK cli-kept keep=600000"), "OK cli-kept")
+        self.addCleanup(lambda: self.client().request("BREAK cli-kept"))
+        n = self.name()
+        started = time.monotonic()
+        p = self.start(self.hp() + ["run", "--min-hold", "2s", n, "--", "true"])
+        self.assertRegex(p.read_err_line(),
+                         r"^lockbroker: lock %s: the broker will not keep it \(address "
+                         r"127\.0\.0\.1 already has 1 holds with a lock-delay or keep=; the "
+                         r"lock is still held\); holding it here \d+ ms more \(--min-hold\)$"
+                         % re.escape(n))
+        # Held by lockbroker's connection meanwhile, not kept by the broker.
+        status = c.request("STATUS %s" % n)
+        self.assertRegex(status, r"^STATUS %s held holder=\S+ token=\d+ since=\d+ waiters=0 "
+                         r"queue=1 label=\S+$" % re.escape(n))
+        self.assertNotIn(" delay=", status)
+        other = self.lb(self.hp() + ["run", "-w", "0", n, "--", "true"])
+        self.assertEqual(other.rc, EXIT_TIMEOUT, other.err)
+        self.assertEqual(p.finish(), 0, p.err)
+        self.assertEqual(p.err, "")
+        self.assertGreaterEqual(time.monotonic() - started, 2.0)
+        # Then released, as UNLOCK: nothing is kept.
+        self.assertRegex(c.request("STATUS %s" % n), r"^STATUS %s free " % re.escape(n))
 
 
 # ================================================================== run
