@@ -1800,22 +1800,22 @@ END_TEST
  * token of an earlier zxid plus its handoffs; no zxid wraps around. */
 START_TEST(ztoken_order_and_range)
 {
-    uint64_t t = 7, t2;
+    uint64_t tok = 7, tok2;
 
-    ck_assert(ztoken_of_zxid(0, &t));
-    ck_assert_uint_eq(t, 0);
-    ck_assert(ztoken_of_zxid(0x100000002LL, &t));        /* epoch 1, counter 2 */
-    ck_assert_uint_eq(t, 0x10000000200ULL);
-    ck_assert(ztoken_of_zxid(0x100000003LL, &t2));
-    ck_assert_uint_gt(t2, t + ZTOKEN_HANDOFFS_MAX);
+    ck_assert(ztoken_of_zxid(0, &tok));
+    ck_assert_uint_eq(tok, 0);
+    ck_assert(ztoken_of_zxid(0x100000002LL, &tok));        /* epoch 1, counter 2 */
+    ck_assert_uint_eq(tok, 0x10000000200ULL);
+    ck_assert(ztoken_of_zxid(0x100000003LL, &tok2));
+    ck_assert_uint_gt(tok2, tok + ZTOKEN_HANDOFFS_MAX);
     ck_assert_uint_eq(ZTOKEN_HANDOFFS_MAX, 255);
-    ck_assert(ztoken_of_zxid((int64_t)ZTOKEN_ZXID_MAX, &t));
-    ck_assert_uint_eq(t, UINT64_MAX - ZTOKEN_HANDOFFS_MAX);
-    t = 7;
-    ck_assert(!ztoken_of_zxid((int64_t)ZTOKEN_ZXID_MAX + 1, &t));
-    ck_assert(!ztoken_of_zxid(-1, &t));
-    ck_assert(!ztoken_of_zxid(INT64_MAX, &t));
-    ck_assert_uint_eq(t, 7);                              /* untouched when refused */
+    ck_assert(ztoken_of_zxid((int64_t)ZTOKEN_ZXID_MAX, &tok));
+    ck_assert_uint_eq(tok, UINT64_MAX - ZTOKEN_HANDOFFS_MAX);
+    tok = 7;
+    ck_assert(!ztoken_of_zxid((int64_t)ZTOKEN_ZXID_MAX + 1, &tok));
+    ck_assert(!ztoken_of_zxid(-1, &tok));
+    ck_assert(!ztoken_of_zxid(INT64_MAX, &tok));
+    ck_assert_uint_eq(tok, 7);                              /* untouched when refused */
 }
 END_TEST
 
