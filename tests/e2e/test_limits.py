@@ -372,7 +372,7 @@ class ListingTests(unittest.TestCase):
             got.append(line)
         self.assertEqual(reader.line(), "PONG")
         listed = [l.split()[1] for l in got]
-        self.assertTrue(all(l.startswith("LOCK ") for l in got))
+        self.assertEqual([l for l in got if not l.startswith("LOCK ")], [])
         # Once each, in name order.
         self.assertTrue(listed == sorted(set(listed)), "not once each in name order")
         # Every name there throughout is listed; one that came after the
