@@ -419,6 +419,12 @@ static const struct setting rows[] = {
     { "zookeeper", "nonfair", GLOBS(zk_nonfair), "", 0, 0, RESTART_ZK,
       "names (LOCKS-style patterns, comma-separated) taken with one fixed node, no queue; "
       "empty: none" },
+    /* Last: the "reloaded:" line had ended with the [server] rows.
+     * ~200 KB of log a second at most per kind; a mass event (every lock
+     * lost with a ZooKeeper session) still logs its first thousand names. */
+    { "log", "rate_limit", UINT(log_rate_limit), "1000", 0, 1000000, ON_SIGHUP,
+      "lines of one kind (one message, whatever its values) written per second at info, "
+      "warn and error; one line counts the rest; debug lines are never limited; 0: no limit" },
 };
 
 #define NROWS (sizeof(rows) / sizeof(rows[0]))

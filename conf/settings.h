@@ -70,6 +70,8 @@ struct settings {
                                  * malloc'd; validated (settings_nonfair_match) */
     /* [log] */
     enum log_level log_level;
+    unsigned log_rate_limit;    /* lines of one kind written per second at info and above;
+                                 * 0: no limit (daemon/log.h) */
 };
 
 /* What a value looks like in the file; it also fixes the C type of the field. */

@@ -30,6 +30,9 @@
 #include "watch.h"
 #include "zk/zk.h"
 
+/* Housekeeping: reports of suppressed log lines. */
+#define HOUSEKEEPING_MS 1000
+
 /* Descriptors beyond max_clients: listeners, log, the ZooKeeper socket. */
 #define FD_RESERVE 32
 
@@ -56,6 +59,7 @@ struct daemon {
     struct server srv;
     bool server_started;       /* server_start() succeeded: server_stop() before freeing */
     struct event *sig_ev[NSIGNALS];
+    struct event *housekeeping; /* every HOUSEKEEPING_MS */
     struct locks *locks;
     struct leases *leases;
     struct users *users;       /* from [server] users_file, or NULL; the server borrows it */
@@ -164,7 +168,7 @@ static void apply_quotas(struct daemon *d)
 static void reload(struct daemon *d)
 {
     struct settings n;
-    char buf[512];
+    char buf[1024];          /* the "reloaded:" line lists ~25 settings */
 
     if (settings_load(&n, &d->opt, buf, sizeof(buf)) < 0) {
         log_error("reload failed, keeping the running settings: %s", buf);
@@ -176,6 +180,7 @@ static void reload(struct daemon *d)
     server_reload_tls(&d->srv);
     /* What start-up applied once from these values is applied again. */
     log_set_level(d->s.log_level);
+    log_set_rate_limit(d->s.log_rate_limit);
     raise_fd_limit(&d->s);
     apply_quotas(d);
     conn_settings_changed(&d->srv);
@@ -282,6 +287,7 @@ static int daemon_configure(struct daemon *d, char *zk_auth, size_t zk_cap)
         return -1;
     }
     log_set_level(d->s.log_level);
+    log_set_rate_limit(d->s.log_rate_limit);
     if ((d->s.users_file && !(d->users = users_load_file(d->s.users_file, err, sizeof(err)))) ||
         server_check_exposure(&d->s, err, sizeof(err)) < 0 ||
         tls_check(&d->s, err, sizeof(err)) < 0) {
@@ -340,6 +346,14 @@ static int daemon_start_backend(struct daemon *d, char *zk_auth, size_t zk_cap)
     return 0;
 }
 
+static void on_housekeeping(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+    log_report_suppressed(false);
+}
+
 /* The listeners, the metrics endpoint if set, and the signals. Returns 0, or -1 (logged). */
 static int daemon_start_server(struct daemon *d)
 {
@@ -368,6 +382,12 @@ static int daemon_start_server(struct daemon *d)
             return -1;
         }
     }
+    if (!(d->housekeeping = event_new(d->base, -1, EV_PERSIST, on_housekeeping, d)) ||
+        event_add(d->housekeeping, &(struct timeval){ HOUSEKEEPING_MS / 1000,
+                                                      HOUSEKEEPING_MS % 1000 * 1000 }) < 0) {
+        log_error("out of memory");
+        return -1;
+    }
     return 0;
 }
 
@@ -388,6 +408,7 @@ static void daemon_run(struct daemon *d)
                d->srv.listen_addr);
 #endif
     event_base_dispatch(d->base);
+    log_report_suppressed(true);
     log_info("stopped");
 }
 
@@ -405,6 +426,8 @@ static void daemon_stop(struct daemon *d)
     for (size_t i = 0; i < NSIGNALS; i++)
         if (d->sig_ev[i])
             event_free(d->sig_ev[i]);
+    if (d->housekeeping)
+        event_free(d->housekeeping);
     locks_free(d->locks);
     leases_free(d->leases);
     if (d->backend)

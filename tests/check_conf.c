@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 static struct settings s;
-static char err[512];
+static char err[1024];
 
 static void setup(void)
 {
@@ -1355,7 +1355,7 @@ START_TEST(format_reloadable)
                           "login_timeout_ms 10000, max_clients_per_address 0, "
                           "tcp_keepalive_idle_s 30, tcp_keepalive_interval_s 10, "
                           "tcp_keepalive_count 3, tcp_user_timeout_ms 60000, "
-                          "tls max_handshakes_per_address 32");
+                          "tls max_handshakes_per_address 32, log rate_limit 1000");
     settings_format_reloadable(&s, small, sizeof(small));
     ck_assert_str_eq(small, "log level i");     /* cut, but NUL-terminated */
 }

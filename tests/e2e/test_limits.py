@@ -3,8 +3,9 @@
 running out (ERR INTERNAL), descriptors running out (accept() paused,
 daemon/accept_pause.h), the per-daemon watch limit (WATCHES_MAX in
 daemon/watch.h; PROTOCOL.md, WATCH), long listings within the unread
-output bound (PROTOCOL.md, LOCKS and Transport) and the quotas of what a
-client can leave behind (PROTOCOL.md, Quotas). The per-connection limits are in
+output bound (PROTOCOL.md, LOCKS and Transport), the quotas of what a
+client can leave behind (PROTOCOL.md, Quotas) and the log's budget per kind
+of line ([log] rate_limit, daemon/log.h). The per-connection limits are in
 test_embedded.py.
 
 Not run under valgrind (tests/e2e/valgrind_embedded.sh): the memory test
@@ -560,6 +561,48 @@ class QuotaTests(unittest.TestCase):
         self.assertEqual(a3.line(), "EVENT atk-w4 free")
         self.assertEqual(a3.request("WATCH atk-w5"), watches)
         self.assertEqual(read_stats(b)["leases"], "3")
+
+
+class LogRateLimitTests(unittest.TestCase):
+    """A client that repeats one request writes a bounded number of log
+    lines of one kind, then one line that counts the rest; debug lines are
+    never suppressed."""
+
+    LIMIT = 50
+    N = 1000
+    SUPPRESSED_RE = (r"info log: (\d+) lines like \"lock %s: %s released it with keep= "
+                     r"\(token %llu\): [^\"]*\" suppressed in the last \d+ s")
+
+    def test_a_flood_of_keep_lines_is_cut_and_counted(self):
+        d = Daemon(config="[log]\nrate_limit = %d\n" % self.LIMIT,
+                   name="lockbrokerd-lograte").start()
+        self.addCleanup(d.stop)
+        c = d.client()
+        self.addCleanup(c.close)
+        mark = d.log_mark()
+        # Each UNLOCK keeps the hold 1 ms, and the next LOCK waits for it.
+        c.send("LOCK x 60000\nUNLOCK x keep=1\n" * self.N)
+        lines = c.lines(2 * self.N, timeout=scaled(60.0))
+        self.assertEqual(sum(l == "OK x" for l in lines), self.N)
+        # The suppressed lines are counted once the flood is over.
+        suppressed, pos = 0, mark
+        while True:
+            written = sum(re.search(r"info lock x: \S+ released it with keep= \(token \d+\)", l)
+                          is not None for l in d.lines[mark:pos])
+            if written + suppressed >= self.N:
+                break
+            pos = d.log_mark()
+            m = d.wait_log(self.SUPPRESSED_RE, since=pos, timeout=scaled(20.0))
+            suppressed += int(m.group(1))
+            pos = d.log_mark()
+        self.assertEqual(written + suppressed, self.N)
+        self.assertGreater(suppressed, 0)
+        # At most LIMIT a second: the flood takes a few seconds at most.
+        self.assertLess(written, self.N // 2)
+        # Debug lines (-v) are all there.
+        self.assertEqual(sum(re.search(r"debug lock x: granted to ", l) is not None
+                             for l in d.lines[mark:]), self.N)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
