@@ -22,6 +22,7 @@
 #include "lease.h"
 #include "locks.h"
 #include "log.h"
+#include "mem_trim.h"
 #include "metrics.h"
 #include "server.h"
 #include "tls.h"
@@ -30,8 +31,9 @@
 #include "watch.h"
 #include "zk/zk.h"
 
-/* Housekeeping: reports of suppressed log lines. */
+/* Housekeeping: reports of suppressed log lines, and memory after a burst. */
 #define HOUSEKEEPING_MS 1000
+#define MEM_TRIM_EVERY 5           /* housekeeping ticks between memory checks */
 
 /* Descriptors beyond max_clients: listeners, log, the ZooKeeper socket. */
 #define FD_RESERVE 32
@@ -60,6 +62,7 @@ struct daemon {
     bool server_started;       /* server_start() succeeded: server_stop() before freeing */
     struct event *sig_ev[NSIGNALS];
     struct event *housekeeping; /* every HOUSEKEEPING_MS */
+    unsigned ticks;            /* of housekeeping */
     struct locks *locks;
     struct leases *leases;
     struct users *users;       /* from [server] users_file, or NULL; the server borrows it */
@@ -348,10 +351,17 @@ static int daemon_start_backend(struct daemon *d, char *zk_auth, size_t zk_cap)
 
 static void on_housekeeping(evutil_socket_t fd, short what, void *arg)
 {
+    struct daemon *d = arg;
+    struct locks_stats ls;
+    struct leases_stats lst;
+
     (void)fd;
     (void)what;
-    (void)arg;
     log_report_suppressed(false);
+    locks_get_stats(d->locks, &ls);
+    leases_get_stats(d->leases, &lst);
+    mem_trim_tick(d->srv.nconns + ls.held + ls.waiting + ls.delayed + lst.current,
+                  ++d->ticks % MEM_TRIM_EVERY == 0);
 }
 
 /* The listeners, the metrics endpoint if set, and the signals. Returns 0, or -1 (logged). */
@@ -382,6 +392,7 @@ static int daemon_start_server(struct daemon *d)
             return -1;
         }
     }
+    mem_trim_start();
     if (!(d->housekeeping = event_new(d->base, -1, EV_PERSIST, on_housekeeping, d)) ||
         event_add(d->housekeeping, &(struct timeval){ HOUSEKEEPING_MS / 1000,
                                                       HOUSEKEEPING_MS % 1000 * 1000 }) < 0) {
