@@ -379,6 +379,9 @@ static const struct setting rows[] = {
       "PEM private key of cert_file, readable by the daemon only (SIGHUP re-reads it)" },
     { "tls", "ca_file", PATH(tls_ca_file), "", 0, 4096, RESTART_TLS,
       "PEM CA certificates that sign client certificates (SIGHUP re-reads it)" },
+    { "tls", "crl_file", PATH(tls_crl_file), "", 0, 4096, RESTART_TLS,
+      "PEM certificate revocation lists, one of each CA in ca_file: a client certificate "
+      "they list is refused (SIGHUP re-reads it)" },
     { "tls", "client_certs", CLIENT_CERTS(tls_client_certs), "none", 0, 0, RESTART_TLS,
       "none, optional or required: a client certificate signed by ca_file; its common "
       "name logs in as that user of users_file" },

@@ -53,6 +53,7 @@ struct settings {
     char *tls_cert_file;        /* PEM certificate chain of the TLS listener, or NULL; malloc'd */
     char *tls_key_file;         /* PEM private key of tls_cert_file, or NULL; malloc'd */
     char *tls_ca_file;          /* PEM CA certificates for client certificates, or NULL */
+    char *tls_crl_file;         /* PEM CRLs of ca_file's CAs, or NULL for none; malloc'd */
     enum tls_client_certs tls_client_certs;
     unsigned tls_max_handshakes_per_address; /* handshakes of one address at once; 0: no cap */
     char *metrics_listen;       /* "IP:PORT" of the HTTP /metrics endpoint, or NULL for none;

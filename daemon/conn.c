@@ -374,6 +374,7 @@ static void conn_handshake_failed(struct conn *c, short what)
 {
     unsigned long e = bufferevent_get_openssl_error(c->bev);
     char reason[256] = "the client closed the connection";
+    const char *cert = tls_verify_failure(c->ssl);
 
     /* Library 0 is libevent passing on an I/O failure (a reset...), not OpenSSL's. */
     if (e && ERR_GET_LIB(e) == 0)
@@ -382,8 +383,9 @@ static void conn_handshake_failed(struct conn *c, short what)
         ERR_error_string_n(e, reason, sizeof(reason));
     while (bufferevent_get_openssl_error(c->bev))
         ;
-    log_info("conn %llu (%s): TLS handshake failed: %s; closing", (unsigned long long)c->cl.id,
-             c->cl.peer, reason);
+    log_info("conn %llu (%s): TLS handshake failed: %s%s%s%s; closing",
+             (unsigned long long)c->cl.id, c->cl.peer, reason,
+             cert ? " (the client's certificate: " : "", cert ? cert : "", cert ? ")" : "");
     conn_free(c);
 }
 

@@ -271,8 +271,9 @@ void server_reload_tls(struct server *srv)
     if (tls_reload(srv->tls, srv->settings, err, sizeof(err)) < 0)
         log_error("reload: keeping the TLS certificate loaded before: %s", err);
     else
-        log_info("reload: TLS certificate %s, key and CA read again; new connections use them",
-                 srv->settings->tls_cert_file);
+        log_info("reload: TLS certificate %s, key and CA%s read again; new connections use "
+                 "them", srv->settings->tls_cert_file,
+                 srv->settings->tls_crl_file ? " and CRL" : "");
 }
 
 /* Removes a socket file left by a daemon that is gone; refuses to steal a live one. */

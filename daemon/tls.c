@@ -4,14 +4,17 @@
  * TLS 1.2 and 1.3 only, OpenSSL's default ciphers, no compression, no
  * renegotiation. client_certs = optional asks for a certificate and
  * refuses one that does not verify; required also refuses a client
- * without one.
+ * without one. crl_file adds the CAs' revocation lists: a client
+ * certificate they list is refused like one that does not verify.
  */
 #include "config.h"
 #include "tls.h"
 
 #include <errno.h>
 #include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <openssl/x509_vfy.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,12 +78,112 @@ static int check_validity(SSL_CTX *ctx, const char *path, char *err, size_t errl
     return 0;
 }
 
+/* The CA certificate of ctx's store named by issuer that signed crl, or NULL. */
+static X509 *crl_signer(SSL_CTX *ctx, X509_CRL *crl)
+{
+    STACK_OF(X509_OBJECT) *objs = X509_STORE_get0_objects(SSL_CTX_get_cert_store(ctx));
+
+    for (int i = 0; i < sk_X509_OBJECT_num(objs); i++) {
+        X509 *ca = X509_OBJECT_get0_X509(sk_X509_OBJECT_value(objs, i));
+
+        if (ca && X509_NAME_cmp(X509_get_subject_name(ca), X509_CRL_get_issuer(crl)) == 0 &&
+            X509_CRL_verify(crl, X509_get0_pubkey(ca)) == 1)
+            return ca;
+    }
+    ERR_clear_error();
+    return NULL;
+}
+
+/* Whether infos holds a CRL of ca. */
+static int crl_of(STACK_OF(X509_INFO) *infos, X509 *ca)
+{
+    for (int i = 0; i < sk_X509_INFO_num(infos); i++) {
+        X509_CRL *crl = sk_X509_INFO_value(infos, i)->crl;
+
+        if (crl && X509_NAME_cmp(X509_get_subject_name(ca), X509_CRL_get_issuer(crl)) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/*
+ * crl_file's CRLs into ctx's store, which holds ca_file's CAs: each signed by
+ * one of them and not past its nextUpdate, one for each of them (a CA
+ * without one would have all its clients refused). Only the client's own
+ * certificate is checked (X509_V_FLAG_CRL_CHECK): a CA of ca_file that is
+ * no longer trusted is taken out of ca_file, not revoked.
+ */
+static int load_crls(SSL_CTX *ctx, const char *path, char *err, size_t errlen)
+{
+    STACK_OF(X509_OBJECT) *objs = X509_STORE_get0_objects(SSL_CTX_get_cert_store(ctx));
+    STACK_OF(X509_INFO) *infos = NULL;
+    char who[256];
+    int rc = -1, n = 0;
+    BIO *bio;
+
+    if (!(bio = BIO_new_file(path, "r")))
+        return ssl_fail(err, errlen, "crl_file", path);
+    if (!(infos = PEM_X509_INFO_read_bio(bio, NULL, NULL, NULL))) {
+        ssl_fail(err, errlen, "crl_file", path);
+        goto out;
+    }
+    for (int i = 0; i < sk_X509_INFO_num(infos); i++) {
+        X509_CRL *crl = sk_X509_INFO_value(infos, i)->crl;
+        const ASN1_TIME *next;
+
+        if (!crl)
+            continue;
+        X509_NAME_oneline(X509_CRL_get_issuer(crl), who, sizeof(who));
+        if (!crl_signer(ctx, crl)) {
+            snprintf(err, errlen, "[tls] crl_file %s: the CRL of %s is not signed by a CA of "
+                     "ca_file", path, who);
+            goto out;
+        }
+        /* Past it, OpenSSL refuses every client of that CA ("CRL has expired"). */
+        if ((next = X509_CRL_get0_nextUpdate(crl)) && X509_cmp_current_time(next) <= 0) {
+            snprintf(err, errlen, "[tls] crl_file %s: the CRL of %s has expired (its next "
+                     "update was due); fetch the CA's current one", path, who);
+            goto out;
+        }
+        if (X509_STORE_add_crl(SSL_CTX_get_cert_store(ctx), crl) != 1) {
+            ssl_fail(err, errlen, "crl_file", path);
+            goto out;
+        }
+        n++;
+    }
+    if (!n) {
+        snprintf(err, errlen, "[tls] crl_file %s: no CRL in it", path);
+        goto out;
+    }
+    for (int i = 0; i < sk_X509_OBJECT_num(objs); i++) {
+        X509 *ca = X509_OBJECT_get0_X509(sk_X509_OBJECT_value(objs, i));
+
+        if (ca && !crl_of(infos, ca)) {
+            X509_NAME_oneline(X509_get_subject_name(ca), who, sizeof(who));
+            snprintf(err, errlen, "[tls] crl_file %s has no CRL of %s (ca_file): every "
+                     "certificate it signs would be refused", path, who);
+            goto out;
+        }
+    }
+    X509_STORE_set_flags(SSL_CTX_get_cert_store(ctx), X509_V_FLAG_CRL_CHECK);
+    rc = 0;
+out:
+    sk_X509_INFO_pop_free(infos, X509_INFO_free);
+    BIO_free(bio);
+    return rc;
+}
+
 /* The client certificate rules of s on ctx. */
 static int set_client_certs(SSL_CTX *ctx, const struct settings *s, char *err, size_t errlen)
 {
     STACK_OF(X509_NAME) *names;
 
     if (s->tls_client_certs == TLS_CERTS_NONE) {
+        if (s->tls_crl_file) {
+            snprintf(err, errlen, "[tls] crl_file revokes client certificates: it needs "
+                     "client_certs = optional or required");
+            return -1;
+        }
         SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, NULL);
         return 0;
     }
@@ -91,6 +194,8 @@ static int set_client_certs(SSL_CTX *ctx, const struct settings *s, char *err, s
     }
     if (SSL_CTX_load_verify_locations(ctx, s->tls_ca_file, NULL) != 1)
         return ssl_fail(err, errlen, "ca_file", s->tls_ca_file);
+    if (s->tls_crl_file && load_crls(ctx, s->tls_crl_file, err, errlen) < 0)
+        return -1;
     /* Which CAs the server accepts, for clients that choose among certificates. */
     if ((names = SSL_load_client_CA_file(s->tls_ca_file)))
         SSL_CTX_set_client_CA_list(ctx, names);
@@ -205,4 +310,11 @@ int tls_peer_name(SSL *ssl, char *buf, size_t len)
         return 0;
     n = X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, buf, (int)len);
     return n > 0 && (size_t)n < len && strlen(buf) == (size_t)n;
+}
+
+const char *tls_verify_failure(const SSL *ssl)
+{
+    long v = SSL_get_verify_result(ssl);
+
+    return v == X509_V_OK ? NULL : X509_verify_cert_error_string(v);
 }

@@ -52,4 +52,11 @@ int tls_check(const struct settings *s, char *err, size_t errlen);
  */
 int tls_peer_name(SSL *ssl, char *buf, size_t len);
 
+/*
+ * After a failed handshake: why the client's certificate did not verify
+ * ("certificate revoked", "certificate has expired"...), or NULL when it
+ * was not the certificate. A static string.
+ */
+const char *tls_verify_failure(const SSL *ssl);
+
 #endif

@@ -60,6 +60,34 @@ class Pki:
                     "-extfile", file + ".ext", cwd=self.dir)
         return os.path.join(self.dir, file + ".pem"), os.path.join(self.dir, file + ".key")
 
+    def _ca_db(self):
+        """openssl ca's database, made once."""
+        if not os.path.exists(os.path.join(self.dir, "ca.cnf")):
+            with open(os.path.join(self.dir, "ca.cnf"), "w") as f:
+                f.write(self.CA_CNF)
+        if not os.path.exists(os.path.join(self.dir, "index.txt")):
+            open(os.path.join(self.dir, "index.txt"), "w").close()
+        if not os.path.exists(os.path.join(self.dir, "serial")):
+            with open(os.path.join(self.dir, "serial"), "w") as f:
+                f.write("1000\n")
+
+    def revoke(self, cert):
+        """Adds cert (a path issued by this CA) to the revoked ones of crl()."""
+        self._ca_db()
+        openssl("ca", "-batch", "-config", "ca.cnf", "-cert", self.name + ".pem",
+                "-keyfile", self.name + ".key", "-revoke", cert, cwd=self.dir)
+
+    def crl(self, file=None, expired=False):
+        """A PEM CRL of this CA listing what revoke() revoked (none at first),
+        valid for a day or, with expired, past its next update. Returns its path."""
+        self._ca_db()
+        out = os.path.join(self.dir, file or self.name + "-crl.pem")
+        when = (["-crl_lastupdate", "20200101000000Z", "-crl_nextupdate", "20200102000000Z"]
+                if expired else ["-crldays", "1"])
+        openssl("ca", "-batch", "-config", "ca.cnf", "-cert", self.name + ".pem",
+                "-keyfile", self.name + ".key", "-gencrl", "-out", out, *when, cwd=self.dir)
+        return out
+
 
 def tls_section(cert, key, ca, client_certs="optional"):
     """A [tls] section listening on a free loopback port."""

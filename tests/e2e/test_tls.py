@@ -6,8 +6,9 @@ command (nothing secret is committed): the protocol inside TLS (locks,
 waits, LOST, CHECK, leases), certificate logins with the users file's
 patterns, the refusals (a client CA the daemon does not trust, an expired
 client certificate, no certificate when one is required, plain text to the
-TLS port, TLS to the plain port, a stalled handshake), certificate rotation
-with SIGHUP, and lockbrokerd -t's checks of the files.
+TLS port, TLS to the plain port, a stalled handshake, a revoked client
+certificate), certificate and CRL rotation with SIGHUP, and lockbrokerd
+-t's checks of the files.
 
 Every daemon listens on loopback only; the non-loopback rules are checked
 with -t, which binds nothing. No test sleeps to synchronise or asserts how
@@ -316,6 +317,105 @@ class ConfigurationChecks(TlsCase):
                       "[server]\nusers_file = %s\n" % self.users):
             r = run_daemon(["-t"], config=base + extra)
             self.assertEqual(r.returncode, 0, r)
+
+
+class Revocation(TlsCase):
+    """[tls] crl_file: a client certificate the CA's CRL lists is refused;
+    SIGHUP reads the CRL again. The CA is this class's own: revoking
+    touches its openssl ca database."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.crl_pki = Pki(os.path.join(cls.tmp, "crl"), name="crlca")
+        cls.crl_server = cls.crl_pki.issue("localhost", server=True)
+        cls.keeps = cls.crl_pki.issue("alice", file="alice-keeps")
+        cls.loses = cls.crl_pki.issue("alice", file="alice-loses")
+        cls.revoked = cls.crl_pki.issue("alice", file="alice-revoked")
+        cls.crl_pki.revoke(cls.revoked[0])
+
+    def crl_conf(self, crl, client_certs="optional"):
+        return ("[server]\nusers_file = %s\n[tls]\nlisten = 127.0.0.1:0\ncert_file = %s\n"
+                "key_file = %s\nca_file = %s\nclient_certs = %s\ncrl_file = %s\n"
+                % (self.users, self.crl_server[0], self.crl_server[1], self.crl_pki.ca,
+                   client_certs, crl))
+
+    def start_crl(self, crl):
+        d = Daemon(config=self.crl_conf(crl)).start()
+        self.addCleanup(d.stop)
+        m = d.wait_log(r"TLS on (\S+), client certificates (\w+)")
+        d.tls_host, d.tls_port, _ = parse_hostport(m.group(1))
+        return d
+
+    def connect_crl(self, d, cert):
+        return self.connect(d, cert=cert, ca=self.crl_pki.ca)
+
+    def test_a_revoked_certificate_is_refused(self):
+        live = os.path.join(make_tmpdir(), "crl.pem")
+        shutil.copy(self.crl_pki.crl(file="revoked-crl.pem"), live)
+        d = self.start_crl(live)
+        c = self.connect_crl(d, self.keeps)
+        self.assertRegex(c.request("LOCK job-1"), r"^OK job-1 \d+$")
+        mark = d.log_mark()
+        self.assertTrue(self.refused(d, cert=self.revoked, ca=self.crl_pki.ca))
+        d.wait_log(r"TLS handshake failed: .*\(the client's certificate: certificate "
+                   r"revoked\); closing", since=mark)
+        # Without a certificate it is a client that has not logged in.
+        anon = self.connect_crl(d, None)
+        self.assertEqual(anon.request("LOCK job-1"), ERR_NOAUTH)
+
+    def test_sighup_reads_a_new_crl(self):
+        pki = Pki(os.path.join(make_tmpdir(), "own"), name="own")
+        server = pki.issue("localhost", server=True)
+        cert = pki.issue("alice")
+        live = os.path.join(make_tmpdir(), "crl.pem")
+        shutil.copy(pki.crl(), live)
+        conf = ("[server]\nusers_file = %s\n[tls]\nlisten = 127.0.0.1:0\ncert_file = %s\n"
+                "key_file = %s\nca_file = %s\nclient_certs = optional\ncrl_file = %s\n"
+                % (self.users, server[0], server[1], pki.ca, live))
+        d = Daemon(config=conf).start()
+        self.addCleanup(d.stop)
+        m = d.wait_log(r"TLS on (\S+), client certificates (\w+)")
+        d.tls_host, d.tls_port, _ = parse_hostport(m.group(1))
+        old = self.connect(d, cert=cert, ca=pki.ca)
+        self.assertRegex(old.request("LOCK job-1"), r"^OK job-1 \d+$")
+        pki.revoke(cert[0])
+        shutil.copy(pki.crl(file="next-crl.pem"), live)
+        mark = d.log_mark()
+        d.send_signal(signal.SIGHUP)
+        d.wait_log(r"reload: TLS certificate .*, key and CA and CRL read again", since=mark)
+        self.assertTrue(self.refused(d, cert=cert, ca=pki.ca))
+        d.wait_log(r"certificate revoked\); closing", since=mark)
+        # The connection made before keeps its login, as after a certificate rotation.
+        self.assertRegex(old.request("LOCK job-2"), r"^OK job-2 \d+$")
+        # An expired CRL is not taken: the one in force stays.
+        shutil.copy(pki.crl(file="old-crl.pem", expired=True), live)
+        mark = d.log_mark()
+        d.send_signal(signal.SIGHUP)
+        d.wait_log(r"reload: keeping the TLS certificate loaded before: .*crl_file .*has "
+                   r"expired", since=mark)
+        self.assertTrue(self.refused(d, cert=cert, ca=pki.ca))
+
+    def test_crl_file_is_checked(self):
+        check = ConfigurationChecks.check_fails
+        check(self, self.crl_conf(self.crl_pki.crl(file="exp-crl.pem", expired=True)),
+              "the CRL of /CN=lockbroker test crlca has expired")
+        check(self, self.crl_conf(self.pki.crl(file="other-crl.pem")),
+              "the CRL of /CN=lockbroker test ca is not signed by a CA of ca_file")
+        check(self, self.crl_conf(self.crl_pki.ca), "no CRL in it")
+        check(self, self.crl_conf("/nonexistent-crl.pem"), "[tls] crl_file /nonexistent-crl.pem")
+        check(self, self.crl_conf(self.crl_pki.crl(file="ok-crl.pem"), client_certs="none"),
+              "it needs client_certs = optional or required")
+        both = os.path.join(make_tmpdir(), "ca.pem")
+        with open(both, "w") as f:
+            for ca in (self.crl_pki.ca, self.pki.ca):
+                with open(ca) as g:
+                    f.write(g.read())
+        conf = self.crl_conf(self.crl_pki.crl(file="ok-crl.pem")).replace(
+            "ca_file = %s" % self.crl_pki.ca, "ca_file = %s" % both)
+        check(self, conf, "has no CRL of /CN=lockbroker test ca (ca_file)")
+        r = run_daemon(["-t"], config=self.crl_conf(self.crl_pki.crl(file="ok-crl.pem")))
+        self.assertEqual(r.returncode, 0, r)
 
 
 if __name__ == "__main__":
