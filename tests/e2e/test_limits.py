@@ -208,11 +208,14 @@ class PerAddressTests(unittest.TestCase):
         self.addCleanup(self.d.stop)
 
     def connect(self, source="127.0.0.1"):
+        # The mark before the connect: a refusal may be logged before
+        # create_connection returns.
+        mark = self.d.log_mark()
         s = socket.create_connection((self.d.host, self.d.port), timeout=TIMEOUT,
                                      source_address=(source, 0))
         c = Client(s)
         c.daemon = self.d
-        c.mark = self.d.log_mark()
+        c.mark = mark
         self.addCleanup(c.close)
         return c
 
