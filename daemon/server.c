@@ -121,12 +121,41 @@ static void refuse_conn(struct server *srv, evutil_socket_t fd, const char *peer
         log_debug("refusing %s: out of memory", peer);
 }
 
+/*
+ * Refusals are logged at most once a second per reason: an attacker that
+ * holds max_clients and keeps connecting would otherwise write a line per
+ * attempt (hundreds a second). The next line says how many went unlogged;
+ * STATS rejected_connections and rejected_per_address count every one.
+ */
+enum refusal { REFUSED_MAX_CLIENTS, REFUSED_PER_ADDRESS, REFUSED_HANDSHAKES, REFUSALS };
+
+static struct {
+    int64_t logged_ms;       /* monotonic ms of the last line, 0: none yet */
+    unsigned long unlogged;  /* refusals since, not logged */
+} refusal_log[REFUSALS];
+
+/* Whether this refusal gets its line; *unlogged: how many did not since. */
+static bool refusal_logged(enum refusal why, unsigned long *unlogged)
+{
+    int64_t now = locks_mono_ms();
+
+    if (refusal_log[why].logged_ms && now - refusal_log[why].logged_ms < 1000) {
+        refusal_log[why].unlogged++;
+        return false;
+    }
+    *unlogged = refusal_log[why].unlogged;
+    refusal_log[why].unlogged = 0;
+    refusal_log[why].logged_ms = now;
+    return true;
+}
+
 /* A connection accepted on either TCP listener, or the Unix socket; tls: on the TLS one. */
 static void accept_conn(struct server *srv, evutil_socket_t fd, struct sockaddr *sa, bool tls)
 {
     const struct settings *s = srv->settings;
     struct peer_counts n = { 0, 0 };
     char peer[64], addr[AUTH_BUDGET_ADDR_MAX], line[PROTO_REPLY_MAX], text[128];
+    unsigned long unlogged = 0;
     SSL *ssl = NULL;
 
     server_format_addr(sa, peer, sizeof(peer));
@@ -137,15 +166,19 @@ static void accept_conn(struct server *srv, evutil_socket_t fd, struct sockaddr 
     }
     if (srv->nconns >= s->max_clients) {
         srv->stats.conns_rejected++;
-        log_warn("refusing %s: max_clients (%u) reached", peer, s->max_clients);
+        if (refusal_logged(REFUSED_MAX_CLIENTS, &unlogged))
+            log_warn("refusing %s: max_clients (%u) reached (%lu more refused since the last "
+                     "such line)", peer, s->max_clients, unlogged);
         refuse_conn(srv, fd, peer, tls, line, (size_t)proto_fmt_err(line, sizeof(line),
                     PROTO_ERR_LIMIT, "too many clients; try again later"));
         return;
     }
     if (s->max_clients_per_address && n.conns >= s->max_clients_per_address) {
         srv->stats.conns_rejected_address++;
-        log_warn("refusing %s: max_clients_per_address (%u) reached by %s", peer,
-                 s->max_clients_per_address, addr);
+        if (refusal_logged(REFUSED_PER_ADDRESS, &unlogged))
+            log_warn("refusing %s: max_clients_per_address (%u) reached by %s (%lu more "
+                     "refused since the last such line)", peer, s->max_clients_per_address,
+                     addr, unlogged);
         snprintf(text, sizeof(text), "too many connections from this address (at most %u); "
                  "try again later", s->max_clients_per_address);
         refuse_conn(srv, fd, peer, tls, line, (size_t)proto_fmt_err(line, sizeof(line),
@@ -156,8 +189,10 @@ static void accept_conn(struct server *srv, evutil_socket_t fd, struct sockaddr 
     if (tls && s->tls_max_handshakes_per_address &&
         n.handshakes >= s->tls_max_handshakes_per_address) {
         srv->stats.conns_rejected_address++;
-        log_warn("refusing %s: [tls] max_handshakes_per_address (%u) reached by %s; closed "
-                 "without a reply", peer, s->tls_max_handshakes_per_address, addr);
+        if (refusal_logged(REFUSED_HANDSHAKES, &unlogged))
+            log_warn("refusing %s: [tls] max_handshakes_per_address (%u) reached by %s; "
+                     "closed without a reply (%lu more refused since the last such line)",
+                     peer, s->tls_max_handshakes_per_address, addr, unlogged);
         evutil_closesocket(fd);
         return;
     }

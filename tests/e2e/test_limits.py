@@ -227,7 +227,8 @@ class PerAddressTests(unittest.TestCase):
         extra.expect(ERR_PER_ADDRESS % self.N)
         extra.expect_eof()
         self.d.wait_log(r"warn refusing 127\.0\.0\.1:\d+: max_clients_per_address \(%d\) "
-                        r"reached by 127\.0\.0\.1$" % self.N, since=extra.mark)
+                        r"reached by 127\.0\.0\.1 \(0 more refused since the last such line\)$" % self.N,
+                        since=extra.mark)
         # Another address, and the Unix socket, are not that address.
         self.assertEqual(self.connect("127.0.0.2").request("PING"), "PONG")
         with Client.unix(self.sock_path) as u:
