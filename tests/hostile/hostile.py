@@ -68,17 +68,9 @@ sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
 
 from lbpki import Pki, have_openssl  # noqa: E402
 
-# The fixed hashes of tests/e2e/test_auth.py.
-PASSWORDS = {"alice": "hunter2", "bob": "b0b-pass", "carol": "c4rol", "slow": "sl0w-pass"}
-HASHES = {
-    "alice": "$6$lbtesthunter2$ms9bf49IIzrJYI8.ns.owCRM0MxFMINUOmhBJxmHyyFpPn3L88VTo."
-             "ldPhMEMF/ZksVMlp/L/a8MQS5czeLx5/",
-    "bob": "$6$lbtestbob$bT0gze.aeJgcJ0CL6yJF7bMv8smWyIrH780/c18ju8c9eqGKniLbMoPYpIRUdvO"
-           "taxQClcJDa7OJKOl1RGmNa1",
-    "carol": "$6$lbtestc4rol$n9Jc4Z4QAuKNZXOJwqGm45hbcyyjfBFCoivSxyrGy4QHH3.Al7ddMZMTjlfI8"
-             "jqnZ836DyC.8P3Mqs6W5DvfN.",
-    "slow": "$y$j9T$lbtestslowsalt0$x60hiTC2JXrXU1pEmHf9MjnWwiKYK9O33THiS8NVOx7",
-}
+# The fixed hashes and passwords of tests/e2e/test_auth.py.
+from test_auth import HASHES, PASSWORDS  # noqa: E402
+
 # alice: the plain well-behaved client and the probes; slow (yescrypt): the
 # TLS one; bob: every attacker that logs in; carol: the operator (BREAK).
 PATTERNS = {"alice": "good-*", "slow": "good-*", "bob": "atk-*", "carol": "*, break=*"}
