@@ -263,17 +263,9 @@ static void zl_watch_children(struct zlock *zl)
 static void zk_idle_arm(struct zk *zk)
 {
     struct zlock *zl = TAILQ_FIRST(&zk->idle->idle);
-    int64_t wait_us;
-    struct timeval tv;
 
-    if (!zl)
-        return;
-    wait_us = zl->idle_until_us - locks_mono_us();
-    if (wait_us < 0)
-        wait_us = 0;
-    tv.tv_sec = wait_us / 1000000;
-    tv.tv_usec = wait_us % 1000000;
-    evtimer_add(zk->idle->idle_timer, &tv);
+    if (zl)
+        zl_timer_at(zk->idle->idle_timer, zl->idle_until_us);
 }
 
 static void zk_idle_expire(evutil_socket_t fd, short what, void *arg)

@@ -164,17 +164,9 @@ void zl_token_spared(struct zlock *zl)
 static void token_arm(struct zk *zk)
 {
     struct zlock *zl = TAILQ_FIRST(&zk->nodes->tokens_due);
-    int64_t wait_us;
-    struct timeval tv;
 
-    if (!zl)
-        return;
-    wait_us = zl->token_due_us - locks_mono_us();
-    if (wait_us < 0)
-        wait_us = 0;
-    tv.tv_sec = wait_us / 1000000;
-    tv.tv_usec = wait_us % 1000000;
-    evtimer_add(zk->nodes->token_timer, &tv);
+    if (zl)
+        zl_timer_at(zk->nodes->token_timer, zl->token_due_us);
 }
 
 /* Writes zl's token now, if it still holds with it. */

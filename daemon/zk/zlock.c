@@ -232,6 +232,18 @@ void zl_try_unavailable(struct zlock *zl)
         locks_backend_refused(h, LOCKS_UNAVAILABLE);
 }
 
+void zl_timer_at(struct event *timer, int64_t at_us)
+{
+    int64_t wait_us = at_us - locks_mono_us();
+    struct timeval tv;
+
+    if (wait_us < 0)
+        wait_us = 0;
+    tv.tv_sec = wait_us / 1000000;
+    tv.tv_usec = wait_us % 1000000;
+    evtimer_add(timer, &tv);
+}
+
 bool zl_grant_held_back(struct zlock *zl)
 {
     if (zk_may_grant(zl->zk))

@@ -187,6 +187,9 @@ bool zk_sent(struct zlock *zl, struct zcall *c, int rc, const char *what);
 struct zcall *zl_begin_watched(struct zlock *zl, enum zl_step step);
 /* zk_sent() for a watched request: an unsent request sets no watch. */
 void zl_sent_watched(struct zlock *zl, struct zcall *c, int rc, const char *what);
+/* Arms timer for the monotonic instant at_us (locks_mono_us), at once
+ * when that has passed. */
+void zl_timer_at(struct event *timer, int64_t at_us);
 /* A try acquisition cannot be answered now: report it, keep cleaning up. */
 void zl_try_unavailable(struct zlock *zl);
 /* Called where zl's request would be granted: true when no grant may be
