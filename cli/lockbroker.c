@@ -16,12 +16,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client.h"
-#include "json.h"
+#include "lb_client.h"
+#include "lb_json.h"
 #include "proto.h"
-#include "run.h"
-#include "tls.h"
-#include "view.h"
+#include "lb_run.h"
+#include "lb_tls.h"
+#include "lb_view.h"
 
 #define IO_TIMEOUT_DEFAULT_MS 10000   /* a daemon on the same network answers in far less */
 #define GRACE_DEFAULT_MS 5000         /* time to clean up after SIGTERM, as systemd's stop timeouts go */
@@ -423,7 +423,7 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
 }
 
 /* -a's password into *auth, and the address logs in with it. Returns 0 or a usage error. */
-static int resolve_auth(const struct options *o, struct client_auth *auth, struct client_addr *a)
+static int resolve_auth(const struct options *o, struct lb_auth *auth, struct lb_addr *a)
 {
     char err[CLIENT_ERR_MAX];
     const char *env = getenv("LOCKBROKER_PASSWORD");
@@ -437,14 +437,14 @@ static int resolve_auth(const struct options *o, struct client_auth *auth, struc
         return usage_error("-a %s: no password: set LOCKBROKER_PASSWORD or give "
                            "--password-file FILE", o->user);
     snprintf(auth->user, sizeof(auth->user), "%s", o->user);
-    if (client_read_password(auth, o->password_file, env, err, sizeof(err)) < 0)
+    if (lb_read_password(auth, o->password_file, env, err, sizeof(err)) < 0)
         return usage_error("%s", err);
     a->auth = auth;
     return 0;
 }
 
 /* The broker's address from -H, -U, $LOCKBROKER_ADDR or the default. */
-static int resolve_addr(const struct options *o, struct client_addr *a)
+static int resolve_addr(const struct options *o, struct lb_addr *a)
 {
     char err[CLIENT_ERR_MAX];
     const char *env = getenv("LOCKBROKER_ADDR");
@@ -452,15 +452,15 @@ static int resolve_addr(const struct options *o, struct client_addr *a)
     if (o->host && o->unix_path)
         return usage_error("%s", "-H and -U are mutually exclusive");
     if (o->host) {
-        if (client_addr_parse(a, o->host, 1, err, sizeof(err)) < 0)
+        if (lb_addr_parse(a, o->host, 1, err, sizeof(err)) < 0)
             return usage_error("-H: %s", err);
     } else if (o->unix_path) {
-        if (client_addr_unix(a, o->unix_path, err, sizeof(err)) < 0)
+        if (lb_addr_unix(a, o->unix_path, err, sizeof(err)) < 0)
             return usage_error("-U: %s", err);
     } else if (env && *env) {
-        if (client_addr_parse(a, env, 0, err, sizeof(err)) < 0)
+        if (lb_addr_parse(a, env, 0, err, sizeof(err)) < 0)
             return usage_error("LOCKBROKER_ADDR: %s", err);
-    } else if (client_addr_parse(a, CLIENT_ADDR_DEFAULT, 1, err, sizeof(err)) < 0) {
+    } else if (lb_addr_parse(a, CLIENT_ADDR_DEFAULT, 1, err, sizeof(err)) < 0) {
         return usage_error("%s", err);
     }
     return 0;
@@ -480,7 +480,7 @@ static const char *env_value(const char *name)
  * a pair: from --cert (and --key), or else from the environment. Returns 0
  * or a usage error (reported).
  */
-static int resolve_tls(const struct options *o, const struct client_addr *a,
+static int resolve_tls(const struct options *o, const struct lb_addr *a,
                        struct tls_config *cfg, bool *on)
 {
     const char *env = env_value("LOCKBROKER_TLS");
@@ -519,7 +519,7 @@ static int resolve_tls(const struct options *o, const struct client_addr *a,
 }
 
 /*
- * run's COMMAND is told the broker in LOCKBROKER_ADDR (run.c), so that a
+ * run's COMMAND is told the broker in LOCKBROKER_ADDR (lb_run.c), so that a
  * lockbroker inside it uses the same one; LOCKBROKER_TLS and the files
  * (cfg; NULL: plain text) say how to reach it, the files as absolute paths
  * since COMMAND may change directory. Returns 0, or -1 with errno.
@@ -587,8 +587,8 @@ static int check_names(const char *list)
 
 /* A connection for one request-reply exchange. */
 struct exchange {
-    const struct client_addr *addr;
-    struct client *c;
+    const struct lb_addr *addr;
+    struct lb_conn *c;
     int64_t deadline;     /* for the whole exchange */
     char err[CLIENT_ERR_MAX];
 };
@@ -596,7 +596,7 @@ struct exchange {
 /* Sends req on x's connection. Returns 0 or an exit status (reported). */
 static int exchange_send(struct exchange *x, const char *req)
 {
-    switch (client_send(x->c, req, strlen(req), x->deadline, x->err, sizeof(x->err))) {
+    switch (lb_send(x->c, req, strlen(req), x->deadline, x->err, sizeof(x->err))) {
     case CLIENT_OK:
         return 0;
     case CLIENT_CLOSED:
@@ -613,14 +613,14 @@ static int exchange_send(struct exchange *x, const char *req)
 
 /* Connects and sends req. Returns 0 or an exit status (reported). */
 static int exchange_start(struct exchange *x, const struct options *o,
-                          const struct client_addr *a, struct client *c, const char *req)
+                          const struct lb_addr *a, struct lb_conn *c, const char *req)
 {
     int rc;
 
     x->addr = a;
     x->c = c;
-    x->deadline = client_now_ms() + o->io_ms;
-    if ((rc = client_connect(c, a, x->deadline, x->err, sizeof(x->err))) != 0) {
+    x->deadline = lb_now_ms() + o->io_ms;
+    if ((rc = lb_connect(c, a, x->deadline, x->err, sizeof(x->err))) != 0) {
         fprintf(stderr, "lockbroker: %s\n", x->err);
         return rc;
     }
@@ -630,7 +630,7 @@ static int exchange_start(struct exchange *x, const struct options *o,
 /* The next reply line into line. Returns 0 or an exit status (reported). */
 static int exchange_line(struct exchange *x, char *line, size_t cap)
 {
-    switch (client_read_line(x->c, line, cap, x->deadline, x->err, sizeof(x->err))) {
+    switch (lb_read_line(x->c, line, cap, x->deadline, x->err, sizeof(x->err))) {
     case CLIENT_OK:
         return 0;
     case CLIENT_CLOSED:
@@ -647,14 +647,14 @@ static int exchange_line(struct exchange *x, char *line, size_t cap)
 
 static int report_err(const struct exchange *x, const char *what, const char *line)
 {
-    const char *advice = client_err_advice(line);
+    const char *advice = lb_err_advice(line);
 
     if (advice)
         fprintf(stderr, "lockbroker: %s %s (refused %s: %s)\n", x->addr->spec, advice, what,
                 line);
     else
         fprintf(stderr, "lockbroker: %s refused %s: %s\n", x->addr->spec, what, line);
-    return client_err_exit(line);
+    return lb_err_exit(line);
 }
 
 /* The STAT values `lockbroker status` (no NAME) summarises; ping looks at zk_state. */
@@ -682,7 +682,7 @@ static const char *summary_value(char vals[][64], const char *key)
  * answers ERR UNAVAILABLE (PROTOCOL.md, STATS). Returns CLI_EXIT_OK, or
  * CLI_EXIT_BACKEND_DOWN having said so on stderr.
  */
-static int backend_state(const struct client_addr *a, char vals[][64])
+static int backend_state(const struct lb_addr *a, char vals[][64])
 {
     const char *zk_state = summary_value(vals, "zk_state");
 
@@ -698,7 +698,7 @@ static int backend_state(const struct client_addr *a, char vals[][64])
  * zk_state whether it can serve locks. A broker that wants a login for
  * STATS (ERR NOAUTH, no -a) cannot tell: PONG is all there is.
  */
-static int cmd_ping(const struct options *o, const struct client_addr *a, struct client *c)
+static int cli_ping(const struct options *o, const struct lb_addr *a, struct lb_conn *c)
 {
     struct exchange x;
     char line[CLIENT_LINE_MAX + 1], vals[NSUMMARY][64];
@@ -728,7 +728,7 @@ static int cmd_ping(const struct options *o, const struct client_addr *a, struct
 }
 
 /* break NAME [TOKEN]: BREAK, OK or the ERR line's exit status (118: nothing to break here). */
-static int cmd_break(const struct options *o, const struct client_addr *a, struct client *c,
+static int cli_break(const struct options *o, const struct lb_addr *a, struct lb_conn *c,
                      const char *name, const char *token)
 {
     char req[PROTO_NAME_MAX + 48], ok[PROTO_NAME_MAX + 8], line[CLIENT_LINE_MAX + 1];
@@ -751,7 +751,7 @@ static int cmd_break(const struct options *o, const struct client_addr *a, struc
     return CLI_EXIT_PROTOCOL;
 }
 
-static void print_summary(const struct client_addr *a, char vals[][64])
+static void print_summary(const struct lb_addr *a, char vals[][64])
 {
     printf("lockbrokerd %s at %s: %s mode, up %s s, %s connections, %s locks held, "
            "%s waiting", vals[0], a->spec, vals[1], vals[2], vals[3], vals[4], vals[5]);
@@ -813,7 +813,7 @@ static int stats_read(struct exchange *x, bool summary, char vals[][64], FILE *j
  * for an answer. The summary's status is CLI_EXIT_BACKEND_DOWN when the
  * daemon cannot reach ZooKeeper (backend_state), its JSON's too.
  */
-static int cmd_stats(const struct options *o, const struct client_addr *a, struct client *c,
+static int cli_stats(const struct options *o, const struct lb_addr *a, struct lb_conn *c,
                      bool summary)
 {
     char vals[NSUMMARY][64];
@@ -867,7 +867,7 @@ static int64_t wall_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int cmd_status(const struct options *o, const struct client_addr *a, struct client *c,
+static int cli_status(const struct options *o, const struct lb_addr *a, struct lb_conn *c,
                       const char *name)
 {
     struct exchange x;
@@ -945,7 +945,7 @@ static void lines_free(struct kept_lines *k)
     free(k->lines);
 }
 
-static int cmd_locks(const struct options *o, const struct client_addr *a, struct client *c,
+static int cli_locks(const struct options *o, const struct lb_addr *a, struct lb_conn *c,
                      const char *glob)
 {
     struct kept_lines kept = { NULL, 0, 0 };
@@ -995,7 +995,7 @@ static int cmd_locks(const struct options *o, const struct client_addr *a, struc
  * while nobody holds it): who the leader of an election (elect) is. Runs
  * until the connection ends (121) or lockbroker is stopped.
  */
-static int cmd_observe(const struct options *o, const struct client_addr *a, struct client *c,
+static int cli_observe(const struct options *o, const struct lb_addr *a, struct lb_conn *c,
                        const char *name)
 {
     char req[PROTO_NAME_MAX + 16], ok[PROTO_NAME_MAX + 8], line[CLIENT_LINE_MAX + 1],
@@ -1049,16 +1049,16 @@ static int cmd_observe(const struct options *o, const struct client_addr *a, str
 /* ------------------------------------------------ lease, renew, release */
 
 /* UNLOCK <name> <token> on c, when the token could not be handed on. Returns 0 or -1. */
-static int lease_abandon(struct client *c, const struct run_opts *ro, const char *token)
+static int lease_abandon(struct lb_conn *c, const struct run_opts *ro, const char *token)
 {
     char req[PROTO_NAME_MAX + 64], ok[PROTO_NAME_MAX + 8], line[PROTO_REPLY_MAX],
          err[CLIENT_ERR_MAX];
-    int64_t deadline = client_now_ms() + ro->io_ms;
+    int64_t deadline = lb_now_ms() + ro->io_ms;
 
     snprintf(req, sizeof(req), "UNLOCK %s %s\n", ro->name, token);
     snprintf(ok, sizeof(ok), "OK %s", ro->name);
-    if (client_send(c, req, strlen(req), deadline, err, sizeof(err)) != CLIENT_OK ||
-        client_read_line(c, line, sizeof(line), deadline, err, sizeof(err)) != CLIENT_OK)
+    if (lb_send(c, req, strlen(req), deadline, err, sizeof(err)) != CLIENT_OK ||
+        lb_read_line(c, line, sizeof(line), deadline, err, sizeof(err)) != CLIENT_OK)
         return -1;
     return strcmp(line, ok) == 0 ? 0 : -1;
 }
@@ -1070,19 +1070,19 @@ static int lease_abandon(struct client *c, const struct run_opts *ro, const char
  * gives it its whole ttl again from now. Returns 0, or a CLI_EXIT_* status
  * having said why.
  */
-static int lease_renew_after_wait(struct client *c, const struct run_opts *ro,
+static int lease_renew_after_wait(struct lb_conn *c, const struct run_opts *ro,
                                   const char *token)
 {
     char req[PROTO_NAME_MAX + 64], ok[PROTO_NAME_MAX + 8], line[PROTO_REPLY_MAX],
          err[CLIENT_ERR_MAX];
-    int64_t deadline = client_now_ms() + ro->io_ms;
-    enum client_status st;
+    int64_t deadline = lb_now_ms() + ro->io_ms;
+    enum lb_status st;
 
     snprintf(req, sizeof(req), "RENEW %s %s %" PRId64 "\n", ro->name, token, ro->ttl_ms);
     snprintf(ok, sizeof(ok), "OK %s", ro->name);
-    st = client_send(c, req, strlen(req), deadline, err, sizeof(err));
+    st = lb_send(c, req, strlen(req), deadline, err, sizeof(err));
     if (st == CLIENT_OK)
-        st = client_read_line(c, line, sizeof(line), deadline, err, sizeof(err));
+        st = lb_read_line(c, line, sizeof(line), deadline, err, sizeof(err));
     if (st != CLIENT_OK) {
         fprintf(stderr, "lockbroker: cannot renew lease %s after its wait: %s\n", ro->name,
                 st == CLIENT_CLOSED ? "the broker closed the connection" :
@@ -1092,7 +1092,7 @@ static int lease_renew_after_wait(struct client *c, const struct run_opts *ro,
     if (strcmp(line, ok) == 0)
         return 0;
     fprintf(stderr, "lockbroker: cannot renew lease %s after its wait: %s\n", ro->name, line);
-    return strncmp(line, "ERR NOT_HELD", 12) == 0 ? CLI_EXIT_NOT_HELD : client_err_exit(line);
+    return strncmp(line, "ERR NOT_HELD", 12) == 0 ? CLI_EXIT_NOT_HELD : lb_err_exit(line);
 }
 
 /*
@@ -1102,15 +1102,15 @@ static int lease_renew_after_wait(struct client *c, const struct run_opts *ro,
  * be written is a lease nobody could renew or release: it is released at
  * once.
  */
-static int cmd_lease(const struct run_opts *ro, struct client *c)
+static int cli_lease(const struct run_opts *ro, struct lb_conn *c)
 {
     char token[32];
-    int64_t asked = client_now_ms();
+    int64_t asked = lb_now_ms();
     int rc, e;
 
     if ((rc = run_lock(ro, c, token, sizeof(token))) != 0)
         return rc == CLI_EXIT_TIMEOUT && ro->timeout_exit >= 0 ? ro->timeout_exit : rc;
-    if (client_now_ms() - asked > ro->ttl_ms / 10 &&
+    if (lb_now_ms() - asked > ro->ttl_ms / 10 &&
         (rc = lease_renew_after_wait(c, ro, token)) != 0) {
         /* Held, but for less than promised: nobody is told its token. */
         if (rc != CLI_EXIT_NOT_HELD && lease_abandon(c, ro, token) != 0)
@@ -1138,7 +1138,7 @@ static int cmd_lease(const struct run_opts *ro, struct client *c)
  * UNLOCK <name> <token>. Both answer `OK <name>`, or ERR NOT_HELD when no
  * lease of that name has that token.
  */
-static int cmd_lease_op(const struct options *o, const struct client_addr *a, struct client *c,
+static int cli_lease_op(const struct options *o, const struct lb_addr *a, struct lb_conn *c,
                         const char *name, uint64_t token, int64_t ttl_ms)
 {
     struct exchange x;
@@ -1227,17 +1227,17 @@ static int finish_stdout(int rc)
 struct call {
     const char *sub;             /* its name in messages (elect says run) */
     const struct options *o;     /* checked against the row's opts */
-    struct client_addr *addr;    /* the broker, with the login of -a and the TLS context */
+    struct lb_addr *addr;    /* the broker, with the login of -a and the TLS context */
     const struct tls_config *tls; /* the files addr->tls was made from; NULL: plain text */
-    struct client *conn;         /* not connected yet; the function closes it after use */
+    struct lb_conn *conn;         /* not connected yet; the function closes it after use */
     char **args;                 /* the operands after the options, NULL-terminated */
     int nargs;                   /* between the row's min_args and max_args */
 };
 
 /* After a request-reply subcommand: closes its connection and flushes stdout. */
-static int finish_exchange(struct client *c, int rc)
+static int finish_exchange(struct lb_conn *c, int rc)
 {
-    client_close(c);
+    lb_close(c);
     return finish_stdout(rc);
 }
 
@@ -1311,8 +1311,8 @@ static int sub_lease(const struct call *call)
         run_default_label(label, sizeof(label), "lease");
         ro.label = label;
     }
-    rc = cmd_lease(&ro, call->conn);   /* it has flushed stdout, or given up on it */
-    client_close(call->conn);
+    rc = cli_lease(&ro, call->conn);   /* it has flushed stdout, or given up on it */
+    lb_close(call->conn);
     return rc;
 }
 
@@ -1327,7 +1327,7 @@ static int sub_lease_op(const struct call *call, bool renew)
         (rc = check_token(call->sub, call->args[1], &token)) != 0 ||
         (renew && (rc = check_ttl(call->sub, call->args[2], &ttl_ms)) != 0))
         return rc;
-    rc = cmd_lease_op(call->o, call->addr, call->conn, call->args[0], token, ttl_ms);
+    rc = cli_lease_op(call->o, call->addr, call->conn, call->args[0], token, ttl_ms);
     return finish_exchange(call->conn, rc);
 }
 
@@ -1347,10 +1347,10 @@ static int sub_status(const struct call *call)
     int rc;
 
     if (call->nargs == 0)
-        return finish_exchange(call->conn, cmd_stats(call->o, call->addr, call->conn, true));
+        return finish_exchange(call->conn, cli_stats(call->o, call->addr, call->conn, true));
     if ((rc = check_name(call->args[0])) != 0)
         return rc;
-    return finish_exchange(call->conn, cmd_status(call->o, call->addr, call->conn,
+    return finish_exchange(call->conn, cli_status(call->o, call->addr, call->conn,
                                                   call->args[0]));
 }
 
@@ -1362,7 +1362,7 @@ static int sub_locks(const struct call *call)
     if (glob && !glob_valid(glob))
         return usage_error("locks: GLOB: expected 1-200 characters of lock names "
                            "(A-Z a-z 0-9 . _ : @ -) and * ? [ ] !, got '%s'", glob);
-    return finish_exchange(call->conn, cmd_locks(call->o, call->addr, call->conn, glob));
+    return finish_exchange(call->conn, cli_locks(call->o, call->addr, call->conn, glob));
 }
 
 /* observe NAME */
@@ -1372,7 +1372,7 @@ static int sub_observe(const struct call *call)
 
     if ((rc = check_name(call->args[0])) != 0)
         return rc;
-    return finish_exchange(call->conn, cmd_observe(call->o, call->addr, call->conn,
+    return finish_exchange(call->conn, cli_observe(call->o, call->addr, call->conn,
                                                    call->args[0]));
 }
 
@@ -1386,18 +1386,18 @@ static int sub_break(const struct call *call)
     if ((rc = check_name(call->args[0])) != 0 ||
         (token && (rc = check_token(call->sub, token, &parsed)) != 0))
         return rc;
-    return finish_exchange(call->conn, cmd_break(call->o, call->addr, call->conn,
+    return finish_exchange(call->conn, cli_break(call->o, call->addr, call->conn,
                                                  call->args[0], token));
 }
 
 static int sub_stats(const struct call *call)
 {
-    return finish_exchange(call->conn, cmd_stats(call->o, call->addr, call->conn, false));
+    return finish_exchange(call->conn, cli_stats(call->o, call->addr, call->conn, false));
 }
 
 static int sub_ping(const struct call *call)
 {
-    return finish_exchange(call->conn, cmd_ping(call->o, call->addr, call->conn));
+    return finish_exchange(call->conn, cli_ping(call->o, call->addr, call->conn));
 }
 
 /* ------------------------------------------------------------------ main */
@@ -1703,11 +1703,11 @@ static int subcommand_check_args(const struct subcommand *s, char **args, int na
 
 int main(int argc, char **argv)
 {
-    static struct client conn;   /* 64 KiB line buffer: not on the stack */
-    static struct client_auth auth;
+    static struct lb_conn conn;   /* 64 KiB line buffer: not on the stack */
+    static struct lb_auth auth;
     struct options o = { .wait_ms = -1, .grace_ms = GRACE_DEFAULT_MS, .timeout_exit = -1, .human = -1,
                          .io_ms = IO_TIMEOUT_DEFAULT_MS, .tls = -1 };
-    struct client_addr addr;
+    struct lb_addr addr;
     struct tls_config tls_cfg = { NULL, NULL, NULL };
     char err[CLIENT_ERR_MAX];
     const struct subcommand *s;

@@ -123,7 +123,7 @@ struct backend_ops {
     /* h's acquisition, stored in its backend slot, now serves h: the hold
      * it was started for left and h, next in line in the same mode, took
      * its place. */
-    void (*handover)(void *impl, struct hold *h);
+    void (*reassign)(void *impl, struct hold *h);
     /* The acquisition is no longer wanted (its request left). */
     void (*cancel)(void *impl, struct hold *h);
     /*

@@ -115,7 +115,7 @@ static bool embedded_restore(void *impl, struct snap_r *r)
 static const struct backend_ops embedded_ops = {
     .name = "embedded",
     .acquire = embedded_acquire,
-    .handover = embedded_forget,
+    .reassign = embedded_forget,
     .cancel = embedded_forget,
     .pass_on = embedded_pass_on,
     .release = embedded_forget,

@@ -134,7 +134,7 @@ bool cmd_restore_pending(struct client *c, struct snap_r *r, struct lease *const
     if (strcmp(kind, "lock") == 0 || strcmp(kind, "lease") == 0)
         return cmd_lock_restore_wait(c, r, kind[2] == 'a', leases, nleases);
     if (strcmp(kind, "set") == 0)
-        return cmd_set_restore(c, r);
+        return lockset_restore(c, r);
     return snap_r_fail(r, "conn %llu: a pending request of unknown kind %s",
                        (unsigned long long)c->id, kind);
 }

@@ -30,8 +30,8 @@ typedef void cmd_handler(struct client *c, const struct proto_req *req, const ch
 
 /* cmd_lock.c: locks, leases, CHECK */
 cmd_handler cmd_lock, cmd_unlock, cmd_renew, cmd_check;
-/* cmd_set.c: LOCK, TRYLOCK and UNLOCK of a set "a,b,c" (req->nnames > 1) */
-cmd_handler cmd_set;
+/* cmd_lockset.c: LOCK, TRYLOCK and UNLOCK of a set "a,b,c" (req->nnames > 1) */
+cmd_handler cmd_lockset;
 /* cmd_info.c: what the daemon knows */
 cmd_handler cmd_status, cmd_locks, cmd_holders, cmd_stats, cmd_help;
 /* cmd_session.c: the connection itself */
@@ -47,10 +47,10 @@ void cmd_reply_quota(struct client *c, enum locks_result r, const char *then);
  * table answered the request itself, not a callback later. */
 void cmd_reply_lock_result(struct client *c, enum proto_cmd cmd, const char *name,
                            enum locks_result r, uint64_t token, bool at_once);
-/* A set being taken, parked (cmd_set.c). */
-extern const struct pending_ops cmd_set_ops;
-/* A lock table answer to a set's step (cmd_set.c), from the owner's done(). */
-void cmd_set_done(struct client *c, enum locks_result r, uint64_t token);
+/* A set being taken, parked (cmd_lockset.c). */
+extern const struct pending_ops lockset_ops;
+/* A lock table answer to a set's step (cmd_lockset.c), from the owner's done(). */
+void lockset_done(struct client *c, enum locks_result r, uint64_t token);
 /* A LOCK wait (c's pending one) cut short by the end of input: logged, and
  * LOCKS_UNAVAILABLE in an outage, else LOCKS_TIMEOUT, for the reply. */
 enum locks_result cmd_wait_cut(struct client *c);
@@ -71,10 +71,10 @@ struct lease;
 bool cmd_restore_pending(struct client *c, struct snap_r *r, struct lease *const *leases,
                          size_t nleases);
 bool cmd_restore_watch(struct client *c, struct snap_r *r);
-/* The kinds' halves (cmd_lock.c, cmd_set.c). */
+/* The kinds' halves (cmd_lock.c, cmd_lockset.c). */
 bool cmd_lock_restore_wait(struct client *c, struct snap_r *r, bool lease_wait,
                            struct lease *const *leases, size_t nleases);
-bool cmd_set_restore(struct client *c, struct snap_r *r);
+bool lockset_restore(struct client *c, struct snap_r *r);
 /* A LOCKS or HOLDERS reply being written (cmd_info.c). */
 bool cmd_listing_restore(struct client *c, struct snap_r *r);
 

@@ -1,7 +1,7 @@
 /*
  * cmd_lock.c - LOCK, TRYLOCK, UNLOCK, RENEW and CHECK of one name, and the
  * lock table's callbacks for a client's holds. Sets of names are in
- * cmd_set.c.
+ * cmd_lockset.c.
  *
  * A LOCK that must wait parks in the client's pending slot; the lock
  * table's done() answers it. After the end of input, a LOCK waiting for
@@ -273,7 +273,7 @@ void cmd_lock(struct client *c, const struct proto_req *req, const char *name)
     char text[96];
 
     if (req->nnames > 1) {
-        cmd_set(c, req, name);
+        cmd_lockset(c, req, name);
         return;
     }
     cmd_lock_req(c, req, &lreq);
@@ -385,7 +385,7 @@ static bool own_hold(struct client *c, const struct proto_req *req, const char *
 void cmd_unlock(struct client *c, const struct proto_req *req, const char *name)
 {
     if (req->nnames > 1) {
-        cmd_set(c, req, name);
+        cmd_lockset(c, req, name);
     } else if (!own_hold(c, req, name) && req->keep_ms > 0) {
         client_reply_err(c, PROTO_ERR_BAD_ARGS, "keep= releases this connection's own hold "
                          "later; a lease is kept longer with RENEW");
@@ -467,8 +467,8 @@ static void on_lock_done(struct lock_owner *o, const char *name, enum locks_resu
         log_error("conn %llu: lock answer while no request waits", (unsigned long long)c->id);
         return;
     }
-    if (c->pending == &cmd_set_ops) {
-        cmd_set_done(c, r, token);      /* a name of a set: the next step runs from the loop */
+    if (c->pending == &lockset_ops) {
+        lockset_done(c, r, token);      /* a name of a set: the next step runs from the loop */
         return;
     }
     c->pending_op = NULL;      /* answered: a granted lease is on its own now */

@@ -329,7 +329,7 @@ static void hold_cancel(struct hold *h)
             next->backend_data = h->backend_data;
             h->backend_data = NULL;
             hold_unlink(h);
-            t->backend->ops->handover(t->backend->impl, next);
+            t->backend->ops->reassign(t->backend->impl, next);
             return;
         }
         t->backend->ops->cancel(t->backend->impl, h);

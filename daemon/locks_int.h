@@ -49,7 +49,7 @@ struct hold {
     int64_t granted_us;            /* monotonic time of the grant, valid when HELD */
     struct event *timer;           /* wait deadline, or the end of a lock-delay, or NULL */
     int64_t deadline_us;           /* monotonic end of the wait when timer is the deadline */
-    void *backend_data;            /* the backend's; the table only moves it on handover */
+    void *backend_data;            /* the backend's; the table only moves it (reassign) */
 };
 
 struct lock {

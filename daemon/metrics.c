@@ -199,7 +199,7 @@ static const struct metric_row rows[] = {
 /* Statistics that are words, not numbers: exported in their own way below. */
 static const char *const word_stats[] = { "version", "mode", "zk_state", "zk_session_id" };
 
-/* The ZooKeeper session states STATS says (zk/session.c), one series each. */
+/* The ZooKeeper session states STATS says (zk/zk_session.c), one series each. */
 static const char *const zk_states[] = { "connected", "connecting", "expired" };
 
 #define STATS_MAX 256

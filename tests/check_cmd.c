@@ -550,7 +550,7 @@ START_TEST(set_cancelled_by_close)
     send_line(&a, "LOCK b");
     ck_out_num(&a, "OK b ");
     send_line(&b, "LOCK a,b");
-    ck_assert(b.cl.pending == &cmd_set_ops);
+    ck_assert(b.cl.pending == &lockset_ops);
     client_release_all(&b.cl, true);
     ck_assert(b.cl.pending == NULL);
     send_line(&a, "STATUS a");

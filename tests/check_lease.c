@@ -70,7 +70,7 @@ static enum locks_result fake_acquire(void *impl, struct hold *h, uint64_t *toke
     return LOCKS_GRANTED;
 }
 
-static void fake_handover(void *impl, struct hold *h) { }
+static void fake_reassign(void *impl, struct hold *h) { }
 static void fake_cancel(void *impl, struct hold *h) { ((struct fake *)impl)->ncancels++; }
 static void fake_release(void *impl, struct hold *h) { ((struct fake *)impl)->nreleases++; }
 
@@ -92,7 +92,7 @@ static void fake_lease_op_cancel(void *impl, struct backend_lease_op *op)
 static const struct backend_ops fake_ops = {
     .name = "fake",
     .acquire = fake_acquire,
-    .handover = fake_handover,
+    .reassign = fake_reassign,
     .cancel = fake_cancel,
     .release = fake_release,
     .stats = fake_stats,

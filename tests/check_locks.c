@@ -33,7 +33,7 @@ enum fake_mode {
     FAKE_UNAVAILABLE,  /* acquire() answers unavailable before returning */
 };
 
-enum call_kind { CALL_ACQUIRE, CALL_HANDOVER, CALL_CANCEL, CALL_RELEASE };
+enum call_kind { CALL_ACQUIRE, CALL_REASSIGN, CALL_CANCEL, CALL_RELEASE };
 
 struct call {
     enum call_kind kind;
@@ -83,14 +83,14 @@ static enum locks_result fake_acquire(void *impl, struct hold *h, uint64_t *toke
     return LOCKS_WAITING;
 }
 
-static void fake_handover(void *impl, struct hold *h) { fake_record(impl, CALL_HANDOVER, h); }
+static void fake_reassign(void *impl, struct hold *h) { fake_record(impl, CALL_REASSIGN, h); }
 static void fake_cancel(void *impl, struct hold *h) { fake_record(impl, CALL_CANCEL, h); }
 static void fake_release(void *impl, struct hold *h) { fake_record(impl, CALL_RELEASE, h); }
 
 static const struct backend_ops fake_ops = {
     .name = "fake",
     .acquire = fake_acquire,
-    .handover = fake_handover,
+    .reassign = fake_reassign,
     .cancel = fake_cancel,
     .release = fake_release,
     .stats = fake_stats,
@@ -689,7 +689,7 @@ START_TEST(tokens_increase)
 {
     uint64_t prev = 0, token;
 
-    /* Per name, across handovers and across names. */
+    /* Per name, across holders and across names. */
     for (int i = 0; i < 100; i++) {
         ck_assert_int_eq(lock(&c1, (i % 3) ? "a" : "b", -1, &token), LOCKS_GRANTED);
         ck_assert_uint_gt(token, prev);
@@ -957,7 +957,7 @@ START_TEST(fake_head_leaves_next_inherits)
     locks_owner_release_all(t, &c1.c);
     /* No cancel, no new acquire: the acquisition is handed to c2. */
     ck_assert_int_eq(fake.ncalls, 2);
-    ck_assert_str_eq(ck_call(1, CALL_HANDOVER, "a")->peer, "c2");
+    ck_assert_str_eq(ck_call(1, CALL_REASSIGN, "a")->peer, "c2");
     l = fake.calls[1].hold;
     ck_assert_int_eq(c1.nrecs, 0);
     ck_assert_uint_eq(stats().waiting, 2);
@@ -1014,7 +1014,7 @@ START_TEST(fake_head_times_out_next_inherits)
     run_until(&c1, 1);
     ck_done(&c1, 0, "a", LOCKS_TIMEOUT);
     ck_assert_int_eq(fake.ncalls, 2);
-    ck_assert_str_eq(ck_call(1, CALL_HANDOVER, "a")->peer, "c2");
+    ck_assert_str_eq(ck_call(1, CALL_REASSIGN, "a")->peer, "c2");
     l = fake.calls[1].hold;
     locks_backend_granted(l, 5);
     ck_done(&c2, 0, "a", LOCKS_GRANTED);
@@ -1728,7 +1728,7 @@ START_TEST(fake_limit_acquiring_handed_over)
     /* c2 leaves while acquiring: c3, next in line, takes over its acquisition. */
     locks_owner_release_all(t, &c2.c);
     ck_assert_int_eq(fake.ncalls, 3);
-    h = ck_call_by(2, CALL_HANDOVER, "s", "c3")->hold;
+    h = ck_call_by(2, CALL_REASSIGN, "s", "c3")->hold;
     ck_assert_ptr_eq(hold_backend_data(h), &fake);
     ck_assert_int_eq(hold_limit(h), 2);
     ck_assert_int_eq(hold_mode(h), LOCK_LIMIT);
@@ -1781,7 +1781,7 @@ END_TEST
 START_TEST(fake_exclusive_acquiring_leaves_readers_admitted)
 {
     /* A writer leaving while acquiring lets the readers behind it in, each
-     * with its own acquisition (no handover across modes). */
+     * with its own acquisition (no reassign across modes). */
     ck_assert_int_eq(lock_as(&c1, "r", LOCK_EXCLUSIVE, 0, 5, NULL), LOCKS_WAITING);
     ck_assert_int_eq(lock_as(&c2, "r", LOCK_SHARED, 0, -1, NULL), LOCKS_WAITING);
     ck_assert_int_eq(lock_as(&c3, "r", LOCK_SHARED, 0, -1, NULL), LOCKS_WAITING);

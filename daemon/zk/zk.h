@@ -3,23 +3,23 @@
  * ZooKeeper, on one session per daemon, driven from the libevent loop.
  *
  * daemon/zk/ is a stack. Each file calls only the layers below it and
- * hears from them through what it registered with them (session.h struct
+ * hears from them through what it registered with them (zk_session.h struct
  * zk_listener, zlock.h struct zl_hooks), never by name:
  *
- *   backend.c  acquire.c              the backend's operations     zk.h
+ *   zk_backend.c  zk_acquire.c         the backend's operations     zk.h
  *   ------------------------------------------------------------------------
- *   fair.c -> lease_lock.c -> lease.c the fair queue, leases,      recipes.h
- *   nonfair.c                         non-fair names (one fixed node),
- *   handoff.c  query.c  watch.c       local handoff, STATUS and
- *                                     HOLDERS, WATCH
+ *   zk_fair.c -> zk_lease_lock.c       the fair queue, leases,      zk_recipes.h
+ *     -> zk_lease.c                    non-fair names (one fixed
+ *   zk_nonfair.c                       node), local handoff,
+ *   zk_handoff.c zk_query.c zk_watch.c STATUS and HOLDERS, WATCH
  *   ------------------------------------------------------------------------
- *   node.c  zlock.c  names.c          create, find, delete; the    node.h
- *                                     contexts of requests, watches
+ *   zk_node.c  zlock.c  zk_names.c     create, find, delete; the    zk_node.h
+ *                                      contexts of requests, watches
  *   ------------------------------------------------------------------------
- *   batch.c                           group commit (multis)        batch.h
+ *   zk_batch.c                         group commit (multis)        zk_batch.h
  *   ------------------------------------------------------------------------
- *   session.c  presence.c             connect, expiry, the libevent
- *                                     adapter, retry               session.h
+ *   zk_session.c  zk_presence.c        connect, expiry, the libevent
+ *                                      adapter, retry               zk_session.h
  *
  * zk_int.h holds struct zk: the session's state, and a pointer to each
  * upper layer's own, whose type only that layer's header defines. Only
@@ -49,7 +49,7 @@ struct backend *zk_backend_new(struct event_base *base, const struct settings *s
 
 /*
  * --check-handover: whether s ([zookeeper] tick_ms and session_timeout_ms)
- * allows a handover at all (zk/handover.c argues when); false with why,
+ * allows a handover at all (zk_handover.c argues when); false with why,
  * which names the nearest settings that do.
  */
 bool zk_handover_settings_fit(const struct settings *s, char *why, size_t len);

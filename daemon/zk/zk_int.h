@@ -1,6 +1,6 @@
 /*
  * zk_int.h - the state of distributed mode (struct zk), which its files
- * share: the session's (session.c, presence.c), and a pointer to the
+ * share: the session's (zk_session.c, zk_presence.c), and a pointer to the
  * state of each layer above, whose type only that layer's header defines
  * (zk.h draws the layers). Nothing outside daemon/zk/ includes it.
  *
@@ -32,16 +32,16 @@ struct zk_watches;
 
 enum zk_state { ZK_CONNECTING, ZK_CONNECTED, ZK_EXPIRED };
 
-/* Listeners of one session, at most (session.h). */
+/* Listeners of one session, at most (zk_session.h). */
 #define ZK_LISTENERS_MAX 8
 
-/* A request of presence.c's probe rounds that a server answered on the
+/* A request of zk_presence.c's probe rounds that a server answered on the
  * current connection: when it was sent, and when its answer came. */
 struct zk_probe {
     int64_t sent_ms, answered_ms;
 };
 /* Probes remembered: the rounds of at least one leader's ping interval
- * (presence.c spaces rounds so that this many cover it). */
+ * (zk_presence.c spaces rounds so that this many cover it). */
 #define ZK_PROBES 40
 
 struct zk {
@@ -65,7 +65,7 @@ struct zk {
     bool in_process;                   /* inside zookeeper_process(): re-arm after it */
     bool kicked;
     bool barrier;                      /* after a stall: resume nothing until a sync returns */
-    /* CHECK's window (presence.c, PROTOCOL.md "CHECK"): */
+    /* CHECK's window (zk_presence.c, PROTOCOL.md "CHECK"): */
     struct event *confirm;             /* starts a probe round now and then */
     bool probing;                      /* a round (sync, then setData) is in flight */
     uint64_t conn_serial;              /* counts connections: a probe counts only on the one
@@ -83,36 +83,36 @@ struct zk {
     bool presumed_lost;                /* holds were presumed lost and c has not moved
                                         * past the lost deadline since (logged when it does) */
     bool grants_held_back;             /* zk_may_grant() said no while connected: tell
-                                        * `resume` once c moves (session.c) */
+                                        * `resume` once c moves (zk_session.c) */
     uint64_t probe_rounds, probe_confirms; /* for STATS: rounds sent, and rounds that moved c */
     int negotiated_ms;
     int64_t session_id;
     bool attaching;                    /* a handover's successor attaches to the session of
                                         * the daemon before: nothing is known yet, nothing
-                                        * is unavailable yet either (watch.c) */
+                                        * is unavailable yet either (zk_watch.c) */
     struct {                           /* the layers above, in registration order */
         const struct zk_listener *l;   /* borrowed */
         void *arg;
     } listeners[ZK_LISTENERS_MAX];
     unsigned nlisteners;
     /* The layers above keep their own state; each allocates and frees it. */
-    struct zk_batch *batch;            /* batch.c's (batch.h) */
+    struct zk_batch *batch;            /* zk_batch.c's (zk_batch.h) */
     struct zk_nodes *nodes;            /* zlock.c's (zlock.h) */
-    struct zk_idle *idle;              /* handoff.c's (recipes.h) */
-    struct zk_leases *leases;          /* lease.c's (recipes.h) */
-    struct zk_watches *watches;        /* watch.c's (recipes.h) */
-    struct zk_queries *queries;        /* query.c's (recipes.h) */
-    /* counters, for STATS (backend.c) */
+    struct zk_idle *idle;              /* zk_handoff.c's (zk_recipes.h) */
+    struct zk_leases *leases;          /* zk_lease.c's (zk_recipes.h) */
+    struct zk_watches *watches;        /* zk_watch.c's (zk_recipes.h) */
+    struct zk_queries *queries;        /* zk_query.c's (zk_recipes.h) */
+    /* counters, for STATS (zk_backend.c) */
     uint64_t sessions, reconnects;
     uint64_t outstanding;              /* requests in flight, of every layer */
     uint64_t session_delays;           /* lock-delays begun because a holder's session
-                                        * ended (fair.c) */
+                                        * ended (zk_fair.c) */
     uint64_t grants_unlisted;          /* first creates under a parent we did not know
-                                        * that showed our node alone (fair.c) */
+                                        * that showed our node alone (zk_fair.c) */
     uint64_t nonfair_won, nonfair_lost; /* creates of a non-fair node after its holder
-                                        * ended that got it, or found it taken (nonfair.c) */
+                                        * ended that got it, or found it taken (zk_nonfair.c) */
     bool nonfair_checked;              /* every daemon of the root was found to have our
-                                        * [zookeeper] nonfair (presence.c): once per run;
+                                        * [zookeeper] nonfair (zk_presence.c): once per run;
                                         * until then no lock is taken (zk_serving) */
     bool nonfair_disagrees;            /* another daemon of the root has another [zookeeper]
                                         * nonfair: nothing is served, for good (zk_serving) */
@@ -147,7 +147,7 @@ static inline bool zk_reachable(const struct zk *zk)
 }
 
 /* Lock and lease requests can go out: reachable, and the agreement on
- * [zookeeper] nonfair was checked (presence.c). */
+ * [zookeeper] nonfair was checked (zk_presence.c). */
 static inline bool zk_serving(const struct zk *zk)
 {
     return zk_reachable(zk) && zk->nonfair_checked;

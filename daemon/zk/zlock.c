@@ -2,12 +2,12 @@
  * zlock.c - distributed mode, node machinery: the acquisition object.
  *
  * The lock table asks this backend for the lock on behalf of each request
- * it lets through; each such acquisition is a struct zlock (node.h), found
+ * it lets through; each such acquisition is a struct zlock (zk_node.h), found
  * by id. Every request sent for it carries a context (struct zcall) with
  * the zlock's id and generation: a reply to an older generation is stale.
  * A watch has a context of its own, registered in zk->nodes->watches until it
  * fires or its handle goes. On an error the zlock parks (ZL_IDLE) until
- * the session's `resume` or `serving` (acquire.c) starts it again.
+ * the session's `resume` or `serving` (zk_acquire.c) starts it again.
  *
  * What happens next is not decided here: zl_next() runs the hook the layer
  * above registered (zl_set_hooks).
@@ -23,7 +23,7 @@
 
 #include "locks.h"
 #include "log.h"
-#include "node.h"
+#include "zk_node.h"
 
 int zl_nodes_init(struct zk *zk, const struct zl_hooks *hooks)
 {

@@ -1,5 +1,5 @@
 /*
- * zlock.h - the acquisition object of the node machinery (zlock.c; node.h
+ * zlock.h - the acquisition object of the node machinery (zlock.c; zk_node.h
  * says what the machinery is, zk.h draws the layers): one request's node,
  * its request and watch contexts, and the hooks through which the layer
  * above decides what happens next.
@@ -12,7 +12,7 @@
 
 #include <sys/queue.h>
 
-#include "batch.h"
+#include "zk_batch.h"
 #include "histogram.h"
 #include "locks.h"
 
@@ -30,11 +30,11 @@ struct zk_nodes {
     uint64_t next_id;
     unsigned nzlocks;
     struct histogram request_hist;     /* requests of the lock recipe, sent to completed */
-    /* node.c: lock parents known to exist, oldest first (zl_parent_known) */
+    /* zk_node.c: lock parents known to exist, oldest first (zl_parent_known) */
     void *known_by_path;               /* tsearch tree of struct known_parent */
     TAILQ_HEAD(, known_parent) known;
     unsigned nknown;
-    /* node.c: grants' token writes put off (zl_write_token), oldest first */
+    /* zk_node.c: grants' token writes put off (zl_write_token), oldest first */
     TAILQ_HEAD(, zlock) tokens_due;
     unsigned ntokens_due;
     struct event *token_timer;         /* sends them once due; owned, made on first use */
@@ -68,7 +68,7 @@ struct zlock {
     enum lock_mode mode;       /* what the request asks for; part of the node name */
     unsigned limit;            /* LOCK_LIMIT only */
     bool data_stale;           /* the node's data is behind: it names an owner that left
-                                * (handover), or lacks the token of a grant (node.c) */
+                                * (handover), or lacks the token of a grant (zk_node.c) */
     bool data_writing;         /* a write of the node's data is in flight */
     bool token_put_off;        /* on zk->nodes->tokens_due: the grant's token waits to be
                                 * written (data_stale is set meanwhile) */
@@ -88,8 +88,8 @@ struct zlock {
                                 * carries it) */
     int64_t keep_until_ms;     /* monotonic ms: a hold presumed lost keeps our node until
                                 * the last CHECK window it may have been given ends */
-    struct event *keep_timer;  /* runs zl_start then (acquire.c); owned */
-    bool nonfair;              /* a non-fair name (nonfair.c): parent is the one fixed
+    struct event *keep_timer;  /* runs zl_start then (zk_acquire.c); owned */
+    bool nonfair;              /* a non-fair name (zk_nonfair.c): parent is the one fixed
                                 * node's path, node the same once it is ours */
     bool raced;                /* nonfair: this create follows the holder's end */
     bool lease;                /* our node is (to be) a persistent lease node */
@@ -127,7 +127,7 @@ struct nodecall {
     unsigned epoch;
 };
 
-/* What the node machinery tells the layer above (acquire.c registers it
+/* What the node machinery tells the layer above (zk_acquire.c registers it
  * with zl_set_hooks): never called by name. */
 struct zl_hooks {
     /* Decides zl's next request from what is known (after a create, a
@@ -141,7 +141,7 @@ struct zl_hooks {
 
 /* Makes zk->nodes, with the layer above's hooks (borrowed, must outlive
  * zk). Returns 0 or -1; zl_nodes_free() frees it, once no zlock is left
- * and the parents known are forgotten (node.h). */
+ * and the parents known are forgotten (zk_node.h). */
 int zl_nodes_init(struct zk *zk, const struct zl_hooks *hooks);
 void zl_nodes_free(struct zk *zk);
 /* Runs the `next` hook: decides zl's next request. */
@@ -149,7 +149,7 @@ void zl_next(struct zlock *zl);
 /* A zlock for h, in h's backend slot; parent is copied. NULL when out of
  * memory. Freed by zl_free(). */
 struct zlock *zl_new(struct zk *zk, struct hold *h, const char *parent);
-/* Handover (zk/handover.c): a zlock of the daemon before, with its id, no
+/* Handover (zk_handover.c): a zlock of the daemon before, with its id, no
  * hold and nothing else set yet. NULL when out of memory or id is taken. */
 struct zlock *zl_restore(struct zk *zk, uint64_t id, const char *parent);
 /* Looks a zlock up by id: NULL once it was freed. */

@@ -39,7 +39,7 @@ class Daemon(lbharness.Daemon):
     READY_RE = re.compile(r"ready: (\S+) mode, (?:daemon id \S+, )?listening on (\S+)"
                           r"(?: and (.+))?$")
 
-# Exit statuses of lockbroker itself (cli/client.h, lockbroker --help, lockbroker(1)).
+# Exit statuses of lockbroker itself (cli/lb_client.h, lockbroker --help, lockbroker(1)).
 EXIT_FREE = 1            # status NAME only
 EXIT_BACKEND_DOWN = 115  # ping, status: the broker answers but cannot reach ZooKeeper
 EXIT_JEOPARDY = 116

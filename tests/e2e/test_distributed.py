@@ -1884,7 +1884,7 @@ class LeasesTest(DistributedBase):
 class WatchOutageTest(DistributedBase):
     # A watcher already watching is told `unavailable` once the daemon
     # presumes its holds lost (PROTOCOL.md, WATCH), and the state again when
-    # ZooKeeper is back. (It was not told at all until zk/watch.c listened
+    # ZooKeeper is back. (It was not told at all until zk/zk_watch.c listened
     # for that: found by the item-13 audit.)
     def test_a_watcher_is_told_when_zookeeper_goes_away(self):
         a = self.start_daemon(self.zk.connect_string, "A")
@@ -2778,7 +2778,7 @@ class HandoverTest(DistributedBase):
         item 5, had 4000 ms; 4200 keeps the lost deadline further from the
         probes): W, 3/4 of tick_ms, is not under a third of the timeout, so
         the session is never confirmed recently enough to hand over, and a
-        successor could not confirm it in time either (zk/handover.c).
+        successor could not confirm it in time either (zk/zk_handover.c).
         SIGUSR2 is refused at once, in one line with the reason, before the
         successor is checked or parsing stops (it used to stop parsing for
         3 s, then give up), and the daemon serves on. A successor whose
@@ -2843,7 +2843,7 @@ class HandoverTest(DistributedBase):
 
 
 class BatchTest(DistributedBase):
-    """Group commit (daemon/zk/batch.c): creates and deletes go out as
+    """Group commit (daemon/zk/zk_batch.c): creates and deletes go out as
     multis, at most 2 in flight; a failed multi's culprit is handled as a
     single request would be and the other writes are sent again. The proxy
     holds the server's replies back, so that writes queue up behind 2

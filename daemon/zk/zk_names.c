@@ -1,10 +1,10 @@
 /*
- * names.c - distributed mode, node machinery: what a lock node's name
- * says. Every daemon reads the others' nodes by these rules (fair.c,
- * lease.c, query.c), so they change only with the node names themselves.
+ * zk_names.c - distributed mode, node machinery: what a lock node's name
+ * says. Every daemon reads the others' nodes by these rules (zk_fair.c,
+ * zk_lease.c, zk_query.c), so they change only with the node names themselves.
  */
 #include "config.h"
-#include "names.h"
+#include "zk_names.h"
 
 #include <stdlib.h>
 #include <string.h>

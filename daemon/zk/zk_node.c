@@ -1,17 +1,17 @@
 /*
- * node.c - distributed mode, node machinery: one acquisition's node in
- * ZooKeeper (node.h).
+ * zk_node.c - distributed mode, node machinery: one acquisition's node in
+ * ZooKeeper (zk_node.h).
  *
  * Each acquisition has an EPHEMERAL_SEQUENTIAL node
  * <root>/locks/<name>/<daemon>-<id>-<tag>-NNNNNNNNNN (a lease's is
- * persistent, lease_lock.c). Creates, deletes and writes of the node's
- * data go out in multis (batch.c). A create whose reply was lost is looked
+ * persistent, zk_lease_lock.c). Creates, deletes and writes of the node's
+ * data go out in multis (zk_batch.c). A create whose reply was lost is looked
  * for by name after reconnecting, and deletes are retried until they
  * succeed, the node is gone, or the session is. Once a create, a find or
  * a delete is answered, zl_next() lets the layer above decide.
  */
 #include "config.h"
-#include "node.h"
+#include "zk_node.h"
 
 #include <event2/event.h>
 #include <search.h>
@@ -50,11 +50,11 @@ static void on_data_written(int rc, const struct Stat *stat, const void *data)
 /*
  * "daemon=<id> client=<owner>[ label=<label>][ token=<token>][ deadline=<ms>]":
  * who a node is for, read by STATUS, HOLDERS and WATCH on every daemon
- * (query.c). token=: the token its holder was given, once granted (the
+ * (zk_query.c). token=: the token its holder was given, once granted (the
  * same hold, token and state as locks_drop_held's "held"); a lease's is
  * not written, readers make it from the lease node's czxid as the grant
- * did (lease_lock.c). by_write: this very write's zxid makes the grant's
- * token (a non-fair node's setData, nonfair.c): "token=mzxid".
+ * did (zk_lease_lock.c). by_write: this very write's zxid makes the grant's
+ * token (a non-fair node's setData, zk_nonfair.c): "token=mzxid".
  */
 static void format_data(const struct zlock *zl, bool by_write, char *buf, size_t len)
 {
@@ -84,7 +84,7 @@ void zl_format_token_data(const struct zlock *zl, char *buf, size_t len)
 }
 
 /*
- * Queues a write of our node's current data (batch.c: it may share a
+ * Queues a write of our node's current data (zk_batch.c: it may share a
  * multi's zxid with other writes); done gets a nodecall. Returns ZOK, or
  * the error with nothing sent. It carries a token write put off.
  */

@@ -1,13 +1,13 @@
 /*
- * presence.c - distributed mode, bottom layer: what a connected session
+ * zk_presence.c - distributed mode, bottom layer: what a connected session
  * does before anything else (zk.h draws the layers). Registered as the
  * session's first listener, on every connection it
  *
  * - sends a probe round now and then (a sync, then a write): what they
  *   prove moves `c`, until when the session surely lives (CHECK's window,
- *   zk_presence_window_ms; the lost timer of session.c);
+ *   zk_presence_window_ms; the lost timer of zk_session.c);
  * - makes the session node, <root>/sessions/<id>, on a new session (the
- *   lock-delay of fair.c looks for it);
+ *   lock-delay of zk_fair.c looks for it);
  * - checks, once per run, that every daemon of the root has our [zookeeper]
  *   nonfair: the session node's data says it ("daemon=<id> nonfair=<globs>"),
  *   and the other session nodes are read once ours exists; until then no
@@ -18,7 +18,7 @@
  *   `serving`.
  */
 #include "config.h"
-#include "session.h"
+#include "zk_session.h"
 
 #include <event2/event.h>
 #include <stdio.h>
@@ -273,7 +273,7 @@ static void on_chroot_timer(evutil_socket_t fd, short what, void *arg)
  * which ZooKeeper deletes in the same transaction as the session's lock
  * nodes when the session ends. A daemon that sees a lock node with a
  * lock-delay vanish looks for it: gone, the holder did not release the
- * lock, its session ended (fair.c, lock-delay). Without it (not made
+ * lock, its session ended (zk_fair.c, lock-delay). Without it (not made
  * yet, refused) other daemons only wait longer.
  */
 struct registration {

@@ -1,5 +1,5 @@
 /*
- * cmd_set.c - LOCK, TRYLOCK and UNLOCK of a set of names "a,b,c".
+ * cmd_lockset.c - LOCK, TRYLOCK and UNLOCK of a set of names "a,b,c".
  *
  * A set is taken one name at a time, each an ordinary hold of the client,
  * in strcmp order whatever the order given: every client on every daemon
@@ -23,7 +23,7 @@
 #include "server.h"
 #include "settings.h"
 
-struct cmd_set {
+struct lockset {
     struct client *c;              /* borrowed: the set is the client's */
     enum proto_cmd cmd;            /* LOCK or TRYLOCK */
     struct lock_req lreq;          /* for every name; wait_ms is set again at each step */
@@ -40,17 +40,17 @@ struct cmd_set {
     char list[];                   /* "a,b,c" as given, for the replies */
 };
 
-static void set_free(struct cmd_set *s)
+static void set_free(struct lockset *s)
 {
     event_free(s->step);
     free(s);
 }
 
 /* The set's answer is queued: frees it and, if it was parked, reads on. */
-static void set_end(struct cmd_set *s)
+static void set_end(struct lockset *s)
 {
     struct client *c = s->c;
-    bool parked = c->pending == &cmd_set_ops && c->pending_op == s;
+    bool parked = c->pending == &lockset_ops && c->pending_op == s;
 
     set_free(s);
     if (parked)
@@ -61,7 +61,7 @@ static void set_end(struct cmd_set *s)
  * A step failed with r (or the wait was cut short): releases the names
  * taken so far and answers as for one name, with the list.
  */
-static void set_fail(struct cmd_set *s, enum locks_result r, bool at_once)
+static void set_fail(struct lockset *s, enum locks_result r, bool at_once)
 {
     struct client *c = s->c;
 
@@ -79,7 +79,7 @@ static void set_fail(struct cmd_set *s, enum locks_result r, bool at_once)
 
 /* All names held: unless one taken earlier was lost (LOST line) while the
  * rest was awaited, OK with every token. */
-static void set_granted(struct cmd_set *s)
+static void set_granted(struct lockset *s)
 {
     struct client *c = s->c;
     char buf[PROTO_SET_REPLY_MAX];
@@ -104,7 +104,7 @@ static void set_granted(struct cmd_set *s)
  * Takes the set's names from order[taken] on, as long as each is granted
  * at once; a wait parks the set until done().
  */
-static void set_next(struct cmd_set *s, bool at_once)
+static void set_next(struct lockset *s, bool at_once)
 {
     struct client *c = s->c;
     uint64_t token = 0;
@@ -121,7 +121,7 @@ static void set_next(struct cmd_set *s, bool at_once)
         }
         r = locks_lock(c->srv->locks, &c->owner, name, &s->lreq, &token);
         if (r == LOCKS_WAITING) {
-            client_suspend(c, s->cmd, &cmd_set_ops, s, name);
+            client_suspend(c, s->cmd, &lockset_ops, s, name);
             return;
         }
         if (r != LOCKS_GRANTED) {
@@ -136,7 +136,7 @@ static void set_next(struct cmd_set *s, bool at_once)
 /* The step after done(): the next name, or the end of a failed set. */
 static void on_set_step(evutil_socket_t fd, short what, void *arg)
 {
-    struct cmd_set *s = arg;
+    struct lockset *s = arg;
 
     if (s->r == LOCKS_GRANTED)
         set_next(s, false);
@@ -144,9 +144,9 @@ static void on_set_step(evutil_socket_t fd, short what, void *arg)
         set_fail(s, s->r, false);
 }
 
-void cmd_set_done(struct client *c, enum locks_result r, uint64_t token)
+void lockset_done(struct client *c, enum locks_result r, uint64_t token)
 {
-    struct cmd_set *s = c->pending_op;
+    struct lockset *s = c->pending_op;
 
     s->r = r;
     if (r == LOCKS_GRANTED)
@@ -163,7 +163,7 @@ static void set_cancel(struct client *c, void *op)
 /* The end of input cuts the step's wait short, and with it the set. */
 static void set_input_ended(struct client *c, void *op)
 {
-    struct cmd_set *s = op;
+    struct lockset *s = op;
 
     if (locks_cancel_wait(c->srv->locks, &c->owner, c->pending_name))
         set_fail(s, cmd_wait_cut(c), true);
@@ -178,7 +178,7 @@ static bool set_ready(const struct client *c, void *op)
 /* Handover: the request and how far it got; names and order follow from the list. */
 static void set_save(const struct client *c, void *op, struct snap_w *w)
 {
-    const struct cmd_set *s = op;
+    const struct lockset *s = op;
 
     snap_w_u64(w, s->lreq.mode);
     snap_w_u64(w, s->lreq.limit);
@@ -193,13 +193,13 @@ static void set_save(const struct client *c, void *op, struct snap_w *w)
         snap_w_u64(w, s->tokens[i]);
 }
 
-const struct pending_ops cmd_set_ops = {
+const struct pending_ops lockset_ops = {
     .what = "set", .cancel = set_cancel, .input_ended = set_input_ended,
     .snap_kind = "set", .snap_ready = set_ready, .save = set_save,
 };
 
 /* UNLOCK a,b,c [keep=<ms>]: all or nothing, every name must be held. */
-static void set_unlock(struct cmd_set *s, int64_t keep_ms)
+static void set_unlock(struct lockset *s, int64_t keep_ms)
 {
     struct client *c = s->c;
     char text[PROTO_NAME_MAX + 64];
@@ -230,9 +230,9 @@ static void set_unlock(struct cmd_set *s, int64_t keep_ms)
 }
 
 /* A copy of req's set, or NULL (ERR INTERNAL sent). *fresh: names not held yet. */
-static struct cmd_set *set_new(struct client *c, const struct proto_req *req, unsigned *fresh)
+static struct lockset *set_new(struct client *c, const struct proto_req *req, unsigned *fresh)
 {
-    struct cmd_set *s = malloc(sizeof(*s) + req->name_len + 1);
+    struct lockset *s = malloc(sizeof(*s) + req->name_len + 1);
     uint64_t token;
 
     if (!s || !(s->step = event_new(c->srv->base, -1, 0, on_set_step, s))) {
@@ -263,12 +263,12 @@ static struct cmd_set *set_new(struct client *c, const struct proto_req *req, un
     return s;
 }
 
-bool cmd_set_restore(struct client *c, struct snap_r *r)
+bool lockset_restore(struct client *c, struct snap_r *r)
 {
     struct proto_req req = { .cmd = c->pending_cmd };
     struct lock_req lreq;
     const char *list;
-    struct cmd_set *s;
+    struct lockset *s;
     unsigned taken, fresh, i;
     int64_t deadline_ms;
     bool whole = false;
@@ -317,13 +317,13 @@ bool cmd_set_restore(struct client *c, struct snap_r *r)
         set_free(s);
         return snap_r_fail(r, "conn %llu: a set that does not add up", (unsigned long long)c->id);
     }
-    client_suspend(c, s->cmd, &cmd_set_ops, s, s->names[s->order[taken]]);
+    client_suspend(c, s->cmd, &lockset_ops, s, s->names[s->order[taken]]);
     return true;
 }
 
-void cmd_set(struct client *c, const struct proto_req *req, const char *name)
+void cmd_lockset(struct client *c, const struct proto_req *req, const char *name)
 {
-    struct cmd_set *s;
+    struct lockset *s;
     unsigned fresh;
 
     if (!(s = set_new(c, req, &fresh)))

@@ -1,10 +1,10 @@
 /*
- * handoff.c - distributed mode, beside the recipes: local handoff and idle
+ * zk_handoff.c - distributed mode, beside the recipes: local handoff and idle
  * nodes, which spare ZooKeeper a round trip when the next holder of a lock
  * is a client of this daemon.
  */
 #include "config.h"
-#include "recipes.h"
+#include "zk_recipes.h"
 
 #include <event2/event.h>
 #include <search.h>

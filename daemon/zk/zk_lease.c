@@ -1,8 +1,8 @@
 /*
- * lease.c - distributed mode: leases in ZooKeeper, beyond the lock recipe.
+ * zk_lease.c - distributed mode: leases in ZooKeeper, beyond the lock recipe.
  *
  * A lease is a persistent node "<daemon>-<id>-<tag>.lease-<seq>" whose data
- * ends in "deadline=<wall-clock ms>" (lease_lock.c creates it). Because it
+ * ends in "deadline=<wall-clock ms>" (zk_lease_lock.c creates it). Because it
  * outlives the daemon that made it, any daemon may end or renew it:
  *
  * - The janitor. Every lease node a daemon sees (its own, those in a
@@ -27,7 +27,7 @@
  * after the deadline in real time. Fencing tokens remain the safety net.
  */
 #include "config.h"
-#include "recipes.h"
+#include "zk_recipes.h"
 
 #include <event2/event.h>
 #include <search.h>

@@ -1,16 +1,16 @@
 /*
- * recipes.h - distributed mode, the recipes and what sits beside them (zk.h
- * draws the layers), on the node machinery (node.h):
+ * zk_recipes.h - distributed mode, the recipes and what sits beside them (zk.h
+ * draws the layers), on the node machinery (zk_node.h):
  *
- *   fair.c        the fair queue: list, watch the node before ours, grant
- *   lease_lock.c  a granted request held as a lease: a persistent node
- *   lease.c       leases made by any daemon: the janitor, release and
+ *   zk_fair.c        the fair queue: list, watch the node before ours, grant
+ *   zk_lease_lock.c  a granted request held as a lease: a persistent node
+ *   zk_lease.c       leases made by any daemon: the janitor, release and
  *                 renewal by token, the start-up sweep
- *   nonfair.c     non-fair names: one fixed node, no queue
- *   handoff.c     local handoff and idle nodes
- *   query.c       read-only queries for STATUS
+ *   zk_nonfair.c     non-fair names: one fixed node, no queue
+ *   zk_handoff.c     local handoff and idle nodes
+ *   zk_query.c       read-only queries for STATUS
  *
- * Within the layer, calls go one way: fair.c -> lease_lock.c -> lease.c.
+ * Within the layer, calls go one way: zk_fair.c -> zk_lease_lock.c -> zk_lease.c.
  */
 #ifndef LOCKBROKER_ZK_RECIPES_H
 #define LOCKBROKER_ZK_RECIPES_H
@@ -18,9 +18,9 @@
 #include <sys/queue.h>
 
 #include "backend.h"
-#include "node.h"
+#include "zk_node.h"
 
-/* handoff.c's state (zk->idle). */
+/* zk_handoff.c's state (zk->idle). */
 struct zk_idle {
     void *by_parent;                   /* tsearch tree of idle struct zlock by parent path */
     TAILQ_HEAD(, zlock) idle;          /* idle zlocks, oldest first (see keep_idle_ms) */
@@ -29,16 +29,16 @@ struct zk_idle {
     struct event *idle_timer;          /* ends the oldest idle zlock's keep */
 };
 
-/* lease.c's state (zk->leases). */
+/* zk_lease.c's state (zk->leases). */
 struct zk_leases {
     void *lease_nodes;                 /* tsearch tree of tracked lease nodes by path */
     TAILQ_HEAD(, backend_lease_op) parked;  /* ops asked while a handover's successor
-                                        * attaches: sent once it serves (lease.c) */
+                                        * attaches: sent once it serves (zk_lease.c) */
     bool swept;                        /* the start-up sweep ran */
     uint64_t leases_removed;           /* expired lease nodes this daemon removed */
 };
 
-/* fair.c */
+/* zk_fair.c */
 /* Creates zl's node and lists the parent right behind the multi. */
 void zl_fair_create(struct zlock *zl);
 /* Lists the parent: may our node hold? Grants, waits or refuses. */
@@ -47,14 +47,14 @@ void zl_list(struct zlock *zl);
  * predecessor's lock-delay (delay_until_ms). false: out of memory. */
 bool zl_resume_delay(struct zlock *zl);
 
-/* nonfair.c: non-fair names (zl->nonfair), one fixed node each. */
+/* zk_nonfair.c: non-fair names (zl->nonfair), one fixed node each. */
 /* zl_start() for a non-fair zlock: creates, watches, takes the token,
  * deletes or frees, from what is known. */
 void zl_nonfair_start(struct zlock *zl);
 /* The table let go of a waiting non-fair zlock (step ZL_WATCHING). */
 void zl_nonfair_let_go(struct zlock *zl);
 
-/* lease_lock.c */
+/* zk_lease_lock.c */
 /* zl may hold and is for a lease: a new zlock, holding a persistent
  * node, takes its request over; zl's node holds until that node exists. */
 void zl_convert(struct zlock *zl);
@@ -64,7 +64,7 @@ void zl_lease_start(struct zlock *zl);
  * any, is let go. */
 void zl_lease_freeing(struct zlock *zl);
 
-/* lease.c: leases in ZooKeeper (see the comment there). */
+/* zk_lease.c: leases in ZooKeeper (see the comment there). */
 /* Makes zk->leases and registers the start-up sweep with the session.
  * Returns 0 or -1; zk_lease_free_all() frees them. */
 int zk_lease_init(struct zk *zk);
@@ -79,7 +79,7 @@ void zk_lease_op_cancel(void *impl, struct backend_lease_op *op);
 /* Frees the lease bookkeeping (the daemon is stopping). */
 void zk_lease_free_all(struct zk *zk);
 
-/* handoff.c */
+/* zk_handoff.c */
 /* Makes zk->idle and its timer. Returns 0 or -1; zk_idle_free() frees them. */
 int zk_idle_init(struct zk *zk);
 void zk_idle_free(struct zk *zk);
@@ -101,7 +101,7 @@ void zl_idle_end(struct zlock *zl);
 /* The idle node goes now, or once connected. */
 void zl_idle_drop(struct zlock *zl);
 
-/* query.c: STATUS and HOLDERS asked while a handover's successor attaches
+/* zk_query.c: STATUS and HOLDERS asked while a handover's successor attaches
  * wait for it; registers with the session (serving: sent; lost: answered
  * unavailable). Returns 0 or -1; zk_query_free() frees what waits. */
 struct zk_queries {
@@ -110,22 +110,22 @@ struct zk_queries {
 };
 int zk_query_init(struct zk *zk);
 void zk_query_free(struct zk *zk);
-/* query.c: the backend ops for STATUS (see backend.h). */
+/* zk_query.c: the backend ops for STATUS (see backend.h). */
 struct backend_query *zk_query(void *impl, const char *name, struct backend_queue_info *now,
                                backend_query_cb cb, void *arg);
 void zk_query_cancel(void *impl, struct backend_query *q);
-/* query.c: the backend ops for HOLDERS (see backend.h). */
+/* zk_query.c: the backend ops for HOLDERS (see backend.h). */
 struct backend_list *zk_list(void *impl, const char *glob, backend_name_filter may,
                              backend_list_cb cb, void *arg);
 void zk_list_cancel(void *impl, struct backend_list *l);
-/* query.c: the state of one name as STATUS has it, from its node list
+/* zk_query.c: the state of one name as STATUS has it, from its node list
  * (children) and its first holder's data (zk_queue_holder). */
 void zk_queue_info(const struct String_vector *children, struct backend_queue_info *info,
                    const char **first);
 void zk_queue_holder(const char *value, int len, const struct Stat *stat,
                      struct backend_queue_info *info);
 
-/* watch.c: WATCH (see backend.h): a name's nodes watched for changes, one
+/* zk_watch.c: WATCH (see backend.h): a name's nodes watched for changes, one
  * entry per name; registers with the session (serving: read again;
  * closed: its watches are gone). */
 int zk_watch_init(struct zk *zk);
@@ -133,7 +133,7 @@ void zk_watch_free(struct zk *zk);
 struct backend_watch *zk_watch(void *impl, const char *name, backend_watch_cb cb, void *arg);
 void zk_watch_cancel(void *impl, struct backend_watch *w);
 
-/* acquire.c: the backend ops for acquisitions (see backend.h). */
+/* zk_acquire.c: the backend ops for acquisitions (see backend.h). */
 /* Registers the node machinery's hooks and the session's listener.
  * Returns 0 or -1. */
 int zk_locks_init(struct zk *zk);
@@ -144,13 +144,13 @@ enum locks_result zk_lock_acquire(void *impl, struct hold *h, uint64_t *token);
 bool zk_lock_refuses(void *impl, const char *name, const struct lock_req *req);
 /* "nonfair" for a non-fair name, else NULL (the backend op recipe). */
 const char *zk_lock_recipe(void *impl, const char *name);
-void zk_lock_handover(void *impl, struct hold *h);
+void zk_lock_reassign(void *impl, struct hold *h);
 void zk_lock_let_go(void *impl, struct hold *h);
 /* Frees every request without calling the table, and zk->nodes (the
  * daemon is stopping; the handle is closed). */
 void zk_locks_free_all(struct zk *zk);
 
-/* handover.c: the backend's handover operations (backend.h). */
+/* zk_handover.c: the backend's handover operations (backend.h). */
 bool zk_handover_possible(void *impl, char *why, size_t len);
 bool zk_handover_ready(void *impl, char *why, size_t len);
 void zk_handover_save(void *impl, struct snap_w *w);

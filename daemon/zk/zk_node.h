@@ -1,11 +1,11 @@
 /*
- * node.h - distributed mode, the node machinery (zk.h draws the layers),
+ * zk_node.h - distributed mode, the node machinery (zk.h draws the layers),
  * on group commit and the session:
  *
- *   names.c   what a lock node's name says (mode, limit, lease, lock-delay)
+ *   zk_names.c   what a lock node's name says (mode, limit, lease, lock-delay)
  *   zlock.c   struct zlock, one acquisition's node: bookkeeping, request
  *             and watch contexts, parking on errors
- *   node.c    create (and find a create whose reply was lost), write the
+ *   zk_node.c    create (and find a create whose reply was lost), write the
  *             node's data, delete; the grant's token from a zxid
  *
  * It knows no recipe: whatever must happen next once a create, a find or a
@@ -19,11 +19,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "batch.h"
-#include "names.h"
+#include "zk_batch.h"
+#include "zk_names.h"
 #include "zlock.h"
 
-/* ------------------------------------------------------------- node.c */
+/* ------------------------------------------------------------- zk_node.c */
 
 /* Creates zl's node (sequential; persistent for a lease). sent, if not
  * NULL, is told with the request's context right after the multi carrying
@@ -46,7 +46,7 @@ bool zl_create_failed(struct zlock *zl, int rc, unsigned max_attempts);
 /* Lists the parent for the node whose create reply was lost. */
 void zl_find_lost_create(struct zlock *zl);
 /* What our node's data says now ("daemon=<id> client=<owner>[ label=..]
- * [ token=..]", node.c), into buf (len bytes, truncated). */
+ * [ token=..]", zk_node.c), into buf (len bytes, truncated). */
 void zl_format_data(const struct zlock *zl, char *buf, size_t len);
 /* The same for a setData whose own zxid makes the grant's token (a
  * non-fair node's): "token=mzxid", which readers take from the node's
@@ -58,8 +58,8 @@ int zl_send_data(struct zlock *zl, stat_completion_t done);
 /* Rewrites our node's data with the current owner, once at a time. */
 void zl_write_data(struct zlock *zl);
 /* Writes the token of a grant just made to our node, for the views of
- * other daemons (query.c), but not at once: TOKEN_WRITE_DELAY_MS later
- * (node.c), and never if a write of the node's data (which carries the
+ * other daemons (zk_query.c), but not at once: TOKEN_WRITE_DELAY_MS later
+ * (zk_node.c), and never if a write of the node's data (which carries the
  * token while it is held) or its delete goes first. */
 void zl_write_token(struct zlock *zl);
 /* Sends every token write put off, now (a handover waits for none). */

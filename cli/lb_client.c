@@ -1,10 +1,10 @@
 /*
- * client.c - address parsing, connecting and line I/O for the lockbroker CLI.
+ * lb_client.c - address parsing, connecting and line I/O for the lockbroker CLI.
  */
 #include "config.h"
 
-#include "client.h"
-#include "tls.h"
+#include "lb_client.h"
+#include "lb_tls.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-int64_t client_now_ms(void)
+int64_t lb_now_ms(void)
 {
     struct timespec ts;
 
@@ -35,7 +35,7 @@ static int poll_timeout(int64_t deadline_ms)
 
     if (deadline_ms < 0)
         return -1;
-    left = deadline_ms - client_now_ms();
+    left = deadline_ms - lb_now_ms();
     if (left <= 0)
         return 0;
     return left > 1000000 ? 1000000 : (int)left;
@@ -43,7 +43,7 @@ static int poll_timeout(int64_t deadline_ms)
 
 /* ------------------------------------------------------------ addresses */
 
-int client_addr_unix(struct client_addr *a, const char *path, char *err, size_t errlen)
+int lb_addr_unix(struct lb_addr *a, const char *path, char *err, size_t errlen)
 {
     memset(a, 0, sizeof(*a));
     if (path[0] == '\0') {
@@ -75,7 +75,7 @@ static int port_valid(const char *p)
     return v >= 1 && v <= 65535;
 }
 
-int client_addr_parse(struct client_addr *a, const char *text, int hostport_only,
+int lb_addr_parse(struct lb_addr *a, const char *text, int hostport_only,
                       char *err, size_t errlen)
 {
     const char *host, *port;
@@ -84,9 +84,9 @@ int client_addr_parse(struct client_addr *a, const char *text, int hostport_only
 
     if (!hostport_only) {
         if (strncmp(text, "unix:", 5) == 0)
-            return client_addr_unix(a, text + 5, err, errlen);
+            return lb_addr_unix(a, text + 5, err, errlen);
         if (text[0] == '/')
-            return client_addr_unix(a, text, err, errlen);
+            return lb_addr_unix(a, text, err, errlen);
     }
     memset(a, 0, sizeof(*a));
     a->kind = CLIENT_ADDR_TCP;
@@ -164,7 +164,7 @@ static int new_socket(int family)
     return socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 }
 
-static int connect_socket(struct client *c, const struct client_addr *a, int64_t deadline_ms,
+static int connect_socket(struct lb_conn *c, const struct lb_addr *a, int64_t deadline_ms,
                           char *err, size_t errlen)
 {
     memset(c, 0, sizeof(*c));
@@ -176,7 +176,7 @@ static int connect_socket(struct client *c, const struct client_addr *a, int64_t
 
         memset(&sa_un, 0, sizeof(sa_un));
         sa_un.sun_family = AF_UNIX;
-        strcpy(sa_un.sun_path, a->path);   /* length checked by client_addr_unix */
+        strcpy(sa_un.sun_path, a->path);   /* length checked by lb_addr_unix */
         if (fd < 0 || connect_one(fd, (struct sockaddr *)&sa_un, sizeof(sa_un), deadline_ms) < 0) {
             snprintf(err, errlen, "cannot connect to %s: %s", a->path, strerror(errno));
             if (fd >= 0)
@@ -225,18 +225,18 @@ static int connect_socket(struct client *c, const struct client_addr *a, int64_t
     return 0;
 }
 
-/* AUTH <user> <password>, and its answer `OK <user>`. Returns as client_connect(). */
-static int client_login(struct client *c, const struct client_addr *a, int64_t deadline_ms,
+/* AUTH <user> <password>, and its answer `OK <user>`. Returns as lb_connect(). */
+static int lb_login(struct lb_conn *c, const struct lb_addr *a, int64_t deadline_ms,
                         char *err, size_t errlen)
 {
-    const struct client_auth *auth = a->auth;
+    const struct lb_auth *auth = a->auth;
     char req[PROTO_USER_MAX + PROTO_PASSWORD_MAX + 16], line[PROTO_REPLY_MAX], ok[PROTO_USER_MAX + 8];
     int n = snprintf(req, sizeof(req), "AUTH %s %s\n", auth->user, auth->password);
-    enum client_status st = client_send(c, req, (size_t)n, deadline_ms, err, errlen);
+    enum lb_status st = lb_send(c, req, (size_t)n, deadline_ms, err, errlen);
 
     explicit_bzero(req, sizeof(req));
     if (st == CLIENT_OK)
-        st = client_read_line(c, line, sizeof(line), deadline_ms, err, errlen);
+        st = lb_read_line(c, line, sizeof(line), deadline_ms, err, errlen);
     if (st != CLIENT_OK) {
         if (st != CLIENT_ERROR)
             snprintf(err, errlen, "%s: %s", a->spec, st == CLIENT_TIMEOUT
@@ -247,7 +247,7 @@ static int client_login(struct client *c, const struct client_addr *a, int64_t d
     if (strcmp(line, ok) == 0)
         return 0;
     snprintf(err, errlen, "%s refused AUTH as %s: %s", a->spec, auth->user, line);
-    return strncmp(line, "ERR ", 4) == 0 ? client_err_exit(line) : CLI_EXIT_PROTOCOL;
+    return strncmp(line, "ERR ", 4) == 0 ? lb_err_exit(line) : CLI_EXIT_PROTOCOL;
 }
 
 /* Waits until fd is ready for events or deadline_ms. Returns as poll(), EINTR as 1. */
@@ -263,17 +263,17 @@ static int wait_fd(int fd, short events, int64_t deadline_ms)
  * Under TLS 1.3 a broker that asked for a client certificate says whether
  * it takes this one (or none) only after the handshake: PING, whose PONG
  * means yes, brings a refusal here rather than to the subcommand's first
- * read. Returns as client_connect().
+ * read. Returns as lb_connect().
  */
-static int client_tls_verdict(struct client *c, const struct client_addr *a,
+static int lb_tls_verdict(struct lb_conn *c, const struct lb_addr *a,
                               int64_t deadline_ms, char *err, size_t errlen)
 {
     char line[PROTO_REPLY_MAX], why[CLIENT_ERR_MAX];
-    enum client_status st = client_send(c, "PING\n", 5, deadline_ms, why, sizeof(why));
+    enum lb_status st = lb_send(c, "PING\n", 5, deadline_ms, why, sizeof(why));
 
     /* A send the broker's close cut short still leaves its alert to read. */
     if (st == CLIENT_OK || st == CLIENT_CLOSED)
-        st = client_read_line(c, line, sizeof(line), deadline_ms, why, sizeof(why));
+        st = lb_read_line(c, line, sizeof(line), deadline_ms, why, sizeof(why));
     switch (st) {
     case CLIENT_OK:
         if (strcmp(line, "PONG") == 0)
@@ -281,7 +281,7 @@ static int client_tls_verdict(struct client *c, const struct client_addr *a,
         /* A refusal after the handshake (too many clients...): the broker says why. */
         if (strncmp(line, "ERR ", 4) == 0) {
             snprintf(err, errlen, "%s refused this client: %s", a->spec, line);
-            return client_err_exit(line);
+            return lb_err_exit(line);
         }
         snprintf(err, errlen, "%s: unexpected reply to PING: %s", a->spec, line);
         return CLI_EXIT_PROTOCOL;
@@ -298,8 +298,8 @@ static int client_tls_verdict(struct client *c, const struct client_addr *a,
     }
 }
 
-/* The TLS handshake on c's new connection, until deadline_ms. Returns as client_connect(). */
-static int client_tls_start(struct client *c, const struct client_addr *a, int64_t deadline_ms,
+/* The TLS handshake on c's new connection, until deadline_ms. Returns as lb_connect(). */
+static int lb_tls_start(struct lb_conn *c, const struct lb_addr *a, int64_t deadline_ms,
                             char *err, size_t errlen)
 {
     char why[CLIENT_ERR_MAX];
@@ -334,10 +334,10 @@ static int client_tls_start(struct client *c, const struct client_addr *a, int64
             return CLI_EXIT_UNAVAILABLE;
         }
     }
-    return tls_conn_verdict_due(c->tls) ? client_tls_verdict(c, a, deadline_ms, err, errlen) : 0;
+    return tls_conn_verdict_due(c->tls) ? lb_tls_verdict(c, a, deadline_ms, err, errlen) : 0;
 }
 
-int client_connect(struct client *c, const struct client_addr *a, int64_t deadline_ms,
+int lb_connect(struct lb_conn *c, const struct lb_addr *a, int64_t deadline_ms,
                    char *err, size_t errlen)
 {
     int rc;
@@ -345,12 +345,12 @@ int client_connect(struct client *c, const struct client_addr *a, int64_t deadli
     if (connect_socket(c, a, deadline_ms, err, errlen) < 0)
         return CLI_EXIT_UNAVAILABLE;
     if (a->tls && a->kind == CLIENT_ADDR_TCP &&
-        (rc = client_tls_start(c, a, deadline_ms, err, errlen)) != 0)
+        (rc = lb_tls_start(c, a, deadline_ms, err, errlen)) != 0)
         return rc;
-    return a->auth ? client_login(c, a, deadline_ms, err, errlen) : 0;
+    return a->auth ? lb_login(c, a, deadline_ms, err, errlen) : 0;
 }
 
-int client_read_password(struct client_auth *a, const char *path, const char *env,
+int lb_read_password(struct lb_auth *a, const char *path, const char *env,
                          char *err, size_t errlen)
 {
     char buf[PROTO_PASSWORD_MAX + 3];   /* the longest password, CR, LF */
@@ -389,7 +389,7 @@ int client_read_password(struct client_auth *a, const char *path, const char *en
     return 0;
 }
 
-void client_close(struct client *c)
+void lb_close(struct lb_conn *c)
 {
     tls_conn_free(c->tls);   /* before the socket it may send close_notify on */
     c->tls = NULL;
@@ -400,8 +400,8 @@ void client_close(struct client *c)
 
 /* ------------------------------------------------------------------ I/O */
 
-/* client_send over TLS. */
-static enum client_status tls_send(struct client *c, const char *line, size_t len,
+/* lb_send over TLS. */
+static enum lb_status tls_send(struct lb_conn *c, const char *line, size_t len,
                                    int64_t deadline_ms, char *err, size_t errlen)
 {
     while (len > 0) {
@@ -429,7 +429,7 @@ static enum client_status tls_send(struct client *c, const char *line, size_t le
     return CLIENT_OK;
 }
 
-enum client_status client_send(struct client *c, const char *line, size_t len,
+enum lb_status lb_send(struct lb_conn *c, const char *line, size_t len,
                                int64_t deadline_ms, char *err, size_t errlen)
 {
     if (c->tls)
@@ -464,7 +464,7 @@ enum client_status client_send(struct client *c, const char *line, size_t len,
     return CLIENT_OK;
 }
 
-enum client_status client_fill(struct client *c, char *err, size_t errlen)
+enum lb_status lb_fill(struct lb_conn *c, char *err, size_t errlen)
 {
     for (;;) {
         ssize_t n;
@@ -522,7 +522,7 @@ enum client_status client_fill(struct client *c, char *err, size_t errlen)
     }
 }
 
-int client_poll_setup(const struct client *c, struct pollfd *p)
+int lb_poll_setup(const struct lb_conn *c, struct pollfd *p)
 {
     p->fd = c->fd;
     p->events = c->tls ? c->tls_wants : POLLIN;
@@ -530,7 +530,7 @@ int client_poll_setup(const struct client *c, struct pollfd *p)
     return c->tls && tls_conn_pending(c->tls);
 }
 
-int client_pop_line(struct client *c, char *line, size_t cap)
+int lb_pop_line(struct lb_conn *c, char *line, size_t cap)
 {
     char *nl = memchr(c->buf, '\n', c->len);
     size_t n, used;
@@ -550,12 +550,12 @@ int client_pop_line(struct client *c, char *line, size_t cap)
     return 1;
 }
 
-enum client_status client_read_line(struct client *c, char *line, size_t cap,
+enum lb_status lb_read_line(struct lb_conn *c, char *line, size_t cap,
                                     int64_t deadline_ms, char *err, size_t errlen)
 {
     for (;;) {
-        enum client_status st;
-        int r = client_pop_line(c, line, cap);
+        enum lb_status st;
+        int r = lb_pop_line(c, line, cap);
 
         if (r > 0)
             return CLIENT_OK;
@@ -563,7 +563,7 @@ enum client_status client_read_line(struct client *c, char *line, size_t cap,
             snprintf(err, errlen, "reply line longer than %zu bytes", cap - 1);
             return CLIENT_ERROR;
         }
-        st = client_fill(c, err, errlen);
+        st = lb_fill(c, err, errlen);
         /* Lines that came before the end are read first (a refusal, then the close). */
         if (st == CLIENT_CLOSED && memchr(c->buf, '\n', c->len))
             continue;
@@ -575,7 +575,7 @@ enum client_status client_read_line(struct client *c, char *line, size_t cap,
         struct pollfd p;
         int n;
 
-        if (client_poll_setup(c, &p))
+        if (lb_poll_setup(c, &p))
             continue;   /* decrypted input is waiting: no poll() would see it */
         n = poll(&p, 1, poll_timeout(deadline_ms));
 
@@ -595,7 +595,7 @@ static int starts_with_word(const char *s, const char *word)
     return strncmp(s, word, n) == 0 && (s[n] == ' ' || s[n] == '\0');
 }
 
-enum cli_exit client_err_exit(const char *line)
+enum cli_exit lb_err_exit(const char *line)
 {
     if (starts_with_word(line, "ERR BAD_NAME"))
         return CLI_EXIT_BAD_NAME;
@@ -609,7 +609,7 @@ enum cli_exit client_err_exit(const char *line)
     return CLI_EXIT_PROTOCOL;
 }
 
-const char *client_err_advice(const char *line)
+const char *lb_err_advice(const char *line)
 {
     /* The daemon says "log in first with AUTH <user> <password>": lockbroker's
      * way is -a and a password never on the command line (resolve_auth). */

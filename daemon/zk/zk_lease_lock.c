@@ -1,11 +1,11 @@
 /*
- * lease_lock.c - distributed mode, a recipe: a granted request held as a
+ * zk_lease_lock.c - distributed mode, a recipe: a granted request held as a
  * lease, on a persistent node. The fair queue hands a lease request over
- * once it may hold (zl_convert); the janitor (lease.c) removes the node
+ * once it may hold (zl_convert); the janitor (zk_lease.c) removes the node
  * once the lease expired, whoever made it.
  */
 #include "config.h"
-#include "recipes.h"
+#include "zk_recipes.h"
 
 #include <event2/event.h>
 #include <search.h>
@@ -130,7 +130,7 @@ static void zl_lease_check(struct zlock *zl)
                                          on_lease_read, c), "getData");
 }
 
-/* zl_start() (acquire.c) for a lease zlock. */
+/* zl_start() (zk_acquire.c) for a lease zlock. */
 void zl_lease_start(struct zlock *zl)
 {
     if (zl->node) {

@@ -1,14 +1,14 @@
 /*
- * acquire.c - distributed mode, top layer: the backend's operations for
- * acquisitions (acquire, handover, cancel and release; pass_on is
- * handoff.c's), and what each change of the session means for them.
+ * zk_acquire.c - distributed mode, top layer: the backend's operations for
+ * acquisitions (acquire, reassign, cancel and release; pass_on is
+ * zk_handoff.c's), and what each change of the session means for them.
  *
  * zl_start() decides every zlock's next request, whatever happened
- * before: the node machinery (node.h) runs it through its `next` hook, and
+ * before: the node machinery (zk_node.h) runs it through its `next` hook, and
  * the session's `serving` and `resume` run it for every parked zlock.
  */
 #include "config.h"
-#include "recipes.h"
+#include "zk_recipes.h"
 
 #include <event2/event.h>
 #include <search.h>
@@ -111,11 +111,11 @@ enum locks_result zk_lock_acquire(void *impl, struct hold *h, uint64_t *token)
     if (hold_try(h) && !zk_may_grant(zk) && !zk_waits(zk))
         return LOCKS_UNAVAILABLE;
     /* Another daemon takes other names non-fair: nothing is taken here
-     * until a restart (presence.c). */
+     * until a restart (zk_presence.c). */
     if (zk->nonfair_disagrees)
         return LOCKS_UNAVAILABLE;
     if (settings_globs_match(zk->settings->zk_nonfair, hold_name(h))) {
-        /* nonfair.c: the node itself, flat under <root>/nonfair */
+        /* zk_nonfair.c: the node itself, flat under <root>/nonfair */
         snprintf(parent, sizeof(parent), "%s/nonfair/%s", zk->root, hold_name(h));
         if (!(zl = zl_new(zk, h, parent)))
             return LOCKS_UNAVAILABLE;
@@ -155,7 +155,7 @@ const char *zk_lock_recipe(void *impl, const char *name)
 }
 
 /* The acquisition now serves h (the table moved it into h's slot). */
-void zk_lock_handover(void *impl, struct hold *h)
+void zk_lock_reassign(void *impl, struct hold *h)
 {
     struct zlock *zl = hold_backend_data(h);
 

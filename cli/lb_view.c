@@ -1,11 +1,11 @@
 /*
- * view.c - STATUS, LOCKS and HOLDERS lines as a table for people (lockbroker status
+ * lb_view.c - STATUS, LOCKS and HOLDERS lines as a table for people (lockbroker status
  * and locks on a terminal, or with --human). The protocol's lines stay the
  * interface for programs (--raw, or stdout not a terminal; --json).
  */
 #include "config.h"
 
-#include "view.h"
+#include "lb_view.h"
 
 #include <inttypes.h>
 #include <stdlib.h>

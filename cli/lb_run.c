@@ -1,5 +1,5 @@
 /*
- * run.c - `lockbroker run NAME -- COMMAND`: take a lock, run the command
+ * lb_run.c - `lockbroker run NAME -- COMMAND`: take a lock, run the command
  * while this connection holds it, release it, exit with the command's status.
  *
  * The connection is labelled first (`CLIENT user@host:pid:command`, or
@@ -60,7 +60,7 @@
  */
 #include "config.h"
 
-#include "run.h"
+#include "lb_run.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -104,7 +104,7 @@ enum run_state {
 
 struct run {
     const struct run_opts *o;
-    struct client *conn;      /* closed (fd -1) once the lock is lost */
+    struct lb_conn *conn;      /* closed (fd -1) once the lock is lost */
     char token[PROTO_SET_MAX * 21]; /* decimal, as the broker sent it (a set's: t1,t2,...) */
     unsigned nnames;          /* o->name split at its commas (a set: PROTOCOL.md, Sets of locks) */
     char names[PROTO_SET_MAX][PROTO_NAME_MAX + 1];
@@ -201,7 +201,7 @@ enum notice_state {
 struct notice {
     enum notice_state state;
     int64_t at;          /* monotonic ms */
-    struct client *c;    /* the STATUS connection; open only while NOTICE_ASKING */
+    struct lb_conn *c;    /* the STATUS connection; open only while NOTICE_ASKING */
 };
 
 static void notice_say(const struct run_opts *o, const char *detail)
@@ -211,7 +211,7 @@ static void notice_say(const struct run_opts *o, const char *detail)
 
 static void notice_end(struct notice *n)
 {
-    client_close(n->c);
+    lb_close(n->c);
     n->state = NOTICE_OFF;
 }
 
@@ -295,7 +295,7 @@ static void notice_held(const struct run_opts *o, char *line)
 static void notice_ask(const struct run_opts *o, struct notice *n)
 {
     char req[RUN_REPLY_MAX], err[CLIENT_ERR_MAX];
-    int64_t deadline = client_now_ms() + o->io_ms;
+    int64_t deadline = lb_now_ms() + o->io_ms;
     int len = snprintf(req, sizeof(req), "STATUS %s\n", o->name);
 
     if (strchr(o->name, ',')) {
@@ -304,11 +304,11 @@ static void notice_ask(const struct run_opts *o, struct notice *n)
         notice_end(n);
         return;
     }
-    if (client_connect(n->c, o->addr, deadline, err, sizeof(err)) != 0) {
+    if (lb_connect(n->c, o->addr, deadline, err, sizeof(err)) != 0) {
         notice_fail(o, n, err);
         return;
     }
-    if (client_send(n->c, req, (size_t)len, deadline, err, sizeof(err)) != CLIENT_OK) {
+    if (lb_send(n->c, req, (size_t)len, deadline, err, sizeof(err)) != CLIENT_OK) {
         notice_fail(o, n, "cannot send STATUS");
         return;
     }
@@ -320,11 +320,11 @@ static void notice_ask(const struct run_opts *o, struct notice *n)
 static void notice_read(const struct run_opts *o, struct notice *n)
 {
     char line[RUN_REPLY_MAX], err[CLIENT_ERR_MAX], want[PROTO_NAME_MAX + 16];
-    enum client_status st = client_fill(n->c, err, sizeof(err));
+    enum lb_status st = lb_fill(n->c, err, sizeof(err));
     int got;
 
     snprintf(want, sizeof(want), "STATUS %s ", o->name);
-    while ((got = client_pop_line(n->c, line, sizeof(line))) > 0) {
+    while ((got = lb_pop_line(n->c, line, sizeof(line))) > 0) {
         if (strncmp(line, want, strlen(want)) == 0) {
             notice_held(o, line);
             notice_end(n);
@@ -345,21 +345,21 @@ static void notice_read(const struct run_opts *o, struct notice *n)
 }
 
 /*
- * Like client_read_line on c, but with the notice's timer and connection
+ * Like lb_read_line on c, but with the notice's timer and connection
  * in the same poll().
  */
-static enum client_status run_wait_reply(const struct run_opts *o, struct client *c,
+static enum lb_status run_wait_reply(const struct run_opts *o, struct lb_conn *c,
                                          char *line, size_t cap, int64_t deadline,
                                          char *err, size_t errlen)
 {
-    static struct client status_conn;   /* 64 KiB buffer: not on the stack */
+    static struct lb_conn status_conn;   /* 64 KiB buffer: not on the stack */
     struct notice n = { .state = o->notice ? NOTICE_PENDING : NOTICE_OFF,
-                        .at = client_now_ms() + RUN_NOTICE_MS, .c = &status_conn };
-    enum client_status st;
+                        .at = lb_now_ms() + RUN_NOTICE_MS, .c = &status_conn };
+    enum lb_status st;
 
     status_conn.fd = -1;
     for (;;) {
-        int r = client_pop_line(c, line, cap);
+        int r = lb_pop_line(c, line, cap);
         int64_t now, next;
 
         if (r > 0) {
@@ -371,11 +371,11 @@ static enum client_status run_wait_reply(const struct run_opts *o, struct client
             st = CLIENT_ERROR;
             break;
         }
-        if ((st = client_fill(c, err, errlen)) != CLIENT_OK)
+        if ((st = lb_fill(c, err, errlen)) != CLIENT_OK)
             break;
         if (memchr(c->buf, '\n', c->len))
             continue;
-        now = client_now_ms();
+        now = lb_now_ms();
         if (deadline >= 0 && now >= deadline) {
             st = CLIENT_TIMEOUT;
             break;
@@ -395,10 +395,10 @@ static enum client_status run_wait_reply(const struct run_opts *o, struct client
             next = n.at;
         struct pollfd p[2] = { { .fd = -1 }, { .fd = -1 } };
         int64_t left = next < 0 ? -1 : next - now;
-        int ready = client_poll_setup(c, &p[0]);
+        int ready = lb_poll_setup(c, &p[0]);
 
         /* Decrypted TLS input poll() cannot see: look at once. */
-        if (n.state == NOTICE_ASKING && client_poll_setup(n.c, &p[1]))
+        if (n.state == NOTICE_ASKING && lb_poll_setup(n.c, &p[1]))
             ready = 1;
         if (ready)
             left = 0;
@@ -411,7 +411,7 @@ static enum client_status run_wait_reply(const struct run_opts *o, struct client
         if (n.state == NOTICE_ASKING && (p[1].revents || ready))
             notice_read(o, &n);
     }
-    client_close(n.c);   /* granted (or failed) before STATUS answered: never mind */
+    lb_close(n.c);   /* granted (or failed) before STATUS answered: never mind */
     return st;
 }
 
@@ -422,7 +422,7 @@ static int run_client_reply(const struct run_opts *o, const char *line)
         (strncmp(line, "ERR BAD_COMMAND", 15) == 0 && (line[15] == ' ' || line[15] == '\0')))
         return 0;
     if (strncmp(line, "ERR ", 4) == 0) {
-        const char *advice = client_err_advice(line);
+        const char *advice = lb_err_advice(line);
 
         if (advice)
             fprintf(stderr, "lockbroker: %s %s (refused CLIENT %s: %s)\n", o->addr->spec, advice,
@@ -430,7 +430,7 @@ static int run_client_reply(const struct run_opts *o, const char *line)
         else
             fprintf(stderr, "lockbroker: %s refused CLIENT %s: %s\n", o->addr->spec, o->label,
                     line);
-        return client_err_exit(line);
+        return lb_err_exit(line);
     }
     fprintf(stderr, "lockbroker: unexpected reply to CLIENT %s: %s\n", o->label, line);
     return CLI_EXIT_PROTOCOL;
@@ -464,32 +464,32 @@ static int run_lock_request(const struct run_opts *o, const char *mode, int64_t 
  * reply to LOCK, however long the lock takes, into line. Returns 0, or a
  * CLI_EXIT_* status having said why on stderr.
  */
-static int run_lock_exchange(const struct run_opts *o, struct client *c, const char *mode,
+static int run_lock_exchange(const struct run_opts *o, struct lb_conn *c, const char *mode,
                              int64_t wait_ms, char *line, size_t cap)
 {
     char req[RUN_REPLY_MAX], err[CLIENT_ERR_MAX];
     int64_t deadline;
-    enum client_status st;
+    enum lb_status st;
     int n, rc;
 
-    if ((rc = client_connect(c, o->addr, client_now_ms() + o->io_ms, err, sizeof(err))) != 0) {
+    if ((rc = lb_connect(c, o->addr, lb_now_ms() + o->io_ms, err, sizeof(err))) != 0) {
         fprintf(stderr, "lockbroker: %s\n", err);
         return rc;
     }
     n = run_lock_request(o, mode, wait_ms, req, sizeof(req));
-    st = client_send(c, req, (size_t)n, client_now_ms() + o->io_ms, err, sizeof(err));
+    st = lb_send(c, req, (size_t)n, lb_now_ms() + o->io_ms, err, sizeof(err));
     if (st == CLIENT_ERROR) {
         fprintf(stderr, "lockbroker: %s: %s\n", o->addr->spec, err);
         return CLI_EXIT_UNAVAILABLE;
     }
     if (st == CLIENT_OK && o->label) {
-        st = client_read_line(c, line, cap, client_now_ms() + o->io_ms, err, sizeof(err));
+        st = lb_read_line(c, line, cap, lb_now_ms() + o->io_ms, err, sizeof(err));
         if (st == CLIENT_OK && (rc = run_client_reply(o, line)) != 0)
             return rc;
     }
     if (st == CLIENT_OK) {
         /* The broker answers TIMEOUT after wait_ms; allow io_ms on top for the round trip. */
-        deadline = wait_ms >= 0 ? client_now_ms() + wait_ms + o->io_ms : -1;
+        deadline = wait_ms >= 0 ? lb_now_ms() + wait_ms + o->io_ms : -1;
         st = run_wait_reply(o, c, line, cap, deadline, err, sizeof(err));
     }
     switch (st) {
@@ -532,7 +532,7 @@ static int run_lock_reply(const struct run_opts *o, const char *mode, const char
     }
     if (strncmp(line, "TIMEOUT ", 8) == 0 && strcmp(line + 8, o->name) == 0)
         return CLI_EXIT_TIMEOUT;   /* said by run_lock_timeout(), which asks who holds it */
-    if (client_err_exit(line) == CLI_EXIT_CONFLICT) {
+    if (lb_err_exit(line) == CLI_EXIT_CONFLICT) {
         /* Not a failure of the broker: the name is in use as another kind of lock. */
         fprintf(stderr, "lockbroker: lock %s is in use in another mode or with another limit; "
                 "cannot take it %s%s (%s: %s)\n", o->name, o->limit > 0 ? "with " : "",
@@ -548,7 +548,7 @@ static int run_lock_reply(const struct run_opts *o, const char *mode, const char
         return CLI_EXIT_UNAVAILABLE;
     }
     if (strncmp(line, "ERR ", 4) == 0) {
-        const char *advice = client_err_advice(line);
+        const char *advice = lb_err_advice(line);
 
         if (advice)
             fprintf(stderr, "lockbroker: %s %s (refused LOCK %s: %s)\n", o->addr->spec, advice,
@@ -556,7 +556,7 @@ static int run_lock_reply(const struct run_opts *o, const char *mode, const char
         else
             fprintf(stderr, "lockbroker: %s refused LOCK %s: %s\n", o->addr->spec, o->name,
                     line);
-        return client_err_exit(line);
+        return lb_err_exit(line);
     }
     fprintf(stderr, "lockbroker: unexpected reply to LOCK %s: %s\n", o->name, line);
     return CLI_EXIT_PROTOCOL;
@@ -567,19 +567,19 @@ static int run_lock_reply(const struct run_opts *o, const char *mode, const char
  * a STATUS on the same connection (idle again) tells, as for the notice.
  * -w 0 did not wait at all: the lock is not free, rather than "timed out".
  */
-static void run_lock_timeout(const struct run_opts *o, struct client *c)
+static void run_lock_timeout(const struct run_opts *o, struct lb_conn *c)
 {
     char req[PROTO_NAME_MAX + 16], want[PROTO_NAME_MAX + 16], line[RUN_REPLY_MAX],
          who[RUN_REPLY_MAX], err[CLIENT_ERR_MAX];
-    int64_t deadline = client_now_ms() + o->io_ms;
+    int64_t deadline = lb_now_ms() + o->io_ms;
     int held = -1;
 
     /* A set: which of its names is taken is not known here. */
     if (!strchr(o->name, ',')) {
         snprintf(req, sizeof(req), "STATUS %s\n", o->name);
         snprintf(want, sizeof(want), "STATUS %s ", o->name);
-        if (client_send(c, req, strlen(req), deadline, err, sizeof(err)) == CLIENT_OK)
-            while (client_read_line(c, line, sizeof(line), deadline, err, sizeof(err)) ==
+        if (lb_send(c, req, strlen(req), deadline, err, sizeof(err)) == CLIENT_OK)
+            while (lb_read_line(c, line, sizeof(line), deadline, err, sizeof(err)) ==
                    CLIENT_OK) {
                 if (strncmp(line, want, strlen(want)) == 0) {
                     held = status_holder(line, who, sizeof(who));
@@ -600,7 +600,7 @@ static void run_lock_timeout(const struct run_opts *o, struct client *c)
 }
 
 /* run_lock(), its LOCK waiting wait_ms: what is left of o->wait_ms (run_take()). */
-static int run_lock_wait(const struct run_opts *o, int64_t wait_ms, struct client *c,
+static int run_lock_wait(const struct run_opts *o, int64_t wait_ms, struct lb_conn *c,
                          char *token, size_t tokcap)
 {
     char line[RUN_REPLY_MAX], mode[32];
@@ -614,7 +614,7 @@ static int run_lock_wait(const struct run_opts *o, int64_t wait_ms, struct clien
     return rc;
 }
 
-int run_lock(const struct run_opts *o, struct client *c, char *token, size_t tokcap)
+int run_lock(const struct run_opts *o, struct lb_conn *c, char *token, size_t tokcap)
 {
     return run_lock_wait(o, o->wait_ms, c, token, tokcap);
 }
@@ -633,13 +633,13 @@ enum check_reply {
 static int check_send(struct run *r)
 {
     char req[PROTO_SET_MAX * (PROTO_NAME_MAX + 30)], err[CLIENT_ERR_MAX];
-    int64_t now = client_now_ms();
+    int64_t now = lb_now_ms();
     int n = 0;
 
     for (unsigned i = 0; i < r->nnames; i++)
         n += snprintf(req + n, sizeof(req) - (size_t)n, "CHECK %s %s\n", r->names[i],
                       r->tokens[i]);
-    if (client_send(r->conn, req, (size_t)n, now + r->o->io_ms, err, sizeof(err)) != CLIENT_OK)
+    if (lb_send(r->conn, req, (size_t)n, now + r->o->io_ms, err, sizeof(err)) != CLIENT_OK)
         return -1;
     r->check_inflight = 1;
     r->check_next = 0;
@@ -725,7 +725,7 @@ static void check_round(struct run *r, int ok, int64_t safe_ms)
         return;
     }
     r->check_inflight = 0;
-    r->next_check = client_now_ms() + CHECK_EVERY_MIN_MS;
+    r->next_check = lb_now_ms() + CHECK_EVERY_MIN_MS;
 }
 
 /*
@@ -755,7 +755,7 @@ static int64_t jeopardy_at(const struct run *r)
 static int check_first(struct run *r)
 {
     char line[RUN_REPLY_MAX], err[CLIENT_ERR_MAX];
-    enum client_status st;
+    enum lb_status st;
     int64_t safe = 0;
 
     r->checking = 1;
@@ -769,7 +769,7 @@ static int check_first(struct run *r)
         return CLI_EXIT_UNAVAILABLE;
     }
 next:
-    st = client_read_line(r->conn, line, sizeof(line), r->check_sent + r->o->io_ms, err,
+    st = lb_read_line(r->conn, line, sizeof(line), r->check_sent + r->o->io_ms, err,
                           sizeof(err));
     if (st == CLIENT_CLOSED || st == CLIENT_TIMEOUT) {
         fprintf(stderr, "lockbroker: %s %s after granting lock %s; the command was not run\n",
@@ -791,7 +791,7 @@ next:
         check_round(r, 1, safe);
         if (r->check_inflight && r->check_next < r->nnames)
             goto next;           /* the next name's reply */
-        if (client_now_ms() < jeopardy_at(r))
+        if (lb_now_ms() < jeopardy_at(r))
             return 0;
         return CLI_EXIT_JEOPARDY;   /* not a window to start in: run_take() */
     case CHECK_NOT_HELD:
@@ -888,7 +888,7 @@ static void child_exec(const struct run *r, pid_t parent, const sigset_t *orig_m
  */
 static void run_stop(struct run *r)
 {
-    int64_t now = client_now_ms(), grace = r->o->grace_ms;
+    int64_t now = lb_now_ms(), grace = r->o->grace_ms;
 
     if (r->checking && now + grace > r->safe_until) {
         grace = r->safe_until > now ? r->safe_until - now : 0;
@@ -921,7 +921,7 @@ static void run_lose(struct run *r, const char *why)
     /* The guardian has a copy of the connection: end it for both. */
     if (r->conn->fd >= 0)
         shutdown(r->conn->fd, SHUT_RDWR);
-    client_close(r->conn);
+    lb_close(r->conn);
     run_stop(r);
 }
 
@@ -932,7 +932,7 @@ static void run_lose(struct run *r, const char *why)
  */
 static void run_jeopardy(struct run *r)
 {
-    int64_t now = client_now_ms();
+    int64_t now = lb_now_ms();
 
     if (!run_held(r))
         return;
@@ -949,15 +949,15 @@ static void run_read_conn(struct run *r)
 {
     static char line[CLIENT_LINE_MAX + 1];   /* lines unknown today may be long */
     char err[CLIENT_ERR_MAX], lost[RUN_REPLY_MAX];
-    enum client_status st = client_fill(r->conn, err, sizeof(err));
+    enum lb_status st = lb_fill(r->conn, err, sizeof(err));
     int got;
 
     /* Lines that arrived before an end of file still count. */
-    while (run_held(r) && (got = client_pop_line(r->conn, line, sizeof(line))) != 0) {
+    while (run_held(r) && (got = lb_pop_line(r->conn, line, sizeof(line))) != 0) {
         const char *reason;
 
         if (got < 0)
-            break;   /* cannot happen: client_fill refuses longer lines */
+            break;   /* cannot happen: lb_fill refuses longer lines */
         /* LOST <name> <token> <reason>: of a set, any name's ends the command. */
         if ((reason = lost_reason(r, line))) {
             snprintf(lost, sizeof(lost), "%s", reason);
@@ -1091,7 +1091,7 @@ static void run_pass_signal(struct run *r, int sig)
         return;
     r->state = RUN_STOPPING;
     r->stop_signal = sig;
-    r->kill_at = client_now_ms() + r->o->grace_ms;
+    r->kill_at = lb_now_ms() + r->o->grace_ms;
 }
 
 /* Sleep until the earlier of a and b (-1: no time). */
@@ -1105,13 +1105,13 @@ static int run_supervise(struct run *r)
 {
     for (;;) {
         struct pollfd p[2] = { { .fd = -1 }, { .fd = sig_pipe[0], .events = POLLIN } };
-        int64_t wake = -1, now = client_now_ms();
+        int64_t wake = -1, now = lb_now_ms();
         int timeout, wstatus, ready = 0;
 
         /* The connection matters while the lock is held (-1: poll ignores it). Input
          * TLS has decrypted already does not show on its fd: then no waiting. */
         if (run_held(r))
-            ready = client_poll_setup(r->conn, &p[0]);
+            ready = lb_poll_setup(r->conn, &p[0]);
         if (r->resume || ready)
             wake = now;
         if (r->state == RUN_LOST_TERM || r->state == RUN_STOPPING)
@@ -1130,18 +1130,18 @@ static int run_supervise(struct run *r)
         /* The connection first: when a loss and the command's end arrive together, the loss counts. */
         if (p[0].fd >= 0 && (p[0].revents || ready))
             run_read_conn(r);
-        now = client_now_ms();
+        now = lb_now_ms();
         if (run_held(r) && r->checking) {
             if (now >= jeopardy_at(r))
                 run_jeopardy(r);
             else if (!r->check_inflight && now >= r->next_check && check_send(r) < 0)
                 run_lose(r, "cannot send CHECK: the connection failed");
         }
-        if (r->state == RUN_LOST_TERM && client_now_ms() >= r->kill_at) {
+        if (r->state == RUN_LOST_TERM && lb_now_ms() >= r->kill_at) {
             killpg(r->pid, SIGKILL);
             r->state = RUN_LOST_KILL;
         }
-        if (r->state == RUN_STOPPING && client_now_ms() >= r->kill_at) {
+        if (r->state == RUN_STOPPING && lb_now_ms() >= r->kill_at) {
             fprintf(stderr, "lockbroker: the command did not end within the grace period (-g) "
                     "after %s: killed\n", r->stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
             killpg(r->pid, SIGKILL);
@@ -1187,7 +1187,7 @@ static int64_t run_keep_ms(const struct run *r, int failed)
 
     if (!r->o->min_hold_ms || (failed && r->o->release_on_failure))
         return 0;
-    left = r->granted_at + r->o->min_hold_ms - client_now_ms();
+    left = r->granted_at + r->o->min_hold_ms - lb_now_ms();
     return left > 0 ? left : 0;
 }
 
@@ -1201,12 +1201,12 @@ static int64_t run_keep_ms(const struct run *r, int failed)
 static int run_hold_here(struct run *r, int64_t keep_ms, const char *refusal)
 {
     char line[RUN_REPLY_MAX], err[CLIENT_ERR_MAX];
-    int64_t deadline = client_now_ms() + keep_ms;
-    enum client_status st;
+    int64_t deadline = lb_now_ms() + keep_ms;
+    enum lb_status st;
 
     fprintf(stderr, "lockbroker: lock %s: the broker will not keep it (%s); holding it "
             "here %lld ms more (--min-hold)\n", r->o->name, refusal, (long long)keep_ms);
-    while ((st = client_read_line(r->conn, line, sizeof(line), deadline, err, sizeof(err))) ==
+    while ((st = lb_read_line(r->conn, line, sizeof(line), deadline, err, sizeof(err))) ==
            CLIENT_OK) {
         if (strncmp(line, "LOST ", 5) == 0) {
             fprintf(stderr, "lockbroker: warning: lock %s was lost during --min-hold: %s\n",
@@ -1231,16 +1231,16 @@ static int run_hold_here(struct run *r, int64_t keep_ms, const char *refusal)
 static void run_unlock(struct run *r, int64_t keep_ms)
 {
     char req[RUN_REPLY_MAX], line[RUN_REPLY_MAX], ok[RUN_REPLY_MAX], err[CLIENT_ERR_MAX];
-    int64_t deadline = client_now_ms() + r->o->io_ms;
-    enum client_status st;
+    int64_t deadline = lb_now_ms() + r->o->io_ms;
+    enum lb_status st;
     int n = keep_ms > 0 ? snprintf(req, sizeof(req), "UNLOCK %s keep=%lld\n", r->o->name,
                                    (long long)keep_ms)
                         : snprintf(req, sizeof(req), "UNLOCK %s\n", r->o->name);
 
     snprintf(ok, sizeof(ok), "OK %s", r->o->name);
-    st = client_send(r->conn, req, (size_t)n, deadline, err, sizeof(err));
+    st = lb_send(r->conn, req, (size_t)n, deadline, err, sizeof(err));
     while (st == CLIENT_OK) {
-        st = client_read_line(r->conn, line, sizeof(line), deadline, err, sizeof(err));
+        st = lb_read_line(r->conn, line, sizeof(line), deadline, err, sizeof(err));
         if (st != CLIENT_OK)
             break;
         if (r->check_inflight && strncmp(line, "LOST ", 5) != 0) {
@@ -1389,14 +1389,14 @@ static void run_split(struct run *r)
 static int run_take(struct run *r)
 {
     const struct run_opts *o = r->o;
-    int64_t now = client_now_ms(), end = o->wait_ms >= 0 ? now + o->wait_ms : -1;
+    int64_t now = lb_now_ms(), end = o->wait_ms >= 0 ? now + o->wait_ms : -1;
     int64_t wait = o->wait_ms, pause = RUN_RETRY_MIN_MS;
     unsigned grants = 0;
     int rc;
 
     for (;;) {
         rc = run_lock_wait(o, wait, r->conn, r->token, sizeof(r->token));
-        r->granted_at = client_now_ms();
+        r->granted_at = lb_now_ms();
         if (rc != 0)
             return rc;
         run_split(r);
@@ -1405,8 +1405,8 @@ static int run_take(struct run *r)
             return rc;
         grants++;
         run_unlock(r, 0);
-        client_close(r->conn);
-        now = client_now_ms();
+        lb_close(r->conn);
+        now = lb_now_ms();
         if (end >= 0 && now >= end)
             break;
         if (grants == 1 && o->notice)
@@ -1416,7 +1416,7 @@ static int run_take(struct run *r)
         if (end >= 0 && end - now < pause)
             pause = end - now;
         poll(NULL, 0, (int)pause);
-        now = client_now_ms();
+        now = lb_now_ms();
         wait = end < 0 ? -1 : end > now ? end - now : 0;
         pause = pause * 2 > RUN_RETRY_MAX_MS ? RUN_RETRY_MAX_MS : pause * 2;
     }
@@ -1434,7 +1434,7 @@ static int run_take(struct run *r)
 
 int run_command(const struct run_opts *o)
 {
-    static struct client conn;   /* 64 KiB buffer: not on the stack */
+    static struct lb_conn conn;   /* 64 KiB buffer: not on the stack */
     struct run r = { .o = o, .conn = &conn, .tty = -1, .state = RUN_HOLDING,
                      .guardian_pipe = -1 };
     sigset_t block, orig, during;
@@ -1442,13 +1442,13 @@ int run_command(const struct run_opts *o)
     int rc, wstatus;
 
     if ((rc = run_take(&r)) != 0) {
-        client_close(&conn);
+        lb_close(&conn);
         return rc == CLI_EXIT_TIMEOUT && o->timeout_exit >= 0 ? o->timeout_exit : rc;
     }
     if (setenv("LOCKBROKER_NAME", o->name, 1) < 0 || setenv("LOCKBROKER_TOKEN", r.token, 1) < 0 ||
         setenv("LOCKBROKER_ADDR", o->addr->spec, 1) < 0 || install_handlers() < 0) {
         fprintf(stderr, "lockbroker: %s\n", strerror(errno));
-        client_close(&conn);
+        lb_close(&conn);
         return CLI_EXIT_USAGE;
     }
     r.tty = foreground_tty();
@@ -1469,7 +1469,7 @@ int run_command(const struct run_opts *o)
     if (r.pid < 0) {
         fprintf(stderr, "lockbroker: fork: %s\n", strerror(errno));
         sigprocmask(SIG_SETMASK, &orig, NULL);
-        client_close(&conn);
+        lb_close(&conn);
         return CLI_EXIT_USAGE;
     }
     /* Both sides set the group and the terminal, so neither waits for the other. */
@@ -1494,7 +1494,7 @@ int run_command(const struct run_opts *o)
         rc = r.jeopardy ? CLI_EXIT_JEOPARDY : CLI_EXIT_LOST;
     }
     guardian_stop(&r);
-    client_close(&conn);
+    lb_close(&conn);
     if (r.tty >= 0)
         close(r.tty);
     return rc;

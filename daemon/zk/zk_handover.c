@@ -1,5 +1,5 @@
 /*
- * handover.c - distributed mode's part of a handover (daemon/handover.h):
+ * zk_handover.c - distributed mode's part of a handover (daemon/handover.h):
  * the session and every request's node go to the successor, which attaches
  * to the same ZooKeeper session, so no node of ours goes and no other
  * daemon is granted anything meanwhile.
@@ -7,12 +7,12 @@
  * Only a backend at rest is handed over: no request in flight, nothing
  * queued for a multi, no node write pending. A lock-delay being waited out
  * is carried with its end. What the successor then knows of each request is what a
- * reconnection to the same session knows (acquire.c, `closed`): its node,
+ * reconnection to the same session knows (zk_acquire.c, `closed`): its node,
  * whether it holds, and that its watches are gone; it looks again at
  * whatever it watched once connected, as after any reconnection.
  */
 #include "config.h"
-#include "recipes.h"
+#include "zk_recipes.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -56,7 +56,7 @@ static bool at_rest(const struct zlock *zl)
 /*
  * Which settings allow a handover at all. W is 3/4 of [zookeeper] tick_ms
  * (zk_ping_wait_ms), T the session timeout, c the session's confirmation
- * (presence.c; PROTOCOL.md, "How `c` is established").
+ * (zk_presence.c; PROTOCOL.md, "How `c` is established").
  *
  * 1. The old daemon goes only while now - c <= T/3 (zk_handover_ready: the
  *    successor must have a third of T before the lost deadline c + 2T/3).
@@ -276,7 +276,7 @@ static bool restore_zlock(struct zk *zk, struct snap_r *r)
             return snap_r_fail(r, "out of memory, or request %llu twice",
                                (unsigned long long)id);
         }
-        /* The fields, then what the old handle's end means (acquire.c,
+        /* The fields, then what the old handle's end means (zk_acquire.c,
          * `closed` with the session alive): watches are gone, idle nodes end. */
         f.id = zl->id;
         f.parent = zl->parent;

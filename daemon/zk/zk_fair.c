@@ -1,5 +1,5 @@
 /*
- * fair.c - distributed mode, a recipe: the fair queue.
+ * zk_fair.c - distributed mode, a recipe: the fair queue.
  *
  * The node whose 10-digit suffix is lowest holds the lock (shared and
  * semaphore requests: as many as may hold together); every other node
@@ -16,10 +16,10 @@
  * says as much without a read (on_parent_stat).
  *
  * A request for a lease queues here like any other; once it may hold,
- * lease_lock.c takes over (zl_convert).
+ * zk_lease_lock.c takes over (zl_convert).
  */
 #include "config.h"
-#include "recipes.h"
+#include "zk_recipes.h"
 
 #include <event2/event.h>
 #include <search.h>
@@ -82,7 +82,7 @@ void zl_fair_create(struct zlock *zl)
  * wait behind vanishes, its daemon either deleted it (a release, or the
  * end of a lock-delay it kept itself) or its session ended. ZooKeeper
  * deletes a session's ephemeral nodes in one transaction, its session
- * node (presence.c) among them: if that node is gone too, the holder
+ * node (zk_presence.c) among them: if that node is gone too, the holder
  * did not release, and nobody here goes ahead before the delay has passed
  * since we saw it go. An answer we cannot read counts as gone.
  */
@@ -242,7 +242,7 @@ struct zview {
  * Reads one listing of the parent. A lease node is a holder wherever it
  * sits: it replaced an ephemeral node that was first in line when it was
  * created (zl_convert), so waiters queued behind that one may come before
- * it. Every lease node seen is handed to the janitor (lease.c).
+ * it. Every lease node seen is handed to the janitor (zk_lease.c).
  */
 static void zl_view(const struct zlock *zl, const struct String_vector *children,
                     struct zview *v)

@@ -1,5 +1,5 @@
 /*
- * view.h - STATUS and LOCKS lines as an operator reads them: a table with
+ * lb_view.h - STATUS and LOCKS lines as an operator reads them: a table with
  * durations ("12s", "3m05s") instead of epoch milliseconds.
  */
 #ifndef LOCKBROKER_CLI_VIEW_H

@@ -1,11 +1,11 @@
 /*
- * query.c - distributed mode: what ZooKeeper says about lock names
+ * zk_query.c - distributed mode: what ZooKeeper says about lock names
  * across all daemons. Read-only. STATUS: a getChildren of the name's
  * parent, then a getData of its first node. HOLDERS: a getChildren of
  * <root>/locks, one of each matching name's parent, a getData of each node.
  */
 #include "config.h"
-#include "recipes.h"
+#include "zk_recipes.h"
 
 #include <fnmatch.h>
 #include <stdio.h>
@@ -37,7 +37,7 @@ static void query_finish(struct backend_query *q, bool ok)
 }
 
 /* What a lock node's data says: "daemon=<id> client=<addr>[ label=<label>]
- * [ token=<token>][ deadline=<ms>]...", as zl_format_data (node.c) writes
+ * [ token=<token>][ deadline=<ms>]...", as zl_format_data (zk_node.c) writes
  * it. Fields are words without spaces: a label has none. */
 struct node_data {
     char daemon[128], client[128], label[128];
@@ -63,23 +63,23 @@ static void parse_node_data(const char *value, int len, const struct Stat *stat,
     if ((label = strstr(buf, " label=")))
         sscanf(label, " label=%127s", d->label);
     /* Written by the holding daemon after the grant; "mzxid": this data's
-     * own write made it (a non-fair node, nonfair.c). */
+     * own write made it (a non-fair node, zk_nonfair.c). */
     if ((token = strstr(buf, " token=")) && strncmp(token + 7, "mzxid", 5) == 0)
         ztoken_of_zxid(stat->mzxid, &d->token);
     else if (token)
         d->token = strtoull(token + 7, NULL, 10);
-    if ((deadline = strstr(buf, " deadline="))) {     /* a lease (lease_lock.c) */
+    if ((deadline = strstr(buf, " deadline="))) {     /* a lease (zk_lease_lock.c) */
         long long t = strtoll(deadline + 10, NULL, 10);
 
         d->lease_ms = t > zk_now_ms() ? t - zk_now_ms() : 0;
-        /* Its token is its node's czxid's, as lease_lock.c granted it. */
+        /* Its token is its node's czxid's, as zk_lease_lock.c granted it. */
         if (!token)
             ztoken_of_zxid(stat->czxid, &d->token);
     }
 }
 
 /* The first holder among a name's nodes: a lease node wherever it sits
- * (lease_lock.c), else the first node; NULL when there is none. */
+ * (zk_lease_lock.c), else the first node; NULL when there is none. */
 static const char *first_holder(const struct String_vector *children)
 {
     const char *first = NULL;
@@ -93,7 +93,7 @@ static const char *first_holder(const struct String_vector *children)
 }
 
 /*
- * Which nodes hold the name, by the rules of fair.c: the first holder
+ * Which nodes hold the name, by the rules of zk_fair.c: the first holder
  * (first_holder) decides the mode; exclusive - it alone; shared - the
  * shared nodes before the first that is not; limit=n - the first n of its
  * class. Sets held[i] for children->data[i] (held may be NULL) and returns
@@ -167,7 +167,7 @@ void zk_queue_holder(const char *value, int len, const struct Stat *stat,
     parse_node_data(value, len, stat, &d);
     if (info->mode == LOCK_EXCLUSIVE && strcmp(d.client, "-") == 0) {
         /* Nobody holds it: a released lock's node, kept idle or about
-         * to be deleted (handoff.c); the next in line gets it then. */
+         * to be deleted (zk_handoff.c); the next in line gets it then. */
         info->holders = 0;
         info->queue--;
         return;
@@ -256,7 +256,7 @@ struct backend_query *zk_query(void *impl, const char *name,
     q->arg = arg;
     q->info = unavailable;
     q->nonfair = settings_globs_match(zk->settings->zk_nonfair, name);
-    /* nonfair.c: one fixed node, held while it exists */
+    /* zk_nonfair.c: one fixed node, held while it exists */
     snprintf(q->parent, sizeof(q->parent), "%s/%s/%s", zk->root,
              q->nonfair ? "nonfair" : "locks", name);
     if (q->nonfair)
@@ -352,7 +352,7 @@ static int by_row_name(const void *a, const void *b)
 }
 
 /* Answers, once nothing is in flight and nothing more is to be asked:
- * the fair names' nodes, then the non-fair ones (nonfair.c), merged. */
+ * the fair names' nodes, then the non-fair ones (zk_nonfair.c), merged. */
 static void list_maybe_finish(struct backend_list *l)
 {
     struct backend_holder *out;
@@ -429,7 +429,7 @@ static void on_list_data(int rc, const char *value, int len, const struct Stat *
 
     if (rc == ZOK) {
         parse_node_data(value, len, stat, &d);
-        /* A released exclusive lock's node, kept idle (handoff.c): nobody's. */
+        /* A released exclusive lock's node, kept idle (zk_handoff.c): nobody's. */
         r->skip = r->kind.mode == LOCK_EXCLUSIVE && strcmp(d.client, "-") == 0;
         snprintf(r->holder, sizeof(r->holder), "%s/%s", d.daemon, d.client);
         snprintf(r->label, sizeof(r->label), "%s", d.label);
@@ -575,7 +575,7 @@ static void on_list_nonfair(int rc, const struct String_vector *children, const 
         static const struct zkind exclusive = { LOCK_EXCLUSIVE, 0, false, 0 };
         char path[768];
 
-        /* Each one held, by whoever its node's data names (nonfair.c). */
+        /* Each one held, by whoever its node's data names (zk_nonfair.c). */
         for (size_t n = list_take_names(l, children); n < l->nnames && !l->failed; n++) {
             snprintf(path, sizeof(path), "%s/nonfair/%s", l->zk->root, l->names[n]);
             list_add_row(l, n, true, exclusive, path);

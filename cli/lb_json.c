@@ -1,8 +1,8 @@
 /*
- * json.c - JSON output of the command-line client (see json.h).
+ * lb_json.c - JSON output of the command-line client (see lb_json.h).
  */
 #include "config.h"
-#include "json.h"
+#include "lb_json.h"
 
 #include <string.h>
 

@@ -1,5 +1,5 @@
 /*
- * batch.c - distributed mode: group commit of the lock nodes' writes.
+ * zk_batch.c - distributed mode: group commit of the lock nodes' writes.
  *
  * ZooKeeper runs one session's requests strictly in order, each write as
  * its own transaction. Creates and deletes of lock nodes, and the writes of
@@ -14,7 +14,7 @@
  * (ZOK), the ones after it were not tried (ZRUNTIMEINCONSISTENCY). Those
  * go back to the head of the queue, in order, and are sent again; the
  * culprit's completion gets its own error, exactly as if it had been sent
- * alone (node.c handles a missing parent, a vanished node, ...). The
+ * alone (zk_node.c handles a missing parent, a vanished node, ...). The
  * operations before the culprit succeeded once and go again as one
  * multi; each one after it goes in a multi of its own, all at once,
  * because another may fail as well (several locks taken for the first
@@ -27,7 +27,7 @@
  * zk_batch_delete() or zk_batch_set().
  */
 #include "config.h"
-#include "batch.h"
+#include "zk_batch.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,12 +1,12 @@
 /*
- * tls.h - TLS for the lockbroker CLI's connections, with OpenSSL: the
+ * lb_tls.h - TLS for the lockbroker CLI's connections, with OpenSSL: the
  * context made once from --cacert, --cert and --key; per connection the
  * handshake, which checks the broker's certificate against the CA and the
  * host name given with -H; reads and writes on a non-blocking socket.
  *
  * Nothing here polls, exits or prints: a call that cannot go on says
  * which way to poll() the socket (TLS_IO_WANT_READ, TLS_IO_WANT_WRITE)
- * and is called again once it is ready. client.c does the waiting.
+ * and is called again once it is ready. lb_client.c does the waiting.
  */
 #ifndef LOCKBROKER_CLI_TLS_H
 #define LOCKBROKER_CLI_TLS_H

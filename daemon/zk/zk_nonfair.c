@@ -1,14 +1,14 @@
 /*
- * nonfair.c - distributed mode, a recipe: non-fair names ([zookeeper]
+ * zk_nonfair.c - distributed mode, a recipe: non-fair names ([zookeeper]
  * nonfair; PROTOCOL.md, "Non-fair names").
  *
  * A non-fair name is held by one fixed EPHEMERAL node, <root>/nonfair/<name>:
  * whoever creates it holds it. The create goes out in a multi with a
- * setData of the same node tied to it (batch.h, zk_batch_set_tied), whose
+ * setData of the same node tied to it (zk_batch.h, zk_batch_set_tied), whose
  * mzxid makes the fencing token: no read at all. The setData runs after our
  * create and before our delete, so its zxid lies between the previous
  * holder's and the next one's: tokens only go up. Its data says
- * "token=mzxid" (node.c): other daemons make the token from the node's
+ * "token=mzxid" (zk_node.c): other daemons make the token from the node's
  * mzxid as we do, with no write after the grant.
  *
  * A create that finds the node (ZNODEEXISTS) sets one exists watch on it;
@@ -21,7 +21,7 @@
  * owner: our session, and no zlock of ours has it.
  */
 #include "config.h"
-#include "recipes.h"
+#include "zk_recipes.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,7 +30,7 @@
 #include "locks.h"
 #include "log.h"
 
-/* As node.c's: ancestors re-created this often before the retry timer. */
+/* As zk_node.c's: ancestors re-created this often before the retry timer. */
 #define NONFAIR_CREATE_ATTEMPTS 5
 
 static void nf_watch(struct zlock *zl);

@@ -1,5 +1,5 @@
 /*
- * run.h - `lockbroker run`: hold a lock while a command runs; run_lock()
+ * lb_run.h - `lockbroker run`: hold a lock while a command runs; run_lock()
  * also takes the leases of `lockbroker lease`.
  */
 #ifndef LOCKBROKER_CLI_RUN_H
@@ -8,10 +8,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "client.h"
+#include "lb_client.h"
 
 struct run_opts {
-    const struct client_addr *addr;  /* the broker */
+    const struct lb_addr *addr;  /* the broker */
     const char *name;                /* lock name, already checked with proto_name_valid */
     int64_t wait_ms;                 /* -w: LOCK <name> <wait_ms>; -1 to wait for ever */
     int64_t grace_ms;                /* -g: SIGTERM -> SIGKILL delay after a loss; 0: SIGKILL at once */
@@ -56,7 +56,7 @@ void run_default_label(char *buf, size_t cap, const char *command);
  * reason on stderr. The caller closes c in both cases. Used by run and by
  * `lockbroker lease`.
  */
-int run_lock(const struct run_opts *o, struct client *c, char *token, size_t tokcap);
+int run_lock(const struct run_opts *o, struct lb_conn *c, char *token, size_t tokcap);
 
 /*
  * Takes the lock, runs the command in its own process group with

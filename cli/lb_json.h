@@ -1,5 +1,5 @@
 /*
- * json.h - the little JSON that `lockbroker stats --json` and `status --json`
+ * lb_json.h - the little JSON that `lockbroker stats --json` and `status --json`
  * print: protocol words and numbers, written straight to a stream.
  */
 #ifndef LOCKBROKER_JSON_H

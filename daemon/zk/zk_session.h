@@ -1,7 +1,7 @@
 /*
- * session.h - the bottom layer of distributed mode (zk.h draws the stack):
- * one ZooKeeper session driven from the libevent loop (session.c), and
- * what proves it alive and ready (presence.c).
+ * zk_session.h - the bottom layer of distributed mode (zk.h draws the stack):
+ * one ZooKeeper session driven from the libevent loop (zk_session.c), and
+ * what proves it alive and ready (zk_presence.c).
  *
  * The layers above never get called by name from here: each registers a
  * struct zk_listener (zk_session_listen), and the session tells every
@@ -32,7 +32,7 @@ struct zk_listener {
     /* Connected: a new session (fresh) or the same one again. */
     void (*connected)(void *arg, bool fresh);
     /* Requests may go out: just connected (after every `connected`), or
-     * the chroot appeared (presence.c). */
+     * the chroot appeared (zk_presence.c). */
     void (*serving)(void *arg);
     /* Work parked after an error may go again: the retry timer ran or a
      * barrier returned, while connected. */
@@ -76,36 +76,36 @@ void zk_session_free(struct zk *zk);
 /* Requests were queued: make sure the loop wants to write them. Call it
  * after every request made outside zookeeper_process(): a request whose
  * send fails closes the client's socket, which the io event must leave at
- * once (session.c, zk_io_check). */
+ * once (zk_session.c, zk_io_check). */
 void zk_kick(struct zk *zk);
 /* Something failed: the listeners' `resume` runs after a back-off. */
 void zk_arm_retry(struct zk *zk);
-/* Tells every listener `serving` (presence.c, once the chroot is found). */
+/* Tells every listener `serving` (zk_presence.c, once the chroot is found). */
 void zk_session_serving(struct zk *zk);
 /* ZooKeeper answered ZNOAUTH for a change to path: says why, at most once
  * a minute. */
 void zk_report_noauth(struct zk *zk, const char *path);
 /* The path of the node that exists while session `id` lives (lock-delay,
- * fair.c; made by presence.c): <root>/sessions/<id in hex>. */
+ * zk_fair.c; made by zk_presence.c): <root>/sessions/<id in hex>. */
 void zk_session_path(const struct zk *zk, int64_t id, char *buf, size_t len);
 /* The session timeout in force: negotiated, or else the one we asked for. */
 int zk_timeout_ms(const struct zk *zk);
 /* W, 3/4 of [zookeeper] tick_ms: a leader pings each follower at least this
- * often (CHECK's window, presence.c). */
+ * often (CHECK's window, zk_presence.c). */
 int64_t zk_ping_wait_ms(const struct zk *zk);
 /* The same for [zookeeper] tick_ms tick_ms, for settings not in use
  * (--check-handover). */
 int64_t zk_tick_ping_wait_ms(unsigned tick_ms);
 /* Whether a session timeout of timeout_ms leaves room for a handover with
- * W = w: 3w < timeout_ms (zk/handover.c argues it). */
+ * W = w: 3w < timeout_ms (zk_handover.c argues it). */
 bool zk_handover_fits(int64_t w, int timeout_ms);
-/* How often presence.c sends a probe round: a tenth of the timeout, at
+/* How often zk_presence.c sends a probe round: a tenth of the timeout, at
  * least W/8 and 100 ms. */
 int zk_probe_period_ms(const struct zk *zk);
 
 /* Before a request is served: past c + 2/3 of the session timeout (the
  * event loop stalled, or probes stopped confirming), holds are presumed
- * lost now (see session.c). */
+ * lost now (see zk_session.c). */
 void zk_session_check_stall(struct zk *zk);
 /* c (zk->confirmed_ms) moved: the lost timer follows it, and when that
  * ends the presumed-lost state, what waited for it resumes. */
@@ -134,7 +134,7 @@ int64_t zk_session_unreachable_since(const struct zk *zk);
 /* Why requests cannot be served now, in words, or NULL (static string). */
 const char *zk_session_why_down(const struct zk *zk);
 
-/* presence.c: registers what a new connection must do first (a probe round,
+/* zk_presence.c: registers what a new connection must do first (a probe round,
  * the session node, the chroot check). Returns 0 or -1. */
 int zk_presence_init(struct zk *zk);
 /* CHECK's window (backend.h window_ms): how long the session surely lives. */
@@ -159,7 +159,7 @@ static inline int64_t zk_now_ms(void)
 }
 
 /*
- * Handover (zk/handover.c). zk_session_secret: the session's id and
+ * Handover (zk_handover.c). zk_session_secret: the session's id and
  * password (len bytes, 16), 0 without a session. zk_session_reattach:
  * replaces the start-up handle (not connected yet) by one attaching to the
  * session the daemon before had, with its timeout, confirmation and lost

@@ -1,5 +1,5 @@
 /*
- * session.c - distributed mode, bottom layer: the session and the libevent
+ * zk_session.c - distributed mode, bottom layer: the session and the libevent
  * adapter (zk.h draws the layers).
  *
  * One session (one zhandle_t of the single-threaded C client) serves every
@@ -10,10 +10,10 @@
  * (see zk_io_check). This file owns the
  * session's lifecycle (connect, stall, disconnect, expiry, restart) and
  * the retry timer, and tells each change to the listeners the layers above
- * registered (session.h), never to a layer by name.
+ * registered (zk_session.h), never to a layer by name.
  */
 #include "config.h"
-#include "session.h"
+#include "zk_session.h"
 
 #include <event2/event.h>
 #include <stdio.h>
@@ -62,7 +62,7 @@ int zk_timeout_ms(const struct zk *zk)
     return zk->negotiated_ms > 0 ? zk->negotiated_ms : (int)zk->settings->zk_session_timeout_ms;
 }
 
-/* W (presence.c): the longest a leader goes between two pings, half a
+/* W (zk_presence.c): the longest a leader goes between two pings, half a
  * tick, and a quarter tick for its ping loop to be late. */
 int64_t zk_ping_wait_ms(const struct zk *zk)
 {
@@ -237,7 +237,7 @@ static void on_barrier(int rc, const char *value, const void *data)
 }
 
 /*
- * Holds are presumed lost 2/3 of the session timeout after c (presence.c),
+ * Holds are presumed lost 2/3 of the session timeout after c (zk_presence.c),
  * a third before the session can expire: LOST reaches clients before
  * anyone else can be granted their locks (PROTOCOL.md, Pushed lines). 0
  * without a session.
@@ -692,7 +692,7 @@ static void on_stalled(evutil_socket_t fd, short what, void *arg)
 }
 
 /*
- * Handover (zk/handover.c): the daemon before had session id, with its
+ * Handover (zk_handover.c): the daemon before had session id, with its
  * password, timeout and confirmation (c): the handle made at start-up, which
  * has not connected yet, is replaced by one that attaches to that session.
  * Until it does, the session's confirmation ages as it would have: the lost
@@ -779,7 +779,7 @@ bool zk_handover_fits(int64_t w, int timeout_ms)
  * so past ten in a row that fit, all do). It also allows a handover: with
  * P at least a tenth of T (rounded down), 2(W + 2P) < T gives
  * W < 0.3 T + 2, under T/3 as T is at least 1000 (settings.c). So whenever
- * handovers are refused (zk/handover.c), this warning is given, and says so.
+ * handovers are refused (zk_handover.c), this warning is given, and says so.
  */
 static void zk_check_window_settings(const struct zk *zk)
 {
@@ -816,7 +816,7 @@ static void on_session_event(zhandle_t *zh, int type, int state, const char *pat
         } else {
             /* The leader began it, with a full timeout, after its request
              * was sent, which was after this connection attempt began; that
-             * leader committed it, so no newer one had started (c, presence.c). */
+             * leader committed it, so no newer one had started (c, zk_presence.c). */
             zk->sessions++;
             zk->session_id = id->client_id;
             zk->confirmed_ms = zk->conn_started_ms;
@@ -824,14 +824,14 @@ static void on_session_event(zhandle_t *zh, int type, int state, const char *pat
             zk_check_window_settings(zk);
         }
         /* A reconnection moves nothing: c moves once probes on this
-         * connection confirm it (presence.c). What waits is told
-         * `serving` below, after presence.c's `connected`. */
+         * connection confirm it (zk_presence.c). What waits is told
+         * `serving` below, after zk_presence.c's `connected`. */
         zk->grants_held_back = false;
         zk_session_confirmed(zk);
         log_info("zk: %s session 0x%llx, timeout %d ms", same ? "reconnected to" : "new",
                  (unsigned long long)id->client_id, zk->negotiated_ms);
         zk->auth_failed = false;
-        /* presence.c first (a confirmation read, the session node, the
+        /* zk_presence.c first (a confirmation read, the session node, the
          * chroot), then the requests that waited: ZooKeeper answers a
          * session's requests in order. */
         TELL(zk, connected, !same);

@@ -1,5 +1,5 @@
 /*
- * batch.h - group commit (batch.c), the layer on the session: writes of
+ * zk_batch.h - group commit (zk_batch.c), the layer on the session: writes of
  * lock nodes queued and sent as multis. It hears the session through a
  * listener (flush after each loop pass, fail what is queued when the
  * connection goes) and calls nothing above it.
@@ -10,11 +10,11 @@
 #include <sys/queue.h>
 
 #include "histogram.h"
-#include "session.h"
+#include "zk_session.h"
 
 struct zwrite;
 
-/* batch.c's state (zk->batch). */
+/* zk_batch.c's state (zk->batch). */
 struct zk_batch {
     TAILQ_HEAD(zwq, zwrite) wq;        /* writes waiting for a multi, oldest first */
     unsigned wq_len;

@@ -1,5 +1,5 @@
 /*
- * watch.c - distributed mode: WATCH (a recipe-level reader, beside query.c). One entry per name this daemon
+ * zk_watch.c - distributed mode: WATCH (a recipe-level reader, beside zk_query.c). One entry per name this daemon
  * watches, however many of its clients watch it: a child watch on the
  * name's parent (an exists watch while it has none) and a data watch on
  * its first holder's node, which a local handoff or an idle node rewrites.
@@ -16,8 +16,8 @@
  * waits for the handle to close, never the other way round.
  */
 #include "config.h"
-#include "recipes.h"
-#include "session.h"
+#include "zk_recipes.h"
+#include "zk_session.h"
 #include "proto.h"
 
 #include <stdio.h>
@@ -33,12 +33,12 @@ struct backend_watch {
     bool reading;                      /* a getChildren or getData is in flight */
     bool again;                        /* a change came meanwhile: read once more */
     struct backend_queue_info info;    /* being read */
-    bool nonfair;                      /* parent is a non-fair name's node (nonfair.c) */
+    bool nonfair;                      /* parent is a non-fair name's node (zk_nonfair.c) */
     char name[PROTO_NAME_MAX + 1];
     char parent[512];
 };
 
-/* watch.c's state (zk->watches): every entry, cancelled ones too until
+/* zk_watch.c's state (zk->watches): every entry, cancelled ones too until
  * their ZooKeeper watches are gone. */
 struct zk_watches {
     TAILQ_HEAD(, backend_watch) all;

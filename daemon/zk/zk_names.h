@@ -1,5 +1,5 @@
 /*
- * names.h - what a lock node's name says (names.c), read by every layer
+ * zk_names.h - what a lock node's name says (zk_names.c), read by every layer
  * from the node machinery up (zk.h draws the layers).
  */
 #ifndef LOCKBROKER_ZK_NAMES_H

@@ -1,12 +1,12 @@
 /*
- * backend.c - distributed mode, top layer: the backend object and its
+ * zk_backend.c - distributed mode, top layer: the backend object and its
  * operations (backend.h), its STATS lines and histograms (zk.h draws the
  * layers). It builds the stack bottom up, registering each layer with the
  * session, and hands every backend operation to the layer that does it.
  */
 #include "config.h"
 #include "zk.h"
-#include "recipes.h"
+#include "zk_recipes.h"
 
 #include <event2/event.h>
 #include <stdio.h>
@@ -29,7 +29,7 @@ static int64_t zk_window_ms(void *impl, struct hold *h);
 static const struct backend_ops zk_ops = {
     .name = "distributed",
     .acquire = zk_lock_acquire,
-    .handover = zk_lock_handover,
+    .reassign = zk_lock_reassign,
     .cancel = zk_lock_let_go,
     .pass_on = zk_lock_pass_on,
     .release = zk_lock_let_go,
@@ -80,7 +80,7 @@ static const char *zk_why_unavailable(void *impl)
 
 /* Another daemon of the root takes other names non-fair: nothing is
  * served until a restart, and the log's words say what to change
- * (presence.c). */
+ * (zk_presence.c). */
 static const char *zk_config_error(void *impl)
 {
     const struct zk *zk = impl;
@@ -88,7 +88,7 @@ static const char *zk_config_error(void *impl)
     return zk->nonfair_disagrees ? zk->nonfair_why : NULL;
 }
 
-/* CHECK's window (presence.c). */
+/* CHECK's window (zk_presence.c). */
 static int64_t zk_window_ms(void *impl, struct hold *h)
 {
     return zk_presence_window_ms(impl);

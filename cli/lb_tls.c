@@ -1,16 +1,16 @@
 /*
- * tls.c - TLS for the lockbroker CLI (tls.h): OpenSSL over the client's
+ * lb_tls.c - TLS for the lockbroker CLI (lb_tls.h): OpenSSL over the client's
  * own non-blocking socket.
  *
  * The socket is reached through a BIO of our own rather than OpenSSL's
  * socket BIO, which writes with write(2): a broker that has gone away
  * would kill lockbroker with SIGPIPE, and lockbroker cannot ignore SIGPIPE
  * for good, since `run`'s COMMAND would inherit that. Ours sends with
- * MSG_NOSIGNAL, as client_send() does for plain text.
+ * MSG_NOSIGNAL, as lb_send() does for plain text.
  */
 #include "config.h"
 
-#include "tls.h"
+#include "lb_tls.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

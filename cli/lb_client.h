@@ -1,5 +1,5 @@
 /*
- * client.h - the lockbroker CLI's connection to the daemon: where it is
+ * lb_client.h - the lockbroker CLI's connection to the daemon: where it is
  * (address parsing), connecting, and line-at-a-time I/O with deadlines.
  *
  * No libevent: the client is a plain poll() program. Nothing here exits or
@@ -13,7 +13,7 @@
 
 #include "proto.h"
 
-struct tls_ctx;    /* tls.h */
+struct tls_ctx;    /* lb_tls.h */
 struct tls_conn;
 struct pollfd;
 
@@ -52,21 +52,21 @@ enum cli_exit {
 #define CLIENT_LINE_MAX 65536                  /* longest reply line accepted, LF excluded */
 #define CLIENT_ERR_MAX 512                     /* size for the err buffers below */
 
-enum client_addr_kind { CLIENT_ADDR_TCP, CLIENT_ADDR_UNIX };
+enum lb_addr_kind { CLIENT_ADDR_TCP, CLIENT_ADDR_UNIX };
 
-/* Who to log in as: client_connect() sends AUTH <user> <password> first. */
-struct client_auth {
+/* Who to log in as: lb_connect() sends AUTH <user> <password> first. */
+struct lb_auth {
     char user[PROTO_USER_MAX + 1];          /* proto_user_valid() */
     char password[PROTO_PASSWORD_MAX + 1];  /* 1-128 bytes 0x21-0x7e */
 };
 
-struct client_addr {
-    enum client_addr_kind kind;
+struct lb_addr {
+    enum lb_addr_kind kind;
     char host[256];     /* TCP: host name or literal, without brackets */
     char port[16];      /* TCP: decimal port 1-65535 */
     char path[108];     /* Unix: socket path (fits sockaddr_un.sun_path) */
     char spec[400];     /* canonical spelling for LOCKBROKER_ADDR: "h:p", "[v6]:p", "unix:/p" */
-    const struct client_auth *auth;  /* borrowed; NULL: no AUTH. The parsers set NULL */
+    const struct lb_auth *auth;  /* borrowed; NULL: no AUTH. The parsers set NULL */
     struct tls_ctx *tls;             /* borrowed; NULL: plain text. The parsers set NULL */
 };
 
@@ -75,24 +75,24 @@ struct client_addr {
  * additionally "/PATH" and "unix:PATH" (the LOCKBROKER_ADDR form).
  * Returns 0, or -1 with a reason in err.
  */
-int client_addr_parse(struct client_addr *a, const char *text, int hostport_only,
+int lb_addr_parse(struct lb_addr *a, const char *text, int hostport_only,
                       char *err, size_t errlen);
 
 /* Fills *a for a Unix socket path (the -U form). Returns 0, or -1 with err. */
-int client_addr_unix(struct client_addr *a, const char *path, char *err, size_t errlen);
+int lb_addr_unix(struct lb_addr *a, const char *path, char *err, size_t errlen);
 
 /* A connection: the socket (non-blocking, close-on-exec) and unread input. */
-struct client {
+struct lb_conn {
     int fd;                          /* -1 once closed */
     struct tls_conn *tls;            /* NULL: plain text (and once closed) */
     short tls_wants;                 /* TLS: POLLOUT while OpenSSL must send before it can
-                                      * read on (client_fill), else POLLIN */
+                                      * read on (lb_fill), else POLLIN */
     char buf[CLIENT_LINE_MAX + 1];   /* received bytes not yet returned as lines */
     size_t len;                      /* bytes in buf */
     int eof;                         /* the daemon closed its side */
 };
 
-enum client_status {
+enum lb_status {
     CLIENT_OK,
     CLIENT_CLOSED,     /* end of file or reset: the daemon closed the connection */
     CLIENT_TIMEOUT,    /* the deadline passed */
@@ -100,7 +100,7 @@ enum client_status {
 };
 
 /* Milliseconds on the monotonic clock; deadlines below are in this unit. */
-int64_t client_now_ms(void);
+int64_t lb_now_ms(void);
 
 /*
  * Resolves and connects (each resolved address in turn), makes the TLS
@@ -115,7 +115,7 @@ int64_t client_now_ms(void);
  * CLI_EXIT_USAGE when TLS cannot be set up for the host. The password
  * never appears in err.
  */
-int client_connect(struct client *c, const struct client_addr *a, int64_t deadline_ms,
+int lb_connect(struct lb_conn *c, const struct lb_addr *a, int64_t deadline_ms,
                    char *err, size_t errlen);
 
 /*
@@ -124,11 +124,11 @@ int client_connect(struct client *c, const struct client_addr *a, int64_t deadli
  * 1-128 bytes of printable ASCII other than space, as AUTH takes it.
  * Returns 0, or -1 with a reason in err (never the password itself).
  */
-int client_read_password(struct client_auth *a, const char *path, const char *env,
+int lb_read_password(struct lb_auth *a, const char *path, const char *env,
                          char *err, size_t errlen);
 
-/* Sends all of line[0..len). Returns a client_status. */
-enum client_status client_send(struct client *c, const char *line, size_t len,
+/* Sends all of line[0..len). Returns a lb_status. */
+enum lb_status lb_send(struct lb_conn *c, const char *line, size_t len,
                                int64_t deadline_ms, char *err, size_t errlen);
 
 /*
@@ -136,30 +136,30 @@ enum client_status client_send(struct client *c, const char *line, size_t len,
  * line (cap bytes). Waits until deadline_ms (-1: no limit). A line longer
  * than CLIENT_LINE_MAX or than cap - 1 is CLIENT_ERROR.
  */
-enum client_status client_read_line(struct client *c, char *line, size_t cap,
+enum lb_status lb_read_line(struct lb_conn *c, char *line, size_t cap,
                                     int64_t deadline_ms, char *err, size_t errlen);
 
 /*
  * Reads what is available now without waiting. Returns CLIENT_OK (maybe
  * nothing new), CLIENT_CLOSED or CLIENT_ERROR. For callers that poll() the
- * socket themselves, with client_poll_setup().
+ * socket themselves, with lb_poll_setup().
  */
-enum client_status client_fill(struct client *c, char *err, size_t errlen);
+enum lb_status lb_fill(struct lb_conn *c, char *err, size_t errlen);
 
 /*
  * Sets p to poll() for c's input: its fd, and POLLIN (POLLOUT while TLS
  * must send before it can read on). Returns 1 when input is there without
  * waiting: bytes OpenSSL has decrypted but not handed out, which poll()
  * does not see (they have left the socket). Then the caller polls with
- * timeout 0 and calls client_fill() whatever p->revents says; else 0.
+ * timeout 0 and calls lb_fill() whatever p->revents says; else 0.
  */
-int client_poll_setup(const struct client *c, struct pollfd *p);
+int lb_poll_setup(const struct lb_conn *c, struct pollfd *p);
 
-/* Pops one buffered full line like client_read_line: 1 if one was, 0 if
+/* Pops one buffered full line like lb_read_line: 1 if one was, 0 if
  * none is complete, -1 if it does not fit in cap bytes (it stays buffered). */
-int client_pop_line(struct client *c, char *line, size_t cap);
+int lb_pop_line(struct lb_conn *c, char *line, size_t cap);
 
-void client_close(struct client *c);
+void lb_close(struct lb_conn *c);
 
 /*
  * The exit status for an `ERR <CODE> ...` reply: BAD_NAME -> CLI_EXIT_BAD_NAME,
@@ -167,7 +167,7 @@ void client_close(struct client *c);
  * UNAVAILABLE and LIMIT -> CLI_EXIT_UNAVAILABLE, CONFLICT -> CLI_EXIT_CONFLICT,
  * anything else (other codes, or a line that is not ERR) -> CLI_EXIT_PROTOCOL.
  */
-enum cli_exit client_err_exit(const char *line);
+enum cli_exit lb_err_exit(const char *line);
 
 /*
  * What a shell user can do about an `ERR <CODE> ...` reply whose text is
@@ -175,6 +175,6 @@ enum cli_exit client_err_exit(const char *line);
  * in. A static string that reads after the broker's address ("127.0.0.1:7411
  * wants a login: ...").
  */
-const char *client_err_advice(const char *line);
+const char *lb_err_advice(const char *line);
 
 #endif
