@@ -31,6 +31,7 @@
 
 struct hold;
 struct snap_w;
+struct restart_part;
 struct snap_r;
 
 /* What a backend knows about one name beyond this daemon, for STATUS. */
@@ -230,20 +231,17 @@ struct backend_ops {
      */
     bool early_places;
     /*
-     * Handover (handover.h). All optional. possible: whether the settings
-     * allow a handover at all; false with why (refused at once, before
-     * anything stops). ready: whether nothing is in
-     * flight that a snapshot could not carry; false with why (the daemon
-     * waits a little, then gives the handover up). save writes the
-     * backend's own records (kinds starting with "backend"), restore reads
-     * one back before any hold. save_hold writes one field for a granted or
-     * acquiring hold's slot into its hold record; restore_hold reads it and
-     * takes h back (its backend slot).
+     * Handover (handover.h). All optional. handover_possible: whether the
+     * settings allow a handover at all; false with why (refused at once,
+     * before anything stops). restart: the backend's restart part
+     * (restart.h; data: impl), whose records are of kinds starting with
+     * "backend" and are read back before any hold; NULL: this mode cannot
+     * hand over. save_hold writes one field for a granted or acquiring
+     * hold's slot into its hold record; restore_hold reads it and takes h
+     * back (its backend slot).
      */
     bool (*handover_possible)(void *impl, char *why, size_t len);
-    bool (*handover_ready)(void *impl, char *why, size_t len);
-    void (*save)(void *impl, struct snap_w *w);
-    bool (*restore)(void *impl, struct snap_r *r);
+    const struct restart_part *restart;
     void (*save_hold)(void *impl, const struct hold *h, struct snap_w *w);
     bool (*restore_hold)(void *impl, struct hold *h, struct snap_r *r);
     /* Frees the backend; ends its session (and so its holds) first. */

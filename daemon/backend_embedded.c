@@ -5,6 +5,7 @@
 #include "config.h"
 #include "backend.h"
 #include "locks.h"
+#include "restart.h"
 #include "snap.h"
 
 #include <stdlib.h>
@@ -94,23 +95,27 @@ static int64_t embedded_window_ms(void *impl, struct hold *h)
 }
 
 /* Handover: the last token, so that the successor's only go up from it. */
-static void embedded_save(void *impl, struct snap_w *w)
+static void embedded_save(void *data, struct snap_w *w)
 {
-    const struct embedded *e = impl;
+    const struct embedded *e = data;
 
     snap_w_rec(w, "backend_embedded");
     snap_w_u64(w, e->last_token);
 }
 
-static bool embedded_restore(void *impl, struct snap_r *r)
+static bool embedded_restore(void *data, struct snap_r *r, struct restart_in *in)
 {
-    struct embedded *e = impl;
+    struct embedded *e = data;
 
-    if (strcmp(r->kind, "backend_embedded") != 0)
-        return snap_r_fail(r, "a record %s in embedded mode", r->kind);
     e->last_token = snap_r_u64(r);
     return snap_r_done(r);
 }
+
+static const struct restart_part embedded_restart = {
+    .name = "embedded backend",
+    .kinds = (const struct restart_kind[]){ { "backend_embedded", embedded_restore }, { NULL } },
+    .save = embedded_save,
+};
 
 static const struct backend_ops embedded_ops = {
     .name = "embedded",
@@ -129,8 +134,7 @@ static const struct backend_ops embedded_ops = {
     .before_request = embedded_before_request,
     .unreachable_since = embedded_unreachable_since,
     .window_ms = embedded_window_ms,
-    .save = embedded_save,
-    .restore = embedded_restore,
+    .restart = &embedded_restart,
     .free = embedded_free,
 };
 

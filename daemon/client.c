@@ -5,12 +5,14 @@
 #include "config.h"
 #include "client.h"
 
+#include <inttypes.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "log.h"
+#include "restart.h"
 #include "snap.h"
 #include "server.h"
 #include "users.h"
@@ -39,6 +41,7 @@ void client_init(struct client *c, struct server *srv, const struct client_io *i
     snprintf(c->peer, sizeof(c->peer), "%s", peer);
     lock_owner_init(&c->owner, owner_ops, c->peer);
     client_set_account(c);
+    LIST_INSERT_HEAD(&srv->clients, c, link);
 }
 
 struct client *client_of_owner(struct lock_owner *o)
@@ -89,6 +92,7 @@ void client_release_all(struct client *c, bool abandon)
 
 void client_destroy(struct client *c)
 {
+    LIST_REMOVE(c, link);
     free(c->watches);
     c->watches = NULL;
 }
@@ -153,20 +157,28 @@ void client_drained(struct client *c)
         c->pending->drained(c, c->pending_op);
 }
 
+/* ------------------------------------------------------------- handover */
+
+void client_restart_key(const struct lock_owner *o, char *letter, uint64_t *n)
+{
+    *letter = 'c';
+    *n = client_of_owner((struct lock_owner *)o)->id;
+}
+
 void client_save_fields(const struct client *c, struct snap_w *w)
 {
     snap_w_str(w, c->user ? c->user_name : NULL);
     snap_w_str(w, c->owner.label ? c->label : NULL);
 }
 
-bool client_restore_fields(struct client *c, struct snap_r *r)
+bool client_restore_fields(struct client *c, struct snap_r *r, struct restart_in *in)
 {
     char user[PROTO_USER_MAX + 1];
     const struct user *u;
 
     snap_r_str_copy(r, user, sizeof(user));
     snap_r_str_copy(r, c->label, sizeof(c->label));
-    if (!snap_r_ok(r))
+    if (!snap_r_ok(r) || !restart_keep(in, r, 'c', c->id, &c->owner))
         return false;
     if (c->label[0])
         c->owner.label = c->label;
@@ -183,19 +195,58 @@ bool client_restore_fields(struct client *c, struct snap_r *r)
     return true;
 }
 
-bool client_ready(const struct client *c, const char **what)
+bool client_restore_cmd(const struct client *c, struct snap_r *r, enum proto_cmd a,
+                        enum proto_cmd b)
 {
-    const struct pending_ops *p = c->pending;
-
-    *what = p ? p->what : "";
-    return !p || (p->snap_kind && (!p->snap_ready || p->snap_ready(c, c->pending_op)));
+    if (c->pending_cmd == a || c->pending_cmd == b)
+        return true;
+    return snap_r_fail(r, "conn %llu: a pending request of command %u",
+                       (unsigned long long)c->id, (unsigned)c->pending_cmd);
 }
 
-void client_save_extras(const struct client *c, struct snap_w *w)
+struct client *client_restored(struct snap_r *r, const struct restart_in *in)
 {
-    const struct pending_ops *p = c->pending;
+    uint64_t id = snap_r_u64(r);
+    struct lock_owner *o = snap_r_ok(r) ? restart_find(in, 'c', id) : NULL;
 
-    if (p) {
+    if (!o && snap_r_ok(r))
+        snap_r_fail(r, "a %s record names conn %" PRIu64 ", which is not there", r->kind, id);
+    return o ? client_of_owner(o) : NULL;
+}
+
+/*
+ * The "pending" records: a parked request that can be carried over is
+ * "pending <conn> <kind> <cmd> <name>", then its kind's own fields
+ * (pending_ops.save), read back by that kind (pending_ops.restore) once the
+ * holds are restored. data: a struct client_pending_kinds.
+ */
+static bool pending_ready(void *data, char *why, size_t len)
+{
+    const struct client_pending_kinds *k = data;
+    const struct client *c;
+
+    LIST_FOREACH(c, &k->srv->clients, link) {
+        const struct pending_ops *p = c->pending;
+
+        if (p && !(p->snap_kind && (!p->snap_ready || p->snap_ready(c, c->pending_op)))) {
+            snprintf(why, len, "conn %llu (%s) waits for a %s", (unsigned long long)c->id,
+                     c->peer, p->what);
+            return false;
+        }
+    }
+    return true;
+}
+
+static void pending_save(void *data, struct snap_w *w)
+{
+    const struct client_pending_kinds *k = data;
+    const struct client *c;
+
+    LIST_FOREACH(c, &k->srv->clients, link) {
+        const struct pending_ops *p = c->pending;
+
+        if (!p)
+            continue;
         snap_w_rec(w, "pending");
         snap_w_u64(w, c->id);
         snap_w_str(w, p->snap_kind);
@@ -204,16 +255,32 @@ void client_save_extras(const struct client *c, struct snap_w *w)
         if (p->save)
             p->save(c, c->pending_op, w);
     }
-    for (unsigned i = 0; i < c->nwatches; i++) {
-        const char *line;
-        size_t len;
-        bool taken;
-
-        watch_sub_state(c->watches[i], &line, &len, &taken);
-        snap_w_rec(w, "watch");
-        snap_w_u64(w, c->id);
-        snap_w_str(w, watch_sub_name(c->watches[i]));
-        snap_w_bytes(w, line, len);
-        snap_w_bool(w, taken);
-    }
 }
+
+static bool pending_restore(void *data, struct snap_r *r, struct restart_in *in)
+{
+    const struct client_pending_kinds *k = data;
+    struct client *c = client_restored(r, in);
+    char kind[16];
+
+    if (!c || !snap_r_str_copy(r, kind, sizeof(kind)))
+        return false;
+    if (c->pending)
+        return snap_r_fail(r, "conn %llu has two pending requests", (unsigned long long)c->id);
+    c->pending_cmd = (enum proto_cmd)snap_r_u64(r);
+    snap_r_str_copy(r, c->pending_name, sizeof(c->pending_name));
+    if (!snap_r_ok(r))
+        return false;
+    for (const struct pending_ops *const *p = k->kinds; *p; p++)
+        if ((*p)->snap_kind && (*p)->restore && strcmp((*p)->snap_kind, kind) == 0)
+            return (*p)->restore(c, r, in);
+    return snap_r_fail(r, "conn %llu: a pending request of unknown kind %s",
+                       (unsigned long long)c->id, kind);
+}
+
+const struct restart_part client_pending_part = {
+    .name = "parked requests",
+    .kinds = (const struct restart_kind[]){ { "pending", pending_restore }, { NULL } },
+    .save = pending_save,
+    .ready = pending_ready,
+};

@@ -23,6 +23,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/queue.h>
 
 #include "locks.h"
 #include "proto.h"
@@ -33,6 +34,8 @@ struct watch_sub;
 struct snap_w;
 struct snap_r;
 struct lease;
+struct restart_in;
+struct restart_part;
 
 /* The transport under a client (conn.c; a fake in tests/check_cmd.c). */
 struct client_io {
@@ -73,10 +76,15 @@ struct pending_ops {
     bool (*snap_ready)(const struct client *c, void *op);
     /* Optional: writes the kind's own fields after the common ones. */
     void (*save)(const struct client *c, void *op, struct snap_w *w);
+    /* With snap_kind: reads them back in the successor and parks the
+     * request again (c->pending_cmd and pending_name are read already).
+     * false: r's error is set. */
+    bool (*restore)(struct client *c, struct snap_r *r, struct restart_in *in);
 };
 
 struct client {
     struct server *srv;                  /* borrowed: the services handlers use */
+    LIST_ENTRY(client) link;             /* srv->clients */
     const struct client_io *io;          /* borrowed */
     uint64_t id;
     char peer[64];                       /* "127.0.0.1:5678" or "unix" */
@@ -152,17 +160,29 @@ bool client_relogin(struct client *c);
 void client_drained(struct client *c);
 
 /*
- * Handover (handover.h). client_save_fields writes the client's own
- * fields into its transport's record (login, label);
- * client_restore_fields reads them back (false: r's error). client_ready:
- * whether its pending request, if any, can be carried over now
- * (*what: the kind, for the log). client_save_extras writes its "pending"
- * and "watch" records; the successor reads them through cmd.h's
- * cmd_restore_pending and cmd_restore_watch, after the lock table's holds.
+ * Handover (restart.h). client_restart_key is the owner key of a client's
+ * holds ("c<id>"; cmd_owner_ops'); client_save_fields writes the client's
+ * own fields into its transport's "conn" record (login, label), and
+ * client_restore_fields reads them back and keeps the client under its key
+ * (false: r's error). client_restored reads a record's conn id field and
+ * finds that client (NULL: r's error is set); client_restore_cmd checks
+ * that the request read back is one of two commands.
+ *
+ * client_pending_part (data: a struct client_pending_kinds) writes a
+ * "pending" record per client whose request is parked, and is ready while
+ * every one of them can be carried; the successor gives each record to
+ * the kind whose snap_kind it names.
  */
+struct client_pending_kinds {
+    struct server *srv;                          /* borrowed */
+    const struct pending_ops *const *kinds;      /* every kind carried; NULL-ended */
+};
+extern const struct restart_part client_pending_part;
+void client_restart_key(const struct lock_owner *o, char *letter, uint64_t *n);
 void client_save_fields(const struct client *c, struct snap_w *w);
-bool client_restore_fields(struct client *c, struct snap_r *r);
-bool client_ready(const struct client *c, const char **what);
-void client_save_extras(const struct client *c, struct snap_w *w);
+bool client_restore_fields(struct client *c, struct snap_r *r, struct restart_in *in);
+struct client *client_restored(struct snap_r *r, const struct restart_in *in);
+bool client_restore_cmd(const struct client *c, struct snap_r *r, enum proto_cmd a,
+                        enum proto_cmd b);
 
 #endif

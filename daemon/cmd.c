@@ -111,30 +111,7 @@ void cmd_dispatch(struct client *c, const struct proto_req *req)
     cmd_table[req->cmd](c, req, name);
 }
 
-/* Handover: "pending <conn> <kind> <cmd> <name> ...", the conn id read. */
-bool cmd_restore_pending(struct client *c, struct snap_r *r, struct lease *const *leases,
-                         size_t nleases)
-{
-    char kind[16];
-
-    if (!snap_r_str_copy(r, kind, sizeof(kind)))
-        return false;
-    if (c->pending)
-        return snap_r_fail(r, "conn %llu has two pending requests", (unsigned long long)c->id);
-    c->pending_cmd = (enum proto_cmd)snap_r_u64(r);
-    snap_r_str_copy(r, c->pending_name, sizeof(c->pending_name));
-    if (!snap_r_ok(r))
-        return false;
-    if (strcmp(kind, "list") == 0 &&
-        (c->pending_cmd == PROTO_CMD_LOCKS || c->pending_cmd == PROTO_CMD_HOLDERS))
-        return cmd_listing_restore(c, r);
-    if (c->pending_cmd != PROTO_CMD_LOCK && c->pending_cmd != PROTO_CMD_TRYLOCK)
-        return snap_r_fail(r, "conn %llu: a pending request of command %u",
-                           (unsigned long long)c->id, (unsigned)c->pending_cmd);
-    if (strcmp(kind, "lock") == 0 || strcmp(kind, "lease") == 0)
-        return cmd_lock_restore_wait(c, r, kind[2] == 'a', leases, nleases);
-    if (strcmp(kind, "set") == 0)
-        return lockset_restore(c, r);
-    return snap_r_fail(r, "conn %llu: a pending request of unknown kind %s",
-                       (unsigned long long)c->id, kind);
-}
+/* Handover: every kind of parked request a snapshot carries. */
+const struct pending_ops *const cmd_pending_kinds[] = {
+    &cmd_lock_wait_ops, &cmd_lease_wait_ops, &lockset_ops, &cmd_listing_ops, NULL,
+};

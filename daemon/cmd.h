@@ -62,20 +62,14 @@ void cmd_reply_word(struct client *c, const char *word, const char *name, size_t
 enum proto_mode cmd_proto_mode(enum lock_mode m);
 
 /*
- * Handover (client.h): the rest of a "pending" record (after its conn id),
- * a request parked again as it was (leases: the restored leases by their
- * number), and the rest of a "watch" record. false: r's error is set.
+ * Handover (restart.h): the kinds of parked request carried over, for
+ * client.h's client_pending_part (NULL-ended), each reading its own
+ * fields back (pending_ops.restore); and the part that carries watches
+ * (cmd_session.c; data: the struct server).
  */
-struct snap_r;
-struct lease;
-bool cmd_restore_pending(struct client *c, struct snap_r *r, struct lease *const *leases,
-                         size_t nleases);
-bool cmd_restore_watch(struct client *c, struct snap_r *r);
-/* The kinds' halves (cmd_lock.c, cmd_lockset.c). */
-bool cmd_lock_restore_wait(struct client *c, struct snap_r *r, bool lease_wait,
-                           struct lease *const *leases, size_t nleases);
-bool lockset_restore(struct client *c, struct snap_r *r);
-/* A LOCKS or HOLDERS reply being written (cmd_info.c). */
-bool cmd_listing_restore(struct client *c, struct snap_r *r);
+extern const struct pending_ops *const cmd_pending_kinds[];
+extern const struct pending_ops cmd_lock_wait_ops, cmd_lease_wait_ops;   /* cmd_lock.c */
+extern const struct pending_ops cmd_listing_ops;                        /* cmd_info.c */
+extern const struct restart_part cmd_watch_part;
 
 #endif

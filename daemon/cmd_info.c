@@ -141,7 +141,7 @@ struct listing {
     size_t gathered_len, gathered_off; /* its length, and how much is queued */
 };
 
-static const struct pending_ops listing_ops;
+static bool listing_restore(struct client *c, struct snap_r *r, struct restart_in *in);
 
 static struct listing *listing_new(struct client *c, enum proto_cmd cmd, const char *glob)
 {
@@ -292,7 +292,7 @@ static void listing_run(struct listing *l, bool parked)
         return;
     }
     if (!parked)
-        client_suspend(c, l->cmd, &listing_ops, l, NULL);
+        client_suspend(c, l->cmd, &cmd_listing_ops, l, NULL);
 }
 
 /* The client read its output: the next lines. */
@@ -332,20 +332,23 @@ static void listing_save(const struct client *c, void *op, struct snap_w *w)
                  l->gathered ? l->gathered_len - l->gathered_off : 0);
 }
 
-static const struct pending_ops listing_ops = {
+const struct pending_ops cmd_listing_ops = {
     .what = "listing", .cancel = listing_cancel, .drained = listing_drained,
     .snap_kind = "list", .snap_ready = listing_ready, .save = listing_save,
+    .restore = listing_restore,
 };
 
 /* Handover: "pending <conn> list <cmd> <name> <glob> <after> <lines> <more>
  * <gathered>", the common fields read. */
-bool cmd_listing_restore(struct client *c, struct snap_r *r)
+static bool listing_restore(struct client *c, struct snap_r *r, struct restart_in *in)
 {
-    struct listing *l = listing_new(c, c->pending_cmd, "");
+    struct listing *l;
     const char *rest;
     size_t len;
 
-    if (!l)
+    if (!client_restore_cmd(c, r, PROTO_CMD_LOCKS, PROTO_CMD_HOLDERS))
+        return false;
+    if (!(l = listing_new(c, c->pending_cmd, "")))
         return snap_r_fail(r, "out of memory");
     snap_r_str_copy(r, l->glob, sizeof(l->glob));
     snap_r_str_copy(r, l->after, sizeof(l->after));
@@ -375,7 +378,7 @@ bool cmd_listing_restore(struct client *c, struct snap_r *r)
     if (listing_fill(l))
         listing_free(l);
     else
-        client_suspend(c, l->cmd, &listing_ops, l, NULL);
+        client_suspend(c, l->cmd, &cmd_listing_ops, l, NULL);
     return true;
 }
 
@@ -476,7 +479,7 @@ void cmd_holders(struct client *c, const struct proto_req *req, const char *glob
         cmd_reply_unavailable(c);
         return;
     }
-    client_suspend(c, req->cmd, &listing_ops, l, NULL);
+    client_suspend(c, req->cmd, &cmd_listing_ops, l, NULL);
 }
 
 /* A statistic as a STAT line. */

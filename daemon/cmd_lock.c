@@ -200,10 +200,19 @@ static bool lock_wait_ready(const struct client *c, void *op)
     return locks_owner_waiting(c->srv->locks, &c->owner, c->pending_name);
 }
 
+/* Handover: the wait is queued again as it was, the lock table's hold
+ * restored already (le: the lease it waits for, or NULL). */
+static bool wait_restore(struct client *c, struct snap_r *r, struct lease *le);
+
+static bool lock_wait_restore(struct client *c, struct snap_r *r, struct restart_in *in)
+{
+    return wait_restore(c, r, NULL);
+}
+
 /* A LOCK waiting in the table: the owner's release at the close ends the wait. */
-static const struct pending_ops lock_wait_ops = {
+const struct pending_ops cmd_lock_wait_ops = {
     .what = "lock wait", .cancel = NULL, .input_ended = lock_wait_input_ended,
-    .snap_kind = "lock", .snap_ready = lock_wait_ready,
+    .snap_kind = "lock", .snap_ready = lock_wait_ready, .restore = lock_wait_restore,
 };
 
 static void lease_wait_cancel(struct client *c, void *op)
@@ -231,35 +240,37 @@ static void lease_wait_save(const struct client *c, void *op, struct snap_w *w)
     snap_w_u64(w, n);
 }
 
+static bool lease_wait_restore(struct client *c, struct snap_r *r, struct restart_in *in)
+{
+    uint64_t n = snap_r_u64(r);
+    struct lease *le;
+
+    if (!snap_r_ok(r))
+        return false;
+    if (!(le = leases_restored(in, n)) || !leases_restore_requester(le, &c->owner))
+        return snap_r_fail(r, "conn %llu waits for lease %llu, which is not waiting",
+                           (unsigned long long)c->id, (unsigned long long)n);
+    return wait_restore(c, r, le);
+}
+
 /* A LOCK ... ttl= being acquired: the lease is the client's until granted. */
-static const struct pending_ops lease_wait_ops = {
+const struct pending_ops cmd_lease_wait_ops = {
     .what = "lease wait", .cancel = lease_wait_cancel, .input_ended = lease_wait_input_ended,
     .snap_kind = "lease", .snap_ready = lease_wait_ready, .save = lease_wait_save,
+    .restore = lease_wait_restore,
 };
 
-bool cmd_lock_restore_wait(struct client *c, struct snap_r *r, bool lease_wait,
-                           struct lease *const *leases, size_t nleases)
+static bool wait_restore(struct client *c, struct snap_r *r, struct lease *le)
 {
     char name[PROTO_NAME_MAX + 1];
-    struct lease *le = NULL;
-    uint64_t n;
 
-    if (lease_wait) {
-        n = snap_r_u64(r);
-        if (!snap_r_ok(r))
-            return false;
-        if (n >= nleases || !leases_restore_requester(leases[n], &c->owner))
-            return snap_r_fail(r, "conn %llu waits for lease %llu, which is not waiting",
-                               (unsigned long long)c->id, (unsigned long long)n);
-        le = leases[n];
-    }
-    if (!snap_r_done(r))
+    if (!client_restore_cmd(c, r, PROTO_CMD_LOCK, PROTO_CMD_TRYLOCK) || !snap_r_done(r))
         return false;
     if (!locks_owner_waiting(c->srv->locks, le ? leases_owner(le) : &c->owner, c->pending_name))
         return snap_r_fail(r, "conn %llu waits for %s, which it does not wait for",
                            (unsigned long long)c->id, c->pending_name);
     snprintf(name, sizeof(name), "%s", c->pending_name);
-    client_suspend(c, c->pending_cmd, le ? &lease_wait_ops : &lock_wait_ops, le, name);
+    client_suspend(c, c->pending_cmd, le ? &cmd_lease_wait_ops : &cmd_lock_wait_ops, le, name);
     return true;
 }
 
@@ -282,7 +293,7 @@ void cmd_lock(struct client *c, const struct proto_req *req, const char *name)
     else
         r = locks_lock(c->srv->locks, &c->owner, name, &lreq, &token);
     if (r == LOCKS_WAITING) {
-        client_suspend(c, req->cmd, lease ? &lease_wait_ops : &lock_wait_ops, lease, name);
+        client_suspend(c, req->cmd, lease ? &cmd_lease_wait_ops : &cmd_lock_wait_ops, lease, name);
     } else if (r == LOCKS_LIMIT && lreq.ttl_ms > 0) {
         snprintf(text, sizeof(text), "%u leases are held or awaited through this daemon",
                  c->srv->settings->max_leases);
@@ -488,4 +499,5 @@ static void on_lock_lost(struct lock_owner *o, const char *name, uint64_t token,
 const struct lock_owner_ops cmd_owner_ops = {
     .done = on_lock_done,
     .lost = on_lock_lost,
+    .restart_key = client_restart_key,
 };

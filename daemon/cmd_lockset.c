@@ -193,9 +193,11 @@ static void set_save(const struct client *c, void *op, struct snap_w *w)
         snap_w_u64(w, s->tokens[i]);
 }
 
+static bool set_restore(struct client *c, struct snap_r *r, struct restart_in *in);
+
 const struct pending_ops lockset_ops = {
     .what = "set", .cancel = set_cancel, .input_ended = set_input_ended,
-    .snap_kind = "set", .snap_ready = set_ready, .save = set_save,
+    .snap_kind = "set", .snap_ready = set_ready, .save = set_save, .restore = set_restore,
 };
 
 /* UNLOCK a,b,c [keep=<ms>]: all or nothing, every name must be held. */
@@ -263,7 +265,7 @@ static struct lockset *set_new(struct client *c, const struct proto_req *req, un
     return s;
 }
 
-bool lockset_restore(struct client *c, struct snap_r *r)
+static bool set_restore(struct client *c, struct snap_r *r, struct restart_in *in)
 {
     struct proto_req req = { .cmd = c->pending_cmd };
     struct lock_req lreq;
@@ -274,6 +276,8 @@ bool lockset_restore(struct client *c, struct snap_r *r)
     bool whole = false;
     size_t len;
 
+    if (!client_restore_cmd(c, r, PROTO_CMD_LOCK, PROTO_CMD_TRYLOCK))
+        return false;
     lreq.mode = (enum lock_mode)snap_r_u64(r);
     lreq.limit = (unsigned)snap_r_u64(r);
     lreq.try = snap_r_bool(r);

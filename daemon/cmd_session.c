@@ -22,11 +22,12 @@
 #include "auth_budget.h"
 #include "auth_pool.h"
 #include "log.h"
+#include "restart.h"
 #include "server.h"
 #include "settings.h"
+#include "snap.h"
 #include "users.h"
 #include "watch.h"
-#include "snap.h"
 
 /* A failed AUTH is answered this long after it came (PROTOCOL.md, AUTH):
  * one guess per second per connection. */
@@ -409,15 +410,42 @@ void cmd_break(struct client *c, const struct proto_req *req, const char *name)
     client_reply_err(c, PROTO_ERR_NOT_HELD, text);
 }
 
-/* Handover: "watch <conn> <name> <line> <taken>", the conn id read. */
-bool cmd_restore_watch(struct client *c, struct snap_r *r)
+/*
+ * The restart's part for watches (cmd.h): "watch <conn> <name> <line>
+ * <taken>" per watch of every client, read back after the holds, the
+ * connections restored before. data: the struct server.
+ */
+static void watches_save(void *data, struct snap_w *w)
 {
+    const struct server *srv = data;
+    const struct client *c;
+
+    LIST_FOREACH(c, &srv->clients, link)
+        for (unsigned i = 0; i < c->nwatches; i++) {
+            const char *line;
+            size_t len;
+            bool taken;
+
+            watch_sub_state(c->watches[i], &line, &len, &taken);
+            snap_w_rec(w, "watch");
+            snap_w_u64(w, c->id);
+            snap_w_str(w, watch_sub_name(c->watches[i]));
+            snap_w_bytes(w, line, len);
+            snap_w_bool(w, taken);
+        }
+}
+
+static bool watch_restore_one(void *data, struct snap_r *r, struct restart_in *in)
+{
+    struct client *c = client_restored(r, in);
     char name[PROTO_NAME_MAX + 1];
     const char *line;
     struct watch_sub *s;
     size_t len;
     bool taken;
 
+    if (!c)
+        return false;
     snap_r_str_copy(r, name, sizeof(name));
     line = snap_r_str(r, &len);
     taken = snap_r_bool(r);
@@ -433,3 +461,9 @@ bool cmd_restore_watch(struct client *c, struct snap_r *r)
     c->watches[c->nwatches++] = s;
     return true;
 }
+
+const struct restart_part cmd_watch_part = {
+    .name = "watches",
+    .kinds = (const struct restart_kind[]){ { "watch", watch_restore_one }, { NULL } },
+    .save = watches_save,
+};

@@ -50,6 +50,7 @@
 #include "log.h"
 #include "peer_count.h"
 #include "proto.h"
+#include "restart.h"
 #include "server.h"
 #include "settings.h"
 #include "snap.h"
@@ -698,12 +699,17 @@ void conn_free(struct conn *c)
 }
 
 /*
- * Handover (handover.h). Connections that cannot be carried over go first:
- * TLS ones (their session keys live in OpenSSL's memory) and those already
- * closing down. Returns how many were closed.
+ * The restart's part (restart.h; data: the struct server): a "conn" record
+ * per connection (descriptor, peer, the client's fields, bytes received
+ * but not parsed, replies not sent) and its descriptor.
+ *
+ * Connections that cannot be carried over go first: TLS ones (their
+ * session keys live in OpenSSL's memory) and those already closing down.
+ * Returns how many were closed.
  */
-unsigned conn_handover_drop(struct server *srv)
+static unsigned conn_shed(void *data)
 {
+    struct server *srv = data;
     struct conn *c, *next;
     unsigned n = 0;
 
@@ -720,11 +726,12 @@ unsigned conn_handover_drop(struct server *srv)
     return n;
 }
 
-/* Whether every connection can be carried over now; *why names one that cannot. */
-bool conn_handover_ready(struct server *srv, char *why, size_t len)
+/* Whether every connection can be carried over now; *why names one that
+ * cannot. What each one waits for is the client's part's (client.h). */
+static bool conn_ready(void *data, char *why, size_t len)
 {
+    struct server *srv = data;
     struct conn *c;
-    const char *what;
 
     TAILQ_FOREACH(c, &srv->conns, link) {
         if (c->ssl || c->state == CONN_LINGER)
@@ -732,11 +739,6 @@ bool conn_handover_ready(struct server *srv, char *why, size_t len)
         if (c->state == CONN_CLOSING) {
             snprintf(why, len, "conn %llu (%s) is closing", (unsigned long long)c->cl.id,
                      c->cl.peer);
-            return false;
-        }
-        if (!client_ready(&c->cl, &what)) {
-            snprintf(why, len, "conn %llu (%s) waits for a %s", (unsigned long long)c->cl.id,
-                     c->cl.peer, what);
             return false;
         }
     }
@@ -750,15 +752,12 @@ static void save_buffer(struct snap_w *w, struct evbuffer *b)
     snap_w_bytes(w, len ? (const void *)evbuffer_pullup(b, -1) : "", len);
 }
 
-void conn_handover_save(struct server *srv, struct snap_w *w, bool extras)
+static void conn_save(void *data, struct snap_w *w)
 {
+    struct server *srv = data;
     struct conn *c;
 
     TAILQ_FOREACH(c, &srv->conns, link) {
-        if (extras) {
-            client_save_extras(&c->cl, w);
-            continue;
-        }
         snap_w_rec(w, "conn");
         snap_w_u64(w, c->cl.id);
         snap_w_i64(w, bufferevent_getfd(c->bev));
@@ -769,9 +768,9 @@ void conn_handover_save(struct server *srv, struct snap_w *w, bool extras)
     }
 }
 
-void conn_handover_fds(struct server *srv, void (*fn)(void *arg, int fd, uint64_t id),
-                       void *arg)
+static void conn_each_fd(void *data, void (*fn)(void *arg, int fd, uint64_t id), void *arg)
 {
+    struct server *srv = data;
     struct conn *c;
 
     TAILQ_FOREACH(c, &srv->conns, link)
@@ -790,10 +789,11 @@ static int restore_input(struct evbuffer *in, const char *p, size_t len)
     return rc;
 }
 
-/* Handover: conn_new for a carried-over connection, with nothing started yet. */
-struct client *conn_restore(struct server *srv, struct snap_r *r, int (*fd_of)(void *arg,
-                            int64_t fd, uint64_t id), void *arg)
+/* conn_new for a carried-over connection, with nothing started yet. They
+ * come in increasing id order, as written. */
+static bool conn_restore(void *data, struct snap_r *r, struct restart_in *rin)
 {
+    struct server *srv = data;
     uint64_t id = snap_r_u64(r);
     int64_t old_fd = snap_r_i64(r);
     char peer[64];
@@ -804,50 +804,43 @@ struct client *conn_restore(struct server *srv, struct snap_r *r, int (*fd_of)(v
 
     snap_r_str_copy(r, peer, sizeof(peer));
     if (!snap_r_ok(r))
-        return NULL;
-    if ((fd = fd_of(arg, old_fd, id)) < 0) {
-        snap_r_fail(r, "conn %llu: its descriptor %lld was not passed on",
-                    (unsigned long long)id, (long long)old_fd);
-        return NULL;
-    }
+        return false;
+    if (srv->nconns && id <= srv->next_conn_id)
+        return snap_r_fail(r, "conn %llu is out of order", (unsigned long long)id);
+    if ((fd = rin->fd_of(rin->fd_arg, old_fd, id)) < 0)
+        return snap_r_fail(r, "conn %llu: its descriptor %lld was not passed on",
+                           (unsigned long long)id, (long long)old_fd);
     if (!(c = calloc(1, sizeof(*c))) ||
         !(c->bev = bufferevent_socket_new(srv->base, fd, BEV_OPT_CLOSE_ON_FREE))) {
         free(c);
-        snap_r_fail(r, "out of memory");
-        return NULL;
+        return snap_r_fail(r, "out of memory");
     }
     client_init(&c->cl, srv, &conn_io, &cmd_owner_ops, id, peer);
     c->state = CONN_READING;
     c->any_input = true;
     TAILQ_INSERT_TAIL(&srv->conns, c, link);
     srv->nconns++;
-    if (conn_count_peer(c, srv, peer, false) < 0) {
-        snap_r_fail(r, "out of memory");
-        return NULL;
-    }
+    if (conn_count_peer(c, srv, peer, false) < 0)
+        return snap_r_fail(r, "out of memory");
     if (srv->next_conn_id < id)
         srv->next_conn_id = id;
     bufferevent_setcb(c->bev, conn_on_read, conn_on_write, conn_on_event, c);
     conn_set_watermark(c);
-    if (!client_restore_fields(&c->cl, r))
-        return NULL;
+    if (!client_restore_fields(&c->cl, r, rin))
+        return false;
     in = snap_r_str(r, &in_len);
     out = snap_r_str(r, &out_len);
     if (!snap_r_done(r))
-        return NULL;
-    if (in_len && restore_input(bufferevent_get_input(c->bev), in, in_len) < 0) {
-        snap_r_fail(r, "out of memory");
-        return NULL;
-    }
-    if (out_len && evbuffer_add(bufferevent_get_output(c->bev), out, out_len) < 0) {
-        snap_r_fail(r, "out of memory");
-        return NULL;
-    }
-    return &c->cl;
+        return false;
+    if (in_len && restore_input(bufferevent_get_input(c->bev), in, in_len) < 0)
+        return snap_r_fail(r, "out of memory");
+    if (out_len && evbuffer_add(bufferevent_get_output(c->bev), out, out_len) < 0)
+        return snap_r_fail(r, "out of memory");
+    return true;
 }
 
-/* Handover: every restored connection is served from here on. */
-void conn_handover_resume(struct server *srv)
+/* Every restored connection is served from here on. */
+static void conn_resume_restored(struct server *srv)
 {
     struct conn *c, *next;
 
@@ -876,21 +869,28 @@ void conn_handover_resume(struct server *srv)
     }
 }
 
-/* The handover was given up: read again. */
-void conn_handover_abort(struct server *srv)
+/* Serving again: the handover was given up (read again), or, in the
+ * successor, every record was read. */
+static void conn_restart_resume(void *data, bool taken_over)
 {
+    struct server *srv = data;
     struct conn *c;
 
+    if (taken_over) {
+        conn_resume_restored(srv);
+        return;
+    }
     TAILQ_FOREACH(c, &srv->conns, link)
         if (c->state == CONN_READING)
             conn_parse_later(c);
 }
 
-/* Closes every restored connection after a snapshot that did not add up. */
-void conn_free_all(struct server *srv)
-{
-    struct conn *c;
-
-    while ((c = TAILQ_FIRST(&srv->conns)))
-        conn_free(c);
-}
+const struct restart_part conn_restart_part = {
+    .name = "connections",
+    .kinds = (const struct restart_kind[]){ { "conn", conn_restore }, { NULL } },
+    .save = conn_save,
+    .shed = conn_shed,
+    .ready = conn_ready,
+    .each_fd = conn_each_fd,
+    .resume = conn_restart_resume,
+};

@@ -38,32 +38,13 @@ void conn_users_changed(struct server *srv);
 void conn_free(struct conn *c);
 
 /*
- * Handover (handover.h). conn_handover_drop closes what cannot be carried
- * over (TLS connections, ones closing down) and says how many.
- * conn_handover_ready: whether every other one's pending request can be.
- * conn_handover_save writes a "conn" record per connection (extras false:
- * descriptor, peer, login, label, bytes received but not parsed, replies
- * not sent), or their "pending" and "watch" records (extras true).
- * conn_handover_fds lists their descriptors.
- *
- * The successor: conn_restore reads a "conn" record (fd_of maps the
- * descriptor it names to the one this process has, or -1) and returns the
- * client, not served yet; conn_handover_resume serves them all;
- * conn_free_all closes them when the snapshot did not add up.
- * conn_handover_abort: the handover was given up, parse again.
+ * Handover: the connections' restart part (restart.h; data: the struct
+ * server). It closes what cannot be carried over (TLS connections, ones
+ * closing down), writes a "conn" record per connection and carries its
+ * descriptor; the successor rebuilds each connection and serves them all
+ * once every record is read.
  */
-struct snap_w;
-struct snap_r;
-struct client;
-unsigned conn_handover_drop(struct server *srv);
-bool conn_handover_ready(struct server *srv, char *why, size_t len);
-void conn_handover_save(struct server *srv, struct snap_w *w, bool extras);
-void conn_handover_fds(struct server *srv, void (*fn)(void *arg, int fd, uint64_t id),
-                       void *arg);
-struct client *conn_restore(struct server *srv, struct snap_r *r,
-                            int (*fd_of)(void *arg, int64_t fd, uint64_t id), void *arg);
-void conn_handover_resume(struct server *srv);
-void conn_handover_abort(struct server *srv);
-void conn_free_all(struct server *srv);
+struct restart_part;
+extern const struct restart_part conn_restart_part;
 
 #endif

@@ -26,13 +26,11 @@
 
 #include "accept_pause.h"
 #include "backend.h"
-#include "client.h"
-#include "cmd.h"
-#include "conn.h"
-#include "lease.h"
 #include "locks.h"
 #include "log.h"
 #include "metrics.h"
+#include "restart.h"
+#include "server.h"
 #include "snap.h"
 
 extern char **environ;
@@ -42,7 +40,7 @@ extern char **environ;
 
 /* The old daemon's handover under way, or NULL. */
 struct handover_out {
-    struct handover_parts *p;
+    struct handover_ctx *p;
     bool to_fdstore;               /* SIGTERM under systemd: into the store, then exit */
     pid_t check_pid;
     int check_fd;                  /* the check's stdout, read to its end */
@@ -63,71 +61,37 @@ static int64_t mono_us(void)
 
 /* ------------------------------------------------------- the snapshot out */
 
-static void owner_key(void *arg, const struct lock_owner *o, struct snap_w *w)
-{
-    char key[32];
-    uint64_t n;
-
-    if (leases_owner_number(o, &n))
-        snprintf(key, sizeof(key), "l%" PRIu64, n);
-    else
-        snprintf(key, sizeof(key), "c%" PRIu64,
-                 client_of_owner((struct lock_owner *)o)->id);
-    snap_w_str(w, key);
-}
-
-const char *const handover_listener_names[HANDOVER_LISTENERS] = {
-    [HANDOVER_TCP] = "tcp", [HANDOVER_UNIX] = "unix", [HANDOVER_TLS] = "tls",
-    [HANDOVER_METRICS] = "metrics",
-};
-
 static int listener_fd(struct evconnlistener *l)
 {
     return l ? evconnlistener_get_fd(l) : -1;
 }
 
-/* The daemon's listening sockets, in handover_listener_names' order; -1: none. */
-static void carried_listeners(const struct handover_parts *p, int fds[HANDOVER_LISTENERS])
+/* The daemon's listening sockets, in restart_listener_names' order; -1: none. */
+static void carried_listeners(const struct handover_ctx *p, int fds[RESTART_LISTENERS])
 {
-    fds[HANDOVER_TCP] = listener_fd(p->srv->tcp);
-    fds[HANDOVER_UNIX] = listener_fd(p->srv->unix_sock);
-    fds[HANDOVER_TLS] = listener_fd(p->srv->tls_sock);
-    fds[HANDOVER_METRICS] = metrics_fd(p->metrics);
+    fds[RESTART_TCP] = listener_fd(p->srv->tcp);
+    fds[RESTART_UNIX] = listener_fd(p->srv->unix_sock);
+    fds[RESTART_TLS] = listener_fd(p->srv->tls_sock);
+    fds[RESTART_METRICS] = metrics_fd(p->metrics);
 }
 
-/* Everything, in the order handover_restore reads it. */
+/* The head, then every part's records, in the order they were registered. */
 static int snapshot_write(struct handover_out *h, char **buf, size_t *len)
 {
-    struct handover_parts *p = h->p;
+    struct handover_ctx *p = h->p;
     struct server *srv = p->srv;
-    struct backend *b = p->backend;
-    int listeners[HANDOVER_LISTENERS];
+    struct restart_head head = {
+        .stopped_us = h->stopped_us, .started = (int64_t)srv->started,
+        .handovers = srv->handovers, .conns_total = srv->stats.conns_total,
+    };
     struct snap_w w;
 
-    carried_listeners(p, listeners);
+    snprintf(head.daemon_id, sizeof(head.daemon_id), "%s", srv->daemon_id);
+    snprintf(head.mode, sizeof(head.mode), "%s", p->backend->ops->name);
+    carried_listeners(p, head.listeners);
     snap_w_init(&w, SNAP_MAX_BYTES);
-    snap_w_rec(&w, "daemon");
-    snap_w_str(&w, srv->daemon_id);
-    snap_w_str(&w, b->ops->name);
-    snap_w_i64(&w, h->stopped_us);
-    snap_w_i64(&w, (int64_t)srv->started);
-    snap_w_u64(&w, srv->handovers);
-    snap_w_u64(&w, srv->stats.conns_total);
-    for (int i = 0; i < HANDOVER_LISTENERS; i++)
-        snap_w_i64(&w, listeners[i]);
-    /* The counters since start go on, as uptime does. */
-    snap_w_rec(&w, "server_stats");
-    snap_w_u64(&w, srv->stats.conns_rejected);
-    snap_w_u64(&w, srv->stats.errors);
-    snap_w_u64(&w, srv->stats.auth_failures);
-    snap_w_u64(&w, PROTO_CMD_COUNT);
-    for (int i = 0; i < PROTO_CMD_COUNT; i++)
-        snap_w_u64(&w, srv->stats.cmds[i]);
-    b->ops->save(b->impl, &w);
-    leases_save(p->leases, &w);
-    conn_handover_save(srv, &w, false);
-    locks_save(p->locks, &w, owner_key, NULL);
-    conn_handover_save(srv, &w, true);
+    restart_head_save(&w, &head);
+    restart_save(p->restart, &w);
     return snap_w_finish(&w, buf, len);
 }
 
@@ -216,7 +180,7 @@ static void handover_give_up(const char *fmt, const char *why)
     if (srv->handing_over) {
         srv->handing_over = false;
         listeners_enable(srv, true);
-        conn_handover_abort(srv);
+        restart_resume(current->p->restart, false);
     }
     handover_end();
     if (stop)
@@ -281,7 +245,7 @@ static void batch_conn(void *arg, int fd, uint64_t id)
 }
 
 /* The reading end of a socket queueing every connection, or -1 (logged). */
-static int conns_socket(struct server *srv)
+static int conns_socket(struct restart *reg)
 {
     struct conn_batch b = { .sock = -1 };
     int sv[2], size = 8 << 20;
@@ -294,7 +258,7 @@ static int conns_socket(struct server *srv)
     setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
     setsockopt(sv[1], SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
     b.sock = sv[0];
-    conn_handover_fds(srv, batch_conn, &b);
+    restart_each_fd(reg, batch_conn, &b);
     batch_send(&b);
     close(sv[0]);
     if (b.failed) {
@@ -309,11 +273,11 @@ static int conns_socket(struct server *srv)
 static int pass_to_fdstore(struct handover_out *h, int snap)
 {
 #ifdef HAVE_LIBSYSTEMD
-    int listeners[HANDOVER_LISTENERS], failed = 0, conns = conns_socket(h->p->srv);
+    int listeners[RESTART_LISTENERS], failed = 0, conns = conns_socket(h->p->restart);
 
     carried_listeners(h->p, listeners);
-    for (int i = 0; i < HANDOVER_LISTENERS; i++)
-        if (listeners[i] >= 0 && fdstore_put(listeners[i], handover_listener_names[i]) < 0)
+    for (int i = 0; i < RESTART_LISTENERS; i++)
+        if (listeners[i] >= 0 && fdstore_put(listeners[i], restart_listener_names[i]) < 0)
             failed = 1;
     if (conns < 0 || fdstore_put(conns, "conns") < 0)
         failed = 1;
@@ -333,11 +297,11 @@ static int pass_to_fdstore(struct handover_out *h, int snap)
 /* Every parked request can be carried: write the snapshot and go. */
 static void handover_go(struct handover_out *h)
 {
-    struct handover_parts *p = h->p;
+    struct handover_ctx *p = h->p;
     struct server *srv = p->srv;
     struct locks_stats st;
     unsigned dropped = h->dropped;
-    int listeners[HANDOVER_LISTENERS];
+    int listeners[RESTART_LISTENERS];
     char *buf = NULL, fdnum[16];
     size_t len = 0;
     int fd, err;
@@ -376,9 +340,9 @@ static void handover_go(struct handover_out *h)
     }
     keep_fd(fd);
     carried_listeners(p, listeners);
-    for (int i = 0; i < HANDOVER_LISTENERS; i++)
+    for (int i = 0; i < RESTART_LISTENERS; i++)
         keep_fd(listeners[i]);
-    conn_handover_fds(srv, keep_conn_fd, NULL);
+    restart_each_fd(p->restart, keep_conn_fd, NULL);
     snprintf(fdnum, sizeof(fdnum), "%d", fd);
     setenv(HANDOVER_ENV, fdnum, 1);
     execve(p->exe, p->argv, environ);
@@ -392,13 +356,10 @@ static void handover_go(struct handover_out *h)
 static void on_quiet_poll(evutil_socket_t fd, short what, void *arg)
 {
     struct handover_out *h = arg;
-    struct backend *b = h->p->backend;
-
     /* Connections that ended meanwhile (lingering) go first: nothing of
      * theirs is held any more; then whatever is left must be at rest. */
-    h->dropped += conn_handover_drop(h->p->srv);
-    if (conn_handover_ready(h->p->srv, h->why, sizeof(h->why)) &&
-        (!b->ops->handover_ready || b->ops->handover_ready(b->impl, h->why, sizeof(h->why)))) {
+    h->dropped += restart_shed(h->p->restart);
+    if (restart_ready(h->p->restart, h->why, sizeof(h->why))) {
         handover_go(h);
         return;
     }
@@ -422,7 +383,7 @@ static void handover_quiesce(struct handover_out *h)
     /* TLS connections cannot be carried: closed first, so that what their
      * holds' ends set off (a grant, a ZooKeeper delete) settles before the
      * snapshot like anything else in flight. */
-    h->dropped = conn_handover_drop(srv);
+    h->dropped = restart_shed(h->p->restart);
     if (!(h->timer = event_new(h->p->base, -1, EV_PERSIST, on_quiet_poll, h)) ||
         event_add(h->timer, &tv) < 0) {
         handover_give_up("handover: given up: %s", "out of memory");
@@ -487,7 +448,7 @@ static void on_check_output(evutil_socket_t fd, short what, void *arg)
 /* Runs `<exe> --check-handover <the daemon's arguments>`, its stdout and stderr piped. */
 static int check_start(struct handover_out *h)
 {
-    struct handover_parts *p = h->p;
+    struct handover_ctx *p = h->p;
     struct timeval tv = { HANDOVER_CHECK_MS / 1000, 0 };
     posix_spawn_file_actions_t fa;
     char **args;
@@ -524,7 +485,7 @@ static int check_start(struct handover_out *h)
     return 0;
 }
 
-static void handover_start(struct handover_parts *p, bool to_fdstore)
+static void handover_start(struct handover_ctx *p, bool to_fdstore)
 {
     struct handover_out *h;
     char why[512];
@@ -533,7 +494,7 @@ static void handover_start(struct handover_parts *p, bool to_fdstore)
         log_info("handover: one is under way already");
         return;
     }
-    if (!p->backend->ops->save) {
+    if (!p->backend->ops->restart) {
         log_error("handover: %s mode cannot hand over; %s", p->backend->ops->name,
                   to_fdstore ? "stopping as usual" : "serving on");
         if (to_fdstore)
@@ -566,7 +527,7 @@ static void handover_start(struct handover_parts *p, bool to_fdstore)
                          strerror(errno));
 }
 
-void handover_begin(struct handover_parts *p)
+void handover_begin(struct handover_ctx *p)
 {
     handover_start(p, false);
 }
@@ -578,7 +539,7 @@ bool handover_to_fdstore_wanted(void)
     return e && strcmp(e, "1") == 0 && getenv("NOTIFY_SOCKET");
 }
 
-int handover_to_fdstore(struct handover_parts *p)
+int handover_to_fdstore(struct handover_ctx *p)
 {
     handover_start(p, true);
     return 0;

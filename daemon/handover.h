@@ -18,98 +18,47 @@
  *   passes the same descriptors to systemd's file descriptor store and
  *   exits; the next start takes them from LISTEN_FDS.
  *
- * The successor (takeover.c; handover_receive, first thing in main): reads and checks
- * the whole snapshot before anything starts; a snapshot it refuses closes
- * every descriptor it came with (clients see their connections end) and
- * the daemon starts afresh, saying why in one log line. handover_restore
- * then rebuilds the state; if that fails half way, the daemon executes
- * itself afresh, so no half state ever serves.
+ * What the snapshot holds is the restart parts' (restart.h): handover.c
+ * writes the head and walks the parts. The successor's side is its
+ * sibling takeover.h.
  */
 #ifndef LOCKBROKER_HANDOVER_H
 #define LOCKBROKER_HANDOVER_H
 
 #include <stdbool.h>
-#include <stdint.h>
-
-#include "server.h"
 
 struct event_base;
+struct server;
 struct locks;
-struct leases;
 struct backend;
 struct metrics;
-
-/* The environment: the snapshot's descriptor (exec), and the store wanted. */
-#define HANDOVER_ENV "LOCKBROKERD_HANDOVER"
-#define FDSTORE_ENV "LOCKBROKERD_FDSTORE"
-/* Connections per message of the socket that carries them through
- * systemd's store ("conns"): the kernel's SCM_MAX_FD. */
-#define CONNS_PER_MSG 253
-
-/* The listening sockets a handover carries, in the snapshot's order, and
- * their names in systemd's store (handover_listener_names). */
-enum { HANDOVER_TCP, HANDOVER_UNIX, HANDOVER_TLS, HANDOVER_METRICS, HANDOVER_LISTENERS };
-extern const char *const handover_listener_names[HANDOVER_LISTENERS];
+struct restart;
 
 /* How long the old daemon waits for parked requests to settle. */
 #define HANDOVER_QUIET_MS 3000
 /* How long the successor's check may take. */
 #define HANDOVER_CHECK_MS 10000
 
-/* What the daemon is made of; all borrowed, owned by main.c. */
-struct handover_parts {
+/* What the old daemon's side needs; all borrowed, owned by main.c. */
+struct handover_ctx {
     struct event_base *base;
     struct server *srv;
-    struct locks *locks;
-    struct leases *leases;
+    struct locks *locks;       /* for the log line's counts */
     struct backend *backend;
     struct metrics *metrics;
+    struct restart *restart;   /* the parts, registered */
     char *const *argv;         /* the daemon's arguments, argv[0] included */
     const char *exe;           /* the binary executed for the successor */
 };
 
-/* A snapshot received: NULL members are not set. */
-struct handover_in {
-    char *buf;                 /* owned: the snapshot, decoded in place */
-    size_t len;
-    struct snap_r *r;          /* owned; positioned after the head records */
-    char daemon_id[96];
-    char mode[16];
-    int64_t stopped_us;        /* monotonic: when the old daemon stopped reading */
-    int64_t started;           /* wall-clock start of the first daemon of the line */
-    uint64_t handovers;        /* before this one */
-    uint64_t conns_total;
-    struct server_fds fds;     /* listeners passed on, -1: none */
-    int metrics_fd;
-    bool fdstore;              /* came through systemd's store (LISTEN_FDS) */
-};
-
 /* SIGUSR2: starts a handover (a second one while one runs is ignored). */
-void handover_begin(struct handover_parts *p);
+void handover_begin(struct handover_ctx *p);
 
 /* SIGTERM under systemd with the store enabled: whether to hand over into it
  * rather than stop (then the caller stops the loop without closing). */
 bool handover_to_fdstore_wanted(void);
 /* Writes the snapshot and passes everything to the store. 0, or -1 (logged). */
-int handover_to_fdstore(struct handover_parts *p);
-
-/*
- * The successor, before anything is opened: a snapshot passed on
- * (LOCKBROKERD_HANDOVER or LISTEN_FDS) is read, checked and its head
- * records read into *in. Returns 1 with *in to restore, 0 when there is
- * none (or it was refused: logged, its descriptors closed).
- */
-int handover_receive(struct handover_in *in);
-
-/*
- * Rebuilds connections, leases, locks, parked requests and watches from
- * in, the backend, table and server started. Returns 0; on failure, logs
- * why and executes the daemon afresh (argv), never returning.
- */
-int handover_restore(struct handover_in *in, struct handover_parts *p);
-
-/* Frees what handover_receive kept. */
-void handover_in_free(struct handover_in *in);
+int handover_to_fdstore(struct handover_ctx *p);
 
 /* --check-handover: the line the old daemon looks for. */
 void handover_print_format(void);

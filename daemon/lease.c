@@ -14,6 +14,7 @@
 #include "log.h"
 #include "proto.h"
 #include "quota.h"
+#include "restart.h"
 #include "snap.h"
 
 #include <event2/event.h>
@@ -55,6 +56,7 @@ struct leases {
     struct quota accounts;         /* leases per account; every lease is counted */
     unsigned max_per_account;
     struct leases_stats stats;
+    uint64_t restored;             /* "lease" records read back (a handover) */
 };
 
 static int by_token(const void *a, const void *b)
@@ -190,10 +192,18 @@ static int64_t lease_ends_in_ms(const struct lock_owner *o)
     return left < 0 ? 0 : left;
 }
 
+/* Handover: a lease is "l<its number in the snapshot>" in hold records. */
+static void lease_restart_key(const struct lock_owner *o, char *letter, uint64_t *n)
+{
+    *letter = 'l';
+    *n = ((const struct lease *)o)->number;
+}
+
 static const struct lock_owner_ops lease_ops = {
     .done = lease_on_done,
     .lost = lease_on_lost,
     .ends_in_ms = lease_ends_in_ms,
+    .restart_key = lease_restart_key,
 };
 
 struct leases *leases_new(struct event_base *base, struct locks *t, struct backend *backend,
@@ -342,11 +352,14 @@ void leases_op_cancel(struct leases *ls, struct backend_lease_op *pending)
 }
 
 /*
- * Handover: one "lease" record per lease, numbered in order; the lock
- * table's hold records name them by that number (leases_owner_number).
+ * The restart's part (restart.h): one "lease" record per lease, numbered
+ * in order; the lock table's hold records name them by that number
+ * (lease_restart_key), a parked request waiting for one likewise
+ * (leases_owner_number). data: the struct leases.
  */
-void leases_save(struct leases *ls, struct snap_w *w)
+static void leases_save(void *data, struct snap_w *w)
 {
+    struct leases *ls = data;
     struct lease *le;
     uint64_t n = 0;
 
@@ -376,24 +389,26 @@ bool leases_owner_number(const struct lock_owner *o, uint64_t *n)
     return true;
 }
 
-bool leases_restore_stats(struct leases *ls, struct snap_r *r)
+static bool leases_restore_stats(void *data, struct snap_r *r, struct restart_in *in)
 {
+    struct leases *ls = data;
+
     ls->stats.granted = snap_r_u64(r);
     ls->stats.expired = snap_r_u64(r);
     ls->stats.released = snap_r_u64(r);
     return snap_r_done(r);
 }
 
-struct lease *leases_restore(struct leases *ls, struct snap_r *r)
+static bool leases_restore(void *data, struct snap_r *r, struct restart_in *in)
 {
+    struct leases *ls = data;
     struct lease *le = calloc(1, sizeof(*le));
     struct timeval tv;
     int64_t left;
 
     if (!le || !(le->expiry = evtimer_new(ls->base, on_expiry, le))) {
         free(le);
-        snap_r_fail(r, "out of memory");
-        return NULL;
+        return snap_r_fail(r, "out of memory");
     }
     le->set = ls;
     snap_r_str_copy(r, le->name, sizeof(le->name));
@@ -412,11 +427,10 @@ struct lease *leases_restore(struct leases *ls, struct snap_r *r)
     /* The snapshot names no account: the daemon-wide cap only. */
     quota_take(&ls->accounts, NULL, &le->acct);
     if (!snap_r_done(r))
-        return NULL;        /* in ls->all: leases_free() frees it */
+        return false;       /* in ls->all: leases_free() frees it */
     if (le->granted && !tsearch(le, &ls->by_token, by_token)) {
         le->granted = false;
-        snap_r_fail(r, "out of memory");
-        return NULL;
+        return snap_r_fail(r, "out of memory");
     }
     if (le->granted && !ls->backend->ops->ends_leases) {
         left = le->ends_ms + 1 - locks_mono_ms();     /* ends_ms was rounded down */
@@ -428,7 +442,20 @@ struct lease *leases_restore(struct leases *ls, struct snap_r *r)
             return NULL;
         }
     }
-    return le;
+    le->number = ls->restored++;
+    return restart_keep(in, r, 'l', le->number, &le->owner);
+}
+
+const struct restart_part leases_restart_part = {
+    .name = "leases",
+    .kinds = (const struct restart_kind[]){
+        { "leases", leases_restore_stats }, { "lease", leases_restore }, { NULL } },
+    .save = leases_save,
+};
+
+struct lease *leases_restored(const struct restart_in *in, uint64_t n)
+{
+    return restart_find(in, 'l', n);   /* the owner, the lease's first member */
 }
 
 struct lock_owner *leases_owner(struct lease *le)

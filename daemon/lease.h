@@ -85,20 +85,19 @@ void leases_note_released(struct leases *ls);
 void leases_op_cancel(struct leases *ls, struct backend_lease_op *pending);
 
 /*
- * Handover (handover.h): leases_save writes a "leases" record and one
- * "lease" record per lease, numbered from 0 in that order, which
- * leases_owner_number gives for an owner that is a lease (false for any
- * other owner). The successor reads the first through leases_restore_stats
- * and each of the others through leases_restore (NULL: r's error is set),
- * before the lock table's holds; a lease still being acquired gets its
+ * Handover: leases_restart_part (restart.h; data: the struct leases)
+ * writes a "leases" record and one "lease" record per lease, numbered from
+ * 0 in that order, which leases_owner_number gives for an owner that is a
+ * lease (false for any other owner). The successor reads them before the
+ * lock table's holds; leases_restored finds a restored lease by its
+ * number (NULL: none), and a lease still being acquired gets its
  * requester back through leases_restore_requester.
  */
-struct snap_w;
-struct snap_r;
-void leases_save(struct leases *ls, struct snap_w *w);
+struct restart_part;
+struct restart_in;
+extern const struct restart_part leases_restart_part;
 bool leases_owner_number(const struct lock_owner *o, uint64_t *n);
-bool leases_restore_stats(struct leases *ls, struct snap_r *r);
-struct lease *leases_restore(struct leases *ls, struct snap_r *r);
+struct lease *leases_restored(const struct restart_in *in, uint64_t n);
 struct lock_owner *leases_owner(struct lease *le);
 bool leases_restore_requester(struct lease *le, struct lock_owner *requester);
 

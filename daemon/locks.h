@@ -79,6 +79,10 @@ struct lock_owner_ops {
     /* Optional (leases): ms until o's holds end by themselves, or -1 if
      * unknown here. For STATUS and LOCKS; must not change anything. */
     int64_t (*ends_in_ms)(const struct lock_owner *o);
+    /* Handover (restart.h): the owner's key in its holds' records, a
+     * letter and a number (restart_keep). Owners that hold nothing across
+     * a handover may leave it NULL. */
+    void (*restart_key)(const struct lock_owner *o, char *letter, uint64_t *n);
 };
 
 struct lock_owner {
@@ -313,25 +317,16 @@ void locks_backend_lost(struct hold *h, const char *reason);
 void locks_backend_ended(struct hold *h, const char *reason);
 
 /*
- * Handover (handover.h). locks_save writes the table as records: a
- * "locks" record, then per name a "lock" record and its "hold" records;
- * key(arg, owner, w) writes the field that names an owner (a connection,
- * a lease). The successor reads them back in that order: each "lock"
- * record through locks_restore_lock (into *l), each of its "hold" records
- * through locks_restore_hold with the owner the caller found from the key
- * field it read first (NULL: a hold kept after its owner left), and after
- * a name's last hold locks_restore_check. Nobody is called back and
- * nothing is granted: the holds come back as they were. false: r's error
- * is set; the table is then only fit for locks_free().
+ * Handover: locks_restart_part (restart.h; data: the table; locks_snap.c)
+ * writes the table as records: a "locks" record, then per name a "lock"
+ * record and its "hold" records, each naming its owner by the key the
+ * owner gives (lock_owner_ops.restart_key; none: a hold kept after its
+ * owner left). The successor reads them back in that order, the owners
+ * restored before (restart_find). Nobody is called back and nothing is
+ * granted: the holds come back as they were. A failure leaves the table
+ * fit for locks_free() only.
  */
-struct snap_w;
-struct snap_r;
-typedef void (*locks_owner_key_fn)(void *arg, const struct lock_owner *o, struct snap_w *w);
-void locks_save(const struct locks *t, struct snap_w *w, locks_owner_key_fn key, void *arg);
-bool locks_restore_stats(struct locks *t, struct snap_r *r);
-bool locks_restore_lock(struct locks *t, struct snap_r *r, struct lock **l);
-bool locks_restore_hold(struct locks *t, struct lock *l, struct lock_owner *o,
-                        struct snap_r *r);
-bool locks_restore_check(struct locks *t, struct lock *l, struct snap_r *r);
+struct restart_part;
+extern const struct restart_part locks_restart_part;
 
 #endif

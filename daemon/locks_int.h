@@ -81,6 +81,7 @@ struct locks {
     unsigned keep_max, keep_max_per_account;
     void (*changed)(void *arg, const char *name); /* locks_set_observer(), or NULL */
     void *changed_arg;
+    struct lock *restoring;        /* a handover: the lock whose holds are read (locks_snap.c) */
 };
 
 /* locks.c, for locks_snap.c: the name's lock, or NULL; a new lock for req's

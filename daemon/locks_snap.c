@@ -6,9 +6,11 @@
 #include "locks.h"
 #include "locks_int.h"
 #include "backend.h"
+#include "restart.h"
 #include "snap.h"
 
 #include <event2/event.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,9 +23,20 @@
 struct save_ctx {
     struct snap_w *w;
     const struct locks *t;
-    locks_owner_key_fn key;
-    void *arg;
 };
+
+/* The field that names a hold's owner: "c12" (a connection), "l3" (a
+ * lease: lock_owner_ops.restart_key), NULL (kept after its owner left). */
+static void save_owner(struct snap_w *w, const struct lock_owner *o)
+{
+    char key[32], letter = '?';
+    uint64_t n = 0;
+
+    if (o->ops->restart_key)
+        o->ops->restart_key(o, &letter, &n);
+    snprintf(key, sizeof(key), "%c%llu", letter, (unsigned long long)n);
+    snap_w_str(w, key);
+}
 
 static void save_hold(struct save_ctx *s, const struct hold *h)
 {
@@ -34,7 +47,7 @@ static void save_hold(struct save_ctx *s, const struct hold *h)
     if (h->owner == &s->t->abandoned)
         snap_w_str(w, NULL);
     else
-        s->key(s->arg, h->owner, w);
+        save_owner(w, h->owner);
     snap_w_u64(w, h->state);
     snap_w_u64(w, h->mode);
     snap_w_u64(w, h->weight);
@@ -75,9 +88,10 @@ static void save_lock(struct save_ctx *s, const struct lock *l)
         save_hold(s, h);
 }
 
-void locks_save(const struct locks *t, struct snap_w *w, locks_owner_key_fn key, void *arg)
+static void locks_save(void *data, struct snap_w *w)
 {
-    struct save_ctx s = { w, t, key, arg };
+    const struct locks *t = data;
+    struct save_ctx s = { w, t };
 
     snap_w_rec(w, "locks");
     snap_w_u64(w, t->stats.grants);
@@ -94,8 +108,20 @@ void locks_save(const struct locks *t, struct snap_w *w, locks_owner_key_fn key,
         save_lock(&s, lock_of_node(n));
 }
 
-bool locks_restore_lock(struct locks *t, struct snap_r *r, struct lock **out)
+/* A name's last hold was read: it has one at least. */
+static bool restore_check(struct locks *t, struct snap_r *r)
 {
+    struct lock *l = t->restoring;
+
+    if (l && lock_empty(l))
+        return snap_r_fail(r, "lock %s has no hold", l->name);
+    return true;
+}
+
+static bool restore_lock(void *data, struct snap_r *r, struct restart_in *in)
+{
+    struct locks *t = data;
+    struct lock **out = &t->restoring;
     char name[NAME_COPY];
     struct lock_req req = { .mode = LOCK_EXCLUSIVE };
     bool semaphore;
@@ -104,6 +130,8 @@ bool locks_restore_lock(struct locks *t, struct snap_r *r, struct lock **out)
     semaphore = snap_r_bool(r);
     req.limit = (unsigned)snap_r_u64(r);
     if (!snap_r_done(r))
+        return false;
+    if (!restore_check(t, r))
         return false;
     if (!name[0])
         return snap_r_fail(r, "a lock without a name");
@@ -168,15 +196,40 @@ static bool restore_hold_fields(struct snap_r *r, struct hold *h, int64_t *deadl
     return snap_r_ok(r);
 }
 
-bool locks_restore_hold(struct locks *t, struct lock *l, struct lock_owner *o,
-                        struct snap_r *r)
+/* The owner a hold record names (restart_find), or NULL: kept after its
+ * owner left. false: r's error is set. */
+static bool restore_owner(struct snap_r *r, struct restart_in *in, struct lock_owner **o)
 {
-    const struct backend *b = t->backend;
-    struct hold *h = calloc(1, sizeof(*h));
-    int64_t deadline_us = -1;
-    bool kept = o == NULL;
+    char key[32], *end;
+    uint64_t n;
 
-    if (!h)
+    *o = NULL;
+    if (!snap_r_str_copy(r, key, sizeof(key)))
+        return false;
+    if (!key[0])
+        return true;
+    n = strtoull(key + 1, &end, 10);
+    if (key[1] < '0' || key[1] > '9' || *end || !(*o = restart_find(in, key[0], n)))
+        return snap_r_fail(r, "a hold names owner %s, which is not there", key);
+    return true;
+}
+
+static bool restore_hold(void *data, struct snap_r *r, struct restart_in *in)
+{
+    struct locks *t = data;
+    struct lock *l = t->restoring;
+    const struct backend *b = t->backend;
+    struct lock_owner *o;
+    struct hold *h;
+    int64_t deadline_us = -1;
+    bool kept;
+
+    if (!l)
+        return snap_r_fail(r, "a hold before any lock");
+    if (!restore_owner(r, in, &o))
+        return false;
+    kept = o == NULL;
+    if (!(h = calloc(1, sizeof(*h))))
         return snap_r_fail(r, "out of memory");
     h->lock = l;
     h->owner = kept ? &t->abandoned : o;
@@ -234,8 +287,10 @@ fail:
     return false;
 }
 
-bool locks_restore_stats(struct locks *t, struct snap_r *r)
+static bool restore_stats(void *data, struct snap_r *r, struct restart_in *in)
 {
+    struct locks *t = data;
+
     t->stats.grants = snap_r_u64(r);
     for (int m = 0; m < LOCK_MODE_COUNT; m++)
         t->stats.grants_by_mode[m] = snap_r_u64(r);
@@ -248,9 +303,21 @@ bool locks_restore_stats(struct locks *t, struct snap_r *r)
     return snap_r_done(r);
 }
 
-bool locks_restore_check(struct locks *t, struct lock *l, struct snap_r *r)
+/* Every record read: the last name has a hold too. */
+static bool restored(void *data, struct snap_r *r, struct restart_in *in)
 {
-    if (l && lock_empty(l))
-        return snap_r_fail(r, "lock %s has no hold", l->name);
-    return true;
+    struct locks *t = data;
+    bool ok = restore_check(t, r);
+
+    t->restoring = NULL;
+    return ok;
 }
+
+const struct restart_part locks_restart_part = {
+    .name = "lock table",
+    .kinds = (const struct restart_kind[]){
+        { "locks", restore_stats }, { "lock", restore_lock }, { "hold", restore_hold },
+        { NULL } },
+    .save = locks_save,
+    .restored = restored,
+};

@@ -17,6 +17,8 @@
 #endif
 
 #include "backend.h"
+#include "client.h"
+#include "cmd.h"
 #include "conn.h"
 #include "handover.h"
 #include "lease.h"
@@ -24,7 +26,10 @@
 #include "log.h"
 #include "mem_trim.h"
 #include "metrics.h"
+#include "restart.h"
 #include "server.h"
+#include "stats.h"
+#include "takeover.h"
 #include "tls.h"
 #include "settings.h"
 #include "users.h"
@@ -68,9 +73,11 @@ struct daemon {
     struct users *users;       /* from [server] users_file, or NULL; the server borrows it */
     struct metrics *metrics;   /* NULL unless metrics_listen is set */
     char id[96];               /* server_make_daemon_id(), or the one taken over */
-    struct handover_in in;     /* a snapshot passed on, while it is restored */
+    struct takeover_in in;     /* a snapshot passed on, while it is restored */
     bool taking_over;          /* in holds one */
-    struct handover_parts parts; /* for handover.c */
+    struct restart restart;    /* the parts a handover carries (restart.h) */
+    struct client_pending_kinds pending_kinds; /* the parked requests' part's */
+    struct handover_ctx handover; /* for handover.c */
     char exe[4096];            /* this binary's path, executed for a handover */
     char **argv;               /* as main got them */
 };
@@ -197,13 +204,13 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 
     if (sig == SIGUSR2) {
         log_info("caught SIGUSR2, handing over to %s", d->exe);
-        handover_begin(&d->parts);
+        handover_begin(&d->handover);
         return;
     }
     if (sig == SIGTERM && handover_to_fdstore_wanted()) {
         log_info("caught SIGTERM under systemd with LOCKBROKERD_FDSTORE=1: handing over to "
                  "the next start through the file descriptor store");
-        handover_to_fdstore(&d->parts);
+        handover_to_fdstore(&d->handover);
         return;
     }
     if (sig == SIGHUP) {
@@ -334,7 +341,7 @@ static int daemon_start_backend(struct daemon *d, char *zk_auth, size_t zk_cap)
         return -1;
     }
     if (d->taking_over)
-        snprintf(d->id, sizeof(d->id), "%s", d->in.daemon_id);
+        snprintf(d->id, sizeof(d->id), "%s", d->in.head.daemon_id);
     else
         server_make_daemon_id(d->id, sizeof(d->id));
     d->backend = d->s.zk_hosts ? zk_backend_new(d->base, &d->s, d->id,
@@ -364,6 +371,27 @@ static void on_housekeeping(evutil_socket_t fd, short what, void *arg)
                   ++d->ticks % MEM_TRIM_EVERY == 0);
 }
 
+/*
+ * What a handover carries, in the snapshot's order: each part's records
+ * are read after those of the parts before it (restart.h). The backend's
+ * and the leases' come before the holds that name them, the connections'
+ * too; parked requests and watches after the holds they wait for.
+ */
+static void register_restart_parts(struct daemon *d)
+{
+    const struct restart_part *backend = d->backend->ops->restart;
+
+    d->pending_kinds = (struct client_pending_kinds){ &d->srv, cmd_pending_kinds };
+    restart_register(&d->restart, &stats_restart_part, &d->srv);
+    if (backend)
+        restart_register(&d->restart, backend, d->backend->impl);
+    restart_register(&d->restart, &leases_restart_part, d->leases);
+    restart_register(&d->restart, &conn_restart_part, &d->srv);
+    restart_register(&d->restart, &locks_restart_part, d->locks);
+    restart_register(&d->restart, &client_pending_part, &d->pending_kinds);
+    restart_register(&d->restart, &cmd_watch_part, &d->srv);
+}
+
 /* The listeners, the metrics endpoint if set, and the signals. Returns 0, or -1 (logged). */
 static int daemon_start_server(struct daemon *d)
 {
@@ -377,12 +405,15 @@ static int daemon_start_server(struct daemon *d)
     if (d->s.metrics_listen &&
         !(d->metrics = metrics_start(&d->srv, d->s.metrics_listen, d->in.metrics_fd)))
         return -1;
-    d->parts = (struct handover_parts){ .base = d->base, .srv = &d->srv, .locks = d->locks,
-                                        .leases = d->leases, .backend = d->backend,
-                                        .metrics = d->metrics, .argv = d->argv,
-                                        .exe = d->exe };
+    register_restart_parts(d);
+    d->handover = (struct handover_ctx){ .base = d->base, .srv = &d->srv, .locks = d->locks,
+                                         .backend = d->backend, .metrics = d->metrics,
+                                         .restart = &d->restart, .argv = d->argv,
+                                         .exe = d->exe };
     if (d->taking_over) {
-        handover_restore(&d->in, &d->parts);
+        takeover_restore(&d->in, &(struct takeover_ctx){
+            .srv = &d->srv, .mode = d->backend->ops->name, .restart = &d->restart,
+            .argv = d->argv, .exe = d->exe });
         d->taking_over = false;
     }
     for (size_t i = 0; i < NSIGNALS; i++) {
@@ -484,11 +515,11 @@ int main(int argc, char **argv)
         return rc;
     /* Before anything opens a descriptor: one refused closes all it came with. */
     if (!check_only)
-        d.taking_over = handover_receive(&d.in) == 1;
+        d.taking_over = takeover_receive(&d.in) == 1;
     d.argv = argv;
     this_binary(d.exe, sizeof(d.exe), argv[0]);
     if (daemon_configure(&d, zk_auth, sizeof(zk_auth)) < 0) {
-        handover_in_free(&d.in);
+        takeover_in_free(&d.in);
         return 1;
     }
     if (check_only) {

@@ -20,6 +20,7 @@ struct locks;
 struct leases;
 struct backend;
 struct conn;
+struct client;
 struct users;
 struct watches;
 struct tls;
@@ -61,6 +62,8 @@ struct server {
     struct accept_pause *accept_pause; /* owned: pauses every listener, the metrics one
                                         * too, when accept() fails */
     TAILQ_HEAD(, conn) conns;          /* every open connection, TLS refusals included */
+    LIST_HEAD(, client) clients;       /* their clients (client_init), for the restart's
+                                        * parts (client.h) */
     unsigned nconns;                   /* served connections: TLS refusals not counted */
     unsigned nrefusing;                /* TLS connections accepted to be refused, in their
                                         * handshake or closing (at most TLS_REFUSALS_MAX) */

@@ -10,7 +10,9 @@
 #include "lease.h"
 #include "locks.h"
 #include "proto.h"
+#include "restart.h"
 #include "server.h"
+#include "snap.h"
 
 static void add_u64(backend_stat_fn add, void *cookie, const char *name, uint64_t v)
 {
@@ -74,3 +76,45 @@ void stats_each(const struct server *srv, backend_stat_fn add, void *cookie)
     add_u64(add, cookie, "leases_expired", lst.expired);
     srv->backend->ops->stats(srv->backend->impl, add, cookie);
 }
+
+/*
+ * The restart's part (restart.h): the counters since start go on across
+ * a handover, as uptime does. data: the struct server.
+ */
+static void stats_save(void *data, struct snap_w *w)
+{
+    const struct server *srv = data;
+
+    snap_w_rec(w, "server_stats");
+    snap_w_u64(w, srv->stats.conns_rejected);
+    snap_w_u64(w, srv->stats.errors);
+    snap_w_u64(w, srv->stats.auth_failures);
+    snap_w_u64(w, PROTO_CMD_COUNT);
+    for (int i = 0; i < PROTO_CMD_COUNT; i++)
+        snap_w_u64(w, srv->stats.cmds[i]);
+}
+
+static bool stats_restore(void *data, struct snap_r *r, struct restart_in *in)
+{
+    struct server *srv = data;
+    uint64_t n;
+
+    srv->stats.conns_rejected = snap_r_u64(r);
+    srv->stats.errors = snap_r_u64(r);
+    srv->stats.auth_failures = snap_r_u64(r);
+    n = snap_r_u64(r);
+    /* Another build may have more or fewer commands: those known are kept. */
+    for (uint64_t i = 0; i < n && snap_r_ok(r); i++) {
+        uint64_t v = snap_r_u64(r);
+
+        if (i < PROTO_CMD_COUNT)
+            srv->stats.cmds[i] = v;
+    }
+    return snap_r_done(r);
+}
+
+const struct restart_part stats_restart_part = {
+    .name = "server statistics",
+    .kinds = (const struct restart_kind[]){ { "server_stats", stats_restore }, { NULL } },
+    .save = stats_save,
+};

@@ -8,6 +8,7 @@
 #include "backend.h"
 
 struct server;
+struct restart_part;
 
 /*
  * Calls add(cookie, name, value) for every statistic, in STATS order: the
@@ -16,5 +17,9 @@ struct server;
  * number for every counter and gauge). Both strings live only during the call.
  */
 void stats_each(const struct server *srv, backend_stat_fn add, void *cookie);
+
+/* The restart's part (restart.h) for the server's counters; data: the
+ * struct server. */
+extern const struct restart_part stats_restart_part;
 
 #endif

@@ -1,9 +1,9 @@
 /*
- * takeover.c - the successor's side of a handover (handover.h): the
+ * takeover.c - the successor's side of a handover (takeover.h): the
  * snapshot and descriptors received, checked whole, then rebuilt.
  */
 #include "config.h"
-#include "handover.h"
+#include "takeover.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -18,11 +18,6 @@
 #include <systemd/sd-daemon.h>
 #endif
 
-#include "backend.h"
-#include "client.h"
-#include "cmd.h"
-#include "conn.h"
-#include "lease.h"
 #include "locks.h"
 #include "log.h"
 #include "snap.h"
@@ -178,33 +173,33 @@ static int read_all(int fd, char **buf, size_t *len)
 
 static void fdstore_forget(void);
 
-/* The listeners systemd passed by name, in handover_listener_names' order. */
-static void passed_listeners(int fds[HANDOVER_LISTENERS])
+/* The listeners systemd passed by name, in restart_listener_names' order. */
+static void passed_listeners(int fds[RESTART_LISTENERS])
 {
-    for (int i = 0; i < HANDOVER_LISTENERS; i++)
-        fds[i] = passed_fd(handover_listener_names[i]);
+    for (int i = 0; i < RESTART_LISTENERS; i++)
+        fds[i] = passed_fd(restart_listener_names[i]);
 }
 
-/* in's listeners, from fds in handover_listener_names' order. */
-static void take_listeners(struct handover_in *in, const int fds[HANDOVER_LISTENERS])
+/* in's listeners, from fds in restart_listener_names' order. */
+static void take_listeners(struct takeover_in *in, const int fds[RESTART_LISTENERS])
 {
-    in->fds.tcp = fds[HANDOVER_TCP];
-    in->fds.unix_fd = fds[HANDOVER_UNIX];
-    in->fds.tls = fds[HANDOVER_TLS];
-    in->metrics_fd = fds[HANDOVER_METRICS];
+    in->fds.tcp = fds[RESTART_TCP];
+    in->fds.unix_fd = fds[RESTART_UNIX];
+    in->fds.tls = fds[RESTART_TLS];
+    in->metrics_fd = fds[RESTART_METRICS];
 }
 
 /* The snapshot cannot be used: every descriptor it came with is closed. */
-static void refuse(struct handover_in *in, const char *why)
+static void refuse(struct takeover_in *in, const char *why)
 {
-    int keep[HANDOVER_LISTENERS];
+    int keep[RESTART_LISTENERS];
 
     fdstore_forget();
     log_error("handover: refusing the snapshot passed on: %s; closing the connections it "
               "carried (their locks end, as in a crash) and starting afresh", why);
     if (!passed.n) {
         close_range(3, ~0U, 0);
-        handover_in_free(in);
+        takeover_in_free(in);
         return;
     }
     /* From systemd's store the listeners are known by name: listening on
@@ -214,31 +209,21 @@ static void refuse(struct handover_in *in, const char *why)
     for (int i = 0; i < passed.n; i++) {
         int fd = passed.first + i, k = 0;
 
-        while (k < HANDOVER_LISTENERS && keep[k] != fd)
+        while (k < RESTART_LISTENERS && keep[k] != fd)
             k++;
-        if (k == HANDOVER_LISTENERS)
+        if (k == RESTART_LISTENERS)
             close(fd);
     }
-    handover_in_free(in);
+    takeover_in_free(in);
 }
 
-static bool read_head(struct handover_in *in, struct snap_r *r)
+static bool read_head(struct takeover_in *in, struct snap_r *r)
 {
-    const char *kind = snap_r_next(r);
-    int fds[HANDOVER_LISTENERS];
+    int fds[RESTART_LISTENERS];
 
-    if (!kind || strcmp(kind, "daemon") != 0)
-        return snap_r_fail(r, "it does not begin with the daemon's record");
-    snap_r_str_copy(r, in->daemon_id, sizeof(in->daemon_id));
-    snap_r_str_copy(r, in->mode, sizeof(in->mode));
-    in->stopped_us = snap_r_i64(r);
-    in->started = snap_r_i64(r);
-    in->handovers = snap_r_u64(r);
-    in->conns_total = snap_r_u64(r);
-    for (int i = 0; i < HANDOVER_LISTENERS; i++)
-        fds[i] = (int)snap_r_i64(r);
-    if (!snap_r_done(r))
+    if (!restart_head_read(r, &in->head))
         return false;
+    memcpy(fds, in->head.listeners, sizeof(fds));
     /* From systemd's store the names say which is which; after an exec the
      * numbers are the same. */
     if (in->fdstore)
@@ -247,7 +232,7 @@ static bool read_head(struct handover_in *in, struct snap_r *r)
     return true;
 }
 
-int handover_receive(struct handover_in *in)
+int takeover_receive(struct takeover_in *in)
 {
     const char *env = getenv(HANDOVER_ENV);
     int fd = -1;
@@ -289,7 +274,7 @@ int handover_receive(struct handover_in *in)
     return 1;
 }
 
-void handover_in_free(struct handover_in *in)
+void takeover_in_free(struct takeover_in *in)
 {
     free(in->buf);
     free(in->r);
@@ -303,157 +288,16 @@ void handover_in_free(struct handover_in *in)
     free_passed_conns();       /* any not taken over are closed */
 }
 
-/* What restoring has made so far, to find owners by their keys. */
-struct restoring {
-    struct handover_in *in;
-    struct handover_parts *p;
-    struct lease **leases;
-    size_t nleases, leases_cap;
-    struct client **clients;       /* in increasing id order, as written */
-    size_t nclients, clients_cap;
-    struct lock *lock;             /* the lock whose holds are being read */
-    unsigned holds, watches;
-};
-
-static bool grow(void *arrp, size_t *cap, size_t n, size_t size)
-{
-    void **arr = arrp;
-    void *more;
-
-    if (n < *cap)
-        return true;
-    *cap = *cap ? *cap * 2 : 64;
-    if (!(more = realloc(*arr, *cap * size)))
-        return false;
-    *arr = more;
-    return true;
-}
-
-static struct client *client_by_id(struct restoring *rs, uint64_t id)
-{
-    size_t lo = 0, hi = rs->nclients;
-
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-
-        if (rs->clients[mid]->id == id)
-            return rs->clients[mid];
-        if (rs->clients[mid]->id < id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return NULL;
-}
-
+/* The successor's descriptor for a connection the old daemon named. */
 static int conn_fd_of(void *arg, int64_t old_fd, uint64_t id)
 {
-    struct restoring *rs = arg;
+    struct takeover_in *in = arg;
 
-    if (rs->in->fdstore)
+    if (in->fdstore)
         return take_passed_conn(id);
     if (old_fd < 3 || old_fd > INT32_MAX || fcntl((int)old_fd, F_GETFD) < 0)
         return -1;
     return (int)old_fd;
-}
-
-static struct client *client_of_record(struct restoring *rs, struct snap_r *r)
-{
-    uint64_t id = snap_r_u64(r);
-    struct client *c = snap_r_ok(r) ? client_by_id(rs, id) : NULL;
-
-    if (!c && snap_r_ok(r))
-        snap_r_fail(r, "a %s record names conn %" PRIu64 ", which is not there", r->kind, id);
-    return c;
-}
-
-static bool restore_hold(struct restoring *rs, struct snap_r *r)
-{
-    char key[32];
-    struct lock_owner *o = NULL;
-    uint64_t n;
-    char *end;
-
-    snap_r_str_copy(r, key, sizeof(key));
-    if (!snap_r_ok(r))
-        return false;
-    if (key[0]) {
-        n = strtoull(key + 1, &end, 10);
-        if (key[0] == 'l' && !*end && n < rs->nleases)
-            o = leases_owner(rs->leases[n]);
-        else if (key[0] == 'c' && !*end && client_by_id(rs, n))
-            o = &client_by_id(rs, n)->owner;
-        else
-            return snap_r_fail(r, "a hold names owner %s, which is not there", key);
-    }
-    rs->holds++;
-    return locks_restore_hold(rs->p->locks, rs->lock, o, r);
-}
-
-static bool restore_server_stats(struct server *srv, struct snap_r *r)
-{
-    uint64_t n;
-
-    srv->stats.conns_rejected = snap_r_u64(r);
-    srv->stats.errors = snap_r_u64(r);
-    srv->stats.auth_failures = snap_r_u64(r);
-    n = snap_r_u64(r);
-    /* Another build may have more or fewer commands: those known are kept. */
-    for (uint64_t i = 0; i < n && snap_r_ok(r); i++) {
-        uint64_t v = snap_r_u64(r);
-
-        if (i < PROTO_CMD_COUNT)
-            srv->stats.cmds[i] = v;
-    }
-    return snap_r_done(r);
-}
-
-static bool restore_record(struct restoring *rs, struct snap_r *r, const char *kind)
-{
-    struct handover_parts *p = rs->p;
-    struct backend *b = p->backend;
-    struct client *c;
-    struct lease *le;
-
-    if (strcmp(kind, "server_stats") == 0)
-        return restore_server_stats(p->srv, r);
-    if (strncmp(kind, "backend", 7) == 0)
-        return b->ops->restore && b->ops->restore(b->impl, r);
-    if (strcmp(kind, "leases") == 0)
-        return leases_restore_stats(p->leases, r);
-    if (strcmp(kind, "lease") == 0) {
-        if (!grow(&rs->leases, &rs->leases_cap, rs->nleases, sizeof(*rs->leases)))
-            return snap_r_fail(r, "out of memory");
-        if (!(le = leases_restore(p->leases, r)))
-            return false;
-        rs->leases[rs->nleases++] = le;
-        return true;
-    }
-    if (strcmp(kind, "conn") == 0) {
-        if (!grow(&rs->clients, &rs->clients_cap, rs->nclients, sizeof(*rs->clients)))
-            return snap_r_fail(r, "out of memory");
-        if (!(c = conn_restore(p->srv, r, conn_fd_of, rs)))
-            return false;
-        if (rs->nclients && rs->clients[rs->nclients - 1]->id >= c->id)
-            return snap_r_fail(r, "conn %" PRIu64 " is out of order", c->id);
-        rs->clients[rs->nclients++] = c;
-        return true;
-    }
-    if (strcmp(kind, "locks") == 0)
-        return locks_restore_stats(p->locks, r);
-    if (strcmp(kind, "lock") == 0)
-        return locks_restore_check(p->locks, rs->lock, r) &&
-               locks_restore_lock(p->locks, r, &rs->lock);
-    if (strcmp(kind, "hold") == 0)
-        return rs->lock ? restore_hold(rs, r) : snap_r_fail(r, "a hold before any lock");
-    if (strcmp(kind, "pending") == 0)
-        return (c = client_of_record(rs, r)) &&
-               cmd_restore_pending(c, r, rs->leases, rs->nleases);
-    if (strcmp(kind, "watch") == 0) {
-        rs->watches++;
-        return (c = client_of_record(rs, r)) && cmd_restore_watch(c, r);
-    }
-    return snap_r_fail(r, "an unknown record %s", kind);
 }
 
 /*
@@ -476,7 +320,7 @@ static void fdstore_forget(void)
 }
 
 /* Restoring failed half way: nothing of it may serve. Start afresh. */
-static void restart_afresh(struct handover_parts *p, const char *why)
+static void restart_afresh(const struct takeover_ctx *p, const char *why)
 {
     log_error("handover: the snapshot passed on does not add up: %s; closing the connections "
               "it carried (their locks end, as in a crash) and starting afresh", why);
@@ -488,37 +332,33 @@ static void restart_afresh(struct handover_parts *p, const char *why)
     _exit(1);
 }
 
-int handover_restore(struct handover_in *in, struct handover_parts *p)
+int takeover_restore(struct takeover_in *in, const struct takeover_ctx *p)
 {
-    struct restoring rs = { .in = in, .p = p };
+    struct restart_in rin = { .fd_of = conn_fd_of, .fd_arg = in };
     struct snap_r *r = in->r;
-    const char *kind;
     char why[200];
 
-    if (strcmp(in->mode, p->backend->ops->name) != 0)
-        snap_r_fail(r, "it is of %s mode, and this daemon runs in %s mode", in->mode,
-                    p->backend->ops->name);
-    while ((kind = snap_r_next(r)))
-        if (!restore_record(&rs, r, kind) && snap_r_ok(r))
-            snap_r_fail(r, "record %s could not be read", kind);
-    if (snap_r_ok(r))
-        locks_restore_check(p->locks, rs.lock, r);
-    free(rs.leases);
-    free(rs.clients);
-    if (!snap_r_ok(r)) {
+    if (strcmp(in->head.mode, p->mode) != 0)
+        snap_r_fail(r, "it is of %s mode, and this daemon runs in %s mode", in->head.mode,
+                    p->mode);
+    if (!restart_restore(p->restart, r, &rin)) {
         snprintf(why, sizeof(why), "record %s: %s", r->kind, r->err);
         restart_afresh(p, why);
     }
     if (in->fdstore)
         fdstore_forget();
-    p->srv->handovers = in->handovers + 1;
-    p->srv->started = (time_t)in->started;
-    p->srv->stats.conns_total = in->conns_total;
-    conn_handover_resume(p->srv);
-    log_info("handover: took over %zu connections, %u holds and waits, %zu leases and %u watches "
-             "%s; %lld ms after the daemon before stopped parsing", rs.nclients, rs.holds,
-             rs.nleases, rs.watches, in->fdstore ? "from systemd's file descriptor store" :
-             "from the daemon before", (long long)(locks_mono_us() - in->stopped_us) / 1000);
-    handover_in_free(in);
+    p->srv->handovers = in->head.handovers + 1;
+    p->srv->started = (time_t)in->head.started;
+    p->srv->stats.conns_total = in->head.conns_total;
+    restart_resume(p->restart, true);
+    log_info("handover: took over %llu connections, %llu holds and waits, %llu leases and "
+             "%llu watches %s; %lld ms after the daemon before stopped parsing",
+             (unsigned long long)restart_records(p->restart, "conn"),
+             (unsigned long long)restart_records(p->restart, "hold"),
+             (unsigned long long)restart_records(p->restart, "lease"),
+             (unsigned long long)restart_records(p->restart, "watch"),
+             in->fdstore ? "from systemd's file descriptor store" : "from the daemon before",
+             (long long)(locks_mono_us() - in->head.stopped_us) / 1000);
+    takeover_in_free(in);
     return 0;
 }

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "restart.h"
 #include "settings.h"
 #include "snap.h"
 #include "zk.h"
@@ -120,7 +121,7 @@ bool zk_handover_settings_fit(const struct settings *s, char *why, size_t len)
     return handover_settings_fit(s->zk_tick_ms, (int)s->zk_session_timeout_ms, "", why, len);
 }
 
-bool zk_handover_ready(void *impl, char *why, size_t len)
+static bool zk_handover_ready(void *impl, char *why, size_t len)
 {
     struct zk *zk = impl;
     struct zlock *zl;
@@ -156,7 +157,7 @@ bool zk_handover_ready(void *impl, char *why, size_t len)
     return true;
 }
 
-void zk_handover_save(void *impl, struct snap_w *w)
+static void zk_handover_save(void *impl, struct snap_w *w)
 {
     struct zk *zk = impl;
     char passwd[PASSWD_LEN];
@@ -203,8 +204,9 @@ void zk_handover_save(void *impl, struct snap_w *w)
     }
 }
 
-static bool restore_session(struct zk *zk, struct snap_r *r)
+static bool restore_session(void *data, struct snap_r *r, struct restart_in *in)
 {
+    struct zk *zk = data;
     int64_t id = snap_r_i64(r), confirmed_ms, lost_told_ms;
     size_t plen;
     const char *passwd = snap_r_str(r, &plen);
@@ -233,8 +235,9 @@ static bool restore_session(struct zk *zk, struct snap_r *r)
     return true;
 }
 
-static bool restore_zlock(struct zk *zk, struct snap_r *r)
+static bool restore_zlock(void *data, struct snap_r *r, struct restart_in *in)
 {
+    struct zk *zk = data;
     uint64_t id = snap_r_u64(r);
     struct zlock f = { .zk = zk };
     const char *parent, *node;
@@ -291,16 +294,14 @@ static bool restore_zlock(struct zk *zk, struct snap_r *r)
     return true;
 }
 
-bool zk_handover_restore(void *impl, struct snap_r *r)
-{
-    struct zk *zk = impl;
-
-    if (strcmp(r->kind, "backend_zk") == 0)
-        return restore_session(zk, r);
-    if (strcmp(r->kind, "backend_zlock") == 0)
-        return restore_zlock(zk, r);
-    return snap_r_fail(r, "a record %s in distributed mode", r->kind);
-}
+/* The backend's restart part (restart.h); data: the struct zk. */
+const struct restart_part zk_restart_part = {
+    .name = "distributed backend",
+    .kinds = (const struct restart_kind[]){
+        { "backend_zk", restore_session }, { "backend_zlock", restore_zlock }, { NULL } },
+    .save = zk_handover_save,
+    .ready = zk_handover_ready,
+};
 
 void zk_handover_save_hold(void *impl, const struct hold *h, struct snap_w *w)
 {

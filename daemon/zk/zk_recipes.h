@@ -150,11 +150,11 @@ void zk_lock_let_go(void *impl, struct hold *h);
  * daemon is stopping; the handle is closed). */
 void zk_locks_free_all(struct zk *zk);
 
-/* zk_handover.c: the backend's handover operations (backend.h). */
+/* zk_handover.c: the backend's handover operations (backend.h) and its
+ * restart part (restart.h). */
+struct restart_part;
 bool zk_handover_possible(void *impl, char *why, size_t len);
-bool zk_handover_ready(void *impl, char *why, size_t len);
-void zk_handover_save(void *impl, struct snap_w *w);
-bool zk_handover_restore(void *impl, struct snap_r *r);
+extern const struct restart_part zk_restart_part;
 void zk_handover_save_hold(void *impl, const struct hold *h, struct snap_w *w);
 bool zk_handover_restore_hold(void *impl, struct hold *h, struct snap_r *r);
 
