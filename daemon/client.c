@@ -11,10 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "context.h"
 #include "log.h"
 #include "restart.h"
 #include "snap.h"
-#include "server.h"
 #include "users.h"
 #include "watch.h"
 

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "backend.h"
-#include "server.h"
+#include "context.h"
 #include "snap.h"
 #include "stats.h"
 

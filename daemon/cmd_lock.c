@@ -18,10 +18,10 @@
 #include <string.h>
 
 #include "backend.h"
+#include "context.h"
 #include "lease.h"
 #include "log.h"
 #include "snap.h"
-#include "server.h"
 #include "settings.h"
 
 void cmd_reply_word(struct client *c, const char *word, const char *name, size_t len)

@@ -18,9 +18,9 @@
 #include <string.h>
 
 #include "backend.h"
+#include "context.h"
 #include "log.h"
 #include "snap.h"
-#include "server.h"
 #include "settings.h"
 
 struct lockset {

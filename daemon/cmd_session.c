@@ -21,9 +21,9 @@
 
 #include "auth_budget.h"
 #include "auth_pool.h"
+#include "context.h"
 #include "log.h"
 #include "restart.h"
-#include "server.h"
 #include "settings.h"
 #include "snap.h"
 #include "users.h"

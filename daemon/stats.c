@@ -7,11 +7,11 @@
 #include <stdio.h>
 #include <time.h>
 
+#include "context.h"
 #include "lease.h"
 #include "locks.h"
 #include "proto.h"
 #include "restart.h"
-#include "server.h"
 #include "snap.h"
 
 static void add_u64(backend_stat_fn add, void *cookie, const char *name, uint64_t v)

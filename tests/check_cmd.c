@@ -13,7 +13,7 @@
 #include "lease.h"
 #include "locks.h"
 #include "log.h"
-#include "server.h"
+#include "context.h"
 #include "settings.h"
 #include "users.h"
 #include "auth_budget.h"
