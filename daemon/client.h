@@ -5,7 +5,8 @@
  * The request path, from the socket up:
  *   conn.c (transport: socket, framing, back-pressure, the connection's states)
  *   -> cmd.c (the command table: counts, checks the row's flags, dispatches)
- *   -> cmd_lock.c, cmd_lockset.c, cmd_info.c, cmd_session.c (handlers)
+ *   -> cmd_lock.c, cmd_lockset.c, cmd_info.c, cmd_session.c (handlers;
+ *      cmd_reply.c holds what they share, cmd_int.h declares them)
  *   -> the lock table, leases and backend (locks.h, lease.h, backend.h)
  *   -> replies, formatted in proto/ and queued through struct client_io.
  * Handlers never see the socket: the transport under a client is reached

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "cmd_int.h"
 #include "context.h"
 #include "snap.h"
 #include "users.h"

@@ -3,7 +3,7 @@
  * Names the user may not use are left out of listings, and not counted.
  */
 #include "config.h"
-#include "cmd.h"
+#include "cmd_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>

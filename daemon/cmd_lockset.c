@@ -10,7 +10,7 @@
  * the client's pending request.
  */
 #include "config.h"
-#include "cmd.h"
+#include "cmd_int.h"
 
 #include <event2/event.h>
 #include <stdio.h>

@@ -10,7 +10,7 @@
  * password at a time.
  */
 #include "config.h"
-#include "cmd.h"
+#include "cmd_int.h"
 
 #include <event2/event.h>
 #include <stdint.h>
