@@ -15,24 +15,36 @@
 #include "snap.h"
 #include "users.h"
 
-static cmd_handler *const cmd_table[PROTO_CMD_COUNT] = {
-    [PROTO_CMD_LOCK] = cmd_lock,
-    [PROTO_CMD_TRYLOCK] = cmd_lock,
-    [PROTO_CMD_UNLOCK] = cmd_unlock,
-    [PROTO_CMD_RENEW] = cmd_renew,
-    [PROTO_CMD_CHECK] = cmd_check,
-    [PROTO_CMD_PING] = cmd_ping,
-    [PROTO_CMD_QUIT] = cmd_quit,
-    [PROTO_CMD_STATUS] = cmd_status,
-    [PROTO_CMD_LOCKS] = cmd_locks,
-    [PROTO_CMD_HOLDERS] = cmd_holders,
-    [PROTO_CMD_BREAK] = cmd_break,
-    [PROTO_CMD_WATCH] = cmd_watch,
-    [PROTO_CMD_UNWATCH] = cmd_unwatch,
-    [PROTO_CMD_CLIENT] = cmd_client,
-    [PROTO_CMD_STATS] = cmd_stats,
-    [PROTO_CMD_HELP] = cmd_help,
-    [PROTO_CMD_AUTH] = cmd_auth,
+/* A row of the command table. */
+struct cmd_row {
+    cmd_handler *handler;       /* the request, of one name or none; never NULL */
+    cmd_handler *set_handler;   /* the request of a set "a,b,c" (req->nnames > 1);
+                                 * NULL: the command takes none (no PROTO_ARG_NAMES) */
+};
+
+/*
+ * A row per command of proto.h's list, by its enum. Only a command that
+ * takes PROTO_ARG_NAMES can be given a set "a,b,c" (req->nnames > 1): its
+ * row names the set's handler too.
+ */
+static const struct cmd_row cmd_table[PROTO_CMD_COUNT] = {
+    [PROTO_CMD_LOCK] = { cmd_lock, cmd_lockset },
+    [PROTO_CMD_TRYLOCK] = { cmd_lock, cmd_lockset },
+    [PROTO_CMD_UNLOCK] = { cmd_unlock, cmd_lockset },
+    [PROTO_CMD_RENEW] = { cmd_renew, NULL },
+    [PROTO_CMD_CHECK] = { cmd_check, NULL },
+    [PROTO_CMD_PING] = { cmd_ping, NULL },
+    [PROTO_CMD_QUIT] = { cmd_quit, NULL },
+    [PROTO_CMD_STATUS] = { cmd_status, NULL },
+    [PROTO_CMD_LOCKS] = { cmd_locks, NULL },
+    [PROTO_CMD_HOLDERS] = { cmd_holders, NULL },
+    [PROTO_CMD_BREAK] = { cmd_break, NULL },
+    [PROTO_CMD_WATCH] = { cmd_watch, NULL },
+    [PROTO_CMD_UNWATCH] = { cmd_unwatch, NULL },
+    [PROTO_CMD_CLIENT] = { cmd_client, NULL },
+    [PROTO_CMD_STATS] = { cmd_stats, NULL },
+    [PROTO_CMD_HELP] = { cmd_help, NULL },
+    [PROTO_CMD_AUTH] = { cmd_auth, NULL },
 };
 
 /* Copies a name of the request, NUL-terminated (n.len <= PROTO_NAME_MAX). */
@@ -107,9 +119,13 @@ void cmd_dispatch(struct client *c, const struct proto_req *req)
     be->ops->before_request(be->impl);
     if (!cmd_allowed(c, req))
         return;
-    if (req->name && req->nnames <= 1)
+    if (req->nnames > 1) {
+        cmd_table[req->cmd].set_handler(c, req, name);     /* the set's names are in req */
+        return;
+    }
+    if (req->name)
         name_copy(name, (struct proto_name){ req->name, req->name_len });
-    cmd_table[req->cmd](c, req, name);
+    cmd_table[req->cmd].handler(c, req, name);
 }
 
 /* Handover: every kind of parked request a snapshot carries. */

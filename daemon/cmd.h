@@ -14,8 +14,9 @@
 /*
  * Answers one parsed request, now or later through the client's pending
  * slot: counts it, checks it against its row's flags (login, the user's
- * name patterns, break=) and calls its handler. req borrows from the line,
- * which the caller keeps until this returns.
+ * name patterns, break=) and calls its handler, or for a set "a,b,c" its
+ * set handler. req borrows from the line, which the caller keeps until
+ * this returns.
  */
 void cmd_dispatch(struct client *c, const struct proto_req *req);
 
@@ -24,8 +25,9 @@ extern const struct lock_owner_ops cmd_owner_ops;
 
 /*
  * Handlers: req is the parsed request; name is req's name (or glob) as a
- * NUL-terminated copy, "" when it has none. Each queues its reply through
- * the client, or parks the request with client_suspend().
+ * NUL-terminated copy, "" when it has none or is a set. Each queues its
+ * reply through the client, or parks the request with client_suspend().
+ * All three are borrowed for the call.
  */
 typedef void cmd_handler(struct client *c, const struct proto_req *req, const char *name);
 

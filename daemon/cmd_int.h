@@ -21,7 +21,7 @@
 /* The handlers (cmd.h's cmd_handler), by file. */
 /* cmd_lock.c: locks, leases, CHECK */
 cmd_handler cmd_lock, cmd_unlock, cmd_renew, cmd_check;
-/* cmd_lockset.c: LOCK, TRYLOCK and UNLOCK of a set "a,b,c" (req->nnames > 1) */
+/* cmd_lockset.c: LOCK, TRYLOCK and UNLOCK of a set "a,b,c" (the rows' set handler) */
 cmd_handler cmd_lockset;
 /* cmd_info.c: what the daemon knows */
 cmd_handler cmd_status, cmd_locks, cmd_holders, cmd_stats, cmd_help;

@@ -127,10 +127,6 @@ void cmd_lock(struct client *c, const struct proto_req *req, const char *name)
     uint64_t token = 0;
     char text[96];
 
-    if (req->nnames > 1) {
-        cmd_lockset(c, req, name);
-        return;
-    }
     cmd_lock_req(c, req, &lreq);
     if (lreq.ttl_ms > 0)
         r = leases_lock(c->srv->leases, &c->owner, name, &lreq, &token, &lease);
@@ -239,9 +235,7 @@ static bool own_hold(struct client *c, const struct proto_req *req, const char *
  * more if asked), else a lease. */
 void cmd_unlock(struct client *c, const struct proto_req *req, const char *name)
 {
-    if (req->nnames > 1) {
-        cmd_lockset(c, req, name);
-    } else if (!own_hold(c, req, name) && req->keep_ms > 0) {
+    if (!own_hold(c, req, name) && req->keep_ms > 0) {
         client_reply_err(c, PROTO_ERR_BAD_ARGS, "keep= releases this connection's own hold "
                          "later; a lease is kept longer with RENEW");
     } else if (!own_hold(c, req, name)) {
