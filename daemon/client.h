@@ -69,6 +69,12 @@ struct pending_ops {
     /* The client read its output (client_drained). NULL: nothing to do.
      * A reply written as the client reads it goes on here. */
     void (*drained)(struct client *c, void *op);
+    /* The lock table answered a wait of the client's own (cmd.h's
+     * cmd_owner_ops done(): GRANTED, TIMEOUT, ...) while op is parked. NULL:
+     * the answer is the parked request's reply (a LOCK of one name).
+     * Otherwise the kind takes it (a set's step); it runs inside the table's
+     * callback, so it must not call back into the table. */
+    void (*lock_answer)(struct client *c, void *op, enum locks_result r, uint64_t token);
     /* Handover (handover.h): the kind's word in the snapshot, or NULL when
      * such a request is not carried over (the handover waits for its
      * answer first). */

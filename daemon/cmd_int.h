@@ -28,9 +28,6 @@ cmd_handler cmd_status, cmd_locks, cmd_holders, cmd_stats, cmd_help;
 /* cmd_session.c: the connection itself */
 cmd_handler cmd_ping, cmd_quit, cmd_client, cmd_auth, cmd_watch, cmd_unwatch, cmd_break;
 
-/* A lock table answer to a set's step (cmd_lockset.c), from the owner's done(). */
-void lockset_done(struct client *c, enum locks_result r, uint64_t token);
-
 /* cmd_reply.c: shared by the handlers. */
 /* "OK <name>" and the like, of len bytes of name; name may be a set's list. */
 void cmd_reply_word(struct client *c, const char *word, const char *name, size_t len);

@@ -316,8 +316,9 @@ static void on_lock_done(struct lock_owner *o, const char *name, enum locks_resu
         log_error("conn %llu: lock answer while no request waits", (unsigned long long)c->id);
         return;
     }
-    if (c->pending == &lockset_ops) {
-        lockset_done(c, r, token);      /* a name of a set: the next step runs from the loop */
+    if (c->pending->lock_answer) {
+        /* Not the request's reply: the kind goes on from it (a set's next step). */
+        c->pending->lock_answer(c, c->pending_op, r, token);
         return;
     }
     c->pending_op = NULL;      /* answered: a granted lease is on its own now */

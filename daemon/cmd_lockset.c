@@ -144,9 +144,11 @@ static void on_set_step(evutil_socket_t fd, short what, void *arg)
         set_fail(s, s->r, false);
 }
 
-void lockset_done(struct client *c, enum locks_result r, uint64_t token)
+/* The lock table's answer to the step's wait: the next step runs from the
+ * loop, as done() may not call back into the table. */
+static void set_lock_answer(struct client *c, void *op, enum locks_result r, uint64_t token)
 {
-    struct lockset *s = c->pending_op;
+    struct lockset *s = op;
 
     s->r = r;
     if (r == LOCKS_GRANTED)
@@ -197,6 +199,7 @@ static bool set_restore(struct client *c, struct snap_r *r, struct restart_in *i
 
 const struct pending_ops lockset_ops = {
     .what = "set", .cancel = set_cancel, .input_ended = set_input_ended,
+    .lock_answer = set_lock_answer,
     .snap_kind = "set", .snap_ready = set_ready, .save = set_save, .restore = set_restore,
 };
 
