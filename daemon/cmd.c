@@ -15,19 +15,12 @@
 #include "snap.h"
 #include "users.h"
 
-/* A row of the command table. */
-struct cmd_row {
-    cmd_handler *handler;       /* the request, of one name or none; never NULL */
-    cmd_handler *set_handler;   /* the request of a set "a,b,c" (req->nnames > 1);
-                                 * NULL: the command takes none (no PROTO_ARG_NAMES) */
-};
-
 /*
  * A row per command of proto.h's list, by its enum. Only a command that
  * takes PROTO_ARG_NAMES can be given a set "a,b,c" (req->nnames > 1): its
  * row names the set's handler too.
  */
-static const struct cmd_row cmd_table[PROTO_CMD_COUNT] = {
+const struct cmd_row cmd_table[] = {
     [PROTO_CMD_LOCK] = { cmd_lock, cmd_lockset },
     [PROTO_CMD_TRYLOCK] = { cmd_lock, cmd_lockset },
     [PROTO_CMD_UNLOCK] = { cmd_unlock, cmd_lockset },
@@ -46,6 +39,11 @@ static const struct cmd_row cmd_table[PROTO_CMD_COUNT] = {
     [PROTO_CMD_HELP] = { cmd_help, NULL },
     [PROTO_CMD_AUTH] = { cmd_auth, NULL },
 };
+/* Sized by its rows: a command added at the end of proto.h's list without a
+ * row does not build. One left out in the middle is a NULL row, which
+ * tests/check_cmd.c finds. */
+_Static_assert(sizeof(cmd_table) / sizeof(cmd_table[0]) == PROTO_CMD_COUNT,
+               "cmd_table needs a row for every command of PROTO_COMMANDS");
 
 /* Copies a name of the request, NUL-terminated (n.len <= PROTO_NAME_MAX). */
 static void name_copy(char *dst, struct proto_name n)

@@ -31,6 +31,18 @@ extern const struct lock_owner_ops cmd_owner_ops;
  */
 typedef void cmd_handler(struct client *c, const struct proto_req *req, const char *name);
 
+/* A row of the command table. */
+struct cmd_row {
+    cmd_handler *handler;       /* the request, of one name or none; never NULL */
+    cmd_handler *set_handler;   /* the request of a set "a,b,c" (req->nnames > 1);
+                                 * NULL: the command takes none (no PROTO_ARG_NAMES) */
+};
+
+/* cmd.c's table: PROTO_CMD_COUNT rows, by command (tests/check_cmd.c checks
+ * every row's handlers). Declared without its size, so that cmd.c's
+ * _Static_assert sees the size its rows give it. */
+extern const struct cmd_row cmd_table[];
+
 /* A set being taken, parked (cmd_lockset.c); tests/check_cmd.c tells a
  * parked set by it. */
 extern const struct pending_ops lockset_ops;

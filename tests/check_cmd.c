@@ -878,6 +878,25 @@ START_TEST(set_unlock_keep)
 }
 END_TEST
 
+/* ------------------------------------------------------------ the table */
+
+/* Every command has a handler, and a set handler exactly when it takes a
+ * set: cmd_dispatch calls them without looking. */
+START_TEST(table_has_every_handler)
+{
+    for (int cmd = 0; cmd < PROTO_CMD_COUNT; cmd++) {
+        bool sets = proto_cmd_takes((enum proto_cmd)cmd, PROTO_ARG_NAMES);
+
+        ck_assert_msg(cmd_table[cmd].handler != NULL, "%s has no handler",
+                      proto_cmd_word((enum proto_cmd)cmd));
+        ck_assert_msg((cmd_table[cmd].set_handler != NULL) == sets, "%s: %s",
+                      proto_cmd_word((enum proto_cmd)cmd),
+                      sets ? "takes a set but has no set handler"
+                           : "has a set handler but takes no set");
+    }
+}
+END_TEST
+
 static Suite *cmd_suite(void)
 {
     Suite *s = suite_create("cmd");
@@ -920,6 +939,10 @@ static Suite *cmd_suite(void)
     tcase_add_test(tc, auth_failure_is_delayed);
     tcase_add_test(tc, auth_budgets);
     tcase_add_test(tc, auth_budget_table);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("table");
+    tcase_add_test(tc, table_has_every_handler);
     suite_add_tcase(s, tc);
     return s;
 }
