@@ -49,13 +49,11 @@ extern const struct pending_ops lockset_ops;
 
 /*
  * Handover (restart.h): the kinds of parked request carried over, for
- * client.h's client_pending_part (NULL-ended), each reading its own
- * fields back (pending_ops.restore); and the part that carries watches
- * (cmd_session.c; data: the struct server).
+ * client.h's client_pending_part (NULL-ended; cmd.c), each reading its
+ * own fields back (pending_ops.restore); and the part that carries
+ * watches (cmd_session.c; data: the struct server).
  */
 extern const struct pending_ops *const cmd_pending_kinds[];
-extern const struct pending_ops cmd_lock_wait_ops, cmd_lease_wait_ops;   /* cmd_lock.c */
-extern const struct pending_ops cmd_listing_ops;                        /* cmd_info.c */
 extern const struct restart_part cmd_watch_part;
 
 #endif

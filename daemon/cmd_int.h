@@ -48,4 +48,9 @@ void cmd_lock_req(const struct client *c, const struct proto_req *req, struct lo
 /* The protocol's mode of the lock table's. */
 enum proto_mode cmd_proto_mode(enum lock_mode m);
 
+/* The kinds of parked request a handover carries, beside lockset_ops
+ * (cmd.c's cmd_pending_kinds lists them). */
+extern const struct pending_ops cmd_lock_wait_ops, cmd_lease_wait_ops;   /* cmd_lock.c */
+extern const struct pending_ops cmd_listing_ops;                        /* cmd_info.c */
+
 #endif
