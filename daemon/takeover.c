@@ -30,7 +30,7 @@ struct fdnames {
     int first, n;
 };
 
-static struct fdnames passed;
+static struct fdnames stored;
 
 /* The connections that came inside the store's "conns" socket, by id. */
 struct passed_conn {
@@ -113,9 +113,9 @@ static void free_passed_conns(void)
 
 static int passed_fd(const char *name)
 {
-    for (int i = 0; i < passed.n; i++)
-        if (passed.names[i] && strcmp(passed.names[i], name) == 0)
-            return passed.first + i;
+    for (int i = 0; i < stored.n; i++)
+        if (stored.names[i] && strcmp(stored.names[i], name) == 0)
+            return stored.first + i;
     return -1;
 }
 
@@ -129,14 +129,14 @@ static int fdstore_snapshot(void)
 
     if (!pid || !nfds || !names || atol(pid) != (long)getpid() || (n = atoi(nfds)) <= 0)
         return -1;
-    if (!(copy = strdup(names)) || !(passed.names = calloc((size_t)n, sizeof(char *)))) {
+    if (!(copy = strdup(names)) || !(stored.names = calloc((size_t)n, sizeof(char *)))) {
         free(copy);
         return -1;
     }
-    passed.first = 3;      /* SD_LISTEN_FDS_START */
-    passed.n = n;
+    stored.first = 3;      /* SD_LISTEN_FDS_START */
+    stored.n = n;
     for (tok = strtok_r(copy, ":", &save); tok && n > 0; tok = strtok_r(NULL, ":", &save))
-        passed.names[passed.n - n--] = strdup(tok);
+        stored.names[stored.n - n--] = strdup(tok);
     free(copy);
     unsetenv("LISTEN_PID");
     unsetenv("LISTEN_FDS");
@@ -197,7 +197,7 @@ static void refuse(struct takeover_in *in, const char *why)
     fdstore_forget();
     log_error("handover: refusing the snapshot passed on: %s; closing the connections it "
               "carried (their locks end, as in a crash) and starting afresh", why);
-    if (!passed.n) {
+    if (!stored.n) {
         close_range(3, ~0U, 0);
         takeover_in_free(in);
         return;
@@ -206,8 +206,8 @@ static void refuse(struct takeover_in *in, const char *why)
      * them goes on (binding anew could race the store's copies closing). */
     passed_listeners(keep);
     take_listeners(in, keep);
-    for (int i = 0; i < passed.n; i++) {
-        int fd = passed.first + i, k = 0;
+    for (int i = 0; i < stored.n; i++) {
+        int fd = stored.first + i, k = 0;
 
         while (k < RESTART_LISTENERS && keep[k] != fd)
             k++;
@@ -250,7 +250,7 @@ int takeover_receive(struct takeover_in *in)
         in->fdstore = true;
     }
     if (fd < 0) {
-        if (env || passed.n)
+        if (env || stored.n)
             refuse(in, fd == -2 ? "the connections it carried could not be read"
                                 : "no snapshot descriptor came with it");
         return 0;
@@ -280,11 +280,11 @@ void takeover_in_free(struct takeover_in *in)
     free(in->r);
     in->buf = NULL;
     in->r = NULL;
-    for (int i = 0; i < passed.n; i++)
-        free(passed.names[i]);
-    free(passed.names);
-    passed.names = NULL;
-    passed.n = 0;
+    for (int i = 0; i < stored.n; i++)
+        free(stored.names[i]);
+    free(stored.names);
+    stored.names = NULL;
+    stored.n = 0;
     free_passed_conns();       /* any not taken over are closed */
 }
 
@@ -310,10 +310,10 @@ static void fdstore_forget(void)
 #ifdef HAVE_LIBSYSTEMD
     char msg[300];
 
-    for (int i = 0; i < passed.n; i++) {
-        if (!passed.names[i])
+    for (int i = 0; i < stored.n; i++) {
+        if (!stored.names[i])
             continue;
-        snprintf(msg, sizeof(msg), "FDSTOREREMOVE=1\nFDNAME=%s", passed.names[i]);
+        snprintf(msg, sizeof(msg), "FDSTOREREMOVE=1\nFDNAME=%s", stored.names[i]);
         sd_notify(0, msg);
     }
 #endif

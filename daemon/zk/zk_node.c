@@ -29,7 +29,6 @@
 
 /* ---------------------------------------------------------- the node's data */
 
-static bool token_unqueue(struct zlock *zl);
 
 /* Completion of a write of our node's data, which nothing waits for. */
 static void on_data_written(int rc, const struct Stat *stat, const void *data)
@@ -102,7 +101,7 @@ int zl_send_data(struct zlock *zl, stat_completion_t done)
         free(n);
         return rc;
     }
-    token_unqueue(zl);
+    zl_token_unqueue(zl);
     zl->data_stale = false;
     zl->data_writing = true;
     zk->outstanding++;
@@ -140,25 +139,6 @@ void zl_write_data(struct zlock *zl)
  */
 #define TOKEN_WRITE_DELAY_MS 50
 
-/* Takes zl's put-off token write off the list; true if it was on it. */
-static bool token_unqueue(struct zlock *zl)
-{
-    struct zk_nodes *n = zl->zk->nodes;
-
-    if (!zl->token_put_off)
-        return false;
-    zl->token_put_off = false;
-    TAILQ_REMOVE(&n->tokens_due, zl, token_link);
-    n->ntokens_due--;
-    return true;
-}
-
-void zl_token_spared(struct zlock *zl)
-{
-    if (token_unqueue(zl))
-        zl->zk->nodes->token_writes_spared++;
-}
-
 /* The timer, for the oldest write put off (all wait as long: the first
  * one is due first). */
 static void token_arm(struct zk *zk)
@@ -172,7 +152,7 @@ static void token_arm(struct zk *zk)
 /* Writes zl's token now, if it still holds with it. */
 static void token_write(struct zlock *zl)
 {
-    token_unqueue(zl);
+    zl_token_unqueue(zl);
     if (zl->hold && zl->step == ZL_HELD && !zl->awaiting_token)
         zl_write_data(zl);
     else
@@ -242,12 +222,6 @@ bool zl_take_token(struct zlock *zl, int64_t zxid)
 /* Parents remembered as existing; a forgotten one costs one failed multi
  * (its create finds it there) the next time, nothing worse. */
 #define KNOWN_PARENTS 65536
-
-struct known_parent {
-    TAILQ_ENTRY(known_parent) link;    /* zk->nodes->known, oldest first */
-    const char *path;                  /* buf, or a lookup's key */
-    char buf[];
-};
 
 static int by_path(const void *a, const void *b)
 {

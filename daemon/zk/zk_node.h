@@ -64,8 +64,6 @@ void zl_write_data(struct zlock *zl);
 void zl_write_token(struct zlock *zl);
 /* Sends every token write put off, now (a handover waits for none). */
 void zl_write_tokens_now(struct zk *zk);
-/* zl's token write put off is not needed (its node or zl goes). */
-void zl_token_spared(struct zlock *zl);
 /* The grant's token, made from zxid into zl->token (ztoken.h); false when
  * the zxid is too large (zl is detached, its request refused). */
 bool zl_take_token(struct zlock *zl, int64_t zxid);

@@ -73,6 +73,24 @@ struct zlock *zl_find(struct zk *zk, uint64_t id)
     return found ? *(struct zlock **)found : NULL;
 }
 
+bool zl_token_unqueue(struct zlock *zl)
+{
+    struct zk_nodes *n = zl->zk->nodes;
+
+    if (!zl->token_put_off)
+        return false;
+    zl->token_put_off = false;
+    TAILQ_REMOVE(&n->tokens_due, zl, token_link);
+    n->ntokens_due--;
+    return true;
+}
+
+void zl_token_spared(struct zlock *zl)
+{
+    if (zl_token_unqueue(zl))
+        zl->zk->nodes->token_writes_spared++;
+}
+
 void zl_free(struct zlock *zl)
 {
     struct zk *zk = zl->zk;

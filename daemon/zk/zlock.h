@@ -19,7 +19,12 @@
 struct event;
 struct zl_hooks;
 
-struct known_parent;
+/* A lock parent known to exist (zk_node.c's list, zl_parent_known). */
+struct known_parent {
+    TAILQ_ENTRY(known_parent) link;    /* zk->nodes->known, oldest first */
+    const char *path;                  /* buf, or a lookup's key */
+    char buf[];
+};
 
 /* zlock.c's state (zk->nodes). */
 struct zk_nodes {
@@ -156,6 +161,11 @@ struct zlock *zl_restore(struct zk *zk, uint64_t id, const char *parent);
 struct zlock *zl_find(struct zk *zk, uint64_t id);
 /* Frees zl (its node is gone or left to the session's end). */
 void zl_free(struct zlock *zl);
+/* zl's token write put off (zk_node.c's list) is not needed: its node or
+ * zl goes. zl_token_unqueue takes it off the list; true if it was on it;
+ * zl_token_spared also counts it spared. */
+bool zl_token_unqueue(struct zlock *zl);
+void zl_token_spared(struct zlock *zl);
 /* The table lets go of the request; the zlock cleans up after itself.
  * Returns the hold it served, or NULL. */
 struct hold *zl_detach(struct zlock *zl);
