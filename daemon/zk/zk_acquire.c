@@ -28,9 +28,10 @@ static void on_keep_over(evutil_socket_t fd, short what, void *arg)
 
 /*
  * A hold presumed lost (locks_drop_held) may have been told, by CHECK, that
- * nobody else gets the name before c + T: its node, which alone keeps the
- * other daemons' requests waiting, stays until then, even when ZooKeeper
- * answers again sooner (PROTOCOL.md, Pushed lines). True while it waits.
+ * nobody else gets the name before confirmed_at + T: its node, which alone
+ * keeps the other daemons' requests waiting, stays until then, even when
+ * ZooKeeper answers again sooner (PROTOCOL.md, Pushed lines). True while it
+ * waits.
  */
 static bool zl_kept_for_window(struct zlock *zl)
 {

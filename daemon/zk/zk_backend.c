@@ -176,8 +176,8 @@ static void zk_stats(void *impl, backend_stat_fn add, void *cookie)
     stat_u64(add, cookie, "zk_reconnects", zk->reconnects);
     stat_u64(add, cookie, "zk_window_probes", zk->probe_rounds);
     stat_u64(add, cookie, "zk_window_confirms", zk->probe_confirms);
-    snprintf(v, sizeof(v), "%lld", zk->confirmed_ms && zk->state != ZK_EXPIRED
-                                   ? (long long)(locks_mono_ms() - zk->confirmed_ms) : -1LL);
+    snprintf(v, sizeof(v), "%lld", zk->confirmed_at_ms && zk->state != ZK_EXPIRED
+                                   ? (long long)(locks_mono_ms() - zk->confirmed_at_ms) : -1LL);
     add(cookie, "zk_window_age_ms", v);
     stat_u64(add, cookie, "zk_outstanding", zk->outstanding);
     stat_u64(add, cookie, "zk_requests", zk->nodes->nzlocks - zk->idle->nidle);

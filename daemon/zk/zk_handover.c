@@ -56,31 +56,35 @@ static bool at_rest(const struct zlock *zl)
 
 /*
  * Which settings allow a handover at all. W is 3/4 of [zookeeper] tick_ms
- * (zk_ping_wait_ms), T the session timeout, c the session's confirmation
- * (zk_presence.c; PROTOCOL.md, "How `c` is established").
+ * (zk_ping_wait_ms), T the session timeout, confirmed_at the session's
+ * confirmation (zk_presence.c; PROTOCOL.md, "How `confirmed_at` is
+ * established").
  *
- * 1. The old daemon goes only while now - c <= T/3 (zk_handover_ready: the
- *    successor must have a third of T before the lost deadline c + 2T/3).
- *    Once a probe round has moved c, c is the send time of a probe answered
- *    at least W before the sync of a round whose write has been answered
- *    since (probe_confirm): so now - c >= W at every instant, as c moves
- *    only when such a round ends and now - c only grows in between.
- * 2. The successor attaches with that c, and its holds are presumed lost at
- *    c + 2T/3 unless a probe round confirms the session first. Only probes
- *    answered on its own connection count, and one of them must have been
- *    answered W before a later round's sync: that is after attaching + W.
- *    It attaches after the old daemon went, itself at least W after c: so
- *    2W < 2T/3 is needed.
+ * 1. The old daemon goes only while now - confirmed_at <= T/3
+ *    (zk_handover_ready: the successor must have a third of T before the
+ *    lost deadline confirmed_at + 2T/3). Once a probe round has moved
+ *    confirmed_at, confirmed_at is the send time of a probe answered at
+ *    least W before the sync of a round whose write has been answered since
+ *    (probe_confirm): so now - confirmed_at >= W at every instant, as
+ *    confirmed_at moves only when such a round ends and now - confirmed_at
+ *    only grows in between.
+ * 2. The successor attaches with that confirmed_at, and its holds are
+ *    presumed lost at confirmed_at + 2T/3 unless a probe round confirms the
+ *    session first. Only probes answered on its own connection count, and
+ *    one of them must have been answered W before a later round's sync:
+ *    that is after attaching + W. It attaches after the old daemon went,
+ *    itself at least W after confirmed_at: so 2W < 2T/3 is needed.
  * Both say W < T/3. With W >= T/3, the old daemon waits HANDOVER_QUIET_MS
  * with parsing stopped and gives up (1), or at best (the first moments of
- * a new session, where c is when its connection attempt began) hands over
- * a third of T, less than the W the successor needs (2): refused at once,
- * the same answer whatever the moment.
+ * a new session, where confirmed_at is when its connection attempt began)
+ * hands over a third of T, less than the W the successor needs (2): refused
+ * at once, the same answer whatever the moment.
  *
- * Allowed is not prompt: right after a round that moved c, now - c is
- * between W and W + P (rounds every P, plus their round trips), then grows
- * by P. With W + P under T/3 (the defaults: 1500 + 1000 < 3333) a handover
- * goes within a round; nearer the limit it may wait its HANDOVER_QUIET_MS.
+ * Allowed is not prompt: right after a round that moved confirmed_at,
+ * now - confirmed_at is between W and W + P (rounds every P, plus their
+ * round trips), then grows by P. With W + P under T/3 (the defaults:
+ * 1500 + 1000 < 3333) a handover goes within a round; nearer the limit it
+ * may wait its HANDOVER_QUIET_MS.
  */
 static bool handover_settings_fit(unsigned tick_ms, int timeout_ms, const char *negotiated,
                                   char *why, size_t len)
@@ -126,7 +130,7 @@ static bool zk_handover_ready(void *impl, char *why, size_t len)
     struct zk *zk = impl;
     struct zlock *zl;
     /* A probe round's request may be left behind: its answer could only
-     * move c on, and the successor starts rounds of its own. */
+     * move confirmed_at on, and the successor starts rounds of its own. */
     uint64_t outstanding = zk->outstanding - (zk->probing && zk->outstanding ? 1 : 0);
 
     if (zk->state == ZK_EXPIRED || !zk->session_id) {
@@ -134,7 +138,7 @@ static bool zk_handover_ready(void *impl, char *why, size_t len)
         return false;
     }
     /* The successor must attach before the lost deadline: leave it at least
-     * a third of the timeout (a probe round confirms c every tenth). */
+     * a third of the timeout (a probe round moves confirmed_at every tenth). */
     if (zk_session_lost_in_ms(zk) < zk_timeout_ms(zk) / 3) {
         snprintf(why, len, "the ZooKeeper session was last confirmed too long ago (%lld ms "
                  "left before its holds would be presumed lost; waiting for a probe round)",
@@ -170,7 +174,7 @@ static void zk_handover_save(void *impl, struct snap_w *w)
     snap_w_bytes(w, passwd, sizeof(passwd));
     explicit_bzero(passwd, sizeof(passwd));
     snap_w_i64(w, zk->negotiated_ms);
-    snap_w_i64(w, zk->confirmed_ms);
+    snap_w_i64(w, zk->confirmed_at_ms);
     snap_w_i64(w, zk->lost_told_ms);
     snap_w_bool(w, zk->presumed_lost);
     snap_w_u64(w, zk->nodes->next_id);
@@ -207,7 +211,7 @@ static void zk_handover_save(void *impl, struct snap_w *w)
 static bool restore_session(void *data, struct snap_r *r, struct restart_in *in)
 {
     struct zk *zk = data;
-    int64_t id = snap_r_i64(r), confirmed_ms, lost_told_ms;
+    int64_t id = snap_r_i64(r), confirmed_at_ms, lost_told_ms;
     size_t plen;
     const char *passwd = snap_r_str(r, &plen);
     char pw[PASSWD_LEN];
@@ -217,7 +221,7 @@ static bool restore_session(void *data, struct snap_r *r, struct restart_in *in)
     if (passwd && plen == sizeof(pw))
         memcpy(pw, passwd, sizeof(pw));
     negotiated_ms = (int)snap_r_i64(r);
-    confirmed_ms = snap_r_i64(r);
+    confirmed_at_ms = snap_r_i64(r);
     lost_told_ms = snap_r_i64(r);
     presumed_lost = snap_r_bool(r);
     zk->nodes->next_id = snap_r_u64(r);
@@ -225,7 +229,7 @@ static bool restore_session(void *data, struct snap_r *r, struct restart_in *in)
         return false;
     if (!passwd || plen != sizeof(pw) || id == 0 || negotiated_ms <= 0)
         return snap_r_fail(r, "the ZooKeeper session does not add up");
-    if (zk_session_reattach(zk, id, pw, sizeof(pw), negotiated_ms, confirmed_ms, lost_told_ms,
+    if (zk_session_reattach(zk, id, pw, sizeof(pw), negotiated_ms, confirmed_at_ms, lost_told_ms,
                             presumed_lost) < 0) {
         explicit_bzero(pw, sizeof(pw));
         return snap_r_fail(r, "cannot make a ZooKeeper handle for session 0x%llx",

@@ -74,17 +74,20 @@ struct zk {
     unsigned nprobes;
     int64_t conn_started_ms;           /* monotonic ms before the handshake of the current
                                         * connection attempt was sent */
-    int64_t confirmed_ms;              /* `c`: monotonic ms when a request was sent whose
-                                        * session touch a legitimate ZooKeeper leader has
-                                        * certainly received since; the session cannot
-                                        * expire before this + its timeout. 0: no session */
+    int64_t confirmed_at_ms;           /* `confirmed_at`: monotonic ms when a request was
+                                        * sent whose session touch a legitimate ZooKeeper
+                                        * leader has certainly received since; the session
+                                        * cannot expire before this + its timeout.
+                                        * 0: no session */
     int64_t lost_told_ms;              /* when holds were last presumed lost (the lost timer
                                         * or zk_session_check_stall), 0: never */
-    bool presumed_lost;                /* holds were presumed lost and c has not moved
-                                        * past the lost deadline since (logged when it does) */
+    bool presumed_lost;                /* holds were presumed lost and confirmed_at has not
+                                        * moved past the lost deadline since (logged when
+                                        * it does) */
     bool grants_held_back;             /* zk_may_grant() said no while connected: tell
-                                        * `resume` once c moves (zk_session.c) */
-    uint64_t probe_rounds, probe_confirms; /* for STATS: rounds sent, and rounds that moved c */
+                                        * `resume` once confirmed_at moves (zk_session.c) */
+    uint64_t probe_rounds, probe_confirms; /* for STATS: rounds sent, and rounds that
+                                            * moved confirmed_at */
     int negotiated_ms;
     int64_t session_id;
     bool attaching;                    /* a handover's successor attaches to the session of

@@ -4,8 +4,9 @@
  * session's first listener, on every connection it
  *
  * - sends a probe round now and then (a sync, then a write): what they
- *   prove moves `c`, until when the session surely lives (CHECK's window,
- *   zk_presence_window_ms; the lost timer of zk_session.c);
+ *   prove moves `confirmed_at`, until when the session surely lives
+ *   (CHECK's window, zk_presence_window_ms; the lost timer of
+ *   zk_session.c);
  * - makes the session node, <root>/sessions/<id>, on a new session (the
  *   lock-delay of zk_fair.c looks for it);
  * - checks, once per run, that every daemon of the root has our [zookeeper]
@@ -35,8 +36,8 @@ static void nonfair_check(struct zk *zk);
 
 
 /*
- * CHECK's window (PROTOCOL.md, CHECK, "How c is established"). Only a
- * ZooKeeper leader ends sessions: it expires ours no sooner than the
+ * CHECK's window (PROTOCOL.md, CHECK, "How confirmed_at is established").
+ * Only a ZooKeeper leader ends sessions: it expires ours no sooner than the
  * timeout after the last touch of it that it received (SessionTrackerImpl,
  * ExpiryQueue.update), and a new leader gives every session a full timeout
  * from its start. A server touches a session when a request of it arrives
@@ -53,29 +54,30 @@ static void nonfair_check(struct zk *zk);
  *      a leader commits only with a quorum (no newer leader had started when
  *      it was sent) and reads after everything the follower sent before it.
  *
- * When the write succeeds on the connection the round began on, c moves to
- * the send time of the latest probe answered at least W (3/4 of tick_ms)
- * before the round's sync was sent. In between, the leader queued a ping
- * ahead of its answer to the sync; the follower answered it, with that
- * probe's touch, before the sync's answer reached us; and the leader read
- * that before our write, which it committed: the session lives at least
- * until c + timeout. A follower that leaves its leader closes its client
- * connections (Learner.shutdown), so one connection means one leader.
+ * When the write succeeds on the connection the round began on,
+ * confirmed_at moves to the send time of the latest probe answered at least
+ * W (3/4 of tick_ms) before the round's sync was sent. In between, the
+ * leader queued a ping ahead of its answer to the sync; the follower
+ * answered it, with that probe's touch, before the sync's answer reached
+ * us; and the leader read that before our write, which it committed: the
+ * session lives at least until confirmed_at + timeout. A follower that
+ * leaves its leader closes its client connections (Learner.shutdown), so
+ * one connection means one leader.
  */
 int64_t zk_presence_window_ms(const struct zk *zk)
 {
     int64_t left;
 
-    if (zk->state == ZK_EXPIRED || !zk->session_id || !zk->confirmed_ms)
+    if (zk->state == ZK_EXPIRED || !zk->session_id || !zk->confirmed_at_ms)
         return 0;
-    left = zk->confirmed_ms + zk_timeout_ms(zk) - locks_mono_ms();
+    left = zk->confirmed_at_ms + zk_timeout_ms(zk) - locks_mono_ms();
     return left > 0 ? left : 0;
 }
 
 int64_t zk_presence_window_end_ms(const struct zk *zk)
 {
-    return zk->confirmed_ms && zk->state != ZK_EXPIRED ? zk->confirmed_ms + zk_timeout_ms(zk)
-                                                        : 0;
+    return zk->confirmed_at_ms && zk->state != ZK_EXPIRED
+           ? zk->confirmed_at_ms + zk_timeout_ms(zk) : 0;
 }
 
 struct probe_round {
@@ -112,15 +114,15 @@ static void probe_answered(struct zk *zk, int64_t sent_ms, int64_t answered_ms)
     zk->nprobes++;
 }
 
-/* The round's write was committed: c moves (see above). */
+/* The round's write was committed: confirmed_at moves (see above). */
 static void probe_confirm(struct zk *zk, const struct probe_round *pr)
 {
     int64_t w = zk_ping_wait_ms(zk);
 
     for (unsigned i = zk->nprobes; i-- > 0;)
         if (zk->probes[i].answered_ms + w <= pr->sync_sent_ms) {
-            if (zk->probes[i].sent_ms > zk->confirmed_ms) {
-                zk->confirmed_ms = zk->probes[i].sent_ms;
+            if (zk->probes[i].sent_ms > zk->confirmed_at_ms) {
+                zk->confirmed_at_ms = zk->probes[i].sent_ms;
                 zk->probe_confirms++;
                 zk_session_confirmed(zk);
             }
@@ -493,8 +495,8 @@ static void presence_connected(void *arg, bool fresh)
 {
     struct zk *zk = arg;
 
-    /* Probes count only on the connection they were answered on. c itself
-     * stays: what a leader received stays received. */
+    /* Probes count only on the connection they were answered on. confirmed_at
+     * itself stays: what a leader received stays received. */
     zk->probing = false;         /* one in flight on a lost connection failed */
     zk->nprobes = 0;
     probe_round(zk);

@@ -237,16 +237,16 @@ static void on_barrier(int rc, const char *value, const void *data)
 }
 
 /*
- * Holds are presumed lost 2/3 of the session timeout after c (zk_presence.c),
- * a third before the session can expire: LOST reaches clients before
- * anyone else can be granted their locks (PROTOCOL.md, Pushed lines). 0
- * without a session.
+ * Holds are presumed lost 2/3 of the session timeout after confirmed_at
+ * (zk_presence.c), a third before the session can expire: LOST reaches
+ * clients before anyone else can be granted their locks (PROTOCOL.md, Pushed
+ * lines). 0 without a session.
  */
 static int64_t lost_deadline_ms(const struct zk *zk)
 {
-    if (!zk->session_id || !zk->confirmed_ms || zk->state == ZK_EXPIRED)
+    if (!zk->session_id || !zk->confirmed_at_ms || zk->state == ZK_EXPIRED)
         return 0;
-    return zk->confirmed_ms + (int64_t)zk_timeout_ms(zk) * 2 / 3;
+    return zk->confirmed_at_ms + (int64_t)zk_timeout_ms(zk) * 2 / 3;
 }
 
 static void arm_lost(struct zk *zk, int64_t at_ms)
@@ -284,14 +284,14 @@ void zk_session_confirmed(struct zk *zk)
 }
 
 /*
- * One state decides what the daemon may answer (PROTOCOL.md, "Session
- * states and replies"): from the moment c + 2/3 of the timeout passes
- * until probes on the current connection move c again, holds are presumed
- * lost (presume_lost) and nothing is granted, so that no grant falls
+ * One state decides what the daemon may answer (PROTOCOL.md, "Session states
+ * and replies"): from the moment confirmed_at + 2/3 of the timeout passes
+ * until probes on the current connection move confirmed_at again, holds are
+ * presumed lost (presume_lost) and nothing is granted, so that no grant falls
  * between a presumed-lost pass and the confirmation that ends it: a grant
- * made in that state would be told LOST at the next pass. The clock is
- * read here too, for the moment between the deadline and the lost timer
- * (or the check before a request) that presumes the holds lost.
+ * made in that state would be told LOST at the next pass. The clock is read
+ * here too, for the moment between the deadline and the lost timer (or the
+ * check before a request) that presumes the holds lost.
  */
 bool zk_confirmed(const struct zk *zk)
 {
@@ -321,10 +321,11 @@ bool zk_waits(const struct zk *zk)
 
 /*
  * Every hold is presumed lost (LOST goes out before any reply); replies to
- * reads already in flight are not believed (they may be stale, or come from
- * a server cut off from the leader), and nothing is resumed until a sync,
- * sent now, comes back: whatever is read after it is fresh. Again a probe
- * period later while c stays, so that a hold granted meanwhile is told too.
+ * reads already in flight are not believed (they may be stale, or come from a
+ * server cut off from the leader), and nothing is resumed until a sync, sent
+ * now, comes back: whatever is read after it is fresh. Again a probe period
+ * later while confirmed_at stays, so that a hold granted meanwhile is told
+ * too.
  */
 static void presume_lost(struct zk *zk, int64_t now)
 {
@@ -357,7 +358,7 @@ void zk_session_check_stall(struct zk *zk)
         log_warn("zk: session 0x%llx not confirmed through the ZooKeeper leader for %lld ms, "
                  "past 2/3 of the %d ms session timeout (was this process stopped, or is "
                  "its server cut off from the leader?); presuming the session lost",
-                 (unsigned long long)zk->session_id, (long long)(now - zk->confirmed_ms),
+                 (unsigned long long)zk->session_id, (long long)(now - zk->confirmed_at_ms),
                  zk_timeout_ms(zk));
     else
         log_warn("zk: no contact with ZooKeeper for 2/3 of the %d ms session timeout; "
@@ -365,8 +366,8 @@ void zk_session_check_stall(struct zk *zk)
     presume_lost(zk, now);
 }
 
-/* Connected, but past c + 2/3 of the timeout: holds are presumed lost and
- * nothing our server answers is known to come through a leader. */
+/* Connected, but past confirmed_at + 2/3 of the timeout: holds are presumed
+ * lost and nothing our server answers is known to come through a leader. */
 static bool zk_unconfirmed(const struct zk *zk)
 {
     int64_t at = lost_deadline_ms(zk);
@@ -477,10 +478,10 @@ static void on_io(evutil_socket_t fd, short what, void *arg)
      * off it): what epoll said was about that one. */
     if (fd != zk->io_fd)
         what &= ~(EV_READ | EV_WRITE);
-    /* A connect has ended. Connected, the client sends its handshake in
-     * this zookeeper_process(): a session it makes begins after now (c of a
-     * new session). Refused or unreachable (no peer), the client goes on to
-     * the next server at once, and no stall will say why: the down report
+    /* A connect has ended. Connected, the client sends its handshake in this
+     * zookeeper_process(): a session it makes begins after now (confirmed_at
+     * of a new session). Refused or unreachable (no peer), the client goes on
+     * to the next server at once, and no stall will say why: the down report
      * does, unless a stall said more. */
     if ((what & EV_WRITE) && zk->state == ZK_CONNECTING &&
         zoo_state(zk->zh) == ZOO_CONNECTING_STATE) {
@@ -545,9 +546,9 @@ void zk_kick(struct zk *zk)
 }
 
 /*
- * c + 2/3 of the timeout (lost_deadline_ms) has come: every hold is
- * presumed lost, and again every probe period while c does not move, so
- * that a hold granted meanwhile is told too.
+ * confirmed_at + 2/3 of the timeout (lost_deadline_ms) has come: every hold
+ * is presumed lost, and again every probe period while confirmed_at does not
+ * move, so that a hold granted meanwhile is told too.
  */
 static void on_lost_timer(evutil_socket_t fd, short what, void *arg)
 {
@@ -565,7 +566,7 @@ static void on_lost_timer(evutil_socket_t fd, short what, void *arg)
             log_warn("zk: session 0x%llx not confirmed through the ZooKeeper leader for "
                      "%lld ms, 2/3 of the %d ms session timeout (is its server cut off from "
                      "the leader?); presuming the session lost",
-                     (unsigned long long)zk->session_id, (long long)(now - zk->confirmed_ms),
+                     (unsigned long long)zk->session_id, (long long)(now - zk->confirmed_at_ms),
                      zk_timeout_ms(zk));
         else
             log_warn("zk: no contact with ZooKeeper for 2/3 of the %d ms session timeout; "
@@ -693,13 +694,14 @@ static void on_stalled(evutil_socket_t fd, short what, void *arg)
 
 /*
  * Handover (zk_handover.c): the daemon before had session id, with its
- * password, timeout and confirmation (c): the handle made at start-up, which
- * has not connected yet, is replaced by one that attaches to that session.
- * Until it does, the session's confirmation ages as it would have: the lost
- * timer runs from c, so a handover that takes too long tells LOST first.
+ * password, timeout and confirmation (confirmed_at): the handle made at
+ * start-up, which has not connected yet, is replaced by one that attaches to
+ * that session. Until it does, the session's confirmation ages as it would
+ * have: the lost timer runs from confirmed_at, so a handover that takes too
+ * long tells LOST first.
  */
 int zk_session_reattach(struct zk *zk, int64_t id, const char *passwd, size_t passwd_len,
-                        int negotiated_ms, int64_t confirmed_ms, int64_t lost_told_ms,
+                        int negotiated_ms, int64_t confirmed_at_ms, int64_t lost_told_ms,
                         bool presumed_lost)
 {
     clientid_t cid = { .client_id = id };
@@ -711,7 +713,7 @@ int zk_session_reattach(struct zk *zk, int64_t id, const char *passwd, size_t pa
     zk->outstanding = 0;
     zk->session_id = id;
     zk->negotiated_ms = negotiated_ms;
-    zk->confirmed_ms = confirmed_ms;
+    zk->confirmed_at_ms = confirmed_at_ms;
     zk->lost_told_ms = lost_told_ms;
     zk->presumed_lost = presumed_lost;
     zk->sessions = 1;
@@ -721,12 +723,13 @@ int zk_session_reattach(struct zk *zk, int64_t id, const char *passwd, size_t pa
     if (!zk->zh)
         return -1;
     zk_session_confirmed(zk);
-    /* What a CHECK answered before the handover promised ends at c + T at the
-     * earliest; the holds are given up well before that, at the lost deadline. */
+    /* What a CHECK answered before the handover promised ends at
+     * confirmed_at + T at the earliest; the holds are given up well before
+     * that, at the lost deadline. */
     log_info("zk: attaching to session 0x%llx, taken over (timeout %d ms, confirmed %lld ms "
              "ago): its holds are presumed lost unless it is attached within %lld ms",
              (unsigned long long)id, negotiated_ms,
-             (long long)(confirmed_ms ? locks_mono_ms() - confirmed_ms : -1),
+             (long long)(confirmed_at_ms ? locks_mono_ms() - confirmed_at_ms : -1),
              (long long)(lost_deadline_ms(zk) ? lost_deadline_ms(zk) - locks_mono_ms() : 0));
     return 0;
 }
@@ -814,16 +817,17 @@ static void on_session_event(zhandle_t *zh, int type, int state, const char *pat
         if (same) {
             zk->reconnects++;
         } else {
-            /* The leader began it, with a full timeout, after its request
-             * was sent, which was after this connection attempt began; that
-             * leader committed it, so no newer one had started (c, zk_presence.c). */
+            /* The leader began it, with a full timeout, after its request was
+             * sent, which was after this connection attempt began; that
+             * leader committed it, so no newer one had started (confirmed_at,
+             * zk_presence.c). */
             zk->sessions++;
             zk->session_id = id->client_id;
-            zk->confirmed_ms = zk->conn_started_ms;
+            zk->confirmed_at_ms = zk->conn_started_ms;
             zk->lost_told_ms = 0;
             zk_check_window_settings(zk);
         }
-        /* A reconnection moves nothing: c moves once probes on this
+        /* A reconnection moves nothing: confirmed_at moves once probes on this
          * connection confirm it (zk_presence.c). What waits is told
          * `serving` below, after zk_presence.c's `connected`. */
         zk->grants_held_back = false;
@@ -845,8 +849,8 @@ static void on_session_event(zhandle_t *zh, int type, int state, const char *pat
         /* As the client fails the requests it had sent, ours that wait fail
          * too, rather than wait for a reconnection that may not come. */
         TELL(zk, down, ZCONNECTIONLOSS);
-        /* The lost timer stays armed at c + 2/3 of the timeout: a third
-         * before the session can expire, for delays on either side. */
+        /* The lost timer stays armed at confirmed_at + 2/3 of the timeout: a
+         * third before the session can expire, for delays on either side. */
         if (!evtimer_pending(zk->lost_timer, NULL))
             zk_session_confirmed(zk);
     } else if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE) {
@@ -861,7 +865,7 @@ static void on_session_event(zhandle_t *zh, int type, int state, const char *pat
             log_warn("zk: session 0x%llx expired", (unsigned long long)zk->session_id);
         zk->state = ZK_EXPIRED;
         zk->attaching = false;
-        zk->confirmed_ms = 0;
+        zk->confirmed_at_ms = 0;
         zk_went_down(zk);
         TELL(zk, down, ZSESSIONEXPIRED);
         evtimer_del(zk->lost_timer);

@@ -103,20 +103,21 @@ bool zk_handover_fits(int64_t w, int timeout_ms);
  * least W/8 and 100 ms. */
 int zk_probe_period_ms(const struct zk *zk);
 
-/* Before a request is served: past c + 2/3 of the session timeout (the
- * event loop stalled, or probes stopped confirming), holds are presumed
+/* Before a request is served: past confirmed_at + 2/3 of the session timeout
+ * (the event loop stalled, or probes stopped confirming), holds are presumed
  * lost now (see zk_session.c). */
 void zk_session_check_stall(struct zk *zk);
-/* c (zk->confirmed_ms) moved: the lost timer follows it, and when that
- * ends the presumed-lost state, what waited for it resumes. */
+/* confirmed_at (zk->confirmed_at_ms) moved: the lost timer follows it, and
+ * when that ends the presumed-lost state, what waited for it resumes. */
 void zk_session_confirmed(struct zk *zk);
 /*
  * Whether a grant may be made now (a waiter, a TRYLOCK, a set's step, a
  * lease, a local handoff, an idle node taken over): requests can go out
- * (zk_serving) and the session is vouched for, c + 2/3 of the timeout not
- * passed (PROTOCOL.md, "Session states and replies"). false while holds
- * are presumed lost, until probes on the current connection move c: what
- * asked waits, and the session tells `resume` once grants may be made.
+ * (zk_serving) and the session is vouched for, confirmed_at + 2/3 of the
+ * timeout not passed (PROTOCOL.md, "Session states and replies"). false while
+ * holds are presumed lost, until probes on the current connection move
+ * confirmed_at: what asked waits, and the session tells `resume` once grants
+ * may be made.
  */
 bool zk_may_grant(struct zk *zk);
 /* The session part of zk_may_grant(): connected and confirmed, whatever the
@@ -139,7 +140,8 @@ const char *zk_session_why_down(const struct zk *zk);
 int zk_presence_init(struct zk *zk);
 /* CHECK's window (backend.h window_ms): how long the session surely lives. */
 int64_t zk_presence_window_ms(const struct zk *zk);
-/* c + T: no CHECK window given so far ends later (monotonic ms; 0: none). */
+/* confirmed_at + T: no CHECK window given so far ends later
+ * (monotonic ms; 0: none). */
 int64_t zk_presence_window_end_ms(const struct zk *zk);
 void zk_presence_free(struct zk *zk);
 
@@ -166,10 +168,11 @@ static inline int64_t zk_now_ms(void)
  * state. Returns 0, or -1 (no handle could be made).
  */
 void zk_session_secret(const struct zk *zk, int64_t *id, char *passwd, size_t len);
-/* ms until the holds would be presumed lost (c + 2/3 of the timeout), -1: no c. */
+/* ms until the holds would be presumed lost (confirmed_at + 2/3 of the
+ * timeout), -1: no confirmed_at. */
 int64_t zk_session_lost_in_ms(const struct zk *zk);
 int zk_session_reattach(struct zk *zk, int64_t id, const char *passwd, size_t passwd_len,
-                        int negotiated_ms, int64_t confirmed_ms, int64_t lost_told_ms,
+                        int negotiated_ms, int64_t confirmed_at_ms, int64_t lost_told_ms,
                         bool presumed_lost);
 
 #endif

@@ -2792,8 +2792,9 @@ class HandoverTest(DistributedBase):
             r"warn zk: the 4200 ms session timeout is short for \[zookeeper\] tick_ms 2000: "
             r"CHECK windows and locks would be given up at the least delay, and SIGUSR2 "
             r"handovers are refused; use a timeout of at least 5001 ms$"), a.log_tail())
-        # Past the first moments of the session (c is when its connection
-        # attempt began, so a handover could start): a probe round moved c.
+        # Past the first moments of the session (confirmed_at is when its
+        # connection attempt began, so a handover could start): a probe round
+        # moved confirmed_at.
         self.wait_zk(lambda: int(stats(a)["zk_window_confirms"]) > 0, scaled(10.0),
                      "A: a probe round confirmed the session")
         h = self.client(a)

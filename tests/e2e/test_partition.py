@@ -780,10 +780,10 @@ class PartitionTest(PartitionBase):
 
     def test_f_short_cut_healed_after_lost(self):
         """D0 cut from every server until it tells A `LOST` (2/3 of the
-        session timeout after c), then healed at once, while the session
-        still lives: D0 gets it back, and A's node must stay until the last
-        window A may have been given ends (c + T), not go at the reconnection
-        (the soak's zk-quorum-freeze found that)."""
+        session timeout after confirmed_at), then healed at once, while the
+        session still lives: D0 gets it back, and A's node must stay until
+        the last window A may have been given ends (confirmed_at + T), not go
+        at the reconnection (the soak's zk-quorum-freeze found that)."""
         leader, (f, f2) = self.start_ensemble()
         d0 = self.start_daemon("D0")
         d1 = self.start_daemon("D1")
