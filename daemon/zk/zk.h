@@ -18,8 +18,12 @@
  *   ------------------------------------------------------------------------
  *   zk_batch.c                         group commit (multis)        zk_batch.h
  *   ------------------------------------------------------------------------
- *   zk_session.c  zk_presence.c        connect, expiry, the libevent
- *                                      adapter, retry               zk_session.h
+ *   zk_session.c                       connect, expiry, retry       zk_session.h
+ *   zk_loop.c                          the libevent adapter
+ *   zk_vouch.c                         confirmed or presumed lost:
+ *                                      what may be granted
+ *   zk_presence.c                      probes that move confirmed_at;
+ *                                      the session node, the chroot
  *
  * zk_int.h holds struct zk: the session's state, and a pointer to each
  * upper layer's own, whose type only that layer's header defines. Only

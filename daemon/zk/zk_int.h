@@ -1,12 +1,12 @@
 /*
  * zk_int.h - the state of distributed mode (struct zk), which its files
- * share: the session's (zk_session.c, zk_presence.c), and a pointer to the
- * state of each layer above, whose type only that layer's header defines
- * (zk.h draws the layers). Nothing outside daemon/zk/ includes it.
+ * share: the session's (zk_session.c, zk_loop.c, zk_vouch.c, zk_presence.c),
+ * and a pointer to the state of each layer above, whose type only that
+ * layer's header defines (zk.h draws the layers). Nothing outside daemon/zk/
+ * includes it.
  *
  * Only the files of daemon/zk/ include zookeeper.h. Everything runs on the
- * event loop thread; completions and watchers run inside
- * zookeeper_process().
+ * event loop thread; completions and watchers run inside zookeeper_process().
  */
 #ifndef LOCKBROKER_ZK_INT_H
 #define LOCKBROKER_ZK_INT_H
@@ -85,7 +85,7 @@ struct zk {
                                         * moved past the lost deadline since (logged when
                                         * it does) */
     bool grants_held_back;             /* zk_may_grant() said no while connected: tell
-                                        * `resume` once confirmed_at moves (zk_session.c) */
+                                        * `resume` once confirmed_at moves (zk_vouch.c) */
     uint64_t probe_rounds, probe_confirms; /* for STATS: rounds sent, and rounds that
                                             * moved confirmed_at */
     int negotiated_ms;

@@ -6,7 +6,7 @@
  * - sends a probe round now and then (a sync, then a write): what they
  *   prove moves `confirmed_at`, until when the session surely lives
  *   (CHECK's window, zk_presence_window_ms; the lost timer of
- *   zk_session.c);
+ *   zk_vouch.c);
  * - makes the session node, <root>/sessions/<id>, on a new session (the
  *   lock-delay of zk_fair.c looks for it);
  * - checks, once per run, that every daemon of the root has our [zookeeper]

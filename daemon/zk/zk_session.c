@@ -1,16 +1,15 @@
 /*
- * zk_session.c - distributed mode, bottom layer: the session and the libevent
- * adapter (zk.h draws the layers).
+ * zk_session.c - distributed mode, bottom layer: the session's lifecycle
+ * (zk.h draws the layers).
  *
  * One session (one zhandle_t of the single-threaded C client) serves every
- * connection of this daemon; only the zoo_a* calls are used. One event
- * watches the handle's socket and a timer carries its timeout, both re-armed
- * from zookeeper_interest() after every zookeeper_process() and after
- * requests (zk_kick); the event never stays on a socket the client closed
- * (see zk_io_check). This file owns the
- * session's lifecycle (connect, stall, disconnect, expiry, restart) and
- * the retry timer, and tells each change to the listeners the layers above
- * registered (zk_session.h), never to a layer by name.
+ * connection of this daemon; only the zoo_a* calls are used. This file owns
+ * the session's lifecycle (connect, stall, disconnect, expiry, restart, a
+ * handover's attach), its timings, the outage reports and the retry timer,
+ * and tells each change to the listeners the layers above registered
+ * (zk_session.h), never to a layer by name. The libevent adapter that
+ * drives the handle is zk_loop.c; what the session vouches for, from
+ * confirmed_at, is zk_vouch.c.
  */
 #include "config.h"
 #include "zk_session.h"
@@ -45,17 +44,7 @@ int zk_session_listen(struct zk *zk, const struct zk_listener *l, void *arg)
     return 0;
 }
 
-/* Calls member `fn` of every listener that has one, in registration order. */
-#define TELL(zk, fn, ...)                                                             \
-    do {                                                                              \
-        for (unsigned i_ = 0; i_ < (zk)->nlisteners; i_++)                            \
-            if ((zk)->listeners[i_].l->fn)                                            \
-                (zk)->listeners[i_].l->fn((zk)->listeners[i_].arg, ##__VA_ARGS__);    \
-    } while (0)
-
-/* ------------------------------------------------ session and event loop */
-
-static void on_io(evutil_socket_t fd, short what, void *arg);
+/* -------------------------------------------------------------- timings */
 
 int zk_timeout_ms(const struct zk *zk)
 {
@@ -92,318 +81,11 @@ int zk_probe_period_ms(const struct zk *zk)
 
 /* How long a handshake may take: short enough that several attempts fit
  * in the 2/3 of the session timeout after which holds are presumed lost. */
-static int zk_handshake_limit_ms(const struct zk *zk)
+int zk_handshake_limit_ms(const struct zk *zk)
 {
     int limit = zk_timeout_ms(zk) / 8;
 
     return limit < 1000 ? 1000 : limit;
-}
-
-/*
- * The io event must never stay on a socket the client closed (issue 29,
- * item 10). libzookeeper_st closes its socket by itself, in three places
- * (zookeeper.c of 3.8):
- *  - zookeeper_process(): a read or write error, a refused connect, an
- *    expired session (check_events -> handle_socket_error_msg ->
- *    handle_error -> cleanup -> close_zsock);
- *  - zookeeper_interest(): no reply for 2/3 of the timeout ("connection
- *    ... timed out"), a failed connect(), a changed server list;
- *  - every zoo_a*() request, outside zookeeper_process() too: its send is
- *    tried at once (nonblocking_send) and when that fails (EPIPE: the
- *    server closed the connection, as it does when it expires the
- *    session) the socket is closed there, with no session event and no
- *    completion; the state becomes ZOO_NOTCONNECTED_STATE.
- * The kernel drops a closed socket from epoll, but libevent still counts
- * the number as ours: a socket that gets the number next (the client's
- * next connection, a client the daemon accepts) would share our entry,
- * never reach epoll, or wake on_io for someone else. And libevent deletes
- * and adds again, by itself, a persistent event whose timeout expires:
- * after SIGSTOP/SIGCONT past the session timeout, a probe round's
- * zoo_async() (a timer run before the io event's) found the connection
- * closed and closed the socket, and libevent then added the io event for
- * its timeout: "[warn] Epoll ADD(1) on fd 7 failed ... Bad file
- * descriptor". Hence: io has no timeout (io_timer has), so only zk_rearm
- * adds it, for the socket zookeeper_interest() just named; and after each
- * call that can close the socket (zookeeper_process in on_io,
- * zookeeper_interest here, requests: zk_kick, which follows every request
- * made outside zookeeper_process) zk_io_check takes io off a socket the
- * client no longer has, before the loop runs anything else.
- */
-
-/* Whether the client has a socket: it is in a state it is in only with
- * one (each close_zsock() of a live handle leaves the state 0,
- * ZOO_NOTCONNECTED_STATE or expired / auth failed). */
-static bool zk_client_has_socket(const struct zk *zk)
-{
-    int st;
-
-    if (!zk->zh)
-        return false;
-    st = zoo_state(zk->zh);
-    return st == ZOO_CONNECTING_STATE || st == ZOO_ASSOCIATING_STATE ||
-           st == ZOO_CONNECTED_STATE || st == ZOO_READONLY_STATE;
-}
-
-/* Takes io off its socket. */
-static void zk_io_off(struct zk *zk)
-{
-    if (zk->io_fd == -1)
-        return;
-    event_del(zk->io);
-    zk->io_fd = -1;
-    zk->io_what = 0;
-}
-
-/* After a call into the client: io leaves a socket the client closed. */
-static void zk_io_check(struct zk *zk)
-{
-    if (zk->io_fd != -1 && !zk_client_has_socket(zk))
-        zk_io_off(zk);
-}
-
-static void zk_rearm(struct zk *zk)
-{
-    struct timeval tv = { 0, 0 };
-    int fd = -1, interest = 0, rc;
-    short what = 0;
-    bool kept;
-
-    zk_io_check(zk);
-    if (!zk->zh || zk->state == ZK_EXPIRED) {
-        /* Nothing to watch until the restart replaces the handle. */
-        zk_io_off(zk);
-        evtimer_del(zk->io_timer);
-        return;
-    }
-    /* Connected before and after: the same socket, as the client connects
-     * a new one only in zookeeper_process(). */
-    kept = zoo_state(zk->zh) == ZOO_CONNECTED_STATE;
-    rc = zookeeper_interest(zk->zh, &fd, &interest, &tv);
-    if (rc != ZOK) {
-        /* A failed connect attempt or a connection timed out (its fd is
-         * closed): the client tries the next host when called again. */
-        fd = -1;
-        tv.tv_sec = 0;
-        tv.tv_usec = 100 * 1000;
-    }
-    zk_io_check(zk);
-    kept = kept && zoo_state(zk->zh) == ZOO_CONNECTED_STATE;
-    if (fd != -1) {
-        if (interest & ZOOKEEPER_READ)
-            what |= EV_READ;
-        if (interest & ZOOKEEPER_WRITE)
-            what |= EV_WRITE;
-    }
-    /*
-     * The same connected socket with the same interest: io stays as it is
-     * (no epoll_ctl), only the timer moves. Otherwise add it again, even
-     * for the same number: while connecting, a socket the client closed
-     * (a refused connect) is followed by one that usually gets its number.
-     */
-    if (fd == -1 || what == 0) {
-        zk_io_off(zk);
-    } else if (!kept || fd != zk->io_fd || what != zk->io_what) {
-        zk_io_off(zk);
-        event_assign(zk->io, zk->base, fd, what | EV_PERSIST, on_io, zk);
-        if (event_add(zk->io, NULL) == 0) {
-            zk->io_fd = fd;
-            zk->io_what = what;
-        } else {
-            log_error("zk: cannot watch the ZooKeeper client's socket (fd %d)", fd);
-        }
-    }
-    evtimer_add(zk->io_timer, &tv);
-
-    /* A socket but no session yet: time the handshake (see on_stalled). */
-    if (zk->state == ZK_CONNECTING && fd != -1) {
-        if (!evtimer_pending(zk->stalled, NULL)) {
-            int limit = zk_handshake_limit_ms(zk);
-            struct timeval lt = { limit / 1000, (limit % 1000) * 1000 };
-            evtimer_add(zk->stalled, &lt);
-        }
-    } else {
-        evtimer_del(zk->stalled);
-    }
-}
-
-static void on_barrier(int rc, const char *value, const void *data)
-{
-    struct zk *zk = (struct zk *)data;
-
-    zk->outstanding--;
-    zk->barrier = false;
-    if (zk->state == ZK_CONNECTED)
-        TELL(zk, resume);
-}
-
-/*
- * Holds are presumed lost 2/3 of the session timeout after confirmed_at
- * (zk_presence.c), a third before the session can expire: LOST reaches
- * clients before anyone else can be granted their locks (PROTOCOL.md, Pushed
- * lines). 0 without a session.
- */
-static int64_t lost_deadline_ms(const struct zk *zk)
-{
-    if (!zk->session_id || !zk->confirmed_at_ms || zk->state == ZK_EXPIRED)
-        return 0;
-    return zk->confirmed_at_ms + (int64_t)zk_timeout_ms(zk) * 2 / 3;
-}
-
-static void arm_lost(struct zk *zk, int64_t at_ms)
-{
-    int64_t left = at_ms - locks_mono_ms();
-    struct timeval tv = { 0, 0 };
-
-    if (left > 0) {
-        tv.tv_sec = left / 1000;
-        tv.tv_usec = (left % 1000) * 1000;
-    }
-    evtimer_add(zk->lost_timer, &tv);
-}
-
-void zk_session_confirmed(struct zk *zk)
-{
-    int64_t at = lost_deadline_ms(zk);
-
-    /* Serving again: /healthz answers 200 from now (tests wait for this line). */
-    if (zk->presumed_lost && at && locks_mono_ms() < at) {
-        zk->presumed_lost = false;
-        log_info("zk: session 0x%llx confirmed through the ZooKeeper leader again",
-                 (unsigned long long)zk->session_id);
-    }
-
-    if (at)
-        arm_lost(zk, at);
-    else
-        evtimer_del(zk->lost_timer);
-    /* Grants held back while unconfirmed may be made now. */
-    if (zk->grants_held_back && zk_may_grant(zk)) {
-        zk->grants_held_back = false;
-        TELL(zk, resume);
-    }
-}
-
-/*
- * One state decides what the daemon may answer (PROTOCOL.md, "Session states
- * and replies"): from the moment confirmed_at + 2/3 of the timeout passes
- * until probes on the current connection move confirmed_at again, holds are
- * presumed lost (presume_lost) and nothing is granted, so that no grant falls
- * between a presumed-lost pass and the confirmation that ends it: a grant
- * made in that state would be told LOST at the next pass. The clock is read
- * here too, for the moment between the deadline and the lost timer (or the
- * check before a request) that presumes the holds lost.
- */
-bool zk_confirmed(const struct zk *zk)
-{
-    int64_t at = lost_deadline_ms(zk);
-
-    return zk->state == ZK_CONNECTED && !zk->presumed_lost && at && locks_mono_ms() < at;
-}
-
-bool zk_vouched(struct zk *zk)
-{
-    if (zk_confirmed(zk))
-        return true;
-    if (zk->state == ZK_CONNECTED)
-        zk->grants_held_back = true;
-    return false;
-}
-
-bool zk_may_grant(struct zk *zk)
-{
-    return zk_serving(zk) && zk_vouched(zk);
-}
-
-bool zk_waits(const struct zk *zk)
-{
-    return zk_checking(zk) || zk->attaching;
-}
-
-/*
- * Every hold is presumed lost (LOST goes out before any reply); replies to
- * reads already in flight are not believed (they may be stale, or come from a
- * server cut off from the leader), and nothing is resumed until a sync, sent
- * now, comes back: whatever is read after it is fresh. Again a probe period
- * later while confirmed_at stays, so that a hold granted meanwhile is told
- * too.
- */
-static void presume_lost(struct zk *zk, int64_t now)
-{
-    zk->lost_told_ms = now;
-    zk->presumed_lost = true;
-    zk->attaching = false;
-    TELL(zk, lost, "zk-disconnected");
-    TELL(zk, stale_reads);
-    if (zk->zh && zk->state == ZK_CONNECTED && !zk->barrier &&
-        zoo_async(zk->zh, "/", on_barrier, zk) == ZOK) {
-        zk->barrier = true;
-        zk->outstanding++;
-        zk_kick(zk);
-    }
-    arm_lost(zk, now + zk_probe_period_ms(zk));
-}
-
-/*
- * Normally the lost timer presumes holds lost, but when the event loop
- * itself did not run (SIGSTOP, a paused VM), requests and replies that were
- * waiting would be handled before the timer: check the clock first.
- */
-void zk_session_check_stall(struct zk *zk)
-{
-    int64_t now = locks_mono_ms(), at = lost_deadline_ms(zk);
-
-    if (!at || now < at || zk->lost_told_ms >= at)
-        return;
-    if (zk->state == ZK_CONNECTED)
-        log_warn("zk: session 0x%llx not confirmed through the ZooKeeper leader for %lld ms, "
-                 "past 2/3 of the %d ms session timeout (was this process stopped, or is "
-                 "its server cut off from the leader?); presuming the session lost",
-                 (unsigned long long)zk->session_id, (long long)(now - zk->confirmed_at_ms),
-                 zk_timeout_ms(zk));
-    else
-        log_warn("zk: no contact with ZooKeeper for 2/3 of the %d ms session timeout; "
-                 "presuming the session lost", zk_timeout_ms(zk));
-    presume_lost(zk, now);
-}
-
-/* Connected, but past confirmed_at + 2/3 of the timeout: holds are presumed
- * lost and nothing our server answers is known to come through a leader. */
-static bool zk_unconfirmed(const struct zk *zk)
-{
-    int64_t at = lost_deadline_ms(zk);
-
-    return zk->state == ZK_CONNECTED && at && locks_mono_ms() >= at;
-}
-
-int64_t zk_session_unreachable_since(const struct zk *zk)
-{
-    /* A handover's successor attaching: nothing is known to be down yet
-     * (requests wait; a wait that ends meanwhile is a TIMEOUT). */
-    if (zk->attaching)
-        return 0;
-    if (zk->state != ZK_CONNECTED)
-        return zk->down_since_ms;
-    if (zk->nonfair_disagrees)
-        return zk->nonfair_since_ms;
-    if (zk->chroot_missing)
-        return zk->chroot_missing_since_ms;
-    return zk_unconfirmed(zk) ? lost_deadline_ms(zk) : 0;
-}
-
-/* Why requests cannot be served now, in words (for /healthz and the log). */
-const char *zk_session_why_down(const struct zk *zk)
-{
-    if (zk->nonfair_disagrees)
-        return zk->nonfair_why;
-    if (zk->state == ZK_CONNECTED)
-        return zk->chroot_missing ? "the chroot of [zookeeper] hosts does not exist"
-               : zk_unconfirmed(zk) ? "connected, but no request of the session is confirmed "
-                                      "through the ZooKeeper leader (is that server cut off "
-                                      "from the leader?)"
-               : NULL;
-    return zk->auth_failed ? "ZooKeeper refuses the [zookeeper] auth credentials"
-           : zk->unresolved ? "none of the [zookeeper] host names resolves"
-           : zk->stall_cause ? zk->stall_cause : "no ZooKeeper server accepts a session";
 }
 
 /* First report of an outage after this long, then one a minute. */
@@ -464,116 +146,9 @@ static void zk_came_up(struct zk *zk)
 
 /* Why a connection attempt got no session, for the log and the down
  * report (zk->stall_cause points at one of these). */
-static const char CAUSE_SILENT[] =
+const char ZK_CAUSE_SILENT[] =
     "a server accepted the connection but did not answer the session handshake";
-static const char CAUSE_REFUSED[] = "no server accepted a connection";
-
-static void on_io(evutil_socket_t fd, short what, void *arg)
-{
-    struct zk *zk = arg;
-    int events = 0;
-
-    zk_session_check_stall(zk);   /* before anything read now is believed */
-    /* A request sent just now may have closed the socket (zk_kick took io
-     * off it): what epoll said was about that one. */
-    if (fd != zk->io_fd)
-        what &= ~(EV_READ | EV_WRITE);
-    /* A connect has ended. Connected, the client sends its handshake in this
-     * zookeeper_process(): a session it makes begins after now (confirmed_at
-     * of a new session). Refused or unreachable (no peer), the client goes on
-     * to the next server at once, and no stall will say why: the down report
-     * does, unless a stall said more. */
-    if ((what & EV_WRITE) && zk->state == ZK_CONNECTING &&
-        zoo_state(zk->zh) == ZOO_CONNECTING_STATE) {
-        struct sockaddr_storage peer;
-        socklen_t peer_len = sizeof(peer);
-
-        zk->conn_started_ms = locks_mono_ms();
-        if (getpeername((int)fd, (struct sockaddr *)&peer, &peer_len) != 0 && !zk->stall_cause)
-            zk->stall_cause = CAUSE_REFUSED;
-    }
-    if (what & EV_READ)
-        events |= ZOOKEEPER_READ;
-    if (what & EV_WRITE)
-        events |= ZOOKEEPER_WRITE;
-    zk->in_process = true;
-    zookeeper_process(zk->zh, events);
-    zk_io_check(zk);
-    /* The client handles one reply per call; take the others already in
-     * the socket now rather than after another trip through epoll (while
-     * fd is still the client's socket). */
-    if (events & ZOOKEEPER_READ) {
-        char c;
-        for (int i = 0; i < 64 && zk->io_fd == fd && zk->state == ZK_CONNECTED &&
-                        recv((int)fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 1; i++) {
-            zookeeper_process(zk->zh, ZOOKEEPER_READ);
-            zk_io_check(zk);
-        }
-    }
-    zk->in_process = false;
-    /* Writes queued by the replies just handled go out as one multi. */
-    TELL(zk, flush);
-    zk_rearm(zk);
-}
-
-/* The time zookeeper_interest() gave has come: the client pings, gives up
- * a silent connection, or connects again. */
-static void on_io_timer(evutil_socket_t fd, short what, void *arg)
-{
-    struct zk *zk = arg;
-
-    on_io(zk->io_fd, EV_TIMEOUT, zk);
-}
-
-static void on_kick(evutil_socket_t fd, short what, void *arg)
-{
-    struct zk *zk = arg;
-
-    zk->kicked = false;
-    TELL(zk, flush);
-    zk_rearm(zk);
-}
-
-void zk_kick(struct zk *zk)
-{
-    /* A request whose send failed has closed the socket: io leaves it
-     * now, before the loop runs anything that could get its number. */
-    zk_io_check(zk);
-    if (zk->in_process || zk->kicked)
-        return;              /* on_io re-arms after zookeeper_process */
-    zk->kicked = true;
-    event_active(zk->kick, 0, 0);
-}
-
-/*
- * confirmed_at + 2/3 of the timeout (lost_deadline_ms) has come: every hold
- * is presumed lost, and again every probe period while confirmed_at does not
- * move, so that a hold granted meanwhile is told too.
- */
-static void on_lost_timer(evutil_socket_t fd, short what, void *arg)
-{
-    struct zk *zk = arg;
-    int64_t now = locks_mono_ms(), at = lost_deadline_ms(zk);
-
-    if (!at)
-        return;
-    if (now < at) {
-        arm_lost(zk, at);
-        return;
-    }
-    if (zk->lost_told_ms < at) {
-        if (zk->state == ZK_CONNECTED)
-            log_warn("zk: session 0x%llx not confirmed through the ZooKeeper leader for "
-                     "%lld ms, 2/3 of the %d ms session timeout (is its server cut off from "
-                     "the leader?); presuming the session lost",
-                     (unsigned long long)zk->session_id, (long long)(now - zk->confirmed_at_ms),
-                     zk_timeout_ms(zk));
-        else
-            log_warn("zk: no contact with ZooKeeper for 2/3 of the %d ms session timeout; "
-                     "presuming the session lost", zk_timeout_ms(zk));
-    }
-    presume_lost(zk, now);
-}
+const char ZK_CAUSE_REFUSED[] = "no server accepted a connection";
 
 static void on_retry(evutil_socket_t fd, short what, void *arg)
 {
@@ -676,7 +251,7 @@ static void on_stalled(evutil_socket_t fd, short what, void *arg)
         return;
     /* A connection that was accepted, or none at all (refused, no route). */
     cause = zk->io_fd >= 0 && getpeername(zk->io_fd, (struct sockaddr *)&peer, &peer_len) == 0
-            ? CAUSE_SILENT : CAUSE_REFUSED;
+            ? ZK_CAUSE_SILENT : ZK_CAUSE_REFUSED;
     /* Said once per cause and outage; the minute's report says it again. */
     if (!zk->stall_reported || cause != zk->stall_cause)
         log_warn("zk: %s within %d ms; trying again", cause, zk_handshake_limit_ms(zk));
@@ -730,15 +305,9 @@ int zk_session_reattach(struct zk *zk, int64_t id, const char *passwd, size_t pa
              "ago): its holds are presumed lost unless it is attached within %lld ms",
              (unsigned long long)id, negotiated_ms,
              (long long)(confirmed_at_ms ? locks_mono_ms() - confirmed_at_ms : -1),
-             (long long)(lost_deadline_ms(zk) ? lost_deadline_ms(zk) - locks_mono_ms() : 0));
+             (long long)(zk_lost_deadline_ms(zk) ? zk_lost_deadline_ms(zk) - locks_mono_ms()
+                                                  : 0));
     return 0;
-}
-
-int64_t zk_session_lost_in_ms(const struct zk *zk)
-{
-    int64_t at = lost_deadline_ms(zk);
-
-    return at ? at - locks_mono_ms() : -1;
 }
 
 void zk_session_secret(const struct zk *zk, int64_t *id, char *passwd, size_t len)
@@ -933,17 +502,13 @@ int zk_session_init(struct zk *zk, struct event_base *base, const struct setting
      * an outage; our own log reports state changes, so it speaks only in -v. */
     zoo_set_log_stream(stderr);
     zoo_set_debug_level(log_get_level() >= LOG_LVL_DEBUG ? ZOO_LOG_LEVEL_WARN : 0);
-    zk->io = event_new(base, -1, 0, on_io, zk);
-    zk->io_fd = -1;
-    zk->io_timer = evtimer_new(base, on_io_timer, zk);
-    zk->kick = event_new(base, -1, 0, on_kick, zk);
-    zk->lost_timer = evtimer_new(base, on_lost_timer, zk);
+    if (zk_loop_init(zk) < 0 || zk_vouch_init(zk) < 0)
+        return -1;
     zk->restart = evtimer_new(base, on_restart, zk);
     zk->retry = evtimer_new(base, on_retry, zk);
     zk->stalled = evtimer_new(base, on_stalled, zk);
     zk->down_report = evtimer_new(base, on_down_report, zk);
-    if (!zk->io || !zk->io_timer || !zk->kick || !zk->lost_timer || !zk->restart ||
-        !zk->retry || !zk->stalled || !zk->down_report)
+    if (!zk->restart || !zk->retry || !zk->stalled || !zk->down_report)
         return -1;
     return 0;
 }
@@ -966,14 +531,8 @@ void zk_session_close(struct zk *zk)
 void zk_session_free(struct zk *zk)
 {
     explicit_bzero(zk->auth, sizeof(zk->auth));
-    if (zk->io)
-        event_free(zk->io);
-    if (zk->io_timer)
-        event_free(zk->io_timer);
-    if (zk->kick)
-        event_free(zk->kick);
-    if (zk->lost_timer)
-        event_free(zk->lost_timer);
+    zk_loop_free(zk);
+    zk_vouch_free(zk);
     if (zk->restart)
         event_free(zk->restart);
     if (zk->retry)

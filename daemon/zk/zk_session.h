@@ -1,7 +1,8 @@
 /*
  * zk_session.h - the bottom layer of distributed mode (zk.h draws the stack):
- * one ZooKeeper session driven from the libevent loop (zk_session.c), and
- * what proves it alive and ready (zk_presence.c).
+ * one ZooKeeper session (zk_session.c) driven from the libevent loop
+ * (zk_loop.c), what it vouches for (zk_vouch.c), and what proves it alive
+ * and ready (zk_presence.c).
  *
  * The layers above never get called by name from here: each registers a
  * struct zk_listener (zk_session_listen), and the session tells every
@@ -76,7 +77,7 @@ void zk_session_free(struct zk *zk);
 /* Requests were queued: make sure the loop wants to write them. Call it
  * after every request made outside zookeeper_process(): a request whose
  * send fails closes the client's socket, which the io event must leave at
- * once (zk_session.c, zk_io_check). */
+ * once (zk_loop.c, zk_io_check). */
 void zk_kick(struct zk *zk);
 /* Something failed: the listeners' `resume` runs after a back-off. */
 void zk_arm_retry(struct zk *zk);
@@ -105,7 +106,7 @@ int zk_probe_period_ms(const struct zk *zk);
 
 /* Before a request is served: past confirmed_at + 2/3 of the session timeout
  * (the event loop stalled, or probes stopped confirming), holds are presumed
- * lost now (see zk_session.c). */
+ * lost now (see zk_vouch.c). */
 void zk_session_check_stall(struct zk *zk);
 /* confirmed_at (zk->confirmed_at_ms) moved: the lost timer follows it, and
  * when that ends the presumed-lost state, what waited for it resumes. */
@@ -174,5 +175,45 @@ int64_t zk_session_lost_in_ms(const struct zk *zk);
 int zk_session_reattach(struct zk *zk, int64_t id, const char *passwd, size_t passwd_len,
                         int negotiated_ms, int64_t confirmed_at_ms, int64_t lost_told_ms,
                         bool presumed_lost);
+
+/*
+ * Within the bottom layer only (zk_session.c, zk_loop.c, zk_vouch.c): the
+ * layers above never call these.
+ */
+
+/* Calls member `fn` of every listener that has one, in registration order. */
+#define TELL(zk, fn, ...)                                                             \
+    do {                                                                              \
+        for (unsigned i_ = 0; i_ < (zk)->nlisteners; i_++)                            \
+            if ((zk)->listeners[i_].l->fn)                                            \
+                (zk)->listeners[i_].l->fn((zk)->listeners[i_].arg, ##__VA_ARGS__);    \
+    } while (0)
+
+/* zk_loop.c: makes zk->io, io_timer and kick (zk_session_init); 0, or -1
+ * when one cannot be made. zk_loop_free frees those made (zk_session_free). */
+int zk_loop_init(struct zk *zk);
+void zk_loop_free(struct zk *zk);
+/* zk_loop.c: io and its timer follow what zookeeper_interest() asks for
+ * now, and the handshake of a connection attempt is timed (zk->stalled).
+ * After a handle is opened, and after each pass of the loop. */
+void zk_rearm(struct zk *zk);
+/* zk_loop.c: takes io off its socket (before the handle is closed). */
+void zk_io_off(struct zk *zk);
+
+/* zk_vouch.c: makes zk->lost_timer (zk_session_init); 0 or -1.
+ * zk_vouch_free frees it (zk_session_free). */
+int zk_vouch_init(struct zk *zk);
+void zk_vouch_free(struct zk *zk);
+/* zk_vouch.c: confirmed_at + 2/3 of the session timeout, when holds are
+ * presumed lost (monotonic ms); 0 without a session. */
+int64_t zk_lost_deadline_ms(const struct zk *zk);
+
+/* zk_session.c: how long a handshake may take before zk->stalled reopens
+ * the handle. */
+int zk_handshake_limit_ms(const struct zk *zk);
+/* zk_session.c: why a connection attempt got no session (zk->stall_cause
+ * points at one of these, or is NULL). */
+extern const char ZK_CAUSE_SILENT[];
+extern const char ZK_CAUSE_REFUSED[];
 
 #endif
