@@ -46,7 +46,7 @@ static void nonfair_check(struct zk *zk);
  * queues every half tick (Leader.lead) and reads in order with everything
  * else the follower sends (LearnerHandler.run). An answer from our server
  * therefore proves nothing about the leader: a follower cut off from it
- * answers reads for syncLimit ticks. So every probe_period_ms a round:
+ * answers reads for syncLimit ticks. So every zk_probe_period_ms a round:
  *
  *   1. a sync, which a follower forwards to the leader and answers after the
  *      leader's answer (FollowerRequestProcessor, Leader.processSync);

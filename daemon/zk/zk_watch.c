@@ -81,7 +81,7 @@ static void on_zw_event(zhandle_t *zh, int type, int state, const char *path, vo
     struct backend_watch *w = ctx;
 
     /* Session events come to every watcher and leave its watches set;
-     * the session itself says when to read again (zk_watches_connected). */
+     * the session itself says when to read again (watches_serving). */
     if (type == ZOO_SESSION_EVENT)
         return;
     if (w->armed > 0)

@@ -10,7 +10,7 @@
  * the session's `resume` or `serving` (zk_acquire.c) starts it again.
  *
  * What happens next is not decided here: zl_next() runs the hook the layer
- * above registered (zl_set_hooks).
+ * above registered (zl_nodes_init).
  */
 #include "config.h"
 #include "zlock.h"

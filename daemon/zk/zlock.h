@@ -133,7 +133,7 @@ struct nodecall {
 };
 
 /* What the node machinery tells the layer above (zk_acquire.c registers it
- * with zl_set_hooks): never called by name. */
+ * with zl_nodes_init): never called by name. */
 struct zl_hooks {
     /* Decides zl's next request from what is known (after a create, a
      * find or a delete was answered, a lock-delay ended, ...). */
