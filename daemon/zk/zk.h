@@ -18,16 +18,20 @@
  *   ------------------------------------------------------------------------
  *   zk_batch.c                         group commit (multis)        zk_batch.h
  *   ------------------------------------------------------------------------
- *   zk_session.c                       connect, expiry, retry       zk_session.h
- *   zk_loop.c                          the libevent adapter
- *   zk_vouch.c                         confirmed or presumed lost:
- *                                      what may be granted
  *   zk_presence.c                      probes that move confirmed_at;
  *                                      the session node, the chroot
+ *   zk_session.c                       connect, expiry, retry;      zk_session.h
+ *                                      the listeners
+ *     -> zk_vouch.c                    confirmed or presumed lost:  zk_vouch.h
+ *                                      what may be granted
+ *     -> zk_loop.c                     the libevent adapter         zk_loop.h
+ *     -> zk_timing.c                   the session's times          zk_timing.h
  *
  * zk_int.h holds struct zk: the session's state, and a pointer to each
- * upper layer's own, whose type only that layer's header defines. Only
- * this folder includes it and zookeeper.h.
+ * upper layer's own, whose type only that layer's header defines; and
+ * struct zk_listener, what the session tells the layers above. Only this
+ * folder includes it and zookeeper.h. The layers above include
+ * zk_session.h, which brings the bottom layer's headers with it.
  */
 #ifndef LOCKBROKER_ZK_H
 #define LOCKBROKER_ZK_H

@@ -97,6 +97,7 @@ struct zk {
         const struct zk_listener *l;   /* borrowed */
         void *arg;
     } listeners[ZK_LISTENERS_MAX];
+    void (*before_io)(struct zk *zk);  /* zk_loop_init's: first at every I/O event */
     unsigned nlisteners;
     /* The layers above keep their own state; each allocates and frees it. */
     struct zk_batch *batch;            /* zk_batch.c's (zk_batch.h) */
@@ -161,5 +162,48 @@ static inline bool zk_checking(const struct zk *zk)
 {
     return zk_reachable(zk) && !zk->nonfair_checked;
 }
+
+/*
+ * What the session tells a layer above it. Every member may be NULL; each
+ * is called with the arg given to zk_session_listen(), on the loop thread,
+ * often from inside zookeeper_process() (a session event, a completion): a
+ * listener may send requests (zk_kick) but never closes the handle.
+ */
+struct zk_listener {
+    /* A pass of the event loop is over (after zookeeper_process(), or the
+     * kick after requests were queued outside it): send what was queued.
+     * Never inside zookeeper_process() nor a completion. */
+    void (*flush)(void *arg);
+    /* Connected: a new session (fresh) or the same one again. */
+    void (*connected)(void *arg, bool fresh);
+    /* Requests may go out: just connected (after every `connected`), or
+     * the chroot appeared (zk_presence.c). */
+    void (*serving)(void *arg);
+    /* Work parked after an error may go again: the retry timer ran or a
+     * barrier returned, while connected. */
+    void (*resume)(void *arg);
+    /* The connection (ZCONNECTIONLOSS), the session (ZSESSIONEXPIRED) or
+     * the handle (ZCLOSING: closed, its completions ran) is gone: what was
+     * queued and never sent fails with rc. */
+    void (*down)(void *arg, int rc);
+    /* Every hold is presumed lost, with reason ("zk-disconnected",
+     * "session-expired"). */
+    void (*lost)(void *arg, const char *reason);
+    /* After an event-loop stall: replies to reads in flight may be stale
+     * (after `lost`). */
+    void (*stale_reads)(void *arg);
+    /* The handle was closed and a new one opened. session_gone: with its
+     * session, so every ephemeral node went with it; otherwise the session
+     * lives on and only watches are gone. */
+    void (*closed)(void *arg, bool session_gone);
+};
+
+/* Calls member `fn` of every listener that has one, in registration order. */
+#define TELL(zk, fn, ...)                                                             \
+    do {                                                                              \
+        for (unsigned i_ = 0; i_ < (zk)->nlisteners; i_++)                            \
+            if ((zk)->listeners[i_].l->fn)                                            \
+                (zk)->listeners[i_].l->fn((zk)->listeners[i_].arg, ##__VA_ARGS__);    \
+    } while (0)
 
 #endif

@@ -10,7 +10,7 @@
  * it the loop's events.
  */
 #include "config.h"
-#include "zk_session.h"
+#include "zk_loop.h"
 
 #include <event2/event.h>
 #include <sys/socket.h>
@@ -18,6 +18,12 @@
 
 #include "locks.h"
 #include "log.h"
+#include "zk_timing.h"
+
+/* Why a connection attempt got no session (zk_loop.h). */
+const char ZK_CAUSE_SILENT[] =
+    "a server accepted the connection but did not answer the session handshake";
+const char ZK_CAUSE_REFUSED[] = "no server accepted a connection";
 
 static void on_io(evutil_socket_t fd, short what, void *arg);
 
@@ -154,7 +160,7 @@ static void on_io(evutil_socket_t fd, short what, void *arg)
     struct zk *zk = arg;
     int events = 0;
 
-    zk_session_check_stall(zk);   /* before anything read now is believed */
+    zk->before_io(zk);            /* before anything read now is believed */
     /* A request sent just now may have closed the socket (zk_kick took io
      * off it): what epoll said was about that one. */
     if (fd != zk->io_fd)
@@ -226,8 +232,9 @@ void zk_kick(struct zk *zk)
     event_active(zk->kick, 0, 0);
 }
 
-int zk_loop_init(struct zk *zk)
+int zk_loop_init(struct zk *zk, void (*before_io)(struct zk *zk))
 {
+    zk->before_io = before_io;
     zk->io = event_new(zk->base, -1, 0, on_io, zk);
     zk->io_fd = -1;
     zk->io_timer = evtimer_new(zk->base, on_io_timer, zk);

@@ -44,50 +44,6 @@ int zk_session_listen(struct zk *zk, const struct zk_listener *l, void *arg)
     return 0;
 }
 
-/* -------------------------------------------------------------- timings */
-
-int zk_timeout_ms(const struct zk *zk)
-{
-    return zk->negotiated_ms > 0 ? zk->negotiated_ms : (int)zk->settings->zk_session_timeout_ms;
-}
-
-/* W (zk_presence.c): the longest a leader goes between two pings, half a
- * tick, and a quarter tick for its ping loop to be late. */
-int64_t zk_ping_wait_ms(const struct zk *zk)
-{
-    return zk_tick_ping_wait_ms(zk->settings->zk_tick_ms);
-}
-
-int64_t zk_tick_ping_wait_ms(unsigned tick_ms)
-{
-    return (int64_t)tick_ms * 3 / 4;
-}
-
-/* P with a session timeout of timeout_ms (zk_probe_period_ms). */
-static int probe_period_for(const struct zk *zk, int timeout_ms)
-{
-    int ms = timeout_ms / 10;
-
-    /* ZK_PROBES answered probes (two a round) cover W. */
-    if (ms < zk_ping_wait_ms(zk) / 8)
-        ms = (int)(zk_ping_wait_ms(zk) / 8);
-    return ms < 100 ? 100 : ms;
-}
-
-int zk_probe_period_ms(const struct zk *zk)
-{
-    return probe_period_for(zk, zk_timeout_ms(zk));
-}
-
-/* How long a handshake may take: short enough that several attempts fit
- * in the 2/3 of the session timeout after which holds are presumed lost. */
-int zk_handshake_limit_ms(const struct zk *zk)
-{
-    int limit = zk_timeout_ms(zk) / 8;
-
-    return limit < 1000 ? 1000 : limit;
-}
-
 /* First report of an outage after this long, then one a minute. */
 #define DOWN_REPORT_FIRST_MS 5000
 #define DOWN_REPORT_EVERY_MS 60000
@@ -146,9 +102,6 @@ static void zk_came_up(struct zk *zk)
 
 /* Why a connection attempt got no session, for the log and the down
  * report (zk->stall_cause points at one of these). */
-const char ZK_CAUSE_SILENT[] =
-    "a server accepted the connection but did not answer the session handshake";
-const char ZK_CAUSE_REFUSED[] = "no server accepted a connection";
 
 static void on_retry(evutil_socket_t fd, short what, void *arg)
 {
@@ -331,18 +284,6 @@ static void on_restart(evutil_socket_t fd, short what, void *arg)
     zk_open(zk, NULL);
 }
 
-/* The window's probes need W (3/4 of tick_ms) and up to two periods
- * before they move c; past half the timeout, holds would be presumed lost
- * without a fault. */
-static bool window_fits(const struct zk *zk, int timeout_ms)
-{
-    return 2 * (zk_ping_wait_ms(zk) + 2 * probe_period_for(zk, timeout_ms)) < timeout_ms;
-}
-
-bool zk_handover_fits(int64_t w, int timeout_ms)
-{
-    return 3 * w < timeout_ms;
-}
 
 /*
  * Said once per new session. The timeout advised is the smallest from
@@ -357,10 +298,10 @@ static void zk_check_window_settings(const struct zk *zk)
 {
     int timeout = zk_timeout_ms(zk), advised = timeout, run = 0;
 
-    if (window_fits(zk, timeout))
+    if (zk_window_fits(zk, timeout))
         return;
     for (; run < 10; advised++)
-        run = window_fits(zk, advised) ? run + 1 : 0;
+        run = zk_window_fits(zk, advised) ? run + 1 : 0;
     advised -= 10;
     log_warn("zk: the %d ms session timeout is short for [zookeeper] tick_ms %u: CHECK "
              "windows and locks would be given up at the least delay%s; use a timeout of "
@@ -502,7 +443,7 @@ int zk_session_init(struct zk *zk, struct event_base *base, const struct setting
      * an outage; our own log reports state changes, so it speaks only in -v. */
     zoo_set_log_stream(stderr);
     zoo_set_debug_level(log_get_level() >= LOG_LVL_DEBUG ? ZOO_LOG_LEVEL_WARN : 0);
-    if (zk_loop_init(zk) < 0 || zk_vouch_init(zk) < 0)
+    if (zk_loop_init(zk, zk_session_check_stall) < 0 || zk_vouch_init(zk) < 0)
         return -1;
     zk->restart = evtimer_new(base, on_restart, zk);
     zk->retry = evtimer_new(base, on_retry, zk);

@@ -11,13 +11,15 @@
  * and `stale_reads`, and says why requests cannot be served.
  */
 #include "config.h"
-#include "zk_session.h"
+#include "zk_vouch.h"
 
 #include <event2/event.h>
 #include <sys/time.h>
 
 #include "locks.h"
 #include "log.h"
+#include "zk_loop.h"
+#include "zk_timing.h"
 
 /* The sync presume_lost sent came back: what was read after it is fresh. */
 static void on_barrier(int rc, const char *value, const void *data)
