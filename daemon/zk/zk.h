@@ -12,6 +12,7 @@
  *     -> zk_lease.c                    non-fair names (one fixed
  *   zk_nonfair.c                       node), local handoff,
  *   zk_handoff.c zk_query.c zk_watch.c STATUS and HOLDERS, WATCH
+ *   zk_view.c                          the fair queue's rules       zk_view.h
  *   ------------------------------------------------------------------------
  *   zk_node.c  zlock.c  zk_names.c     create, find, delete; the    zk_node.h
  *                                      contexts of requests, watches

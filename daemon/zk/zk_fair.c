@@ -29,6 +29,7 @@
 
 #include "locks.h"
 #include "log.h"
+#include "zk_view.h"
 
 static void on_listed(int rc, const struct String_vector *children, const struct Stat *stat,
                       const void *data);
@@ -225,105 +226,38 @@ static void zl_watch(struct zlock *zl, const char *predecessor)
                                      on_predecessor_read, c), "getData");
 }
 
-/* What one listing of the parent says about our node. */
-struct zview {
-    bool found;                /* our node is among the children */
-    bool first_other_class;    /* the first holder is of another class than ours */
-    unsigned below;            /* nodes before ours */
-    unsigned after;            /* nodes after ours */
-    unsigned leases_after;     /* lease nodes after ours */
-    const char *pred;          /* the node just before ours, or NULL */
-    const char *blocker;       /* the last node before ours that is not shared, or NULL */
-    const char *lease;         /* the first lease node, or NULL */
-    const char *lease_blocker; /* the first lease node that is not shared, or NULL */
-};
-
 /*
- * Reads one listing of the parent. A lease node is a holder wherever it
- * sits: it replaced an ephemeral node that was first in line when it was
- * created (zl_convert), so waiters queued behind that one may come before
- * it. Every lease node seen is handed to the janitor (zk_lease.c).
+ * Reads one listing of the parent (zk_view.c). Every lease node seen but
+ * ours is handed to the janitor (zk_lease.c).
  */
 static void zl_view(const struct zlock *zl, const struct String_vector *children,
                     struct zview *v)
 {
-    const char *mine = basename_of(zl->node), *lowest = NULL;
-    long long my_seq = zk_seq_of(mine), pred_seq = -1, blocker_seq = -1;
-    struct zkind me = { zl->mode, zl->limit, false, 0 };
+    const char *mine = basename_of(zl->node);
     char path[512];
 
-    memset(v, 0, sizeof(*v));
-    /* Order by the sequence suffix alone: prefixes differ between daemons. */
+    zk_view_of(children, mine, zl->mode, zl->limit, v);
+    if (!v->lease)
+        return;              /* no lease node, or only ours */
     for (int i = 0; i < children->count; i++) {
         const char *child = children->data[i];
-        long long seq = zk_seq_of(child);
-        struct zkind k = zk_kind_of(child);
 
-        if (!lowest || seq < zk_seq_of(lowest))
-            lowest = child;
-        if (k.lease && strcmp(child, mine) != 0) {
-            if (!v->lease || seq < zk_seq_of(v->lease))
-                v->lease = child;
-            if (k.mode != LOCK_SHARED && (!v->lease_blocker || seq < zk_seq_of(v->lease_blocker)))
-                v->lease_blocker = child;
-            v->leases_after += seq > my_seq;
+        if (zk_kind_of(child).lease && strcmp(child, mine) != 0) {
             snprintf(path, sizeof(path), "%s/%s", zl->parent, child);
             zk_lease_track(zl->zk, path);
         }
-        if (strcmp(child, mine) == 0) {
-            v->found = true;
-        } else if (seq > my_seq) {
-            v->after++;
-        } else {
-            v->below++;
-            if (seq > pred_seq) {
-                pred_seq = seq;
-                v->pred = child;
-            }
-            if (seq > blocker_seq && k.mode != LOCK_SHARED) {
-                blocker_seq = seq;
-                v->blocker = child;
-            }
-        }
-    }
-    /* The class of the name is its first holder's: a lease if any. */
-    if (v->lease)
-        lowest = v->lease;
-    v->first_other_class = lowest && strcmp(lowest, mine) != 0 &&
-                           !zk_same_class(zk_kind_of(lowest), me);
-}
-
-/*
- * Who may hold, over every node before ours whatever its class, and every
- * lease node: exclusive - no node before it and no lease; shared - no node
- * before it but shared ones, no lease but shared ones; limit=n - fewer than
- * n nodes before it and leases after it. A node whose first holder is of
- * another class is refused (CONFLICT), so classes never hold together.
- */
-static bool zl_may_hold(const struct zlock *zl, const struct zview *v)
-{
-    switch (zl->mode) {
-    case LOCK_SHARED:
-        return v->blocker == NULL && v->lease_blocker == NULL;
-    case LOCK_LIMIT:
-        return v->below + v->leases_after < zl->limit;
-    default:
-        return v->below == 0 && v->lease == NULL;
     }
 }
 
-/* Waits for the one change that can let us in (no herd): the node just
- * before ours goes (exclusive), the last non-shared one before ours goes
- * (shared), then the leases that still hold; for a semaphore's first
- * waiter, any holder goes. */
+/* Waits for the one change that can let us in (zk_view_waits_for). */
 static void zl_wait(struct zlock *zl, const struct zview *v, bool children_watched)
 {
-    if (zl->mode == LOCK_LIMIT && (v->below + v->leases_after == zl->limit ||
-                                   v->leases_after > 0)) {
-        /* First in line (or behind leases, which may sit anywhere): any
-         * holder's departure may let us in. The listing that showed this
-         * must itself have set the watch, or a departure between the two
-         * would go unnoticed. */
+    const char *node = zk_view_waits_for(zl->mode, zl->limit, v);
+
+    if (!node) {
+        /* Any holder's departure may let us in. The listing that showed
+         * this must itself have set the watch, or a departure between the
+         * two would go unnoticed. */
         if (children_watched) {
             zl->step = ZL_WATCHING;
             log_debug("zk: %s waits for one of %u holders", zl->node, zl->limit);
@@ -332,12 +266,7 @@ static void zl_wait(struct zlock *zl, const struct zview *v, bool children_watch
         }
         return;
     }
-    /* A later semaphore waiter watches its predecessor, which rewrites its
-     * own data at once when granted (zl_decide): then this one is first. */
-    if (zl->mode == LOCK_SHARED)
-        zl_watch(zl, v->blocker ? v->blocker : v->lease_blocker);
-    else
-        zl_watch(zl, v->pred ? v->pred : v->lease);
+    zl_watch(zl, node);
 }
 
 /* What one view of the parent with our node in it means for zl: hold,
@@ -357,11 +286,11 @@ static void zl_decide(struct zlock *zl, const struct zview *v, int64_t pzxid,
         locks_backend_refused(h, LOCKS_CONFLICT);
         return;
     }
-    if (zl_may_hold(zl, v) && zl->ttl_ms > 0) {
+    if (zk_view_may_hold(zl->mode, zl->limit, v) && zl->ttl_ms > 0) {
         zl_convert(zl);      /* a lease: a persistent node takes over from ours */
         return;
     }
-    if (zl_may_hold(zl, v)) {
+    if (zk_view_may_hold(zl->mode, zl->limit, v)) {
         if (zl_grant_held_back(zl) || !zl_take_token(zl, pzxid))
             return;
         zl->step = ZL_HELD;

@@ -22,7 +22,7 @@
  * that node may hold, zl_convert() hands the hold to a new zlock that
  * creates a persistent lease node ("...<tag>.lease-<seq>", its deadline in
  * its data) and deletes the ephemeral node only once the lease node
- * exists. A lease node holds wherever it sits (zl_view), so nobody gets
+ * exists. A lease node holds wherever it sits (zk_view.c), so nobody gets
  * in between. The token is made from the lease node's czxid: created after the
  * grant, it exceeds every earlier token, and a later grant happens after
  * its delete. The lease node is created once: if that create's outcome is

@@ -123,7 +123,7 @@ static unsigned mark_holders(const struct String_vector *children, const char *f
         } else if (k.mode == LOCK_SHARED) {
             h = bound < 0 || zk_seq_of(child) < bound;
         } else {
-            /* As zl_may_hold: fewer than n nodes before it and lease nodes
+            /* As zk_view_may_hold: fewer than n nodes before it and lease nodes
              * (which hold wherever they sit) after it. */
             unsigned ahead = 0;
 

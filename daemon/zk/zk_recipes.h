@@ -3,6 +3,8 @@
  * draws the layers), on the node machinery (zk_node.h):
  *
  *   zk_fair.c        the fair queue: list, watch the node before ours, grant
+ *   zk_view.c        its rules, from one listing: who may hold, whom a
+ *                 waiter watches (zk_view.h; pure)
  *   zk_lease_lock.c  a granted request held as a lease: a persistent node
  *   zk_lease.c       leases made by any daemon: the janitor, release and
  *                 renewal by token, the start-up sweep
