@@ -20,6 +20,7 @@
  */
 #include "config.h"
 #include "zk_session.h"
+#include "zk_window.h"
 
 #include <event2/event.h>
 #include <stdio.h>
@@ -66,18 +67,15 @@ static void nonfair_check(struct zk *zk);
  */
 int64_t zk_presence_window_ms(const struct zk *zk)
 {
-    int64_t left;
-
     if (zk->state == ZK_EXPIRED || !zk->session_id || !zk->confirmed_at_ms)
         return 0;
-    left = zk->confirmed_at_ms + zk_timeout_ms(zk) - locks_mono_ms();
-    return left > 0 ? left : 0;
+    return zk_window_left_ms(zk->confirmed_at_ms, zk_timeout_ms(zk), locks_mono_ms());
 }
 
 int64_t zk_presence_window_end_ms(const struct zk *zk)
 {
     return zk->confirmed_at_ms && zk->state != ZK_EXPIRED
-           ? zk->confirmed_at_ms + zk_timeout_ms(zk) : 0;
+           ? zk_window_end_at(zk->confirmed_at_ms, zk_timeout_ms(zk)) : 0;
 }
 
 struct probe_round {
@@ -117,17 +115,14 @@ static void probe_answered(struct zk *zk, int64_t sent_ms, int64_t answered_ms)
 /* The round's write was committed: confirmed_at moves (see above). */
 static void probe_confirm(struct zk *zk, const struct probe_round *pr)
 {
-    int64_t w = zk_ping_wait_ms(zk);
+    const struct zk_probe *p = zk_window_probe(zk->probes, zk->nprobes, zk_ping_wait_ms(zk),
+                                               pr->sync_sent_ms);
 
-    for (unsigned i = zk->nprobes; i-- > 0;)
-        if (zk->probes[i].answered_ms + w <= pr->sync_sent_ms) {
-            if (zk->probes[i].sent_ms > zk->confirmed_at_ms) {
-                zk->confirmed_at_ms = zk->probes[i].sent_ms;
-                zk->probe_confirms++;
-                zk_session_confirmed(zk);
-            }
-            return;
-        }
+    if (p && p->sent_ms > zk->confirmed_at_ms) {
+        zk->confirmed_at_ms = p->sent_ms;
+        zk->probe_confirms++;
+        zk_session_confirmed(zk);
+    }
 }
 
 static void on_probe_written(int rc, const struct Stat *stat, const void *data)

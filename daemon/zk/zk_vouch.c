@@ -20,6 +20,7 @@
 #include "log.h"
 #include "zk_loop.h"
 #include "zk_timing.h"
+#include "zk_window.h"
 
 /* The sync presume_lost sent came back: what was read after it is fresh. */
 static void on_barrier(int rc, const char *value, const void *data)
@@ -42,7 +43,7 @@ int64_t zk_lost_deadline_ms(const struct zk *zk)
 {
     if (!zk->session_id || !zk->confirmed_at_ms || zk->state == ZK_EXPIRED)
         return 0;
-    return zk->confirmed_at_ms + (int64_t)zk_timeout_ms(zk) * 2 / 3;
+    return zk_window_lost_at(zk->confirmed_at_ms, zk_timeout_ms(zk));
 }
 
 static void arm_lost(struct zk *zk, int64_t at_ms)
