@@ -5,8 +5,8 @@
  * (zk_names.c), fencing tokens (ztoken.h), the fair queue's rules
  * (zk_view.c), what STATUS reads from a listing (zk_query.c), CHECK's
  * window arithmetic (zk_window.h), and the session's decisions on a
- * struct zk built by hand (zk_vouch.c, zk_timing.c, zk_presence.c). The last cases
- * drive one whole backend through tests/fake_zookeeper.c: the test plays
+ * struct zk built by hand (zk_vouch.c, zk_timing.c, zk_presence.c). The
+ * last cases drive one whole backend through tests/fake_zookeeper.c: the test plays
  * the server, answering each request the daemon sends.
  */
 #include "locks.h"
@@ -581,7 +581,7 @@ START_TEST(session_may_grant)
     hz.chroot_missing = false;
 
     /* Connected but unconfirmed: held back, and noted, so that the
-     * session tells `resume` once c moves. */
+     * session tells `resume` once confirmed_at moves. */
     confirmed_ago(&hz, 7000);
     ck_assert(!zk_may_grant(&hz));
     ck_assert(hz.grants_held_back);
@@ -595,7 +595,7 @@ START_TEST(session_may_grant)
 }
 END_TEST
 
-/* CHECK's window: c + T - now, whatever the connection, 0 without c. */
+/* CHECK's window: confirmed_at + T - now, whatever the connection, 0 without it. */
 START_TEST(session_window)
 {
     int64_t w = zk_presence_window_ms(&hz);
@@ -631,7 +631,7 @@ START_TEST(session_unreachable_since)
     ck_assert_int_eq(zk_session_unreachable_since(&hz), 0);
     ck_assert_ptr_null(zk_session_why_down(&hz));
 
-    /* Connected past c + 2/3 T: unreachable since that deadline. */
+    /* Connected past confirmed_at + 2/3 T: unreachable since that deadline. */
     confirmed_ago(&hz, 7000);
     ck_assert_int_eq(zk_session_unreachable_since(&hz), C(&hz) + 6000);
     ck_assert_ptr_nonnull(zk_session_why_down(&hz));
