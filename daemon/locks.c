@@ -810,20 +810,6 @@ void locks_status(const struct locks *t, const char *name, struct locks_status *
     }
 }
 
-typedef bool (*status_cb)(void *arg, const char *name, const struct locks_status *st);
-typedef bool (*hold_cb)(void *arg, const struct backend_holder *row);
-
-/* A walk of the table in name order: visit(e, l) for each lock that
- * matches glob, until it returns false. */
-struct each_ctx {
-    const struct locks *t;
-    const char *glob;
-    bool (*visit)(struct each_ctx *e, const struct lock *l);
-    status_cb status;              /* the caller's callback, for visit */
-    hold_cb hold;
-    void *arg;
-};
-
 /* How much of glob is literal: a name that matches starts with these bytes.
  * fnmatch's special characters end it (a backslash too: kept short, the
  * prefix is still a necessary condition). */
@@ -858,31 +844,10 @@ const char *locks_next(const struct locks *t, const char *glob, const char *afte
     return NULL;
 }
 
-static void each_walk(struct each_ctx *e)
-{
-    const char *name = NULL;
+typedef bool (*hold_cb)(void *arg, const struct backend_holder *row);
 
-    while ((name = locks_next(e->t, e->glob, name)))
-        if (!e->visit(e, lock_find(e->t, name)))
-            return;
-}
-
-static bool visit_status(struct each_ctx *e, const struct lock *l)
-{
-    struct locks_status st;
-
-    locks_status(e->t, l->name, &st);
-    return e->status(e->arg, l->name, &st);
-}
-
-void locks_each(const struct locks *t, const char *glob, status_cb cb, void *arg)
-{
-    struct each_ctx e = { t, glob, visit_status, cb, NULL, arg };
-
-    each_walk(&e);
-}
-
-static bool visit_hold(const struct each_ctx *e, const struct lock *l, const struct hold *h)
+/* Tells cb(arg, row) of one hold or queued request of l. */
+static bool visit_hold(hold_cb cb, void *arg, const struct lock *l, const struct hold *h)
 {
     struct backend_holder row = {
         .name = l->name, .mode = h->mode, .limit = h->mode == LOCK_LIMIT ? l->limit : 0,
@@ -900,36 +865,22 @@ static bool visit_hold(const struct each_ctx *e, const struct lock *l, const str
         row.since_ms = (int64_t)now.tv_sec * 1000 + now.tv_usec / 1000 -
                        (locks_mono_us() - h->asked_us) / 1000;
     }
-    return e->hold(e->arg, &row);
-}
-
-static bool visit_holds(struct each_ctx *e, const struct lock *l)
-{
-    const struct hold *h;
-
-    TAILQ_FOREACH(h, &l->admitted, in_lock)
-        if (!visit_hold(e, l, h))
-            return false;
-    TAILQ_FOREACH(h, &l->waiters, in_lock)
-        if (!visit_hold(e, l, h))
-            return false;
-    return true;
+    return cb(arg, &row);
 }
 
 void locks_each_hold_of(const struct locks *t, const char *name, hold_cb cb, void *arg)
 {
-    struct each_ctx e = { t, NULL, visit_holds, NULL, cb, arg };
     const struct lock *l = lock_find(t, name);
+    const struct hold *h;
 
-    if (l)
-        visit_holds(&e, l);
-}
-
-void locks_each_hold(const struct locks *t, const char *glob, hold_cb cb, void *arg)
-{
-    struct each_ctx e = { t, glob, visit_holds, NULL, cb, arg };
-
-    each_walk(&e);
+    if (!l)
+        return;
+    TAILQ_FOREACH(h, &l->admitted, in_lock)
+        if (!visit_hold(cb, arg, l, h))
+            return;
+    TAILQ_FOREACH(h, &l->waiters, in_lock)
+        if (!visit_hold(cb, arg, l, h))
+            return;
 }
 
 void locks_set_observer(struct locks *t, void (*changed)(void *arg, const char *name),

@@ -220,18 +220,9 @@ struct locks_status {
 void locks_status(const struct locks *t, const char *name, struct locks_status *out);
 
 /*
- * Calls cb(arg, name, st) for each lock whose name matches glob (fnmatch;
- * NULL: every lock), in name order, until cb returns false. The table must
- * not change meanwhile.
- */
-void locks_each(const struct locks *t, const char *glob,
-                bool (*cb)(void *arg, const char *name, const struct locks_status *st),
-                void *arg);
-
-/*
  * A walk that may pause, for a listing written as its client reads it:
  * the first name after `after` (NULL: the first of all), in strcmp order,
- * that matches glob (as locks_each), or NULL when there is none. A glob's
+ * that matches glob (fnmatch; NULL: any), or NULL when there is none. A glob's
  * literal prefix (`deploy-*`: "deploy-") is found in the tree, not by a
  * walk of every name. The name is borrowed: copy it before the table
  * changes. Between two calls the table may change; the walk goes on after
@@ -240,16 +231,13 @@ void locks_each(const struct locks *t, const char *glob,
 const char *locks_next(const struct locks *t, const char *glob, const char *after);
 
 /*
- * HOLDERS in embedded mode: calls cb(arg, row) for every hold and queued
- * request of each lock whose name matches glob (NULL: every lock), in name
- * order, each name's holds before its waiters, until cb returns false.
+ * HOLDERS in embedded mode, one name at a time (locks_next): calls cb(arg,
+ * row) for every hold and queued request of the lock `name` (none: no
+ * call), its holds before its waiters, until cb returns false.
  * row->holder is the owner's desc without a daemon id; the row is borrowed
  * for the call. The table must not change meanwhile.
- * locks_each_hold_of: the same for the one lock `name` (none: no call).
  */
 struct backend_holder;
-void locks_each_hold(const struct locks *t, const char *glob,
-                     bool (*cb)(void *arg, const struct backend_holder *row), void *arg);
 void locks_each_hold_of(const struct locks *t, const char *name,
                         bool (*cb)(void *arg, const struct backend_holder *row), void *arg);
 

@@ -735,11 +735,6 @@ int metrics_fd(const struct metrics *m)
     return m ? m->fd : -1;
 }
 
-const char *metrics_addr(const struct metrics *m)
-{
-    return m->addr;
-}
-
 void metrics_stop(struct metrics *m)
 {
     struct http_conn *hc;

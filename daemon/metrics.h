@@ -25,9 +25,6 @@ struct metrics *metrics_start(const struct server *srv, const char *addr, int fd
 /* The listening socket, for a handover; -1 for NULL. */
 int metrics_fd(const struct metrics *m);
 
-/* The bound address, "IP:PORT" with the port resolved; lives as long as m. */
-const char *metrics_addr(const struct metrics *m);
-
 /* Closes the listener and every HTTP connection, and frees m (NULL: nothing). */
 void metrics_stop(struct metrics *m);
 

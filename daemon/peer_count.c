@@ -21,7 +21,6 @@ struct peer_rec {
 
 struct peer_count {
     struct peer_rec *buckets[NBUCKETS];
-    unsigned count;
 };
 
 struct peer_count *peer_count_new(void)
@@ -41,11 +40,6 @@ void peer_count_free(struct peer_count *t)
             free(r);
         }
     free(t);
-}
-
-unsigned peer_count_addrs(const struct peer_count *t)
-{
-    return t->count;
 }
 
 static unsigned bucket_of(const char *addr)
@@ -95,14 +89,12 @@ int peer_count_add(struct peer_count *t, const char *addr, int conns, int handsh
             return -1;
         strncpy(r->addr, addr, sizeof(r->addr) - 1);
         *link = r;
-        t->count++;
     }
     r->n.conns = add_to(r->n.conns, conns);
     r->n.handshakes = add_to(r->n.handshakes, handshakes);
     if (r->n.conns == 0 && r->n.handshakes == 0) {
         *link = r->next;
         free(r);
-        t->count--;
     }
     return 0;
 }

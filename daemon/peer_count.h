@@ -31,7 +31,4 @@ struct peer_counts peer_count_get(const struct peer_count *t, const char *addr);
  * never goes below 0. Returns 0, or -1 when out of memory (nothing added). */
 int peer_count_add(struct peer_count *t, const char *addr, int conns, int handshakes);
 
-/* Addresses in the table now. */
-unsigned peer_count_addrs(const struct peer_count *t);
-
 #endif
