@@ -68,7 +68,8 @@ struct settings {
     unsigned zk_local_handoff;  /* consecutive grants passed among this daemon's clients */
     unsigned zk_keep_idle_ms;   /* how long a released lock's node waits for a local LOCK */
     char *zk_nonfair;           /* "glob[,glob...]": non-fair names, or NULL for none;
-                                 * malloc'd; validated (settings_nonfair_match) */
+                                 * malloc'd; validated as globs, matched with
+                                 * settings_globs_match() */
     /* [log] */
     enum log_level log_level;
     unsigned log_rate_limit;    /* lines of one kind written per second at info and above;

@@ -96,7 +96,8 @@ struct conn {
     struct event *handshake_timer; /* owned; armed until the TLS handshake ends */
     bool handshaking;              /* TLS: the handshake has not ended yet */
     bool any_input;                /* a byte has been parsed (plain: not a TLS handshake) */
-    enum conn_login login;         /* change only through conn_login_arm/_done/timeout */
+    enum conn_login login;         /* changed only by conn_login_arm, conn_logged_in,
+                                    * conn_on_login_timeout, conn_login_expired */
     struct event *login_timer;     /* owned, or NULL before the first deadline */
     char *refusal;                 /* owned: the line a refused TLS connection gets after
                                     * its handshake, then closed; NULL: served */

@@ -4,7 +4,7 @@
  * Each name has a struct lock with two lists: `admitted`, the requests let
  * through locally (HOLD_ACQUIRING while the backend works for them,
  * HOLD_HELD once granted), and `waiters`, the rest in arrival order.
- * lock_admit() is the one place that decides who goes through: it moves the
+ * lock_settle() is the one place that decides who goes through: it moves the
  * head of the waiters to `admitted` while it fits beside what is there
  * (lock_fits), and asks the backend for each. When an acquiring request
  * leaves and the next waiter wants the same mode, that waiter takes over
