@@ -14,7 +14,7 @@
  * above '~' are written %XX; NULL is "-", the empty string ".", and a
  * string that is exactly "-" or "." has its byte escaped. A reader that
  * finds another format number, a missing or wrong end line, or a field it
- * cannot read refuses the whole snapshot (snap_r_error says why): nothing
+ * cannot read refuses the whole snapshot (r->err says why): nothing
  * of a half-read snapshot is ever used.
  *
  * Pure: no sockets, no event loop; tests/check_snap.c runs it.
