@@ -381,6 +381,27 @@ START_TEST(queue_info_modes)
 }
 END_TEST
 
+/* A lease node holds wherever it sits, behind a writer or past the limit's
+ * count: STATUS counts it, as the fair queue lets it hold (zk_view.c). */
+START_TEST(queue_info_counts_leases_behind_others)
+{
+    struct String_vector shared = LISTING("a-1-shared-0000000001", "b-1-excl-0000000002",
+                                          "c-1-shared.lease-0000000003");
+    struct String_vector sem = LISTING("a-1-limit2-0000000001", "b-1-limit2-0000000003",
+                                       "c-1-limit2.lease-0000000004");
+    struct backend_queue_info info;
+    const char *first;
+
+    zk_queue_info(&shared, &info, &first);
+    ck_assert_int_eq(info.mode, LOCK_SHARED);
+    ck_assert_uint_eq(info.holders, 2);     /* the reader first in line and the lease */
+
+    zk_queue_info(&sem, &info, &first);
+    ck_assert_int_eq(info.mode, LOCK_LIMIT);
+    ck_assert_uint_eq(info.holders, 2);     /* the first node and the lease, not the second */
+}
+END_TEST
+
 START_TEST(queue_holder_data)
 {
     struct backend_queue_info info;
@@ -932,6 +953,7 @@ static Suite *zk_suite(void)
 
     tc = tcase_create("status");
     tcase_add_test(tc, queue_info_modes);
+    tcase_add_test(tc, queue_info_counts_leases_behind_others);
     tcase_add_test(tc, queue_holder_data);
     tcase_add_test(tc, queue_holder_lease);
     suite_add_tcase(s, tc);

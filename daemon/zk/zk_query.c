@@ -96,7 +96,7 @@ static const char *first_holder(const struct String_vector *children)
  * Which nodes hold the name, by the rules of zk_fair.c: the first holder
  * (first_holder) decides the mode; exclusive - it alone; shared - the
  * shared nodes before the first that is not; limit=n - the first n of its
- * class. Sets held[i] for children->data[i] (held may be NULL) and returns
+ * class; and in both, a lease node of the class wherever it sits. Sets held[i] for children->data[i] (held may be NULL) and returns
  * how many hold; *mode and *limit are the first holder's.
  */
 static unsigned mark_holders(const struct String_vector *children, const char *first,
@@ -118,23 +118,27 @@ static unsigned mark_holders(const struct String_vector *children, const char *f
         const char *child = children->data[i];
         bool h;
 
+        struct zkind ck = zk_kind_of(child);
+
+        /* A lease node of the class holds wherever it sits (zk_view.c):
+         * behind a writer, past the limit's count. */
         if (k.mode == LOCK_EXCLUSIVE) {
             h = child == first;
         } else if (k.mode == LOCK_SHARED) {
-            h = bound < 0 || zk_seq_of(child) < bound;
+            h = bound < 0 || zk_seq_of(child) < bound || (ck.lease && ck.mode == LOCK_SHARED);
         } else {
             /* As zk_view_may_hold: fewer than n nodes before it and lease nodes
-             * (which hold wherever they sit) after it. */
+             * after it. */
             unsigned ahead = 0;
 
-            h = zk_same_class(zk_kind_of(child), k);
-            for (int j = 0; h && j < children->count; j++) {
+            h = zk_same_class(ck, k);
+            for (int j = 0; h && !ck.lease && j < children->count; j++) {
                 struct zkind o = zk_kind_of(children->data[j]);
                 long long d = zk_seq_of(children->data[j]) - zk_seq_of(child);
 
                 ahead += zk_same_class(o, k) && (d < 0 || (d > 0 && o.lease));
             }
-            h = h && ahead < k.limit;
+            h = h && (ck.lease || ahead < k.limit);
         }
         if (held)
             held[i] = h;
