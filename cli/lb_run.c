@@ -229,13 +229,13 @@ static void notice_fail(const struct run_opts *o, struct notice *n, const char *
  * What a `STATUS <name> held holder=H token=T since=MS ... [holders=N]
  * [delay=MS] [lease=MS] [label=L]` line (cut up in place) says of the
  * holder, into who: "H label=L since 2026-11-22 10:00:01, and N-1 more
- * holders", then ", its lock-delay ending in MS ms" or ", a lease ending in
- * MS ms" if so. Fields it does not know are skipped. Returns 1 (held), 0
+ * holders", then ", kept MS ms more after its release (...)" or ", a lease
+ * ending in MS ms" if so. Fields it does not know are skipped. Returns 1 (held), 0
  * (free: who is empty) or -1 (neither).
  */
 static int status_holder(char *line, char *who, size_t cap)
 {
-    char when[64] = "", more[64] = "", delay[64] = "", lease[64] = "";
+    char when[64] = "", more[64] = "", delay[128] = "", lease[64] = "";
     const char *holder = "-", *label = NULL, *state = NULL;
     char *save = NULL, *w;
     int i = 0;
@@ -260,7 +260,10 @@ static int status_holder(char *line, char *who, size_t cap)
             if (h > 1)
                 snprintf(more, sizeof(more), ", and %ld more holder%s", h - 1, h > 2 ? "s" : "");
         } else if (strncmp(w, "delay=", 6) == 0 && w[6] >= '0' && w[6] <= '9') {
-            snprintf(delay, sizeof(delay), ", its lock-delay ending in %.20s ms", w + 6);
+            /* STATUS says delay= both for a keep (--min-hold, UNLOCK keep=) and for
+             * the lock-delay of an abandoned hold: name neither as the other. */
+            snprintf(delay, sizeof(delay), ", kept %.20s ms more after its release "
+                     "(--min-hold or a lock-delay)", w + 6);
         } else if (strncmp(w, "lease=", 6) == 0 && w[6] >= '0' && w[6] <= '9') {
             snprintf(lease, sizeof(lease), ", a lease ending in %.20s ms", w + 6);
         }
@@ -574,6 +577,8 @@ static void run_lock_timeout(const struct run_opts *o, struct lb_conn *c)
     int64_t deadline = lb_now_ms() + o->io_ms;
     int held = -1;
 
+    if (o->quiet)
+        return;   /* -q: a skip says nothing, and asks nothing */
     /* A set: which of its names is taken is not known here. */
     if (!strchr(o->name, ',')) {
         snprintf(req, sizeof(req), "STATUS %s\n", o->name);
@@ -1420,7 +1425,9 @@ static int run_take(struct run *r)
         wait = end < 0 ? -1 : end > now ? end - now : 0;
         pause = pause * 2 > RUN_RETRY_MAX_MS ? RUN_RETRY_MAX_MS : pause * 2;
     }
-    if (o->wait_ms == 0)
+    if (o->quiet)
+        ;   /* -q: a skip says nothing */
+    else if (o->wait_ms == 0)
         fprintf(stderr, "lockbroker: lock %s is certain for only %" PRId64 " ms (CHECK); not "
                 "waiting for a longer window (-w 0); the command was not run\n", o->name,
                 r->check_min);

@@ -27,6 +27,8 @@ struct run_opts {
     int timeout_exit;                /* -E: the exit status when the wait runs out; -1: 124 */
     int notice;                      /* say on stderr who holds the lock once the wait
                                         passes RUN_NOTICE_MS (-v, or stderr is a terminal) */
+    int quiet;                       /* -q: a lock not granted within wait_ms (a skip)
+                                        is not said on stderr; errors still are */
     int64_t min_hold_ms;             /* run --min-hold: released no sooner than this after
                                         the grant (UNLOCK keep=); 0: at once */
     int release_on_failure;          /* run --release-on-failure: a failed command

@@ -38,6 +38,7 @@ struct options {
     int timeout_exit;      /* -E: the status when -w runs out (run and lease); -1: 124 */
     const char *label;     /* --label (run and lease), checked; NULL: the default */
     int verbose;           /* -v (run and lease): say what a long wait waits for */
+    int quiet;             /* -q (run and lease): a lock not granted within -w prints nothing */
     const char *user;      /* -a, or NULL: no AUTH */
     const char *password_file; /* --password-file, or NULL: $LOCKBROKER_PASSWORD */
     int tls;               /* --tls 1, --no-tls 0; -1: neither ($LOCKBROKER_TLS decides) */
@@ -65,7 +66,7 @@ enum { OPT_LABEL = 256, OPT_PASSWORD_FILE, OPT_JSON, OPT_RAW, OPT_HUMAN, OPT_CLU
 enum {
     OPTS_LOCK = 1 << 0,      /* -w, --nonblock, -s, -n, -E: how run and lease wait and hold */
     OPTS_GRACE = 1 << 1,     /* -g: run's grace after a loss */
-    OPTS_LABEL = 1 << 2,     /* --label, -v: run and lease */
+    OPTS_LABEL = 1 << 2,     /* --label, -v, -q: run and lease */
     OPTS_JSON = 1 << 3,      /* --json: stats, status, locks */
     OPTS_CLUSTER = 1 << 4,   /* --cluster: locks */
     OPTS_MIN_HOLD = 1 << 5,  /* --min-hold, --release-on-failure: run */
@@ -119,16 +120,36 @@ static int parse_duration(const char *s, int64_t min_ms, int64_t max_ms, int64_t
 }
 
 /*
+ * A plain number from 1 to 999 is most likely meant as seconds (flock's
+ * -w 60, timeout's 60): say once, on stderr, that it is milliseconds, and
+ * how to write either. 0 and numbers of 1000 and more are clearly ms.
+ */
+static void warn_unitless(const char *what, const char *arg, int64_t ms)
+{
+    static bool warned;
+
+    if (warned || ms < 1 || ms > 999 || arg[strspn(arg, "0123456789")] != '\0')
+        return;
+    warned = true;
+    fprintf(stderr, "lockbroker: warning: %s %s is %s milliseconds, not seconds: write %ss "
+            "(or %s000) for seconds, %sms for milliseconds without this warning\n", what, arg,
+            arg, arg, arg, arg);
+}
+
+/*
  * A duration from the command line (what: "-w", "lease: TTL", ...), or a
- * usage error (reported) that gives the range and the units.
+ * usage error (reported) that gives the range and the units. A plain
+ * number under 1000 is taken, with a warning (warn_unitless()).
  */
 static int check_duration(const char *what, const char *arg, int64_t min_ms, int64_t max_ms,
                           int64_t *out)
 {
     char msg[512];
 
-    if (parse_duration(arg, min_ms, max_ms, out) == 0)
+    if (parse_duration(arg, min_ms, max_ms, out) == 0) {
+        warn_unitless(what, arg, *out);
         return 0;
+    }
     snprintf(msg, sizeof(msg), "%s: expected milliseconds, or a time with a unit (500ms, 60s, "
              "2m, 1h), from %lld to %lld ms; got '%s'", what, (long long)min_ms,
              (long long)max_ms, arg);
@@ -318,6 +339,10 @@ static int parse_lock_option(struct options *o, int opt, const char *arg)
         o->release_on_failure = 1;
         o->given |= OPTS_MIN_HOLD;
         return 0;
+    case 'q':
+        o->quiet = 1;
+        o->given |= OPTS_LABEL;
+        return 0;
     default:   /* -v */
         o->verbose = 1;
         o->given |= OPTS_LABEL;
@@ -378,6 +403,7 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
         { "human", no_argument, NULL, OPT_HUMAN },
         { "cluster", no_argument, NULL, OPT_CLUSTER },
         { "verbose", no_argument, NULL, 'v' },
+        { "quiet", no_argument, NULL, 'q' },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
         { NULL, 0, NULL, 0 },
@@ -386,14 +412,14 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
 
     optind = 1;
     opterr = 0;   /* our own messages, with the usage hint */
-    while ((opt = getopt_long(argc, argv, "+:H:U:w:g:E:t:sn:a:vhV", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "+:H:U:w:g:E:t:sn:a:vqhV", longopts, NULL)) != -1) {
         switch (opt) {
         case 'H': case 'U': case 't': case 'a': case OPT_PASSWORD_FILE:
         case OPT_TLS: case OPT_NO_TLS: case OPT_CACERT: case OPT_CERT: case OPT_KEY:
             rc = parse_broker_option(o, opt, optarg);
             break;
         case 'w': case OPT_NONBLOCK: case 'g': case 'E': case 's': case 'n': case OPT_LABEL:
-        case 'v': case OPT_MIN_HOLD: case OPT_RELEASE_ON_FAILURE:
+        case 'v': case 'q': case OPT_MIN_HOLD: case OPT_RELEASE_ON_FAILURE:
             rc = parse_lock_option(o, opt, optarg);
             break;
         case OPT_JSON: case OPT_RAW: case OPT_HUMAN: case OPT_CLUSTER:
@@ -1248,8 +1274,8 @@ static void run_opts_from(const struct call *call, struct run_opts *ro)
 
     *ro = (struct run_opts){ .addr = call->addr, .wait_ms = o->wait_ms, .io_ms = o->io_ms,
                              .shared = o->shared, .limit = o->limit, .label = o->label,
-                             .notice = o->verbose || isatty(STDERR_FILENO),
-                             .timeout_exit = o->timeout_exit };
+                             .notice = o->verbose || (!o->quiet && isatty(STDERR_FILENO)),
+                             .quiet = o->quiet, .timeout_exit = o->timeout_exit };
 }
 
 /* run NAME [--] COMMAND [ARGS...], and elect, which is run. */
@@ -1514,7 +1540,7 @@ static const struct option_rule {
       "%s: -w, -g, -s, -n and -E are options of run (-w, -s, -n and -E also of lease)" },
     { OPTS_JSON, OPTS_JSON, "%s: --json is an option of stats, status and locks" },
     { OPTS_CLUSTER, OPTS_CLUSTER, "%s: --cluster is an option of locks" },
-    { OPTS_LABEL, OPTS_LABEL, "%s: --label and -v are options of run and lease" },
+    { OPTS_LABEL, OPTS_LABEL, "%s: --label, -v and -q are options of run and lease" },
     { OPTS_GRACE, OPTS_GRACE, "%s: -g is an option of run" },
     { OPTS_MIN_HOLD, OPTS_MIN_HOLD,
       "%s: --min-hold and --release-on-failure are options of run" },
@@ -1527,7 +1553,8 @@ static void usage_options(FILE *f)
 {
     fprintf(f,
         "TIME and TTL are a number with a unit, ms, s, m or h (500ms, 60s, 2m, 1h), or\n"
-        "a plain number of milliseconds: -w 60 waits 60 ms, -w 60s a minute.\n"
+        "a plain number of milliseconds: -w 60 waits 60 ms, -w 60s a minute (a plain\n"
+        "number from 1 to 999 is taken with a warning on stderr).\n"
         "Options go before or after the subcommand, but before NAME. A COMMAND that\n"
         "starts with '-' needs -- before it.\n"
         "  -H, --host HOST:PORT  broker address: IPv4, [IPv6] or a host name, and a port\n"
@@ -1547,6 +1574,7 @@ static void usage_options(FILE *f)
         "  -E, --conflict-exit-code N\n"
         "                        run, lease: exit N (0-255) rather than 124 when -w runs\n"
         "                        out, so that it cannot be taken for COMMAND's own status\n"
+        "                        (who holds the lock is still said: -q for silence)\n"
         "  -g, --grace TIME      run: after the lock is lost or in jeopardy, SIGKILL the\n"
         "                        command TIME after SIGTERM (default %d ms; 0: at once),\n"
         "                        but within the broker's last safe window (CHECK); also\n"
@@ -1569,6 +1597,9 @@ static void usage_options(FILE *f)
         "  -v, --verbose         run, lease: once a wait for the lock passes 1 s, say on\n"
         "                        stderr who holds it (the default when stderr is a\n"
         "                        terminal)\n"
+        "  -q, --quiet           run, lease: print nothing when the lock is not granted\n"
+        "                        within -w (a skip; with -E 0, cron mails nothing);\n"
+        "                        errors are still printed\n"
         "  -a, --user USER       log in as USER (AUTH) with the password from\n"
         "                        --password-file, or else $LOCKBROKER_PASSWORD\n"
         "      --password-file FILE  the password of -a: the first line of FILE\n"

@@ -495,7 +495,7 @@ class RunTests(DaemonCase):
         holder = self.client()
         holder.send("LOCK %s\n" % b)
         holder.expect_match(r"OK %s [0-9]+" % re.escape(b))
-        p = self.lb(self.hp() + ["run", "-w", "100", "%s,%s" % (a, b), "--", "echo", "ran"])
+        p = self.lb(self.hp() + ["run", "-w", "100ms", "%s,%s" % (a, b), "--", "echo", "ran"])
         self.assert_exit(p, EXIT_TIMEOUT, stdout="")
         holder.send("TRYLOCK %s\n" % a)                      # released with the set
         holder.expect_match(r"OK %s [0-9]+" % re.escape(a))
@@ -530,7 +530,7 @@ class RunTests(DaemonCase):
                 p = self.lb(self.hp() + args)
                 self.assert_exit(p, EXIT_TIMEOUT, r"lock %s is held by %s; not waiting for it "
                                  r"\(-w 0\)$" % (re.escape(n), who), stdout="")
-        p = self.lb(self.hp() + ["run", "-w", "200", n, "--", "sh", "-c", "echo ran"])
+        p = self.lb(self.hp() + ["run", "-w", "200ms", n, "--", "sh", "-c", "echo ran"])
         self.assert_exit(p, EXIT_TIMEOUT, r"timed out after 200 ms waiting for lock %s, held by "
                          r"%s$" % (re.escape(n), who), stdout="")
 
@@ -556,6 +556,38 @@ class RunTests(DaemonCase):
         self.assertEqual(self.client().request("BREAK %s" % n), "OK %s" % n)
         p = self.lb(self.hp() + ["run", "-w", "0", n] + job)
         self.assert_exit(p, 0, stdout="ran\n")
+
+    def test_quiet_skip_prints_nothing(self):
+        # cron mails whenever a job prints: the hosts that skip a --min-hold
+        # job with -w 0 -E 0 -q print nothing and exit 0. -E 0 alone still
+        # says who holds it (lockbroker(1), -E); -q does not hide errors.
+        n = self.name()
+        job = ["--", "sh", "-c", "echo ran"]
+        first = self.lb(self.hp() + ["run", "-w", "0", "-E", "0", "-q", "--min-hold", "10m", n]
+                        + job)
+        self.assert_exit(first, 0, stdout="ran\n")
+        self.assertEqual(first.err, "")
+        for args in (["run", "-w", "0", "-E", "0", "-q", "--min-hold", "10m", n] + job,
+                     ["run", "--quiet", "--nonblock", "-E", "0", n] + job,
+                     ["lease", "-q", "-w", "0", "-E", "0", n, "1m"]):
+            with self.subTest(args=args):
+                p = self.lb(self.hp() + args)
+                self.assert_exit(p, 0, stdout="")
+                self.assertEqual(p.err, "")
+        p = self.lb(self.hp() + ["run", "-q", "-w", "200ms", n] + job)
+        self.assert_exit(p, EXIT_TIMEOUT, stdout="")
+        self.assertEqual(p.err, "")
+        p = self.lb(self.hp() + ["run", "-w", "0", "-E", "0", n] + job)
+        self.assert_exit(p, 0, r"lock %s is held by .*, kept \d+ ms more after its release "
+                         r"\(--min-hold or a lock-delay\); not waiting for it \(-w 0\)$"
+                         % re.escape(n), stdout="")
+        self.assertEqual(self.client().request("BREAK %s" % n), "OK %s" % n)
+        other = self.name()
+        self.assertRegex(self.client().request("LOCK %s 0 limit=2" % other),
+                         r"^OK %s \d+$" % re.escape(other))
+        p = self.lb(self.hp() + ["run", "-q", "-w", "0", "-E", "0", "-n", "3", other] + job)
+        self.assert_exit(p, EXIT_CONFLICT, r"lock %s is in use in another mode"
+                         % re.escape(other), stdout="")
 
     def test_min_hold_release_on_failure(self):
         n = self.name()
@@ -976,11 +1008,11 @@ class LeaseTests(DaemonCase):
             (["release"], r"release: expected NAME TOKEN"),
             (["release", "n"], r"release: expected NAME TOKEN"),
             (["release", "n", "1", "extra"], r"unexpected argument 'extra'"),
-            (["lease", "-g", "100", "n", "1000"], r"lease: -g is an option of run"),
+            (["lease", "-g", "100ms", "n", "1000"], r"lease: -g is an option of run"),
             (["lease", "-s", "-n", "2", "n", "1000"],
              r"--shared and --limit are mutually exclusive"),
             (["lease", "-w", "soon", "n", "1000"], r"-w: expected milliseconds"),
-            (["renew", "-w", "5", "n", "1", "1000"],
+            (["renew", "-w", "5ms", "n", "1", "1000"],
              r"renew: -w, -g, -s, -n and -E are options of run \(-w, -s, -n and -E also of "
              r"lease\)"),
             (["-s", "release", "n", "1"],
@@ -1084,7 +1116,7 @@ while True:
         for sig in (signal.SIGINT, signal.SIGTERM):
             with self.subTest(sig=sig.name):
                 n = self.name()
-                p = self.start(self.hp() + ["run", "-g", "200", n, "--"] +
+                p = self.start(self.hp() + ["run", "-g", "200ms", n, "--"] +
                                trapper(ignore=True, ready="os.getpid()"))
                 pid = int(p.read_line())
                 self.addCleanup(kill_if_alive, pid)
@@ -1288,7 +1320,7 @@ class ErrorTests(DaemonCase):
             (["-H", addr, "status", "n", "-v"],
              r"status: option '-v' after NAME: options go before NAME"),
             (["-H", addr, "-t", "0", "ping"], r"-t: expected milliseconds"),
-            (["-H", addr, "-w", "5", "ping"], r"ping: -w, -g, -s, -n and -E are options of run"),
+            (["-H", addr, "-w", "5ms", "ping"], r"ping: -w, -g, -s, -n and -E are options of run"),
             (["-H", addr, "-s", "ping"], r"ping: -w, -g, -s, -n and -E are options of run"),
             (["-H", addr, "--nonblock", "ping"], r"ping: -w, -g, -s, -n and -E are options of "
                                                   r"run"),
@@ -1964,7 +1996,7 @@ class FakeBrokerTests(Case):
         for extra, rc in (([], EXIT_TIMEOUT), (["-E", "3"], 3)):
             with self.subTest(extra=extra):
                 n = self.name()
-                p = self.start(["-H", self.addr, "run", "-w", "600"] + extra +
+                p = self.start(["-H", self.addr, "run", "-w", "600ms"] + extra +
                                [n, "--", "echo", "ran"])
                 grants = 0
                 while True:
@@ -2001,7 +2033,7 @@ class FakeBrokerTests(Case):
         # The command ignores SIGTERM; it still ends, and so does its child.
         n = self.name()
         script = "trap '' TERM; sleep 600 & echo $$ $!; wait"
-        p, c = self.granted(["-g", "100", n, "--", "sh", "-c", script], n)
+        p, c = self.granted(["-g", "100ms", n, "--", "sh", "-c", script], n)
         pids = [int(x) for x in p.read_line().split()]
         c.send("LOST %s 42 zk-disconnected\n" % n)
         p.finish()
@@ -2171,6 +2203,21 @@ class FakeBrokerTests(Case):
                 self.assert_exit(p, EXIT_TIMEOUT, busy_re(n, r"d1/10\.0\.0\.5:4242 label=x@y:1:z "
                                                             r"since " + DATE))
 
+    def test_quiet_asks_nothing_after_a_timeout(self):
+        # -q: a TIMEOUT is not followed by the STATUS that asks who holds it.
+        for args in (["run", "-q", "-w", "0", "-E", "0", "%(n)s", "--", "true"],
+                     ["lease", "--quiet", "-w", "0", "-E", "0", "%(n)s", "1m"]):
+            with self.subTest(args=args):
+                n = self.name()
+                p = self.start(["-H", self.addr] + [a % {"n": n} for a in args])
+                c = self.accept_locker()
+                c.expect_match(r"LOCK %s 0( ttl=60000)?" % re.escape(n))
+                c.send("TIMEOUT %s\n" % n)
+                p.finish()
+                self.assert_exit(p, 0, stdout="")
+                self.assertEqual(p.err, "")
+                c.expect_eof()   # no STATUS: -q asks nothing
+
     def test_wait_0_says_what_status_says(self):
         since = "since=1795420401982"
         cases = [
@@ -2180,8 +2227,8 @@ class FakeBrokerTests(Case):
              " waiters=1 queue=2 mode=shared holders=3", "is held by d1/unix since %s, and 2 more "
              "holders" % DATE),
             ("STATUS %(n)s held holder=d1/unix token=7 " + since + " waiters=0 queue=1 "
-             "delay=1500 label=a", "is held by d1/unix label=a since %s, its lock-delay ending in "
-             "1500 ms" % DATE),
+             "delay=1500 label=a", "is held by d1/unix label=a since %s, kept 1500 ms more after its "
+             r"release \(--min-hold or a lock-delay\)" % DATE),
             ("STATUS %(n)s free holder=- token=- since=- waiters=0 queue=0", "is not free"),
             ("ERR UNAVAILABLE the lock service is not reachable; retry later", "is not free"),
         ]
@@ -2240,7 +2287,7 @@ class FakeBrokerTests(Case):
     def test_conflict_exit_code(self):
         # -E N: N when the wait runs out; the command's own 124 passes unchanged.
         n = self.name()
-        p = self.start(["-H", self.addr, "run", "-E", "3", "-w", "100", n, "--", "true"])
+        p = self.start(["-H", self.addr, "run", "-E", "3", "-w", "100ms", n, "--", "true"])
         c = self.accept_locker()
         c.expect("LOCK %s 100" % n)
         self.timed_out(c, n)
@@ -2313,12 +2360,14 @@ class FakeBrokerTests(Case):
         # A plain number is milliseconds; ms, s, m and h are units. -g and -t
         # are not sent, only accepted.
         cases = [
-            (["-w", "60"], "60"),
+            (["-w", "60ms"], "60"),
             (["-w", "500ms"], "500"),
             (["-w", "60s"], "60000"),
             (["--wait=2m"], "120000"),
             (["-w", "1h"], "3600000"),
             (["-w", "0s"], "0"),
+            (["-w", "0"], "0"),
+            (["-w", "1000"], "1000"),
             (["-w", "007s"], "7000"),
             (["-w", "2147483647ms"], "2147483647"),
             (["-w", "596h"], "2145600000"),
@@ -2357,6 +2406,30 @@ class FakeBrokerTests(Case):
                 p.finish()
                 self.assert_exit(p, 0, stdout="42\n" if args[0] == "lease" else "")
                 self.assertEqual(p.err, "")
+
+    def test_a_plain_number_under_1000_is_warned_about(self):
+        # `-w 60` is 60 ms, most likely meant as a minute (flock -w 60): it is
+        # taken as given, with one warning on stderr, however many there are.
+        for args, request, said in (
+                (["run", "-w", "60", "-g", "5", "-t", "900", "%(n)s", "--", "true"],
+                 "LOCK %(n)s 60", "-w 60"),
+                (["run", "--min-hold", "30", "%(n)s", "--", "true"], "LOCK %(n)s", "--min-hold 30"),
+                (["lease", "%(n)s", "300"], "LOCK %(n)s ttl=300", "lease: TTL 300")):
+            with self.subTest(args=args):
+                n = self.name()
+                p = self.start(["-H", self.addr] + [a % {"n": n} for a in args])
+                c = self.accept_locker()
+                c.expect(request % {"n": n})
+                c.send("OK %s 42\n" % n)
+                if args[0] == "run":
+                    self.confirm(c, n)
+                    c.expect_match(r"UNLOCK %s( keep=\d+)?$" % re.escape(n))
+                    c.send("OK %s\n" % n)
+                p.finish()
+                num = said.split()[-1]
+                self.assert_exit(p, 0, r"warning: %s is %s milliseconds, not seconds: write %ss "
+                                 r"\(or %s000\) for seconds, %sms for milliseconds without this "
+                                 r"warning$" % (re.escape(said), num, num, num, num))
 
     def test_unavailable_is_not_a_timeout(self):
         # The daemon answers ERR UNAVAILABLE, not TIMEOUT, to a LOCK whose wait
@@ -2490,7 +2563,7 @@ class FakeBrokerTests(Case):
                          r"granting lock %s$" % re.escape(n), stdout="")
 
     def test_no_reply(self):
-        p = self.start(["-H", self.addr, "-t", "100", "ping"])
+        p = self.start(["-H", self.addr, "-t", "100ms", "ping"])
         c = self.accept()
         c.expect("PING")
         p.finish()
@@ -3005,7 +3078,7 @@ class LostTests(ZkCase):
     def test_outage_kills_a_command_that_ignores_sigterm(self):
         zk, d = self.distributed()
         n = self.name()
-        p = self.start(["-H", d.listen_addr, "run", "-g", "200", n, "--"] +
+        p = self.start(["-H", d.listen_addr, "run", "-g", "200ms", n, "--"] +
                        trapper(ignore=True, ready="os.getpid()"))
         pid = int(p.read_line(timeout=scaled(30)))
         zk.stop()
