@@ -909,7 +909,7 @@ class LeaseTests(DaemonCase):
     def test_expired_lease_goes_to_a_waiter(self):
         n = self.name()
         mark = self.d.log_mark()
-        token = self.lease(n, "300")
+        token = self.lease(n, "300ms")
         # The waiter is granted when the lease expires: that grant is the event awaited.
         later = self.lease(n, "60000", ["-w", str(int(scaled(5.0) * 1000))])
         self.assertGreater(later, token)
@@ -954,7 +954,7 @@ class LeaseTests(DaemonCase):
 
     def test_largest_token_is_sent(self):
         n = self.name()
-        p = self.lb(self.hp() + ["renew", n, "18446744073709551615", "100"])
+        p = self.lb(self.hp() + ["renew", n, "18446744073709551615", "100ms"])
         self.not_held(p, "renew", n, 18446744073709551615)
 
     def test_bad_name(self):
@@ -1349,9 +1349,9 @@ class ErrorTests(DaemonCase):
             (["-H", addr, "lease", "--label", "caf\u00e9", "n", "1m"], r"--label: expected"),
             (["-H", addr, "run", "--label"], r"option --label needs an argument"),
             (["-H", addr, "status", "--label", "x", "n"],
-             r"status: --label and -v are options of run and lease"),
-            (["-H", addr, "-v", "ping"], r"ping: --label and -v are options of run and lease"),
-            (["-H", addr, "locks", "--verbose"], r"locks: --label and -v are options"),
+             r"status: --label, -v and -q are options of run and lease"),
+            (["-H", addr, "-v", "ping"], r"ping: --label, -v and -q are options of run and lease"),
+            (["-H", addr, "locks", "--verbose"], r"locks: --label, -v and -q are options"),
             (["-H", addr, "locks", "a", "b"], r"unexpected argument 'b'"),
             (["-H", addr, "locks", "a/b"],
              r"locks: GLOB: expected 1-200 characters of lock names \(A-Z a-z 0-9 \. _ : @ -\) "
@@ -2478,7 +2478,7 @@ class FakeBrokerTests(Case):
     def test_renew_and_release_requests_are_sent(self):
         cases = [
             (["renew", "%(n)s", "42", "30000"], "RENEW %(n)s 42 30000"),
-            (["renew", "%(n)s", "007", "0100"], "RENEW %(n)s 7 100"),
+            (["renew", "%(n)s", "007", "0100ms"], "RENEW %(n)s 7 100"),
             (["release", "%(n)s", "18446744073709551615"], "UNLOCK %(n)s 18446744073709551615"),
             (["release", "%(n)s", "0"], "UNLOCK %(n)s 0"),
         ]
