@@ -589,6 +589,38 @@ class RunTests(DaemonCase):
         self.assert_exit(p, EXIT_CONFLICT, r"lock %s is in use in another mode"
                          % re.escape(other), stdout="")
 
+    def test_crontab_examples_run_once_and_skip_quietly(self):
+        # Every crontab line of lockbroker(1) and the README: --min-hold (a
+        # plain -w 0 runs twice, as the README warns) and -E 0 -q (cron
+        # mails nothing). Run as printed but for the address and the job
+        # (and -w 0 for the second machine, which would wait out -w): the
+        # first runs the job, the second prints nothing and exits 0.
+        srcdir = os.path.join(HERE, "..", "..")
+        lines = []
+        for doc in ("README.md", os.path.join("cli", "lockbroker.1")):
+            with open(os.path.join(srcdir, doc)) as f:
+                text = f.read().replace("\\-", "-")
+            found = re.findall(r"^(?:\S+ ){5} *(lockbroker .*run .*)$", text, re.M)
+            self.assertTrue(found, "no crontab line in " + doc)
+            lines += [(doc, line) for line in found]
+        for doc, line in lines:
+            with self.subTest(doc=doc, line=line):
+                args = line.split()[1:]
+                self.assertIn("--min-hold", args)
+                self.assertIn("-q", args)
+                self.assertEqual(args[args.index("-E") + 1], "0")
+                n = self.name()
+                args = args[:args.index("--") - 1]   # without NAME -- COMMAND
+                job = [n, "--", "sh", "-c", "echo ran"]
+                first = self.lb(self.hp() + args + job)
+                self.assert_exit(first, 0, stdout="ran\n")
+                self.assertEqual(first.err, "")
+                args[args.index("-w") + 1] = "0"
+                second = self.lb(self.hp() + args + job)
+                self.assert_exit(second, 0, stdout="")
+                self.assertEqual(second.err, "")
+                self.assertEqual(self.client().request("BREAK %s" % n), "OK %s" % n)
+
     def test_min_hold_release_on_failure(self):
         n = self.name()
         fail = ["--", "sh", "-c", "exit 3"]
