@@ -73,7 +73,10 @@ bool json_write_status(FILE *f, const char *name, const char *line)
     rest += 4;                       /* " key=value ..." */
     fputs("{\"name\":", f);
     json_write_string(f, name, nlen);
-    fprintf(f, ",\"held\":%s", held ? "true" : "false");
+    /* Both names, as the client libraries give them: "held" (a boolean), and
+     * "state" ("held" or "free", as in the line and HOLDERS' "state"). */
+    fprintf(f, ",\"held\":%s,\"state\":\"%s\"", held ? "true" : "false",
+            held ? "held" : "free");
     for (const char *p = rest; *p == ' '; ) {
         const char *key = p + 1, *eq;
         size_t flen = strcspn(key, " ");

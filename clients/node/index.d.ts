@@ -48,6 +48,10 @@ export interface ReleaseOptions {
 export class LockbrokerError extends Error {
   code: string;            // 'TIMEOUT', 'BUSY', 'UNAVAILABLE', 'CONFLICT', 'NOT_HELD', ...
   line: string | null;
+  /** BUSY from trylock() of one name: the STATUS asked (null if it failed), who holds it. */
+  status?: Status | null;
+  holder?: string | null;
+  label?: string | null;
 }
 
 export class Hold extends EventEmitter {
@@ -107,7 +111,9 @@ export class Lease extends EventEmitter {
 }
 
 export interface Status {
-  state: 'held' | 'free';
+  /** 'held' or 'free' ('queued' in holders()); `held` says the same as a boolean. */
+  state: 'held' | 'free' | 'queued';
+  held: boolean;
   holder: string | null; token: bigint | null; since: number | null;
   waiters: number | null; queue: number | null; mode: string; limit: number | null;
   holders: number | null; delay: number | null; lease: number | null; label: string | null;

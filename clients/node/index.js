@@ -741,8 +741,36 @@ class Client {
     if (reply === `TIMEOUT ${name}`) {
       throw new LockbrokerError('TIMEOUT', `lock ${name} not granted within ${opts.wait} ms`, reply);
     }
-    if (reply === `BUSY ${name}`) throw new LockbrokerError('BUSY', `lock ${name} is held`, reply);
+    if (reply === `BUSY ${name}`) throw await this.busyError(name, multi, reply);
     throw errorOf(reply, `${cmd} ${name}`);
+  }
+
+  /**
+   * The BUSY error of a TRYLOCK, with who holds the lock as one STATUS says
+   * (one round trip more; in distributed mode one ZooKeeper read): .status
+   * (null when it could not be had), .holder and .label (null if unknown).
+   * Not for a set, whose taken name is not known; without a holder if the
+   * STATUS fails or finds the lock free again.
+   */
+  async busyError(name, multi, reply) {
+    let st = null;
+    if (!multi) {
+      try {
+        st = await this.status(name);
+      } catch (e) { /* best effort: BUSY all the same */ }
+    }
+    let who = '';
+    if (st && st.held && st.holder) {
+      who = ` by ${st.holder}${st.label ? ` label=${st.label}` : ''}`;
+      if (st.delay !== null) {
+        who += `, kept ${st.delay} ms more after its release (minHold or a lock-delay)`;
+      }
+    }
+    const e = new LockbrokerError('BUSY', `lock ${name} is held${who}`, reply);
+    e.status = st;
+    e.holder = who ? st.holder : null;
+    e.label = who ? st.label : null;
+    return e;
   }
 
   /**
@@ -836,7 +864,7 @@ class Client {
     if (r !== 'PONG') throw errorOf(r, 'PING');
   }
 
-  /** STATUS: { state, holder, token (BigInt|null), since (ms), waiters, queue, mode, holders, delay, lease, label }. */
+  /** STATUS: { state ('held'|'free'), held (boolean, as `lockbroker status --json`), holder, token (BigInt|null), since (ms), waiters, queue, mode, holders, delay, lease, label }. */
   async status(name) {
     checkName(name);
     const [r] = await this.ask(`STATUS ${name}`);
@@ -896,6 +924,7 @@ function statusOf(state, f) {
   const num = (k) => (f[k] !== undefined && /^\d+$/.test(f[k]) ? Number(f[k]) : null);
   return {
     state,
+    held: state === 'held',
     holder: f.holder && f.holder !== '-' ? f.holder : null,
     token: f.token && /^\d+$/.test(f.token) ? BigInt(f.token) : null,
     since: num('since'),

@@ -1662,7 +1662,7 @@ class InfoTests(DaemonCase):
         p = self.lb(self.hp() + ["status", "--json", n])
         self.assert_exit(p, EXIT_FREE)
         self.assertEqual(json.loads(p.out), {
-            "name": n, "held": False, "holder": None, "token": None, "since": None,
+            "name": n, "held": False, "state": "free", "holder": None, "token": None, "since": None,
             "waiters": 0, "queue": 0, "mode": "exclusive", "holders": 0, "limit": None,
             "label": None})
         holder, waiter = self.client(), self.client()
@@ -1677,7 +1677,8 @@ class InfoTests(DaemonCase):
         obj = json.loads(p.out)
         self.assertIsInstance(obj.pop("since"), int)
         self.assertEqual(obj, {
-            "name": n, "held": True, "holder": "%s/%s" % (self.daemon_id(), holder.local),
+            "name": n, "held": True, "state": "held",
+            "holder": "%s/%s" % (self.daemon_id(), holder.local),
             "token": token, "waiters": 1, "queue": 2, "mode": "exclusive", "holders": 1,
             "limit": None, "label": "ops@db1:42:backup"})
         holder.close()
@@ -2748,11 +2749,13 @@ class FakeBrokerTests(Case):
         cases = [
             ("STATUS %(n)s held holder=d/unix token=18446744073709551615 since=1 waiters=0 "
              "queue=3 mode=limit limit=3 holders=2 label=a\"b\\c future=07 word", 0,
-             {"name": n, "held": True, "holder": "d/unix", "token": "18446744073709551615",
+             {"name": n, "held": True, "state": "held", "holder": "d/unix",
+              "token": "18446744073709551615",
               "since": 1, "waiters": 0, "queue": 3, "mode": "limit", "limit": 3, "holders": 2,
               "label": 'a"b\\c', "future": "07"}),
             ("STATUS %(n)s free", EXIT_FREE,
-             {"name": n, "held": False, "mode": "exclusive", "holders": 0, "limit": None,
+             {"name": n, "held": False, "state": "free", "mode": "exclusive", "holders": 0,
+              "limit": None,
               "label": None}),
             ("STATUS %(n)s heldish holder=-", EXIT_PROTOCOL, None),
             ("STATUS other held holder=- token=1", EXIT_PROTOCOL, None),

@@ -250,6 +250,16 @@ class NodeClientTests(unittest.TestCase):
                            timeout=scaled(30.0))
         self.assertEqual((r.returncode, r.stdout), (0, "function\n"), r.stderr)
 
+    def test_package_version_is_the_daemons(self):
+        # One release: package.json says the version lockbrokerd --version
+        # (configure.ac's AC_INIT) says.
+        r = subprocess.run([lbharness.daemon_path(), "--version"], capture_output=True,
+                           text=True, timeout=scaled(30.0))
+        m = re.fullmatch(r"lockbrokerd (\S+)\n", r.stdout)
+        self.assertIsNotNone(m, r.stdout + r.stderr)
+        with open(os.path.join(PKG, "package.json")) as f:
+            self.assertEqual(json.load(f)["version"], m.group(1))
+
     def test_npm_pack(self):
         npm = shutil.which("npm")
         if not npm:

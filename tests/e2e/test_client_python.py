@@ -87,13 +87,25 @@ class EmbeddedTests(unittest.TestCase):
             self.assertIsInstance(h1.token, int)
             self.assertFalse(h1.lost)
             self.assertGreater(h1.safe_remaining(), 0)     # a CHECK window
-            self.assertEqual(self.c.status("a")["state"], "held")
-            self.assertEqual(self.c.status("a")["token"], h1.token)
-            with self.assertRaises(lockbroker.Busy):
+            st = self.c.status("a")
+            self.assertEqual((st["state"], st["held"]), ("held", True))  # both names, as the CLI's
+            self.assertEqual(st["token"], h1.token)
+            # Busy says who holds it, as a STATUS tells.
+            with self.assertRaises(lockbroker.Busy) as busy:
                 self.c.trylock("a")
+            e = busy.exception
+            self.assertEqual((e.holder, e.label, e.status["token"]),
+                             (st["holder"], st["label"], h1.token))
+            self.assertEqual(str(e), "lock a is held by %s%s" % (
+                st["holder"], " label=%s" % st["label"] if st["label"] else ""))
+            with self.assertRaises(lockbroker.Busy) as busy:
+                self.c.trylock(["a", "a2"])
+            self.assertEqual((str(busy.exception), busy.exception.status), ("lock a,a2 is held",
+                                                                           None))
             with self.assertRaises(lockbroker.Timeout):
                 self.c.lock("a", wait=0.05)
-        self.assertEqual(self.c.status("a")["state"], "free")
+        self.assertEqual((self.c.status("a")["state"], self.c.status("a")["held"]),
+                         ("free", False))
         with self.c.lock("a") as h2:
             self.assertGreater(h2.token, h1.token)
         self.c.ping()
@@ -246,8 +258,10 @@ class EmbeddedTests(unittest.TestCase):
             self.assertIsNone(h.kept)
         self.assertGreater(h.kept, 0)
         self.assertLessEqual(h.kept, 60)
-        with self.assertRaises(lockbroker.Busy):
+        with self.assertRaises(lockbroker.Busy) as busy:
             other.trylock("mh")
+        self.assertRegex(str(busy.exception), r"^lock mh is held by \S+( label=\S+)?, kept "
+                         r"[0-9.]+ s more after its release \(min_hold or a lock-delay\)$")
         with self.assertRaises(lockbroker.Timeout):
             other.lock("mh", wait=0)
         st = self.c.status("mh")
@@ -611,6 +625,16 @@ SRCDIR = os.environ.get("LB_SRCDIR") or os.path.join(HERE, "..", "..")
 PKG = os.path.join(SRCDIR, "clients", "python")
 
 
+def daemon_version():
+    """What `lockbrokerd --version` says: configure.ac's version."""
+    r = subprocess.run([lbharness.daemon_path(), "--version"], capture_output=True, text=True,
+                       timeout=scaled(30.0))
+    m = re.fullmatch(r"lockbrokerd (\S+)\n", r.stdout)
+    if not m:
+        raise AssertionError("lockbrokerd --version: %r %r" % (r.stdout, r.stderr))
+    return m.group(1)
+
+
 class PackagingTests(unittest.TestCase):
     """The README's examples run as written; the package installs into a
     virtualenv without a package index."""
@@ -673,7 +697,16 @@ class PackagingTests(unittest.TestCase):
         r = subprocess.run([os.path.join(work, "venv", "bin", "python"), "-c",
                             "import lockbroker, lockbroker.aio; print(lockbroker.__version__)"],
                            capture_output=True, text=True, cwd=tmp)
-        self.assertEqual((r.returncode, r.stdout), (0, "0.1.0\n"), r.stderr)
+        self.assertEqual((r.returncode, r.stdout), (0, daemon_version() + "\n"), r.stderr)
+
+    def test_version_is_the_daemons(self):
+        # One release: the package says the version lockbrokerd --version
+        # (configure.ac's AC_INIT) says, in pyproject.toml and __version__.
+        with open(os.path.join(PKG, "pyproject.toml")) as f:
+            m = re.search(r'^version = "([^"]+)"$', f.read(), re.M)
+        self.assertIsNotNone(m, "no version in pyproject.toml")
+        self.assertEqual((m.group(1), lockbroker.__version__),
+                         (daemon_version(), daemon_version()))
 
 class JeopardyTests(unittest.TestCase):
     """A daemon that keeps a silent client 1.5 s answers a window of 1350 ms:

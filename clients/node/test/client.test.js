@@ -33,10 +33,20 @@ test('lock, release, tokens go up, busy and timeout', { skip: !env.LB_ADDR }, as
   assert.strictEqual(h1.lost, false);
   assert.ok(h1.safeRemaining() > 0);
   assert.strictEqual((await c.status('n-a')).token, h1.token);
-  await rejectsWith(c.trylock('n-a'), 'BUSY');
+  const held = await c.status('n-a');
+  assert.deepStrictEqual([held.state, held.held], ['held', true]);   // the CLI's JSON names both
+  // BUSY says who holds it, as a STATUS tells.
+  const busy = await c.trylock('n-a').then(() => null, (e) => e);
+  assert.strictEqual(busy.code, 'BUSY');
+  assert.strictEqual(busy.holder, held.holder);
+  assert.strictEqual(busy.label, held.label);
+  assert.strictEqual(busy.status.token, h1.token);
+  assert.strictEqual(busy.message, `lock n-a is held by ${held.holder}` +
+    (held.label ? ` label=${held.label}` : ''));
   await rejectsWith(c.lock('n-a', { wait: 50 }), 'TIMEOUT');
   await h1.release();
   assert.strictEqual((await c.status('n-a')).state, 'free');
+  assert.strictEqual((await c.status('n-a')).held, false);
   const h2 = await c.lock('n-a');
   assert.ok(h2.token > h1.token);
   await h2.release();
@@ -56,7 +66,9 @@ test('a set of locks: all or none, tokens in order, lost with any name', { skip:
     assert.strictEqual((await c.status(h.names[i])).token, h.tokens[i]);
   }
   assert.ok(h.safeRemaining() > 0);                  // every name CHECKed
-  await rejectsWith(c.trylock(['n-s-x', 'n-s-b']), 'BUSY');
+  const setBusy = await c.trylock(['n-s-x', 'n-s-b']).then(() => null, (e) => e);
+  assert.deepStrictEqual([setBusy.code, setBusy.status, setBusy.holder],
+    ['BUSY', null, null]);                           // a set: which name is taken is not known
   assert.strictEqual((await c.status('n-s-x')).state, 'free');   // none taken
   await rejectsWith(c.lock(['n-s-a', 'n-s-y'], { wait: 50 }), 'TIMEOUT');
   await rejectsWith(c.lock(['n-s-a', 'n-s-a']), 'BAD_NAME');
@@ -219,7 +231,9 @@ test('minHold: released early, busy for others with its token and delay= until t
       assert.strictEqual(h.kept, null);
       assert.strictEqual(await h.release(), true);
       assert.ok(h.kept > 0 && h.kept <= 60000, String(h.kept));
-      await rejectsWith(other.trylock('n-mh'), 'BUSY');
+      const busy = await other.trylock('n-mh').then(() => null, (e) => e);
+      assert.strictEqual(busy.code, 'BUSY');
+      assert.match(busy.message, /^lock n-mh is held by \S+( label=\S+)?, kept \d+ ms more after its release \(minHold or a lock-delay\)$/);
       await rejectsWith(other.lock('n-mh', { wait: 0 }), 'TIMEOUT');
       const st = await c.status('n-mh');
       assert.strictEqual(st.state, 'held');

@@ -60,7 +60,7 @@ __all__ = [
     "Error", "Timeout", "Busy", "Unavailable", "Conflict", "NotHeld", "Denied",
     "AuthFailed", "BadName", "LimitExceeded", "ProtocolError", "ConnectionLost",
 ]
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 DEFAULT_ADDRESS = "127.0.0.1:7411"
 NAME_MAX = 200
@@ -90,7 +90,14 @@ class Timeout(Error):
 
 
 class Busy(Error):
-    """TRYLOCK: the lock is held (BUSY)."""
+    """TRYLOCK: the lock is held (BUSY). BUSY names nobody: trylock() asks
+    one STATUS (not for a set) and sets .status (its dict, or None when it
+    could not be had), .holder and .label (None if unknown), and says them
+    in the message."""
+
+    status = None
+    holder = None
+    label = None
 
 
 class Unavailable(Error):
@@ -941,11 +948,36 @@ class Client:
             if reply == "TIMEOUT %s" % name:
                 raise Timeout("lock %s not granted within %s s" % (name, wait), reply)
             if reply == "BUSY %s" % name:
-                raise Busy("lock %s is held" % name, reply)
+                raise self._busy(name, multi, reply)
             raise _error_of(reply, "%s %s" % (cmd, name))
         except BaseException:
             conn.close()
             raise
+
+    def _busy(self, name, multi, reply):
+        """The Busy for a TRYLOCK answered BUSY, with who holds the lock as
+        one STATUS says (one round trip more; in distributed mode one
+        ZooKeeper read). Not for a set, whose taken name is not known; and
+        without a holder if the STATUS fails or finds the lock free again."""
+        st = None
+        if not multi:
+            try:
+                st = self.status(name)
+            except (Error, OSError):
+                pass                    # best effort: Busy all the same
+        who = ""
+        if st and st["held"] and st["holder"]:
+            who = " by %s" % st["holder"]
+            if st["label"]:
+                who += " label=%s" % st["label"]
+            if st["delay"] is not None:
+                who += ", kept %.1f s more after its release (min_hold or a lock-delay)" \
+                    % st["delay"]
+        e = Busy("lock %s is held%s" % (name, who), reply)
+        e.status = st
+        if who:
+            e.holder, e.label = st["holder"], st["label"]
+        return e
 
     def lock(self, name, wait=None, shared=False, limit=None, delay=None, min_hold=None,
              release_on_failure=False):
@@ -1039,9 +1071,10 @@ class Client:
             raise _error_of(reply, "PING")
 
     def status(self, name):
-        """STATUS: a dict with state ("held"/"free"), holder, token (int or
-        None), since (epoch seconds or None), waiters, queue, and mode, limit,
-        holders, delay (s), lease (s left), label when given."""
+        """STATUS: a dict with state ("held"/"free") and held (True/False, as
+        `lockbroker status --json` says), holder, token (int or None), since
+        (epoch seconds or None), waiters, queue, and mode, limit, holders,
+        delay (s), lease (s left), label when given."""
         check_name(name)
         reply = self._ask("STATUS %s" % name)[0]
         words = reply.split(" ")
@@ -1142,7 +1175,8 @@ def _status_dict(state, f):
             return None
         return int(v) / scale if scale else int(v)
     return {
-        "state": state, "holder": None if f.get("holder", "-") == "-" else f["holder"],
+        "state": state, "held": state == "held",
+        "holder": None if f.get("holder", "-") == "-" else f["holder"],
         "token": num("token"), "since": num("since", 1000.0), "waiters": num("waiters"),
         "queue": num("queue"), "mode": f.get("mode", "exclusive"), "limit": num("limit"),
         "holders": num("holders"), "delay": num("delay", 1000.0),
