@@ -1426,8 +1426,8 @@ static int run_take(struct run *r)
         pause = pause * 2 > RUN_RETRY_MAX_MS ? RUN_RETRY_MAX_MS : pause * 2;
     }
     if (o->quiet)
-        ;   /* -q: a skip says nothing */
-    else if (o->wait_ms == 0)
+        return CLI_EXIT_TIMEOUT;   /* -q: a skip says nothing */
+    if (o->wait_ms == 0)
         fprintf(stderr, "lockbroker: lock %s is certain for only %" PRId64 " ms (CHECK); not "
                 "waiting for a longer window (-w 0); the command was not run\n", o->name,
                 r->check_min);

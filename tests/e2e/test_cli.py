@@ -2052,6 +2052,14 @@ class FakeBrokerTests(Case):
         self.assert_exit(p, EXIT_TIMEOUT, r"lock %s is certain for only 0 ms \(CHECK\); not "
                          r"waiting for a longer window \(-w 0\); the command was not run$"
                          % re.escape(n), stdout="")
+        # -q: that skip too says nothing.
+        n = self.name()
+        p = self.start(["-H", self.addr, "run", "-w", "0", "-E", "0", "-q", n, "--", "echo",
+                        "ran"])
+        self.assertEqual(self.give_back(self.accept_locker(), n, "42"), 0)
+        p.finish()
+        self.assert_exit(p, 0, stdout="")
+        self.assertEqual(p.err, "")
 
     def test_connection_drop_terminates_the_command(self):
         n = self.name()
