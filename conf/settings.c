@@ -574,6 +574,17 @@ void settings_free(struct settings *s)
     memset(s, 0, sizeof(*s));
 }
 
+/* The index of the row of section and key, or NROWS. */
+static size_t row_index(const char *section, const char *key)
+{
+    size_t i;
+
+    for (i = 0; i < NROWS; i++)
+        if (strcmp(rows[i].section, section) == 0 && strcmp(rows[i].key, key) == 0)
+            break;
+    return i;
+}
+
 int settings_set(struct settings *s, const char *section, const char *key,
                  const char *value, char *err, size_t errlen)
 {
@@ -729,6 +740,9 @@ struct load_ctx {
     int line;           /* lines handed to inih so far */
     bool after_key;     /* a "key = value" line since the last section line:
                          * inih then takes an indented line as more value */
+    bool more_value;    /* the line handed to inih is more value for the key above */
+    int set_on[NROWS];  /* the line each row was set on, 0 if not yet: a key
+                         * given twice is an error, not a silent last-wins */
     int err_line;       /* the line of msg */
     char msg[256];      /* the first value error, without location */
 };
@@ -764,8 +778,10 @@ static bool check_line(struct load_ctx *ctx, const char *line)
         start++;
     if (!*start || *start == ';' || *start == '#')
         return true;
-    if (ctx->after_key && start > line)
+    if (ctx->after_key && start > line) {
+        ctx->more_value = true;
         return true;
+    }
     if (*start == '[') {
         if (*find_or_comment(start + 1, "]") == ']')
             ctx->after_key = false;
@@ -838,6 +854,7 @@ static char *read_line(char *buf, int size, void *stream)
         }
     }
     ctx->line++;
+    ctx->more_value = false;
     if ((too_long || nul) && !ctx->msg[0]) {
         if (too_long)
             snprintf(ctx->msg, sizeof(ctx->msg), "line longer than %d bytes", size - 2);
@@ -854,10 +871,18 @@ static char *read_line(char *buf, int size, void *stream)
 static int on_ini_value(void *user, const char *section, const char *key, const char *value)
 {
     struct load_ctx *ctx = user;
+    size_t i = row_index(section, key);
     char msg[256];
 
-    if (settings_set(ctx->s, section, key, value, msg, sizeof(msg)) == 0)
+    /* inih hands an indented line on as the same key again: not a repeat. */
+    if (i < NROWS && ctx->set_on[i] && !ctx->more_value) {
+        snprintf(msg, sizeof(msg), "'%s' in [%s] is set twice (lines %d and %d); keep one",
+                 key, section, ctx->set_on[i], ctx->line);
+    } else if (settings_set(ctx->s, section, key, value, msg, sizeof(msg)) == 0) {
+        if (i < NROWS && !ctx->set_on[i])
+            ctx->set_on[i] = ctx->line;
         return 1;
+    }
     if (!ctx->msg[0]) {
         snprintf(ctx->msg, sizeof(ctx->msg), "%s", msg);
         ctx->err_line = ctx->line;

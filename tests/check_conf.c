@@ -180,14 +180,31 @@ START_TEST(load_syntax_variants)
 }
 END_TEST
 
-/* Documented in lockbrokerd.conf(5): of a key given twice, the later line wins. */
-START_TEST(load_later_value_wins)
+/* Documented in lockbrokerd.conf(5): a key given twice is an error naming
+ * both lines (it used to be last-wins, which hid a forgotten old line). */
+START_TEST(load_key_given_twice)
 {
-    load_ok("[server]\nmax_clients = 5\nmax_clients = 6\n");
+    load_fails("[server]\nmax_clients = 5\nmax_clients = 6\n",
+               "t:3: 'max_clients' in [server] is set twice (lines 2 and 3); keep one");
+    /* In a section given twice too. */
+    load_fails("[server]\nlisten = 127.0.0.1:1\n[log]\nlevel = warn\n[server]\n"
+               "listen = 127.0.0.1:2\n",
+               "t:6: 'listen' in [server] is set twice (lines 2 and 6); keep one");
+    /* The same value twice, or an empty one, is a repeat all the same. */
+    load_fails("[zookeeper]\nhosts =\n\nhosts =\n",
+               "t:4: 'hosts' in [zookeeper] is set twice (lines 2 and 4); keep one");
+    /* The same key in another section is another setting. */
+    load_ok("[server]\nlisten = 127.0.0.1:1\n[tls]\nlisten = 127.0.0.1:0\ncert_file = a\n");
+    ck_assert_str_eq(s.listen, "127.0.0.1:1");
+    /* More value for a key (an indented line) is not a repeat... */
+    load_ok("[server]\nmax_clients = 5\n  6\n");
     ck_assert_uint_eq(s.max_clients, 6);
-    load_ok("[server]\nlisten = 127.0.0.1:1\n[log]\nlevel = warn\n[server]\n"
-            "listen = 127.0.0.1:2\n");
-    ck_assert_str_eq(s.listen, "127.0.0.1:2");
+    /* ...but the key written again after it is. */
+    load_fails("[server]\nmax_clients = 5\n  6\nmax_clients = 7\n",
+               "t:4: 'max_clients' in [server] is set twice (lines 2 and 4); keep one");
+    /* A bad first line is reported, not the repeat. */
+    load_fails("[server]\nmax_clients = 0\nmax_clients = 6\n",
+               "t:2: max_clients: '0' is not an integer from 1 to 1000000");
 }
 END_TEST
 
@@ -1379,7 +1396,7 @@ static Suite *conf_suite(void)
     tcase_add_test(tc, load_empty);
     tcase_add_test(tc, load_keeps_unset_defaults);
     tcase_add_test(tc, load_syntax_variants);
-    tcase_add_test(tc, load_later_value_wins);
+    tcase_add_test(tc, load_key_given_twice);
     tcase_add_test(tc, load_over_earlier_load);
     tcase_add_test(tc, sample_file_is_defaults);
     suite_add_tcase(su, tc);
