@@ -332,6 +332,24 @@ static int conn_start_handshake(struct conn *c, struct server *srv, SSL *ssl)
     return 0;
 }
 
+/* A verified client certificate whose common name is no user: served
+ * anonymously, which the client alone would see as ERR NOAUTH. */
+static void conn_log_cert_not_a_user(struct conn *c, const char *cn)
+{
+    char words[320] = "";
+    char shown[PROTO_USER_MAX * 4 + 1];
+    size_t j = 0;
+
+    /* The CN is the client's text: what is not printable is shown as '?'. */
+    for (const char *p = cn; *p && j < sizeof(shown) - 1; p++)
+        shown[j++] = *p >= 0x20 && *p < 0x7f ? *p : '?';
+    shown[j] = '\0';
+    tls_peer_cert_words(c->ssl, words, sizeof(words));
+    log_info("conn %llu (%s): the client certificate's CN '%s' is not a user of users_file; "
+             "served as not logged in (AUTH needed)%s%s", (unsigned long long)c->cl.id,
+             c->cl.peer, shown, words[0] ? ": " : "", words);
+}
+
 /*
  * The handshake ended: a client certificate that verified against ca_file
  * and whose common name is a user of the users file logs the connection in
@@ -355,9 +373,13 @@ static void conn_handshake_done(struct conn *c)
         conn_begin_close(c, false);
         return;
     }
-    if (tls_peer_name(c->ssl, name, sizeof(name)) && c->cl.srv->users &&
-        proto_user_valid(name, strlen(name)))
-        u = users_find(c->cl.srv->users, name, strlen(name));
+    if (tls_peer_name(c->ssl, name, sizeof(name)) && c->cl.srv->users) {
+        if (proto_user_valid(name, strlen(name)))
+            u = users_find(c->cl.srv->users, name, strlen(name));
+        /* The client is told to give -a USER; the operator is told why. */
+        if (!u)
+            conn_log_cert_not_a_user(c, name);
+    }
     if (u)
         client_login(&c->cl, u);
     else if (conn_login_arm(c) < 0) {
@@ -377,17 +399,25 @@ static void conn_handshake_failed(struct conn *c, short what)
     unsigned long e = bufferevent_get_openssl_error(c->bev);
     char reason[256] = "the client closed the connection";
     const char *cert = tls_verify_failure(c->ssl);
+    const char *which = cert ? tls_refused_cert(c->ssl) : NULL;
+    int r = e ? ERR_GET_REASON(e) : 0;
 
     /* Library 0 is libevent passing on an I/O failure (a reset...), not OpenSSL's. */
     if (e && ERR_GET_LIB(e) == 0)
         snprintf(reason, sizeof(reason), "the connection failed during it (reset or closed)");
+    else if (e && ERR_GET_LIB(e) == ERR_LIB_SSL &&
+             (r == SSL_R_WRONG_VERSION_NUMBER || r == SSL_R_HTTP_REQUEST ||
+              r == SSL_R_HTTPS_PROXY_REQUEST))
+        /* The first bytes are no TLS record: OpenSSL's words name no cause. */
+        snprintf(reason, sizeof(reason), "plain text on the TLS port (a client without TLS?)");
     else if (e)
         ERR_error_string_n(e, reason, sizeof(reason));
     while (bufferevent_get_openssl_error(c->bev))
         ;
-    log_info("conn %llu (%s): TLS handshake failed: %s%s%s%s; closing",
+    log_info("conn %llu (%s): TLS handshake failed: %s%s%s%s%s%s; closing",
              (unsigned long long)c->cl.id, c->cl.peer, reason,
-             cert ? " (the client's certificate: " : "", cert ? cert : "", cert ? ")" : "");
+             cert ? " (the client's certificate: " : "", cert ? cert : "",
+             which ? "; " : "", which ? which : "", cert ? ")" : "");
     conn_free(c);
 }
 

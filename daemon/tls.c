@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "log.h"
 #include "secret.h"
@@ -173,6 +174,49 @@ out:
     return rc;
 }
 
+/*
+ * Which client certificate a refused handshake showed: OpenSSL keeps no
+ * peer certificate after a failed verification, so the verify callback
+ * writes the words down on the SSL (ex_data, a malloc'd string freed with
+ * the SSL) for the failure's log line.
+ */
+static int refused_cert_index = -1;
+
+static void refused_cert_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl,
+                              void *argp)
+{
+    (void)parent; (void)ad; (void)idx; (void)argl; (void)argp;
+    free(ptr);
+}
+
+/* "subject /CN=alice, notAfter 2020-01-02T00:00:00Z" of cert into buf. */
+static void cert_words(X509 *cert, char *buf, size_t len)
+{
+    char subject[256], after[32] = "?";
+    struct tm tm;
+
+    /* oneline escapes what is not printable: the subject is the client's text. */
+    X509_NAME_oneline(X509_get_subject_name(cert), subject, sizeof(subject));
+    if (ASN1_TIME_to_tm(X509_get0_notAfter(cert), &tm) == 1)
+        strftime(after, sizeof(after), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    snprintf(buf, len, "subject %s, notAfter %s", subject, after);
+}
+
+/* The verdict stays OpenSSL's; a refusal only writes down whose it was. */
+static int verify_cb(int ok, X509_STORE_CTX *x)
+{
+    SSL *ssl = X509_STORE_CTX_get_ex_data(x, SSL_get_ex_data_X509_STORE_CTX_idx());
+    X509 *cert = X509_STORE_CTX_get0_cert(x);
+    char words[320];
+
+    if (ok || !ssl || !cert || refused_cert_index < 0 ||
+        SSL_get_ex_data(ssl, refused_cert_index))
+        return ok;
+    cert_words(cert, words, sizeof(words));
+    SSL_set_ex_data(ssl, refused_cert_index, strdup(words));   /* NULL: no words, no harm */
+    return ok;
+}
+
 /* The client certificate rules of s on ctx. */
 static int set_client_certs(SSL_CTX *ctx, const struct settings *s, char *err, size_t errlen)
 {
@@ -199,8 +243,10 @@ static int set_client_certs(SSL_CTX *ctx, const struct settings *s, char *err, s
     /* Which CAs the server accepts, for clients that choose among certificates. */
     if ((names = SSL_load_client_CA_file(s->tls_ca_file)))
         SSL_CTX_set_client_CA_list(ctx, names);
+    if (refused_cert_index < 0)
+        refused_cert_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, refused_cert_free);
     SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | (s->tls_client_certs == TLS_CERTS_REQUIRED ?
-                                               SSL_VERIFY_FAIL_IF_NO_PEER_CERT : 0), NULL);
+                                               SSL_VERIFY_FAIL_IF_NO_PEER_CERT : 0), verify_cb);
     return 0;
 }
 
@@ -317,4 +363,19 @@ const char *tls_verify_failure(const SSL *ssl)
     long v = SSL_get_verify_result(ssl);
 
     return v == X509_V_OK ? NULL : X509_verify_cert_error_string(v);
+}
+
+const char *tls_refused_cert(const SSL *ssl)
+{
+    return refused_cert_index < 0 ? NULL : SSL_get_ex_data(ssl, refused_cert_index);
+}
+
+int tls_peer_cert_words(SSL *ssl, char *buf, size_t len)
+{
+    X509 *cert = SSL_get0_peer_certificate(ssl);
+
+    if (!cert)
+        return 0;
+    cert_words(cert, buf, len);
+    return 1;
 }

@@ -59,4 +59,17 @@ int tls_peer_name(SSL *ssl, char *buf, size_t len);
  */
 const char *tls_verify_failure(const SSL *ssl);
 
+/*
+ * After a handshake that refused the client's certificate: which one,
+ * "subject /CN=alice, notAfter 2020-01-02T00:00:00Z", or NULL. Borrowed:
+ * freed with ssl.
+ */
+const char *tls_refused_cert(const SSL *ssl);
+
+/*
+ * After a finished handshake: the same words for the certificate the client
+ * showed, into buf (NUL-terminated). 1, or 0 when it showed none.
+ */
+int tls_peer_cert_words(SSL *ssl, char *buf, size_t len);
+
 #endif

@@ -147,7 +147,12 @@ class CertificateLogins(TlsCase):
 
     def test_certificate_naming_no_user_gets_the_anonymous_rules(self):
         d = self.start()
+        mark = d.log_mark()
         c = self.connect(d, cert=self.stranger)
+        # The client is told ERR NOAUTH below; the log says which CN is no user.
+        d.wait_log(r"conn \d+ \(127\.0\.0\.1:\d+\): the client certificate's CN 'stranger' "
+                   r"is not a user of users_file; served as not logged in \(AUTH needed\): "
+                   r"subject /CN=stranger, notAfter ", since=mark)
         self.assertEqual(c.request("LOCK job-1"), ERR_NOAUTH)
         self.assertEqual(c.request("AUTH alice hunter2"), "OK alice")
         self.assertRegex(c.request("LOCK job-1"), r"^OK job-1 \d+$")
@@ -162,10 +167,15 @@ class CertificateLogins(TlsCase):
         d.wait_log(r"TLS handshake failed: .*certificate", since=mark)
         mark = d.log_mark()
         self.assertTrue(self.refused(d, cert=self.forged))        # another CA
-        d.wait_log(r"TLS handshake failed: .*certificate verify failed", since=mark)
+        d.wait_log(r"TLS handshake failed: .*certificate verify failed \(the client's "
+                   r"certificate: unable to get local issuer certificate; subject /CN=alice, "
+                   r"notAfter \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\); closing", since=mark)
         mark = d.log_mark()
         self.assertTrue(self.refused(d, cert=self.expired))       # expired
-        d.wait_log(r"TLS handshake failed: .*certificate", since=mark)
+        # Why, and which certificate: its subject and when it ended.
+        d.wait_log(r"conn \d+ \(127\.0\.0\.1:\d+\): TLS handshake failed: .*\(the client's "
+                   r"certificate: certificate has expired; subject /CN=alice, notAfter "
+                   r"2020-01-02T00:00:00Z\); closing", since=mark)
         # A client that does not trust the server's CA gives up itself.
         self.assertTrue(self.refused(d, cert=self.alice, ca=self.other_ca.ca))
         # And the right one is served.
@@ -181,7 +191,8 @@ class WrongSpeakers(TlsCase):
         self.addCleanup(c.close)
         c.send("PING\n")
         c.expect_eof(allow_reset=True)
-        d.wait_log(r"TLS handshake failed", since=mark)
+        d.wait_log(r"TLS handshake failed: plain text on the TLS port \(a client without "
+                   r"TLS\?\); closing", since=mark)
         self.assertEqual(self.connect(d).request("PING"), "PONG")
 
     def test_tls_to_the_plain_port_is_closed(self):
@@ -360,7 +371,7 @@ class Revocation(TlsCase):
         mark = d.log_mark()
         self.assertTrue(self.refused(d, cert=self.revoked, ca=self.crl_pki.ca))
         d.wait_log(r"TLS handshake failed: .*\(the client's certificate: certificate "
-                   r"revoked\); closing", since=mark)
+                   r"revoked; subject /CN=\S+, notAfter \S+Z\); closing", since=mark)
         # Without a certificate it is a client that has not logged in.
         anon = self.connect_crl(d, None)
         self.assertEqual(anon.request("LOCK job-1"), ERR_NOAUTH)
@@ -386,7 +397,8 @@ class Revocation(TlsCase):
         d.send_signal(signal.SIGHUP)
         d.wait_log(r"reload: TLS certificate .*, key and CA and CRL read again", since=mark)
         self.assertTrue(self.refused(d, cert=cert, ca=pki.ca))
-        d.wait_log(r"certificate revoked\); closing", since=mark)
+        d.wait_log(r"certificate revoked; subject /CN=alice, notAfter \S+\); closing",
+                   since=mark)
         # The connection made before keeps its login, as after a certificate rotation.
         self.assertRegex(old.request("LOCK job-2"), r"^OK job-2 \d+$")
         # An expired CRL is not taken: the one in force stays.
