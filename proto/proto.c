@@ -325,12 +325,42 @@ static enum proto_parse_result parse_names(const struct token *t, struct proto_r
     }
 }
 
+/*
+ * Why the sets of a glob are unbalanced, or NULL. fnmatch(3) takes a '['
+ * without its ']' for a literal '[', and a ']' outside a set for a literal
+ * ']': neither is a name character, so such a pattern would match nothing,
+ * silently. A set is read as fnmatch reads it: '!' first negates, and a ']'
+ * right after "[" or "[!" is a member, not the end.
+ */
+static const char *glob_brackets_problem(const char *p, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        if (p[i] == ']')
+            return "a ']' in the pattern has no '[' before it (a set is [...] or [!...])";
+        if (p[i] != '[')
+            continue;
+        size_t j = i + 1;
+
+        if (j < len && p[j] == '!')
+            j++;
+        if (j < len && p[j] == ']')
+            j++;
+        while (j < len && p[j] != ']')
+            j++;
+        if (j == len)
+            return "a '[' in the pattern has no ']' after it (a set is [...] or [!...])";
+        i = j;
+    }
+    return NULL;
+}
+
 /* Checks one positional argument of kind `arg` and stores it in *req. */
 static enum proto_parse_result parse_arg(enum proto_arg arg, const struct token *t,
                                          struct proto_req *req)
 {
     uint64_t token;
     int64_t ttl_ms;
+    const char *why;
 
     switch (arg) {
     case PROTO_ARG_NAME:
@@ -373,6 +403,8 @@ static enum proto_parse_result parse_arg(enum proto_arg arg, const struct token 
             if (!proto_name_valid(&t->p[i], 1) && (!t->p[i] || !strchr("*?[]!.", t->p[i])))
                 return fail(req, PROTO_ERR_BAD_ARGS, "a pattern is 1-200 bytes of name "
                             "characters and * ? [ ] !");
+        if ((why = glob_brackets_problem(t->p, t->len)))
+            return fail(req, PROTO_ERR_BAD_ARGS, why);
         req->name = t->p;
         req->name_len = t->len;
         break;

@@ -1189,6 +1189,20 @@ START_TEST(locks_glob)
     ck_error("LOCKS a/b", PROTO_ERR_BAD_ARGS);
     ck_error("LOCKS a b", PROTO_ERR_BAD_ARGS);
     ck_assert_int_eq(proto_parse("LOCKS a\0*", 9, &req), PROTO_ERROR);
+    /* Sets must be closed: fnmatch() would take a lone '[' or ']' literally
+     * and match no name, silently. */
+    ck_request("LOCKS a[]]", PROTO_CMD_LOCKS);       /* ']' first is a member */
+    ck_request("LOCKS a[!]x]", PROTO_CMD_LOCKS);
+    ck_request("LOCKS [a][b]*", PROTO_CMD_LOCKS);
+    ck_error_msg("LOCKS a[", PROTO_ERR_BAD_ARGS, "a '[' in the pattern has no ']' after it "
+                 "(a set is [...] or [!...])");
+    ck_error("LOCKS a[]", PROTO_ERR_BAD_ARGS);
+    ck_error("LOCKS a[!]", PROTO_ERR_BAD_ARGS);
+    ck_error("LOCKS [a]x[b", PROTO_ERR_BAD_ARGS);
+    ck_error_msg("LOCKS a]", PROTO_ERR_BAD_ARGS, "a ']' in the pattern has no '[' before it "
+                 "(a set is [...] or [!...])");
+    ck_error("LOCKS [a]]", PROTO_ERR_BAD_ARGS);
+    ck_error("HOLDERS job-[0-9", PROTO_ERR_BAD_ARGS);
     /* HOLDERS takes the same pattern. */
     ck_request("HOLDERS", PROTO_CMD_HOLDERS);
     ck_assert_uint_eq(req.name_len, 0);

@@ -1535,6 +1535,16 @@ class AdminTests(Case):
         q.expect("OK")
         q.send("LOCKS a/b\n")
         self.assertRegex(q.line(), r"^ERR BAD_ARGS a pattern is ")
+        # A set left open (or closed without being opened) would match
+        # nothing, silently: it is refused with the reason.
+        q.send("LOCKS %s[\n" % n)
+        self.assertEqual(q.line(), "ERR BAD_ARGS a '[' in the pattern has no ']' after it "
+                         "(a set is [...] or [!...])")
+        q.send("LOCKS %s]\n" % n)
+        self.assertEqual(q.line(), "ERR BAD_ARGS a ']' in the pattern has no '[' before it "
+                         "(a set is [...] or [!...])")
+        q.send("LOCKS %s[0-9]*\n" % n)
+        self.assertEqual(q.line(), "END")
 
     def test_holders_lists_every_holder_and_waiter(self):
         n = self.name()
@@ -1572,6 +1582,8 @@ class AdminTests(Case):
         self.assertEqual(q.line(), "END")
         q.send("HOLDERS a/b\n")
         self.assertRegex(q.line(), r"^ERR BAD_ARGS a pattern is ")
+        q.send("HOLDERS %s[!\n" % n)
+        self.assertRegex(q.line(), r"^ERR BAD_ARGS a '\[' in the pattern has no '\]' after it")
         self.ping(q)
 
     def test_watch_pushes_each_change(self):
