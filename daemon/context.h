@@ -46,6 +46,8 @@ struct server_stats {
     uint64_t auth_checks;     /* AUTH passwords hashed by the pool, unknown users included */
     uint64_t auth_busy;       /* AUTH answered ERR LIMIT: too many being checked */
     uint64_t auth_backoffs;   /* AUTH refused unchecked: its address was backing off */
+    uint64_t reloads;         /* SIGHUP reloads since this process started, failed too */
+    bool last_reload_failed;  /* the latest reload applied nothing (main.c reload()) */
 };
 
 struct server {

@@ -147,18 +147,23 @@ static void warn_restart(const char *what, void *arg)
     log_warn("reload: %s changed; restart the daemon to apply the change", what);
 }
 
-/* SIGHUP: re-read the users file; a broken one leaves the running users. */
-static void reload_users(struct daemon *d)
+/* SIGHUP: the users file read again into *fresh (NULL without one). 0, or
+ * -1 with why in err. */
+static int reload_users_load(struct daemon *d, struct users **fresh, char *err, size_t errlen)
 {
-    struct users *old = d->users, *fresh;
-    char err[512];
-
+    *fresh = NULL;
     if (!d->s.users_file)
+        return 0;
+    return (*fresh = users_load_file(d->s.users_file, err, errlen)) ? 0 : -1;
+}
+
+/* SIGHUP: serve with fresh, read by reload_users_load(). */
+static void reload_users_apply(struct daemon *d, struct users *fresh)
+{
+    struct users *old = d->users;
+
+    if (!fresh)
         return;
-    if (!(fresh = users_load_file(d->s.users_file, err, sizeof(err)))) {
-        log_error("reload: keeping the %zu users loaded before: %s", users_count(old), err);
-        return;
-    }
     d->users = fresh;
     server_set_users(&d->srv, fresh);
     users_free(old);
@@ -174,28 +179,45 @@ static void apply_quotas(struct daemon *d)
     watches_set_max_per_account(d->srv.watches, d->s.max_watches_per_user);
 }
 
-/* SIGHUP: re-read the file; apply what can change while running. */
+/*
+ * SIGHUP: re-read the file, the users file and the [tls] files; apply what
+ * can change while running. All or nothing: whatever fails to load, nothing
+ * is applied, and the one line that says so does not say "reloaded", so
+ * that a reload's outcome is its last line (and STATS last_reload_ok).
+ * The TLS context is swapped last of the loads, as nothing can fail after it.
+ */
 static void reload(struct daemon *d)
 {
     struct settings n;
+    struct users *fresh = NULL;
     char buf[1024];          /* the "reloaded:" line lists ~25 settings */
+    char err[1024];
 
-    if (settings_load(&n, &d->opt, buf, sizeof(buf)) < 0) {
-        log_error("reload failed, keeping the running settings: %s", buf);
-        return;
+    d->srv.stats.reloads++;
+    if (settings_load(&n, &d->opt, err, sizeof(err)) < 0)
+        goto failed;
+    if (reload_users_load(d, &fresh, err, sizeof(err)) < 0 ||
+        server_reload_tls(&d->srv, err, sizeof(err)) < 0) {
+        users_free(fresh);
+        settings_free(&n);
+        goto failed;
     }
     settings_reload(&d->s, &n, warn_restart, NULL);
     settings_free(&n);
-    reload_users(d);
-    server_reload_tls(&d->srv);
+    reload_users_apply(d, fresh);
     /* What start-up applied once from these values is applied again. */
     log_set_level(d->s.log_level);
     log_set_rate_limit(d->s.log_rate_limit);
     raise_fd_limit(&d->s);
     apply_quotas(d);
     conn_settings_changed(&d->srv);
+    d->srv.stats.last_reload_failed = false;
     settings_format_reloadable(&d->s, buf, sizeof(buf));
     log_info("reloaded: %s", buf);
+    return;
+failed:
+    d->srv.stats.last_reload_failed = true;
+    log_error("reload failed: %s; serving on with the settings before", err);
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)

@@ -297,18 +297,16 @@ static int listen_tls(struct server *srv, int fd)
                       &srv->tls_sock, srv->tls_addr, sizeof(srv->tls_addr));
 }
 
-void server_reload_tls(struct server *srv)
+int server_reload_tls(struct server *srv, char *err, size_t errlen)
 {
-    char err[512];
-
     if (!srv->tls)
-        return;
-    if (tls_reload(srv->tls, srv->settings, err, sizeof(err)) < 0)
-        log_error("reload: keeping the TLS certificate loaded before: %s", err);
-    else
-        log_info("reload: TLS certificate %s, key and CA%s read again; new connections use "
-                 "them", srv->settings->tls_cert_file,
-                 srv->settings->tls_crl_file ? " and CRL" : "");
+        return 0;
+    if (tls_reload(srv->tls, srv->settings, err, errlen) < 0)
+        return -1;
+    log_info("reload: TLS certificate %s, key and CA%s read again; new connections use "
+             "them", srv->settings->tls_cert_file,
+             srv->settings->tls_crl_file ? " and CRL" : "");
+    return 0;
 }
 
 /* Removes a socket file left by a daemon that is gone; refuses to steal a live one. */

@@ -49,9 +49,9 @@ void server_set_users(struct server *srv, const struct users *users);
 /* Writes "<host>-<pid>-<random hex>" into buf: unique for each run of a daemon. */
 void server_make_daemon_id(char *buf, size_t len);
 
-/* SIGHUP: re-reads the [tls] files; a file that does not load is logged and the
- * context in force stays. */
-void server_reload_tls(struct server *srv);
+/* SIGHUP: re-reads the [tls] files. 0 (logged); or -1 with why in err, and
+ * the context in force stays. Without a TLS listener: 0, nothing logged. */
+int server_reload_tls(struct server *srv, char *err, size_t errlen);
 
 /* Closes the listeners and every connection (releasing their locks). */
 void server_stop(struct server *srv);

@@ -40,6 +40,8 @@ void stats_each(const struct server *srv, backend_stat_fn add, void *cookie)
     add_u64(add, cookie, "login_timeouts", srv->stats.login_timeouts);
     add_u64(add, cookie, "accept_pauses", srv->stats.accept_pauses);
     add_u64(add, cookie, "handovers", srv->handovers);
+    add_u64(add, cookie, "reloads", srv->stats.reloads);
+    add_u64(add, cookie, "last_reload_ok", !srv->stats.last_reload_failed);
     add_u64(add, cookie, "locks_held", ls.held);
     add_u64(add, cookie, "waiters", ls.waiting);
     add_u64(add, cookie, "grants", ls.grants);

@@ -29,7 +29,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lbharness  # noqa: E402
 from lbharness import Daemon, TIMEOUT, START_TIMEOUT, STOP_TIMEOUT, check_failure_exit, \
-    contend_sets, run_daemon, scaled  # noqa: E402
+    contend_sets, run_daemon, scaled, stats  # noqa: E402
 
 # The daemon's exact error lines (from proto/proto.c, daemon/conn.c, daemon/server.c).
 ERR_BAD_COMMAND = "ERR BAD_COMMAND unknown command (HELP lists them)"
@@ -1713,6 +1713,8 @@ class ReloadTests(Case):
         mark = self.rewrite(d, "[server]\nmax_locks_per_client = 2\n[log]\nlevel = debug\n")
         d.wait_log(r"reloaded: log level debug, max_clients \d+, max_line 1024, "
                    r"max_locks_per_client 2", since=mark)
+        st = stats(d)
+        self.assertEqual((st["reloads"], st["last_reload_ok"]), ("1", "1"))
         self.lock(c, "r2")                            # the held lock was kept
         c.send("LOCK r3\n")
         c.expect_match(r"ERR LIMIT .*")
@@ -1742,12 +1744,22 @@ class ReloadTests(Case):
         d = self.start("[server]\nmax_locks_per_client = 1\n")
         c = self.connect(d)
         self.lock(c, "k1")
+        self.assertEqual(stats(d)["last_reload_ok"], "1")     # none failed yet
         mark = self.rewrite(d, "[server]\nmax_locks_per_client = lots\n")
-        d.wait_log(r"error reload failed, keeping the running settings: .*lockbrokerd.conf:2: "
-                   r"max_locks_per_client", since=mark)
+        # One line says it failed and what is served; none claims "reloaded".
+        d.wait_log(r"error reload failed: .*lockbrokerd.conf:2: max_locks_per_client: 'lots' "
+                   r".*; serving on with the settings before$", since=mark)
         c.send("LOCK k2\n")
         c.expect_match(r"ERR LIMIT .*")                 # still 1
         self.ping(c)
+        self.assertIsNone(d.find_log(r"reloaded: ", since=mark))
+        # STATS tells the outcome without reading the log; a good reload mends it.
+        st = stats(d)
+        self.assertEqual((st["reloads"], st["last_reload_ok"]), ("1", "0"))
+        mark = self.rewrite(d, "[server]\nmax_locks_per_client = 2\n")
+        d.wait_log(r"info reloaded: ", since=mark)
+        st = stats(d)
+        self.assertEqual((st["reloads"], st["last_reload_ok"]), ("2", "1"))
 
     def test_sighup_when_the_file_became_a_directory(self):
         d = self.start("[server]\nmax_locks_per_client = 1\n")
@@ -1755,8 +1767,8 @@ class ReloadTests(Case):
         os.mkdir(d.config_path)
         mark = d.log_mark()
         d.send_signal(signal.SIGHUP)
-        d.wait_log(r"error reload failed, keeping the running settings: %s: is a directory"
-                   % re.escape(d.config_path), since=mark)
+        d.wait_log(r"error reload failed: %s: is a directory; serving on with the settings "
+                   r"before$" % re.escape(d.config_path), since=mark)
         c = self.connect(d)
         self.lock(c, "k1")
         c.send("LOCK k2\n")

@@ -293,7 +293,8 @@ class Rotation(TlsCase):
         shutil.copy(self.alice[1], key)
         mark = d.log_mark()
         d.send_signal(signal.SIGHUP)
-        d.wait_log(r"reload: keeping the TLS certificate loaded before: .*key_file", since=mark)
+        d.wait_log(r"error reload failed: \[tls\] key_file .*; serving on with the settings "
+                   r"before$", since=mark)
         self.assertEqual(self.connect(d).request("PING"), "PONG")
 
 
@@ -405,8 +406,8 @@ class Revocation(TlsCase):
         shutil.copy(pki.crl(file="old-crl.pem", expired=True), live)
         mark = d.log_mark()
         d.send_signal(signal.SIGHUP)
-        d.wait_log(r"reload: keeping the TLS certificate loaded before: .*crl_file .*has "
-                   r"expired", since=mark)
+        d.wait_log(r"error reload failed: \[tls\] crl_file .*has expired.*; serving on "
+                   r"with the settings before$", since=mark)
         self.assertTrue(self.refused(d, cert=cert, ca=pki.ca))
 
     def test_crl_file_is_checked(self):
