@@ -193,6 +193,13 @@ class WrongSpeakers(TlsCase):
         c.expect_eof(allow_reset=True)
         d.wait_log(r"TLS handshake failed: plain text on the TLS port \(a client without "
                    r"TLS\?\); closing", since=mark)
+        # An HTTP request (a browser, curl http://) is plain text too.
+        mark = d.log_mark()
+        h = Client.tcp(d.tls_host, d.tls_port)
+        self.addCleanup(h.close)
+        h.send("GET / HTTP/1.0\r\n\r\n")
+        h.expect_eof(allow_reset=True)
+        d.wait_log(r"TLS handshake failed: plain text on the TLS port", since=mark)
         self.assertEqual(self.connect(d).request("PING"), "PONG")
 
     def test_tls_to_the_plain_port_is_closed(self):
