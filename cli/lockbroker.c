@@ -212,19 +212,30 @@ static bool label_valid(const char *label)
            r.label_len == len;
 }
 
-/* Whether glob is a valid LOCKS pattern (1-200 name bytes and * ? [ ] !), likewise. */
-static bool glob_valid(const char *glob)
+/*
+ * What is wrong with glob as a LOCKS pattern (1-200 name bytes and * ? [ ] !,
+ * its sets closed), as the daemon would parse it: NULL when nothing; else a
+ * static string, the protocol's own words for an unclosed set.
+ */
+static const char *glob_problem(const char *glob)
 {
+    static const char *const chars = "expected 1-200 characters of lock names "
+                                     "(A-Z a-z 0-9 . _ : @ -) and * ? [ ] !";
     char req[PROTO_NAME_MAX + 16];
     struct proto_req r;
     size_t len = strlen(glob);
     int n;
 
     if (len == 0 || len > PROTO_NAME_MAX)
-        return false;
+        return chars;
     n = snprintf(req, sizeof(req), "LOCKS %s", glob);
-    return proto_parse(req, (size_t)n, &r) == PROTO_REQUEST && r.cmd == PROTO_CMD_LOCKS &&
-           r.name_len == len;
+    if (proto_parse(req, (size_t)n, &r) == PROTO_REQUEST && r.cmd == PROTO_CMD_LOCKS &&
+        r.name_len == len)
+        return NULL;
+    /* Every other refusal of a pattern says what a pattern is made of. */
+    if (r.errmsg && strncmp(r.errmsg, "a '", 3) == 0)
+        return r.errmsg;
+    return chars;
 }
 
 /* How the user spelled the option getopt just complained about. */
@@ -1384,10 +1395,14 @@ static int sub_status(const struct call *call)
 static int sub_locks(const struct call *call)
 {
     const char *glob = call->nargs == 1 ? call->args[0] : NULL;
+    const char *why = glob ? glob_problem(glob) : NULL;
+    char fmt[256];
 
-    if (glob && !glob_valid(glob))
-        return usage_error("locks: GLOB: expected 1-200 characters of lock names "
-                           "(A-Z a-z 0-9 . _ : @ -) and * ? [ ] !, got '%s'", glob);
+    if (why) {
+        /* why is one of glob_problem()'s static strings: no '%' in it. */
+        snprintf(fmt, sizeof(fmt), "locks: GLOB: %s, got '%%s'", why);
+        return usage_error(fmt, glob);
+    }
     return finish_exchange(call->conn, cli_locks(call->o, call->addr, call->conn, glob));
 }
 

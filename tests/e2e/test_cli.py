@@ -1391,6 +1391,11 @@ class ErrorTests(DaemonCase):
             (["-H", addr, "locks", "a b"], r"locks: GLOB: expected"),
             (["-H", addr, "locks", ""], r"locks: GLOB: expected"),
             (["-H", addr, "locks", "*" * 201], r"locks: GLOB: expected"),
+            # A set left open would match nothing: the protocol's reason.
+            (["-H", addr, "locks", "a["],
+             r"locks: GLOB: a '\[' in the pattern has no '\]' after it \(a set is \[\.\.\.\] or "
+             r"\[!\.\.\.\]\), got 'a\['"),
+            (["-H", addr, "locks", "--cluster", "a]"], r"locks: GLOB: a '\]' in the pattern"),
             (["-H", "localhost:", "ping"], r"-H: bad address 'localhost:': the port must be"),
             (["-H", "::1:7411", "ping"], r"-H: bad address .*\[IPV6\]:PORT"),
             (["-H", "127.0.0.1:0", "ping"], r"-H: bad address .*1-65535"),
