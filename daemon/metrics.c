@@ -28,6 +28,7 @@
 #include "accept_pause.h"
 #include "backend.h"
 #include "histogram.h"
+#include "live_page.h"
 #include "locks.h"
 #include "log.h"
 #include "server.h"
@@ -584,6 +585,29 @@ static void serve_metrics(const struct metrics *m, struct evhttp_request *req)
     evbuffer_free(body);
 }
 
+/* The live page and its JSON (live_page.c). The page's script and style
+ * come from here only: the policy forbids anything else, inline code too. */
+static void serve_page(const struct metrics *m, struct evhttp_request *req, const char *path,
+                       const char *query)
+{
+    struct evbuffer *body = evbuffer_new();
+    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+    const char *type = "text/plain; charset=utf-8";
+    int code;
+
+    if (!body) {
+        evhttp_send_error(req, HTTP_INTERNAL, "out of memory");
+        return;
+    }
+    code = live_page_write(m->srv, path, query, body, &type);
+    evhttp_add_header(h, "Content-Type", type);
+    evhttp_add_header(h, "Content-Security-Policy", "default-src 'self'");
+    evhttp_add_header(h, "X-Content-Type-Options", "nosniff");
+    evhttp_add_header(h, "Cache-Control", "no-store");
+    send_reply(req, code, code == HTTP_OK ? "OK" : "Bad Request", body);
+    evbuffer_free(body);
+}
+
 /*
  * Whether the request has Content-Length headers that disagree. libevent
  * reads the body by the first one; a proxy in front may have used another,
@@ -638,6 +662,7 @@ static void on_request(struct evhttp_request *req, void *arg)
     const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
     bool metrics = path && strcmp(path, "/metrics") == 0;
     bool healthz = path && strcmp(path, "/healthz") == 0;
+    bool page = path && live_page_serves(path);
 
     log_debug("metrics: %s %.200s", cmd == EVHTTP_REQ_GET ? "GET" : cmd == EVHTTP_REQ_HEAD
               ? "HEAD" : "(other method)", evhttp_request_get_uri(req));
@@ -650,8 +675,9 @@ static void on_request(struct evhttp_request *req, void *arg)
         send_text(req, HTTP_BADREQUEST, "Bad Request", "conflicting Content-Length headers\n");
         return;
     }
-    if (!metrics && !healthz) {
-        send_text(req, HTTP_NOTFOUND, "Not Found", "not found: try /metrics or /healthz\n");
+    if (!metrics && !healthz && !page) {
+        send_text(req, HTTP_NOTFOUND, "Not Found",
+                  "not found: try /metrics, /healthz or / (the live page)\n");
         return;
     }
     if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_HEAD) {
@@ -659,7 +685,9 @@ static void on_request(struct evhttp_request *req, void *arg)
         send_text(req, HTTP_BADMETHOD, "Method Not Allowed", "only GET and HEAD\n");
         return;
     }
-    if (metrics)
+    if (page)
+        serve_page(m, req, path, evhttp_uri_get_query(uri));
+    else if (metrics)
         serve_metrics(m, req);
     else
         serve_healthz(m, req);

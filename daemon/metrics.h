@@ -5,7 +5,8 @@
  * STATS value and the lock table's and backend's histograms in the
  * Prometheus text exposition format 0.0.4, and /healthz with 200 "ok", or
  * 503 and a one-line reason while the backend cannot serve requests (a
- * ZooKeeper outage). Other paths are 404, other methods 405. Nothing here
+ * ZooKeeper outage). / and /locks.json are the live page (live_page.h).
+ * Other paths are 404, other methods 405. Nothing here
  * runs on the lock path: a scrape reads the counters the daemon keeps anyway.
  */
 #ifndef LOCKBROKER_METRICS_H
