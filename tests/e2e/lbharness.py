@@ -134,6 +134,8 @@ SKIP_KEYS = {
     "tools": "setsid(1), ss(8) and bash",
     "nofile": "an open-file hard limit of 1100 or more",
     "openssl": "the openssl command (test_tls.py makes its certificates with it)",
+    "chromium": "Debian's chromium, chromium-driver and python3-selenium (test_page.py "
+                "opens the live page in headless Chromium)",
 }
 
 

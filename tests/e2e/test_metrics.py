@@ -621,7 +621,7 @@ class EmbeddedTest(unittest.TestCase):
         self.assertEqual((status, read_body(late, headers)), (200, b"ok\n"))
 
     def test_other_paths_404(self):
-        for path in ("/", "/metric", "/metrics/", "/healthz/x", "/favicon.ico"):
+        for path in ("/metric", "/metrics/", "/healthz/x", "/favicon.ico"):
             status, _, body = http_request(self.d, "GET", path)
             self.assertEqual(status, 404, path)
             self.assertIn("not found", body)
