@@ -14,6 +14,14 @@
  * that leaves locks out says "truncated": true. Nothing is counted beyond
  * what is listed, so a table of a million names costs a request no more
  * than its first LIST_MAX.
+ *
+ * In distributed mode each lock's "queue" (its holders and waiters on every
+ * daemon) comes from the backend's HOLDERS gathering (backend.h, list),
+ * which costs ZooKeeper a listing of every name, one per matching name and
+ * a read per node. So it is not asked per request: one gathering at a time,
+ * at most every QUEUE_REFRESH_MS while someone polls (every QUEUE_REGLOB_MS
+ * when the glob polled changes);
+ * replies in between use the latest answer and say how old it is.
  */
 #include "config.h"
 #include "live_page.h"
@@ -22,6 +30,7 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 #include <inttypes.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +38,6 @@
 
 #include "backend.h"
 #include "context.h"
-#include "histogram.h"
 #include "locks.h"
 #include "proto.h"
 #include "stats.h"
@@ -42,6 +50,28 @@
 #define LIST_DEFAULT 200
 /* Holds and waits listed per lock; the lock's counts say how many there are. */
 #define ROWS_MAX 50
+/* The most often the queue across daemons is gathered (distributed mode). */
+#define QUEUE_REFRESH_MS 5000
+/* ... and for a glob other than the latest one's. */
+#define QUEUE_REGLOB_MS 1000
+
+/* A name's requests across daemons, as the latest gathering counted them. */
+struct queue_count {
+    char *name;          /* owned */
+    unsigned queue;
+};
+
+struct live_page {
+    const struct server *srv;       /* borrowed */
+    struct backend_list *op;        /* the gathering in flight, or NULL; the backend's */
+    char op_glob[PROTO_NAME_MAX + 1];
+    int64_t asked_ms;               /* monotonic: when the latest gathering started */
+    /* The latest answer: counts sorted by name, for the names of glob. */
+    char glob[PROTO_NAME_MAX + 1];
+    struct queue_count *counts;     /* owned; NULL: no answer (or a failed one) */
+    size_t ncounts;
+    int64_t got_ms;                 /* monotonic: when it came */
+};
 
 struct asset {
     const char *path;
@@ -61,6 +91,34 @@ static const struct asset assets[] = {
 
 #define JSON_PATH "/locks.json"
 
+struct live_page *live_page_new(const struct server *srv)
+{
+    struct live_page *lp = calloc(1, sizeof(*lp));
+
+    if (lp)
+        lp->srv = srv;
+    return lp;
+}
+
+static void counts_free(struct live_page *lp)
+{
+    for (size_t i = 0; i < lp->ncounts; i++)
+        free(lp->counts[i].name);
+    free(lp->counts);
+    lp->counts = NULL;
+    lp->ncounts = 0;
+}
+
+void live_page_free(struct live_page *lp)
+{
+    if (!lp)
+        return;
+    if (lp->op)
+        lp->srv->backend->ops->list_cancel(lp->srv->backend->impl, lp->op);
+    counts_free(lp);
+    free(lp);
+}
+
 bool live_page_serves(const char *path)
 {
     if (strcmp(path, JSON_PATH) == 0)
@@ -73,11 +131,14 @@ bool live_page_serves(const char *path)
 
 /* ------------------------------------------------------------- JSON */
 
+/* A string literal, its length counted by the compiler. */
+#define add_lit(out, lit) evbuffer_add((out), (lit), sizeof(lit) - 1)
+
 /* A JSON string. Bytes outside printable ASCII and <, >, & are \u escapes:
  * the reply is ASCII whatever the bytes, and safe inside HTML too. */
 static void json_str(struct evbuffer *out, const char *s)
 {
-    evbuffer_add(out, "\"", 1);
+    add_lit(out, "\"");
     for (; *s; s++) {
         unsigned char ch = (unsigned char)*s;
 
@@ -88,14 +149,14 @@ static void json_str(struct evbuffer *out, const char *s)
         else
             evbuffer_add(out, s, 1);
     }
-    evbuffer_add(out, "\"", 1);
+    add_lit(out, "\"");
 }
 
 /* A string, or null for NULL and "-" (what the table says for "none"). */
 static void json_str_or_null(struct evbuffer *out, const char *s)
 {
     if (!s || !s[0] || strcmp(s, "-") == 0)
-        evbuffer_add(out, "null", 4);
+        add_lit(out, "null");
     else
         json_str(out, s);
 }
@@ -142,14 +203,14 @@ static void add_health(const struct server *srv, struct evbuffer *out,
     evbuffer_add_printf(out, "\"health\":{\"ok\":%s,\"status\":%d,\"reason\":",
                         down ? "false" : "true", down ? 503 : 200);
     if (!down)
-        evbuffer_add(out, "null", 4);
+        add_lit(out, "null");
     else
         json_str(out, fault ? fault : why ? why : "unreachable");
     evbuffer_add_printf(out, ",\"down_ms\":");
     if (down)
         evbuffer_add_printf(out, "%" PRId64, locks_mono_ms() - down);
     else
-        evbuffer_add(out, "null", 4);
+        add_lit(out, "null");
     evbuffer_add_printf(out, ",\"zk_state\":");
     json_str_or_null(out, hs->zk_state);
     evbuffer_add_printf(out, ",\"zk_session_confirmed\":%s,\"zk_window_age_ms\":%s}",
@@ -158,18 +219,92 @@ static void add_health(const struct server *srv, struct evbuffer *out,
                         hs->window_age[0] ? hs->window_age : "null");
 }
 
-/* "counters": totals since start, which the page turns into rates. */
+/* "counters": totals since start, which the page turns into rates; "held"
+ * and "waiting": now, which it charts as they are. (How many requests had
+ * to wait is not counted: in distributed mode every grant waits for
+ * ZooKeeper.) */
 static void add_counters(const struct server *srv, struct evbuffer *out)
 {
     struct locks_stats ls;
-    const struct locks_histograms *lh = locks_get_histograms(srv->locks);
 
     locks_get_stats(srv->locks, &ls);
-    /* A grant at once is observed as 0 us (bucket 0): the rest waited. */
-    evbuffer_add_printf(out, "\"counters\":{\"grants\":%" PRIu64 ",\"waited\":%" PRIu64
-                        ",\"timeouts\":%" PRIu64 ",\"lost\":%" PRIu64 "},\"held\":%" PRIu64
-                        ",\"waiting\":%" PRIu64, ls.grants, lh->wait.count - lh->wait.counts[0],
-                        ls.timeouts, ls.lost, ls.held, ls.waiting);
+    evbuffer_add_printf(out, "\"counters\":{\"grants\":%" PRIu64 ",\"timeouts\":%" PRIu64
+                        ",\"lost\":%" PRIu64 "},\"held\":%" PRIu64 ",\"waiting\":%" PRIu64,
+                        ls.grants, ls.timeouts, ls.lost, ls.held, ls.waiting);
+}
+
+/* ------------------------------------------- the queue across daemons */
+
+static int count_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct queue_count *)a)->name, ((const struct queue_count *)b)->name);
+}
+
+/* The metrics listener serves no users: every name may be counted. */
+static bool may_count(void *arg, const char *name)
+{
+    return true;
+}
+
+/* The gathering's answer: rows in name order, each name's requests together. */
+static void on_gathered(void *arg, bool ok, const struct backend_holder *rows, size_t n,
+                        size_t more)
+{
+    struct live_page *lp = arg;
+    size_t k = 0;
+
+    lp->op = NULL;
+    counts_free(lp);
+    lp->got_ms = 0;
+    if (!ok || (n && !(lp->counts = calloc(n, sizeof(*lp->counts)))))
+        return;                   /* nothing rather than counts that may be stale */
+    for (size_t i = 0; i < n; i++) {
+        if (k && strcmp(lp->counts[k - 1].name, rows[i].name) == 0) {
+            lp->counts[k - 1].queue++;
+            continue;
+        }
+        if (!(lp->counts[k].name = strdup(rows[i].name)))
+            break;
+        lp->counts[k++].queue = 1;
+    }
+    /* Rows past the most were left out: the last name's count may be short. */
+    if (more && k)
+        free(lp->counts[--k].name);
+    lp->ncounts = k;
+    qsort(lp->counts, k, sizeof(*lp->counts), count_cmp);
+    snprintf(lp->glob, sizeof(lp->glob), "%s", lp->op_glob);
+    lp->got_ms = locks_mono_ms();
+}
+
+/* Starts a gathering for glob when the latest is too old or of another
+ * glob, none is in flight, and no handover waits for ZooKeeper to fall
+ * quiet. Returns whether the latest answer is glob's. */
+static bool queue_refresh(struct live_page *lp, const char *glob)
+{
+    const struct backend *be = lp->srv->backend;
+    int64_t now = locks_mono_ms();
+    bool same = lp->got_ms && strcmp(lp->glob, glob) == 0;
+    int64_t since = lp->asked_ms ? now - lp->asked_ms : INT64_MAX;
+    /* A new glob (someone typed one) goes sooner, but pages polling
+     * different globs still cost at most one gathering a second. */
+    int64_t due = strcmp(lp->op_glob, glob) == 0 ? QUEUE_REFRESH_MS : QUEUE_REGLOB_MS;
+
+    if (!lp->op && !lp->srv->handing_over && since >= due &&
+        (lp->op = be->ops->list(be->impl, glob, may_count, on_gathered, lp))) {
+        snprintf(lp->op_glob, sizeof(lp->op_glob), "%s", glob);
+        lp->asked_ms = now;
+    }
+    return same;
+}
+
+/* The name's queue in the latest answer, or -1 when it has none. */
+static int64_t queue_of(const struct live_page *lp, const char *name)
+{
+    struct queue_count key = { .name = (char *)name };
+    const struct queue_count *c = lp->counts ? bsearch(&key, lp->counts, lp->ncounts,
+                                                       sizeof(key), count_cmp) : NULL;
+
+    return c ? (int64_t)c->queue : -1;
 }
 
 /* ------------------------------------------------------------- locks */
@@ -201,16 +336,18 @@ static bool add_row(void *arg, const struct backend_holder *r)
         if (r->lease_ms >= 0)
             evbuffer_add_printf(w->out, "%" PRId64 "}", r->lease_ms);
         else
-            evbuffer_add(w->out, "null}", 5);
+            add_lit(w->out, "null}");
     } else {
         evbuffer_add_printf(w->out, ",\"waited_ms\":%" PRId64 "}", w->now_ms - r->since_ms);
     }
     return true;
 }
 
-static void add_lock(const struct server *srv, struct evbuffer *out, const char *name,
-                     int64_t now_ms, bool first)
+/* cluster: the latest gathering's answer is for this reply's glob. */
+static void add_lock(const struct live_page *lp, struct evbuffer *out, const char *name,
+                     int64_t now_ms, bool first, bool cluster)
 {
+    const struct server *srv = lp->srv;
     const struct backend *be = srv->backend;
     const char *recipe = be->ops->recipe ? be->ops->recipe(be->impl, name) : NULL;
     struct locks_status st;
@@ -224,19 +361,20 @@ static void add_lock(const struct server *srv, struct evbuffer *out, const char 
                         st.limit, st.holders, st.waiters, st.delay_ms);
     json_str_or_null(out, recipe);
     /* Embedded mode: this table is every daemon's. Distributed mode: the
-     * queue across daemons would take a ZooKeeper read per name per poll;
-     * `lockbroker status NAME` asks for it. */
-    if (be->ops->list)
-        evbuffer_add(out, ",\"queue\":null", 13);
-    else
+     * latest gathering's count, if it has the name. */
+    if (!be->ops->list)
         evbuffer_add_printf(out, ",\"queue\":%u", st.holders + st.waiters);
-    evbuffer_add(out, ",\"holds\":[", 10);
+    else if (cluster && queue_of(lp, name) >= 0)
+        evbuffer_add_printf(out, ",\"queue\":%" PRId64, queue_of(lp, name));
+    else
+        add_lit(out, ",\"queue\":null");
+    add_lit(out, ",\"holds\":[");
     w.held = true;
     locks_each_hold_of(srv->locks, name, add_row, &w);
-    evbuffer_add(out, "],\"waits\":[", 11);
+    add_lit(out, "],\"waits\":[");
     w.held = false;
     locks_each_hold_of(srv->locks, name, add_row, &w);
-    evbuffer_add(out, "]}", 2);
+    add_lit(out, "]}");
 }
 
 /* The query: ?match=<glob>&limit=<n>; 0, or -1 with why. */
@@ -284,8 +422,10 @@ static int parse_query(const char *query, char *glob, size_t glob_size, unsigned
     return rc;
 }
 
-static int write_json(const struct server *srv, const char *query, struct evbuffer *out)
+static int write_json(struct live_page *lp, const char *query, struct evbuffer *out)
 {
+    const struct server *srv = lp->srv;
+    bool cluster = false;
     char glob[PROTO_NAME_MAX + 1], after[PROTO_NAME_MAX + 1], why[128];
     unsigned limit, n = 0;
     int64_t now = wall_ms();
@@ -304,10 +444,17 @@ static int write_json(const struct server *srv, const char *query, struct evbuff
     json_str(out, hs.mode[0] ? hs.mode : srv->backend->ops->name);
     evbuffer_add_printf(out, ",\"now_ms\":%" PRId64 ",", now);
     add_health(srv, out, &hs);
-    evbuffer_add(out, ",", 1);
+    add_lit(out, ",");
     add_counters(srv, out);
-    evbuffer_add(out, ",\"match\":", 9);
+    add_lit(out, ",\"match\":");
     json_str_or_null(out, glob);
+    /* How old the queue across daemons is (null: embedded mode, or none yet). */
+    if (srv->backend->ops->list)
+        cluster = queue_refresh(lp, glob[0] ? glob : "*");
+    if (cluster)
+        evbuffer_add_printf(out, ",\"queue_age_ms\":%" PRId64, locks_mono_ms() - lp->got_ms);
+    else
+        add_lit(out, ",\"queue_age_ms\":null");
     evbuffer_add_printf(out, ",\"limit\":%u,\"locks\":[", limit);
     for (name = locks_next(srv->locks, glob[0] ? glob : NULL, NULL); name;
          name = locks_next(srv->locks, glob[0] ? glob : NULL, after)) {
@@ -316,13 +463,13 @@ static int write_json(const struct server *srv, const char *query, struct evbuff
             break;
         }
         snprintf(after, sizeof(after), "%s", name);
-        add_lock(srv, out, after, now, n++ == 0);
+        add_lock(lp, out, after, now, n++ == 0, cluster);
     }
     evbuffer_add_printf(out, "],\"truncated\":%s}\n", truncated ? "true" : "false");
     return HTTP_OK;
 }
 
-int live_page_write(const struct server *srv, const char *path, const char *query,
+int live_page_write(struct live_page *lp, const char *path, const char *query,
                     struct evbuffer *out, const char **content_type)
 {
     int code;
@@ -334,7 +481,7 @@ int live_page_write(const struct server *srv, const char *path, const char *quer
             return HTTP_OK;
         }
     }
-    code = write_json(srv, query, out);
+    code = write_json(lp, query, out);
     *content_type = code == HTTP_OK ? "application/json" : "text/plain; charset=utf-8";
     return code;
 }

@@ -76,6 +76,7 @@ struct http_conn {
 
 struct metrics {
     const struct server *srv;      /* borrowed */
+    struct live_page *page;        /* owned: the live page's state */
     struct evhttp *http;           /* owned; frees its connections */
     struct evconnlistener *listener; /* owned by http */
     char addr[64];                 /* bound address, port resolved */
@@ -587,7 +588,7 @@ static void serve_metrics(const struct metrics *m, struct evhttp_request *req)
 
 /* The live page and its JSON (live_page.c). The page's script and style
  * come from here only: the policy forbids anything else, inline code too. */
-static void serve_page(const struct metrics *m, struct evhttp_request *req, const char *path,
+static void serve_page(struct metrics *m, struct evhttp_request *req, const char *path,
                        const char *query)
 {
     struct evbuffer *body = evbuffer_new();
@@ -599,7 +600,7 @@ static void serve_page(const struct metrics *m, struct evhttp_request *req, cons
         evhttp_send_error(req, HTTP_INTERNAL, "out of memory");
         return;
     }
-    code = live_page_write(m->srv, path, query, body, &type);
+    code = live_page_write(m->page, path, query, body, &type);
     evhttp_add_header(h, "Content-Type", type);
     evhttp_add_header(h, "Content-Security-Policy", "default-src 'self'");
     evhttp_add_header(h, "X-Content-Type-Options", "nosniff");
@@ -710,6 +711,11 @@ struct metrics *metrics_start(const struct server *srv, const char *addr, int fd
     }
     m->srv = srv;
     TAILQ_INIT(&m->conns);
+    if (!(m->page = live_page_new(srv))) {
+        log_error("metrics: out of memory");
+        metrics_stop(m);
+        return NULL;
+    }
     if (settings_listen_addr(addr, &ss, &len) < 0) {
         log_error("metrics_listen: cannot parse '%s'", addr);
         metrics_stop(m);
@@ -776,5 +782,6 @@ void metrics_stop(struct metrics *m)
         evhttp_free(m->http);   /* closes its listener and connections (http_closed) */
     while ((hc = TAILQ_FIRST(&m->conns)))
         http_forget(hc);        /* not attached yet */
+    live_page_free(m->page);
     free(m);
 }

@@ -145,6 +145,8 @@
             : h.zk_session_confirmed ? "confirmed" : "NOT confirmed");
     setText("zk-window", h.zk_window_age_ms === null ? "n/a"
             : h.zk_window_age_ms < 0 ? "no session" : duration(h.zk_window_age_ms));
+    setText("queue-age", data.mode === "embedded" ? "now"
+            : data.queue_age_ms === null ? "not yet" : duration(data.queue_age_ms) + " ago");
     setText("held-count", data.held);
     setText("waiting-count", data.waiting);
     setText("updated", "updated " + new Date(data.now_ms).toLocaleTimeString());
@@ -160,11 +162,13 @@
     return e;
   }
 
-  // One chart: the counter's rate between consecutive samples.
-  function drawChart(key) {
+  // One chart: a counter's rate between consecutive samples, or a level
+  // as sampled (level true).
+  function drawChart(key, level) {
     var svg = $("chart-" + key);
     var rates = [];
-    for (var i = 1; i < history.length; i++) {
+    for (var i = level ? 0 : 1; i < history.length; i++) {
+      if (level) { rates.push(history[i][key]); continue; }
       var dt = (history[i].t - history[i - 1].t) / 1000;
       var dv = history[i][key] - history[i - 1][key];
       rates.push(dt > 0 && dv >= 0 ? dv / dt : 0);
@@ -190,9 +194,12 @@
     var prev = history[history.length - 1];
     // A restarted daemon starts its counters again: so do the charts.
     if (prev && (c.grants < prev.grants || c.timeouts < prev.timeouts)) history = [];
-    history.push({ t: data.now_ms, grants: c.grants, waited: c.waited, timeouts: c.timeouts });
+    history.push({ t: data.now_ms, grants: c.grants, timeouts: c.timeouts,
+                   waiting: data.waiting });
     if (history.length > HISTORY) history.shift();
-    ["grants", "waited", "timeouts"].forEach(drawChart);
+    drawChart("grants", false);
+    drawChart("waiting", true);
+    drawChart("timeouts", false);
   }
 
   function poll() {
