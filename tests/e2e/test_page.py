@@ -18,12 +18,14 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lbharness  # noqa: E402
 from lbharness import Daemon, TIMEOUT, scaled  # noqa: E402
+import zkharness  # noqa: E402
 
 SERVING_RE = r"metrics: serving /metrics and /healthz on http://(\S+):(\d+)$"
 CONFIG = "[server]\nmetrics_listen = 127.0.0.1:0\n"
@@ -113,14 +115,15 @@ class PageJsonTest(unittest.TestCase):
         waiter.send("LOCK json-job 20000\r\n")
         data = json_when(self.d, lambda j: j["waiting"] == 1, "the waiter queued")
         self.assertEqual(set(data), {"daemon", "mode", "now_ms", "health", "counters", "held",
-                                     "waiting", "match", "limit", "locks", "truncated"})
+                                     "waiting", "match", "queue_age_ms", "limit", "locks",
+                                     "truncated"})
+        self.assertIsNone(data["queue_age_ms"])
         self.assertEqual(data["mode"], "embedded")
         self.assertEqual(data["health"], {"ok": True, "status": 200, "reason": None,
                                           "down_ms": None, "zk_state": None,
                                           "zk_session_confirmed": None,
                                           "zk_window_age_ms": None})
-        self.assertEqual(data["counters"], {"grants": 1, "waited": 0, "timeouts": 0,
-                                            "lost": 0})
+        self.assertEqual(data["counters"], {"grants": 1, "timeouts": 0, "lost": 0})
         self.assertEqual((data["held"], data["match"], data["limit"], data["truncated"]),
                          (1, None, 200, False))
         [lk] = data["locks"]
@@ -140,7 +143,7 @@ class PageJsonTest(unittest.TestCase):
         data = locks_json(self.d)
         self.assertEqual([h["label"] for h in data["locks"][0]["holds"]], ["waiter-1"])
         self.assertEqual(data["locks"][0]["waits"], [])
-        self.assertEqual((data["counters"]["grants"], data["counters"]["waited"]), (2, 1))
+        self.assertEqual((data["counters"]["grants"], data["waiting"]), (2, 0))
 
     def test_bounded_and_filtered(self):
         c = labelled(self, self.d, "many")
@@ -198,6 +201,71 @@ class PageJsonTest(unittest.TestCase):
             self.assertIn("not found", body)
         status, headers, _ = http_get(self.d, "/locks.json", "POST")
         self.assertEqual((status, headers.get("allow")), (405, "GET, HEAD"))
+
+
+def zk_available():
+    if not shutil.which(zkharness.JAVA):
+        return False
+    try:
+        zkharness.classpath()
+    except zkharness.ZkError:
+        return False
+    return True
+
+
+class PageDistributedTest(unittest.TestCase):
+    """/locks.json in distributed mode: the session's health, and the queue
+    across daemons from the backend's gathering."""
+
+    def setUp(self):
+        if not zk_available():
+            lbharness.skip("zk", "ZooKeeper (java + Debian's zookeeper jars) not installed")
+        self.zk = zkharness.ZkServer(tick_ms=500, name="zk-page",
+                                     base_dir=tempfile.mkdtemp(prefix="lbpage-zk-"))
+        self.addCleanup(self._stop_zk)
+        self.zk.start()
+
+    def _stop_zk(self):
+        self.zk.stop(grace=5.0)
+        self.zk.cleanup()
+        shutil.rmtree(self.zk.dir, ignore_errors=True)
+
+    def test_health_and_queue_across_daemons(self):
+        zk = ("[zookeeper]\nhosts = %s\nroot = /lbpage\nsession_timeout_ms = 12000\n"
+              "tick_ms = 500\n" % self.zk.connect_string)
+        a = Daemon(config=CONFIG + zk, name="page-a")
+        a.start()
+        self.addCleanup(a.stop)
+        m = a.wait_log(SERVING_RE)
+        a.http = (m.group(1), int(m.group(2)))
+        b = Daemon(config=zk, name="page-b")
+        b.start()
+        self.addCleanup(b.stop)
+        holder = labelled(self, a, "here")
+        lock(holder, "dist-job", "10000")
+        waiter = labelled(self, b, "there")
+        waiter.send("LOCK dist-job 20000\r\n")
+        # Queued in ZooKeeper (STATUS asks it) before the page first asks.
+        deadline = time.monotonic() + TIMEOUT
+        while " queue=2 " not in holder.request("STATUS dist-job") + " ":
+            self.assertLess(time.monotonic(), deadline, "the waiter never queued")
+        data = json_when(a, lambda j: j["locks"] and j["locks"][0]["queue"] == 2,
+                         "a queue of two across daemons")
+        self.assertEqual(data["mode"], "distributed")
+        h = data["health"]
+        self.assertEqual((h["ok"], h["status"], h["reason"], h["zk_state"],
+                          h["zk_session_confirmed"]), (True, 200, None, "connected", True))
+        self.assertGreaterEqual(h["zk_window_age_ms"], 0)
+        self.assertGreaterEqual(data["queue_age_ms"], 0)
+        [lk] = data["locks"]
+        # The waiter is on the other daemon: not among this one's waits.
+        self.assertEqual((lk["holders"], lk["waiters"], lk["waits"]), (1, 0, []))
+        self.assertEqual([x["label"] for x in lk["holds"]], ["here"])
+        # Another glob: its own gathering.
+        data = json_when(a, lambda j: j["queue_age_ms"] is not None and
+                         j["locks"][0]["queue"] == 2, "the queue for dist-*", "?match=dist-*")
+        holder.request("UNLOCK dist-job")
+        waiter.expect_match(r"OK dist-job \d+")
 
 
 @lbharness.skip_unless(HAVE_BROWSER, "chromium",
