@@ -182,6 +182,9 @@
     });
     if (points.length > 1)
       svg.appendChild(svgEl("polyline", { points: points.join(" "), "class": "line" }));
+    var span = svgEl("text", { x: 2, y: 56 });
+    span.textContent = "last " + (HISTORY * POLL_MS / 60000) + " min";
+    svg.appendChild(span);
     var label = svgEl("text", { x: 2, y: 9 });
     label.textContent = "max " + (Math.round(max * 10) / 10);
     svg.appendChild(label);
