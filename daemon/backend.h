@@ -70,6 +70,8 @@ struct backend_holder {
                               * daemon wrote it after the grant); 0: not known */
     int64_t since_ms;        /* wall-clock ms: granted (held here) or queued */
     int64_t lease_ms;        /* a lease ending in this many ms, or -1 */
+    bool kept;               /* held by nobody: kept after its owner let go of it (a
+                              * lock-delay, UNLOCK keep=); this daemon's table only */
 };
 
 /* The most requests one HOLDERS reply lists (PROTOCOL.md). */

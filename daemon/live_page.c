@@ -331,8 +331,9 @@ static bool add_row(void *arg, const struct backend_holder *r)
     evbuffer_add_printf(w->out, ",\"mode\":\"%s\"", lock_mode_name(r->mode));
     if (r->held) {
         /* A string: tokens go past 2^53, where a JavaScript number rounds. */
-        evbuffer_add_printf(w->out, ",\"token\":\"%" PRIu64 "\",\"held_ms\":%" PRId64
-                            ",\"lease_ms\":", r->token, w->now_ms - r->since_ms);
+        evbuffer_add_printf(w->out, ",\"token\":\"%" PRIu64 "\",\"kept\":%s,\"held_ms\":%"
+                            PRId64 ",\"lease_ms\":", r->token, r->kept ? "true" : "false",
+                            w->now_ms - r->since_ms);
         if (r->lease_ms >= 0)
             evbuffer_add_printf(w->out, "%" PRId64 "}", r->lease_ms);
         else

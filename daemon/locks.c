@@ -852,7 +852,7 @@ static bool visit_hold(hold_cb cb, void *arg, const struct lock *l, const struct
     struct backend_holder row = {
         .name = l->name, .mode = h->mode, .limit = h->mode == LOCK_LIMIT ? l->limit : 0,
         .held = h->state == HOLD_HELD, .holder = hold_owner_desc(h), .label = hold_label(h),
-        .token = h->state == HOLD_HELD ? h->token : 0, .lease_ms = -1,
+        .token = h->state == HOLD_HELD ? h->token : 0, .lease_ms = -1, .kept = hold_kept(h),
     };
     struct timeval now;
 

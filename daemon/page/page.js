@@ -73,6 +73,7 @@
     data.locks.forEach(function (l) {
       l.holds.forEach(function (h) {
         rows.push({ name: l.name, mode: h.mode, holder: h.holder, label: h.label,
+                    state: h.kept ? "kept (nobody)" : h.lease_ms !== null ? "lease" : "held",
                     token: h.token, held_ms: h.held_ms, waiters: l.waiters, queue: l.queue,
                     delay_ms: l.delay_ms > 0 ? l.delay_ms : null, lease_ms: h.lease_ms });
       });
@@ -117,7 +118,7 @@
   }
 
   var HOLD_COLUMNS = [
-    { key: "name" }, { key: "mode" }, { key: "holder" }, { key: "label" },
+    { key: "name" }, { key: "mode" }, { key: "state" }, { key: "holder" }, { key: "label" },
     { key: "token", num: true }, { key: "held_ms", ms: true, num: true },
     { key: "waiters", num: true }, { key: "queue", num: true },
     { key: "delay_ms", ms: true, num: true }, { key: "lease_ms", ms: true, num: true }

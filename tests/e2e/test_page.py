@@ -81,9 +81,9 @@ def labelled(testcase, d, label):
     return c
 
 
-def lock(c, name, wait="0"):
-    """LOCK name; returns its token."""
-    line = c.request("LOCK %s %s" % (name, wait))
+def lock(c, name, wait="0", opts=""):
+    """LOCK name wait opts; returns its token."""
+    line = c.request(("LOCK %s %s %s" % (name, wait, opts)).rstrip())
     parts = line.split()
     if parts[:2] != ["OK", name]:
         raise AssertionError("LOCK %s: %r" % (name, line))
@@ -133,7 +133,7 @@ class PageJsonTest(unittest.TestCase):
         [h] = lk["holds"]
         self.assertGreaterEqual(h.pop("held_ms"), 0)
         self.assertEqual(h, {"holder": holder.local, "label": "holder-1", "mode": "exclusive",
-                             "token": token, "lease_ms": None})
+                             "token": token, "kept": False, "lease_ms": None})
         [w] = lk["waits"]
         self.assertGreaterEqual(w.pop("waited_ms"), 0)
         self.assertEqual(w, {"holder": waiter.local, "label": "waiter-1", "mode": "exclusive"})
@@ -144,6 +144,21 @@ class PageJsonTest(unittest.TestCase):
         self.assertEqual([h["label"] for h in data["locks"][0]["holds"]], ["waiter-1"])
         self.assertEqual(data["locks"][0]["waits"], [])
         self.assertEqual((data["counters"]["grants"], data["waiting"]), (2, 0))
+
+    def test_kept_and_lease(self):
+        gone = labelled(self, self.d, "gone")
+        token = lock(gone, "kept-job", opts="delay=60000")
+        lease = labelled(self, self.d, "leaser")
+        lock(lease, "lease-job", opts="ttl=60000")
+        gone.close()
+        data = json_when(self.d, lambda j: j["locks"][0]["holds"][0]["kept"],
+                         "the hold kept after its client left")
+        [kept, leased] = data["locks"]
+        self.assertEqual((kept["name"], kept["holds"][0]["token"], kept["holds"][0]["label"]),
+                         ("kept-job", token, "gone"))
+        self.assertGreater(kept["delay_ms"], 0)
+        self.assertEqual((leased["name"], leased["holds"][0]["kept"]), ("lease-job", False))
+        self.assertGreater(leased["holds"][0]["lease_ms"], 0)
 
     def test_bounded_and_filtered(self):
         c = labelled(self, self.d, "many")
@@ -341,7 +356,8 @@ class PageBrowserTest(unittest.TestCase):
         self.wait_until(lambda b: self.row_of("holds", name="page-job", label="holder-A"),
                         "the hold of page-job by holder-A")
         r = self.row_of("holds", name="page-job")
-        self.assertEqual((r["holder"], r["token"], r["mode"]), (holder.local, token, "exclusive"))
+        self.assertEqual((r["holder"], r["token"], r["mode"], r["state"]),
+                         (holder.local, token, "exclusive", "held"))
         self.assertEqual(self.rows("waits"), [])
 
         waiter = labelled(self, self.d, "waiter-B")
