@@ -12,16 +12,17 @@
  * /locks.json is bounded: at most LIST_MAX locks (?limit= lowers it),
  * ROWS_MAX holds and waits of each, in name order from the tree; a reply
  * that leaves locks out says "truncated": true. Nothing is counted beyond
- * what is listed, so a table of a million names costs a request no more
- * than its first LIST_MAX.
+ * what is listed, so a table of a million names costs a request its first
+ * LIST_MAX (and, for a glob with no literal prefix, a walk of the names
+ * before them, as LOCKS does).
  *
  * In distributed mode each lock's "queue" (its holders and waiters on every
  * daemon) comes from the backend's HOLDERS gathering (backend.h, list),
  * which costs ZooKeeper a listing of every name, one per matching name and
  * a read per node. So it is not asked per request: one gathering at a time,
  * at most every QUEUE_REFRESH_MS while someone polls (every QUEUE_REGLOB_MS
- * when the glob polled changes);
- * replies in between use the latest answer and say how old it is.
+ * when the glob polled changes); replies in between use the latest answer
+ * and say how old it is.
  */
 #include "config.h"
 #include "live_page.h"
