@@ -428,6 +428,11 @@ static const struct setting rows[] = {
     { "log", "rate_limit", UINT(log_rate_limit), "1000", 0, 1000000, ON_SIGHUP,
       "lines of one kind (one message, whatever its values) written per second at info, "
       "warn and error; one line counts the rest; debug lines are never limited; 0: no limit" },
+    /* On: who held what and how long is what people ask the log first; a
+     * busy daemon's lines beyond rate_limit a second are counted, not written */
+    { "log", "holds", BOOL(log_holds), "yes", 0, 1, ON_SIGHUP,
+      "yes: one info line per ended hold (name, how it ended, holder, user, label, token, "
+      "waited, held); no: none" },
 };
 
 #define NROWS (sizeof(rows) / sizeof(rows[0]))

@@ -74,6 +74,7 @@ struct settings {
     enum log_level log_level;
     unsigned log_rate_limit;    /* lines of one kind written per second at info and above;
                                  * 0: no limit (daemon/log.h) */
+    unsigned log_holds;         /* 1: one info line per ended hold (daemon/locks.h) */
 };
 
 /* What a value looks like in the file; it also fixes the C type of the field. */

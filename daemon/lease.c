@@ -204,6 +204,7 @@ static const struct lock_owner_ops lease_ops = {
     .lost = lease_on_lost,
     .ends_in_ms = lease_ends_in_ms,
     .restart_key = lease_restart_key,
+    .abandoned_as = "expired",    /* its ttl ran out (on_expiry) */
 };
 
 struct leases *leases_new(struct event_base *base, struct locks *t, struct backend *backend,

@@ -61,6 +61,77 @@ static const char *mode_suffix(enum lock_mode m)
     return (unsigned)m < LOCK_MODE_COUNT ? suffixes[m] : "";
 }
 
+/* How a granted hold ended, for its log line (hold_log_end). */
+enum hold_end {
+    HOLD_END_RELEASED,   /* its owner released it: UNLOCK, QUIT, a lease's UNLOCK <token> */
+    HOLD_END_ABANDONED,  /* its owner went without a release: a connection closed, a
+                          * lease expired (lock_owner_ops.abandoned_as names it) */
+    HOLD_END_KEPT,       /* kept after its owner let go (a lock-delay, keep=): time over */
+    HOLD_END_BROKEN,     /* BREAK */
+    HOLD_END_LOST,       /* the backend lost it (ZooKeeper) */
+    HOLD_END_ENDED,      /* the backend ended it as agreed elsewhere (a lease, through
+                          * another daemon) */
+};
+
+static const char *const hold_end_names[] = {
+    [HOLD_END_RELEASED] = "released", [HOLD_END_ABANDONED] = "abandoned",
+    [HOLD_END_KEPT] = "kept", [HOLD_END_BROKEN] = "broken", [HOLD_END_LOST] = "lost",
+    [HOLD_END_ENDED] = "ended",
+};
+
+/* The user an account names ("user alice": "alice"; quota.h), or "-". */
+static const char *account_user(const char *account)
+{
+    return account && strncmp(account, "user ", 5) == 0 ? account + 5 : "-";
+}
+
+/*
+ * The one line per ended hold (README.md, "Running the daemon"), written as h, still
+ * granted, ends: before anything of it changes. how: why; reason: the
+ * backend's word for a lost or ended hold, else NULL. One call site, so
+ * one budget of [log] rate_limit lines a second (log.h): beyond it the
+ * lines are counted in a "suppressed" line, not dropped unsaid. Not
+ * written while the daemon stops: a stop ends every hold at once (its
+ * "stopped" line says so), and a handover ends none.
+ */
+static void hold_log_end(const struct hold *h, enum hold_end how, const char *reason)
+{
+    const struct locks *t = h->lock->table;
+    bool kept = h->owner == &t->abandoned;
+    const char *end = hold_end_names[how];
+    int64_t now_us, let_go_us, held_us, waited_us;
+    char tail[128] = "";
+    int n = 0;
+
+    if (!t->log_holds || t->closing)
+        return;
+    if (how == HOLD_END_ABANDONED && h->owner->ops->abandoned_as)
+        end = h->owner->ops->abandoned_as;
+    now_us = locks_mono_us();
+    /* A kept hold was held until its owner let go, then kept until now. */
+    let_go_us = kept ? (h->delay_end_ms - h->kept_ms) * 1000 : now_us;
+    if (let_go_us < h->granted_us)
+        let_go_us = h->granted_us;
+    held_us = let_go_us - h->granted_us;
+    waited_us = h->granted_us > h->asked_us ? h->granted_us - h->asked_us : 0;
+    /* The rare parts, formatted only when there. */
+    if (kept)
+        n = snprintf(tail, sizeof(tail), " after=%s kept=%lld.%03llds",
+                     h->let_go ? h->let_go : h->kept_by_release ? "released" : "abandoned",
+                     (long long)((now_us - let_go_us) / 1000000),
+                     (long long)((now_us - let_go_us) / 1000 % 1000));
+    if (reason && n >= 0 && (size_t)n < sizeof(tail))
+        snprintf(tail + n, sizeof(tail) - (size_t)n, " reason=%s", reason);
+    log_info("lock %s: hold ended: end=%s holder=%s user=%s label=%s token=%llu mode=%s "
+             "waited=%lld.%03llds held=%lld.%03llds%s",
+             h->lock->name, end, hold_owner_desc(h),
+             account_user(kept ? quota_acct_key(h->acct) : h->owner->account),
+             hold_label(h) ? hold_label(h) : "-", (unsigned long long)h->token,
+             lock_mode_name(h->mode),
+             (long long)(waited_us / 1000000), (long long)(waited_us / 1000 % 1000),
+             (long long)(held_us / 1000000), (long long)(held_us / 1000 % 1000), tail);
+}
+
 struct lock *lock_of_node(const struct name_node *n)
 {
     return (struct lock *)((char *)n - offsetof(struct lock, node));
@@ -338,14 +409,17 @@ static void hold_cancel(struct hold *h)
     lock_settle(l, NULL, NULL, NULL);
 }
 
-/* A granted hold ends for good: the backend lets go, the next waiters' turn begins. */
-static void hold_release(struct hold *h)
+/* A granted hold ends for good (how: for its log line): the backend lets go,
+ * the next waiters' turn begins. */
+static void hold_release(struct hold *h, enum hold_end how)
 {
     struct lock *l = h->lock;
     struct locks *t = l->table;
     struct hold *next = TAILQ_FIRST(&l->waiters);
     uint64_t token = 0;
     enum locks_result r;
+
+    hold_log_end(h, how, NULL);
 
     /* The next waiter here may take an exclusive hold over (local handoff). */
     /* A backend may name the lock-delay in what it keeps (distributed mode's
@@ -414,7 +488,7 @@ void hold_on_delay_over(evutil_socket_t fd, short what, void *arg)
              h->kept_by_release ? "keep=" : "lock-delay", (long long)h->kept_ms,
              h->gone_desc ? h->gone_desc : "?", h->kept_by_release ? "released" : "ended",
              (unsigned long long)h->token);
-    hold_release(h);
+    hold_release(h, HOLD_END_KEPT);
 }
 
 /*
@@ -454,6 +528,8 @@ static bool hold_keep(struct hold *h, int64_t ms, bool released)
     h->gone_label = label;
     h->kept_ms = ms;
     h->kept_by_release = released;
+    h->let_go = released ? "released" : h->owner->ops->abandoned_as ? h->owner->ops->abandoned_as
+                                                                    : "abandoned";
     h->delay_end_ms = locks_mono_ms() + ms;
     TAILQ_REMOVE(&h->owner->holds, h, in_owner);
     h->owner->nholds--;
@@ -489,6 +565,7 @@ struct locks *locks_new(struct event_base *base, struct backend *backend, unsign
     t->max_per_client = max_per_client;
     t->keep_max = UINT_MAX;
     t->keep_max_per_account = UINT_MAX;
+    t->log_holds = true;
     return t;
 }
 
@@ -697,7 +774,7 @@ enum locks_result locks_unlock_keep(struct locks *t, struct lock_owner *o, const
         (r = keep_verdict(t, o, 1)) != LOCKS_RELEASED)
         return r;
     if (--h->count == 0 && !hold_keep(h, keep_ms, true))
-        hold_release(h);
+        hold_release(h, HOLD_END_RELEASED);
     return LOCKS_RELEASED;
 }
 
@@ -707,7 +784,7 @@ void locks_owner_release_all(struct locks *t, struct lock_owner *o)
 
     while ((h = TAILQ_FIRST(&o->holds))) {
         if (h->state == HOLD_HELD)
-            hold_release(h);
+            hold_release(h, HOLD_END_RELEASED);
         else
             hold_cancel(h);
     }
@@ -721,7 +798,7 @@ void locks_owner_abandon_all(struct locks *t, struct lock_owner *o)
         if (h->state != HOLD_HELD)
             hold_cancel(h);
         else if (!hold_keep(h, h->delay_ms, false))
-            hold_release(h);
+            hold_release(h, HOLD_END_ABANDONED);
     }
 }
 
@@ -757,7 +834,7 @@ unsigned locks_break(struct locks *t, const char *name, uint64_t token, const ch
         t->stats.lost++;
         t->stats.broken++;
         h->count = 0;
-        hold_release(h);      /* as UNLOCK: no lock-delay, the next one goes on */
+        hold_release(h, HOLD_END_BROKEN);  /* as UNLOCK: no lock-delay, the next one goes on */
         o->ops->lost(o, copy, tokens[i], "broken");
         ended++;
     }
@@ -890,6 +967,11 @@ void locks_set_observer(struct locks *t, void (*changed)(void *arg, const char *
     t->changed_arg = arg;
 }
 
+void locks_set_log_holds(struct locks *t, bool on)
+{
+    t->log_holds = on;
+}
+
 void locks_set_max_per_client(struct locks *t, unsigned max_per_client)
 {
     t->max_per_client = max_per_client;
@@ -987,6 +1069,7 @@ static void backend_ended(struct hold *h, const char *reason, bool lost)
         log_debug("lock %s: %s ended (token %llu): %s", name, o->desc,
                   (unsigned long long)token, reason);
     }
+    hold_log_end(h, lost ? HOLD_END_LOST : HOLD_END_ENDED, reason);
     hold_unlink(h);
     lock_settle(l, NULL, NULL, NULL);
     o->ops->lost(o, name, token, reason);

@@ -83,6 +83,10 @@ struct lock_owner_ops {
      * letter and a number (restart_keep). Owners that hold nothing across
      * a handover may leave it NULL. */
     void (*restart_key)(const struct lock_owner *o, char *letter, uint64_t *n);
+    /* Optional: what the log line of a hold that ended without a release
+     * (locks_owner_abandon_all) calls that end, static ("expired" for a
+     * lease); NULL: "abandoned". */
+    const char *abandoned_as;
 };
 
 struct lock_owner {
@@ -254,6 +258,18 @@ void locks_set_observer(struct locks *t, void (*changed)(void *arg, const char *
  * many ended.
  */
 unsigned locks_break(struct locks *t, const char *name, uint64_t token, const char *by);
+
+/*
+ * Whether every granted hold that ends writes one info line (README.md,
+ * "Running the daemon"; on until set): "lock <name>: hold ended: end=<how>
+ * holder=<desc> user=<user> label=<label> token=<n> mode=<mode>
+ * waited=<s> held=<s>", then " after=<how its owner let go> kept=<s>" for a
+ * hold kept after its owner let go, " reason=<word>" for one the backend
+ * ended. <how>: released, abandoned (or the owner's abandoned_as), kept,
+ * broken, lost, ended. Holds that end because the daemon stops are not
+ * logged.
+ */
+void locks_set_log_holds(struct locks *t, bool on);
 
 /* New limit for later requests; holds beyond it are kept. */
 void locks_set_max_per_client(struct locks *t, unsigned max_per_client);

@@ -37,6 +37,9 @@ struct hold {
     int64_t delay_end_ms;          /* abandoned: monotonic ms when the delay ends */
     int64_t kept_ms;               /* kept (a lock-delay, or UNLOCK keep=): for how long */
     bool kept_by_release;          /* kept because UNLOCK said keep=, not abandoned */
+    const char *let_go;            /* kept: how its owner let go of it, for its log line
+                                    * ("released", "abandoned", "expired"); static; NULL
+                                    * when restored by a handover (kept_by_release says) */
     bool keepable;                 /* counted in table->keep: it has a lock-delay, or
                                     * is kept; acct is its account then */
     struct quota_acct *acct;       /* keepable: the account it counts against, or NULL */
@@ -81,6 +84,7 @@ struct locks {
     unsigned keep_max, keep_max_per_account;
     void (*changed)(void *arg, const char *name); /* locks_set_observer(), or NULL */
     void *changed_arg;
+    bool log_holds;                /* a log line per ended hold (locks_set_log_holds) */
     struct lock *restoring;        /* a handover: the lock whose holds are read (locks_snap.c) */
 };
 

@@ -170,9 +170,11 @@ static void reload_users_apply(struct daemon *d, struct users *fresh)
     log_info("reload: %zu users from %s", users_count(fresh), d->s.users_file);
 }
 
-/* Limits on what clients make: later requests see them; nothing made ends. */
+/* Limits on what clients make: later requests see them; nothing made ends.
+ * And whether ended holds are logged, from the next one on. */
 static void apply_quotas(struct daemon *d)
 {
+    locks_set_log_holds(d->locks, d->s.log_holds);
     locks_set_max_per_client(d->locks, d->s.max_locks_per_client);
     locks_set_keep_max(d->locks, d->s.max_kept_holds, d->s.max_kept_holds_per_user);
     leases_set_max(d->leases, d->s.max_leases, d->s.max_leases_per_user);

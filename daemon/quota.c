@@ -29,6 +29,11 @@ static struct quota_acct *acct_find(const struct quota *q, const char *key)
     return found ? *(struct quota_acct **)found : NULL;
 }
 
+const char *quota_acct_key(const struct quota_acct *acct)
+{
+    return acct ? acct->key : NULL;
+}
+
 unsigned quota_count(const struct quota *q, const char *key)
 {
     const struct quota_acct *a = key ? acct_find(q, key) : NULL;

@@ -43,6 +43,9 @@ unsigned quota_count(const struct quota *q, const char *key);
  */
 bool quota_take(struct quota *q, const char *key, struct quota_acct **acct);
 
+/* The key acct counts for ("user alice"), borrowed while it has entries; NULL for NULL. */
+const char *quota_acct_key(const struct quota_acct *acct);
+
 /* Takes back one entry counted by quota_take() (acct may be NULL). */
 void quota_put(struct quota *q, struct quota_acct *acct);
 

@@ -79,6 +79,7 @@ START_TEST(defaults)
     ck_assert_uint_eq(s.zk_session_timeout_ms, 10000);
     ck_assert_uint_eq(s.zk_tick_ms, 2000);
     ck_assert_int_eq(s.log_level, LOG_LVL_INFO);
+    ck_assert_uint_eq(s.log_holds, 1);
     ck_assert_int_eq(s.tls_client_certs, TLS_CERTS_NONE);
 }
 
@@ -230,6 +231,7 @@ START_TEST(sample_file_is_defaults)
     ck_assert_int_eq(settings_init(&d), 0);
     s.max_line = 5000;                    /* so that the file has to set them back */
     s.tcp_user_timeout_ms = 1;
+    s.log_holds = 0;
     ck_assert_msg(settings_load_file(&s, path, err, sizeof(err)) == 0, "%s", err);
     ck_assert_str_eq(s.listen, d.listen);
     ck_assert_ptr_null(s.unix_socket);
@@ -257,6 +259,7 @@ START_TEST(sample_file_is_defaults)
     ck_assert_uint_eq(s.zk_lease_skew_ms, d.zk_lease_skew_ms);
     ck_assert_uint_eq(s.zk_local_handoff, d.zk_local_handoff);
     ck_assert_int_eq(s.log_level, d.log_level);
+    ck_assert_uint_eq(s.log_holds, d.log_holds);
     settings_free(&d);
 }
 END_TEST
@@ -741,6 +744,32 @@ START_TEST(log_levels)
     set_fails("log", "level", "warning");
     ck_assert_int_eq(s.log_level, LOG_LVL_ERROR);
     load_fails("[log]\nlevel = loud\n", "t:2: level: 'loud' is not one of error, warn, info, debug");
+}
+END_TEST
+
+static void record_restart(const char *what, void *arg);
+
+/* [log] holds: the line per ended hold (daemon/locks.h), on by default. */
+START_TEST(log_holds_setting)
+{
+    struct settings fresh;
+    char warned[64] = "";
+
+    load_ok("[log]\nholds = no\n");
+    ck_assert_uint_eq(s.log_holds, 0);
+    set_ok("log", "holds", "Yes");
+    ck_assert_uint_eq(s.log_holds, 1);
+    set_fails("log", "holds", "some");
+    ck_assert_str_eq(err, "holds: 'some' is not yes or no");
+    ck_assert_uint_eq(s.log_holds, 1);
+    load_fails("[server]\nholds = no\n", "t:2: unknown key 'holds' in [server]");
+    /* SIGHUP applies it: no restart warning. */
+    ck_assert_int_eq(settings_init(&fresh), 0);
+    ck_assert_int_eq(settings_set(&fresh, "log", "holds", "off", err, sizeof(err)), 0);
+    settings_reload(&s, &fresh, record_restart, warned);
+    ck_assert_str_eq(warned, "");
+    ck_assert_uint_eq(s.log_holds, 0);
+    settings_free(&fresh);
 }
 END_TEST
 
@@ -1372,7 +1401,7 @@ START_TEST(format_reloadable)
                           "login_timeout_ms 10000, max_clients_per_address 0, "
                           "tcp_keepalive_idle_s 30, tcp_keepalive_interval_s 10, "
                           "tcp_keepalive_count 3, tcp_user_timeout_ms 60000, "
-                          "tls max_handshakes_per_address 32, log rate_limit 1000");
+                          "tls max_handshakes_per_address 32, log rate_limit 1000, log holds yes");
     settings_format_reloadable(&s, small, sizeof(small));
     ck_assert_str_eq(small, "log level i");     /* cut, but NUL-terminated */
 }
@@ -1437,6 +1466,7 @@ static Suite *conf_suite(void)
     tcase_add_test(tc, zk_nonfair);
     tcase_add_test(tc, zk_hosts);
     tcase_add_test(tc, log_levels);
+    tcase_add_test(tc, log_holds_setting);
     suite_add_tcase(su, tc);
 
     tc = tcase_create("listen");

@@ -455,6 +455,22 @@ class BreakTests(Case):
         bob.expect("OK deploy-1")
         alice.expect("LOST deploy-1 %d broken" % t)
         d.wait_log(r"warn lock deploy-1: broken by conn \d+ \(\S+ as bob\): ")
+        # Its log line names the holder's user, not who broke it.
+        d.wait_log(r"info lock deploy-1: hold ended: end=broken holder=%s user=alice label=- "
+                   r"token=%d " % (re.escape(alice.local), t))
+
+    def test_hold_lines_name_the_user(self):
+        """The line per ended hold (daemon/locks.c) names its holder's user,
+        also for a hold kept after its owner let go."""
+        d = self.start()
+        alice = self.login(d, "alice")
+        alice.send("LOCK job.1\n")
+        t = int(alice.expect_match(r"OK job.1 (\d+)$").group(1))
+        alice.send("UNLOCK job.1 keep=100\n")
+        alice.expect("OK job.1")
+        alice.close()
+        d.wait_log(r"info lock job.1: hold ended: end=kept holder=%s user=alice label=- "
+                   r"token=%d .* after=released kept=" % (re.escape(alice.local), t))
 
 
 class ReloadTests(Case):

@@ -1688,6 +1688,155 @@ class AdminTests(Case):
         self.ping(c)
 
 
+class HoldLogTests(Case):
+    """One info line per ended hold (daemon/locks.c, hold_log_end; README.md,
+    "Running the daemon"), and [log] holds = no. Each line is waited for
+    (wait_log); its absence is checked up to a later line of the same log."""
+
+    # "lock <name>: hold ended: end=... held=<s>[ after=... kept=<s>]"
+    LINE = (r"info lock %s: hold ended: end=%s holder=%s user=- label=%s token=%d "
+            r"mode=exclusive waited=(\d+\.\d{3})s held=(\d+\.\d{3})s%s$")
+
+    def start(self, text=None):
+        d = Daemon(config=text, name="lockbrokerd-" + self._testMethodName).start()
+        self.addCleanup(d.stop)
+        self.d = d
+        return d
+
+    def line_re(self, name, end, holder, token, label="-", tail=""):
+        return self.LINE % (re.escape(name), end, re.escape(holder), re.escape(label), token,
+                            tail)
+
+    def test_a_line_per_ended_hold(self):
+        d = self.start()
+        n = self.name()
+        a, b = self.connect(), self.connect()
+        a.send("CLIENT job-a\n")
+        a.expect("OK")
+        # Released, after a waiter queued behind it: bounds measured here
+        # enclose what the daemon measured (its clock starts after our send
+        # and stops before our reply), at its millisecond resolution.
+        t_lock = time.monotonic()
+        ta = self.lock(a, n)
+        t_granted = time.monotonic()
+        b.send("LOCK %s\n" % n)
+        t_asked = time.monotonic()
+        d.wait_queued(b, n)
+        t_queued = time.monotonic()
+        mark = d.log_mark()
+        a.send("UNLOCK %s\n" % n)
+        t_unlock = time.monotonic()
+        a.expect("OK %s" % n)
+        t_released = time.monotonic()
+        tb = self.granted(b, n)
+        t_b_granted = time.monotonic()
+        m = d.wait_log(self.line_re(n, "released", a.local, ta, "job-a"), since=mark)
+        held = float(m.group(2))
+        self.assertGreaterEqual(held, t_unlock - t_granted - 0.001)
+        self.assertLessEqual(held, t_released - t_lock + 0.001)
+        # The waiter: asked before we saw it queued, granted after our UNLOCK.
+        mark = d.log_mark()
+        self.unlock(b, n)
+        m = d.wait_log(self.line_re(n, "released", b.local, tb), since=mark)
+        waited = float(m.group(1))
+        self.assertGreaterEqual(waited, t_unlock - t_queued - 0.001)
+        self.assertLessEqual(waited, t_b_granted - t_asked + 0.001)
+
+        # Abandoned: the connection went without UNLOCK.
+        c = self.connect()
+        tc = self.lock(c, n + "-a")
+        mark = d.log_mark()
+        c.close()
+        d.wait_log(self.line_re(n + "-a", "abandoned", c.local, tc), since=mark)
+
+        # Broken: BREAK from another connection.
+        h, op = self.connect(), self.connect()
+        th = self.lock(h, n + "-b")
+        mark = d.log_mark()
+        op.send("BREAK %s-b\n" % n)
+        op.expect("OK %s-b" % n)
+        h.expect("LOST %s-b %d broken" % (n, th))
+        d.wait_log(self.line_re(n + "-b", "broken", h.local, th), since=mark)
+
+        # Kept: UNLOCK keep= keeps it, and the line comes at the keep's end,
+        # after the daemon's own "is over" line.
+        k = self.connect()
+        k.send("CLIENT job-k\n")
+        k.expect("OK")
+        tk = self.lock(k, n + "-k")
+        k.send("UNLOCK %s-k keep=200\n" % n)
+        t_keep = time.monotonic()
+        k.expect("OK %s-k" % n)
+        d.wait_log(r"info lock %s-k: keep= of 200 ms after \S+ released \(token %d\) is over"
+                   % (re.escape(n), tk))
+        m = d.wait_log(self.line_re(n + "-k", "kept", k.local, tk, "job-k",
+                                    r" after=released kept=(\d+\.\d{3})s"))
+        t_over = time.monotonic()
+        self.assertGreater(float(m.group(3)), 0)
+        self.assertLessEqual(float(m.group(3)), t_over - t_keep + 0.001)
+        # A lock-delay after an abandonment: kept too, after=abandoned.
+        g = self.connect()
+        g.send("LOCK %s-d delay=100\n" % n)
+        tg = self.granted(g, n + "-d")
+        g.close()
+        d.wait_log(self.line_re(n + "-d", "kept", g.local, tg, "-",
+                                r" after=abandoned kept=\d+\.\d{3}s"))
+        # A lease: released with its token, or expired.
+        le = self.connect()
+        le.send("LOCK %s-l ttl=600000\n" % n)
+        tl = self.granted(le, n + "-l")
+        mark = d.log_mark()
+        le.send("UNLOCK %s-l %d\n" % (n, tl))
+        le.expect("OK %s-l" % n)
+        d.wait_log(self.line_re(n + "-l", "released", "lease:" + le.local, tl), since=mark)
+        le.send("LOCK %s-e ttl=100\n" % n)
+        te = self.granted(le, n + "-e")
+        d.wait_log(self.line_re(n + "-e", "expired", "lease:" + le.local, te))
+        # One line per hold: a re-entrant grant is not a hold of its own.
+        r = self.connect()
+        tr = self.lock(r, n + "-r")
+        self.lock(r, n + "-r")
+        mark = d.log_mark()
+        self.unlock(r, n + "-r")
+        self.unlock(r, n + "-r")
+        self.barrier()
+        r.close()
+        d.wait_closed(r)
+        self.assertEqual(len([ln for ln in d.lines[mark:]
+                              if re.search(self.line_re(n + "-r", r"\w+", r.local, tr), ln)]), 1)
+
+    def test_off_and_on_by_sighup(self):
+        d = self.start("[log]\nholds = no\n")
+        n = self.name()
+        a, op = self.connect(), self.connect()
+        self.lock(a, n)
+        self.unlock(a, n)
+        self.lock(a, n + "-b")
+        op.send("BREAK %s-b\n" % n)
+        op.expect("OK %s-b" % n)
+        a.expect_match(r"LOST %s-b \d+ broken" % re.escape(n))
+        a.send("LOCK %s-k\n" % n)
+        tk = self.granted(a, n + "-k")
+        a.send("UNLOCK %s-k keep=100\n" % n)
+        a.expect("OK %s-k" % n)
+        d.wait_log(r"lock %s-k: keep= of 100 ms after \S+ released \(token %d\) is over"
+                   % (re.escape(n), tk))
+        self.lock(a, n + "-a")
+        a.close()
+        d.wait_closed(a)              # every line of the holds above came before it
+        self.assertEqual([ln for ln in d.lines if "hold ended" in ln], [])
+        # SIGHUP turns it on, for holds that end from then on.
+        with open(d.config_path, "w") as f:
+            f.write("[log]\nholds = yes\n")
+        mark = d.log_mark()
+        d.send_signal(signal.SIGHUP)
+        d.wait_log(r"reloaded: .*, log holds yes$", since=mark)
+        c = self.connect()
+        tc = self.lock(c, n)
+        self.unlock(c, n)
+        d.wait_log(self.line_re(n, "released", c.local, tc), since=mark)
+
+
 class ReloadTests(Case):
     """SIGHUP re-reads the file: log level and limits now, the rest on restart."""
 
