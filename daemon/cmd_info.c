@@ -183,6 +183,7 @@ static void add_locks_line(struct listing *l, const char *name, const struct loc
     struct proto_info in = { .name = name, .state = PROTO_FREE, .since_ms = -1, .lease_ms = -1,
                              .mode = cmd_proto_mode(st->mode), .limit = st->limit,
                              .holders = st->holders, .waiters = st->waiters,
+                             .has_waited = st->waited_ms >= 0, .waited_ms = st->waited_ms,
                              .recipe = recipe_of(l->c, name) };
 
     if (!listing_takes(l, name, LOCKS_LINES_MAX))

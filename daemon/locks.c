@@ -856,9 +856,11 @@ void locks_status(const struct locks *t, const char *name, struct locks_status *
 {
     struct lock *l = lock_find(t, name);
     struct hold *h, *first;
+    int64_t asked_us = -1;
 
     memset(out, 0, sizeof(*out));
     out->lease_ms = -1;
+    out->waited_ms = -1;
     if (!l)
         return;
     first = TAILQ_FIRST(&l->admitted) ? TAILQ_FIRST(&l->admitted) : TAILQ_FIRST(&l->waiters);
@@ -866,7 +868,13 @@ void locks_status(const struct locks *t, const char *name, struct locks_status *
     out->limit = l->limit;
     out->holders = l->nheld;
     out->waiters = l->nwaiters + l->nadmitted - l->nheld;
+    /* The queue's head asked first; an admitted request still being
+     * acquired (distributed mode) may have asked earlier. */
+    if ((h = TAILQ_FIRST(&l->waiters)))
+        asked_us = h->asked_us;
     TAILQ_FOREACH(h, &l->admitted, in_lock) {
+        if (h->state == HOLD_ACQUIRING && (asked_us < 0 || h->asked_us < asked_us))
+            asked_us = h->asked_us;
         if (h->state == HOLD_HELD && !out->held) {
             out->held = true;
             out->holder = hold_owner_desc(h);
@@ -885,6 +893,8 @@ void locks_status(const struct locks *t, const char *name, struct locks_status *
                 out->delay_ms = left;
         }
     }
+    if (asked_us >= 0 && out->waiters)
+        out->waited_ms = (locks_mono_us() - asked_us) / 1000;
 }
 
 /* How much of glob is literal: a name that matches starts with these bytes.

@@ -218,6 +218,7 @@ struct locks_status {
     int64_t delay_ms;     /* > 0: an abandoned hold keeps the name this much longer */
     int64_t lease_ms;     /* >= 0: the earliest holder is a lease ending in this many ms;
                            * -1: it is not, or only the backend knows (distributed mode) */
+    int64_t waited_ms;    /* waiters > 0: ms since the earliest of them asked; else -1 */
 };
 
 /* What this daemon knows about name (NUL-terminated). */

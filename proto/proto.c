@@ -722,6 +722,8 @@ int proto_fmt_lock(char *buf, size_t cap, const struct proto_info *in)
     append(buf, cap, &k, " since=");
     append_since(buf, cap, &k, in);
     append(buf, cap, &k, " holders=%u waiters=%u", in->holders, in->waiters);
+    if (in->has_waited)
+        append(buf, cap, &k, " waited=%lld", (long long)in->waited_ms);
     if (in->delay_ms > 0)
         append(buf, cap, &k, " delay=%lld", (long long)in->delay_ms);
     append_lease(buf, cap, &k, in);

@@ -251,6 +251,8 @@ struct proto_info {
     uint64_t token;
     int64_t since_ms;       /* wall-clock ms; -1: not known */
     unsigned holders, waiters, queue;
+    int has_waited;         /* LOCK: adds waited= */
+    int64_t waited_ms;      /* how long the earliest waiter has waited, ms */
     int64_t delay_ms;       /* STATUS, LOCK: > 0 adds delay= */
     int64_t lease_ms;       /* >= 0 adds lease= */
     const char *recipe;     /* adds recipe=, or NULL */
@@ -261,8 +263,8 @@ struct proto_info {
  * [delay=] [lease=] [recipe=] [label=]. A free lock prints holder, token and since as -.
  */
 int proto_fmt_status(char *buf, size_t cap, const struct proto_info *in);
-/* LOCK <name> <mode> holder= label= token= since= holders= waiters= [delay=] [lease=]
- * [recipe=] */
+/* LOCK <name> <mode> holder= label= token= since= holders= waiters= [waited=] [delay=]
+ * [lease=] [recipe=] */
 int proto_fmt_lock(char *buf, size_t cap, const struct proto_info *in);
 /* HOLDER <name> <mode> held|queued holder= label= token= since= [lease=] */
 int proto_fmt_holder(char *buf, size_t cap, const struct proto_info *in);

@@ -1229,6 +1229,7 @@ START_TEST(modes_shared_granted_together)
     ck_assert_int_eq(ls.mode, LOCK_SHARED);
     ck_assert_uint_eq(ls.holders, 3);
     ck_assert_uint_eq(ls.waiters, 0);
+    ck_assert_int_eq(ls.waited_ms, -1);                /* nobody waits: no wait to tell */
     ck_assert_uint_eq(stats().held, 3);
     ck_assert_uint_eq(stats().grants_by_mode[LOCK_SHARED], 3);
 
@@ -1251,6 +1252,7 @@ START_TEST(modes_exclusive_waits_for_all_shared)
     ck_assert_int_eq(lock_as(&c3, "r", LOCK_EXCLUSIVE, 0, -1, NULL), LOCKS_WAITING);
     ck_assert_int_eq(fake.ncalls, 2);                  /* not asked for the writer yet */
     ck_assert_uint_eq(status("r").waiters, 1);
+    ck_assert_int_ge(status("r").waited_ms, 0);        /* the writer's, since its request */
 
     ck_assert_int_eq(locks_unlock(t, &c2.c, "r"), LOCKS_RELEASED);
     ck_call_by(2, CALL_RELEASE, "r", "c2");

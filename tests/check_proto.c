@@ -1649,6 +1649,16 @@ START_TEST(fmt_lock_and_holder_lines)
     ck_fmt(proto_fmt_lock(buf, sizeof(buf), &in),
            "LOCK db limit=3 holder=- label=- token=- since=- holders=0 waiters=4 "
            "recipe=nonfair\n");
+    /* The longest wait of its waiters, right after waiters= (0 ms is a wait too). */
+    in.has_waited = 1;
+    ck_fmt(proto_fmt_lock(buf, sizeof(buf), &in),
+           "LOCK db limit=3 holder=- label=- token=- since=- holders=0 waiters=4 waited=0 "
+           "recipe=nonfair\n");
+    in.waited_ms = 61000;
+    in.delay_ms = 20;
+    ck_fmt(proto_fmt_lock(buf, sizeof(buf), &in),
+           "LOCK db limit=3 holder=- label=- token=- since=- holders=0 waiters=4 waited=61000 "
+           "delay=20 recipe=nonfair\n");
     in = (struct proto_info){ .name = "db", .state = PROTO_QUEUED, .holder = "d2/c",
                               .label = "", .since_ms = 12, .lease_ms = -1 };
     ck_fmt(proto_fmt_holder(buf, sizeof(buf), &in),

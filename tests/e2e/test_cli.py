@@ -1608,7 +1608,7 @@ class InfoTests(DaemonCase):
         line_a = (r"LOCK %s exclusive holder=%s%s label=first token=%s since=[0-9]+ holders=1 "
                   r"waiters=0" % (re.escape(a), holder, re.escape(h1.local), tok_a))
         line_b = (r"LOCK %s shared holder=%s%s label=- token=%s since=[0-9]+ holders=1 "
-                  r"waiters=1" % (re.escape(b), holder, re.escape(h2.local), tok_b))
+                  r"waiters=1 waited=[0-9]+" % (re.escape(b), holder, re.escape(h2.local), tok_b))
 
         p = self.lb(self.hp() + ["locks"])
         self.assert_exit(p, 0)
@@ -1616,7 +1616,7 @@ class InfoTests(DaemonCase):
         lines = p.out.splitlines()
         for line in lines:
             self.assertRegex(line, r"^LOCK \S+ \S+ holder=\S+ label=\S+ token=\S+ since=\S+ "
-                                   r"holders=[0-9]+ waiters=[0-9]+( delay=[0-9]+)?"
+                                   r"holders=[0-9]+ waiters=[0-9]+( waited=[0-9]+)?( delay=[0-9]+)?"
                                    r"( lease=[0-9]+)?$")
         ours = [line for line in lines if line.split()[1] in (a, b)]
         self.assertEqual(len(ours), 2, p.out)

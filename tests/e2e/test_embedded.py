@@ -1521,9 +1521,9 @@ class AdminTests(Case):
                            % (n, re.escape(self.daemon_id), re.escape(a.local), tok))
         # LOCKS: one line per lock held or awaited here, by name, then END.
         q.send("LOCKS %s*\n" % n)
-        self.assertEqual(q.line(), "LOCK %s exclusive holder=%s/%s label=ops@db1:4242:pg_dump "
-                         "token=%d since=%s holders=1 waiters=1"
-                         % (n, self.daemon_id, a.local, tok, m.group(1)))
+        self.assertRegex(q.line(), r"^LOCK %s exclusive holder=%s/%s label=ops@db1:4242:pg_dump "
+                         r"token=%d since=%s holders=1 waiters=1 waited=\d+$"
+                         % (n, re.escape(self.daemon_id), re.escape(a.local), tok, m.group(1)))
         self.assertEqual(q.line(), "END")
         q.send("LOCKS %s-nothing-*\n" % n)
         self.assertEqual(q.line(), "END")
