@@ -8,15 +8,38 @@
 #include "lb_view.h"
 
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define COLS 11
 #define CELL_MAX 128
 
+/* The columns; each view shows those its lines have something for. */
+enum col {
+    COL_NAME, COL_STATE, COL_MODE, COL_HOLDER, COL_LABEL, COL_TOKEN, COL_HELD_FOR,
+    COL_WAITED,      /* locks: a queued request's wait, or the longest of a name's here */
+    COL_HOLDERS, COL_WAITERS,
+    COL_QUEUE,       /* status: the holder and every waiter, across daemons */
+    COL_LEASE_LEFT,
+    COL_KEEP_LEFT,   /* delay=: kept after its holder let go (keep=, --min-hold, lock-delay) */
+    COLS
+};
+
 static const char *const header[COLS] = {
-    "NAME", "STATE", "MODE", "HOLDER", "LABEL", "TOKEN", "HELD FOR", "HOLDERS", "WAITERS",
-    "LEASE LEFT", "DELAY LEFT",
+    "NAME", "STATE", "MODE", "HOLDER", "LABEL", "TOKEN", "HELD FOR", "WAITED", "HOLDERS",
+    "WAITERS", "QUEUE", "LEASE LEFT", "KEEP LEFT",
+};
+
+/* STATUS has no wait on the wire; LOCKS and HOLDERS have no queue. */
+static const bool in_locks[COLS] = {
+    [COL_NAME] = 1, [COL_STATE] = 1, [COL_MODE] = 1, [COL_HOLDER] = 1, [COL_LABEL] = 1,
+    [COL_TOKEN] = 1, [COL_HELD_FOR] = 1, [COL_WAITED] = 1, [COL_HOLDERS] = 1,
+    [COL_WAITERS] = 1, [COL_LEASE_LEFT] = 1, [COL_KEEP_LEFT] = 1,
+};
+static const bool in_status[COLS] = {
+    [COL_NAME] = 1, [COL_STATE] = 1, [COL_MODE] = 1, [COL_HOLDER] = 1, [COL_LABEL] = 1,
+    [COL_TOKEN] = 1, [COL_HELD_FOR] = 1, [COL_HOLDERS] = 1, [COL_WAITERS] = 1,
+    [COL_QUEUE] = 1, [COL_LEASE_LEFT] = 1, [COL_KEEP_LEFT] = 1,
 };
 
 void view_duration(char *buf, size_t cap, int64_t ms)
@@ -73,28 +96,52 @@ static void fill_row(char row[COLS][CELL_MAX], const char *name, const char *sta
 {
     char since[32], holders[16];
 
-    snprintf(row[0], CELL_MAX, "%s", name);
-    snprintf(row[1], CELL_MAX, "%s", state);
-    snprintf(row[2], CELL_MAX, "%s", mode);
-    field(words, "holder", row[3], CELL_MAX);
-    field(words, "label", row[4], CELL_MAX);
-    field(words, "token", row[5], CELL_MAX);
+    bool has_since;
+
+    snprintf(row[COL_NAME], CELL_MAX, "%s", name);
+    snprintf(row[COL_STATE], CELL_MAX, "%s", state);
+    snprintf(row[COL_MODE], CELL_MAX, "%s", mode);
+    field(words, "holder", row[COL_HOLDER], CELL_MAX);
+    field(words, "label", row[COL_LABEL], CELL_MAX);
+    field(words, "token", row[COL_TOKEN], CELL_MAX);
     field(words, "since", since, sizeof(since));
-    if (strcmp(since, "-") == 0 || strcmp(state, "held") != 0)
-        snprintf(row[6], CELL_MAX, "-");
+    has_since = strcmp(since, "-") != 0;
+    if (has_since && strcmp(state, "held") == 0)
+        view_duration(row[COL_HELD_FOR], CELL_MAX, now_ms - strtoll(since, NULL, 10));
     else
-        view_duration(row[6], CELL_MAX, now_ms - strtoll(since, NULL, 10));
+        snprintf(row[COL_HELD_FOR], CELL_MAX, "-");
+    /* A HOLDER queued row's since is when it was queued; a LOCK row says
+     * how long the earliest of the name's waiters here has waited. */
+    if (has_since && strcmp(state, "queued") == 0)
+        view_duration(row[COL_WAITED], CELL_MAX, now_ms - strtoll(since, NULL, 10));
+    else
+        field_duration(words, "waited", row[COL_WAITED], CELL_MAX);
     field(words, "holders", holders, sizeof(holders));
-    snprintf(row[7], CELL_MAX, "%s", strcmp(holders, "-") == 0 && strcmp(state, "held") == 0
-                                     ? "1" : holders);
-    field(words, "waiters", row[8], CELL_MAX);
-    field_duration(words, "lease", row[9], CELL_MAX);
-    field_duration(words, "delay", row[10], CELL_MAX);
+    snprintf(row[COL_HOLDERS], CELL_MAX, "%s",
+             strcmp(holders, "-") == 0 && strcmp(state, "held") == 0 ? "1" : holders);
+    field(words, "waiters", row[COL_WAITERS], CELL_MAX);
+    field(words, "queue", row[COL_QUEUE], CELL_MAX);
+    field_duration(words, "lease", row[COL_LEASE_LEFT], CELL_MAX);
+    field_duration(words, "delay", row[COL_KEEP_LEFT], CELL_MAX);
 }
 
-static void print_rows(FILE *f, char (*rows)[COLS][CELL_MAX], size_t n)
+/* One line of the columns the view shows: cells[c] is column c's text. */
+static void print_line(FILE *f, const bool *shown, const size_t *width,
+                       const char *const cells[COLS])
+{
+    int last = COLS - 1;
+
+    while (last > 0 && !shown[last])
+        last--;
+    for (int c = 0; c <= last; c++)
+        if (shown[c])
+            fprintf(f, "%-*s%s", c < last ? (int)width[c] : 0, cells[c], c < last ? "  " : "\n");
+}
+
+static void print_rows(FILE *f, const bool *shown, char (*rows)[COLS][CELL_MAX], size_t n)
 {
     size_t width[COLS];
+    const char *cells[COLS];
 
     for (int c = 0; c < COLS; c++) {
         width[c] = strlen(header[c]);
@@ -102,13 +149,12 @@ static void print_rows(FILE *f, char (*rows)[COLS][CELL_MAX], size_t n)
             if (strlen(rows[r][c]) > width[c])
                 width[c] = strlen(rows[r][c]);
     }
-    for (int c = 0; c < COLS; c++)
-        fprintf(f, "%-*s%s", c + 1 < COLS ? (int)width[c] : 0, header[c],
-                c + 1 < COLS ? "  " : "\n");
-    for (size_t r = 0; r < n; r++)
+    print_line(f, shown, width, header);
+    for (size_t r = 0; r < n; r++) {
         for (int c = 0; c < COLS; c++)
-            fprintf(f, "%-*s%s", c + 1 < COLS ? (int)width[c] : 0, rows[r][c],
-                    c + 1 < COLS ? "  " : "\n");
+            cells[c] = rows[r][c];
+        print_line(f, shown, width, cells);
+    }
 }
 
 void view_locks(FILE *f, char **lines, size_t n, int64_t now_ms)
@@ -142,7 +188,7 @@ void view_locks(FILE *f, char **lines, size_t n, int64_t now_ms)
                      mode, lines[i] + used, now_ms);
         }
     }
-    print_rows(f, rows, nrows);
+    print_rows(f, in_locks, rows, nrows);
     for (size_t i = 0; i < n; i++)
         if (strncmp(lines[i], "LOCK ", 5) != 0 && strncmp(lines[i], "HOLDER ", 7) != 0)
             fprintf(f, "%s\n", lines[i]);     /* MORE <n>, or a later version's line */
@@ -169,5 +215,5 @@ void view_status(FILE *f, const char *line, int64_t now_ms)
         snprintf(mode, sizeof(mode), "limit=%s", limit);
     }
     fill_row(rows[0], name, state, strcmp(state, "free") ? mode : "-", line + used, now_ms);
-    print_rows(f, rows, 1);
+    print_rows(f, in_status, rows, 1);
 }

@@ -1490,8 +1490,11 @@ class InfoTests(DaemonCase):
         self.assertRegex(p.out, r"^STATUS %s free " % re.escape(n))
 
     DURATION = r"([0-9]+ms|[0-9]+s|[0-9]+m[0-9]{2}s|[0-9]+h[0-9]{2}m|[0-9]+d[0-9]{2}h)"
-    HEADER = (r"^NAME +STATE +MODE +HOLDER +LABEL +TOKEN +HELD FOR +HOLDERS +WAITERS +"
-              r"LEASE LEFT +DELAY LEFT$")
+    # locks: how long requests waited; status: the queue across daemons.
+    HEADER = (r"^NAME +STATE +MODE +HOLDER +LABEL +TOKEN +HELD FOR +WAITED +HOLDERS +WAITERS +"
+              r"LEASE LEFT +KEEP LEFT$")
+    STATUS_HEADER = (r"^NAME +STATE +MODE +HOLDER +LABEL +TOKEN +HELD FOR +HOLDERS +WAITERS +"
+                     r"QUEUE +LEASE LEFT +KEEP LEFT$")
 
     def test_human_views_of_locks_and_status(self):
         n = self.name()
@@ -1509,16 +1512,16 @@ class InfoTests(DaemonCase):
         lines = p.out.splitlines()
         self.assertRegex(lines[0], self.HEADER)
         self.assertEqual(len(lines), 3, p.out)
-        # The gone holder, by its label, and the lock-delay's time left.
-        self.assertRegex(lines[1], r"^%s-d +held +exclusive +\S+ +ops@db1:7:deploy +[0-9]+ +%s +1 "
-                         r"+0 +- +%s$" % (re.escape(n), self.DURATION, self.DURATION))
-        self.assertRegex(lines[2], r"^%s-l +held +exclusive +\S+/lease:\S+ +ops@web-3 +%s +%s +1 "
-                         r"+0 +%s +-$" % (re.escape(n), token, self.DURATION, self.DURATION))
+        # The gone holder, by its label, and the time its lock-delay keeps it.
+        self.assertRegex(lines[1], r"^%s-d +held +exclusive +\S+ +ops@db1:7:deploy +[0-9]+ +%s +- "
+                         r"+1 +0 +- +%s$" % (re.escape(n), self.DURATION, self.DURATION))
+        self.assertRegex(lines[2], r"^%s-l +held +exclusive +\S+/lease:\S+ +ops@web-3 +%s +%s +- "
+                         r"+1 +0 +%s +-$" % (re.escape(n), token, self.DURATION, self.DURATION))
         p = self.lb(self.hp() + ["status", "--human", n + "-d"])
         self.assert_exit(p, 0)
         lines = p.out.splitlines()
-        self.assertRegex(lines[0], self.HEADER)
-        self.assertRegex(lines[1], r"^%s-d +held +exclusive .* ops@db1:7:deploy .* +- +%s$"
+        self.assertRegex(lines[0], self.STATUS_HEADER)
+        self.assertRegex(lines[1], r"^%s-d +held +exclusive .* ops@db1:7:deploy .* +0 +1 +- +%s$"
                          % (re.escape(n), self.DURATION))
         p = self.lb(self.hp() + ["status", "--human", n + "-free"])
         self.assert_exit(p, EXIT_FREE)
@@ -1542,7 +1545,7 @@ class InfoTests(DaemonCase):
         lines = p.out.splitlines()
         self.assertRegex(lines[0], self.HEADER)
         self.assertRegex(lines[1], r"^%s-l +held +exclusive +\S+/lease:\S+ +ops@web-3 +%s +%s +"
-                         r"1 +- +%s +-$" % (re.escape(n), token, self.DURATION, self.DURATION))
+                         r"- +1 +- +%s +-$" % (re.escape(n), token, self.DURATION, self.DURATION))
         raw = self.lb(self.hp() + ["locks", "--cluster", n + "-l"])
         self.assertRegex(raw.out, r"^HOLDER %s-l exclusive held holder=\S+ label=ops@web-3 "
                          r"token=%s since=[0-9]+ lease=[0-9]+\n$" % (re.escape(n), token))
@@ -1575,6 +1578,51 @@ class InfoTests(DaemonCase):
         self.assertEqual([obs.read_line(), obs.read_line()], ["10.0.0.2:80", "-"])
         obs.kill()
         self.assert_exit(self.lb(self.hp() + ["observe", "bad/name"]), 122)
+
+    def test_human_views_say_how_long_waiters_waited(self):
+        n = self.name()
+        holder, waiter = self.client(), self.client()
+        holder.send("LOCK %s\n" % n)
+        holder.expect_match(r"OK %s [0-9]+" % re.escape(n))
+        t_sent = time.monotonic()
+        waiter.send("CLIENT ops@web-2\nLOCK %s\n" % n)
+        waiter.expect("OK")
+        self.d.wait_queued(waiter, n)
+        t_queued = time.monotonic()
+        # The line: waited= after waiters=, from when the request was made
+        # (bounds measured around the daemon's own clock, at its ms resolution).
+        t_asked = time.monotonic()
+        p = self.lb(self.hp() + ["locks", "--raw", n])
+        t_listed = time.monotonic()
+        self.assert_exit(p, 0)
+        m = re.fullmatch(r"LOCK %s exclusive holder=\S+ label=- token=[0-9]+ since=[0-9]+ "
+                         r"holders=1 waiters=1 waited=([0-9]+)\n" % re.escape(n), p.out)
+        self.assertIsNotNone(m, p.out)
+        self.assertGreaterEqual(int(m.group(1)), int((t_asked - t_queued) * 1000) - 1)
+        self.assertLessEqual(int(m.group(1)), int((t_listed - t_sent) * 1000) + 1)
+        p = self.lb(self.hp() + ["locks", "--human", n])
+        self.assert_exit(p, 0)
+        lines = p.out.splitlines()
+        self.assertRegex(lines[0], self.HEADER)
+        self.assertRegex(lines[1], r"^%s +held +exclusive +\S+ +- +[0-9]+ +%s +%s +1 +1 +- +-$"
+                         % (re.escape(n), self.DURATION, self.DURATION))
+        # --cluster: one row per request; the queued one says how long it waited.
+        p = self.lb(self.hp() + ["locks", "--cluster", "--human", n])
+        self.assert_exit(p, 0)
+        lines = p.out.splitlines()
+        self.assertEqual(len(lines), 3, p.out)
+        self.assertRegex(lines[1], r"^%s +held +exclusive +\S+ +- +[0-9]+ +%s +- " % (
+            re.escape(n), self.DURATION))
+        self.assertRegex(lines[2], r"^%s +queued +exclusive +\S+ +ops@web-2 +- +- +%s +- +- +- +-$"
+                         % (re.escape(n), self.DURATION))
+        # No waiter: no waited=, and "-" in the table.
+        holder.send("UNLOCK %s\n" % n)
+        holder.expect("OK %s" % n)
+        waiter.expect_match(r"OK %s [0-9]+" % re.escape(n))
+        p = self.lb(self.hp() + ["locks", "--raw", n])
+        self.assertRegex(p.out, r" holders=1 waiters=0\n$")
+        p = self.lb(self.hp() + ["locks", "--human", n])
+        self.assertRegex(p.out.splitlines()[1], r" +%s +- +1 +0 +- +-$" % self.DURATION)
 
     def test_break(self):
         n = self.name()
@@ -2754,6 +2802,24 @@ class FakeBrokerTests(Case):
                                  stdout=reply + "\n")
                 if rc in (0, EXIT_FREE):
                     self.assertEqual(p.err, "")
+
+    def test_status_human_shows_the_queue_and_the_keep(self):
+        # Through a daemon with no waiter of its own, while others have some:
+        # WAITERS is that daemon's, QUEUE the cluster's. delay= is a keep.
+        n = self.name()
+        reply = ("STATUS %s held holder=d2/10.0.0.5:4242 token=7 since=1 waiters=0 queue=3 "
+                 "delay=25000 label=cron@web1" % n)
+        p = self.start(["-H", self.addr, "status", "--human", n])
+        c = self.accept()
+        c.expect("STATUS %s" % n)
+        c.send(reply + "\n")
+        p.finish()
+        self.assert_exit(p, 0)
+        lines = p.out.splitlines()
+        self.assertRegex(lines[0], InfoTests.STATUS_HEADER)
+        self.assertRegex(lines[1], r"^%s +held +exclusive +d2/10\.0\.0\.5:4242 +cron@web1 +7 "
+                         r"+%s +1 +0 +3 +- +25s$" % (re.escape(n), InfoTests.DURATION))
+        self.assertEqual(len(lines), 2, p.out)
 
     def test_status_json_of_replies(self):
         # Every key=value in line order, unknown ones too; a token stays a
