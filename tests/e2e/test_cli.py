@@ -3185,6 +3185,10 @@ class LostTests(ZkCase):
         self.assertFalse(pid_alive(int(pid)))
         if p.rc == EXIT_LOST:
             d.wait_log(r"lock %s: lost by .* \(token %s\): zk-disconnected" % (re.escape(n), token))
+            # and its line per ended hold (daemon/locks.c), with the reason
+            d.wait_log(r"info lock %s: hold ended: end=lost holder=\S+ user=- label=\S+ token=%s "
+                       r"mode=exclusive waited=\S+ held=\S+ reason=zk-disconnected$"
+                       % (re.escape(n), token))
         else:       # the connection, held until the command ended, is closed
             d.wait_log(r"\): closed, [0-9]+ holds and waits released")
         d.stop()

@@ -1830,7 +1830,7 @@ class HoldLogTests(Case):
             f.write("[log]\nholds = yes\n")
         mark = d.log_mark()
         d.send_signal(signal.SIGHUP)
-        d.wait_log(r"reloaded: .*, log holds yes$", since=mark)
+        d.wait_log(r"reloaded: .*, log holds yes(,|$)", since=mark)
         c = self.connect()
         tc = self.lock(c, n)
         self.unlock(c, n)
