@@ -205,6 +205,16 @@ void locks_get_stats(const struct locks *t, struct locks_stats *out);
 /* The table's histograms; they live as long as t. */
 const struct locks_histograms *locks_get_histograms(const struct locks *t);
 
+/*
+ * The gauges of /metrics: how long the oldest hold granted in this table
+ * (kept ones included, as locks_held counts them) has been held, and how
+ * long the longest-waiting request (queued, or being acquired from the
+ * backend) has waited, in microseconds at now_us (locks_mono_us); 0 when
+ * there is none. O(1): the heads of the table's age lists.
+ */
+void locks_ages(const struct locks *t, int64_t now_us, int64_t *oldest_hold_us,
+                int64_t *longest_wait_us);
+
 struct locks_status {
     bool held;            /* an owner of this daemon holds it */
     const char *holder;   /* the earliest holder's desc, borrowed until the table changes */

@@ -28,6 +28,8 @@ struct hold {
     struct lock_owner *owner;
     TAILQ_ENTRY(hold) in_lock;     /* lock->admitted or lock->waiters, by state */
     TAILQ_ENTRY(hold) in_owner;    /* the owner's list */
+    TAILQ_ENTRY(hold) by_age;      /* table->held_by_age when HELD, else
+                                    * table->waiting_by_age */
     enum hold_state state;
     enum lock_mode mode;
     unsigned weight;               /* share of a LOCK_LIMIT lock's limit; 1 today */
@@ -78,6 +80,12 @@ struct locks {
     struct name_node *tree;        /* every lock, by name (struct lock's node) */
     struct locks_stats stats;
     struct locks_histograms hist;
+    /* Every hold, granted ones by granted_us and the others by asked_us,
+     * oldest first: the gauges' oldest hold and longest wait are the heads
+     * (locks_ages), read in O(1) at a scrape. Grants and requests come in
+     * clock order, so a hold joins at the tail; a handover's restore sorts
+     * them once (locks_sort_ages). */
+    TAILQ_HEAD(hold_age_list, hold) held_by_age, waiting_by_age;
     struct lock_owner abandoned;   /* owns the holds kept for their lock-delay */
     struct quota keep;             /* holds that may be kept, per account (locks.h,
                                     * locks_set_keep_max) */
@@ -99,6 +107,12 @@ bool lock_empty(const struct lock *l);
 struct lock *lock_of_node(const struct name_node *n);
 void hold_on_wait_timeout(evutil_socket_t fd, short what, void *arg);
 void hold_on_delay_over(evutil_socket_t fd, short what, void *arg);
+/* Puts h on its age list (locks_int.h, struct locks) at the tail: its
+ * state says which. For the restore, which then calls locks_sort_ages(). */
+void hold_age_append(struct locks *t, struct hold *h);
+/* Sorts both age lists by time, oldest first (after a restore). 0, or -1
+ * when out of memory. */
+int locks_sort_ages(struct locks *t);
 /* Counts h against the quota of holds that may be kept, for key (NULL:
  * the daemon-wide cap only). false when out of memory. */
 bool hold_count_keepable(struct locks *t, struct hold *h, const char *key);

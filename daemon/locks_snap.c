@@ -275,6 +275,7 @@ static bool restore_hold(void *data, struct snap_r *r, struct restart_in *in)
     }
     TAILQ_INSERT_TAIL(&h->owner->holds, h, in_owner);
     h->owner->nholds++;
+    hold_age_append(t, h);          /* in name order: sorted by time once all are in */
     if (kept)
         t->stats.delayed++;
     return true;
@@ -310,6 +311,8 @@ static bool restored(void *data, struct snap_r *r, struct restart_in *in)
     bool ok = restore_check(t, r);
 
     t->restoring = NULL;
+    if (ok && locks_sort_ages(t) < 0)
+        ok = snap_r_fail(r, "out of memory");
     return ok;
 }
 

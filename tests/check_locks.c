@@ -9,6 +9,7 @@
 #include "locks.h"
 #include "backend.h"
 #include "fake_backend_stubs.h"
+#include "locks_int.h"          /* the age lists, to check their order */
 #include "log.h"
 #include "name_tree.h"
 #include "zk/ztoken.h"
@@ -19,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define NAME_CAP 64
 #define MAX_CALLS 64
@@ -332,6 +334,181 @@ static void ck_stats_eq(const struct locks_stats *a, const struct locks_stats *b
     ck_assert_uint_eq(a->timeouts, b->timeouts);
     ck_assert_uint_eq(a->lost, b->lost);
 }
+
+
+/* ------------------------------------------------------------ the gauges' ages */
+
+/* locks_ages() at now_us: the oldest hold and longest wait, in us. */
+static void ages_at(int64_t now_us, int64_t *hold_us, int64_t *wait_us)
+{
+    locks_ages(t, now_us, hold_us, wait_us);
+}
+
+START_TEST(ages_follow_holds_and_waits)
+{
+    int64_t before, now, o1, w1, o2, w2;
+
+    ages_at(locks_mono_us(), &o1, &w1);
+    ck_assert_int_eq(o1, 0);
+    ck_assert_int_eq(w1, 0);
+
+    before = locks_mono_us();
+    ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock(&c2, "a", 60000, NULL), LOCKS_WAITING);
+    ck_assert_int_eq(lock(&c3, "b", -1, NULL), LOCKS_GRANTED);
+    /* A time 5 s on: no sleep needed to see them age. */
+    now = locks_mono_us() + 5000000;
+    ages_at(now, &o1, &w1);
+    ck_assert_int_ge(o1, 5000000);
+    ck_assert_int_le(o1, now - before);
+    ck_assert_int_ge(w1, 5000000);
+    ck_assert_int_le(w1, o1);             /* c2 asked after c1's grant */
+    ck_assert_str_eq(TAILQ_FIRST(&t->held_by_age)->lock->name, "a");
+
+    /* c1 goes: c2 is granted (the newest hold), b is the oldest now. */
+    ck_assert_int_eq(locks_unlock(t, &c1.c, "a"), LOCKS_RELEASED);
+    ck_done(&c2, 0, "a", LOCKS_GRANTED);
+    ages_at(now, &o2, &w2);
+    ck_assert_int_eq(w2, 0);
+    ck_assert_int_le(o2, o1);
+    ck_assert_str_eq(TAILQ_FIRST(&t->held_by_age)->lock->name, "b");
+    ck_assert_ptr_eq(TAILQ_FIRST(&t->held_by_age)->owner, &c3.c);
+    ck_assert_ptr_eq(TAILQ_LAST(&t->held_by_age, hold_age_list)->owner, &c2.c);
+
+    /* A time before the grants (a clock read early) says 0, not a negative age. */
+    ages_at(before - 1, &o2, &w2);
+    ck_assert_int_eq(o2, 0);
+
+    locks_owner_release_all(t, &c2.c);
+    locks_owner_release_all(t, &c3.c);
+    ages_at(now, &o2, &w2);
+    ck_assert_int_eq(o2, 0);
+    ck_assert_int_eq(w2, 0);
+}
+END_TEST
+
+/* A request the backend is still acquiring (distributed mode) waits too. */
+START_TEST(fake_ages_count_acquiring_as_waiting)
+{
+    const struct call *call;
+    int64_t now, o, w;
+
+    ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_WAITING);
+    call = ck_call(0, CALL_ACQUIRE, "a");
+    now = locks_mono_us() + 2000000;
+    ages_at(now, &o, &w);
+    ck_assert_int_eq(o, 0);
+    ck_assert_int_ge(w, 2000000);
+    locks_backend_granted(call->hold, 42);
+    ages_at(now, &o, &w);
+    ck_assert_int_ge(o, 0);
+    ck_assert_int_le(o, 2000000);
+    ck_assert_int_eq(w, 0);
+    locks_backend_lost(call->hold, "test");
+    ages_at(now, &o, &w);
+    ck_assert_int_eq(o, 0);
+}
+END_TEST
+
+/* Checks that l is ordered by key; returns its length. */
+static size_t ck_age_order(struct hold_age_list *l, bool held)
+{
+    const struct hold *h, *prev = NULL;
+    size_t n = 0;
+
+    TAILQ_FOREACH(h, l, by_age) {
+        if (prev)
+            ck_assert_int_le(held ? prev->granted_us : prev->asked_us,
+                             held ? h->granted_us : h->asked_us);
+        ck_assert_ptr_eq(TAILQ_NEXT(h, by_age) ? TAILQ_NEXT(h, by_age)->by_age.tqe_prev
+                                               : l->tqh_last, &h->by_age.tqe_next);
+        prev = h;
+        n++;
+    }
+    return n;
+}
+
+static double seconds_since(const struct timespec *a)
+{
+    struct timespec b;
+
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    return (double)(b.tv_sec - a->tv_sec) + (double)(b.tv_nsec - a->tv_nsec) / 1e9;
+}
+
+/*
+ * A handover's restore appends holds in name order and sorts once
+ * (locks_sort_ages): shuffled times come out in order, lengths kept. With
+ * LB_AGES_LOCKS=N (default 2000) it also prints what the gauges cost at N
+ * locks against a walk of every hold (docs/PERFORMANCE.md): printed, never
+ * asserted.
+ */
+START_TEST(ages_sorted_after_restore_and_cost)
+{
+    const char *env = getenv("LB_AGES_LOCKS");
+    long n = env ? atol(env) : 2000;
+    struct fclient *owner = &c1;
+    struct hold *h;
+    char name[32];
+    uint64_t x = 88172645463325252ULL, sum = 0;
+    int64_t o = 0, w = 0, oldest = 0;
+    struct timespec ts;
+    double gauge_s, walk_s, sort_s;
+    const int reps = 1000;
+
+    ck_assert_int_gt(n, 0);
+    locks_set_max_per_client(t, (unsigned)n * 2 + 2);
+    for (long i = 0; i < n; i++) {
+        snprintf(name, sizeof(name), "n%ld", i);
+        ck_assert_int_eq(lock(owner, name, -1, NULL), LOCKS_GRANTED);
+    }
+    /* A second owner queues behind a few of them. */
+    for (long i = 0; i < n && i < 100; i++) {
+        snprintf(name, sizeof(name), "n%ld", i);
+        ck_assert_int_eq(lock(&c2, name, 60000, NULL), LOCKS_WAITING);
+    }
+    /* Times shuffled as a restore in name order would find them. */
+    TAILQ_FOREACH(h, &t->held_by_age, by_age) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        h->granted_us = 1000000 + (int64_t)(x % 1000000000);
+    }
+    TAILQ_FOREACH(h, &t->waiting_by_age, by_age) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        h->asked_us = 1000000 + (int64_t)(x % 1000000000);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ck_assert_int_eq(locks_sort_ages(t), 0);
+    sort_s = seconds_since(&ts);
+    ck_assert_uint_eq(ck_age_order(&t->held_by_age, true), (size_t)n);
+    ck_assert_uint_eq(ck_age_order(&t->waiting_by_age, false), (size_t)(n < 100 ? n : 100));
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    for (int i = 0; i < reps; i++) {
+        locks_ages(t, 2000000000 + i, &o, &w);
+        sum += (uint64_t)o;
+    }
+    gauge_s = seconds_since(&ts) / reps;
+    /* What a scrape would cost without the lists: a walk of every hold. */
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    for (int i = 0; i < 3; i++) {
+        int64_t first = INT64_MAX;
+
+        for (const char *nm = locks_next(t, NULL, NULL); nm; nm = locks_next(t, NULL, nm)) {
+            const struct lock *l = lock_find(t, nm);
+
+            TAILQ_FOREACH(h, &l->admitted, in_lock)
+                if (h->state == HOLD_HELD && h->granted_us < first)
+                    first = h->granted_us;
+        }
+        oldest = first;
+    }
+    walk_s = seconds_since(&ts) / 3;
+    ck_assert_int_eq(o, 2000000000 + reps - 1 - oldest);
+    printf("ages at %ld locks: gauges %.3f us per scrape; a walk of every hold %.1f ms; "
+           "sorting after a restore %.1f ms (%llu)\n", n, gauge_s * 1e6, walk_s * 1e3,
+           sort_s * 1e3, (unsigned long long)(sum & 1));
+}
+END_TEST
 
 /* ------------------------------------------------------------ embedded backend */
 
@@ -1943,6 +2120,8 @@ static Suite *locks_suite(void)
     tcase_add_test(tc, histograms_count_grants_and_holds);
     tcase_add_test(tc, free_with_outstanding_holds_embedded);
     tcase_add_test(tc, free_empty_and_null);
+    tcase_add_test(tc, ages_follow_holds_and_waits);
+    tcase_add_test(tc, ages_sorted_after_restore_and_cost);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("fake");
@@ -1950,6 +2129,7 @@ static Suite *locks_suite(void)
     tcase_add_test(tc, fake_async_grant);
     tcase_add_test(tc, fake_sync_grant);
     tcase_add_test(tc, fake_sync_busy);
+    tcase_add_test(tc, fake_ages_count_acquiring_as_waiting);
     tcase_add_test(tc, fake_sync_unavailable);
     tcase_add_test(tc, fake_trylock_awaited_lock);
     tcase_add_test(tc, fake_head_leaves_next_inherits);
