@@ -312,6 +312,7 @@ static void conn_on_handshake_timeout(evutil_socket_t fd, short what, void *arg)
 {
     struct conn *c = arg;
 
+    c->cl.srv->stats.tls_handshake_failures++;
     log_info("conn %llu (%s): no TLS handshake within %d ms; closing",
              (unsigned long long)c->cl.id, c->cl.peer, TLS_HANDSHAKE_MS);
     conn_free(c);
@@ -414,6 +415,7 @@ static void conn_handshake_failed(struct conn *c, short what)
         ERR_error_string_n(e, reason, sizeof(reason));
     while (bufferevent_get_openssl_error(c->bev))
         ;
+    c->cl.srv->stats.tls_handshake_failures++;
     log_info("conn %llu (%s): TLS handshake failed: %s%s%s%s%s%s; closing",
              (unsigned long long)c->cl.id, c->cl.peer, reason,
              cert ? " (the client's certificate: " : "", cert ? cert : "",

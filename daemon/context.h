@@ -48,6 +48,9 @@ struct server_stats {
     uint64_t auth_backoffs;   /* AUTH refused unchecked: its address was backing off */
     uint64_t reloads;         /* SIGHUP reloads since this process started, failed too */
     bool last_reload_failed;  /* the latest reload applied nothing (main.c reload()) */
+    uint64_t tls_handshake_failures; /* TLS handshakes that failed or were cut off */
+    uint64_t reload_failures; /* SIGHUPs whose settings or files did not all load */
+    uint64_t handovers_given_up; /* handovers begun here that did not happen */
 };
 
 struct server {

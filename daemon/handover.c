@@ -175,6 +175,7 @@ static void handover_give_up(const char *fmt, const char *why)
     char msg[768];
 
     snprintf(msg, sizeof(msg), fmt, why);
+    srv->stats.handovers_given_up++;       /* /metrics: for an alert */
     log_error("%s; %s", msg, stop ? "stopping as usual (the connections close, their locks end)"
                                   : "serving on, nothing lost");
     if (srv->handing_over) {
@@ -495,6 +496,7 @@ static void handover_start(struct handover_ctx *p, bool to_fdstore)
         return;
     }
     if (!p->backend->ops->restart) {
+        p->srv->stats.handovers_given_up++;
         log_error("handover: %s mode cannot hand over; %s", p->backend->ops->name,
                   to_fdstore ? "stopping as usual" : "serving on");
         if (to_fdstore)
@@ -506,6 +508,7 @@ static void handover_start(struct handover_ctx *p, bool to_fdstore)
      * HANDOVER_QUIET_MS). */
     if (p->backend->ops->handover_possible &&
         !p->backend->ops->handover_possible(p->backend->impl, why, sizeof(why))) {
+        p->srv->stats.handovers_given_up++;
         log_error("handover: refused: %s; %s", why, to_fdstore
                   ? "stopping as usual (the connections close, their locks end)"
                   : "serving on, nothing lost");
@@ -514,6 +517,7 @@ static void handover_start(struct handover_ctx *p, bool to_fdstore)
         return;
     }
     if (!(h = calloc(1, sizeof(*h)))) {
+        p->srv->stats.handovers_given_up++;
         log_error("handover: out of memory; serving on");
         return;
     }

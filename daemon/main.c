@@ -219,6 +219,7 @@ static void reload(struct daemon *d)
     return;
 failed:
     d->srv.stats.last_reload_failed = true;
+    d->srv.stats.reload_failures++;    /* /metrics: an alert, not only a log line */
     log_error("reload failed: %s; serving on with the settings before", err);
 }
 

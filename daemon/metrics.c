@@ -115,7 +115,29 @@ static const struct metric_row rows[] = {
       "(the open file limit reached, say), since this process started." },
     { "handovers", "handovers_total", "counter", NULL, 0,
       "Handovers to a successor this daemon's line took over (SIGUSR2, systemd's store)." },
+    { "handovers_given_up", "handovers_given_up_total", "counter", NULL, 0,
+      "Handovers asked for (SIGUSR2, SIGTERM into systemd's store) that did not happen: "
+      "refused or given up, since this process started." },
+    { "reloads", "reloads_total", "counter", NULL, 0,
+      "SIGHUP reloads asked for since this process started, failed ones too." },
+    { "last_reload_ok", "last_reload_ok", "gauge", NULL, 0,
+      "1 when the latest SIGHUP reload applied (or none was asked for), 0 when it failed." },
+    { "reload_failures", "reload_failures_total", "counter", NULL, 0,
+      "SIGHUP reloads whose settings file, users file or TLS files did not all load (then "
+      "nothing of it applies), since this process started." },
+    { "tls_handshake_failures", "tls_handshake_failures_total", "counter", NULL, 0,
+      "TLS connections closed before their handshake ended (failed, cut off, or not done "
+      "within its deadline), since this process started." },
+    { "tls_cert_expiry", "tls_certificate_expiry_seconds", "gauge", NULL, 0,
+      "Seconds until the notAfter of the [tls] certificate served to new connections "
+      "(negative once past)." },
     { "locks_held", "locks_held", "gauge", NULL, 0, "Holds granted on this daemon now." },
+    { "oldest_hold_ms", "oldest_hold_seconds", "gauge", NULL, 1000,
+      "How long the oldest hold granted on this daemon (kept ones included) has been held; "
+      "0 when none." },
+    { "longest_wait_ms", "longest_wait_seconds", "gauge", NULL, 1000,
+      "How long the longest-waiting lock request on this daemon (queued or being acquired) "
+      "has waited; 0 when none." },
     { "waiters", "lock_waiters", "gauge", NULL, 0,
       "Lock requests queued or being acquired on this daemon now." },
     { "grants", "grants_total", "counter", NULL, 0,
@@ -195,6 +217,34 @@ static const struct metric_row rows[] = {
       "(keep_idle_ms)." },
     { "zk_idle_reuses", "zk_idle_reuses_total", "counter", NULL, 0,
       "LOCKs granted by taking a kept idle node over, since start." },
+    { "zk_grants_unlisted", "zk_grants_unlisted_total", "counter", NULL, 0,
+      "Grants of a name's first use through this daemon whose create found its node alone, "
+      "made without listing the children, since start." },
+    { "zk_token_writes_due", "zk_token_writes_due", "gauge", NULL, 0,
+      "Grants whose fencing token waits to be written to their ZooKeeper node." },
+    { "zk_token_writes_spared", "zk_token_writes_spared_total", "counter", NULL, 0,
+      "Token writes never sent by themselves (the hold ended, or another write of the node "
+      "carried the token first), since start." },
+    { "zk_nonfair_races_won", "zk_nonfair_races_won_total", "counter", NULL, 0,
+      "Creates of a non-fair name's node, sent after its holder's node went, that got it, "
+      "since start." },
+    { "zk_nonfair_races_lost", "zk_nonfair_races_lost_total", "counter", NULL, 0,
+      "Creates of a non-fair name's node, sent after its holder's node went, that found it "
+      "taken again, since start." },
+    { "zk_batches", "zk_batches_total", "counter", NULL, 0,
+      "ZooKeeper multis (one transaction each) sent since start." },
+    { "zk_batched_ops", "zk_batched_ops_total", "counter", NULL, 0,
+      "Creates and deletes of lock nodes carried by ZooKeeper multis (sent again after a "
+      "failure: counted again), since start." },
+    { "zk_batch_failures", "zk_batch_failures_total", "counter", NULL, 0,
+      "ZooKeeper multis that failed (one of their operations, or the connection), since "
+      "start." },
+    { "zk_batch_resent", "zk_batch_resent_total", "counter", NULL, 0,
+      "Operations sent again because another one of their multi failed, since start." },
+    { "zk_batches_inflight", "zk_batches_inflight", "gauge", NULL, 0,
+      "ZooKeeper multis sent and not yet answered (at most 2)." },
+    { "zk_write_queue", "zk_write_queue_length", "gauge", NULL, 0,
+      "Creates and deletes of lock nodes waiting for the next multi." },
 };
 #define NROWS (sizeof(rows) / sizeof(rows[0]))
 
@@ -239,8 +289,11 @@ static const char *collected_value(const struct collected *c, const char *name)
     return NULL;
 }
 
+/* A decimal integer, perhaps negative (-1: none; a certificate's expiry past). */
 static bool is_number(const char *v)
 {
+    if (v[0] == '-')
+        v++;
     return v[0] && strspn(v, "0123456789") == strlen(v);
 }
 
@@ -410,6 +463,8 @@ static void add_backend_histogram(void *cookie, const char *name, const char *he
     add_histogram(cookie, name, help, h, seconds);
 }
 
+static bool health_check(const struct server *srv, char *text, size_t len);
+
 static void metrics_write(const struct server *srv, struct evbuffer *out)
 {
     const struct locks_histograms *lh = locks_get_histograms(srv->locks);
@@ -421,6 +476,9 @@ static void metrics_write(const struct server *srv, struct evbuffer *out)
     }
     stats_each(srv, collect_stat, c);
     add_info(out, c);
+    add_header(out, "healthy", "gauge",
+               "1 while /healthz answers 200 (requests can be served), 0 while it answers 503.");
+    evbuffer_add_printf(out, PREFIX "healthy %d\n", health_check(srv, NULL, 0));
     for (size_t i = 0; i < NROWS; i++)
         add_row(out, &rows[i], c);
     add_zk_state(out, c);
@@ -629,29 +687,45 @@ static bool lengths_conflict(struct evhttp_request *req)
     return false;
 }
 
-/* 200 while requests can be served; 503 and why during a ZooKeeper outage,
- * or while a setting must change (the daemons disagree on nonfair). */
-static void serve_healthz(const struct metrics *m, struct evhttp_request *req)
+/*
+ * The one verdict of /healthz and of lockbroker_healthy: true while
+ * requests can be served; false during a ZooKeeper outage, or while a
+ * setting must change (the daemons disagree on nonfair), with why in text
+ * (len bytes; NULL: not wanted).
+ */
+static bool health_check(const struct server *srv, char *text, size_t len)
 {
-    const struct backend *be = m->srv->backend;
+    const struct backend *be = srv->backend;
     int64_t down = be->ops->unreachable_since(be->impl);
-    const char *why = be->ops->why_unavailable ? be->ops->why_unavailable(be->impl) : NULL;
-    const char *fault = be->ops->config_error ? be->ops->config_error(be->impl) : NULL;
-    long long secs = (long long)((locks_mono_ms() - down) / 1000);
-    char text[2048];
+    const char *why, *fault;
+    long long secs;
 
-    if (!down) {
-        send_text(req, HTTP_OK, "OK", "ok\n");
-        return;
-    }
+    if (!down)
+        return true;
+    if (!text)
+        return false;
+    why = be->ops->why_unavailable ? be->ops->why_unavailable(be->impl) : NULL;
+    fault = be->ops->config_error ? be->ops->config_error(be->impl) : NULL;
+    secs = (long long)((locks_mono_ms() - down) / 1000);
     if (fault)
-        snprintf(text, sizeof(text), "not serving for %lld s: %s; requests that need "
+        snprintf(text, len, "not serving for %lld s: %s; requests that need "
                  "ZooKeeper answer ERR UNAVAILABLE with this reason\n", secs, fault);
     else
-        snprintf(text, sizeof(text), "ZooKeeper unreachable for %lld s (%s): nothing is "
+        snprintf(text, len, "ZooKeeper unreachable for %lld s (%s): nothing is "
                  "granted; TRYLOCK, and a LOCK wait that ends, answer ERR UNAVAILABLE\n", secs,
                  why ? why : "unreachable");
-    send_text(req, 503, "Service Unavailable", text);
+    return false;
+}
+
+/* 200 "ok", or 503 and why (health_check). */
+static void serve_healthz(const struct metrics *m, struct evhttp_request *req)
+{
+    char text[2048];
+
+    if (health_check(m->srv, text, sizeof(text)))
+        send_text(req, HTTP_OK, "OK", "ok\n");
+    else
+        send_text(req, 503, "Service Unavailable", text);
 }
 
 static void on_request(struct evhttp_request *req, void *arg)

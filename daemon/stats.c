@@ -13,6 +13,7 @@
 #include "proto.h"
 #include "restart.h"
 #include "snap.h"
+#include "tls.h"
 
 static void add_u64(backend_stat_fn add, void *cookie, const char *name, uint64_t v)
 {
@@ -26,6 +27,7 @@ void stats_each(const struct server *srv, backend_stat_fn add, void *cookie)
 {
     struct locks_stats ls;
     struct leases_stats lst;
+    int64_t oldest_us, longest_us;
     char name[32];
 
     locks_get_stats(srv->locks, &ls);
@@ -42,8 +44,18 @@ void stats_each(const struct server *srv, backend_stat_fn add, void *cookie)
     add_u64(add, cookie, "handovers", srv->handovers);
     add_u64(add, cookie, "reloads", srv->stats.reloads);
     add_u64(add, cookie, "last_reload_ok", !srv->stats.last_reload_failed);
+    add_u64(add, cookie, "handovers_given_up", srv->stats.handovers_given_up);
+    add_u64(add, cookie, "reload_failures", srv->stats.reload_failures);
+    if (srv->tls) {
+        add_u64(add, cookie, "tls_handshake_failures", srv->stats.tls_handshake_failures);
+        snprintf(name, sizeof(name), "%lld", (long long)tls_cert_expiry_s(srv->tls));
+        add(cookie, "tls_cert_expiry", name);
+    }
     add_u64(add, cookie, "locks_held", ls.held);
     add_u64(add, cookie, "waiters", ls.waiting);
+    locks_ages(srv->locks, locks_mono_us(), &oldest_us, &longest_us);
+    add_u64(add, cookie, "oldest_hold_ms", (uint64_t)(oldest_us / 1000));
+    add_u64(add, cookie, "longest_wait_ms", (uint64_t)(longest_us / 1000));
     add_u64(add, cookie, "grants", ls.grants);
     for (int m = 0; m < LOCK_MODE_COUNT; m++) {
         snprintf(name, sizeof(name), "grants_%s", lock_mode_name((enum lock_mode)m));

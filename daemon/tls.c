@@ -322,6 +322,18 @@ int tls_reload(struct tls *t, const struct settings *s, char *err, size_t errlen
     return 0;
 }
 
+int64_t tls_cert_expiry_s(const struct tls *t)
+{
+    X509 *cert = SSL_CTX_get0_certificate(t->ctx);
+    int days = 0, secs = 0;
+
+    /* NULL for "from": now. The context was built from a certificate that
+     * was valid then (check_validity), so both are there. */
+    if (!cert || ASN1_TIME_diff(&days, &secs, NULL, X509_get0_notAfter(cert)) != 1)
+        return 0;
+    return (int64_t)days * 86400 + secs;
+}
+
 SSL *tls_ssl_new(struct tls *t)
 {
     return SSL_new(t->ctx);

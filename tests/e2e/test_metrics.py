@@ -18,7 +18,10 @@ import os
 import re
 import select
 import shutil
+import signal
 import socket
+import ssl
+import subprocess
 import sys
 import tempfile
 import time
@@ -28,6 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lbharness  # noqa: E402
 from lbharness import Client, Daemon, TIMEOUT, read_stats, scaled, stats  # noqa: E402
 import zkharness  # noqa: E402
+import lbpki  # noqa: E402
 from zkharness import ZkServer  # noqa: E402
 
 SERVING_RE = r"metrics: serving /metrics and /healthz on http://(\S+):(\d+)$"
@@ -398,6 +402,23 @@ STAT_METRICS = {
     "zk_window_confirms": ("lockbroker_zk_window_confirms_total", {}),
     "zk_window_age_ms": ("lockbroker_zk_window_age_seconds", {}),
     "zk_session_confirmed": ("lockbroker_zk_session_confirmed", {}),
+    "zk_grants_unlisted": ("lockbroker_zk_grants_unlisted_total", {}),
+    "zk_token_writes_due": ("lockbroker_zk_token_writes_due", {}),
+    "zk_token_writes_spared": ("lockbroker_zk_token_writes_spared_total", {}),
+    "zk_nonfair_races_won": ("lockbroker_zk_nonfair_races_won_total", {}),
+    "zk_nonfair_races_lost": ("lockbroker_zk_nonfair_races_lost_total", {}),
+    "zk_batches": ("lockbroker_zk_batches_total", {}),
+    "zk_batched_ops": ("lockbroker_zk_batched_ops_total", {}),
+    "zk_batch_failures": ("lockbroker_zk_batch_failures_total", {}),
+    "zk_batch_resent": ("lockbroker_zk_batch_resent_total", {}),
+    "zk_batches_inflight": ("lockbroker_zk_batches_inflight", {}),
+    "zk_write_queue": ("lockbroker_zk_write_queue_length", {}),
+    "handovers_given_up": ("lockbroker_handovers_given_up_total", {}),
+    "reload_failures": ("lockbroker_reload_failures_total", {}),
+    "tls_handshake_failures": ("lockbroker_tls_handshake_failures_total", {}),
+    "tls_cert_expiry": ("lockbroker_tls_certificate_expiry_seconds", {}),
+    "oldest_hold_ms": ("lockbroker_oldest_hold_seconds", {}),
+    "longest_wait_ms": ("lockbroker_longest_wait_seconds", {}),
 }
 # Statistics that move on their own between STATS and the scrape: the
 # window's probe rounds go out every tenth of the session timeout.
@@ -407,7 +428,9 @@ GROWING_STATS = ("uptime", "zk_window_probes", "zk_window_confirms", "zk_batches
 # and the scrape (a probe round every tenth of the session timeout, the
 # token write after a grant, an idle node's end): only their range is checked.
 MOVING_GAUGES = ("zk_outstanding", "zk_batches_inflight", "zk_write_queue", "zk_idle_nodes",
-                 "zk_lock_operations")
+                 "zk_lock_operations", "zk_token_writes_due")
+# Ages in ms that grow between the STATS and the scrape (in seconds there).
+AGE_STATS = ("oldest_hold_ms", "longest_wait_ms")
 # Words, not numbers: version and mode are labels of lockbroker_info, zk_state
 # is lockbroker_zk_session_state; the session id is left to STATS.
 WORD_STATS = ("version", "mode", "zk_state", "zk_session_id")
@@ -433,7 +456,7 @@ def check_every_stat_exported(testcase, d):
     for stat, text in st.items():
         if stat in WORD_STATS:
             continue
-        testcase.assertRegex(text, r"^\d+$", "STAT %s is not a number" % stat)
+        testcase.assertRegex(text, r"^-?\d+$", "STAT %s is not a number" % stat)
         name, labels = metric_of(stat)
         got = value(f, name, **labels)
         if stat in GROWING_STATS:
@@ -444,6 +467,12 @@ def check_every_stat_exported(testcase, d):
             # Grows, and falls back whenever a probe round confirms the session.
             testcase.assertGreaterEqual(got, 0)
             testcase.assertLessEqual(got, int(st["zk_session_timeout_ms"]) / 1000.0)
+        elif stat in AGE_STATS:
+            testcase.assertGreaterEqual(got, int(text) / 1000.0)
+        elif stat == "tls_cert_expiry":
+            # Counts down between the STATS and the scrape.
+            testcase.assertLessEqual(got, int(text))
+            testcase.assertGreaterEqual(got, int(text) - scaled(60.0))
         elif stat == "zk_session_timeout_ms":
             testcase.assertEqual(got, int(text) / 1000.0)
         else:
@@ -538,6 +567,75 @@ class EmbeddedTest(unittest.TestCase):
         self.assertEqual(delta(f3, "lockbroker_lock_hold_seconds_count"), 2)
         self.assertEqual(value(f3, "lockbroker_locks_held"), 2)
         check_every_stat_exported(self, d)
+
+    def test_oldest_hold_and_longest_wait_gauges(self):
+        d = self.d
+
+        def ages():
+            f = scrape(d)
+            return (value(f, "lockbroker_oldest_hold_seconds"),
+                    value(f, "lockbroker_longest_wait_seconds"))
+
+        def poll(pred, what):
+            deadline = time.monotonic() + scaled(10.0)
+            while True:
+                got = ages()
+                if pred(*got):
+                    return got
+                if time.monotonic() > deadline:
+                    self.fail("%s: (oldest hold, longest wait) stayed %r" % (what, got))
+
+        self.assertEqual(ages(), (0, 0))
+        f = scrape(d)
+        self.assertEqual(f["lockbroker_oldest_hold_seconds"]["type"], "gauge")
+        self.assertEqual(f["lockbroker_longest_wait_seconds"]["type"], "gauge")
+        holder, waiter = d.client(), d.client()
+        self.addCleanup(holder.close)
+        self.addCleanup(waiter.close)
+        holder.send("LOCK a\n")
+        holder.expect_match(r"OK a \d+")
+        # Held for a millisecond or more: the gauge is above 0; nobody waits.
+        hold, wait = poll(lambda h, w: h > 0, "a hold")
+        self.assertEqual(wait, 0)
+        waiter.send("LOCK a 60000\n")
+        d.wait_queued(waiter, "a")
+        hold, wait = poll(lambda h, w: w > 0, "a queued waiter")
+        self.assertGreaterEqual(hold, wait)     # held before the waiter asked
+        # The waiter is granted: it waits no more and its hold is the only one.
+        holder.send("UNLOCK a\n")
+        holder.expect("OK a")
+        waiter.expect_match(r"OK a \d+")
+        self.assertEqual(ages()[1], 0)
+        waiter.send("UNLOCK a\n")
+        waiter.expect("OK a")
+        self.assertEqual(ages(), (0, 0))
+        check_every_stat_exported(self, d)
+
+    def test_health_gauge_follows_healthz(self):
+        f = scrape(self.d)
+        self.assertEqual(f["lockbroker_healthy"]["type"], "gauge")
+        self.assertEqual(value(f, "lockbroker_healthy"), 1)
+        self.assertEqual(http_request(self.d, "GET", "/healthz")[0], 200)
+
+    def test_reload_failures_are_counted(self):
+        d = self.d
+        f0 = scrape(d)
+        self.assertEqual(value(f0, "lockbroker_reload_failures_total"), 0)
+        # A reload that loads: nothing counted.
+        mark = d.log_mark()
+        d.send_signal(signal.SIGHUP)
+        d.wait_log(r"reloaded: ", since=mark)
+        self.assertEqual(value(scrape(d), "lockbroker_reload_failures_total"), 0)
+        # A file that does not parse: counted, the running settings stay.
+        with open(d.config_path, "a") as f:
+            f.write("[server]\nno_such_setting = 1\n")
+        mark = d.log_mark()
+        d.send_signal(signal.SIGHUP)
+        d.wait_log(r"reload failed, keeping the running settings", since=mark)
+        f1 = scrape(d)
+        self.assertEqual(value(f1, "lockbroker_reload_failures_total"), 1)
+        self.assertEqual(f1["lockbroker_reload_failures_total"]["type"], "counter")
+        self.assertEqual(stats(d)["reload_failures"], "1")
 
     def test_healthz(self):
         status, headers, body = http_request(self.d, "GET", "/healthz")
@@ -705,6 +803,54 @@ def zk_available():
     return True
 
 
+class TlsMetricsTest(unittest.TestCase):
+    """The certificate's expiry gauge and the handshake failure counter."""
+
+    def setUp(self):
+        if not lbpki.have_openssl():
+            lbharness.skip("openssl", "no openssl command to make certificates with")
+        self.pki = lbpki.Pki(os.path.join(lbharness.make_tmpdir(), "pki"))
+        self.cert, self.key = self.pki.issue("localhost", server=True)
+        self.d = start_with_metrics(self, metrics_config(
+            lbpki.tls_section(self.cert, self.key, self.pki.ca, client_certs="none")))
+        m = self.d.wait_log(lbpki.TLS_LISTEN_RE)
+        self.tls_host, self.tls_port, _ = lbharness.parse_hostport(m.group(1))
+
+    def not_after(self):
+        out = subprocess.run(["openssl", "x509", "-noout", "-enddate", "-in", self.cert],
+                             check=True, capture_output=True, text=True).stdout
+        return ssl.cert_time_to_seconds(out.strip().split("=", 1)[1])
+
+    def test_certificate_expiry(self):
+        f = scrape(self.d)
+        self.assertEqual(f["lockbroker_tls_certificate_expiry_seconds"]["type"], "gauge")
+        got = value(f, "lockbroker_tls_certificate_expiry_seconds")
+        expected = self.not_after() - time.time()
+        # lbpki's certificates are valid for 2 days; the scrape came after the clock read.
+        self.assertGreater(expected, 86400)
+        self.assertLessEqual(abs(got - expected), scaled(60.0))
+        check_every_stat_exported(self, self.d)
+
+    def test_handshake_failures(self):
+        d = self.d
+        self.assertEqual(value(scrape(d), "lockbroker_tls_handshake_failures_total"), 0)
+        # A good handshake is not counted.
+        ctx = ssl.create_default_context(cafile=self.pki.ca)
+        with ctx.wrap_socket(socket.create_connection((self.tls_host, self.tls_port),
+                                                      timeout=scaled(20.0)),
+                             server_hostname="127.0.0.1") as s:
+            s.sendall(b"PING\n")
+            self.assertEqual(s.recv(64), b"PONG\n")
+        # Plain text on the TLS port fails the handshake.
+        mark = d.log_mark()
+        with socket.create_connection((self.tls_host, self.tls_port), timeout=scaled(20.0)) as s:
+            s.sendall(b"PING\n")
+            d.wait_log(r"TLS handshake failed", since=mark)
+        f = scrape(d)
+        self.assertEqual(value(f, "lockbroker_tls_handshake_failures_total"), 1)
+        self.assertEqual(f["lockbroker_tls_handshake_failures_total"]["type"], "counter")
+
+
 class DistributedTest(unittest.TestCase):
     def setUp(self):
         if not zk_available():
@@ -736,7 +882,10 @@ class DistributedTest(unittest.TestCase):
         self.assertEqual(value(f, "lockbroker_zk_session_state", state="connecting"), 0)
         self.assertEqual(value(f, "lockbroker_zk_session_state", state="expired"), 0)
         self.assertEqual(value(f, "lockbroker_zk_session_confirmed"), 1)
+        self.assertEqual(value(f, "lockbroker_healthy"), 1)
         self.assertEqual(f["lockbroker_zk_session_confirmed"]["type"], "gauge")
+        self.assertEqual(f["lockbroker_zk_batches_total"]["type"], "counter")
+        self.assertEqual(f["lockbroker_zk_write_queue_length"]["type"], "gauge")
         self.assertEqual(value(f, "lockbroker_info", version=stats(d)["version"],
                                mode="distributed"), 1)
         # The lock took ZooKeeper requests (create, list...): their latency.
@@ -763,6 +912,8 @@ class DistributedTest(unittest.TestCase):
         self.assertEqual(value(f, "lockbroker_zk_session_state", state="connected"), 0)
         self.assertEqual(value(f, "lockbroker_zk_session_state", state="connecting"), 1)
         self.assertEqual(value(f, "lockbroker_zk_session_confirmed"), 0)
+        # The health gauge says what /healthz says (one function decides both).
+        self.assertEqual(value(f, "lockbroker_healthy"), 0)
         # HEAD says the same without the body.
         self.assertEqual(http_request(d, "HEAD", "/healthz")[0], 503)
 
@@ -781,6 +932,7 @@ class DistributedTest(unittest.TestCase):
         self.assertEqual(value(f, "lockbroker_zk_session_state", state="connected"), 1)
         # Confirmed, as /healthz said: locks may be granted again.
         self.assertEqual(value(f, "lockbroker_zk_session_confirmed"), 1)
+        self.assertEqual(value(f, "lockbroker_healthy"), 1)
 
 
 if __name__ == "__main__":
