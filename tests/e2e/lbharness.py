@@ -136,6 +136,7 @@ SKIP_KEYS = {
     "openssl": "the openssl command (test_tls.py makes its certificates with it)",
     "chromium": "Debian's chromium, chromium-driver and python3-selenium (test_page.py "
                 "opens the live page in headless Chromium)",
+    "promtool": "promtool, from Debian's prometheus package (test_monitoring_files.py)",
 }
 
 
