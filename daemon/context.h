@@ -68,6 +68,8 @@ struct server {
     struct evconnlistener *unix_sock;  /* owned; NULL when not configured */
     struct evconnlistener *tls_sock;   /* owned; NULL when [tls] listen is not set */
     struct tls *tls;                   /* owned: the TLS listener's context, or NULL */
+    int64_t tls_not_after;             /* its certificate's notAfter (epoch seconds), set
+                                        * where tls is loaded; for STATS without tls.c */
     struct accept_pause *accept_pause; /* owned: pauses every listener, the metrics one
                                         * too, when accept() fails */
     TAILQ_HEAD(, conn) conns;          /* every open connection, TLS refusals included */

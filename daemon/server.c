@@ -293,6 +293,7 @@ static int listen_tls(struct server *srv, int fd)
         log_error("%s", err);
         return -1;
     }
+    srv->tls_not_after = tls_cert_not_after(srv->tls);
     return listen_tcp(srv, "[tls] listen", srv->settings->tls_listen, fd, on_accept_tls,
                       &srv->tls_sock, srv->tls_addr, sizeof(srv->tls_addr));
 }
@@ -303,6 +304,7 @@ int server_reload_tls(struct server *srv, char *err, size_t errlen)
         return 0;
     if (tls_reload(srv->tls, srv->settings, err, errlen) < 0)
         return -1;
+    srv->tls_not_after = tls_cert_not_after(srv->tls);
     log_info("reload: TLS certificate %s, key and CA%s read again; new connections use "
              "them", srv->settings->tls_cert_file,
              srv->settings->tls_crl_file ? " and CRL" : "");

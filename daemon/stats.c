@@ -13,7 +13,6 @@
 #include "proto.h"
 #include "restart.h"
 #include "snap.h"
-#include "tls.h"
 
 static void add_u64(backend_stat_fn add, void *cookie, const char *name, uint64_t v)
 {
@@ -48,7 +47,7 @@ void stats_each(const struct server *srv, backend_stat_fn add, void *cookie)
     add_u64(add, cookie, "reload_failures", srv->stats.reload_failures);
     if (srv->tls) {
         add_u64(add, cookie, "tls_handshake_failures", srv->stats.tls_handshake_failures);
-        snprintf(name, sizeof(name), "%lld", (long long)tls_cert_expiry_s(srv->tls));
+        snprintf(name, sizeof(name), "%lld", (long long)(srv->tls_not_after - time(NULL)));
         add(cookie, "tls_cert_expiry", name);
     }
     add_u64(add, cookie, "locks_held", ls.held);

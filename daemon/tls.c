@@ -322,16 +322,17 @@ int tls_reload(struct tls *t, const struct settings *s, char *err, size_t errlen
     return 0;
 }
 
-int64_t tls_cert_expiry_s(const struct tls *t)
+int64_t tls_cert_not_after(const struct tls *t)
 {
     X509 *cert = SSL_CTX_get0_certificate(t->ctx);
     int days = 0, secs = 0;
 
-    /* NULL for "from": now. The context was built from a certificate that
-     * was valid then (check_validity), so both are there. */
+    /* From now (NULL) to notAfter, added to now: the C library has no
+     * portable UTC mktime. The context was built from a certificate, so
+     * one is there. */
     if (!cert || ASN1_TIME_diff(&days, &secs, NULL, X509_get0_notAfter(cert)) != 1)
         return 0;
-    return (int64_t)days * 86400 + secs;
+    return (int64_t)time(NULL) + (int64_t)days * 86400 + secs;
 }
 
 SSL *tls_ssl_new(struct tls *t)

@@ -32,10 +32,10 @@ struct tls *tls_new(const struct settings *s, char *err, size_t errlen);
 /* SIGHUP: the files again. 0, or -1 with the reason in err (the old context stays). */
 int tls_reload(struct tls *t, const struct settings *s, char *err, size_t errlen);
 
-/* Seconds from now to the notAfter of the certificate new connections are
- * served (negative once it has passed; 0 if it cannot be read), for
- * /metrics: the one read at start or at the last reload that loaded. */
-int64_t tls_cert_expiry_s(const struct tls *t);
+/* The notAfter of the certificate new connections are served, in seconds
+ * since the epoch (0 if it cannot be read): the one read at start or at
+ * the last reload that loaded. */
+int64_t tls_cert_not_after(const struct tls *t);
 
 /* A new server-side SSL for one accepted connection, or NULL (out of memory). */
 SSL *tls_ssl_new(struct tls *t);
