@@ -388,6 +388,12 @@ class EverythingSurvives(Case):
         self.assertEqual(m.group(4), "1", m.group(0))      # watches
         self.assertEqual(m.group(5), "the daemon before")
         self.assertEqual(late.line(), "BUSY a")
+        # The ages come back with the holds (sorted again after the restore):
+        # the oldest hold and the longest wait are older than they were.
+        st = read_stats(other)
+        self.assertGreater(int(before["oldest_hold_ms"]), 0)   # held since the set-up
+        for age in ("oldest_hold_ms", "longest_wait_ms"):
+            self.assertGreaterEqual(int(st[age]), int(before[age]), age)
 
         # Same process, same listening socket, same daemon id.
         self.assertTrue(d.running)
@@ -806,7 +812,10 @@ class SuccessorFails(Case):
                 self.assertEqual(a.request("UNLOCK r"), "OK r")
                 self.assertGreater(self.granted(b, "r"), ta)
                 with d.client() as c:
-                    self.assertEqual(read_stats(c)["handovers"], "0")
+                    st = read_stats(c)
+                    self.assertEqual(st["handovers"], "0")
+                    # Counted for the alert rules (contrib/prometheus).
+                    self.assertEqual(st["handovers_given_up"], "1")
                 self.assertTrue(d.running)
 
     def test_successor_that_does_not_start(self):
