@@ -23,4 +23,4 @@ fi
 "${PYTHON:-python3}" "$here/test_auth.py"
 # The TLS path (OpenSSL inside bufferevent_openssl), when openssl is installed.
 "${PYTHON:-python3}" "$here/test_tls.py" ProtocolOverTls CertificateLogins Rotation
-exec "${PYTHON:-python3}" "$here/test_metrics.py" EmbeddedTest SettingTest
+exec "${PYTHON:-python3}" "$here/test_metrics.py" EmbeddedTest SettingTest TlsMetricsTest
