@@ -415,6 +415,8 @@ STAT_METRICS = {
     "zk_write_queue": ("lockbroker_zk_write_queue_length", {}),
     "handovers_given_up": ("lockbroker_handovers_given_up_total", {}),
     "reload_failures": ("lockbroker_reload_failures_total", {}),
+    "reloads": ("lockbroker_reloads_total", {}),
+    "last_reload_ok": ("lockbroker_last_reload_ok", {}),
     "tls_handshake_failures": ("lockbroker_tls_handshake_failures_total", {}),
     "tls_cert_expiry": ("lockbroker_tls_certificate_expiry_seconds", {}),
     "oldest_hold_ms": ("lockbroker_oldest_hold_seconds", {}),
@@ -631,7 +633,7 @@ class EmbeddedTest(unittest.TestCase):
             f.write("[server]\nno_such_setting = 1\n")
         mark = d.log_mark()
         d.send_signal(signal.SIGHUP)
-        d.wait_log(r"reload failed, keeping the running settings", since=mark)
+        d.wait_log(r"reload failed: .*; serving on with the settings before", since=mark)
         f1 = scrape(d)
         self.assertEqual(value(f1, "lockbroker_reload_failures_total"), 1)
         self.assertEqual(f1["lockbroker_reload_failures_total"]["type"], "counter")

@@ -32,6 +32,17 @@ CONFIG = "[server]\nmetrics_listen = 127.0.0.1:0\n"
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 
+# python3-selenium is Debian's: where `python3` on PATH is another
+# interpreter (a pyenv build, say), run this file under Debian's instead.
+DEBIAN_PYTHON = "/usr/bin/python3"
+try:
+    import selenium  # noqa: F401
+except ImportError:
+    if (os.access(DEBIAN_PYTHON, os.X_OK) and os.path.realpath(sys.executable) !=
+            os.path.realpath(DEBIAN_PYTHON) and not os.environ.get("LB_PAGE_REEXEC")):
+        os.environ["LB_PAGE_REEXEC"] = "1"
+        os.execv(DEBIAN_PYTHON, [DEBIAN_PYTHON] + sys.argv)
+
 try:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
