@@ -91,14 +91,7 @@ def server_dir(name):
     return tempfile.mkdtemp(prefix=name + "-", dir=WORK_DIR)
 
 
-def zk_available():
-    if not shutil.which(zkharness.JAVA):
-        return False
-    try:
-        zkharness.classpath()
-    except zkharness.ZkError:
-        return False
-    return True
+zk_available = zkharness.available
 
 
 def logged_at(m):

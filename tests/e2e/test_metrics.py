@@ -795,14 +795,7 @@ class SettingTest(unittest.TestCase):
 
 # ------------------------------------------------------------ distributed mode
 
-def zk_available():
-    if not shutil.which(zkharness.JAVA):
-        return False
-    try:
-        zkharness.classpath()
-    except zkharness.ZkError:
-        return False
-    return True
+zk_available = zkharness.available
 
 
 class TlsMetricsTest(unittest.TestCase):

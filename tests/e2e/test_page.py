@@ -229,14 +229,7 @@ class PageJsonTest(unittest.TestCase):
         self.assertEqual((status, headers.get("allow")), (405, "GET, HEAD"))
 
 
-def zk_available():
-    if not shutil.which(zkharness.JAVA):
-        return False
-    try:
-        zkharness.classpath()
-    except zkharness.ZkError:
-        return False
-    return True
+zk_available = zkharness.available
 
 
 class PageDistributedTest(unittest.TestCase):

@@ -96,14 +96,7 @@ def _remove_work_dir():
 atexit.register(_remove_work_dir)
 
 
-def zk_available():
-    if not shutil.which(zkharness.JAVA):
-        return False
-    try:
-        zkharness.classpath()
-    except zkharness.ZkError:
-        return False
-    return True
+zk_available = zkharness.available
 
 
 def note(text):

@@ -283,6 +283,17 @@ def classpath(conf_dir=None):
     return ":".join(paths)
 
 
+def available():
+    """Whether a server can be started here: java and Debian's jars."""
+    if not shutil.which(JAVA):
+        return False
+    try:
+        classpath()
+    except ZkError:
+        return False
+    return True
+
+
 _SETPRIV = shutil.which("setpriv")
 
 
