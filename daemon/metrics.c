@@ -218,8 +218,8 @@ static const struct metric_row rows[] = {
     { "zk_idle_reuses", "zk_idle_reuses_total", "counter", NULL, 0,
       "LOCKs granted by taking a kept idle node over, since start." },
     { "zk_grants_unlisted", "zk_grants_unlisted_total", "counter", NULL, 0,
-      "Grants of a name's first use through this daemon whose create found its node alone, "
-      "made without listing the children, since start." },
+      "Always 0: every grant lists the children (earlier versions counted grants of a "
+      "name's first use made without listing them)." },
     { "zk_token_writes_due", "zk_token_writes_due", "gauge", NULL, 0,
       "Grants whose fencing token waits to be written to their ZooKeeper node." },
     { "zk_token_writes_spared", "zk_token_writes_spared_total", "counter", NULL, 0,

@@ -766,53 +766,58 @@ static enum locks_result lock(struct fowner *f, const char *name, bool try)
     return lock_as(f, name, LOCK_EXCLUSIVE, try);
 }
 
-/* The multi carrying our create (and, for a name new to this daemon, the
- * setData of its parent): the node is named seq, the parent's Stat after
- * it is numChildren and pzxid. The node's name says tag ("excl", ...). */
-static void answer_create_tagged(const char *parent, const char *tag, long seq,
-                                 int num_children, int64_t pzxid)
+/* The multi carrying our create, alone: nothing is written to the parent
+ * (its data may be a recipe's). The node is named seq; its name says tag
+ * ("excl", ...). */
+static void answer_create_tagged(const char *parent, const char *tag, long seq)
 {
     struct fz_call *m = fz_next(FZ_MULTI, NULL);
-    struct fz_result res[2] = { { ZOK }, { ZOK } };
+    struct fz_result res[1] = { { ZOK } };
     char created[FZ_PATH + 16];
 
     ck_assert_ptr_nonnull(m);
-    ck_assert_int_eq(m->nops, 2);
+    ck_assert_int_eq(m->nops, 1);
     ck_assert_int_eq(m->ops[0].type, ZOO_CREATE_OP);
     ck_assert_int_eq(m->ops[0].flags, ZOO_EPHEMERAL_SEQUENTIAL);
     ck_assert_msg(strncmp(m->ops[0].path, parent, strlen(parent)) == 0, "%s", m->ops[0].path);
     snprintf(created, sizeof(created), "/d1-1-%s-", tag);
     ck_assert_ptr_nonnull(strstr(m->ops[0].path, created));
-    ck_assert_int_eq(m->ops[1].type, ZOO_SETDATA_OP);
-    ck_assert_str_eq(m->ops[1].path, parent);
     snprintf(created, sizeof(created), "%s%010ld", m->ops[0].path, seq);
     res[0].created = created;
-    res[1].stat.numChildren = num_children;
-    res[1].stat.pzxid = pzxid;
     fz_answer_multi(m, ZOK, res);
 }
 
-static void answer_create(const char *parent, long seq, int num_children, int64_t pzxid)
+static void answer_create(const char *parent, long seq)
 {
-    answer_create_tagged(parent, "excl", seq, num_children, pzxid);
+    answer_create_tagged(parent, "excl", seq);
 }
 
-/* A name nobody holds: one multi, whose parent's Stat shows our node alone,
- * grants it with the token of that pzxid; no listing. */
+/* A name nobody holds: the create, and the listing sent right behind it
+ * that shows our node alone, grant it with the token of that pzxid. The
+ * parent's create goes ahead; nothing else touches it (answer_create: the
+ * multi is the create alone). */
 START_TEST(fake_lock_granted_alone)
 {
+    const char *const one[] = { "d1-1-excl-0000000001" };
+    struct Stat st = { 0 };
+    struct fz_call *mk;
+
     fake_serve();
     ck_assert_int_eq(lock(&alice, "a", false), LOCKS_WAITING);
     /* The parent is new to this daemon: its create goes ahead of the multi. */
-    ck_assert_ptr_nonnull(fz_next(FZ_CREATE, ROOT "/locks/a"));
+    mk = fz_next(FZ_CREATE, ROOT "/locks/a");
+    ck_assert_ptr_nonnull(mk);
     ck_assert_uint_eq(fz_pending(FZ_MULTI), 0);
     spin();
     ck_assert_uint_eq(fz_pending(FZ_MULTI), 1);
-    answer_create(ROOT "/locks/a", 1, 1, 0x1234);
+    answer_create(ROOT "/locks/a", 1);
+    ck_assert_uint_eq(alice.done, 0);
+    st.pzxid = 0x1234;
+    fz_answer_children(fz_next(FZ_CHILDREN, ROOT "/locks/a"), ZOK, one, 1, &st);
     ck_assert_uint_eq(alice.done, 1);
     ck_assert_int_eq(alice.result, LOCKS_GRANTED);
     ck_assert_uint_eq(alice.token, 0x123400);
-    ck_assert_ptr_null(fz_next(FZ_CHILDREN, ROOT "/locks/a"));      /* no listing */
+    ck_assert_uint_eq(fz_pending(FZ_SET), 0);
 }
 END_TEST
 
@@ -828,7 +833,7 @@ START_TEST(fake_lock_waits_for_its_predecessor)
     fake_serve();
     ck_assert_int_eq(lock(&alice, "b", false), LOCKS_WAITING);
     spin();
-    answer_create(ROOT "/locks/b", 4, 2, 0x2000);       /* not alone: list */
+    answer_create(ROOT "/locks/b", 4);       /* not alone: list */
     st.pzxid = 0x2001;
     fz_answer_children(fz_next(FZ_CHILDREN, ROOT "/locks/b"), ZOK, two, 2, &st);
     ck_assert_uint_eq(alice.done, 0);
@@ -858,7 +863,7 @@ START_TEST(fake_lock_predecessor_gone_before_its_watch)
     fake_serve();
     ck_assert_int_eq(lock(&alice, "e", false), LOCKS_WAITING);
     spin();
-    answer_create(ROOT "/locks/e", 4, 2, 0x2000);
+    answer_create(ROOT "/locks/e", 4);
     fz_answer_children(fz_next(FZ_CHILDREN, ROOT "/locks/e"), ZOK, two, 2, &st);
     fz_answer_data(fz_next(FZ_GET, ROOT "/locks/e/d2-9-excl-0000000003"), ZNONODE, NULL, NULL);
     st.pzxid = 0x4000;
@@ -878,7 +883,7 @@ START_TEST(fake_reader_watches_the_writer)
     fake_serve();
     ck_assert_int_eq(lock_as(&alice, "f", LOCK_SHARED, false), LOCKS_WAITING);
     spin();
-    answer_create_tagged(ROOT "/locks/f", "shared", 5, 3, 0x2000);
+    answer_create_tagged(ROOT "/locks/f", "shared", 5);
     fz_answer_children(fz_next(FZ_CHILDREN, ROOT "/locks/f"), ZOK, three, 3, &st);
     ck_assert_uint_eq(alice.done, 0);
     ck_assert_ptr_nonnull(fz_next(FZ_GET, ROOT "/locks/f/d2-9-excl-0000000003"));
@@ -896,7 +901,7 @@ START_TEST(fake_trylock_busy)
     fake_serve();
     ck_assert_int_eq(lock(&bob, "c", true), LOCKS_WAITING);
     spin();
-    answer_create(ROOT "/locks/c", 4, 2, 0x2000);
+    answer_create(ROOT "/locks/c", 4);
     fz_answer_children(fz_next(FZ_CHILDREN, ROOT "/locks/c"), ZOK, two, 2, &st);
     ck_assert_uint_eq(bob.done, 1);
     ck_assert_int_eq(bob.result, LOCKS_BUSY);

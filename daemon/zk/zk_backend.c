@@ -185,7 +185,10 @@ static void zk_stats(void *impl, backend_stat_fn add, void *cookie)
     stat_u64(add, cookie, "zk_idle_reuses", zk->idle->idle_reuses);
     stat_u64(add, cookie, "zk_leases_removed", zk->leases->leases_removed);
     stat_u64(add, cookie, "zk_session_delays", zk->session_delays);
-    stat_u64(add, cookie, "zk_grants_unlisted", zk->grants_unlisted);
+    /* Every grant lists now: a first use no longer writes the parent to
+     * read its Stat (PROTOCOL.md, Fencing tokens). Kept for the scripts
+     * and dashboards that read it. */
+    stat_u64(add, cookie, "zk_grants_unlisted", 0);
     stat_u64(add, cookie, "zk_token_writes_due", zk->nodes->ntokens_due);
     stat_u64(add, cookie, "zk_token_writes_spared", zk->nodes->token_writes_spared);
     stat_u64(add, cookie, "zk_nonfair_races_won", zk->nonfair_won);

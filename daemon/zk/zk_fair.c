@@ -11,9 +11,8 @@
  * The getChildren that confirms a new node is sent right behind the multi
  * that creates it (zl_fair_create), without waiting for its reply:
  * ZooKeeper answers one session's requests in order, so it sees the node,
- * and an uncontended grant costs one round trip. For a name taken for the
- * first time in a while, a setData of the parent in the create's multi
- * says as much without a read (on_parent_stat).
+ * and an uncontended grant costs one round trip. Nothing is written to
+ * the parent, on a name's first use either: its data may be a recipe's.
  *
  * A request for a lease queues here like any other; once it may hold,
  * zk_lease_lock.c takes over (zl_convert).
@@ -33,7 +32,6 @@
 
 static void on_listed(int rc, const struct String_vector *children, const struct Stat *stat,
                       const void *data);
-static void on_parent_stat(int rc, const struct Stat *stat, const void *data);
 
 static void zl_list_watching(struct zlock *zl);
 
@@ -67,12 +65,10 @@ static void on_create_sent(const void *data)
     zl->listing_sent = true;
 }
 
-/* Creates zl's node and lists the parent right behind it; or, for a name
- * taken for the first time in a while, reads the parent's Stat from a
- * setData in the create's multi instead (on_parent_stat). */
+/* Creates zl's node and lists the parent right behind it. */
 void zl_fair_create(struct zlock *zl)
 {
-    zl_create(zl, on_create_sent, on_parent_stat);
+    zl_create(zl, on_create_sent);
 }
 
 /* ------------------------------------------------------- list and watch */
@@ -349,31 +345,6 @@ static void on_listed(int rc, const struct String_vector *children, const struct
         return;
     }
     zl_decide(zl, &v, stat->pzxid, children_watched);
-}
-
-/*
- * The create of a node under a parent this daemon did not know carried a
- * setData of the parent (zl_create): its Stat is the parent's right after
- * our create, in the same transaction. numChildren 1: our node was alone,
- * exactly what a listing sent then would have shown (nothing created
- * since can come before it, and the pzxid is our create's zxid, above
- * every zxid of an earlier holder's node, all deleted before it): no
- * listing is needed. Otherwise, or without a Stat, list as usual.
- */
-static void on_parent_stat(int rc, const struct Stat *stat, const void *data)
-{
-    struct zlock *zl = zcall_done(data);
-    const struct zview alone = { .found = true };
-
-    /* The create failed, is sent again or another request followed. */
-    if (!zl || zl->step != ZL_LISTING)
-        return;
-    if (rc == ZOK && stat->numChildren == 1) {
-        zl->zk->grants_unlisted++;
-        zl_decide(zl, &alone, stat->pzxid, false);
-    } else {
-        zl_list(zl);
-    }
 }
 
 void zl_list(struct zlock *zl)

@@ -111,8 +111,6 @@ struct zk {
     uint64_t outstanding;              /* requests in flight, of every layer */
     uint64_t session_delays;           /* lock-delays begun because a holder's session
                                         * ended (zk_fair.c) */
-    uint64_t grants_unlisted;          /* first creates under a parent we did not know
-                                        * that showed our node alone (zk_fair.c) */
     uint64_t nonfair_won, nonfair_lost; /* creates of a non-fair node after its holder
                                         * ended that got it, or found it taken (zk_nonfair.c) */
     bool nonfair_checked;              /* every daemon of the root was found to have our

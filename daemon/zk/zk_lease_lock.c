@@ -141,7 +141,7 @@ void zl_lease_start(struct zlock *zl)
     } else if (zl->create_uncertain) {
         zl_find_lost_create(zl);
     } else if (zl->hold && !zl->create_sent) {
-        zl_create(zl, NULL, NULL);     /* nothing lists behind it */
+        zl_create(zl, NULL);     /* nothing lists behind it */
     } else {
         zl_lease_gone(zl, "lease-ended");
     }

@@ -434,11 +434,11 @@ bool zl_create_failed(struct zlock *zl, int rc, unsigned max_attempts)
     return false;
 }
 
-void zl_create(struct zlock *zl, zk_batch_sent_fn sent, stat_completion_t parent_stat)
+void zl_create(struct zlock *zl, zk_batch_sent_fn sent)
 {
     struct zk *zk = zl->zk;
     char prefix[512], data[512], tag[24];
-    struct zcall *c = zl_begin(zl, ZL_CREATING), *s = NULL;
+    struct zcall *c = zl_begin(zl, ZL_CREATING);
     int rc;
 
     if (!c)
@@ -461,8 +461,6 @@ void zl_create(struct zlock *zl, zk_batch_sent_fn sent, stat_completion_t parent
     if (!zl_parent_is_known(zk, zl->parent)) {
         zl->first_use = true;
         zl_make_parent(zk, zl->parent);
-        if (parent_stat && (s = zcall_also(zl)))
-            sent = NULL;
     }
     zl->create_attempts++;
     zl->create_sent = true;
@@ -471,14 +469,6 @@ void zl_create(struct zlock *zl, zk_batch_sent_fn sent, stat_completion_t parent
     rc = zk_batch_create(zk, prefix, data, (int)strlen(data), zk->acl,
                          zl->lease ? ZOO_PERSISTENT_SEQUENTIAL : ZOO_EPHEMERAL_SEQUENTIAL,
                          on_created, sent, c);
-    /* The parent's data is empty and stays so: the write is for its Stat. */
-    if (s && rc == ZOK &&
-        zk_batch_set_tied(zk, zl->parent, NULL, -1, -1, parent_stat, s) == ZOK) {
-        zk->outstanding++;   /* the setData's; zk_sent counts the create's */
-        zl->listing_sent = true;
-    } else {
-        free(s);             /* the create fails with ZRUNTIMEINCONSISTENCY, or never went */
-    }
     zk_sent(zl, c, rc, "create");
 }
 

@@ -27,15 +27,11 @@
 
 /* Creates zl's node (sequential; persistent for a lease). sent, if not
  * NULL, is told with the request's context right after the multi carrying
- * the create went out. parent_stat, if not NULL, is for a parent this
- * daemon does not know (a name taken for the first time in a while): then
- * sent is not told; a setData of the parent is tied to the create (same
- * multi, right behind it: the parent's Stat after our create, whose
- * numChildren says whether our node is alone and whose pzxid is that of
- * the create), parent_stat gets it with a zcall_also() context, after the
- * create's own reply, and zl->listing_sent is set meanwhile. Either way a
- * parent not known sets zl->first_use. */
-void zl_create(struct zlock *zl, zk_batch_sent_fn sent, stat_completion_t parent_stat);
+ * the create went out. A parent this daemon does not know (a name taken
+ * for the first time in a while) is created first, without data, and sets
+ * zl->first_use; nothing is ever written to a parent that exists (a
+ * recipe may keep its own data there: a kazoo Semaphore's lease count). */
+void zl_create(struct zlock *zl, zk_batch_sent_fn sent);
 /* The create of zl's node was answered rc, an error (other than a
  * non-fair node's ZNODEEXISTS). Returns true when the parent is missing
  * and the create may go again (at most max_attempts in a row): zl is
