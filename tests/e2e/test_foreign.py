@@ -9,8 +9,8 @@ with Curator and go-zookeeper, and [interop] (nodes written in the
 recipes' formats), is elsewhere; these cases stay few and quick, on one
 shared ZooKeeper server and one daemon.
 
-Skipped (key "kazoo") without Debian's python3-kazoo, and (key "zk")
-without a ZooKeeper server. Nothing sleeps to synchronise: each step waits
+Skipped, exit 77, (key "kazoo") without Debian's python3-kazoo, and (key
+"zk") without a ZooKeeper server. Nothing sleeps to synchronise: each step waits
 for a reply line, a daemon log line or a ZooKeeper condition, with a bound.
 """
 
@@ -209,4 +209,8 @@ class ForeignTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
+    if not HAVE_KAZOO:
+        lbharness.skip_file("test_foreign.py", "kazoo", "Debian's python3-kazoo is not installed")
+    if not zkharness.available():
+        lbharness.skip_file("test_foreign.py", "zk", "ZooKeeper not installed")
     unittest.main(verbosity=2)
