@@ -1122,6 +1122,38 @@ START_TEST(fake_reader_watches_the_writer)
 }
 END_TEST
 
+/* A kazoo Semaphore's lease (no sequence: a hex uuid, here one whose tail
+ * would pass for a late sequence) under the name: our request, first in
+ * the order, watches it and holds once it is gone. */
+START_TEST(fake_lock_waits_for_an_unordered_child)
+{
+    const char *const two[] = { "d1-1-excl-0000000004", "0f1e2d3c4b5a69788796a59876543210" };
+    const char *const one[] = { "d1-1-excl-0000000004" };
+    struct Stat st = { 0 };
+    struct fz_call *watch;
+
+    fake_serve();
+    ck_assert_int_eq(lock(&alice, "u", false), LOCKS_WAITING);
+    spin();
+    answer_create(ROOT "/locks/u", 4);
+    st.pzxid = 0x2000;
+    fz_answer_children(fz_next(FZ_CHILDREN, ROOT "/locks/u"), ZOK, two, 2, &st);
+    ck_assert_uint_eq(alice.done, 0);
+    watch = fz_next(FZ_GET, ROOT "/locks/u/0f1e2d3c4b5a69788796a59876543210");
+    ck_assert_ptr_nonnull(watch);
+    ck_assert_ptr_nonnull(watch->watcher);
+    fz_answer_data(watch, ZOK, "nightly", &st);
+    ck_assert_uint_eq(alice.done, 0);
+
+    fz_fire(watch, ZOO_DELETED_EVENT);
+    st.pzxid = 0x3000;
+    fz_answer_children(fz_next(FZ_CHILDREN, ROOT "/locks/u"), ZOK, one, 1, &st);
+    ck_assert_uint_eq(alice.done, 1);
+    ck_assert_int_eq(alice.result, LOCKS_GRANTED);
+    ck_assert_uint_eq(alice.token, 0x300000);
+}
+END_TEST
+
 /* A TRYLOCK that is not first gives its place back and is told BUSY. */
 START_TEST(fake_trylock_busy)
 {
@@ -1223,6 +1255,7 @@ static Suite *zk_suite(void)
     tcase_add_test(tc, fake_lock_waits_for_its_predecessor);
     tcase_add_test(tc, fake_lock_predecessor_gone_before_its_watch);
     tcase_add_test(tc, fake_reader_watches_the_writer);
+    tcase_add_test(tc, fake_lock_waits_for_an_unordered_child);
     tcase_add_test(tc, fake_trylock_busy);
     tcase_add_test(tc, fake_nothing_granted_before_serving);
     suite_add_tcase(s, tc);
