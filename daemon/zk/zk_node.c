@@ -286,6 +286,18 @@ void zl_parents_forget_all(struct zk *zk)
         known_drop(zk, k);
 }
 
+enum interop_profile zk_interop_parent(const struct zk *zk, const char *name, char *buf,
+                                       size_t len)
+{
+    const struct interop_rule *rule = interop_match(&zk->settings->interop, name);
+    char path[512];
+
+    if (!rule || interop_path(rule, name, path, sizeof(path)) < 0 || strlen(path) >= len)
+        return INTEROP_NONE;
+    memcpy(buf, path, strlen(path) + 1);
+    return rule->profile;
+}
+
 /* Context of a parent's create sent right before a first node's. */
 struct parent_call {
     struct zk *zk;
@@ -313,7 +325,7 @@ static void on_parent_made(int rc, const char *value, const void *data)
  * taken as known at once, so that the other requests of the name queued
  * meanwhile do not create it again.
  */
-static void zl_make_parent(struct zk *zk, const char *parent)
+static void zl_make_parent(struct zk *zk, const char *parent, bool persistent)
 {
     size_t len = strlen(parent) + 1;
     struct parent_call *pc = malloc(sizeof(*pc) + len);
@@ -322,8 +334,8 @@ static void zl_make_parent(struct zk *zk, const char *parent)
         return;               /* the node's create finds it missing: ZNONODE */
     pc->zk = zk;
     memcpy(pc->path, parent, len);
-    if (zoo_acreate(zk->zh, parent, NULL, -1, zk->acl, ZOO_CONTAINER, on_parent_made,
-                    pc) != ZOK) {
+    if (zoo_acreate(zk->zh, parent, NULL, -1, zk->acl, persistent ? 0 : ZOO_CONTAINER,
+                    on_parent_made, pc) != ZOK) {
         free(pc);
         return;
     }
@@ -354,14 +366,16 @@ static void on_ancestor_created(int rc, const char *value, const void *data)
  * (persistent). Their replies do not matter: the create of our node that
  * follows them says it all. A name used once finds <root>/locks there:
  * only its parent is created (a create that fails is a transaction too),
- * and the whole chain only when the create failed again. */
-static void zk_create_ancestors(struct zk *zk, const char *parent, bool all)
+ * and the whole chain only when the create failed again. persistent: the
+ * parent too (an [interop] path: kazoo and Curator keep using a parent
+ * they made once, and fail with NoNode if the server reaps it). */
+static void zk_create_ancestors(struct zk *zk, const char *parent, bool all, bool persistent)
 {
     char path[512];
 
     for (const char *p = all ? strchr(parent + 1, '/') : NULL;; p = strchr(p + 1, '/')) {
         size_t len = p ? (size_t)(p - parent) : strlen(parent);
-        int flags = p ? 0 : ZOO_CONTAINER;
+        int flags = p || persistent ? 0 : ZOO_CONTAINER;
 
         snprintf(path, sizeof(path), "%.*s", (int)len, parent);
         if (zoo_acreate(zk->zh, path, NULL, -1, zk->acl, flags,
@@ -402,7 +416,9 @@ static void on_created(int rc, const char *value, const void *data)
     default:
         /* The parent is missing (never made, or an empty container removed). */
         if (zl_create_failed(zl, rc, CREATE_ATTEMPTS)) {
-            zk_create_ancestors(zl->zk, zl->parent, zl->create_attempts > 1);
+            /* An [interop] path may be deep and new: the whole chain at once. */
+            zk_create_ancestors(zl->zk, zl->parent, zl->create_attempts > 1 || zl->interop,
+                                zl->interop != INTEROP_NONE);
             zl_parent_known(zl->zk, zl->parent, true);   /* sent ahead of the retry */
             zl_next(zl);
         }
@@ -453,14 +469,24 @@ void zl_create(struct zlock *zl, zk_batch_sent_fn sent)
         snprintf(tag + strlen(tag), sizeof(tag) - strlen(tag), ".d%lld",
                  (long long)zl->delay_ms);
     /* The daemon id and request id make the node findable if the reply is
-     * lost; the tag tells every daemon what the node asks for. */
-    snprintf(prefix, sizeof(prefix), "%s/%s-%llu-%s-", zl->parent, zk->daemon_id,
-             (unsigned long long)zl->id, tag);
+     * lost; the tag tells every daemon what the node asks for. On an
+     * [interop] name, the foreign recipe's own name carries the same ids
+     * (zk_names.h) and the mode; no ttl=, limit= or delay= reaches here. */
+    if (zl->interop) {
+        char name[80];
+
+        zk_interop_prefix(zl->interop, zl->mode, zk_daemon_tag(zk->daemon_id), zl->id, name,
+                          sizeof(name));
+        snprintf(prefix, sizeof(prefix), "%s/%s", zl->parent, name);
+    } else {
+        snprintf(prefix, sizeof(prefix), "%s/%s-%llu-%s-", zl->parent, zk->daemon_id,
+                 (unsigned long long)zl->id, tag);
+    }
     zl->data_stale = false;
     zl_format_data(zl, data, sizeof(data));
     if (!zl_parent_is_known(zk, zl->parent)) {
         zl->first_use = true;
-        zl_make_parent(zk, zl->parent);
+        zl_make_parent(zk, zl->parent, zl->interop != INTEROP_NONE);
     }
     zl->create_attempts++;
     zl->create_sent = true;
@@ -488,7 +514,12 @@ static void on_found(int rc, const struct String_vector *children, const void *d
     zl->create_uncertain = false;
     snprintf(prefix, sizeof(prefix), "%s-%llu-", zl->zk->daemon_id, (unsigned long long)zl->id);
     for (int i = 0; rc == ZOK && i < children->count; i++) {
-        if (strncmp(children->data[i], prefix, strlen(prefix)) == 0) {
+        uint64_t tag, id;
+
+        /* Ours in either naming: a handover's successor may not know which. */
+        if (strncmp(children->data[i], prefix, strlen(prefix)) == 0 ||
+            (zk_interop_parse(children->data[i], &tag, &id) && id == zl->id &&
+             tag == zk_daemon_tag(zl->zk->daemon_id))) {
             size_t len = strlen(zl->parent) + strlen(children->data[i]) + 2;
             if ((zl->node = malloc(len)))
                 snprintf(zl->node, len, "%s/%s", zl->parent, children->data[i]);
