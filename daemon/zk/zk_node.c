@@ -4,7 +4,8 @@
  *
  * Each acquisition has an EPHEMERAL_SEQUENTIAL node
  * <root>/locks/<name>/<daemon>-<id>-<tag>-NNNNNNNNNN (a lease's is
- * persistent, zk_lease_lock.c). Creates, deletes and writes of the node's
+ * persistent, zk_lease_lock.c); on an [interop] name, under its rule's
+ * path and named as its recipe names its own (zk_names.h). Creates, deletes and writes of the node's
  * data go out in multis (zk_batch.c). A create whose reply was lost is looked
  * for by name after reconnecting, and deletes are retried until they
  * succeed, the node is gone, or the session is. Once a create, a find or
@@ -317,7 +318,8 @@ static void on_parent_made(int rc, const char *value, const void *data)
 
 /*
  * A lock taken for the first time (in a while) through this daemon: its
- * parent is created (a container) right away, ahead of the multi that will
+ * parent is created (a container; persistent on an [interop] name, where
+ * a foreign recipe goes on using it) right away, ahead of the multi that will
  * carry the node's create, rather than that create failing for the missing
  * parent and failing with it every write of its multi. Not in the multi
  * itself: a parent that exists would fail it all the same (and the C
