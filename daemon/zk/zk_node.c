@@ -349,18 +349,23 @@ static void zl_make_parent(struct zk *zk, const char *parent, bool persistent)
 
 static void on_ancestor_created(int rc, const char *value, const void *data)
 {
-    struct zk *zk = (struct zk *)data;
+    struct parent_call *pc = (struct parent_call *)data;
+    struct zk *zk = pc->zk;
 
     zk->outstanding--;
-    /* A ZNOAUTH comes again for the node created under it, which says why.
-     * ZNONODE is the normal course on a new root: only the name's parent
+    /* ZNONODE is the normal course on a new root: only the name's parent
      * was sent, <root>/locks is missing too, and the next failed create
-     * sends the whole chain (zk_create_ancestors). */
+     * sends the whole chain (zk_create_ancestors). A ZNOAUTH is said: the
+     * node's own create then fails with ZNONODE, which says nothing of
+     * why (an [interop] path whose owner's ACL keeps us out). */
     if (rc == ZNONODE)
         log_debug("zk: creating a parent node: %s; its ancestors follow", zerror(rc));
+    else if (rc == ZNOAUTH)
+        zk_report_noauth(zk, pc->path);
     else if (rc != ZOK && rc != ZNODEEXISTS && rc != ZCONNECTIONLOSS && rc != ZCLOSING &&
-             rc != ZSESSIONEXPIRED && rc != ZOPERATIONTIMEOUT && rc != ZNOAUTH)
+             rc != ZSESSIONEXPIRED && rc != ZOPERATIONTIMEOUT)
         log_warn("zk: creating a parent node: %s", zerror(rc));
+    free(pc);
 }
 
 /* Sends creates for the lock's parent (a container, so that the server
@@ -373,16 +378,21 @@ static void on_ancestor_created(int rc, const char *value, const void *data)
  * they made once, and fail with NoNode if the server reaps it). */
 static void zk_create_ancestors(struct zk *zk, const char *parent, bool all, bool persistent)
 {
-    char path[512];
-
     for (const char *p = all ? strchr(parent + 1, '/') : NULL;; p = strchr(p + 1, '/')) {
         size_t len = p ? (size_t)(p - parent) : strlen(parent);
         int flags = p || persistent ? 0 : ZOO_CONTAINER;
 
-        snprintf(path, sizeof(path), "%.*s", (int)len, parent);
-        if (zoo_acreate(zk->zh, path, NULL, -1, zk->acl, flags,
-                        on_ancestor_created, zk) == ZOK)
-            zk->outstanding++;
+        struct parent_call *pc = malloc(sizeof(*pc) + len + 1);
+
+        if (pc) {
+            pc->zk = zk;
+            snprintf(pc->path, len + 1, "%.*s", (int)len, parent);
+            if (zoo_acreate(zk->zh, pc->path, NULL, -1, zk->acl, flags, on_ancestor_created,
+                            pc) == ZOK)
+                zk->outstanding++;
+            else
+                free(pc);
+        }
         if (!p)
             break;
     }

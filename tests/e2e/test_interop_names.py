@@ -165,6 +165,22 @@ class InteropNamesTest(DistributedBase):
         self.assertEqual(b.request("UNLOCK job-3 keep=60000"), "OK job-3")
         self.assertEqual(len(self.children(self.base + "/jobs/job-3/lock")), 1)
 
+    def test_a_foreign_acl_is_explained(self):
+        # The path's owner let only its own identity create there.
+        owner = "owner:secret"
+        self.zc.add_auth("digest", owner)
+        self.zc.create(self.base, acl=[(zkharness.PERM_ALL, "digest",
+                                        zkharness.digest_id(owner))])
+        d = self.start()
+        d.killed = True          # it logs the refusal as an error, on purpose
+        got = self.client(d).request("TRYLOCK deploy")
+        self.assertTrue(got.startswith("ERR UNAVAILABLE"), got)
+        # The first node it may not make: <base>/app.
+        d.wait_log(r"zk: ZooKeeper does not let this daemon write at %s/app: whoever made "
+                   r"that \[interop\] path \(or the nodes above it\) must give this "
+                   r"daemon's identity \(its \[zookeeper\] auth\) CREATE, DELETE and READ "
+                   r"there$" % re.escape(self.base), scaled(10.0))
+
     def test_daemons_that_disagree_serve_nothing(self):
         a = self.start("A")
         c = self.client(a)
