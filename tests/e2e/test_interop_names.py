@@ -165,6 +165,24 @@ class InteropNamesTest(DistributedBase):
         self.assertEqual(b.request("UNLOCK job-3 keep=60000"), "OK job-3")
         self.assertEqual(len(self.children(self.base + "/jobs/job-3/lock")), 1)
 
+    def test_two_daemons_queue_at_the_path(self):
+        a, b = self.start("A"), self.start("B")
+        ca, cb = self.client(a), self.client(b)
+        t1 = int(ca.request("LOCK job-7").split()[2])
+        self.assertEqual(cb.request("TRYLOCK job-7"), "BUSY job-7")
+        cb.send("LOCK job-7 10000\n")
+        b.wait_queued(cb, "job-7")
+        # B's node is queued behind A's, both in kazoo's naming.
+        self.wait_zk(lambda: len(self.children(self.base + "/jobs/job-7/lock")) == 2,
+                     scaled(10.0), "two nodes under job-7's path")
+        for k in self.children(self.base + "/jobs/job-7/lock"):
+            self.assertRegex(k, "^%s$" % KAZOO_RE)
+        self.assertTrue(cb.silent(), "B granted job-7 while A holds it")
+        self.assertEqual(ca.request("UNLOCK job-7"), "OK job-7")
+        t2 = int(cb.expect_match(r"OK job-7 (\d+)").group(1))
+        self.assertGreater(t2, t1)
+        self.assertEqual(cb.request("UNLOCK job-7"), "OK job-7")
+
     def test_a_foreign_acl_is_explained(self):
         # The path's owner let only its own identity create there.
         owner = "owner:secret"
