@@ -15,6 +15,7 @@ LB_REQUIRE=zk).
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -182,6 +183,33 @@ class InteropNamesTest(DistributedBase):
         t2 = int(cb.expect_match(r"OK job-7 (\d+)").group(1))
         self.assertGreater(t2, t1)
         self.assertEqual(cb.request("UNLOCK job-7"), "OK job-7")
+
+    def test_a_handover_keeps_the_naming(self):
+        d = self.start()
+        h, w = self.client(d), self.client(d)
+        t1 = int(h.request("LOCK deploy").split()[2])
+        w.send("LOCK deploy 20000\n")          # waits here, no node of its own yet
+        d.wait_queued(w, "deploy")
+        path = self.base + "/app/locks/deploy"
+        held = self.children(path)
+        self.assertEqual(len(held), 1, held)
+        mark = d.log_mark()
+        d.send_signal(signal.SIGUSR2)
+        d.wait_log(r"handover: took over \d+ connections", scaled(15.0), since=mark)
+        d.wait_log(r"zk: reconnected to session 0x%x," % d.session, scaled(15.0), since=mark)
+        # The successor knows the node it was given, and names the waiter's
+        # new one as Curator would, from its own [interop].
+        self.assertRegex(h.request("CHECK deploy"), r"^OK deploy %d \d+$" % t1)
+        self.assertEqual(self.children(path), held)
+        self.assertEqual(h.request("UNLOCK deploy"), "OK deploy")
+        t2 = int(w.expect_match(r"OK deploy (\d+)").group(1))
+        self.assertGreater(t2, t1)
+        kids = self.children(path)
+        self.assertEqual(len(kids), 1, kids)
+        self.assertRegex(kids[0], "^%s$" % CURATOR_RE)
+        self.assertNotEqual(kids, held)
+        self.assertEqual(w.request("UNLOCK deploy"), "OK deploy")
+        self.wait_zk(lambda: not self.children(path), scaled(10.0), "deploy's nodes gone")
 
     def test_a_foreign_acl_is_explained(self):
         # The path's owner let only its own identity create there.
