@@ -576,6 +576,7 @@ void settings_free(struct settings *s)
     for (size_t i = 0; i < NROWS; i++)
         if (storage_of(rows[i].type) == STORE_STR)
             free(*(char **)field_of(s, &rows[i]));
+    interop_free(&s->interop);
     memset(s, 0, sizeof(*s));
 }
 
@@ -595,6 +596,8 @@ int settings_set(struct settings *s, const char *section, const char *key,
 {
     bool section_known = false;
 
+    if (strcmp(section, "interop") == 0)
+        return interop_add(&s->interop, key, value, 0, err, errlen);
     for (size_t i = 0; i < NROWS; i++) {
         if (strcmp(rows[i].section, section) != 0)
             continue;
@@ -680,6 +683,15 @@ void settings_reload(struct settings *live, struct settings *fresh,
         if (!warned)
             needs_restart(r->restart, arg);
     }
+    /* Every daemon of a root must agree on it (zk_presence.c). */
+    if (!interop_equal(&live->interop, &fresh->interop))
+        needs_restart("[interop]", arg);
+}
+
+int settings_check(const struct settings *s, const char *source, char *err, size_t errlen)
+{
+    return interop_check(&s->interop, s->zk_hosts, s->zk_nonfair, s->zk_root, source, err,
+                         errlen);
 }
 
 void settings_format_reloadable(const struct settings *s, char *buf, size_t len)
@@ -749,7 +761,7 @@ struct load_ctx {
     int set_on[NROWS];  /* the line each row was set on, 0 if not yet: a key
                          * given twice is an error, not a silent last-wins */
     int err_line;       /* the line of msg */
-    char msg[256];      /* the first value error, without location */
+    char msg[640];      /* the first value error, without location */
 };
 
 /* The first of chars in s, or the start of an inline comment (';' after a
@@ -877,10 +889,18 @@ static int on_ini_value(void *user, const char *section, const char *key, const 
 {
     struct load_ctx *ctx = user;
     size_t i = row_index(section, key);
-    char msg[256];
+    char msg[640];
 
-    /* inih hands an indented line on as the same key again: not a repeat. */
-    if (i < NROWS && ctx->set_on[i] && !ctx->more_value) {
+    /* [interop]'s keys are globs: its own rules, with their lines. */
+    if (strcmp(section, "interop") == 0) {
+        if (ctx->more_value) {
+            snprintf(msg, sizeof(msg), "[interop] %s: a rule is one line", key);
+        } else if (interop_add(&ctx->s->interop, key, value, ctx->line, msg,
+                               sizeof(msg)) == 0) {
+            return 1;
+        }
+    } else if (i < NROWS && ctx->set_on[i] && !ctx->more_value) {
+        /* inih hands an indented line on as the same key again: not a repeat. */
         snprintf(msg, sizeof(msg), "'%s' in [%s] is set twice (lines %d and %d); keep one",
                  key, section, ctx->set_on[i], ctx->line);
     } else if (settings_set(ctx->s, section, key, value, msg, sizeof(msg)) == 0) {

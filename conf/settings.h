@@ -13,6 +13,8 @@
 
 #include <stddef.h>
 
+#include "interop.h"
+
 enum log_level { LOG_LVL_ERROR, LOG_LVL_WARN, LOG_LVL_INFO, LOG_LVL_DEBUG };
 
 /* [tls] client_certs: whether a TLS client must show a certificate signed by ca_file. */
@@ -70,6 +72,9 @@ struct settings {
     char *zk_nonfair;           /* "glob[,glob...]": non-fair names, or NULL for none;
                                  * malloc'd; validated as globs, matched with
                                  * settings_globs_match() */
+    /* [interop]: names shared with ZooKeeper recipes (interop.h); not a row:
+     * its keys are the operator's globs. A change takes a restart. */
+    struct interop interop;
     /* [log] */
     enum log_level log_level;
     unsigned log_rate_limit;    /* lines of one kind written per second at info and above;
@@ -129,6 +134,14 @@ void settings_free(struct settings *s);
 int settings_load_file(struct settings *s, const char *path, char *err, size_t errlen);
 int settings_load_string(struct settings *s, const char *text, const char *source,
                          char *err, size_t errlen);
+
+/*
+ * The checks between sections, once the file and the flags are read:
+ * [interop] against [zookeeper] hosts, nonfair and root (interop_check).
+ * source names the file in the message. Returns 0, or -1 with
+ * "SOURCE:LINE: why" in err.
+ */
+int settings_check(const struct settings *s, const char *source, char *err, size_t errlen);
 
 /*
  * Sets one value, as the file would ("server", "listen", "127.0.0.1:1").

@@ -120,7 +120,8 @@ struct backend_ops {
      * (the table answers LOCKS_UNSUPPORTED at once, queueing nothing).
      * Must not change anything. */
     bool (*refuses)(void *impl, const char *name, const struct lock_req *req);
-    /* Optional: the name's recipe when it is not the usual one ("nonfair"),
+    /* Optional: the name's recipe when it is not the usual one ("nonfair",
+     * an [interop] profile: "curator", "kazoo", "curator-rw"),
      * for STATUS and LOCKS (recipe=), or NULL. Static string. */
     const char *(*recipe)(void *impl, const char *name);
     /* h's acquisition, stored in its backend slot, now serves h: the hold

@@ -45,6 +45,16 @@ void cmd_reply_lock_result(struct client *c, enum proto_cmd cmd, const char *nam
 enum locks_result cmd_wait_cut(struct client *c);
 /* Fills lreq (the caller's) with the lock table's request for a LOCK or TRYLOCK. */
 void cmd_lock_req(const struct client *c, const struct proto_req *req, struct lock_req *lreq);
+/*
+ * An [interop] name (conf/interop.h, PROTOCOL.md "Sharing locks with
+ * ZooKeeper recipes"): what its foreign clients could not follow is
+ * refused, the reason (naming the name and the profile) written into why
+ * (len bytes) and returned; else NULL, and the daemon's default lock-delay
+ * is taken out of *lreq (foreign waiters would not honour it). Any other
+ * name: NULL, *lreq unchanged.
+ */
+const char *cmd_interop_refusal(const struct client *c, const char *name,
+                                struct lock_req *lreq, char *why, size_t len);
 /* The protocol's mode of the lock table's. */
 enum proto_mode cmd_proto_mode(enum lock_mode m);
 

@@ -125,9 +125,13 @@ void cmd_lock(struct client *c, const struct proto_req *req, const char *name)
     struct lock_req lreq;
     enum locks_result r;
     uint64_t token = 0;
-    char text[96];
+    char text[PROTO_REPLY_MAX];
 
     cmd_lock_req(c, req, &lreq);
+    if (cmd_interop_refusal(c, name, &lreq, text, sizeof(text))) {
+        client_reply_err(c, PROTO_ERR_BAD_ARGS, text);
+        return;
+    }
     if (lreq.ttl_ms > 0)
         r = leases_lock(c->srv->leases, &c->owner, name, &lreq, &token, &lease);
     else

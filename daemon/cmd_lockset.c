@@ -107,6 +107,8 @@ static void set_granted(struct lockset *s)
 static void set_next(struct lockset *s, bool at_once)
 {
     struct client *c = s->c;
+    struct lock_req lr;
+    char why[PROTO_REPLY_MAX];
     uint64_t token = 0;
     enum locks_result r;
 
@@ -119,7 +121,10 @@ static void set_next(struct lockset *s, bool at_once)
 
             s->lreq.wait_ms = s->deadline_ms > now ? s->deadline_ms - now : 0;
         }
-        r = locks_lock(c->srv->locks, &c->owner, name, &s->lreq, &token);
+        /* The set's request, without the default lock-delay on an [interop] name. */
+        lr = s->lreq;
+        cmd_interop_refusal(c, name, &lr, why, sizeof(why));
+        r = locks_lock(c->srv->locks, &c->owner, name, &lr, &token);
         if (r == LOCKS_WAITING) {
             client_suspend(c, s->cmd, &lockset_ops, s, name);
             return;
@@ -347,6 +352,17 @@ void cmd_lockset(struct client *c, const struct proto_req *req, const char *name
     }
     s->cmd = req->cmd;
     cmd_lock_req(c, req, &s->lreq);
+    /* Refused before anything is taken, as a name alone would be. */
+    for (unsigned i = 0; i < s->n; i++) {
+        struct lock_req lr = s->lreq;
+        char why[PROTO_REPLY_MAX];
+
+        if (cmd_interop_refusal(c, s->names[i], &lr, why, sizeof(why))) {
+            client_reply_err(c, PROTO_ERR_BAD_ARGS, why);
+            set_free(s);
+            return;
+        }
+    }
     s->deadline_ms = req->wait_ms >= 0 ? locks_mono_ms() + req->wait_ms : -1;
     s->taken = 0;
     s->r = LOCKS_GRANTED;

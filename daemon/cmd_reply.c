@@ -163,6 +163,25 @@ void cmd_lock_req(const struct client *c, const struct proto_req *req, struct lo
     lreq->delay_default = req->delay_ms < 0;
 }
 
+const char *cmd_interop_refusal(const struct client *c, const char *name,
+                                struct lock_req *lreq, char *why, size_t len)
+{
+    const struct interop_rule *rule = interop_match(&c->srv->settings->interop, name);
+    struct interop_req q;
+
+    if (!rule)
+        return NULL;
+    q.shared = lreq->mode == LOCK_SHARED;
+    q.limit = lreq->mode == LOCK_LIMIT;
+    q.ttl = lreq->ttl_ms > 0;
+    q.delay = lreq->delay_ms > 0 && !lreq->delay_default;
+    if (interop_refusal(rule, name, &q, why, len))
+        return why;
+    if (lreq->delay_default)
+        lreq->delay_ms = 0;
+    return NULL;
+}
+
 enum locks_result cmd_wait_cut(struct client *c)
 {
     log_debug("conn %llu (%s): wait for %s ended by the end of input",

@@ -112,7 +112,8 @@ static int settings_load(struct settings *s, const struct options *o, char *err,
     }
     if ((o->conf_file && settings_load_file(s, o->conf_file, err, errlen) < 0) ||
         (o->listen && settings_set(s, "server", "listen", o->listen, err, errlen) < 0) ||
-        (o->zk_hosts && settings_set(s, "zookeeper", "hosts", o->zk_hosts, err, errlen) < 0)) {
+        (o->zk_hosts && settings_set(s, "zookeeper", "hosts", o->zk_hosts, err, errlen) < 0) ||
+        settings_check(s, o->conf_file ? o->conf_file : "settings", err, errlen) < 0) {
         settings_free(s);
         return -1;
     }

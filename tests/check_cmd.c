@@ -636,6 +636,49 @@ START_TEST(abandoned_hold_keeps_label)
 }
 END_TEST
 
+/* An [interop] name (conf/interop.h): what foreign clients could not follow
+ * is refused at once with the reason, nothing queued (a set's other names
+ * neither); the daemon's default lock-delay does not apply there. */
+START_TEST(interop_refusals_and_no_default_delay)
+{
+    char err[256];
+
+    settings.lock_delay_ms = 60000;
+    ck_assert_int_eq(settings_set(&settings, "interop", "deploy", "curator /app/deploy", err,
+                                  sizeof(err)), 0);
+    ck_assert_int_eq(settings_set(&settings, "interop", "job-*", "kazoo /jobs/*", err,
+                                  sizeof(err)), 0);
+    send_line(&a, "LOCK deploy shared");
+    ck_out(&a, "ERR BAD_ARGS shared is not served on deploy: its [interop] profile curator "
+               "has no readers\n");
+    send_line(&a, "TRYLOCK job-1 ttl=1000");
+    ck_out(&a, "ERR BAD_ARGS ttl= is not served on job-1: its [interop] profile kazoo has no "
+               "leases (foreign clients cannot see where one waits)\n");
+    send_line(&a, "LOCK aa,deploy shared");
+    ck_out(&a, "ERR BAD_ARGS shared is not served on deploy: its [interop] profile curator "
+               "has no readers\n");
+    send_line(&a, "STATUS aa");
+    ck_assert_msg(strncmp(a.out, "STATUS aa free ", 15) == 0, "%s", a.out);
+    a.len = 0;
+    /* The set's names: job-2 without the default lock-delay, plain with it. */
+    send_line(&b, "LOCK job-1");
+    ck_out_num(&b, "OK job-1 ");
+    send_line(&b, "LOCK job-2,plain");
+    ck_assert_msg(strncmp(b.out, "OK job-2,plain ", 15) == 0, "%s", b.out);
+    b.len = 0;
+    client_release_all(&b.cl, true);          /* the connection dropped */
+    send_line(&a, "STATUS job-1");
+    ck_assert_msg(strncmp(a.out, "STATUS job-1 free ", 18) == 0, "%s", a.out);
+    a.len = 0;
+    send_line(&a, "STATUS job-2");
+    ck_assert_msg(strncmp(a.out, "STATUS job-2 free ", 18) == 0, "%s", a.out);
+    a.len = 0;
+    send_line(&a, "STATUS plain");
+    ck_assert_msg(strstr(a.out, " delay=") != NULL, "%s", a.out);
+    a.len = 0;
+}
+END_TEST
+
 START_TEST(break_others_hold)
 {
     send_line(&a, "LOCK db");
@@ -907,6 +950,7 @@ static Suite *cmd_suite(void)
     tcase_add_test(tc, stats_count_commands);
     tcase_add_test(tc, lock_wait_grant);
     tcase_add_test(tc, lock_wait_timeout);
+    tcase_add_test(tc, interop_refusals_and_no_default_delay);
     tcase_add_test(tc, unlock_and_check_own_hold);
     tcase_add_test(tc, lease_outlives_client);
     tcase_add_test(tc, mode_conflicts);

@@ -248,6 +248,7 @@ START_TEST(sample_file_is_defaults)
     ck_assert_uint_eq(s.tcp_keepalive_count, d.tcp_keepalive_count);
     ck_assert_uint_eq(s.tcp_user_timeout_ms, d.tcp_user_timeout_ms);
     ck_assert_ptr_null(s.metrics_listen);
+    ck_assert_uint_eq(s.interop.n, 0);        /* its example is commented out */
     ck_assert_ptr_null(s.tls_listen);
     ck_assert_ptr_null(s.tls_cert_file);
     ck_assert_ptr_null(s.tls_key_file);
@@ -1407,6 +1408,199 @@ START_TEST(format_reloadable)
 }
 END_TEST
 
+/* ------------------------------------------------------------- [interop] */
+
+#define ZK_HOSTS "[zookeeper]\nhosts = 127.0.0.1:2181\n"
+
+START_TEST(interop_rules_in_file_order)
+{
+    const struct interop_rule *r;
+    char path[512];
+
+    load_ok(ZK_HOSTS "[interop]\n"
+            "; GLOB = PROFILE PATH\n"
+            "deploy   = curator /myapp/locks/deploy\n"
+            "job-*    = kazoo /jobs/*/lock   ; inline comment\n"
+            "report-* = curator-rw /reports/*\n"
+            "job-9    = curator /never\n");
+    ck_assert_uint_eq(s.interop.n, 4);
+    ck_assert_int_eq(settings_check(&s, "t", err, sizeof(err)), 0);
+    r = interop_match(&s.interop, "deploy");
+    ck_assert_ptr_nonnull(r);
+    ck_assert_int_eq(r->profile, INTEROP_CURATOR);
+    ck_assert_int_eq(r->line, 5);
+    ck_assert_int_eq(interop_path(r, "deploy", path, sizeof(path)), 0);
+    ck_assert_str_eq(path, "/myapp/locks/deploy");
+    /* First match wins: job-9 is kazoo's. */
+    r = interop_match(&s.interop, "job-9");
+    ck_assert_int_eq(r->profile, INTEROP_KAZOO);
+    ck_assert_int_eq(interop_path(r, "job-9", path, sizeof(path)), 0);
+    ck_assert_str_eq(path, "/jobs/job-9/lock");
+    r = interop_match(&s.interop, "report-x");
+    ck_assert_int_eq(r->profile, INTEROP_CURATOR_RW);
+    ck_assert_int_eq(interop_path(r, "report-x", path, sizeof(path)), 0);
+    ck_assert_str_eq(path, "/reports/report-x");
+    ck_assert_ptr_null(interop_match(&s.interop, "deploy2"));
+    ck_assert_int_eq(interop_path(r, "report-x", path, 17), -1);   /* does not fit */
+    ck_assert_str_eq(interop_profile_name(INTEROP_CURATOR_RW), "curator-rw");
+    ck_assert(!interop_profile_shared(INTEROP_CURATOR));
+    ck_assert(interop_profile_shared(INTEROP_KAZOO));
+}
+END_TEST
+
+START_TEST(interop_errors_name_file_and_line)
+{
+    load_fails(ZK_HOSTS "[interop]\nx = curator /a\nx = kazoo /b\n",
+               "t:5: [interop] 'x' is set twice (lines 4 and 5); keep one");
+    interop_free(&s.interop);
+    load_fails(ZK_HOSTS "[interop]\nx = zoo /a\n",
+               "t:4: [interop] x: 'zoo' is not a profile (curator, kazoo or curator-rw); "
+               "write GLOB = PROFILE PATH");
+    interop_free(&s.interop);
+    load_fails(ZK_HOSTS "[interop]\nx = kazoo\n",
+               "t:4: [interop] x: no path after the profile; write GLOB = PROFILE PATH");
+    load_fails(ZK_HOSTS "[interop]\nx = kazoo /a /b\n",
+               "t:4: [interop] x: 'kazoo /a /b': one profile and one path only");
+    load_fails(ZK_HOSTS "[interop]\nx = kazoo a/b\n",
+               "t:4: [interop] x: 'a/b' is not an absolute ZooKeeper path of 2 to 200 bytes "
+               "like /myapp/locks/*");
+    load_fails(ZK_HOSTS "[interop]\nx = kazoo /a/*/*\n",
+               "t:4: [interop] x: '/a/*/*' holds '*' more than once");
+    load_fails(ZK_HOSTS "[interop]\nx = kazoo /a//b\n",
+               "t:4: [interop] x: '/a//b' has an empty segment (a '//' or a trailing '/')");
+    load_fails(ZK_HOSTS "[interop]\nx = kazoo /a/\n",
+               "t:4: [interop] x: '/a/' has an empty segment (a '//' or a trailing '/')");
+    load_fails(ZK_HOSTS "[interop]\nx = kazoo /a/../b\n",
+               "t:4: [interop] x: '/a/../b' has a '.' or '..' segment");
+    load_fails(ZK_HOSTS "[interop]\nx = kazoo /a b\n",
+               "t:4: [interop] x: 'kazoo /a b': one profile and one path only");
+    load_fails(ZK_HOSTS "[interop]\nx = kazoo /a$b\n",
+               "t:4: [interop] x: '/a$b': a path may hold / A-Z a-z 0-9 . _ : @ - and one * "
+               "only");
+    load_fails(ZK_HOSTS "[interop]\nx = kazoo /zookeeper/x\n",
+               "t:4: [interop] x: '/zookeeper/x' is under /zookeeper, which is ZooKeeper's own");
+    load_fails(ZK_HOSTS "[interop]\nx/y = kazoo /a\n",
+               "t:4: [interop] 'x/y': a glob may hold A-Z a-z 0-9 . _ @ - and * ? [ ] ! only");
+    load_fails(ZK_HOSTS "[interop]\nde:ploy = kazoo /a\n",
+               "t:4: [interop] 'de:ploy': a glob cannot hold ':' here (the file's syntax reads "
+               "it as '='); write '?' in its place");
+    /* Nothing of a refused line stays. */
+    ck_assert_uint_eq(s.interop.n, 0);
+    load_fails(ZK_HOSTS "[interop]\nx = kazoo /a\n  /b\n",
+               "t:5: [interop] x: a rule is one line");
+}
+END_TEST
+
+START_TEST(interop_checked_against_the_rest)
+{
+    /* Embedded mode: refused. */
+    load_ok("[interop]\ndeploy = curator /myapp/deploy\n");
+    ck_assert_int_eq(settings_check(&s, "f.conf", err, sizeof(err)), -1);
+    ck_assert_str_eq(err, "f.conf:2: [interop] deploy: locks are shared with ZooKeeper "
+                     "recipes in distributed mode only; set [zookeeper] hosts or remove "
+                     "[interop]");
+    /* hosts may come after (or from -z): checked once all is read. */
+    set_ok("zookeeper", "hosts", "127.0.0.1:2181");
+    ck_assert_int_eq(settings_check(&s, "f.conf", err, sizeof(err)), 0);
+    /* nonfair in another section, later in the file: names both. */
+    load_ok("[interop]\njob-* = kazoo /jobs/*\n[zookeeper]\nnonfair = a*,job-1?\n");
+    ck_assert_int_eq(settings_check(&s, "f.conf", err, sizeof(err)), -1);
+    ck_assert_str_eq(err, "f.conf:2: [interop] job-* overlaps [zookeeper] nonfair's job-1?: "
+                     "a name is either non-fair or shared with ZooKeeper recipes; make the "
+                     "two patterns apart");
+    interop_free(&s.interop);
+    load_ok("[interop]\njob-* = kazoo /lockbroker/locks/*\n[zookeeper]\nnonfair = a*\n");
+    ck_assert_int_eq(settings_check(&s, "f.conf", err, sizeof(err)), -1);
+    ck_assert_str_eq(err, "f.conf:2: [interop] job-*: path /lockbroker/locks/* is inside "
+                     "[zookeeper] root /lockbroker, which is lockbroker's own; use the path "
+                     "the other clients lock");
+    interop_free(&s.interop);
+    /* A sibling of the root is not inside it. */
+    load_ok("[interop]\njob-* = kazoo /lockbroker2/*\n");
+    ck_assert_int_eq(settings_check(&s, "f.conf", err, sizeof(err)), 0);
+    /* From a flag-like settings_set: no line. */
+    set_fails("interop", "x", "kazoo");
+    ck_assert_str_eq(err, "[interop] x: no path after the profile; write GLOB = PROFILE PATH");
+    set_ok("interop", "x", "kazoo /x");
+    set_fails("interop", "x", "kazoo /y");
+    ck_assert_str_eq(err, "[interop] 'x' is set twice; keep one");
+}
+END_TEST
+
+START_TEST(interop_globs_overlap_conservatively)
+{
+    ck_assert(interop_globs_overlap("job-*", "job-1*"));
+    ck_assert(interop_globs_overlap("job-1*", "job-*"));
+    ck_assert(interop_globs_overlap("*", "x"));
+    ck_assert(interop_globs_overlap("j?b", "jo*"));         /* "j" begins "jo" */
+    ck_assert(!interop_globs_overlap("job-*", "deploy*"));
+    ck_assert(!interop_globs_overlap("a[bc]*", "x*"));
+    /* Literal names: exact. */
+    ck_assert(!interop_globs_overlap("deploy", "deploy2"));
+    ck_assert(interop_globs_overlap("deploy", "deploy"));
+    ck_assert(interop_globs_overlap("deploy", "dep*"));
+    ck_assert(!interop_globs_overlap("dep*", "dxploy"));
+}
+END_TEST
+
+START_TEST(interop_refusals)
+{
+    struct interop_req q = { 0 };
+    const struct interop_rule *r;
+    char why[512];
+
+    load_ok(ZK_HOSTS "[interop]\ndeploy = curator /d\nrw = curator-rw /rw\nk = kazoo /k\n");
+    r = interop_match(&s.interop, "deploy");
+    ck_assert_ptr_null(interop_refusal(r, "deploy", &q, why, sizeof(why)));
+    q.shared = true;
+    ck_assert_str_eq(interop_refusal(r, "deploy", &q, why, sizeof(why)),
+                     "shared is not served on deploy: its [interop] profile curator has no "
+                     "readers");
+    ck_assert_ptr_null(interop_refusal(interop_match(&s.interop, "rw"), "rw", &q, why,
+                                       sizeof(why)));
+    ck_assert_ptr_null(interop_refusal(interop_match(&s.interop, "k"), "k", &q, why,
+                                       sizeof(why)));
+    q = (struct interop_req){ .ttl = true };
+    ck_assert_str_eq(interop_refusal(interop_match(&s.interop, "k"), "k", &q, why, sizeof(why)),
+                     "ttl= is not served on k: its [interop] profile kazoo has no leases "
+                     "(foreign clients cannot see where one waits)");
+    q = (struct interop_req){ .limit = true };
+    ck_assert_str_eq(interop_refusal(r, "deploy", &q, why, sizeof(why)),
+                     "limit= is not served on deploy: its [interop] profile curator has no "
+                     "semaphore a foreign client would count");
+    q = (struct interop_req){ .delay = true };
+    ck_assert_str_eq(interop_refusal(interop_match(&s.interop, "rw"), "rw", &q, why,
+                                     sizeof(why)),
+                     "delay= is not served on rw: its [interop] profile curator-rw has no "
+                     "lock-delay (foreign waiters would not honour it)");
+}
+END_TEST
+
+START_TEST(interop_digest_and_reload)
+{
+    struct settings fresh;
+    char a[32], b[32], warned[256] = "";
+
+    interop_digest(&s.interop, a, sizeof(a));
+    ck_assert_str_eq(a, "");                 /* none: what a daemon without it says */
+    load_ok("[interop]\nx = kazoo /x\ny = curator /y\n");
+    interop_digest(&s.interop, a, sizeof(a));
+    ck_assert_int_eq(strlen(a), 18);
+    ck_assert(strncmp(a, "2r", 2) == 0);
+    ck_assert_int_eq(settings_init(&fresh), 0);
+    /* The same rules in another order are another mapping. */
+    ck_assert_int_eq(settings_load_string(&fresh, "[interop]\ny = curator /y\nx = kazoo /x\n",
+                                          "t", err, sizeof(err)), 0);
+    interop_digest(&fresh.interop, b, sizeof(b));
+    ck_assert_str_ne(a, b);
+    ck_assert(!interop_equal(&s.interop, &fresh.interop));
+    settings_reload(&s, &fresh, record_restart, warned);
+    ck_assert_str_eq(warned, "[interop]|");
+    ck_assert_str_eq(s.interop.rules[0].glob, "x");   /* kept until a restart */
+    settings_free(&fresh);
+}
+END_TEST
+
 static Suite *conf_suite(void)
 {
     Suite *su = suite_create("conf");
@@ -1514,6 +1708,16 @@ static Suite *conf_suite(void)
     tcase_add_test(tc, reload_moves_sighup_rows_only);
     tcase_add_test(tc, reload_strings_and_no_change);
     tcase_add_test(tc, format_reloadable);
+    suite_add_tcase(su, tc);
+
+    tc = tcase_create("interop");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, interop_rules_in_file_order);
+    tcase_add_test(tc, interop_errors_name_file_and_line);
+    tcase_add_test(tc, interop_checked_against_the_rest);
+    tcase_add_test(tc, interop_globs_overlap_conservatively);
+    tcase_add_test(tc, interop_refusals);
+    tcase_add_test(tc, interop_digest_and_reload);
     suite_add_tcase(su, tc);
     return su;
 }

@@ -1192,6 +1192,81 @@ END_TEST
 
 /* ---------------------------------------------------------------- suite */
 
+/* ------------------------------------------------ [interop] node names */
+
+START_TEST(interop_names_round_trip)
+{
+    static const struct {
+        enum interop_profile p;
+        enum lock_mode mode;
+        const char *want;
+    } cases[] = {
+        { INTEROP_CURATOR, LOCK_EXCLUSIVE,
+          "_c_01234567-89ab-cdef-0000-00000000002a-lock-" },
+        { INTEROP_CURATOR_RW, LOCK_EXCLUSIVE,
+          "_c_01234567-89ab-cdef-0000-00000000002a-__WRIT__" },
+        { INTEROP_CURATOR_RW, LOCK_SHARED,
+          "_c_01234567-89ab-cdef-0000-00000000002a-__READ__" },
+        { INTEROP_KAZOO, LOCK_EXCLUSIVE, "0123456789abcdef000000000000002a__lock__" },
+        { INTEROP_KAZOO, LOCK_SHARED, "0123456789abcdef000000000000002a__rlock__" },
+    };
+    char buf[96], child[128];
+    uint64_t tag, id;
+
+    for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        zk_interop_prefix(cases[i].p, cases[i].mode, 0x0123456789abcdefULL, 42, buf,
+                          sizeof(buf));
+        ck_assert_str_eq(buf, cases[i].want);
+        /* ZooKeeper appends the sequence: the sequence is ours to read as
+         * everybody's, and the name is ours again. */
+        snprintf(child, sizeof(child), "%s0000000007", buf);
+        ck_assert_int_eq(zk_seq_of(child), 7);
+        ck_assert(zk_interop_parse(child, &tag, &id));
+        ck_assert_uint_eq(tag, 0x0123456789abcdefULL);
+        ck_assert_uint_eq(id, 42);
+        ck_assert_int_eq(zk_interop_profile_of(child), cases[i].p);
+        /* Without its sequence it is no node. */
+        ck_assert(!zk_interop_parse(buf, &tag, &id));
+    }
+    /* The largest ids fit, in every group. */
+    zk_interop_prefix(INTEROP_CURATOR, LOCK_EXCLUSIVE, UINT64_MAX, UINT64_MAX, buf, sizeof(buf));
+    ck_assert_str_eq(buf, "_c_ffffffff-ffff-ffff-ffff-ffffffffffff-lock-");
+    snprintf(child, sizeof(child), "%s0000000001", buf);
+    ck_assert(zk_interop_parse(child, &tag, &id));
+    ck_assert_uint_eq(tag, UINT64_MAX);
+    ck_assert_uint_eq(id, UINT64_MAX);
+}
+END_TEST
+
+START_TEST(interop_names_not_ours)
+{
+    static const char *const foreign[] = {
+        "lock-0000000001",                                     /* Curator without protection */
+        "_c_0f8c9f5e-1b2c-4d3e-8f90-a1b2c3d4e5f6-lock-",       /* no sequence */
+        "_c_0F8C9F5E-1b2c-4d3e-8f90-a1b2c3d4e5f6-lock-0000000001", /* upper case: not ours */
+        "_c_0f8c9f5e1b2c4d3e8f90a1b2c3d4e5f6-lock-0000000001", /* go-zookeeper's guid */
+        "_c_0f8c9f5e-1b2c-4d3e-8f90-a1b2c3d4e5f6-lease-0000000001",
+        "0f8c9f5e1b2c4d3e8f90a1b2c3d4e5f6__sem__0000000001",
+        "0f8c9f5e1b2c4d3e8f90a1b2c3d4e5__lock__0000000001",     /* 30 hex digits */
+        "host-1-2-excl-0000000001",                             /* ours, the usual naming */
+        "",
+    };
+    uint64_t tag, id;
+
+    for (unsigned i = 0; i < sizeof(foreign) / sizeof(foreign[0]); i++) {
+        ck_assert_msg(!zk_interop_parse(foreign[i], &tag, &id), "%s", foreign[i]);
+        ck_assert_int_eq(zk_interop_profile_of(foreign[i]), INTEROP_NONE);
+    }
+    /* A real Curator node has our shape (a UUID's): only the tag tells. */
+    ck_assert(zk_interop_parse("_c_0f8c9f5e-1b2c-4d3e-8f90-a1b2c3d4e5f6-lock-0000000001",
+                               &tag, &id));
+    ck_assert_uint_ne(tag, zk_daemon_tag("host-1-abc"));
+    /* Tags are the daemon id's, stable (a handover keeps the id). */
+    ck_assert_uint_eq(zk_daemon_tag("host-1-abc"), zk_daemon_tag("host-1-abc"));
+    ck_assert_uint_ne(zk_daemon_tag("host-1-abc"), zk_daemon_tag("host-1-abd"));
+}
+END_TEST
+
 static Suite *zk_suite(void)
 {
     Suite *s = suite_create("zk");
@@ -1206,6 +1281,11 @@ static Suite *zk_suite(void)
     tcase_add_test(tc, kind_of_unordered);
     tcase_add_test(tc, has_marker);
     tcase_add_test(tc, classes);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("interop names");
+    tcase_add_test(tc, interop_names_round_trip);
+    tcase_add_test(tc, interop_names_not_ours);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("tokens");

@@ -104,6 +104,7 @@ static void zl_start(struct zlock *zl)
 enum locks_result zk_lock_acquire(void *impl, struct hold *h, uint64_t *token)
 {
     struct zk *zk = impl;
+    enum interop_profile profile;
     struct zlock *zl;
     char parent[512];
 
@@ -121,6 +122,15 @@ enum locks_result zk_lock_acquire(void *impl, struct hold *h, uint64_t *token)
         if (!(zl = zl_new(zk, h, parent)))
             return LOCKS_UNAVAILABLE;
         zl->nonfair = true;
+        zl_start(zl);
+        return LOCKS_WAITING;
+    }
+    if ((profile = zk_interop_parent(zk, hold_name(h), parent, sizeof(parent)))) {
+        /* The rule's path, where the foreign recipe's clients queue too;
+         * never an idle node (zk_handoff.c). */
+        if (!(zl = zl_new(zk, h, parent)))
+            return LOCKS_UNAVAILABLE;
+        zl->interop = profile;
         zl_start(zl);
         return LOCKS_WAITING;
     }
@@ -152,7 +162,13 @@ const char *zk_lock_recipe(void *impl, const char *name)
 {
     struct zk *zk = impl;
 
-    return settings_globs_match(zk->settings->zk_nonfair, name) ? "nonfair" : NULL;
+    const struct interop_rule *rule;
+
+    if (settings_globs_match(zk->settings->zk_nonfair, name))
+        return "nonfair";
+    /* An [interop] name: its profile, "curator", "kazoo" or "curator-rw". */
+    rule = interop_match(&zk->settings->interop, name);
+    return rule ? interop_profile_name(rule->profile) : NULL;
 }
 
 /* The acquisition now serves h (the table moved it into h's slot). */

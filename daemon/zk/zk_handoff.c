@@ -118,7 +118,10 @@ enum locks_result zk_lock_pass_on(void *impl, struct hold *from, struct hold *to
     struct zk *zk = impl;
     struct zlock *zl = hold_backend_data(from);
 
-    if (!zl || zl->lease || zl->step != ZL_HELD || zl->awaiting_token ||
+    /* Not on an [interop] name: a foreign waiter queued behind our node
+     * comes before our next one (PROTOCOL.md, "Sharing locks with
+     * ZooKeeper recipes": FIFO by sequence). */
+    if (!zl || zl->lease || zl->interop || zl->step != ZL_HELD || zl->awaiting_token ||
         !zk_vouched(zk) || !zk->settings->zk_local_handoff)
         return LOCKS_BUSY;
     /* A non-fair node has no turn to end: at the limit it goes, and the
@@ -286,9 +289,10 @@ bool zl_idle_begin(struct zlock *zl)
     const struct settings *s = zk->settings;
     void *slot;
 
-    /* Not for non-fair nodes: nothing would tell us that another daemon waits. */
+    /* Not for non-fair nodes: nothing would tell us that another daemon waits.
+     * Not for [interop] ones: a foreign waiter would wait for it. */
     if (!s->zk_keep_idle_ms || zl->first_use || zl->handoffs >= s->zk_local_handoff ||
-        zl->lease || zl->nonfair ||
+        zl->lease || zl->nonfair || zl->interop ||
         zl->mode != LOCK_EXCLUSIVE || zl->step != ZL_HELD || zl->awaiting_token ||
         zl->contended || !zl->node || zk->state != ZK_CONNECTED)
         return false;

@@ -290,6 +290,10 @@ static bool restore_zlock(void *data, struct snap_r *r, struct restart_in *in)
         f.node = zl->node;
         f.link = zl->link;
         *zl = f;
+        /* An [interop] node says its profile by its name (zk_names.h). */
+        zl->interop = node ? zk_interop_profile_of(strrchr(node, '/') ? strrchr(node, '/') + 1
+                                                                       : node)
+                           : INTEROP_NONE;
         if (zl->step == ZL_WATCHING || zl->step == ZL_LEASED || !held)
             zl->step = ZL_IDLE;      /* !held: an idle node, deleted once connected */
         if (zl->step == ZL_DELAYING && !zl_resume_delay(zl))
@@ -335,5 +339,11 @@ bool zk_handover_restore_hold(void *impl, struct hold *h, struct snap_r *r)
         return snap_r_fail(r, "a hold names request %s, which is not there", key);
     zl->hold = h;
     hold_set_backend_data(h, zl);
+    /* Not created yet: named by this daemon's [interop] (zk_acquire.c). */
+    if (!zl->node) {
+        const struct interop_rule *rule = interop_match(&zk->settings->interop, hold_name(h));
+
+        zl->interop = rule ? rule->profile : INTEROP_NONE;
+    }
     return true;
 }

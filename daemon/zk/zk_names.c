@@ -10,6 +10,7 @@
 #include "config.h"
 #include "zk_names.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -152,4 +153,103 @@ bool zk_same_class(struct zkind a, struct zkind b)
     if ((a.mode == LOCK_LIMIT) != (b.mode == LOCK_LIMIT))
         return false;
     return a.mode != LOCK_LIMIT || a.limit == b.limit;
+}
+
+/* ------------------------------------------------ [interop] node names */
+
+uint64_t zk_daemon_tag(const char *daemon_id)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+
+    for (const char *p = daemon_id; *p; p++) {
+        h ^= (unsigned char)*p;
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+void zk_interop_prefix(enum interop_profile p, enum lock_mode mode, uint64_t tag, uint64_t id,
+                       char *buf, size_t len)
+{
+    bool shared = mode == LOCK_SHARED;
+
+    if (p == INTEROP_KAZOO) {
+        snprintf(buf, len, "%016llx%016llx%s", (unsigned long long)tag,
+                 (unsigned long long)id, shared ? "__rlock__" : "__lock__");
+        return;
+    }
+    /* Curator's protected prefix: "_c_", a UUID as Java writes it, '-'. */
+    snprintf(buf, len, "_c_%08llx-%04llx-%04llx-%04llx-%012llx-%s",
+             (unsigned long long)(tag >> 32), (unsigned long long)((tag >> 16) & 0xffff),
+             (unsigned long long)(tag & 0xffff), (unsigned long long)(id >> 48),
+             (unsigned long long)(id & 0xffffffffffffULL),
+             p == INTEROP_CURATOR ? "lock-" : shared ? "__READ__" : "__WRIT__");
+}
+
+/* n lower-case hex digits at s into *v (shifted in); false if not. */
+static bool hex_in(const char *s, size_t n, uint64_t *v)
+{
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+
+        if (c >= '0' && c <= '9')
+            *v = *v << 4 | (uint64_t)(c - '0');
+        else if (c >= 'a' && c <= 'f')
+            *v = *v << 4 | (uint64_t)(c - 'a' + 10);
+        else
+            return false;
+    }
+    return true;
+}
+
+bool zk_interop_parse(const char *child, uint64_t *tag, uint64_t *id)
+{
+    static const char *const kazoo[] = { "__lock__", "__rlock__" };
+    static const char *const curator[] = { "lock-", "__READ__", "__WRIT__" };
+    /* Where each group of the uuid starts in "_c_" + uuid, and its length. */
+    static const unsigned at[] = { 3, 12, 17, 22, 27 }, n[] = { 8, 4, 4, 4, 12 };
+    uint64_t v = 0;
+    const char *rest;
+
+    if (strncmp(child, "_c_", 3) == 0) {
+        for (unsigned g = 0; g < 5; g++)
+            if (!hex_in(child + at[g], n[g], &v) || child[at[g] + n[g]] != '-')
+                return false;
+        /* v holds the last 64 bits; the first 64 again: */
+        *id = v;
+        v = 0;
+        if (!hex_in(child + 3, 8, &v) || !hex_in(child + 12, 4, &v) || !hex_in(child + 17, 4, &v))
+            return false;
+        *tag = v;
+        rest = child + 40;
+        for (unsigned i = 0; i < 3; i++)
+            if (strncmp(rest, curator[i], strlen(curator[i])) == 0 &&
+                strlen(rest) == strlen(curator[i]) + 10)
+                return true;
+        return false;
+    }
+    if (!hex_in(child, 16, &v))
+        return false;
+    *tag = v;
+    v = 0;
+    if (!hex_in(child + 16, 16, &v))
+        return false;
+    *id = v;
+    rest = child + 32;
+    for (unsigned i = 0; i < 2; i++)
+        if (strncmp(rest, kazoo[i], strlen(kazoo[i])) == 0 &&
+            strlen(rest) == strlen(kazoo[i]) + 10)
+            return true;
+    return false;
+}
+
+enum interop_profile zk_interop_profile_of(const char *child)
+{
+    uint64_t tag, id;
+
+    if (!zk_interop_parse(child, &tag, &id))
+        return INTEROP_NONE;
+    if (child[0] != '_')
+        return INTEROP_KAZOO;
+    return strncmp(child + 40, "lock-", 5) == 0 ? INTEROP_CURATOR : INTEROP_CURATOR_RW;
 }

@@ -4,7 +4,8 @@
  *
  * Each acquisition has an EPHEMERAL_SEQUENTIAL node
  * <root>/locks/<name>/<daemon>-<id>-<tag>-NNNNNNNNNN (a lease's is
- * persistent, zk_lease_lock.c). Creates, deletes and writes of the node's
+ * persistent, zk_lease_lock.c); on an [interop] name, under its rule's
+ * path and named as its recipe names its own (zk_names.h). Creates, deletes and writes of the node's
  * data go out in multis (zk_batch.c). A create whose reply was lost is looked
  * for by name after reconnecting, and deletes are retried until they
  * succeed, the node is gone, or the session is. Once a create, a find or
@@ -286,6 +287,18 @@ void zl_parents_forget_all(struct zk *zk)
         known_drop(zk, k);
 }
 
+enum interop_profile zk_interop_parent(const struct zk *zk, const char *name, char *buf,
+                                       size_t len)
+{
+    const struct interop_rule *rule = interop_match(&zk->settings->interop, name);
+    char path[512];
+
+    if (!rule || interop_path(rule, name, path, sizeof(path)) < 0 || strlen(path) >= len)
+        return INTEROP_NONE;
+    memcpy(buf, path, strlen(path) + 1);
+    return rule->profile;
+}
+
 /* Context of a parent's create sent right before a first node's. */
 struct parent_call {
     struct zk *zk;
@@ -305,7 +318,8 @@ static void on_parent_made(int rc, const char *value, const void *data)
 
 /*
  * A lock taken for the first time (in a while) through this daemon: its
- * parent is created (a container) right away, ahead of the multi that will
+ * parent is created (a container; persistent on an [interop] name, where
+ * a foreign recipe goes on using it) right away, ahead of the multi that will
  * carry the node's create, rather than that create failing for the missing
  * parent and failing with it every write of its multi. Not in the multi
  * itself: a parent that exists would fail it all the same (and the C
@@ -313,7 +327,7 @@ static void on_parent_made(int rc, const char *value, const void *data)
  * taken as known at once, so that the other requests of the name queued
  * meanwhile do not create it again.
  */
-static void zl_make_parent(struct zk *zk, const char *parent)
+static void zl_make_parent(struct zk *zk, const char *parent, bool persistent)
 {
     size_t len = strlen(parent) + 1;
     struct parent_call *pc = malloc(sizeof(*pc) + len);
@@ -322,8 +336,8 @@ static void zl_make_parent(struct zk *zk, const char *parent)
         return;               /* the node's create finds it missing: ZNONODE */
     pc->zk = zk;
     memcpy(pc->path, parent, len);
-    if (zoo_acreate(zk->zh, parent, NULL, -1, zk->acl, ZOO_CONTAINER, on_parent_made,
-                    pc) != ZOK) {
+    if (zoo_acreate(zk->zh, parent, NULL, -1, zk->acl, persistent ? 0 : ZOO_CONTAINER,
+                    on_parent_made, pc) != ZOK) {
         free(pc);
         return;
     }
@@ -335,18 +349,23 @@ static void zl_make_parent(struct zk *zk, const char *parent)
 
 static void on_ancestor_created(int rc, const char *value, const void *data)
 {
-    struct zk *zk = (struct zk *)data;
+    struct parent_call *pc = (struct parent_call *)data;
+    struct zk *zk = pc->zk;
 
     zk->outstanding--;
-    /* A ZNOAUTH comes again for the node created under it, which says why.
-     * ZNONODE is the normal course on a new root: only the name's parent
+    /* ZNONODE is the normal course on a new root: only the name's parent
      * was sent, <root>/locks is missing too, and the next failed create
-     * sends the whole chain (zk_create_ancestors). */
+     * sends the whole chain (zk_create_ancestors). A ZNOAUTH is said: the
+     * node's own create then fails with ZNONODE, which says nothing of
+     * why (an [interop] path whose owner's ACL keeps us out). */
     if (rc == ZNONODE)
         log_debug("zk: creating a parent node: %s; its ancestors follow", zerror(rc));
+    else if (rc == ZNOAUTH)
+        zk_report_noauth(zk, pc->path);
     else if (rc != ZOK && rc != ZNODEEXISTS && rc != ZCONNECTIONLOSS && rc != ZCLOSING &&
-             rc != ZSESSIONEXPIRED && rc != ZOPERATIONTIMEOUT && rc != ZNOAUTH)
+             rc != ZSESSIONEXPIRED && rc != ZOPERATIONTIMEOUT)
         log_warn("zk: creating a parent node: %s", zerror(rc));
+    free(pc);
 }
 
 /* Sends creates for the lock's parent (a container, so that the server
@@ -354,19 +373,26 @@ static void on_ancestor_created(int rc, const char *value, const void *data)
  * (persistent). Their replies do not matter: the create of our node that
  * follows them says it all. A name used once finds <root>/locks there:
  * only its parent is created (a create that fails is a transaction too),
- * and the whole chain only when the create failed again. */
-static void zk_create_ancestors(struct zk *zk, const char *parent, bool all)
+ * and the whole chain only when the create failed again. persistent: the
+ * parent too (an [interop] path: kazoo and Curator keep using a parent
+ * they made once, and fail with NoNode if the server reaps it). */
+static void zk_create_ancestors(struct zk *zk, const char *parent, bool all, bool persistent)
 {
-    char path[512];
-
     for (const char *p = all ? strchr(parent + 1, '/') : NULL;; p = strchr(p + 1, '/')) {
         size_t len = p ? (size_t)(p - parent) : strlen(parent);
-        int flags = p ? 0 : ZOO_CONTAINER;
+        int flags = p || persistent ? 0 : ZOO_CONTAINER;
 
-        snprintf(path, sizeof(path), "%.*s", (int)len, parent);
-        if (zoo_acreate(zk->zh, path, NULL, -1, zk->acl, flags,
-                        on_ancestor_created, zk) == ZOK)
-            zk->outstanding++;
+        struct parent_call *pc = malloc(sizeof(*pc) + len + 1);
+
+        if (pc) {
+            pc->zk = zk;
+            snprintf(pc->path, len + 1, "%.*s", (int)len, parent);
+            if (zoo_acreate(zk->zh, pc->path, NULL, -1, zk->acl, flags, on_ancestor_created,
+                            pc) == ZOK)
+                zk->outstanding++;
+            else
+                free(pc);
+        }
         if (!p)
             break;
     }
@@ -402,7 +428,9 @@ static void on_created(int rc, const char *value, const void *data)
     default:
         /* The parent is missing (never made, or an empty container removed). */
         if (zl_create_failed(zl, rc, CREATE_ATTEMPTS)) {
-            zk_create_ancestors(zl->zk, zl->parent, zl->create_attempts > 1);
+            /* An [interop] path may be deep and new: the whole chain at once. */
+            zk_create_ancestors(zl->zk, zl->parent, zl->create_attempts > 1 || zl->interop,
+                                zl->interop != INTEROP_NONE);
             zl_parent_known(zl->zk, zl->parent, true);   /* sent ahead of the retry */
             zl_next(zl);
         }
@@ -453,14 +481,24 @@ void zl_create(struct zlock *zl, zk_batch_sent_fn sent)
         snprintf(tag + strlen(tag), sizeof(tag) - strlen(tag), ".d%lld",
                  (long long)zl->delay_ms);
     /* The daemon id and request id make the node findable if the reply is
-     * lost; the tag tells every daemon what the node asks for. */
-    snprintf(prefix, sizeof(prefix), "%s/%s-%llu-%s-", zl->parent, zk->daemon_id,
-             (unsigned long long)zl->id, tag);
+     * lost; the tag tells every daemon what the node asks for. On an
+     * [interop] name, the foreign recipe's own name carries the same ids
+     * (zk_names.h) and the mode; no ttl=, limit= or delay= reaches here. */
+    if (zl->interop) {
+        char name[80];
+
+        zk_interop_prefix(zl->interop, zl->mode, zk_daemon_tag(zk->daemon_id), zl->id, name,
+                          sizeof(name));
+        snprintf(prefix, sizeof(prefix), "%s/%s", zl->parent, name);
+    } else {
+        snprintf(prefix, sizeof(prefix), "%s/%s-%llu-%s-", zl->parent, zk->daemon_id,
+                 (unsigned long long)zl->id, tag);
+    }
     zl->data_stale = false;
     zl_format_data(zl, data, sizeof(data));
     if (!zl_parent_is_known(zk, zl->parent)) {
         zl->first_use = true;
-        zl_make_parent(zk, zl->parent);
+        zl_make_parent(zk, zl->parent, zl->interop != INTEROP_NONE);
     }
     zl->create_attempts++;
     zl->create_sent = true;
@@ -488,7 +526,12 @@ static void on_found(int rc, const struct String_vector *children, const void *d
     zl->create_uncertain = false;
     snprintf(prefix, sizeof(prefix), "%s-%llu-", zl->zk->daemon_id, (unsigned long long)zl->id);
     for (int i = 0; rc == ZOK && i < children->count; i++) {
-        if (strncmp(children->data[i], prefix, strlen(prefix)) == 0) {
+        uint64_t tag, id;
+
+        /* Ours in either naming: a handover's successor may not know which. */
+        if (strncmp(children->data[i], prefix, strlen(prefix)) == 0 ||
+            (zk_interop_parse(children->data[i], &tag, &id) && id == zl->id &&
+             tag == zk_daemon_tag(zl->zk->daemon_id))) {
             size_t len = strlen(zl->parent) + strlen(children->data[i]) + 2;
             if ((zl->node = malloc(len)))
                 snprintf(zl->node, len, "%s/%s", zl->parent, children->data[i]);

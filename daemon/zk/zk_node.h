@@ -77,5 +77,10 @@ bool zl_parent_is_known(struct zk *zk, const char *parent);
 void zl_parent_known(struct zk *zk, const char *parent, bool known);
 /* Forgets them all (the node machinery is being freed). */
 void zl_parents_forget_all(struct zk *zk);
+/* An [interop] name (conf/interop.h): its rule's path, '*' replaced by
+ * name, into buf (len bytes), and its profile. Any other name (or a path
+ * that does not fit): INTEROP_NONE, buf unchanged. */
+enum interop_profile zk_interop_parent(const struct zk *zk, const char *name, char *buf,
+                                       size_t len);
 
 #endif

@@ -10,7 +10,8 @@
  * - makes the session node, <root>/sessions/<id>, on a new session (the
  *   lock-delay of zk_fair.c looks for it);
  * - checks, once per run, that every daemon of the root has our [zookeeper]
- *   nonfair: the session node's data says it ("daemon=<id> nonfair=<globs>"),
+ *   nonfair and [interop]: the session node's data says them ("daemon=<id>
+ *   nonfair=<globs> interop=<digest>"),
  *   and the other session nodes are read once ours exists; until then no
  *   lock is taken, and a daemon that disagrees serves nothing, for good;
  * - looks for the chroot of [zookeeper] hosts, which ZooKeeper does not
@@ -89,8 +90,12 @@ struct probe_round {
 static void session_node_data(const struct zk *zk, char *buf, size_t len)
 {
     const char *nf = zk->settings->zk_nonfair;
+    char interop[32];
 
-    snprintf(buf, len, "daemon=%s nonfair=%s", zk->daemon_id, nf ? nf : "");
+    /* interop=: a digest of [interop] (conf/interop.h), compared as nonfair=. */
+    interop_digest(&zk->settings->interop, interop, sizeof(interop));
+    snprintf(buf, len, "daemon=%s nonfair=%s interop=%s", zk->daemon_id, nf ? nf : "",
+             interop);
 }
 
 static bool probe_current(const struct probe_round *pr, int rc)
@@ -371,8 +376,10 @@ static void nonfair_done(struct agreement *a)
     if (!a->failed && !zk->nonfair_disagrees && a->session_id == zk->session_id &&
         zk->state == ZK_CONNECTED && !zk->nonfair_checked) {
         zk->nonfair_checked = true;
-        log_info("zk: every daemon of root %s has [zookeeper] nonfair '%s'", zk->root,
-                  zk->settings->zk_nonfair ? zk->settings->zk_nonfair : "");
+        log_info("zk: every daemon of root %s has [zookeeper] nonfair '%s' and %u [interop] "
+                 "rules alike", zk->root,
+                  zk->settings->zk_nonfair ? zk->settings->zk_nonfair : "",
+                  zk->settings->interop.n);
         zk_session_serving(zk);
     }
     free(a);
@@ -399,13 +406,52 @@ static void field_of(const char *value, int len, const char *key, const char *df
         }
 }
 
+/* Says that nothing is served any more, and why; our session node goes,
+ * so that daemons started later do not stop for it. */
+static void disagree(struct zk *zk)
+{
+    char path[512];
+
+    zk->nonfair_disagrees = true;
+    zk->nonfair_since_ms = locks_mono_ms();
+    log_error("zk: %s", zk->nonfair_why);
+    zk_session_path(zk, zk->session_id, path, sizeof(path));
+    if (zoo_adelete(zk->zh, path, -1, on_removed, zk) == ZOK)
+        zk->outstanding++;
+    zk_kick(zk);
+}
+
+/*
+ * [interop] must be the same on every daemon of a root, rules and order
+ * (PROTOCOL.md, "Sharing locks with ZooKeeper recipes"): a daemon that
+ * queued a name at another path, or with other node names, would grant it
+ * beside us. A session node without interop= (a daemon older than the
+ * section) means none. Like a nonfair disagreement, nothing is served.
+ */
+static void interop_compare(struct zk *zk, const char *value, int len, int64_t owner)
+{
+    char mine[32], theirs[64], who[128];
+
+    interop_digest(&zk->settings->interop, mine, sizeof(mine));
+    field_of(value, len, "interop=", "", theirs, sizeof(theirs));
+    if (strcmp(mine, theirs) == 0)
+        return;
+    field_of(value, len, "daemon=", "?", who, sizeof(who));
+    snprintf(zk->nonfair_why, sizeof(zk->nonfair_why),
+             "[interop] differs between this daemon (%u rules, digest '%s') and daemon %s "
+             "(session 0x%llx, digest '%s'): every daemon of root %s must have the same "
+             "[interop] rules in the same order; make them equal and restart",
+             zk->settings->interop.n, mine, who, (unsigned long long)owner, theirs, zk->root);
+    disagree(zk);
+}
+
 static void on_other_read(int rc, const char *value, int len, const struct Stat *stat,
                           const void *data)
 {
     struct agreement *a = (struct agreement *)data;
     struct zk *zk = a->zk;
     const char *mine = zk->settings->zk_nonfair ? zk->settings->zk_nonfair : "";
-    char theirs[512], who[128], path[512];
+    char theirs[512], who[128];
 
     zk->outstanding--;
     a->pending--;
@@ -419,20 +465,15 @@ static void on_other_read(int rc, const char *value, int len, const struct Stat 
         return;
     }
     field_of(value, len, "nonfair=", "", theirs, sizeof(theirs));
+    if (strcmp(theirs, mine) == 0 && !zk->nonfair_disagrees)
+        interop_compare(zk, value, len, stat->ephemeralOwner);
     if (strcmp(theirs, mine) != 0 && !zk->nonfair_disagrees) {
         field_of(value, len, "daemon=", "?", who, sizeof(who));
         snprintf(zk->nonfair_why, sizeof(zk->nonfair_why),
                  "[zookeeper] nonfair is '%s' here but '%s' on daemon %s (session 0x%llx): "
                  "every daemon of root %s must have the same setting; change it and restart",
                  mine, theirs, who, (unsigned long long)stat->ephemeralOwner, zk->root);
-        zk->nonfair_disagrees = true;
-        zk->nonfair_since_ms = locks_mono_ms();
-        log_error("zk: %s", zk->nonfair_why);
-        /* Ours goes, so that daemons started later do not stop for it. */
-        zk_session_path(zk, zk->session_id, path, sizeof(path));
-        if (zoo_adelete(zk->zh, path, -1, on_removed, zk) == ZOK)
-            zk->outstanding++;
-        zk_kick(zk);
+        disagree(zk);
     }
     nonfair_done(a);
 }

@@ -334,6 +334,7 @@ struct backend_query *zk_query(void *impl, const char *name,
     /* zk_nonfair.c: one fixed node, held while it exists */
     snprintf(q->parent, sizeof(q->parent), "%s/%s/%s", zk->root,
              q->nonfair ? "nonfair" : "locks", name);
+    zk_interop_parent(zk, name, q->parent, sizeof(q->parent));
     if (q->nonfair)
         q->info.mode = LOCK_EXCLUSIVE;
     if (!zk_reachable(zk)) {     /* attaching: sent once attached (queries_serving) */

@@ -147,7 +147,8 @@ enum locks_result zk_lock_acquire(void *impl, struct hold *h, uint64_t *token);
  * serve (shared, limit=, ttl=, an explicit delay=; lock_delay_ms applies
  * only on this daemon, see PROTOCOL.md "Non-fair names"). */
 bool zk_lock_refuses(void *impl, const char *name, const struct lock_req *req);
-/* "nonfair" for a non-fair name, else NULL (the backend op recipe). */
+/* "nonfair" for a non-fair name, an [interop] name's profile ("curator",
+ * "kazoo", "curator-rw"), else NULL (the backend op recipe). */
 const char *zk_lock_recipe(void *impl, const char *name);
 void zk_lock_reassign(void *impl, struct hold *h);
 void zk_lock_let_go(void *impl, struct hold *h);

@@ -396,7 +396,15 @@ void zk_report_noauth(struct zk *zk, const char *path)
     if (zk->noauth_reported_ms && now - zk->noauth_reported_ms < 60000)
         return;
     zk->noauth_reported_ms = now;
-    if (zk->auth[0])
+    /* An [interop] path (conf/interop.h): outside the root, made by
+     * whoever locks there. */
+    if (strncmp(path, zk->root, strlen(zk->root)) != 0 || path[strlen(zk->root)] != '/')
+        log_error("zk: ZooKeeper does not let %s%.*s%s write at %s: whoever made that "
+                  "[interop] path (or the nodes above it) must give this daemon's identity "
+                  "(its [zookeeper] auth) CREATE, DELETE and READ there",
+                  zk->auth[0] ? "user '" : "this daemon", zk_auth_user_len(zk), zk->auth,
+                  zk->auth[0] ? "'" : "", path);
+    else if (zk->auth[0])
         log_error("zk: ZooKeeper does not let user '%.*s' change %s: its ACL is for another "
                   "identity; every daemon sharing root %s needs the same [zookeeper] auth",
                   zk_auth_user_len(zk), zk->auth, path, zk->root);

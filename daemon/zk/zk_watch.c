@@ -224,6 +224,7 @@ struct backend_watch *zk_watch(void *impl, const char *name, backend_watch_cb cb
         w->nonfair = settings_globs_match(zk->settings->zk_nonfair, name);
         snprintf(w->parent, sizeof(w->parent), "%s/%s/%s", zk->root,
                  w->nonfair ? "nonfair" : "locks", name);
+        zk_interop_parent(zk, name, w->parent, sizeof(w->parent));
         TAILQ_INSERT_TAIL(&zk->watches->all, w, link);
     }
     w->cb = cb;

@@ -14,6 +14,7 @@
 
 #include "zk_batch.h"
 #include "histogram.h"
+#include "interop.h"
 #include "locks.h"
 
 struct event;
@@ -94,6 +95,10 @@ struct zlock {
     int64_t keep_until_ms;     /* monotonic ms: a hold presumed lost keeps our node until
                                 * the last CHECK window it may have been given ends */
     struct event *keep_timer;  /* runs zl_start then (zk_acquire.c); owned */
+    enum interop_profile interop; /* an [interop] name's (conf/interop.h), or INTEROP_NONE:
+                                * parent is its rule's path, our node is named as that
+                                * recipe names its own (zk_names.h), no parent is a
+                                * container or written, no local handoff, no idle node */
     bool nonfair;              /* a non-fair name (zk_nonfair.c): parent is the one fixed
                                 * node's path, node the same once it is ours */
     bool raced;                /* nonfair: this create follows the holder's end */

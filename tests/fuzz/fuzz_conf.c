@@ -106,6 +106,33 @@ static void check_values(const struct settings *s)
     settings_free(&again);
 }
 
+/* Every [interop] rule, written as the file would, is accepted again
+ * (without its line) as the same rule; the checks across sections answer
+ * 0, or an error that names the input and the rule's line. */
+static void check_interop(const struct settings *s, size_t lines)
+{
+    struct interop again = { 0 };
+    char err[1024], value[INTEROP_PATH_MAX + 32];
+
+    for (unsigned i = 0; i < s->interop.n; i++) {
+        const struct interop_rule *r = &s->interop.rules[i];
+
+        CHECK(r->line >= 1 && (size_t)r->line <= lines);
+        snprintf(value, sizeof(value), "%s %s", interop_profile_name(r->profile), r->path);
+        if (interop_add(&again, r->glob, value, 0, err, sizeof(err)) != 0) {
+            fprintf(stderr, "[interop] %s = %s was loaded but is refused: %s\n", r->glob,
+                    value, err);
+            CHECK(0);
+        }
+    }
+    for (unsigned i = 0; i < again.n; i++)
+        again.rules[i].line = s->interop.rules[i].line;
+    CHECK(interop_equal(&again, &s->interop));
+    interop_free(&again);
+    if (settings_check(s, SOURCE, err, sizeof(err)) != 0)
+        fuzz_check_error(err, SOURCE, lines);
+}
+
 static void on_restart(const char *what, void *arg)
 {
     CHECK(what && *what);
@@ -162,6 +189,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     CHECK(rc == 0 || rc == -1);
     if (rc == 0) {
         check_values(&s);
+        check_interop(&s, text_lines);
         check_reload(&s, data, size);
     } else {
         fuzz_check_error(err, SOURCE, text_lines);
