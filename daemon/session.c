@@ -265,7 +265,8 @@ enum session_result session_open(struct sessions *ss, struct client *c, int64_t 
     session_attach(s, c);
     memcpy(id, s->id, sizeof(s->id));
     to_hex(secret, s->secret, sizeof(s->secret));
-    log_info("session %s: opened by conn %llu (%s)%s%s, grace %lld ms", s->id,
+    /* Clients ask for a session on every connection: at debug, as "open". */
+    log_debug("session %s: opened by conn %llu (%s)%s%s, grace %lld ms", s->id,
              (unsigned long long)c->id, c->peer, s->user[0] ? " as user " : "", s->user,
              (long long)grace_ms);
     return SESSION_OK;
@@ -294,7 +295,7 @@ void session_client_lost(struct client *c)
     s->client = NULL;
     s->set->stats.detached++;
     if (moved == 0 && !s->resuming) {
-        log_info("session %s: conn %llu (%s) ended holding nothing; session ended", s->id,
+        log_debug("session %s: conn %llu (%s) ended holding nothing; session ended", s->id,
                  (unsigned long long)c->id, c->peer);
         session_free(s);
         return;
