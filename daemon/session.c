@@ -275,8 +275,8 @@ enum session_result session_open(struct sessions *ss, struct client *c, int64_t 
     to_hex(secret, s->secret, sizeof(s->secret));
     /* Clients ask for a session on every connection: at debug, as "open". */
     log_debug("session %s: opened by conn %llu (%s)%s%s, grace %lld ms", s->id,
-             (unsigned long long)c->id, c->peer, s->user[0] ? " as user " : "", s->user,
-             (long long)grace_ms);
+              (unsigned long long)c->id, c->peer, s->user[0] ? " as user " : "", s->user,
+              (long long)grace_ms);
     return SESSION_OK;
 nomem:
     if (s->timer)
@@ -304,7 +304,7 @@ void session_client_lost(struct client *c)
     s->set->stats.detached++;
     if (moved == 0 && !s->resuming) {
         log_debug("session %s: conn %llu (%s) ended holding nothing; session ended", s->id,
-                 (unsigned long long)c->id, c->peer);
+                  (unsigned long long)c->id, c->peer);
         session_free(s);
         return;
     }
