@@ -344,8 +344,8 @@ enum session_result session_resume(struct sessions *ss, struct client *c, const 
     bool secret_ok, user_ok;
 
     from_hex(given, secret, sizeof(given));
-    /* Compared in constant time, whoever the session is: a wrong secret
-     * takes as long as a right one. */
+    /* Compared in constant time: how long it takes says nothing of how
+     * much of a guess was right. (An id is no secret: it is logged.) */
     secret_ok = s && CRYPTO_memcmp(given, s->secret, sizeof(given)) == 0;
     explicit_bzero(given, sizeof(given));
     /* With a users file, only the session's user may take it back. */
