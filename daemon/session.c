@@ -133,18 +133,10 @@ static int64_t session_detached_ms(const struct lock_owner *o)
     return left < 1 ? 1 : left;    /* its timer is due: still in force until it runs */
 }
 
-/* Handover: a detached session's holds name it "s<id as a number>". */
-static void session_restart_key(const struct lock_owner *o, char *letter, uint64_t *n)
-{
-    *letter = 's';
-    *n = strtoull(session_of_owner(o)->id, NULL, 16);
-}
-
 static const struct lock_owner_ops session_owner_ops = {
     .done = session_done,
     .lost = session_lost,
     .detached_ms = session_detached_ms,
-    .restart_key = session_restart_key,
 };
 
 /* ---------------------------------------------------------------- table */
@@ -411,75 +403,6 @@ const struct restart_part sessions_restart_part = {
     .save = sessions_save,
     .shed = sessions_shed,
 };
-
-struct session *session_restore(struct sessions *ss, const struct session_fields *f,
-                                struct client *c)
-{
-    struct session *s;
-    struct timeval tv;
-    int64_t left;
-
-    if (strlen(f->id) != PROTO_SESSION_LEN || strlen(f->secret) != PROTO_SECRET_LEN ||
-        strspn(f->id, "0123456789abcdef") != PROTO_SESSION_LEN ||
-        strspn(f->secret, "0123456789abcdef") != PROTO_SECRET_LEN || session_find(ss, f->id) ||
-        f->grace_ms < PROTO_GRACE_MIN || f->grace_ms > PROTO_GRACE_MAX || (c && c->session))
-        return NULL;
-    if (!(s = calloc(1, sizeof(*s))))
-        return NULL;
-    if (!(s->timer = evtimer_new(ss->base, on_grace_over, s)) ||
-        !quota_take(&ss->accounts, f->account[0] ? f->account : NULL, &s->acct)) {
-        if (s->timer)
-            event_free(s->timer);
-        free(s);
-        return NULL;
-    }
-    memcpy(s->id, f->id, sizeof(s->id));
-    from_hex(s->secret, f->secret, sizeof(s->secret));
-    if (!tsearch(s, &ss->by_id, by_id)) {
-        quota_put(&ss->accounts, s->acct);
-        event_free(s->timer);
-        free(s);
-        return NULL;
-    }
-    s->set = ss;
-    s->grace_ms = f->grace_ms;
-    snprintf(s->user, sizeof(s->user), "%s", f->user);
-    snprintf(s->account, sizeof(s->account), "%s", f->account);
-    snprintf(s->desc, sizeof(s->desc), "%s", f->desc);
-    snprintf(s->label, sizeof(s->label), "%s", f->label);
-    lock_owner_init(&s->owner, &session_owner_ops, s->desc);
-    s->owner.account = s->account[0] ? s->account : NULL;
-    s->owner.label = s->label[0] ? s->label : NULL;
-    TAILQ_INSERT_TAIL(&ss->all, s, link);
-    ss->stats.current++;
-    if (c) {
-        session_attach(s, c);
-        return s;
-    }
-    /* Detached: its grace ends when it would have in the daemon before. */
-    ss->stats.detached++;
-    s->ends_ms = f->grace_end_ms;
-    left = s->ends_ms - locks_mono_ms();
-    if (left < 0)
-        left = 0;
-    tv.tv_sec = left / 1000;
-    tv.tv_usec = (left % 1000) * 1000;
-    evtimer_add(s->timer, &tv);
-    return s;
-}
-
-void session_fields(const struct session *s, struct session_fields *f)
-{
-    memset(f, 0, sizeof(*f));
-    memcpy(f->id, s->id, sizeof(f->id));
-    to_hex(f->secret, s->secret, sizeof(s->secret));
-    f->grace_ms = s->grace_ms;
-    f->grace_end_ms = s->client ? 0 : s->ends_ms;
-    snprintf(f->user, sizeof(f->user), "%s", s->user);
-    snprintf(f->account, sizeof(f->account), "%s", s->account);
-    snprintf(f->desc, sizeof(f->desc), "%s", s->desc);
-    snprintf(f->label, sizeof(f->label), "%s", s->label);
-}
 
 int64_t session_grace_ms(const struct session *s)
 {

@@ -25,13 +25,11 @@
  * lock_owner, session_owner(); session_grace_end_ms() says when its grace
  * ends on the monotonic clock); an attached one names its struct client
  * (session_client()), whose own lock owner has the holds. A restart part
- * would write per session its fields (session_fields(): id, secret,
- * grace, user, account, desc, label, and for a detached one the grace's
- * end) with the client's key when attached, and read them back with
- * session_restore(), before the lock table's records that name a
- * detached session's owner. Not written yet: the handover carries no
- * session today; sessions_restart_part only ends them all before the
- * connections are shed (session.c).
+ * would write per session its id, secret (session_secret()), grace,
+ * user/account, label, desc and either the client's key or the grace's
+ * end, and read them back with session_restore() (not written yet: the
+ * handover carries no session today, see sessions_restart_note in
+ * session.c).
  */
 #ifndef LOCKBROKER_SESSION_H
 #define LOCKBROKER_SESSION_H
@@ -120,32 +118,6 @@ const char *session_id(const struct session *s);           /* 16 hex digits; liv
 struct client *session_client(const struct session *s);    /* attached to, or NULL */
 struct lock_owner *session_owner(struct session *s);       /* the detached holds' owner */
 int64_t session_grace_end_ms(const struct session *s);     /* detached: monotonic ms */
-
-/*
- * For a restart part: everything a session is, as text (the secret too:
- * a snapshot is the daemon's own memory passed to its successor; wipe
- * the struct after use). session_fields() fills f from s;
- * session_restore() makes a session from f, attached to c (a restored
- * connection, which has none) or, with c NULL, detached with its grace
- * ending at f->grace_end_ms (monotonic ms; CLOCK_MONOTONIC is the same
- * clock in the successor) - at once if that is past. Its holds are then
- * restored naming its owner (session_owner(); its restart key is 's' and
- * the id read as a hex number). NULL: a bad or duplicate field, or out of
- * memory.
- */
-struct session_fields {
-    char id[PROTO_SESSION_LEN + 1];
-    char secret[PROTO_SECRET_LEN + 1];
-    int64_t grace_ms;
-    int64_t grace_end_ms;               /* detached: monotonic ms; 0 while attached */
-    char user[PROTO_USER_MAX + 1];      /* "": no user */
-    char account[PROTO_ACCOUNT_MAX + 1];/* "": counted against the daemon-wide cap only */
-    char desc[64];                      /* names the detached holds */
-    char label[PROTO_LABEL_MAX + 1];    /* "": none */
-};
-void session_fields(const struct session *s, struct session_fields *f);
-struct session *session_restore(struct sessions *ss, const struct session_fields *f,
-                                struct client *c);
 
 /* The handover's part (restart.h; data: the struct sessions): for now its
  * shed ends every session (detached holds abandoned) and it writes nothing. */

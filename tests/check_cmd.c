@@ -1037,81 +1037,6 @@ START_TEST(session_drop_during_a_set)
 }
 END_TEST
 
-/* What a restart part would carry: a session's fields, restored in
- * another table (the successor's), detached or attached. */
-START_TEST(session_fields_round_trip)
-{
-    char id[17], secret[33], line[128], want[128];
-    struct session_fields f, g;
-    struct sessions *old = srv.sessions, *next, *third;
-    struct session *s, *s2;
-    struct fclient c, d;
-    uint64_t token;
-
-    client_start(&c, 3, "127.0.0.1:1003");
-    client_start(&d, 4, "127.0.0.1:1004");
-    grace(&a, "GRACE 60000", id, secret);
-    send_line(&a, "CLIENT job");
-    ck_out(&a, "OK\n");
-    send_line(&a, "LOCK x");
-    token = ck_out_num(&a, "OK x ");
-    session_client_lost(&a.cl);
-    s = sessions_first(old);
-    ck_assert_ptr_nonnull(s);
-    ck_assert_ptr_null(sessions_next(s));
-    ck_assert_str_eq(session_id(s), id);
-    ck_assert_ptr_null(session_client(s));
-    session_fields(s, &f);
-    ck_assert_str_eq(f.id, id);
-    ck_assert_str_eq(f.secret, secret);
-    ck_assert_int_eq(f.grace_ms, 60000);
-    ck_assert_int_eq(f.grace_end_ms, session_grace_end_ms(s));
-    ck_assert_str_eq(f.desc, "127.0.0.1:1001");
-    ck_assert_str_eq(f.label, "job");
-    ck_assert_str_eq(f.account, "address 127.0.0.1");
-
-    next = sessions_new(base, t);
-    ck_assert_ptr_nonnull(next);
-    g = f;
-    g.secret[0] = 'X';
-    ck_assert_ptr_null(session_restore(next, &g, NULL));    /* not hex */
-    s2 = session_restore(next, &f, NULL);
-    ck_assert_ptr_nonnull(s2);
-    ck_assert_ptr_null(session_restore(next, &f, NULL));    /* the id is taken */
-    /* The lock table's part names the session's owner: its holds follow. */
-    ck_assert_uint_eq(locks_owner_move_held(t, session_owner(s), session_owner(s2)), 1);
-    srv.sessions = next;
-    send_line(&c, "STATUS x");
-    ck_assert_msg(strstr(c.out, " detached=") && strstr(c.out, " label=job\n") &&
-                  strstr(c.out, "/127.0.0.1:1001 "), "%s", c.out);
-    c.len = 0;
-    snprintf(line, sizeof(line), "RESUME %s %s", id, secret);
-    send_line(&c, line);
-    snprintf(want, sizeof(want), "OK %s 1\n", id);
-    ck_out(&c, want);
-    send_line(&c, "CHECK x");
-    snprintf(want, sizeof(want), "OK x %" PRIu64 " ", token);
-    ck_out_num(&c, want);
-
-    /* Attached: restored onto a client, which has it then. */
-    session_fields(s2, &g);
-    ck_assert_int_eq(g.grace_end_ms, 0);
-    third = sessions_new(base, t);
-    ck_assert_ptr_nonnull(third);
-    ck_assert_ptr_eq(session_restore(third, &g, &d.cl), d.cl.session);
-    ck_assert_ptr_eq(session_client(d.cl.session), &d.cl);
-    sessions_free(third);
-    ck_assert_ptr_null(d.cl.session);
-    sessions_free(next);
-    ck_assert_ptr_null(c.cl.session);
-    srv.sessions = old;
-    client_release_all(&c.cl, false);
-    client_release_all(&d.cl, false);
-    client_destroy(&c.cl);
-    client_destroy(&d.cl);
-}
-END_TEST
-
 static Suite *cmd_suite(void)
 {
     Suite *s = suite_create("cmd");
@@ -1139,7 +1064,6 @@ static Suite *cmd_suite(void)
     tcase_add_test(tc, unlock_keep_not_for_leases);
     tcase_add_test(tc, session_detach_resume_expire);
     tcase_add_test(tc, session_drop_during_a_set);
-    tcase_add_test(tc, session_fields_round_trip);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("sets");
