@@ -380,6 +380,22 @@ class Detached(Base):
         self.assertEqual(self.check_token(back, "x")[0], token)
         self.assertNotRegex(self.status(d, "x"), r"detached=")
 
+    def test_end_of_input_detaches_after_the_answers(self):
+        d = self.start()
+        a = self.connect(d)
+        session, secret = self.grace(a)
+        mark = d.log_mark()
+        # A half-close (nc -N): what came is answered, then the holds detach.
+        a.send("LOCK x\nLOCK y\n")
+        a.shutdown_write()
+        self.assertRegex(a.line(), r"^OK x \d+$")
+        self.assertRegex(a.line(), r"^OK y \d+$")
+        a.expect_eof()
+        self.detached(d, mark, 2)
+        self.assertRegex(self.status(d, "y"), r" detached=\d+$")
+        back = self.connect(d)
+        self.assertEqual(back.request("RESUME %s %s" % (session, secret)), "OK %s 2" % session)
+
     def test_closes_that_do_not_detach(self):
         d = self.start()
         # QUIT releases at once and ends the session.
