@@ -549,7 +549,9 @@ int handover_to_fdstore(struct handover_ctx *p)
     return 0;
 }
 
+/* One line per format it reads: the old daemon looks for its own. */
 void handover_print_format(void)
 {
-    printf("lockbrokerd %s: snapshot format %d\n", PACKAGE_VERSION, SNAP_FORMAT);
+    for (int f = SNAP_FORMAT; f >= SNAP_FORMAT_OLDEST; f--)
+        printf("lockbrokerd %s: snapshot format %d\n", PACKAGE_VERSION, f);
 }

@@ -414,7 +414,8 @@ static void register_restart_parts(struct daemon *d)
     if (backend)
         restart_register(&d->restart, backend, d->backend->impl);
     restart_register(&d->restart, &leases_restart_part, d->leases);
-    /* Before the connections: its shed ends the sessions first (session.h). */
+    /* Before the connections (attached sessions find theirs once all are
+     * read) and the lock table (detached holds name their session). */
     restart_register(&d->restart, &sessions_restart_part, d->srv.sessions);
     restart_register(&d->restart, &conn_restart_part, &d->srv);
     restart_register(&d->restart, &locks_restart_part, d->locks);

@@ -26,6 +26,7 @@
 #include "log.h"
 #include "quota.h"
 #include "restart.h"
+#include "snap.h"
 
 #define SECRET_BYTES (PROTO_SECRET_LEN / 2)
 #define ID_BYTES (PROTO_SESSION_LEN / 2)
@@ -50,6 +51,9 @@ struct session {
     char label[PROTO_LABEL_MAX + 1]; /* that connection's CLIENT label, or "" */
     bool resuming;                 /* RESUME cuts the connection it is attached to: the
                                     * session goes on even if that one held nothing */
+    bool restoring;                /* a handover's successor: attached to the connection
+                                    * restore_client, not found yet (sessions_restored) */
+    uint64_t restore_client;
 };
 
 struct sessions {
@@ -133,10 +137,13 @@ static int64_t session_detached_ms(const struct lock_owner *o)
     return left < 1 ? 1 : left;    /* its timer is due: still in force until it runs */
 }
 
+static void session_restart_key(const struct lock_owner *o, char *letter, uint64_t *n);
+
 static const struct lock_owner_ops session_owner_ops = {
     .done = session_done,
     .lost = session_lost,
     .detached_ms = session_detached_ms,
+    .restart_key = session_restart_key,
 };
 
 /* ---------------------------------------------------------------- table */
@@ -369,72 +376,177 @@ enum session_result session_resume(struct sessions *ss, struct client *c, const 
 }
 
 /*
- * The handover carries no session yet (session.h says how a restart part
- * would walk them): before the connections are shed and saved, every
- * session ends as a close would end it - a detached one's holds are
- * abandoned, an attached one's stay its connection's, which is carried
- * (or, over TLS, closed and abandoned) as before sessions existed.
+ * The handover's part (restart.h; data: the struct sessions). By the time
+ * it saves, the connections that cannot be carried (TLS) were shed: closed
+ * as lost (conn.c), so their sessions detached there, their grace counting
+ * from that close. So every session is either detached, the owner of its
+ * holds (their records name it 's'<id>, session_restart_key), or attached
+ * to a connection that is carried. Records: "sessions" (the counters since
+ * start), then one "session" per session:
+ *
+ *   session <id> <secret hex> <grace ms> <user> <account> <desc> <label>
+ *           <attached> <conn id> <grace end, monotonic ms>
+ *
+ * The secret travels as the session's other secrets do (the ZooKeeper
+ * password, the logins): in the memory file passed to the successor only.
  */
-static unsigned sessions_shed(void *data)
+static void session_restart_key(const struct lock_owner *o, char *letter, uint64_t *n)
 {
-    struct sessions *ss = data;
-    struct session *s;
-
-    while ((s = TAILQ_FIRST(&ss->all))) {
-        if (s->client) {
-            s->client->session = NULL;
-        } else {
-            log_info("session %s: a handover carries no session: %u detached holds of %s "
-                     "abandoned", s->id, s->owner.nholds, s->desc);
-            locks_owner_abandon_all(ss->locks, &s->owner);
-        }
-        session_free(s);
-    }
-    return 0;           /* no connection closed */
+    *letter = 's';
+    *n = strtoull(session_of_owner(o)->id, NULL, 16);
 }
 
 static void sessions_save(void *data, struct snap_w *w)
 {
+    struct sessions *ss = data;
+    struct session *s;
+    char secret[PROTO_SECRET_LEN + 1];
+
+    snap_w_rec(w, "sessions");
+    snap_w_u64(w, ss->stats.resumed);
+    snap_w_u64(w, ss->stats.expired);
+    TAILQ_FOREACH(s, &ss->all, link) {
+        snap_w_rec(w, "session");
+        snap_w_str(w, s->id);
+        to_hex(secret, s->secret, sizeof(s->secret));
+        snap_w_str(w, secret);
+        explicit_bzero(secret, sizeof(secret));
+        snap_w_i64(w, s->grace_ms);
+        snap_w_str(w, s->user);
+        snap_w_str(w, s->account);
+        snap_w_str(w, s->desc);
+        snap_w_str(w, s->label);
+        snap_w_bool(w, s->client != NULL);
+        snap_w_u64(w, s->client ? s->client->id : 0);
+        snap_w_i64(w, s->client ? 0 : s->ends_ms);
+    }
+}
+
+static bool sessions_restore_stats(void *data, struct snap_r *r, struct restart_in *in)
+{
+    struct sessions *ss = data;
+
+    ss->stats.resumed = snap_r_u64(r);
+    ss->stats.expired = snap_r_u64(r);
+    return snap_r_done(r);
+}
+
+static bool hex_word(const char *s, size_t len)
+{
+    if (strlen(s) != len)
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return false;
+    return true;
+}
+
+/* Arms s's grace timer for what is left of it (a grace that ran out during
+ * the handover ends as soon as the loop runs). */
+static bool session_arm_grace(struct session *s)
+{
+    int64_t left = s->ends_ms - locks_mono_ms();
+    struct timeval tv;
+
+    left = left < 0 ? 0 : left;
+    tv.tv_sec = left / 1000;
+    tv.tv_usec = (left % 1000) * 1000;
+    return evtimer_add(s->timer, &tv) == 0;
+}
+
+static bool session_restore(void *data, struct snap_r *r, struct restart_in *in)
+{
+    struct sessions *ss = data;
+    struct session *s = calloc(1, sizeof(*s));
+    char secret[PROTO_SECRET_LEN + 1] = "";
+    bool attached;
+
+    if (!s)
+        return snap_r_fail(r, "out of memory");
+    snap_r_str_copy(r, s->id, sizeof(s->id));
+    snap_r_str_copy(r, secret, sizeof(secret));
+    s->grace_ms = snap_r_i64(r);
+    snap_r_str_copy(r, s->user, sizeof(s->user));
+    snap_r_str_copy(r, s->account, sizeof(s->account));
+    snap_r_str_copy(r, s->desc, sizeof(s->desc));
+    snap_r_str_copy(r, s->label, sizeof(s->label));
+    attached = snap_r_bool(r);
+    s->restore_client = snap_r_u64(r);
+    s->ends_ms = snap_r_i64(r);
+    if (snap_r_done(r) && (!hex_word(s->id, PROTO_SESSION_LEN) ||
+                           !hex_word(secret, PROTO_SECRET_LEN) || s->grace_ms <= 0))
+        snap_r_fail(r, "a session record with a bad id, secret or grace");
+    if (!snap_r_ok(r)) {
+        explicit_bzero(secret, sizeof(secret));
+        free(s);
+        return false;
+    }
+    from_hex(s->secret, secret, sizeof(s->secret));
+    explicit_bzero(secret, sizeof(secret));
+    s->set = ss;
+    lock_owner_init(&s->owner, &session_owner_ops, s->desc);
+    s->owner.account = s->account;
+    s->owner.label = s->label[0] ? s->label : NULL;
+    if (session_find(ss, s->id)) {
+        snap_r_fail(r, "session %s twice", s->id);
+        free(s);
+        return false;
+    }
+    if (!(s->timer = evtimer_new(ss->base, on_grace_over, s)) ||
+        !quota_take(&ss->accounts, s->account, &s->acct) || !tsearch(s, &ss->by_id, by_id)) {
+        if (s->acct)
+            quota_put(&ss->accounts, s->acct);
+        if (s->timer)
+            event_free(s->timer);
+        free(s);
+        return snap_r_fail(r, "out of memory");
+    }
+    TAILQ_INSERT_TAIL(&ss->all, s, link);
+    ss->stats.current++;
+    if (attached) {
+        /* Its connection comes later in the snapshot: sessions_restored. */
+        s->restoring = true;
+        return true;
+    }
+    ss->stats.detached++;
+    if (!session_arm_grace(s))
+        return snap_r_fail(r, "out of memory");
+    /* Its holds' records name it; they come after the connections. */
+    return restart_keep(in, r, 's', strtoull(s->id, NULL, 16), &s->owner);
+}
+
+/* Every record was read: attached sessions find their connection. */
+static bool sessions_restored(void *data, struct snap_r *r, struct restart_in *in)
+{
+    struct sessions *ss = data;
+    struct session *s;
+
+    TAILQ_FOREACH(s, &ss->all, link) {
+        struct lock_owner *o;
+
+        if (!s->restoring)
+            continue;
+        if (!(o = restart_find(in, 'c', s->restore_client)))
+            return snap_r_fail(r, "session %s names conn %llu, which is not there", s->id,
+                               (unsigned long long)s->restore_client);
+        s->restoring = false;
+        session_attach(s, client_of_owner(o));
+    }
+    if (ss->stats.current)
+        log_info("handover: carried %llu sessions, %llu of them detached",
+                 (unsigned long long)ss->stats.current, (unsigned long long)ss->stats.detached);
+    return true;
 }
 
 const struct restart_part sessions_restart_part = {
     .name = "sessions",
-    .kinds = (const struct restart_kind[]){ { NULL } },
+    .kinds = (const struct restart_kind[]){
+        { "sessions", sessions_restore_stats }, { "session", session_restore }, { NULL } },
     .save = sessions_save,
-    .shed = sessions_shed,
+    .restored = sessions_restored,
 };
 
 int64_t session_grace_ms(const struct session *s)
 {
     return s->grace_ms;
-}
-
-struct session *sessions_first(const struct sessions *ss)
-{
-    return TAILQ_FIRST(&ss->all);
-}
-
-struct session *sessions_next(const struct session *s)
-{
-    return TAILQ_NEXT(s, link);
-}
-
-const char *session_id(const struct session *s)
-{
-    return s->id;
-}
-
-struct client *session_client(const struct session *s)
-{
-    return s->client;
-}
-
-struct lock_owner *session_owner(struct session *s)
-{
-    return &s->owner;
-}
-
-int64_t session_grace_end_ms(const struct session *s)
-{
-    return s->ends_ms;
 }

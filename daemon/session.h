@@ -20,16 +20,10 @@
  * must close only through client_io's cut. Everything runs on the event
  * loop thread.
  *
- * For a restart part (the handover): every session is in the table's list
- * (sessions_each). A detached one is the owner of its holds (its
- * lock_owner, session_owner(); session_grace_end_ms() says when its grace
- * ends on the monotonic clock); an attached one names its struct client
- * (session_client()), whose own lock owner has the holds. A restart part
- * would write per session its id, secret (session_secret()), grace,
- * user/account, label, desc and either the client's key or the grace's
- * end, and read them back with session_restore() (not written yet: the
- * handover carries no session today, see sessions_restart_note in
- * session.c).
+ * The handover (sessions_restart_part) carries every session: a TLS
+ * connection, which cannot be carried, is closed first as lost, so its
+ * session detaches there; detached sessions go with their holds and the
+ * instant their grace ends, attached ones with their connection.
  */
 #ifndef LOCKBROKER_SESSION_H
 #define LOCKBROKER_SESSION_H
@@ -110,17 +104,8 @@ void session_client_end(struct client *c);
 /* Its grace in ms (CHECK's window counts it). */
 int64_t session_grace_ms(const struct session *s);
 
-/* For a restart part (above): the sessions in order of opening, their
- * state, their holds' owner while detached. */
-struct session *sessions_first(const struct sessions *ss);
-struct session *sessions_next(const struct session *s);
-const char *session_id(const struct session *s);           /* 16 hex digits; lives with s */
-struct client *session_client(const struct session *s);    /* attached to, or NULL */
-struct lock_owner *session_owner(struct session *s);       /* the detached holds' owner */
-int64_t session_grace_end_ms(const struct session *s);     /* detached: monotonic ms */
-
-/* The handover's part (restart.h; data: the struct sessions): for now its
- * shed ends every session (detached holds abandoned) and it writes nothing. */
+/* The handover's part (restart.h; data: the struct sessions): "sessions"
+ * and "session" records, before the connections' and the lock table's. */
 struct restart_part;
 extern const struct restart_part sessions_restart_part;
 

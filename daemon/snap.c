@@ -232,9 +232,9 @@ int snap_r_open(struct snap_r *r, char *buf, size_t len)
     if (sscanf(bounded(line, sizeof(line), buf + sizeof(SNAP_MAGIC), len - sizeof(SNAP_MAGIC)),
                "%d", &format) != 1)
         return snap_r_fail(r, "its header has no format number"), -1;
-    if (format != SNAP_FORMAT)
-        return snap_r_fail(r, "its format is %d; this lockbrokerd reads format %d only",
-                           format, SNAP_FORMAT), -1;
+    if (format < SNAP_FORMAT_OLDEST || format > SNAP_FORMAT)
+        return snap_r_fail(r, "its format is %d; this lockbrokerd reads formats %d to %d only",
+                           format, SNAP_FORMAT_OLDEST, SNAP_FORMAT), -1;
     /* The end line: "end <records> <hash>\n", the last line. */
     if (buf[len - 1] != '\n')
         return snap_r_fail(r, "it is truncated (no end line)"), -1;

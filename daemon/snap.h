@@ -26,8 +26,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The format this build writes and reads. Bumped by any change to a record. */
-#define SNAP_FORMAT 1
+/* The format this build writes, and the oldest it reads. Bumped by any
+ * change to a record. Format 2 added the "session" record (session.c):
+ * a format 1 snapshot is a format 2 one without sessions, so a daemon of
+ * the previous format can hand over to this one, not back. */
+#define SNAP_FORMAT 2
+#define SNAP_FORMAT_OLDEST 1
 
 /* The largest snapshot written or read (PROTOCOL.md, Handover). */
 #define SNAP_MAX_BYTES (256u * 1024 * 1024)

@@ -353,8 +353,8 @@ START_TEST(record_kinds_in_order)
             snap_w_u64(&w, i);
     }
     text = finish(&w, &len);
-    ck_assert_int_eq(strncmp(text, "lockbrokerd-snapshot 1 " PACKAGE_VERSION "\n",
-                             strlen("lockbrokerd-snapshot 1 " PACKAGE_VERSION "\n")), 0);
+    ck_assert_int_eq(strncmp(text, "lockbrokerd-snapshot 2 " PACKAGE_VERSION "\n",
+                             strlen("lockbrokerd-snapshot 2 " PACKAGE_VERSION "\n")), 0);
     snprintf(want_end, sizeof(want_end), "\nend %zu ", n);
     ck_assert_ptr_nonnull(strstr(text, want_end));
     ck_assert_uint_eq(w.records, n);
@@ -557,18 +557,23 @@ START_TEST(other_format)
     char *good = small_snapshot(&len), *body, *text;
     const size_t digit = strlen("lockbrokerd-snapshot ");
 
-    /* The same records under format 2, with a checksum that matches. */
+    /* The same records under format 3, with a checksum that matches. */
     blen = (size_t)(strstr(good, "\nend ") + 1 - good);
     body = malloc(blen + 1);
     ck_assert_ptr_nonnull(body);
     memcpy(body, good, blen);
     body[blen] = '\0';
-    ck_assert_int_eq(body[digit], '1');
-    body[digit] = '2';
+    ck_assert_int_eq(body[digit], '2');
+    body[digit] = '3';
     text = forge(body, 3);
-    ck_refused(text, strlen(text), "its format is 2; this lockbrokerd reads format 1 only");
+    ck_refused(text, strlen(text), "its format is 3; this lockbrokerd reads formats 1 to 2 only");
     free(text);
-    /* ... and the unchanged body under format 1 is read: only the number differs. */
+    body[digit] = '0';
+    text = forge(body, 3);
+    ck_refused(text, strlen(text), "its format is 0; this lockbrokerd reads formats 1 to 2 only");
+    free(text);
+    /* ... and the unchanged body under format 1 (no session records: the
+     * previous format) is read: only the number differs. */
     body[digit] = '1';
     text = forge(body, 3);
     {

@@ -793,8 +793,8 @@ class SuccessorFails(Case):
     def test_check_fails_serving_on(self):
         for name, script, why in (
                 ("exit 1", 'echo "stand-in: not today"; exit 1\n', "stand-in: not today"),
-                ("other format", 'echo "lockbrokerd 9.9: snapshot format 2"; exit 0\n',
-                 "snapshot format 2"),
+                ("other format", 'echo "lockbrokerd 9.9: snapshot format 3"; exit 0\n',
+                 "snapshot format 3"),
                 ("silent", "exit 0\n", "it printed nothing")):
             with self.subTest(name):
                 d, exe = self.start_copy()
@@ -824,6 +824,9 @@ class SuccessorFails(Case):
         # It answers the check as the daemon does, and fails to start.
         check = run_daemon(["--check-handover"] + d.argv)
         self.assertEqual(check.returncode, 0, check)
+        # The format it writes, and the older one it reads (a daemon of the
+        # previous format may hand over to it).
+        self.assertIn("snapshot format 2\n", check.stdout)
         self.assertIn("snapshot format 1\n", check.stdout)
         replace_with_script(exe, 'if [ "$1" = --check-handover ]; then\n'
                             '    printf "%%s" "%s"; exit 0\nfi\n'
@@ -914,14 +917,14 @@ class SnapshotRefused(Case):
         return d
 
     def test_the_captured_snapshot_is_one(self):
-        self.assertRegex(self.real, rb"^lockbrokerd-snapshot 1 %s\ndaemon "
+        self.assertRegex(self.real, rb"^lockbrokerd-snapshot 2 %s\ndaemon "
                          % re.escape(daemon_version().encode()))
         self.assertRegex(self.real, rb"\nconn \d+ \d+ 127\.0\.0\.1:\d+ - snap-holder ")
         self.assertRegex(self.real, rb"\nend \d+ [0-9a-f]{16}\n$")
 
     def test_other_format(self):
-        self.assert_refused(reforge(self.real, 2),
-                            "its format is 2; this lockbrokerd reads format 1 only")
+        self.assert_refused(reforge(self.real, 3),
+                            "its format is 3; this lockbrokerd reads formats 1 to 2 only")
 
     def test_truncated(self):
         for cut in (len(self.real) - 1, len(self.real) // 2, self.real.index(b"\n") + 1, 30):
@@ -1026,6 +1029,84 @@ class Tls(Case):
         # Its lock ended with it, as in a crash; the TLS listener was carried.
         t2 = tls_client()
         self.assertGreater(self.lock(t2, "tls-held"), tt)
+
+    def test_sessions_go_across_detached_over_tls_attached_over_plain(self):
+        """A TLS connection is still closed, but one with a session (GRACE)
+        has its holds detached, carried, and taken back on the successor
+        (RESUME); a plain one's session stays attached to it, and one
+        detached before the handover is carried detached."""
+        tmp = make_tmpdir()
+        pki = Pki(os.path.join(tmp, "pki"))
+        cert, key = pki.issue("localhost", server=True)
+        d = self.start(config="[server]\n" + tls_section(cert, key, pki.ca, "none"))
+        host, port, _ = lbharness.parse_hostport(d.wait_log(TLS_LISTEN_RE).group(1))
+
+        def tls_client():
+            raw = socket.create_connection((host, port), timeout=scaled(20.0))
+            s = ssl.create_default_context(cafile=pki.ca).wrap_socket(
+                raw, server_hostname="127.0.0.1")
+            c = TlsClient(s)
+            c.daemon = d
+            self.addCleanup(c.close)
+            return c
+
+        def grace(c):
+            m = re.match(r"^OK ([0-9a-f]{16}) ([0-9a-f]{32})$", c.request("GRACE 60000"))
+            self.assertTrue(m)
+            return m.group(1), m.group(2)
+
+        t = tls_client()
+        t_session = grace(t)
+        tt = self.lock(t, "tls-held")
+        p = self.connect(d)
+        p_session = grace(p)
+        tp = self.lock(p, "plain-held")
+        gone = self.connect(d)
+        gone_session = grace(gone)
+        tg = self.lock(gone, "gone-held")
+        mark = d.log_mark()
+        gone.close()
+        d.wait_log(r"session %s: conn \d+ \(.*\) ended without QUIT: 1 holds detached"
+                   % gone_session[0], since=mark)
+        mark = d.log_mark()
+        self.handover(d)
+        # The TLS connection was closed, its session detached, not ended.
+        self.assertIsNotNone(d.find_log(r"a TLS connection cannot be handed over; closing$",
+                                        since=mark), d.log_tail())
+        self.assertIsNotNone(d.find_log(r"session %s: conn \d+ \(.*\) ended without QUIT: 1 "
+                                        r"holds detached" % t_session[0], since=mark))
+        self.assertIsNotNone(d.find_log(r"handover: carried 3 sessions, 2 of them detached$",
+                                        since=mark), d.log_tail())
+        with d.client() as o:
+            # Nobody else is granted the detached names meanwhile.
+            self.assertEqual(o.request("TRYLOCK tls-held"), "BUSY tls-held")
+            self.assertEqual(o.request("TRYLOCK gone-held"), "BUSY gone-held")
+            self.assertRegex(o.request("STATUS tls-held"),
+                             r"^STATUS tls-held held .* token=%d .* detached=\d+" % tt)
+        # The TLS client comes back on the successor, over TLS: same token.
+        t2 = tls_client()
+        self.assertEqual(t2.request("RESUME %s %s" % t_session), "OK %s 1" % t_session[0])
+        self.assertRegex(t2.request("CHECK tls-held"), r"^OK tls-held %d \d+$" % tt)
+        # The one detached before the handover, likewise.
+        g2 = self.connect(d)
+        self.assertEqual(g2.request("RESUME %s %s" % gone_session),
+                         "OK %s 1" % gone_session[0])
+        self.assertRegex(g2.request("CHECK gone-held"), r"^OK gone-held %d \d+$" % tg)
+        # The plain connection was carried with its session attached: when it
+        # drops now, its hold is detached, and taken back with its secret.
+        self.assertRegex(p.request("CHECK plain-held"), r"^OK plain-held %d \d+$" % tp)
+        mark = d.log_mark()
+        p.close()
+        d.wait_log(r"session %s: conn \d+ \(.*\) ended without QUIT: 1 holds detached"
+                   % p_session[0], since=mark)
+        p2 = self.connect(d)
+        self.assertEqual(p2.request("RESUME %s %s" % p_session), "OK %s 1" % p_session[0])
+        self.assertRegex(p2.request("CHECK plain-held"), r"^OK plain-held %d \d+$" % tp)
+        st = read_stats(p2)
+        self.assertEqual((st["sessions"], st["sessions_detached"], st["sessions_resumed"]),
+                         ("3", "0", "3"))
+        for c, name in ((t2, "tls-held"), (g2, "gone-held"), (p2, "plain-held")):
+            self.assertEqual(c.request("UNLOCK %s" % name), "OK %s" % name)
 
 
 # ------------------------------------------------------------------ e.
