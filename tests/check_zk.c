@@ -126,11 +126,91 @@ START_TEST(kind_of_unknown_is_exclusive)
 }
 END_TEST
 
+/* The recipes' nodes, named as each recipe names them (kazoo's
+ * uuid4().hex + marker, Curator's and go-zookeeper's protected prefix
+ * "_c_<id>-" + "lock-"): the marker right before the sequence says the
+ * mode; the sequence is the 10 digits after it. */
+START_TEST(kind_of_recipe_markers)
+{
+    static const struct {
+        const char *name;
+        enum lock_mode mode;
+        long long seq;
+    } cases[] = {
+        { "9f1c2e3d4b5a69788796a5b4c3d2e1f0__lock__0000000003", LOCK_EXCLUSIVE, 3 },
+        { "9f1c2e3d4b5a69788796a5b4c3d2e1f0__rlock__0000000004", LOCK_SHARED, 4 },
+        { "_c_0b7e8f3a-3c1d-4e59-9a43-1f2d3c4b5a69-lock-0000000005", LOCK_EXCLUSIVE, 5 },
+        { "_c_5e0a4f1b2c3d4e5f60718293a4b5c6d7-lock-0000000006", LOCK_EXCLUSIVE, 6 },
+        { "_c_0b7e8f3a-3c1d-4e59-9a43-1f2d3c4b5a69-__WRIT__0000000007", LOCK_EXCLUSIVE, 7 },
+        { "_c_0b7e8f3a-3c1d-4e59-9a43-1f2d3c4b5a69-__READ__0000000008", LOCK_SHARED, 8 },
+        { "lock-0000000009", LOCK_EXCLUSIVE, 9 },      /* no marker: unknown, exclusive */
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct zkind k = zk_kind_of(cases[i].name);
+
+        ck_assert_msg(k.mode == cases[i].mode, "%s", cases[i].name);
+        ck_assert_msg(!k.lease && k.delay_ms == 0 && !k.unordered, "%s", cases[i].name);
+        ck_assert_msg(k.recipe == (i < 6), "%s", cases[i].name);
+        ck_assert_int_eq(zk_seq_of(cases[i].name), cases[i].seq);
+    }
+    ck_assert_str_eq(zk_marker_of(cases[1].name)->text, "__rlock__");
+    ck_assert_str_eq(zk_marker_of(cases[2].name)->text, "-lock-");
+    /* Only right before the sequence: a host named db-lock-1 makes a
+     * daemon id with "-lock-" in it, and its nodes stay ours. */
+    ck_assert_ptr_null(zk_marker_of("db-lock-1-77-ab12-3-shared-0000000009"));
+    ck_assert_int_eq(zk_kind_of("db-lock-1-77-ab12-3-shared-0000000009").mode, LOCK_SHARED);
+    ck_assert(!zk_kind_of("db-lock-1-77-ab12-3-shared-0000000009").recipe);
+    ck_assert_ptr_null(zk_marker_of("x__lock__000000001"));     /* 9 digits */
+}
+END_TEST
+
+/* No sequence: not ZooKeeper's counter after a separator. A kazoo
+ * Semaphore's lease is a bare uuid4().hex, which may end in ten digits. */
+START_TEST(kind_of_unordered)
+{
+    const char *const names[] = {
+        "3f2a9c0d7e6b4a58b1c2d3e41234567890",   /* hex uuid ending in 10 digits */
+        "3f2a9c0d7e6b4a58b1c2d3e4f5a6b7c8",     /* hex uuid */
+        "node0000000001",                       /* zkCli create -s /x/node */
+        "holder",
+        "",
+    };
+
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        struct zkind k = zk_kind_of(names[i]);
+
+        ck_assert_msg(k.unordered && !k.recipe && k.mode == LOCK_EXCLUSIVE, "%s", names[i]);
+        ck_assert_int_eq(zk_seq_of(names[i]), -1);
+    }
+    ck_assert(!zk_kind_of("0000000007").unordered);     /* zkCli create -s /x/ */
+    ck_assert(!zk_kind_of("h-1-excl-0000000007").unordered);
+}
+END_TEST
+
+/* What a prefix this daemon writes in a recipe's format must not hold. */
+START_TEST(has_marker)
+{
+    const char *s = "d1-7-__rlock__x";
+
+    ck_assert(zk_has_marker(s, strlen(s)));
+    ck_assert(!zk_has_marker(s, 10));                   /* "d1-7-__rlo" */
+    ck_assert(zk_has_marker("a-lock-", 7));
+    ck_assert(zk_has_marker("__READ__", 8));
+    ck_assert(zk_has_marker("x__WRIT__", 9));
+    ck_assert(zk_has_marker("__lock__", 8));
+    ck_assert(!zk_has_marker("host-1-2-3-excl-", 16));
+    ck_assert(!zk_has_marker("__lock_", 7));
+    ck_assert(!zk_has_marker("", 0));
+}
+END_TEST
+
 START_TEST(classes)
 {
-    struct zkind excl = { LOCK_EXCLUSIVE, 0, false, 0 }, shared = { LOCK_SHARED, 0, false, 0 };
-    struct zkind l3 = { LOCK_LIMIT, 3, false, 0 }, l3lease = { LOCK_LIMIT, 3, true, 0 };
-    struct zkind l4 = { LOCK_LIMIT, 4, false, 0 };
+    struct zkind excl = { .mode = LOCK_EXCLUSIVE }, shared = { .mode = LOCK_SHARED };
+    struct zkind l3 = { .mode = LOCK_LIMIT, .limit = 3 };
+    struct zkind l3lease = { .mode = LOCK_LIMIT, .limit = 3, .lease = true };
+    struct zkind l4 = { .mode = LOCK_LIMIT, .limit = 4 };
 
     ck_assert(zk_same_class(excl, shared));
     ck_assert(zk_same_class(shared, excl));
@@ -337,6 +417,87 @@ START_TEST(view_other_class)
 }
 END_TEST
 
+/* A kazoo ReadLock's or Curator's read lock's node is a reader: ours hold
+ * beside it, as it holds beside ours (kazoo's ReadLock minds only
+ * "__lock__" before it, Curator's read lock only "__WRIT__"). */
+START_TEST(view_recipe_readers_beside_ours)
+{
+    struct String_vector ch = LISTING("kz1__rlock__0000000001", "d1-1-shared-0000000002",
+                                      "_c_77-__READ__0000000003", "d2-4-shared-0000000004");
+    struct zview v;
+
+    zk_view_of(&ch, "d2-4-shared-0000000004", LOCK_SHARED, 0, &v);
+    ck_assert_uint_eq(v.below, 3);
+    ck_assert_ptr_null(v.blocker);
+    ck_assert(!v.first_other_class);
+    ck_assert(zk_view_may_hold(LOCK_SHARED, 0, &v));
+    /* A writer of ours waits for the reader just before it. */
+    zk_view_of(&ch, "d2-4-shared-0000000004", LOCK_EXCLUSIVE, 0, &v);
+    ck_assert(!zk_view_may_hold(LOCK_EXCLUSIVE, 0, &v));
+    ck_assert_str_eq(zk_view_waits_for(LOCK_EXCLUSIVE, 0, &v), "_c_77-__READ__0000000003");
+}
+END_TEST
+
+/* A recipe's exclusive node before ours: kazoo's Lock, Curator's mutex
+ * and write lock, go-zookeeper's Lock. Ours waits for it, reader or
+ * writer, and is not refused (the same class as ours). */
+START_TEST(view_recipe_writer_before_us)
+{
+    const char *const writers[] = { "kz__lock__0000000003", "_c_9-lock-0000000003",
+                                    "_c_9-__WRIT__0000000003" };
+    struct zview v;
+
+    for (size_t i = 0; i < sizeof(writers) / sizeof(writers[0]); i++) {
+        struct String_vector ch = LISTING("d1-1-shared-0000000004", writers[i],
+                                          "d1-2-excl-0000000005");
+
+        zk_view_of(&ch, "d1-1-shared-0000000004", LOCK_SHARED, 0, &v);
+        ck_assert(!v.first_other_class);
+        ck_assert(!zk_view_may_hold(LOCK_SHARED, 0, &v));
+        ck_assert_str_eq(zk_view_waits_for(LOCK_SHARED, 0, &v), writers[i]);
+        zk_view_of(&ch, "d1-2-excl-0000000005", LOCK_EXCLUSIVE, 0, &v);
+        ck_assert(!zk_view_may_hold(LOCK_EXCLUSIVE, 0, &v));
+        ck_assert_str_eq(zk_view_waits_for(LOCK_EXCLUSIVE, 0, &v), "d1-1-shared-0000000004");
+    }
+}
+END_TEST
+
+/* A child without a sequence (a kazoo Semaphore's lease) holds outside
+ * the order: a reader or a writer of ours first in line waits for it; a
+ * semaphore counts it among its holders. */
+START_TEST(view_unordered_child_holds)
+{
+    struct String_vector ch = LISTING("d1-1-excl-0000000004", "ffee0011223344556677889900aabbcc",
+                                      "00112233445566778899aabbccddeeff");
+    struct String_vector sem = LISTING("d1-1-limit3-0000000004", "d1-2-limit3-0000000005",
+                                       "ffee0011223344556677889900aabbcc");
+    struct zview v;
+
+    zk_view_of(&ch, "d1-1-excl-0000000004", LOCK_EXCLUSIVE, 0, &v);
+    ck_assert(v.found);
+    ck_assert_uint_eq(v.below, 0);
+    ck_assert_uint_eq(v.unordered_n, 2);
+    ck_assert(!v.first_other_class);
+    ck_assert(!zk_view_may_hold(LOCK_EXCLUSIVE, 0, &v));
+    /* The first by name, whatever the listing's order. */
+    ck_assert_str_eq(zk_view_waits_for(LOCK_EXCLUSIVE, 0, &v),
+                     "00112233445566778899aabbccddeeff");
+    zk_view_of(&ch, "d1-1-excl-0000000004", LOCK_SHARED, 0, &v);
+    ck_assert(!zk_view_may_hold(LOCK_SHARED, 0, &v));
+    ck_assert_str_eq(zk_view_waits_for(LOCK_SHARED, 0, &v), "00112233445566778899aabbccddeeff");
+
+    /* limit=3: the first holds beside it, the second would be a third. */
+    zk_view_of(&sem, "d1-1-limit3-0000000004", LOCK_LIMIT, 3, &v);
+    ck_assert(!v.first_other_class);
+    ck_assert(zk_view_may_hold(LOCK_LIMIT, 3, &v));
+    zk_view_of(&sem, "d1-2-limit3-0000000005", LOCK_LIMIT, 3, &v);
+    ck_assert(zk_view_may_hold(LOCK_LIMIT, 3, &v));
+    zk_view_of(&sem, "d1-2-limit3-0000000005", LOCK_LIMIT, 2, &v);
+    ck_assert(!zk_view_may_hold(LOCK_LIMIT, 2, &v));
+    ck_assert_ptr_null(zk_view_waits_for(LOCK_LIMIT, 2, &v));   /* any holder's going */
+}
+END_TEST
+
 /* ----------------------------------------------------- STATUS, read off */
 
 START_TEST(queue_info_modes)
@@ -413,7 +574,7 @@ START_TEST(queue_holder_data)
     info.queue = info.holders = 1;
     st.ctime = 1700000000000LL;
     d = "daemon=d1 client=10.0.0.1:5000 label=job-7 token=4660";
-    zk_queue_holder(d, (int)strlen(d), &st, &info);
+    zk_queue_holder("d1-1-excl-0000000001", d, (int)strlen(d), &st, &info);
     ck_assert_str_eq(info.holder, "d1/10.0.0.1:5000");
     ck_assert_str_eq(info.label, "job-7");
     ck_assert_uint_eq(info.token, 4660);
@@ -425,7 +586,7 @@ START_TEST(queue_holder_data)
     info.mode = LOCK_EXCLUSIVE;
     st.mzxid = 0x77;
     d = "daemon=d2 client=c token=mzxid";
-    zk_queue_holder(d, (int)strlen(d), &st, &info);
+    zk_queue_holder("d1-1-excl-0000000001", d, (int)strlen(d), &st, &info);
     ck_assert_uint_eq(info.token, 0x7700);
     ck_assert_str_eq(info.label, "");
 
@@ -435,9 +596,79 @@ START_TEST(queue_holder_data)
     info.queue = 2;
     info.holders = 1;
     d = "daemon=d1 client=-";
-    zk_queue_holder(d, (int)strlen(d), &st, &info);
+    zk_queue_holder("d1-1-excl-0000000001", d, (int)strlen(d), &st, &info);
     ck_assert_uint_eq(info.holders, 0);
     ck_assert_uint_eq(info.queue, 1);
+}
+END_TEST
+
+/* STATUS over recipes' nodes: readers hold together, ours and theirs; a
+ * child without a sequence holds and is the one named. */
+START_TEST(queue_info_recipes)
+{
+    struct String_vector readers = LISTING("d1-1-shared-0000000002", "kz__rlock__0000000001",
+                                           "kz__lock__0000000003", "d1-2-shared-0000000004");
+    struct String_vector lease = LISTING("d1-1-excl-0000000002", "ffee0011223344556677889900aabbcc",
+                                         "00112233445566778899aabbccddeeff");
+    struct String_vector alone = LISTING("ffee0011223344556677889900aabbcc");
+    struct backend_queue_info info;
+    const char *first;
+
+    zk_queue_info(&readers, &info, &first);
+    ck_assert_uint_eq(info.queue, 4);
+    ck_assert_uint_eq(info.holders, 2);
+    ck_assert_int_eq(info.mode, LOCK_SHARED);
+    ck_assert_str_eq(first, "kz__rlock__0000000001");
+
+    zk_queue_info(&lease, &info, &first);
+    ck_assert_uint_eq(info.queue, 3);
+    ck_assert_uint_eq(info.holders, 2);     /* the two leases; ours waits */
+    ck_assert_int_eq(info.mode, LOCK_EXCLUSIVE);
+    ck_assert_str_eq(first, "00112233445566778899aabbccddeeff");
+
+    zk_queue_info(&alone, &info, &first);
+    ck_assert_uint_eq(info.holders, 1);
+    ck_assert_str_eq(first, "ffee0011223344556677889900aabbcc");
+}
+END_TEST
+
+/* A node no daemon wrote is held by "foreign/<its data>": printable bytes
+ * as they are, others as '?', at most 64; without data, its name. No
+ * token or label can be known; it is never a released node kept idle. */
+START_TEST(queue_holder_foreign)
+{
+    struct backend_queue_info info;
+    struct Stat st = { 0 };
+    char big[200];
+
+    memset(&info, 0, sizeof(info));
+    info.mode = LOCK_EXCLUSIVE;
+    info.queue = info.holders = 1;
+    st.ctime = 1700000000123LL;
+    st.czxid = 0x99;
+    zk_queue_holder("_c_1-lock-0000000001", "10.0.0.5", 8, &st, &info);
+    ck_assert_str_eq(info.holder, "foreign/10.0.0.5");
+    ck_assert_uint_eq(info.token, 0);
+    ck_assert_str_eq(info.label, "");
+    ck_assert_int_eq(info.lease_ms, -1);
+    ck_assert_int_eq(info.since_ms, 1700000000123LL);
+    ck_assert_uint_eq(info.holders, 1);
+    ck_assert_uint_eq(info.queue, 1);
+
+    zk_queue_holder("kz__lock__0000000002", "", 0, &st, &info);
+    ck_assert_str_eq(info.holder, "foreign/kz__lock__0000000002");
+    zk_queue_holder("kz__lock__0000000002", NULL, -1, &st, &info);
+    ck_assert_str_eq(info.holder, "foreign/kz__lock__0000000002");
+
+    zk_queue_holder("x", "job 7\n\xc3\xa9", 8, &st, &info);
+    ck_assert_str_eq(info.holder, "foreign/job?7???");
+    /* Someone else's text that only starts like ours is still foreign. */
+    zk_queue_holder("x", "daemon=", 7, &st, &info);
+    ck_assert_str_eq(info.holder, "foreign/daemon=");
+
+    memset(big, 'a', sizeof(big));
+    zk_queue_holder("x", big, (int)sizeof(big), &st, &info);
+    ck_assert_uint_eq(strlen(info.holder), strlen("foreign/") + 64);
 }
 END_TEST
 
@@ -451,13 +682,13 @@ START_TEST(queue_holder_lease)
     info.mode = LOCK_EXCLUSIVE;
     st.czxid = 0x42;
     snprintf(d, sizeof(d), "daemon=d1 client=c deadline=%lld", (long long)zk_now_ms() + 60000);
-    zk_queue_holder(d, (int)strlen(d), &st, &info);
+    zk_queue_holder("d1-1-excl-0000000001", d, (int)strlen(d), &st, &info);
     ck_assert_int_gt(info.lease_ms, 50000);
     ck_assert_int_le(info.lease_ms, 60000);
     ck_assert_uint_eq(info.token, 0x4200);  /* its node's czxid's */
 
     snprintf(d, sizeof(d), "daemon=d1 client=c deadline=%lld", (long long)zk_now_ms() - 5);
-    zk_queue_holder(d, (int)strlen(d), &st, &info);
+    zk_queue_holder("d1-1-excl-0000000001", d, (int)strlen(d), &st, &info);
     ck_assert_int_eq(info.lease_ms, 0);     /* over: never negative */
 }
 END_TEST
@@ -891,6 +1122,38 @@ START_TEST(fake_reader_watches_the_writer)
 }
 END_TEST
 
+/* A kazoo Semaphore's lease (no sequence: a hex uuid, here one whose tail
+ * would pass for a late sequence) under the name: our request, first in
+ * the order, watches it and holds once it is gone. */
+START_TEST(fake_lock_waits_for_an_unordered_child)
+{
+    const char *const two[] = { "d1-1-excl-0000000004", "0f1e2d3c4b5a69788796a59876543210" };
+    const char *const one[] = { "d1-1-excl-0000000004" };
+    struct Stat st = { 0 };
+    struct fz_call *watch;
+
+    fake_serve();
+    ck_assert_int_eq(lock(&alice, "u", false), LOCKS_WAITING);
+    spin();
+    answer_create(ROOT "/locks/u", 4);
+    st.pzxid = 0x2000;
+    fz_answer_children(fz_next(FZ_CHILDREN, ROOT "/locks/u"), ZOK, two, 2, &st);
+    ck_assert_uint_eq(alice.done, 0);
+    watch = fz_next(FZ_GET, ROOT "/locks/u/0f1e2d3c4b5a69788796a59876543210");
+    ck_assert_ptr_nonnull(watch);
+    ck_assert_ptr_nonnull(watch->watcher);
+    fz_answer_data(watch, ZOK, "nightly", &st);
+    ck_assert_uint_eq(alice.done, 0);
+
+    fz_fire(watch, ZOO_DELETED_EVENT);
+    st.pzxid = 0x3000;
+    fz_answer_children(fz_next(FZ_CHILDREN, ROOT "/locks/u"), ZOK, one, 1, &st);
+    ck_assert_uint_eq(alice.done, 1);
+    ck_assert_int_eq(alice.result, LOCKS_GRANTED);
+    ck_assert_uint_eq(alice.token, 0x300000);
+}
+END_TEST
+
 /* A TRYLOCK that is not first gives its place back and is told BUSY. */
 START_TEST(fake_trylock_busy)
 {
@@ -1014,6 +1277,9 @@ static Suite *zk_suite(void)
     tcase_add_test(tc, kind_of_each_tag);
     tcase_add_test(tc, kind_of_lease_and_delay);
     tcase_add_test(tc, kind_of_unknown_is_exclusive);
+    tcase_add_test(tc, kind_of_recipe_markers);
+    tcase_add_test(tc, kind_of_unordered);
+    tcase_add_test(tc, has_marker);
     tcase_add_test(tc, classes);
     suite_add_tcase(s, tc);
 
@@ -1034,12 +1300,17 @@ static Suite *zk_suite(void)
     tcase_add_test(tc, view_leases_hold_wherever_they_sit);
     tcase_add_test(tc, view_semaphore_counts);
     tcase_add_test(tc, view_other_class);
+    tcase_add_test(tc, view_recipe_readers_beside_ours);
+    tcase_add_test(tc, view_recipe_writer_before_us);
+    tcase_add_test(tc, view_unordered_child_holds);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("status");
     tcase_add_test(tc, queue_info_modes);
     tcase_add_test(tc, queue_info_counts_leases_behind_others);
     tcase_add_test(tc, queue_holder_data);
+    tcase_add_test(tc, queue_info_recipes);
+    tcase_add_test(tc, queue_holder_foreign);
     tcase_add_test(tc, queue_holder_lease);
     suite_add_tcase(s, tc);
 
@@ -1064,6 +1335,7 @@ static Suite *zk_suite(void)
     tcase_add_test(tc, fake_lock_waits_for_its_predecessor);
     tcase_add_test(tc, fake_lock_predecessor_gone_before_its_watch);
     tcase_add_test(tc, fake_reader_watches_the_writer);
+    tcase_add_test(tc, fake_lock_waits_for_an_unordered_child);
     tcase_add_test(tc, fake_trylock_busy);
     tcase_add_test(tc, fake_nothing_granted_before_serving);
     suite_add_tcase(s, tc);

@@ -2,6 +2,10 @@
  * zk_names.c - distributed mode, node machinery: what a lock node's name
  * says. Every daemon reads the others' nodes by these rules (zk_fair.c,
  * zk_lease.c, zk_query.c), so they change only with the node names themselves.
+ * The ZooKeeper recipes' nodes are read by the same rules, from the marker
+ * each recipe puts before the sequence (kazoo's recipe/lock.py, Curator's
+ * StandardLockInternalsDriver and InterProcessReadWriteLock, go-zookeeper's
+ * lock.go).
  */
 #include "config.h"
 #include "zk_names.h"
@@ -10,15 +14,81 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The sequence number ZooKeeper appended: the last 10 characters. */
+/* ZooKeeper appends a sequence of 10 digits ("%010d") to a prefix. */
+#define SEQ_DIGITS 10
+
+static bool is_alnum(char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
+/*
+ * The sequence number ZooKeeper appended: the last 10 characters, digits.
+ * Every recipe's prefix ends in a separator ('-' for ours, Curator's mutex
+ * and go-zookeeper's, '_' for kazoo's and Curator's read/write lock), so
+ * 10 digits right after a letter or a digit are not a sequence: the tail
+ * of a kazoo Semaphore's lease, a 32-digit hex uuid, would otherwise pass
+ * for one about once in a hundred.
+ */
 long long zk_seq_of(const char *child)
 {
     size_t len = strlen(child);
 
-    return len >= 10 ? strtoll(child + len - 10, NULL, 10) : -1;
+    if (len < SEQ_DIGITS || (len > SEQ_DIGITS && is_alnum(child[len - SEQ_DIGITS - 1])))
+        return -1;
+    for (size_t i = len - SEQ_DIGITS; i < len; i++)
+        if (child[i] < '0' || child[i] > '9')
+            return -1;
+    return strtoll(child + len - SEQ_DIGITS, NULL, 10);
 }
 
 /*
+ * Each recipe finds its contenders by the marker right before the
+ * sequence: kazoo's regular expression "(?:__lock__|...)(-?\d{10})$",
+ * Curator's lastIndexOf(lockName) (its mutex's lockName is "lock-", after
+ * the "-" that ends its protected prefix; go-zookeeper names its nodes
+ * the same way). Our own tags (excl, shared, limit<n>) never end in one.
+ */
+const struct zk_marker zk_markers[ZK_MARKERS] = {
+    { "__lock__", LOCK_EXCLUSIVE, "kazoo Lock, WriteLock" },
+    { "__rlock__", LOCK_SHARED, "kazoo ReadLock" },
+    { "-lock-", LOCK_EXCLUSIVE, "Curator InterProcessMutex, go-zookeeper Lock" },
+    { "__WRIT__", LOCK_EXCLUSIVE, "Curator InterProcessReadWriteLock write lock" },
+    { "__READ__", LOCK_SHARED, "Curator InterProcessReadWriteLock read lock" },
+};
+
+const struct zk_marker *zk_marker_of(const char *child)
+{
+    size_t len = strlen(child);
+
+    if (zk_seq_of(child) < 0)
+        return NULL;
+    for (size_t i = 0; i < ZK_MARKERS; i++) {
+        size_t m = strlen(zk_markers[i].text);
+
+        if (len >= SEQ_DIGITS + m &&
+            memcmp(child + len - SEQ_DIGITS - m, zk_markers[i].text, m) == 0)
+            return &zk_markers[i];
+    }
+    return NULL;
+}
+
+bool zk_has_marker(const char *s, size_t len)
+{
+    for (size_t i = 0; i < ZK_MARKERS; i++) {
+        size_t m = strlen(zk_markers[i].text);
+
+        for (size_t at = 0; at + m <= len; at++)
+            if (memcmp(s + at, zk_markers[i].text, m) == 0)
+                return true;
+    }
+    return false;
+}
+
+/*
+ * A recipe's node: its marker says exclusive or shared. A name without a
+ * sequence is none of ours (a kazoo Semaphore's lease, a uuid): it holds
+ * outside the order. Ours,
  * "<daemon>-<id>-<tag>-<seq>": tag "shared", "limit<n>" or "excl", followed
  * by ".lease" on a lease's persistent node, then by ".d<ms>" when the
  * request has a lock-delay (PROTOCOL.md, Lock-delay). Nodes
@@ -28,12 +98,22 @@ long long zk_seq_of(const char *child)
  */
 struct zkind zk_kind_of(const char *child)
 {
-    struct zkind k = { LOCK_EXCLUSIVE, 0, false, 0 };
+    struct zkind k = { LOCK_EXCLUSIVE, 0, false, 0, false, false };
+    const struct zk_marker *m = zk_marker_of(child);
     size_t len = strlen(child);
     const char *end, *tag, *d;
     char *stop;
     unsigned long n;
 
+    if (m) {
+        k.mode = m->mode;
+        k.recipe = true;
+        return k;
+    }
+    if (zk_seq_of(child) < 0) {
+        k.unordered = true;
+        return k;
+    }
     if (len < 12 || child[len - 11] != '-')
         return k;
     end = child + len - 11;

@@ -6,20 +6,45 @@
 #define LOCKBROKER_ZK_NAMES_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "interop.h"
 #include "locks.h"
 
-/* The sequence number ZooKeeper appended to child: its last 10 digits. */
+/* The sequence number ZooKeeper appended to child: its last 10 digits,
+ * right after a character that is neither a letter nor a digit (or the
+ * whole name); -1 for a name without one (zk_kind_of: unordered). */
 long long zk_seq_of(const char *child);
+
+/* A ZooKeeper recipe's marker, the text right before its nodes' sequence
+ * (PROTOCOL.md, Sharing locks with ZooKeeper recipes). */
+struct zk_marker {
+    const char *text;          /* "__lock__", "-lock-", ... */
+    enum lock_mode mode;       /* LOCK_EXCLUSIVE or LOCK_SHARED */
+    const char *recipes;       /* who writes it, for logs and docs */
+};
+/* The markers read on every name: ZK_MARKERS of them. */
+#define ZK_MARKERS 5
+extern const struct zk_marker zk_markers[ZK_MARKERS];
+/* The marker right before child's sequence, or NULL (ours, or unknown). */
+const struct zk_marker *zk_marker_of(const char *child);
+/* Whether the len bytes at s hold any marker: a prefix of a node this
+ * daemon writes in a recipe's format must hold none before its own. */
+bool zk_has_marker(const char *s, size_t len);
+
 /* What a lock node asks for, from the tag in its name. */
 struct zkind {
     enum lock_mode mode;
     unsigned limit;            /* LOCK_LIMIT only */
     bool lease;                /* a lease's persistent node (tag has ".lease") */
     int64_t delay_ms;          /* its request's lock-delay (tag ends in ".d<ms>"), or 0 */
+    bool recipe;               /* a recipe's marker says mode (zk_marker_of) */
+    bool unordered;            /* no sequence (a kazoo Semaphore's lease): it holds
+                                * outside the order while it exists (zk_view.c) */
 };
+/* Every name has a kind: a marker's, our tag's, no sequence (unordered),
+ * or else exclusive. */
 struct zkind zk_kind_of(const char *child);
 /* Semaphores of one limit are one class, read/write locks the other:
  * requests of different classes never hold a name together. */

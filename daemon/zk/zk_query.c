@@ -25,6 +25,7 @@ struct backend_query {
     bool parked;               /* in zk->queries, nothing sent yet */
     TAILQ_ENTRY(backend_query) in_parked;
     char parent[512];
+    char first[256];           /* the node whose data is read (its name) */
 };
 
 static void query_finish(struct backend_query *q, bool ok)
@@ -40,10 +41,40 @@ static void query_finish(struct backend_query *q, bool ok)
  * [ token=<token>][ deadline=<ms>]...", as zl_format_data (zk_node.c) writes
  * it. Fields are words without spaces: a label has none. */
 struct node_data {
+    bool ours;                 /* written by a daemon ("daemon=..."): the rest is read */
     char daemon[128], client[128], label[128];
     int64_t lease_ms;          /* a lease's time left by this daemon's clock, or -1 */
     uint64_t token;            /* its holder's fencing token, 0: not written (yet) */
 };
+
+/* At most this many bytes of a foreign node's data name its holder. */
+#define FOREIGN_DATA_MAX 64
+
+/*
+ * "foreign/<what its data says>" for a node no daemon wrote (a ZooKeeper
+ * recipe's: Curator writes the client's address, kazoo the identifier it
+ * was given): printable ASCII but space (0x21-0x7e) as it is, any other
+ * byte as '?', at most FOREIGN_DATA_MAX bytes; without data, the node's
+ * name (child, when known) likewise.
+ */
+static void foreign_holder(const char *child, const char *value, int len, char *out,
+                           size_t size)
+{
+    size_t n = 0;
+    const char *from = value;
+
+    if (!value || len <= 0) {
+        from = child ? child : "-";
+        len = (int)strlen(from);
+    }
+    n = (size_t)snprintf(out, size, "foreign/");
+    for (int i = 0; i < len && i < FOREIGN_DATA_MAX && n + 1 < size; i++) {
+        unsigned char c = (unsigned char)from[i];
+
+        out[n++] = c >= 0x21 && c <= 0x7e ? (char)c : '?';
+    }
+    out[n] = '\0';
+}
 
 static void parse_node_data(const char *value, int len, const struct Stat *stat,
                             struct node_data *d)
@@ -56,7 +87,8 @@ static void parse_node_data(const char *value, int len, const struct Stat *stat,
     d->label[0] = '\0';
     d->lease_ms = -1;
     d->token = 0;
-    if (!value || len <= 0)
+    d->ours = value && len > 7 && memcmp(value, "daemon=", 7) == 0;
+    if (!d->ours)
         return;
     snprintf(buf, sizeof(buf), "%.*s", len, value);
     sscanf(buf, "daemon=%127s client=%127s", d->daemon, d->client);
@@ -78,41 +110,62 @@ static void parse_node_data(const char *value, int len, const struct Stat *stat,
     }
 }
 
-/* The first holder among a name's nodes: a lease node wherever it sits
- * (zk_lease_lock.c), else the first node; NULL when there is none. */
+/* The first holder among a name's nodes in the order: a lease node
+ * wherever it sits (zk_lease_lock.c), else the first node with a
+ * sequence; NULL when there is none. */
 static const char *first_holder(const struct String_vector *children)
 {
     const char *first = NULL;
 
     for (int pass = 0; pass < 2 && !first; pass++)
-        for (int i = 0; i < children->count; i++)
-            if ((pass == 1 || zk_kind_of(children->data[i]).lease) &&
+        for (int i = 0; i < children->count; i++) {
+            struct zkind k = zk_kind_of(children->data[i]);
+
+            if (!k.unordered && (pass == 1 || k.lease) &&
                 (!first || zk_seq_of(children->data[i]) < zk_seq_of(first)))
                 first = children->data[i];
+        }
     return first;
 }
 
 /*
- * Which nodes hold the name, by the rules of zk_fair.c: the first holder
- * (first_holder) decides the mode; exclusive - it alone; shared - the
- * shared nodes before the first that is not; limit=n - the first n of its
- * class; and in both, a lease node of the class wherever it sits. Sets held[i] for children->data[i] (held may be NULL) and returns
- * how many hold; *mode and *limit are the first holder's.
+ * Which nodes hold the name, by the rules of zk_fair.c (zk_view.c): the
+ * first holder in the order (first_holder, NULL when none) decides the
+ * mode; exclusive - it alone; shared - the shared nodes before the first
+ * that is not; limit=n - the first n of its class; and in all, a lease
+ * node of the class wherever it sits. A node without a sequence holds
+ * outside the order (a kazoo Semaphore's lease): it holds, and beside it
+ * only lease nodes and a semaphore's holders, counting it in the limit. Sets
+ * held[i] for children->data[i] (held may be NULL) and returns how many
+ * hold; *mode and *limit are the first holder's; *shown the node whose
+ * holder STATUS names: the first holder if it holds, else the first
+ * unordered node by name.
  */
 static unsigned mark_holders(const struct String_vector *children, const char *first,
-                             enum lock_mode *mode, unsigned *limit, bool *held)
+                             enum lock_mode *mode, unsigned *limit, bool *held,
+                             const char **shown)
 {
-    struct zkind k = zk_kind_of(first);
+    static const struct zkind none = { LOCK_EXCLUSIVE, 0, false, 0, false, false };
+    struct zkind k = first ? zk_kind_of(first) : none;
     long long bound = -1;      /* shared: the first non-shared node's sequence */
-    unsigned n = 0;
+    unsigned n = 0, unordered = 0;
+    const char *first_unordered = NULL;
 
     *mode = k.mode;
     *limit = k.limit;
+    *shown = first;
     for (int i = 0; i < children->count; i++) {
         long long seq = zk_seq_of(children->data[i]);
-        if (k.mode == LOCK_SHARED && zk_kind_of(children->data[i]).mode != LOCK_SHARED &&
-            (bound < 0 || seq < bound))
+        struct zkind ck = zk_kind_of(children->data[i]);
+
+        if (ck.unordered) {
+            unordered++;
+            if (!first_unordered || strcmp(children->data[i], first_unordered) < 0)
+                first_unordered = children->data[i];
+        } else if (k.mode == LOCK_SHARED && ck.mode != LOCK_SHARED &&
+                   (bound < 0 || seq < bound)) {
             bound = seq;
+        }
     }
     for (int i = 0; i < children->count; i++) {
         const char *child = children->data[i];
@@ -122,28 +175,35 @@ static unsigned mark_holders(const struct String_vector *children, const char *f
 
         /* A lease node of the class holds wherever it sits (zk_view.c):
          * behind a writer, past the limit's count. */
-        if (k.mode == LOCK_EXCLUSIVE) {
-            h = child == first;
+        if (ck.unordered) {
+            h = true;
+        } else if (k.mode == LOCK_EXCLUSIVE) {
+            h = child == first && (unordered == 0 || ck.lease);
         } else if (k.mode == LOCK_SHARED) {
-            h = bound < 0 || zk_seq_of(child) < bound || (ck.lease && ck.mode == LOCK_SHARED);
+            h = (unordered == 0 && (bound < 0 || zk_seq_of(child) < bound)) ||
+                (ck.lease && ck.mode == LOCK_SHARED);
         } else {
-            /* As zk_view_may_hold: fewer than n nodes before it and lease nodes
-             * after it. */
-            unsigned ahead = 0;
+            /* As zk_view_may_hold: fewer than n nodes before it, lease nodes
+             * after it and unordered ones. */
+            unsigned ahead = unordered;
 
             h = zk_same_class(ck, k);
             for (int j = 0; h && !ck.lease && j < children->count; j++) {
                 struct zkind o = zk_kind_of(children->data[j]);
                 long long d = zk_seq_of(children->data[j]) - zk_seq_of(child);
 
-                ahead += zk_same_class(o, k) && (d < 0 || (d > 0 && o.lease));
+                ahead += !o.unordered && zk_same_class(o, k) && (d < 0 || (d > 0 && o.lease));
             }
             h = h && (ck.lease || ahead < k.limit);
         }
         if (held)
             held[i] = h;
+        if (child == first && !h && first_unordered)
+            *shown = first_unordered;
         n += h;
     }
+    if (!first)
+        *shown = first_unordered;
     return n;
 }
 
@@ -157,18 +217,28 @@ void zk_queue_info(const struct String_vector *children, struct backend_queue_in
     if (!children || children->count == 0)
         return;
     info->queue = (unsigned)children->count;
-    *first = first_holder(children);
-    info->holders = mark_holders(children, *first, &info->mode, &info->limit, NULL);
+    info->holders = mark_holders(children, first_holder(children), &info->mode, &info->limit,
+                                 NULL, first);
 }
 
-void zk_queue_holder(const char *value, int len, const struct Stat *stat,
+void zk_queue_holder(const char *child, const char *value, int len, const struct Stat *stat,
                      struct backend_queue_info *info)
 {
     struct node_data d;
 
-    if (!value || len <= 0)
+    if ((!value || len <= 0) && !child)
         return;
     parse_node_data(value, len, stat, &d);
+    if (!d.ours) {
+        /* A recipe's node (or anyone's): held by "foreign/<its data>",
+         * with no token or label we could know. */
+        foreign_holder(child, value, len, info->holder, sizeof(info->holder));
+        info->label[0] = '\0';
+        info->token = 0;
+        info->lease_ms = -1;
+        info->since_ms = stat->ctime;
+        return;
+    }
     if (info->mode == LOCK_EXCLUSIVE && strcmp(d.client, "-") == 0) {
         /* Nobody holds it: a released lock's node, kept idle or about
          * to be deleted (zk_handoff.c); the next in line gets it then. */
@@ -189,7 +259,7 @@ static void on_query_data(int rc, const char *value, int len, const struct Stat 
     struct backend_query *q = (struct backend_query *)data;
 
     if (rc == ZOK)
-        zk_queue_holder(value, len, stat, &q->info);
+        zk_queue_holder(q->first, value, len, stat, &q->info);
     /* ZNONODE: the holder left between the two reads; report what we saw. */
     query_finish(q, rc == ZOK || rc == ZNONODE);
 }
@@ -202,7 +272,7 @@ static void on_nonfair_data(int rc, const char *value, int len, const struct Sta
 
     if (rc == ZOK) {
         q->info.queue = q->info.holders = 1;
-        zk_queue_holder(value, len, stat, &q->info);
+        zk_queue_holder(NULL, value, len, stat, &q->info);
     }
     query_finish(q, rc == ZOK || rc == ZNONODE);
 }
@@ -222,6 +292,7 @@ static void on_query_children(int rc, const struct String_vector *children, cons
         return;
     }
     zk_queue_info(children, &q->info, &first);
+    snprintf(q->first, sizeof(q->first), "%s", first);
     snprintf(path, sizeof(path), "%s/%s", q->parent, first);
     /* The request's count carries over to the getData. */
     if (zoo_aget(q->zk->zh, path, 0, on_query_data, q) != ZOK)
@@ -435,8 +506,13 @@ static void on_list_data(int rc, const char *value, int len, const struct Stat *
     if (rc == ZOK) {
         parse_node_data(value, len, stat, &d);
         /* A released exclusive lock's node, kept idle (zk_handoff.c): nobody's. */
-        r->skip = r->kind.mode == LOCK_EXCLUSIVE && strcmp(d.client, "-") == 0;
-        snprintf(r->holder, sizeof(r->holder), "%s/%s", d.daemon, d.client);
+        r->skip = d.ours && r->kind.mode == LOCK_EXCLUSIVE && strcmp(d.client, "-") == 0;
+        /* Not ours: its row keeps "foreign/<name>" (list_add_row) unless
+         * its data says more. */
+        if (!d.ours && value && len > 0)
+            foreign_holder(NULL, value, len, r->holder, sizeof(r->holder));
+        else if (d.ours)
+            snprintf(r->holder, sizeof(r->holder), "%s/%s", d.daemon, d.client);
         snprintf(r->label, sizeof(r->label), "%s", d.label);
         r->lease_ms = d.lease_ms;
         r->token = d.token;
@@ -500,6 +576,8 @@ static void list_add_row(struct backend_list *l, size_t name, bool held, struct 
     }
     l->rows[l->nrows] = (struct list_row){ .name = name, .held = held, .kind = kind,
                                            .lease_ms = -1, .since_ms = -1 };
+    foreign_holder(strrchr(path, '/') + 1, NULL, 0, l->rows[l->nrows].holder,
+                   sizeof(l->rows[l->nrows].holder));
     if (!list_send(l, l->nrows, path, true))
         l->failed = true;
     l->nrows++;
@@ -544,6 +622,7 @@ static void on_list_nodes(int rc, const struct String_vector *children, const vo
     if (rc == ZOK && children->count > 0 && l->cb && !l->failed) {
         enum lock_mode mode;
         unsigned limit;
+        const char *shown;
 
         held = calloc((size_t)children->count, sizeof(*held));
         order = calloc((size_t)children->count, sizeof(*order));
@@ -551,7 +630,7 @@ static void on_list_nodes(int rc, const struct String_vector *children, const vo
             l->failed = true;
             goto out;
         }
-        mark_holders(children, first_holder(children), &mode, &limit, held);
+        mark_holders(children, first_holder(children), &mode, &limit, held, &shown);
         for (int i = 0; i < children->count; i++)
             order[i] = i;
         sort_children = children;
@@ -577,7 +656,7 @@ static void on_list_nonfair(int rc, const struct String_vector *children, const 
     struct backend_list *l = list_listing_done(data, rc, NULL);
 
     if (rc == ZOK && l->cb && !l->failed) {
-        static const struct zkind exclusive = { LOCK_EXCLUSIVE, 0, false, 0 };
+        static const struct zkind exclusive = { .mode = LOCK_EXCLUSIVE };
         char path[768];
 
         /* Each one held, by whoever its node's data names (zk_nonfair.c). */

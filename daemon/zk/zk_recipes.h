@@ -121,10 +121,13 @@ struct backend_list *zk_list(void *impl, const char *glob, backend_name_filter m
                              backend_list_cb cb, void *arg);
 void zk_list_cancel(void *impl, struct backend_list *l);
 /* zk_query.c: the state of one name as STATUS has it, from its node list
- * (children) and its first holder's data (zk_queue_holder). */
+ * (children, borrowed) and the data of the node it names (*first, pointing
+ * into children, NULL when none: zk_queue_holder). child is that node's
+ * name (borrowed; NULL for a non-fair name's node): a node no daemon wrote
+ * is held by "foreign/<its data, or else child>". */
 void zk_queue_info(const struct String_vector *children, struct backend_queue_info *info,
                    const char **first);
-void zk_queue_holder(const char *value, int len, const struct Stat *stat,
+void zk_queue_holder(const char *child, const char *value, int len, const struct Stat *stat,
                      struct backend_queue_info *info);
 
 /* zk_watch.c: WATCH (see backend.h): a name's nodes watched for changes, one

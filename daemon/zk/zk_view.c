@@ -12,14 +12,16 @@
  * Reads one listing of the parent. A lease node is a holder wherever it
  * sits: it replaced an ephemeral node that was first in line when it was
  * created (zl_convert), so waiters queued behind that one may come before
- * it.
+ * it. A node without a sequence (a kazoo Semaphore's lease) holds outside
+ * the order, whatever came before or after it; it has no class (kazoo's
+ * semaphore counts every child as a lease, ours too).
  */
 void zk_view_of(const struct String_vector *children, const char *mine, enum lock_mode mode,
                 unsigned limit, struct zview *v)
 {
     const char *lowest = NULL;
     long long my_seq = zk_seq_of(mine), pred_seq = -1, blocker_seq = -1;
-    struct zkind me = { mode, limit, false, 0 };
+    struct zkind me = { mode, limit, false, 0, false, false };
 
     memset(v, 0, sizeof(*v));
     /* Order by the sequence suffix alone: prefixes differ between daemons. */
@@ -28,6 +30,12 @@ void zk_view_of(const struct String_vector *children, const char *mine, enum loc
         long long seq = zk_seq_of(child);
         struct zkind k = zk_kind_of(child);
 
+        if (k.unordered) {
+            if (!v->unordered || strcmp(child, v->unordered) < 0)
+                v->unordered = child;     /* the same one whatever the listing's order */
+            v->unordered_n++;
+            continue;
+        }
         if (!lowest || seq < zk_seq_of(lowest))
             lowest = child;
         if (k.lease && strcmp(child, mine) != 0) {
@@ -61,10 +69,11 @@ void zk_view_of(const struct String_vector *children, const char *mine, enum loc
 }
 
 /*
- * Who may hold, over every node before ours whatever its class, and every
- * lease node: exclusive - no node before it and no lease; shared - no node
- * before it but shared ones, no lease but shared ones; limit=n - fewer than
- * n nodes before it and leases after it. A node whose first holder is of
+ * Who may hold, over every node before ours whatever its class, every
+ * lease node and every unordered one: exclusive - no node before it, no
+ * lease, none unordered; shared - no node before it but shared ones, no
+ * lease but shared ones, none unordered; limit=n - fewer than n nodes
+ * before it, leases after it and unordered ones. A node whose first holder is of
  * another class is refused (CONFLICT, zk_fair.c), so classes never hold
  * together.
  */
@@ -72,27 +81,29 @@ bool zk_view_may_hold(enum lock_mode mode, unsigned limit, const struct zview *v
 {
     switch (mode) {
     case LOCK_SHARED:
-        return v->blocker == NULL && v->lease_blocker == NULL;
+        return v->blocker == NULL && v->lease_blocker == NULL && v->unordered == NULL;
     case LOCK_LIMIT:
-        return v->below + v->leases_after < limit;
+        return v->below + v->leases_after + v->unordered_n < limit;
     default:
-        return v->below == 0 && v->lease == NULL;
+        return v->below == 0 && v->lease == NULL && v->unordered == NULL;
     }
 }
 
 /*
  * The one change that can let us in (no herd): the node just before ours
  * goes (exclusive), the last non-shared one before ours goes (shared), then
- * the leases that still hold. A semaphore's first waiter (or one behind
- * leases, which may sit anywhere): any holder's going. A later semaphore
+ * the leases that still hold, then the unordered nodes (the first by
+ * name). A semaphore's first waiter (or one behind leases or unordered
+ * nodes, which may sit anywhere): any holder's going. A later semaphore
  * waiter watches its predecessor, which rewrites its own data at once when
  * granted (zk_fair.c, zl_decide): then this one is first.
  */
 const char *zk_view_waits_for(enum lock_mode mode, unsigned limit, const struct zview *v)
 {
-    if (mode == LOCK_LIMIT && (v->below + v->leases_after == limit || v->leases_after > 0))
+    if (mode == LOCK_LIMIT && (v->below + v->leases_after + v->unordered_n == limit ||
+                               v->leases_after > 0 || v->unordered_n > 0))
         return NULL;
     if (mode == LOCK_SHARED)
-        return v->blocker ? v->blocker : v->lease_blocker;
-    return v->pred ? v->pred : v->lease;
+        return v->blocker ? v->blocker : v->lease_blocker ? v->lease_blocker : v->unordered;
+    return v->pred ? v->pred : v->lease ? v->lease : v->unordered;
 }

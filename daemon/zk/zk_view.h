@@ -23,6 +23,8 @@ struct zview {
     const char *blocker;       /* the last node before ours that is not shared, or NULL */
     const char *lease;         /* the first lease node other than ours, or NULL */
     const char *lease_blocker; /* the first lease node that is not shared, or NULL */
+    unsigned unordered_n;      /* nodes without a sequence (zk_kind_of): holders */
+    const char *unordered;     /* the first of them by name, or NULL */
 };
 
 /* Reads children (borrowed) for our node, the child named mine (a name,

@@ -36,6 +36,7 @@ struct backend_watch {
     bool nonfair;                      /* parent is a non-fair name's node (zk_nonfair.c) */
     char name[PROTO_NAME_MAX + 1];
     char parent[512];
+    char first[256];                   /* the node whose data is read (its name) */
 };
 
 /* zk_watch.c's state (zk->watches): every entry, cancelled ones too until
@@ -103,7 +104,7 @@ static void on_zw_data(int rc, const char *value, int len, const struct Stat *st
 
     if (rc == ZOK) {
         w->armed++;            /* the data watch is set */
-        zk_queue_holder(value, len, stat, &w->info);
+        zk_queue_holder(w->first, value, len, stat, &w->info);
     } else if (rc == ZNONODE)
         w->again = true;       /* the holder left between the two reads */
     zw_read_done(w, rc == ZOK || rc == ZNONODE);
@@ -146,6 +147,7 @@ static void on_zw_children(int rc, const struct String_vector *children, const v
         zw_read_done(w, true);
         return;
     }
+    snprintf(w->first, sizeof(w->first), "%s", first);
     snprintf(path, sizeof(path), "%s/%s", w->parent, first);
     sent = zoo_awget(w->zk->zh, path, on_zw_event, w, on_zw_data, w);
     if (sent != ZOK)
@@ -160,7 +162,7 @@ static void on_zw_nf_data(int rc, const char *value, int len, const struct Stat 
     struct backend_watch *w = (struct backend_watch *)data;
 
     if (rc == ZOK)
-        zk_queue_holder(value, len, stat, &w->info);
+        zk_queue_holder(NULL, value, len, stat, &w->info);
     else if (rc == ZNONODE)
         w->again = true;       /* gone between the two reads */
     zw_read_done(w, rc == ZOK || rc == ZNONODE);

@@ -137,6 +137,7 @@ SKIP_KEYS = {
     "chromium": "Debian's chromium, chromium-driver and python3-selenium (test_page.py "
                 "opens the live page in headless Chromium)",
     "promtool": "promtool, from Debian's prometheus package (test_monitoring_files.py)",
+    "kazoo": "Debian's python3-kazoo (test_foreign.py takes locks with kazoo's recipes)",
 }
 
 
