@@ -137,7 +137,12 @@ SKIP_KEYS = {
     "chromium": "Debian's chromium, chromium-driver and python3-selenium (test_page.py "
                 "opens the live page in headless Chromium)",
     "promtool": "promtool, from Debian's prometheus package (test_monitoring_files.py)",
-    "kazoo": "Debian's python3-kazoo (test_foreign.py takes locks with kazoo's recipes)",
+    "kazoo": "/usr/bin/python3 with Debian's python3-kazoo (test_foreign.py and "
+             "test_interop.py take locks with kazoo's recipes)",
+    "curator": "javac (a JDK: default-jdk-headless) and Debian's libcurator-recipes-java "
+               "(test_interop.py compiles a Curator driver)",
+    "go": "go and Debian's golang-github-samuel-go-zookeeper-dev (test_interop.py builds "
+          "a go-zookeeper driver)",
 }
 
 
