@@ -1959,6 +1959,17 @@ class FakeBrokerTests(Case):
         self.srv.settimeout(TIMEOUT)
         self.addr = "127.0.0.1:%d" % self.srv.getsockname()[1]
 
+    def start(self, args, **kw):
+        """As Case.start, but a run or elect gets --session-grace 0: these
+        scripts play a broker without sessions (no GRACE between CLIENT and
+        LOCK, a drop is a loss). test_cli_session.py scripts sessions."""
+        args = list(args)
+        end = args.index("--") if "--" in args else len(args)
+        sub = [i for i, a in enumerate(args[:end]) if a in ("run", "elect")]
+        if sub and not any(a.startswith("--session-grace") for a in args[:end]):
+            args[sub[0]:sub[0]] = ["--session-grace", "0"]
+        return super().start(args, **kw)
+
     def accept(self):
         sock, _ = self.srv.accept()
         c = Client(sock)
