@@ -693,10 +693,12 @@ class RunTests(DaemonCase):
     def test_command_dies_with_a_killed_lockbroker(self):
         # kill -9 closes lockbroker's connection and the broker frees the
         # lock: the command gets SIGKILL (parent-death signal) rather than
-        # run on unprotected.
+        # run on unprotected. With a session (--session-grace) the lock is
+        # kept for the grace first, and nobody takes it back.
         n = self.name()
         mark = self.d.log_mark()
-        p = self.start(self.hp() + ["run", n, "--", "sh", "-c", "echo $$; exec sleep 600"])
+        p = self.start(self.hp() + ["run", "--session-grace", "300ms", n, "--", "sh", "-c",
+                                    "echo $$; exec sleep 600"])
         pid = int(p.read_line())
         self.addCleanup(kill_if_alive, pid)
         p.proc.kill()
@@ -706,6 +708,8 @@ class RunTests(DaemonCase):
         # change the daemon releases a half-closed client's holds before this
         # line, which then counts 0 of them: not what is tested here.)
         self.d.wait_log(r"\): closed, [0-9]+ holds and waits released", since=mark)
+        self.d.wait_log(r"session [0-9a-f]{16}: grace of 300 ms over, not resumed: 1 holds",
+                        since=mark)
         p = self.lb(self.hp() + ["run", "-w", "0", n, "--", "echo", "second"])
         self.assert_exit(p, 0, stdout="second\n")
 

@@ -14,8 +14,10 @@ Two kinds of cases:
   end of the grace, a CHECK that gets no reply.
 - DropTests: the real daemon behind a TCP proxy of the test (netcut.Net)
   whose connections are reset or whose path is black-holed; meanwhile
-  another client is refused the name. TlsHandoverTests: a TLS run across
-  SIGUSR2, skipped until the daemon carries detached holds over a handover.
+  another client is refused the name. TlsDropTests: the same over TLS with
+  a client certificate. TlsHandoverTests: a TLS run across SIGUSR2, skipped
+  until the daemon carries sessions over a handover
+  (HANDOVER_CARRIES_SESSIONS below).
 
 Nothing sleeps to synchronise: the tests wait for lockbroker's stderr
 lines, the daemon's replies and log lines, with timeouts that fail them.
@@ -23,6 +25,7 @@ lines, the daemon's replies and log lines, with timeouts that fail them.
 
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -33,6 +36,7 @@ import lbharness  # noqa: E402
 import netcut  # noqa: E402
 import test_cli  # noqa: E402
 from lbharness import Client, TIMEOUT  # noqa: E402
+from lbpki import Pki, have_openssl  # noqa: E402
 from test_cli import EXIT_LOST, EXIT_USAGE  # noqa: E402
 
 SESSION = "0123456789abcdef"
@@ -251,6 +255,193 @@ class ScriptedSessionTests(test_cli.Case):
                 p = self.lb(["-H", self.addr] + args)
                 self.assert_exit(p, EXIT_USAGE, err + r" \(lockbroker --help for usage\)$",
                                  stdout="")
+
+
+class DropTests(test_cli.DaemonCase):
+    """The real daemon; lockbroker reaches it through a proxy of the test
+    (netcut: node "cli" to node "D"), whose connections the test resets or
+    black-holes. Other clients talk to the daemon directly."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.net = netcut.Net(name="cli-session")
+        cls.proxy = "%s:%d" % cls.net.proxy("cli", "D", lbharness.parse_hostport(
+            cls.d.listen_addr)[:2])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.net.close()
+        super().tearDownClass()
+
+    def setUp(self):
+        self.addCleanup(self.net.heal_all)
+
+    def running(self, args, n):
+        """`lockbroker run ARGS n -- WAIT_FOR_LINE` through the proxy, once its command runs."""
+        p = self.start(["-H", self.proxy, "run"] + args + [n, "--"] + WAIT_FOR_LINE,
+                       stdin=subprocess.PIPE)
+        self.assertEqual(p.read_line(), "running")
+        return p
+
+    def wait_status(self, n, regex):
+        """Polls STATUS n (the daemon's view) until it matches regex; returns the line."""
+        c = self.client()
+        deadline = lbharness.time.monotonic() + TIMEOUT
+        while True:
+            line = c.request("STATUS %s" % n)
+            if re.search(regex, line):
+                return line
+            self.assertLess(lbharness.time.monotonic(), deadline, line)
+            lbharness.time.sleep(0.01)
+
+    def test_a_reset_connection_is_taken_back(self):
+        n = self.name()
+        p = self.running([], n)
+        mark = self.d.log_mark()
+        # The path stays cut while the test looks: the tries wait in the proxy.
+        self.net.cut("cli", "D")
+        self.assertEqual(self.net.reset("cli", "D"), 1)
+        self.assertRegex(p.read_err_line(), dropped_re(self.proxy, n))
+        self.d.wait_log(r"session [0-9a-f]{16}: conn \d+ \(.*\) ended without QUIT: 1 holds "
+                        r"detached", since=mark)
+        self.wait_status(n, r"^STATUS %s held .* detached=[0-9]+" % re.escape(n))
+        other = self.client()
+        self.assertEqual(other.request("TRYLOCK %s" % n), "BUSY %s" % n)
+        self.net.heal("cli", "D")
+        self.assertRegex(p.read_err_line(), taken_back_re(self.proxy, n))
+        self.assertEqual(other.request("TRYLOCK %s" % n), "BUSY %s" % n)
+        self.assertNotRegex(self.wait_status(n, r"^STATUS %s held " % re.escape(n)),
+                            r" detached=")
+        p.write("go\n")
+        p.finish()
+        self.assert_exit(p, 0, stdout="done\n")
+        self.assertEqual(p.err, "")
+        # Released at the end, at once.
+        self.assertRegex(other.request("TRYLOCK %s" % n), r"^OK %s [0-9]+$" % re.escape(n))
+
+    def test_a_black_hole_is_ridden_out(self):
+        # Nothing is reset: the path drops everything for a second or so.
+        # The CHECK that gets no reply within -t is the drop; the daemon
+        # still has the old connection, which RESUME closes.
+        n = self.name()
+        p = self.running(["-t", "300ms"], n)
+        mark = self.d.log_mark()
+        self.net.cut("cli", "D")
+        self.assertRegex(p.read_err_line(), dropped_re(self.proxy, n))
+        other = self.client()
+        self.assertEqual(other.request("TRYLOCK %s" % n), "BUSY %s" % n)
+        self.net.heal("cli", "D")
+        self.assertRegex(p.read_err_line(), taken_back_re(self.proxy, n))
+        self.d.wait_log(r"session [0-9a-f]{16}: (RESUME by conn \d+ \(.*\) while conn|"
+                        r"conn \d+ \(.*\) ended without QUIT)", since=mark)
+        self.assertEqual(other.request("TRYLOCK %s" % n), "BUSY %s" % n)
+        p.write("go\n")
+        p.finish()
+        self.assert_exit(p, 0, stdout="done\n")
+        self.assertEqual(p.err, "")
+
+    def test_session_grace_0_loses_the_lock_on_a_drop(self):
+        n = self.name()
+        p = self.running(["--session-grace", "0", "-g", "100ms"], n)
+        self.assertEqual(self.net.reset("cli", "D"), 1)
+        self.assertRegex(p.read_err_line(), r"^lockbroker: lock %s lost \(the broker closed "
+                         r"the connection\); terminating the command$" % re.escape(n))
+        p.finish()
+        self.assert_exit(p, test_cli.EXIT_LOST, stdout="")
+        self.assertEqual(p.err, "")
+        self.assertRegex(self.client().request("LOCK %s %d" % (n, TIMEOUT * 1000)),
+                         r"^OK %s [0-9]+$" % re.escape(n))
+
+    def test_a_drop_longer_than_the_grace_is_a_loss(self):
+        n = self.name()
+        p = self.running(["--session-grace", "500ms", "-g", "100ms"], n)
+        mark = self.d.log_mark()
+        self.net.cut("cli", "D")
+        self.net.reset("cli", "D")
+        self.assertRegex(p.read_err_line(), dropped_re(self.proxy, n, 500))
+        self.assertRegex(p.read_err_line(), r"^lockbroker: lock %s lost \(not taken back within "
+                         r"500 ms of the drop \(--session-grace\), [0-9]+ tr(y|ies): .*\); "
+                         r"terminating the command$" % re.escape(n))
+        p.finish()
+        self.assert_exit(p, test_cli.EXIT_LOST, stdout="")
+        # The daemon frees it once its grace is over.
+        self.d.wait_log(r"session [0-9a-f]{16}: grace of 500 ms over, not resumed: 1 holds of "
+                        r"\S+ abandoned", since=mark)
+        self.d.wait_log(r"lock %s: hold ended: end=abandoned " % re.escape(n), since=mark)
+        self.assertRegex(self.client().request("TRYLOCK %s" % n),
+                         r"^OK %s [0-9]+$" % re.escape(n))
+
+
+@lbharness.skip_unless(have_openssl(), "openssl", "the openssl command is not installed")
+class TlsDropTests(test_cli.Case):
+    """A TLS run whose connection a proxy resets: the new connection makes
+    the handshake again, with the client certificate the daemon requires
+    (TLS 1.3: its verdict comes after the handshake, lb_dial_step's PING)."""
+
+    def test_a_reset_tls_connection_is_taken_back(self):
+        tmp = lbharness.make_tmpdir()
+        pki = Pki(os.path.join(tmp, "pki"))
+        cert, key = pki.issue("alice")
+        d = test_cli.start_tls_daemon(test_cli.tls_conf(pki.issue("localhost", server=True),
+                                                        pki.ca, "required"),
+                                      "lockbrokerd-cli-session-tls-drop")
+        self.addCleanup(lambda: d.returncode is None and d.stop())
+        net = netcut.Net(name="cli-session-tls")
+        self.addCleanup(net.close)
+        proxy = "%s:%d" % net.proxy("cli", "D", lbharness.parse_hostport(d.tls_addr)[:2])
+        n = self.name()
+        p = self.start(["-H", proxy, "--tls", "--cacert", pki.ca, "--cert", cert, "--key", key,
+                        "run", n, "--"] + WAIT_FOR_LINE, stdin=subprocess.PIPE)
+        self.assertEqual(p.read_line(), "running")
+        self.assertEqual(net.reset("cli", "D"), 1)
+        self.assertRegex(p.read_err_line(), dropped_re(proxy, n))
+        self.assertRegex(p.read_err_line(), taken_back_re(proxy, n))
+        p.write("go\n")
+        p.finish()
+        self.assert_exit(p, 0, stdout="done\n")
+        self.assertEqual(p.err, "")
+
+
+# Issue 38's handover part (a TLS connection's holds detached at the close,
+# detached sessions carried in the snapshot) is another change's. Until it
+# is in, a handover ends every session and TlsHandoverTests fails at "taken
+# back": set this to True (or LB_TEST_SESSION_HANDOVER=1) once it is.
+HANDOVER_CARRIES_SESSIONS = os.environ.get("LB_TEST_SESSION_HANDOVER") == "1"
+
+
+@unittest.skipUnless(HANDOVER_CARRIES_SESSIONS, "waits for issue 38's handover part: sessions "
+                     "carried over SIGUSR2 (HANDOVER_CARRIES_SESSIONS)")
+@lbharness.skip_unless(have_openssl(), "openssl", "the openssl command is not installed")
+class TlsHandoverTests(test_cli.Case):
+    """A TLS `lockbroker run` across SIGUSR2, embedded mode: the handover
+    closes its connection (OpenSSL cannot pass a TLS session on), the lock
+    stays detached, and lockbroker takes it back from the successor."""
+
+    def test_a_tls_run_rides_out_a_handover(self):
+        tmp = lbharness.make_tmpdir()
+        pki = Pki(os.path.join(tmp, "pki"))
+        d = test_cli.start_tls_daemon(test_cli.tls_conf(pki.issue("localhost", server=True),
+                                                        pki.ca, "none"),
+                                      "lockbrokerd-cli-session-tls")
+        self.addCleanup(lambda: d.returncode is None and d.stop())
+        n = self.name()
+        p = self.start(["-H", d.tls_addr, "--tls", "--cacert", pki.ca, "run", n, "--"] +
+                       WAIT_FOR_LINE, stdin=subprocess.PIPE)
+        self.assertEqual(p.read_line(), "running")
+        mark = d.log_mark()
+        d.send_signal(signal.SIGUSR2)
+        d.wait_log(r"handover: took over ", since=mark)
+        self.assertRegex(p.read_err_line(), dropped_re(d.tls_addr, n))
+        self.assertRegex(p.read_err_line(), taken_back_re(d.tls_addr, n))
+        other = d.client()
+        self.addCleanup(other.close)
+        self.assertEqual(other.request("TRYLOCK %s" % n), "BUSY %s" % n)
+        p.write("go\n")
+        p.finish()
+        self.assert_exit(p, 0, stdout="done\n")
+        self.assertEqual(p.err, "")
+        self.assertRegex(other.request("TRYLOCK %s" % n), r"^OK %s [0-9]+$" % re.escape(n))
 
 
 if __name__ == "__main__":
