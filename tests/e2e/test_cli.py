@@ -716,9 +716,10 @@ class RunTests(DaemonCase):
     def test_the_whole_group_ends_with_a_killed_lockbroker(self):
         # Not only the main process: the shell's child too, before the
         # broker can grant the lock to the next waiter (the guardian holds
-        # the connection until it has sent the group SIGKILL).
+        # the connection until it has sent the group SIGKILL). Without a
+        # session, whose grace would keep the lock a while longer anyway.
         n = self.name()
-        p = self.start(self.hp() + ["run", n, "--", "sh", "-c",
+        p = self.start(self.hp() + ["run", "--session-grace", "0", n, "--", "sh", "-c",
                                     "sleep 600 & echo $$ $!; wait $!; echo after"])
         pids = p.read_line().split()
         for pid in pids:
