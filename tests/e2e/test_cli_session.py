@@ -61,6 +61,18 @@ def taken_back_re(addr, n):
 WAIT_FOR_LINE = ["sh", "-c", "echo running; read x; echo done"]
 
 
+def stopped(p):
+    """Waits for lockbroker's exit before finish(), which closes the
+    command's stdin and so would let a command being stopped end by
+    itself (and print "done")."""
+    try:
+        p.proc.wait(timeout=test_cli.RUN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        raise AssertionError("%r did not exit" % (p.argv,))
+    p.finish()
+
+
 class ScriptedSessionTests(test_cli.Case):
     """A scripted broker: the test reads lockbroker's requests and writes
     the replies, a session's included."""
@@ -152,7 +164,7 @@ class ScriptedSessionTests(test_cli.Case):
         self.assertRegex(p.read_err_line(), dropped_re(self.addr, n))
         self.assertRegex(p.read_err_line(), r"^lockbroker: lock %s lost \(RESUME: ERR NOT_HELD "
                          r"no session .*\); terminating the command$" % re.escape(n))
-        p.finish()
+        stopped(p)
         self.assert_exit(p, EXIT_LOST, stdout="")
         self.assertEqual(p.err, "")
 
@@ -171,7 +183,7 @@ class ScriptedSessionTests(test_cli.Case):
         self.assertRegex(p.read_err_line(), taken_back_re(self.addr, n))
         self.assertRegex(p.read_err_line(), r"^lockbroker: lock %s lost \(CHECK: ERR NOT_HELD "
                          r".*\); terminating the command$" % re.escape(n))
-        p.finish()
+        stopped(p)
         self.assert_exit(p, EXIT_LOST, stdout="")
 
     def test_no_reconnection_within_the_grace_is_a_loss(self):
@@ -184,7 +196,7 @@ class ScriptedSessionTests(test_cli.Case):
                          r"300 ms of the drop \(--session-grace\), [0-9]+ tr(y|ies): cannot "
                          r"connect to %s: Connection refused\); terminating the command$"
                          % (re.escape(n), re.escape(self.addr)))
-        p.finish()
+        stopped(p)
         self.assert_exit(p, EXIT_LOST, stdout="")
 
     def test_an_older_daemon_without_grace(self):
@@ -199,7 +211,7 @@ class ScriptedSessionTests(test_cli.Case):
         c.close()
         self.assertRegex(p.read_err_line(), r"^lockbroker: lock %s lost \(the broker closed the "
                          r"connection\); terminating the command$" % re.escape(n))
-        p.finish()
+        stopped(p)
         self.assert_exit(p, EXIT_LOST, stdout="")
 
     def test_grace_refused_runs_without_a_session(self):
@@ -347,7 +359,7 @@ class DropTests(test_cli.DaemonCase):
         self.assertEqual(self.net.reset("cli", "D"), 1)
         self.assertRegex(p.read_err_line(), r"^lockbroker: lock %s lost \(the broker closed "
                          r"the connection\); terminating the command$" % re.escape(n))
-        p.finish()
+        stopped(p)
         self.assert_exit(p, test_cli.EXIT_LOST, stdout="")
         self.assertEqual(p.err, "")
         self.assertRegex(self.client().request("LOCK %s %d" % (n, TIMEOUT * 1000)),
@@ -363,7 +375,7 @@ class DropTests(test_cli.DaemonCase):
         self.assertRegex(p.read_err_line(), r"^lockbroker: lock %s lost \(not taken back within "
                          r"500 ms of the drop \(--session-grace\), [0-9]+ tr(y|ies): .*\); "
                          r"terminating the command$" % re.escape(n))
-        p.finish()
+        stopped(p)
         self.assert_exit(p, test_cli.EXIT_LOST, stdout="")
         # The daemon frees it once its grace is over.
         self.d.wait_log(r"session [0-9a-f]{16}: grace of 500 ms over, not resumed: 1 holds of "
