@@ -14,8 +14,9 @@ Two kinds of cases:
   end of the grace, a CHECK that gets no reply.
 - DropTests: the real daemon behind a TCP proxy of the test (netcut.Net)
   whose connections are reset or whose path is black-holed; meanwhile
-  another client is refused the name. TlsDropTests: the same over TLS with
-  a client certificate. TlsHandoverTests: a TLS run across SIGUSR2, skipped
+  another client is refused the name. DistributedDropTests: a reset in
+  distributed mode. TlsDropTests: the same over TLS with a client
+  certificate. TlsHandoverTests: a TLS run across SIGUSR2, skipped
   until the daemon carries sessions over a handover
   (HANDOVER_CARRIES_SESSIONS below).
 
@@ -383,6 +384,32 @@ class DropTests(test_cli.DaemonCase):
         self.d.wait_log(r"lock %s: hold ended: end=abandoned " % re.escape(n), since=mark)
         self.assertRegex(self.client().request("TRYLOCK %s" % n),
                          r"^OK %s [0-9]+$" % re.escape(n))
+
+
+class DistributedDropTests(test_cli.ZkCase):
+    """Distributed mode: the hold's ZooKeeper node stays while it is
+    detached, and lockbroker takes it back through the same daemon, well
+    within the short window of a 4 s ZooKeeper session."""
+
+    def test_a_reset_connection_is_taken_back(self):
+        zk, d = self.distributed()
+        net = netcut.Net(name="cli-session-zk")
+        self.addCleanup(net.close)
+        proxy = "%s:%d" % net.proxy("cli", "D", lbharness.parse_hostport(d.listen_addr)[:2])
+        n = self.name()
+        p = self.start(["-H", proxy, "run", n, "--"] + WAIT_FOR_LINE, stdin=subprocess.PIPE)
+        self.assertEqual(p.read_line(timeout=lbharness.scaled(30)), "running")
+        self.assertEqual(net.reset("cli", "D"), 1)
+        self.assertRegex(p.read_err_line(), dropped_re(proxy, n))
+        self.assertRegex(p.read_err_line(), taken_back_re(proxy, n))
+        other = d.client()
+        self.addCleanup(other.close)
+        self.assertEqual(other.request("TRYLOCK %s" % n), "BUSY %s" % n)
+        p.write("go\n")
+        p.finish()
+        self.assert_exit(p, 0, stdout="done\n")
+        self.assertEqual(p.err, "")
+        self.assertRegex(other.request("TRYLOCK %s" % n), r"^OK %s [0-9]+$" % re.escape(n))
 
 
 @lbharness.skip_unless(have_openssl(), "openssl", "the openssl command is not installed")
