@@ -470,6 +470,13 @@ class Distributed(DistributedBase):
         back = self.client(d1)
         self.assertEqual(back.request("RESUME %s %s" % (session, secret)), "OK %s 1" % session)
         self.assertRegex(back.request("CHECK x"), r"^OK x %d \d+$" % token)
+        # d2 names the new connection once d1 rewrote the node's data.
+        w = self.client(d2)
+        w.send("WATCH x\n")
+        w.expect("OK x")
+        while not re.search(r" holder=%s/%s " % (re.escape(d1.daemon_id), re.escape(back.local)),
+                            w.line()):
+            pass
         self.assertEqual(back.request("UNLOCK x"), "OK x")
         m = re.match(r"^OK x (\d+)$", b.line())
         self.assertTrue(m)
