@@ -225,16 +225,38 @@ static int connect_socket(struct lb_conn *c, const struct lb_addr *a, int64_t de
     return 0;
 }
 
-/* AUTH <user> <password>, and its answer `OK <user>`. Returns as lb_connect(). */
-static int lb_login(struct lb_conn *c, const struct lb_addr *a, int64_t deadline_ms,
-                        char *err, size_t errlen)
+/* Sends AUTH <user> <password> on c. Returns a lb_status. */
+static enum lb_status lb_send_auth(struct lb_conn *c, const struct lb_addr *a,
+                                   int64_t deadline_ms, char *err, size_t errlen)
 {
     const struct lb_auth *auth = a->auth;
-    char req[PROTO_USER_MAX + PROTO_PASSWORD_MAX + 16], line[PROTO_REPLY_MAX], ok[PROTO_USER_MAX + 8];
+    char req[PROTO_USER_MAX + PROTO_PASSWORD_MAX + 16];
     int n = snprintf(req, sizeof(req), "AUTH %s %s\n", auth->user, auth->password);
     enum lb_status st = lb_send(c, req, (size_t)n, deadline_ms, err, errlen);
 
     explicit_bzero(req, sizeof(req));
+    return st;
+}
+
+/* What the reply line to AUTH says: 0, or a CLI_EXIT_* status with err. */
+static int lb_auth_reply(const struct lb_addr *a, const char *line, char *err, size_t errlen)
+{
+    char ok[PROTO_USER_MAX + 8];
+
+    snprintf(ok, sizeof(ok), "OK %s", a->auth->user);
+    if (strcmp(line, ok) == 0)
+        return 0;
+    snprintf(err, errlen, "%s refused AUTH as %s: %s", a->spec, a->auth->user, line);
+    return strncmp(line, "ERR ", 4) == 0 ? lb_err_exit(line) : CLI_EXIT_PROTOCOL;
+}
+
+/* AUTH <user> <password>, and its answer `OK <user>`. Returns as lb_connect(). */
+static int lb_login(struct lb_conn *c, const struct lb_addr *a, int64_t deadline_ms,
+                        char *err, size_t errlen)
+{
+    char line[PROTO_REPLY_MAX];
+    enum lb_status st = lb_send_auth(c, a, deadline_ms, err, errlen);
+
     if (st == CLIENT_OK)
         st = lb_read_line(c, line, sizeof(line), deadline_ms, err, errlen);
     if (st != CLIENT_OK) {
@@ -243,11 +265,7 @@ static int lb_login(struct lb_conn *c, const struct lb_addr *a, int64_t deadline
                      ? "no answer to AUTH in time" : "closed the connection before answering AUTH");
         return CLI_EXIT_UNAVAILABLE;
     }
-    snprintf(ok, sizeof(ok), "OK %s", auth->user);
-    if (strcmp(line, ok) == 0)
-        return 0;
-    snprintf(err, errlen, "%s refused AUTH as %s: %s", a->spec, auth->user, line);
-    return strncmp(line, "ERR ", 4) == 0 ? lb_err_exit(line) : CLI_EXIT_PROTOCOL;
+    return lb_auth_reply(a, line, err, errlen);
 }
 
 /* Waits until fd is ready for events or deadline_ms. Returns as poll(), EINTR as 1. */
@@ -257,6 +275,21 @@ static int wait_fd(int fd, short events, int64_t deadline_ms)
     int n = poll(&p, 1, poll_timeout(deadline_ms));
 
     return n < 0 && errno == EINTR ? 1 : n;
+}
+
+/* What the reply line to the PING of lb_tls_verdict() says: 0, or a CLI_EXIT_* with err. */
+static int lb_verdict_reply(const struct lb_addr *a, const char *line, char *err,
+                            size_t errlen)
+{
+    if (strcmp(line, "PONG") == 0)
+        return 0;
+    /* A refusal after the handshake (too many clients...): the broker says why. */
+    if (strncmp(line, "ERR ", 4) == 0) {
+        snprintf(err, errlen, "%s refused this client: %s", a->spec, line);
+        return lb_err_exit(line);
+    }
+    snprintf(err, errlen, "%s: unexpected reply to PING: %s", a->spec, line);
+    return CLI_EXIT_PROTOCOL;
 }
 
 /*
@@ -276,15 +309,7 @@ static int lb_tls_verdict(struct lb_conn *c, const struct lb_addr *a,
         st = lb_read_line(c, line, sizeof(line), deadline_ms, why, sizeof(why));
     switch (st) {
     case CLIENT_OK:
-        if (strcmp(line, "PONG") == 0)
-            return 0;
-        /* A refusal after the handshake (too many clients...): the broker says why. */
-        if (strncmp(line, "ERR ", 4) == 0) {
-            snprintf(err, errlen, "%s refused this client: %s", a->spec, line);
-            return lb_err_exit(line);
-        }
-        snprintf(err, errlen, "%s: unexpected reply to PING: %s", a->spec, line);
-        return CLI_EXIT_PROTOCOL;
+        return lb_verdict_reply(a, line, err, errlen);
     case CLIENT_CLOSED:
         snprintf(err, errlen, "%s closed the connection after the TLS handshake: it refused "
                  "this client (its log says why)", a->spec);
@@ -296,6 +321,18 @@ static int lb_tls_verdict(struct lb_conn *c, const struct lb_addr *a,
         snprintf(err, errlen, "%s: %s", a->spec, why);
         return CLI_EXIT_UNAVAILABLE;
     }
+}
+
+/* A handshake that ended in TLS_IO_CLOSED or TLS_IO_ERROR (why): err, and as lb_connect(). */
+static int lb_tls_failed(const struct lb_addr *a, enum tls_io r, const char *why, char *err,
+                         size_t errlen)
+{
+    if (r == TLS_IO_CLOSED)
+        snprintf(err, errlen, "%s closed the connection during the TLS handshake: is "
+                 "this its plain-text port? (else its log says why)", a->spec);
+    else
+        snprintf(err, errlen, "%s: %s", a->spec, why);
+    return CLI_EXIT_UNAVAILABLE;
 }
 
 /* The TLS handshake on c's new connection, until deadline_ms. Returns as lb_connect(). */
@@ -315,15 +352,8 @@ static int lb_tls_start(struct lb_conn *c, const struct lb_addr *a, int64_t dead
 
         if (r == TLS_IO_OK)
             break;
-        if (r == TLS_IO_CLOSED) {
-            snprintf(err, errlen, "%s closed the connection during the TLS handshake: is "
-                     "this its plain-text port? (else its log says why)", a->spec);
-            return CLI_EXIT_UNAVAILABLE;
-        }
-        if (r == TLS_IO_ERROR) {
-            snprintf(err, errlen, "%s: %s", a->spec, why);
-            return CLI_EXIT_UNAVAILABLE;
-        }
+        if (r == TLS_IO_CLOSED || r == TLS_IO_ERROR)
+            return lb_tls_failed(a, r, why, err, errlen);
         n = wait_fd(c->fd, r == TLS_IO_WANT_READ ? POLLIN : POLLOUT, deadline_ms);
         if (n == 0) {
             snprintf(err, errlen, "%s: no TLS handshake in time", a->spec);
@@ -348,6 +378,191 @@ int lb_connect(struct lb_conn *c, const struct lb_addr *a, int64_t deadline_ms,
         (rc = lb_tls_start(c, a, deadline_ms, err, errlen)) != 0)
         return rc;
     return a->auth ? lb_login(c, a, deadline_ms, err, errlen) : 0;
+}
+
+/* ------------------------------------------------- connecting, not blocking */
+
+int lb_peer_of(const struct lb_conn *c, const struct lb_addr *a, struct lb_peer *p)
+{
+    memset(p, 0, sizeof(*p));
+    if (a->kind == CLIENT_ADDR_UNIX) {
+        struct sockaddr_un *un = (struct sockaddr_un *)&p->sa;
+
+        un->sun_family = AF_UNIX;
+        strcpy(un->sun_path, a->path);   /* length checked by lb_addr_unix */
+        p->len = sizeof(*un);
+        return 0;
+    }
+    p->len = sizeof(p->sa);
+    if (c->fd < 0 || getpeername(c->fd, (struct sockaddr *)&p->sa, &p->len) < 0) {
+        p->len = 0;
+        return -1;
+    }
+    return 0;
+}
+
+int lb_dial_start(struct lb_conn *c, const struct lb_addr *a, const struct lb_peer *peer,
+                  char *err, size_t errlen)
+{
+    memset(c, 0, sizeof(*c));
+    c->fd = peer->len ? new_socket(peer->sa.ss_family) : -1;
+    if (c->fd < 0) {
+        snprintf(err, errlen, "cannot connect to %s: %s", a->spec,
+                 peer->len ? strerror(errno) : "its address is not known");
+        return -1;
+    }
+    c->phase = LB_PHASE_CONNECT;
+    if (connect(c->fd, (const struct sockaddr *)&peer->sa, peer->len) < 0 &&
+        errno != EINPROGRESS && errno != EAGAIN) {
+        snprintf(err, errlen, "cannot connect to %s: %s", a->spec, strerror(errno));
+        lb_close(c);
+        return -1;
+    }
+    return 0;
+}
+
+/* TLS (if any) done: AUTH, or nothing, next. Returns as lb_dial_step(). */
+static enum lb_dial dial_login(struct lb_conn *c, const struct lb_addr *a, int64_t deadline_ms,
+                               char *err, size_t errlen)
+{
+    if (!a->auth) {
+        c->phase = LB_PHASE_READY;
+        return LB_DIAL_DONE;
+    }
+    c->phase = LB_PHASE_AUTH;
+    if (lb_send_auth(c, a, deadline_ms, err, errlen) != CLIENT_OK) {
+        snprintf(err, errlen, "%s: cannot send AUTH: the connection failed", a->spec);
+        return LB_DIAL_FAILED;
+    }
+    return LB_DIAL_WAIT;
+}
+
+/* connect() is over: its outcome, then the TLS handshake or AUTH. As lb_dial_step(). */
+static enum lb_dial dial_connected(struct lb_conn *c, const struct lb_addr *a,
+                                   int64_t deadline_ms, int *rc, char *err, size_t errlen)
+{
+    char why[CLIENT_ERR_MAX];
+    socklen_t elen = sizeof(int);
+    int soerr = 0, one = 1;
+
+    if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &soerr, &elen) < 0)
+        soerr = errno;
+    if (soerr) {
+        snprintf(err, errlen, "cannot connect to %s: %s", a->spec, strerror(soerr));
+        return LB_DIAL_FAILED;
+    }
+    if (a->kind == CLIENT_ADDR_TCP)
+        setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (!a->tls || a->kind != CLIENT_ADDR_TCP)
+        return dial_login(c, a, deadline_ms, err, errlen);
+    if (!(c->tls = tls_conn_new(a->tls, c->fd, a->host, why, sizeof(why)))) {
+        snprintf(err, errlen, "%s", why);
+        *rc = CLI_EXIT_USAGE;
+        return LB_DIAL_FAILED;
+    }
+    c->tls_wants = POLLIN;
+    c->phase = LB_PHASE_TLS;
+    return LB_DIAL_WAIT;
+}
+
+/* LB_PHASE_TLS: the handshake on; then the PING of the verdict, or AUTH. */
+static enum lb_dial dial_tls(struct lb_conn *c, const struct lb_addr *a, int64_t deadline_ms,
+                             struct pollfd *p, char *err, size_t errlen)
+{
+    char why[CLIENT_ERR_MAX];
+    enum tls_io r = tls_conn_handshake(c->tls, why, sizeof(why));
+
+    if (r == TLS_IO_WANT_READ || r == TLS_IO_WANT_WRITE) {
+        p->events = r == TLS_IO_WANT_READ ? POLLIN : POLLOUT;
+        return LB_DIAL_WAIT;
+    }
+    if (r != TLS_IO_OK) {
+        lb_tls_failed(a, r, why, err, errlen);
+        return LB_DIAL_FAILED;
+    }
+    if (!tls_conn_verdict_due(c->tls))
+        return dial_login(c, a, deadline_ms, err, errlen);
+    /* As lb_tls_verdict(): a PONG says the broker took this client. */
+    c->phase = LB_PHASE_VERDICT;
+    if (lb_send(c, "PING\n", 5, deadline_ms, why, sizeof(why)) == CLIENT_ERROR) {
+        snprintf(err, errlen, "%s: %s", a->spec, why);
+        return LB_DIAL_FAILED;
+    }
+    return LB_DIAL_WAIT;   /* a send the broker's close cut short still leaves its alert */
+}
+
+/* LB_PHASE_VERDICT, LB_PHASE_AUTH: the reply line, once it is there. As lb_dial_step(). */
+static enum lb_dial dial_reply(struct lb_conn *c, const struct lb_addr *a, int64_t deadline_ms,
+                               struct pollfd *p, int *rc, char *err, size_t errlen)
+{
+    char line[PROTO_REPLY_MAX], why[CLIENT_ERR_MAX];
+    const char *what = c->phase == LB_PHASE_AUTH ? "AUTH" : "PING after the TLS handshake";
+    enum lb_status st;
+    int got;
+
+    for (;;) {
+        st = lb_fill(c, why, sizeof(why));
+        if ((got = lb_pop_line(c, line, sizeof(line))) > 0)
+            break;
+        if (got < 0 || st != CLIENT_OK) {
+            if (st == CLIENT_CLOSED)
+                snprintf(err, errlen, "%s closed the connection before answering %s",
+                         a->spec, what);
+            else
+                snprintf(err, errlen, "%s: %s", a->spec, got < 0 ? "over-long reply" : why);
+            return LB_DIAL_FAILED;
+        }
+        if (!lb_poll_setup(c, p))
+            return LB_DIAL_WAIT;
+        /* Decrypted input is waiting, which no poll() would see: read it now. */
+    }
+    if (c->phase == LB_PHASE_VERDICT) {
+        if ((*rc = lb_verdict_reply(a, line, err, errlen)) != 0)
+            return LB_DIAL_FAILED;
+        *rc = CLI_EXIT_UNAVAILABLE;
+        return dial_login(c, a, deadline_ms, err, errlen);
+    }
+    if ((*rc = lb_auth_reply(a, line, err, errlen)) != 0)
+        return LB_DIAL_FAILED;
+    c->phase = LB_PHASE_READY;
+    return LB_DIAL_DONE;
+}
+
+enum lb_dial lb_dial_step(struct lb_conn *c, const struct lb_addr *a, int64_t deadline_ms,
+                          struct pollfd *p, int *rc, char *err, size_t errlen)
+{
+    enum lb_dial d = LB_DIAL_WAIT;
+
+    *rc = CLI_EXIT_UNAVAILABLE;   /* what a failure is, unless a step says otherwise */
+    p->fd = c->fd;
+    p->events = POLLIN;
+    p->revents = 0;
+    /* Each step either waits for the socket or moves to the next phase at once. */
+    for (;;) {
+        enum lb_phase was = c->phase;
+        struct pollfd w = { .fd = c->fd, .events = POLLOUT };
+
+        switch (c->phase) {
+        case LB_PHASE_CONNECT:
+            if (poll(&w, 1, 0) == 0) {
+                p->events = POLLOUT;
+                return LB_DIAL_WAIT;
+            }
+            d = dial_connected(c, a, deadline_ms, rc, err, errlen);
+            break;
+        case LB_PHASE_TLS:
+            d = dial_tls(c, a, deadline_ms, p, err, errlen);
+            break;
+        case LB_PHASE_VERDICT:
+        case LB_PHASE_AUTH:
+            d = dial_reply(c, a, deadline_ms, p, rc, err, errlen);
+            break;
+        default:
+            return LB_DIAL_DONE;
+        }
+        if (d != LB_DIAL_WAIT || c->phase == was)
+            return d;
+    }
 }
 
 int lb_read_password(struct lb_auth *a, const char *path, const char *env,

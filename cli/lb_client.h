@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "proto.h"
 
@@ -81,9 +82,22 @@ int lb_addr_parse(struct lb_addr *a, const char *text, int hostport_only,
 /* Fills *a for a Unix socket path (the -U form). Returns 0, or -1 with err. */
 int lb_addr_unix(struct lb_addr *a, const char *path, char *err, size_t errlen);
 
+/*
+ * How far a connection made by lb_dial_start() has come; a connection made
+ * by lb_connect() is LB_PHASE_READY (0) from the start.
+ */
+enum lb_phase {
+    LB_PHASE_READY = 0,   /* connected, TLS and AUTH done: requests may go */
+    LB_PHASE_CONNECT,     /* connect() in progress */
+    LB_PHASE_TLS,         /* the TLS handshake in progress */
+    LB_PHASE_VERDICT,     /* TLS 1.3 with a client certificate asked: PING sent, PONG due */
+    LB_PHASE_AUTH,        /* AUTH sent, `OK <user>` due */
+};
+
 /* A connection: the socket (non-blocking, close-on-exec) and unread input. */
 struct lb_conn {
     int fd;                          /* -1 once closed */
+    enum lb_phase phase;             /* lb_dial_step() drives it on */
     struct tls_conn *tls;            /* NULL: plain text (and once closed) */
     short tls_wants;                 /* TLS: POLLOUT while OpenSSL must send before it can
                                       * read on (lb_fill), else POLLIN */
@@ -117,6 +131,40 @@ int64_t lb_now_ms(void);
  */
 int lb_connect(struct lb_conn *c, const struct lb_addr *a, int64_t deadline_ms,
                    char *err, size_t errlen);
+
+/*
+ * The address a connection reached, to connect again to the same daemon
+ * (not to whatever a host name resolves to by then): a TCP connection's
+ * peer, or the Unix socket's path.
+ */
+struct lb_peer {
+    struct sockaddr_storage sa;
+    socklen_t len;                   /* 0: not known */
+};
+
+/* Fills *p from c, connected to a (getpeername() for TCP). Returns 0, or -1. */
+int lb_peer_of(const struct lb_conn *c, const struct lb_addr *a, struct lb_peer *p);
+
+/*
+ * Connecting without blocking, for a caller that has its own poll() loop
+ * (`lockbroker run` taking its lock back after a dropped connection).
+ * lb_dial_start() makes the socket and starts connect() to peer (which
+ * lb_peer_of() filled); lb_dial_step() drives the connection on through
+ * connect, the TLS handshake and the AUTH that a->tls and a->auth ask for,
+ * as lb_connect() does. Sends (PING, AUTH: one short line each, on a new
+ * connection) wait at most until deadline_ms.
+ */
+enum lb_dial {
+    LB_DIAL_DONE,     /* c is LB_PHASE_READY */
+    LB_DIAL_WAIT,     /* poll() *p (its fd and events set), then call lb_dial_step() again */
+    LB_DIAL_FAILED,   /* *rc is a CLI_EXIT_* status as lb_connect()'s, err says why; close c */
+};
+
+/* Returns 0, or -1 with err (c is then closed). */
+int lb_dial_start(struct lb_conn *c, const struct lb_addr *a, const struct lb_peer *peer,
+                  char *err, size_t errlen);
+enum lb_dial lb_dial_step(struct lb_conn *c, const struct lb_addr *a, int64_t deadline_ms,
+                          struct pollfd *p, int *rc, char *err, size_t errlen);
 
 /*
  * Reads a password: the first line of the file at path (without its LF or

@@ -37,6 +37,24 @@
  * while -w lasts (run_take()): CLI_EXIT_JEOPARDY is only for a command that
  * ran and was stopped.
  *
+ * A dropped connection (--session-grace, on by default): `GRACE <ms>` goes
+ * before the LOCK, so that the daemon keeps the holds of a connection that
+ * ends without QUIT for that long, detached (PROTOCOL.md, GRACE). When the
+ * connection ends, or a CHECK gets no reply within -t (a NAT that forgot
+ * it, a half-open connection), the command runs on while lockbroker
+ * connects again to the same daemon (the address the first connection
+ * reached, not a new lookup of the name), with TLS, AUTH and CLIENT as
+ * before, then sends RESUME and a round of CHECKs for a fresh window. A
+ * failed try pauses 50 ms, doubling up to 1 s, and no try goes on past the
+ * grace counted from the drop. RESUME or a CHECK answering ERR NOT_HELD,
+ * or the grace running out, is a loss; the last window running out first
+ * is jeopardy, as ever. The tries are states of the same poll() loop
+ * (enum run_link): signals, the command's end and jeopardy keep their
+ * times. A command that ends meanwhile waits for the lock to be taken
+ * back, so that it is released at once (run_settle()). Closing the
+ * connection on purpose sends QUIT first, which ends the session: what it
+ * still holds is released then, not kept for the grace.
+ *
  * The command runs in a process group of its own so that a loss reaches
  * everything it started. When lockbroker is the foreground job of a terminal,
  * the terminal is handed to that group, as a shell does, so the command can
@@ -56,7 +74,11 @@
  * the connection, which frees the lock. The command's main process also
  * gets SIGKILL through its parent-death signal. Not covered: a process of
  * the command that left the group (setsid, setpgid: a daemon), and the
- * guardian killed on its own. lockbroker(1) says so.
+ * guardian killed on its own. lockbroker(1) says so. With a session the
+ * close detaches the lock rather than freeing it, and nobody takes it
+ * back: it is freed a grace later, never sooner. The guardian holds a copy
+ * of the first connection only; a connection made after a drop has none,
+ * and the grace it leaves is what covers the group's killing.
  */
 #include "config.h"
 
@@ -87,12 +109,39 @@
 #define RUN_RETRY_MIN_MS 100      /* a grant without a window: ask again this much later, */
 #define RUN_RETRY_MAX_MS 1000     /* doubling up to this (a daemon back from an outage
                                    * confirms its session within a few seconds) */
+#define RUN_REDIAL_MIN_MS 50      /* a dropped connection: pause this long after a failed
+                                   * try to take the lock back, */
+#define RUN_REDIAL_MAX_MS 1000    /* doubling up to this: a restart takes about a second */
 
 /* The self-pipe: handlers write the signal number, the loop reads it. */
 static int sig_pipe[2] = { -1, -1 };
 
 static const int run_signals[] = { SIGCHLD, SIGINT, SIGTERM, SIGHUP };
 #define N_RUN_SIGNALS (sizeof(run_signals) / sizeof(run_signals[0]))
+
+/*
+ * A session (PROTOCOL.md, GRACE): what takes the holds of a dropped
+ * connection back on a new one. The secret is never printed.
+ */
+struct run_session {
+    char id[17];       /* 16 lower-case hex digits; "" while there is none */
+    char secret[33];   /* 32 lower-case hex digits */
+};
+
+/*
+ * The connection while the lock is held. Without a session it is always
+ * LINK_UP: a drop is a loss. With one, a drop (the connection ends, or a
+ * CHECK gets no reply within -t) starts tries to take the lock back on a
+ * new connection to the same daemon, until the session's grace has passed
+ * since the drop was noticed; the command runs on meanwhile, as long as
+ * the last window (jeopardy) lasts.
+ */
+enum run_link {
+    LINK_UP,         /* connected: CHECKs go out on conn */
+    LINK_PAUSE,      /* dropped; the next try starts at retry_at (conn closed) */
+    LINK_DIALING,    /* a try: connect, TLS and AUTH on conn (lb_dial_step()) */
+    LINK_RESUMING,   /* a try: CLIENT, RESUME and the round of CHECKs sent; RESUME's reply due */
+};
 
 enum run_state {
     RUN_HOLDING,     /* the command runs and the lock is held */
@@ -130,6 +179,20 @@ struct run {
     int64_t window_max;       /* the largest <safe-ms> answered: the grace fits in a third */
     int jeopardy;             /* the command was ended for want of a fresh window */
     int64_t granted_at;       /* when the grant was read: no earlier than the grant */
+    /* The session (--session-grace), and taking the lock back after a drop. */
+    struct run_session sess;  /* id "": none (no --session-grace, or GRACE refused) */
+    struct lb_peer peer;      /* where conn went: a new connection goes to the same daemon */
+    enum run_link link;       /* LINK_UP unless held, with a session, after a drop */
+    int64_t dropped_at;       /* when the last drop was noticed */
+    int64_t give_up_at;       /* dropped_at + the grace: no try goes on past it */
+    int64_t retry_at;         /* LINK_PAUSE: when the next try starts */
+    int64_t pause_ms;         /* the pause after the next failed try */
+    int64_t try_until;        /* LINK_DIALING, LINK_RESUMING: this try's deadline */
+    unsigned tries;           /* tries since the drop */
+    struct pollfd dial_poll;  /* LINK_DIALING: what lb_dial_step() waits for */
+    int resume_client;        /* LINK_RESUMING: CLIENT's reply comes before RESUME's */
+    char drop_why[CLIENT_ERR_MAX];  /* why the last try failed (or the drop, before any) */
+    int ended;                /* the command has ended: a loss stops nothing */
 };
 
 /* Whether the lock is still held: the command runs, or is being stopped. */
@@ -439,13 +502,63 @@ static int run_client_reply(const struct run_opts *o, const char *line)
     return CLI_EXIT_PROTOCOL;
 }
 
+/* Whether s is exactly n lower-case hex digits. */
+static int run_hex(const char *s, size_t n)
+{
+    return strspn(s, "0123456789abcdef") == n && strlen(s) == n;
+}
+
+/*
+ * The reply to GRACE: `OK <session> <secret>` fills *sess. A daemon that
+ * does not know GRACE (ERR BAD_COMMAND), or refuses it (ERR BAD_ARGS over
+ * its max_grace_ms, ERR LIMIT), gets the command run without a session,
+ * said once; a login it wants is for LOCK's refusal to say. Returns 0, or
+ * CLI_EXIT_PROTOCOL for a reply that is none of these, having said so.
+ */
+static int run_grace_reply(const struct run_opts *o, const char *line, struct run_session *sess)
+{
+    static int warned;   /* run_take() may connect again: one warning is enough */
+    char id[17], secret[33];
+
+    sess->id[0] = '\0';
+    if (strncmp(line, "OK ", 3) == 0 && strlen(line) == 3 + 16 + 1 + 32 &&
+        line[19] == ' ') {
+        snprintf(id, sizeof(id), "%.16s", line + 3);
+        snprintf(secret, sizeof(secret), "%.32s", line + 20);
+        if (run_hex(id, 16) && run_hex(secret, 32)) {
+            memcpy(sess->id, id, sizeof(id));
+            memcpy(sess->secret, secret, sizeof(secret));
+            explicit_bzero(secret, sizeof(secret));
+            return 0;
+        }
+    }
+    if (strncmp(line, "ERR ", 4) != 0) {
+        /* Not echoed: a garbled OK may carry most of a secret. */
+        fprintf(stderr, "lockbroker: unexpected reply to GRACE %" PRId64 " from %s (not OK "
+                "<session> <secret>, nor ERR)\n", o->session_grace_ms, o->addr->spec);
+        return CLI_EXIT_PROTOCOL;
+    }
+    if (lb_err_exit(line) == CLI_EXIT_DENIED || warned++)
+        return 0;
+    if (strncmp(line, "ERR BAD_COMMAND", 15) == 0 && (line[15] == ' ' || line[15] == '\0'))
+        fprintf(stderr, "lockbroker: warning: %s does not know GRACE (an older lockbrokerd): "
+                "a dropped connection loses lock %s (--session-grace does nothing)\n",
+                o->addr->spec, o->name);
+    else
+        fprintf(stderr, "lockbroker: warning: %s refused GRACE %" PRId64 " (%s): a dropped "
+                "connection loses lock %s\n", o->addr->spec, o->session_grace_ms, line,
+                o->name);
+    return 0;
+}
+
 /*
  * The request run_lock sends into req: `CLIENT <label>` (when there is a
- * label) and `LOCK <name> [<wait_ms>] [<mode>] [ttl=<ttl_ms>]`, one line
- * each (wait_ms: what is left of o->wait_ms). Returns its length.
+ * label), `GRACE <ms>` (when sess: --session-grace) and `LOCK <name>
+ * [<wait_ms>] [<mode>] [ttl=<ttl_ms>]`, one line each (wait_ms: what is
+ * left of o->wait_ms). Returns its length.
  */
 static int run_lock_request(const struct run_opts *o, const char *mode, int64_t wait_ms,
-                            char *req, size_t cap)
+                            int grace, char *req, size_t cap)
 {
     char wait[32] = "", ttl[32] = "";
     int n = 0;
@@ -457,18 +570,23 @@ static int run_lock_request(const struct run_opts *o, const char *mode, int64_t 
     /* CLIENT and LOCK in one write: the label is set before the LOCK is parsed. */
     if (o->label)
         n = snprintf(req, cap, "CLIENT %s\n", o->label);
+    /* GRACE before LOCK: the hold is the session's from its grant on. */
+    if (grace)
+        n += snprintf(req + n, cap - (size_t)n, "GRACE %" PRId64 "\n", o->session_grace_ms);
     n += snprintf(req + n, cap - (size_t)n, "LOCK %s%s%s%s%s\n", o->name, wait,
                   mode[0] ? " " : "", mode, ttl);
     return n;
 }
 
 /*
- * Connects c, sends the request (a LOCK waiting wait_ms) and waits for the
- * reply to LOCK, however long the lock takes, into line. Returns 0, or a
- * CLI_EXIT_* status having said why on stderr.
+ * Connects c, sends the request (a GRACE first if sess, a LOCK waiting
+ * wait_ms) and waits for the reply to LOCK, however long the lock takes,
+ * into line; *sess is the session GRACE opened (id "" for none). Returns
+ * 0, or a CLI_EXIT_* status having said why on stderr.
  */
 static int run_lock_exchange(const struct run_opts *o, struct lb_conn *c, const char *mode,
-                             int64_t wait_ms, char *line, size_t cap)
+                             int64_t wait_ms, struct run_session *sess, char *line,
+                             size_t cap)
 {
     char req[RUN_REPLY_MAX], err[CLIENT_ERR_MAX];
     int64_t deadline;
@@ -479,7 +597,7 @@ static int run_lock_exchange(const struct run_opts *o, struct lb_conn *c, const 
         fprintf(stderr, "lockbroker: %s\n", err);
         return rc;
     }
-    n = run_lock_request(o, mode, wait_ms, req, sizeof(req));
+    n = run_lock_request(o, mode, wait_ms, sess != NULL, req, sizeof(req));
     st = lb_send(c, req, (size_t)n, lb_now_ms() + o->io_ms, err, sizeof(err));
     if (st == CLIENT_ERROR) {
         fprintf(stderr, "lockbroker: %s: %s\n", o->addr->spec, err);
@@ -488,6 +606,11 @@ static int run_lock_exchange(const struct run_opts *o, struct lb_conn *c, const 
     if (st == CLIENT_OK && o->label) {
         st = lb_read_line(c, line, cap, lb_now_ms() + o->io_ms, err, sizeof(err));
         if (st == CLIENT_OK && (rc = run_client_reply(o, line)) != 0)
+            return rc;
+    }
+    if (st == CLIENT_OK && sess) {
+        st = lb_read_line(c, line, cap, lb_now_ms() + o->io_ms, err, sizeof(err));
+        if (st == CLIENT_OK && (rc = run_grace_reply(o, line, sess)) != 0)
             return rc;
     }
     if (st == CLIENT_OK) {
@@ -604,15 +727,18 @@ static void run_lock_timeout(const struct run_opts *o, struct lb_conn *c)
                 o->wait_ms, o->name, held == 1 ? ", held by " : "", held == 1 ? who : "");
 }
 
-/* run_lock(), its LOCK waiting wait_ms: what is left of o->wait_ms (run_take()). */
+/*
+ * run_lock(), its LOCK waiting wait_ms: what is left of o->wait_ms
+ * (run_take()); with sess, GRACE first (run_lock_exchange()).
+ */
 static int run_lock_wait(const struct run_opts *o, int64_t wait_ms, struct lb_conn *c,
-                         char *token, size_t tokcap)
+                         struct run_session *sess, char *token, size_t tokcap)
 {
     char line[RUN_REPLY_MAX], mode[32];
     int rc;
 
     run_mode_option(o, mode, sizeof(mode));
-    if ((rc = run_lock_exchange(o, c, mode, wait_ms, line, sizeof(line))) != 0)
+    if ((rc = run_lock_exchange(o, c, mode, wait_ms, sess, line, sizeof(line))) != 0)
         return rc;
     if ((rc = run_lock_reply(o, mode, line, token, tokcap)) == CLI_EXIT_TIMEOUT)
         run_lock_timeout(o, c);
@@ -621,7 +747,7 @@ static int run_lock_wait(const struct run_opts *o, int64_t wait_ms, struct lb_co
 
 int run_lock(const struct run_opts *o, struct lb_conn *c, char *token, size_t tokcap)
 {
-    return run_lock_wait(o, o->wait_ms, c, token, tokcap);
+    return run_lock_wait(o, o->wait_ms, c, NULL, token, tokcap);
 }
 
 /* ------------------------------------------------------------- jeopardy */
@@ -633,24 +759,41 @@ enum check_reply {
     CHECK_OTHER,         /* anything else */
 };
 
-/* Sends `CHECK <name> <token>`, one per name of a set. Returns 0, or -1 if
- * the connection failed. */
-static int check_send(struct run *r)
+/* The room for a round of CHECKs, one line per name of a set. */
+#define CHECK_ROUND_MAX (PROTO_SET_MAX * (PROTO_NAME_MAX + 30))
+
+/* Writes `CHECK <name> <token>`, one per name, at buf (CHECK_ROUND_MAX bytes). Returns the length. */
+static int check_format(const struct run *r, char *buf)
 {
-    char req[PROTO_SET_MAX * (PROTO_NAME_MAX + 30)], err[CLIENT_ERR_MAX];
-    int64_t now = lb_now_ms();
     int n = 0;
 
     for (unsigned i = 0; i < r->nnames; i++)
-        n += snprintf(req + n, sizeof(req) - (size_t)n, "CHECK %s %s\n", r->names[i],
+        n += snprintf(buf + n, CHECK_ROUND_MAX - (size_t)n, "CHECK %s %s\n", r->names[i],
                       r->tokens[i]);
-    if (lb_send(r->conn, req, (size_t)n, now + r->o->io_ms, err, sizeof(err)) != CLIENT_OK)
-        return -1;
+    return n;
+}
+
+/* A round of CHECKs went out at now: their replies are due. */
+static void check_started(struct run *r, int64_t now)
+{
     r->check_inflight = 1;
     r->check_next = 0;
     r->check_min = INT64_MAX;
     r->check_bad = 0;
     r->check_sent = now;
+}
+
+/* Sends `CHECK <name> <token>`, one per name of a set. Returns 0, or -1 if
+ * the connection failed. */
+static int check_send(struct run *r)
+{
+    char req[CHECK_ROUND_MAX], err[CLIENT_ERR_MAX];
+    int64_t now = lb_now_ms();
+    int n = check_format(r, req);
+
+    if (lb_send(r->conn, req, (size_t)n, now + r->o->io_ms, err, sizeof(err)) != CLIENT_OK)
+        return -1;
+    check_started(r, now);
     return 0;
 }
 
@@ -916,18 +1059,205 @@ static void run_stop(struct run *r)
     killpg(r->pid, SIGCONT);   /* a stopped command must run to act on SIGTERM */
 }
 
-/* The lock is gone: stop using the resource, i.e. end the command. */
+/*
+ * Closes conn. quit: with a session, send QUIT first (if it fits now), so
+ * that what is still held is released at once rather than kept for the
+ * grace; not after a drop, whose holds are to be taken back.
+ */
+static void run_hangup(struct run *r, int quit)
+{
+    char err[CLIENT_ERR_MAX];
+
+    if (r->conn->fd < 0)
+        return;
+    if (quit && r->sess.id[0] && r->conn->phase == LB_PHASE_READY) {
+        /* Unread input would make close() a reset, which may beat the QUIT. */
+        lb_fill(r->conn, err, sizeof(err));
+        lb_send(r->conn, "QUIT\n", 5, lb_now_ms(), err, sizeof(err));
+    }
+    /* The guardian has a copy of the first connection: end it for both. */
+    shutdown(r->conn->fd, SHUT_RDWR);
+    lb_close(r->conn);
+}
+
+/*
+ * The lock is gone: stop using the resource, i.e. end the command. Once
+ * the command has ended there is nothing to stop: the loss is reported
+ * (run_settle()).
+ */
 static void run_lose(struct run *r, const char *why)
 {
     if (!run_held(r))
         return;
+    run_hangup(r, 1);
+    if (r->ended) {
+        fprintf(stderr, "lockbroker: warning: lock %s was lost as the command finished (%s)\n",
+                r->o->name, why);
+        r->state = RUN_LOST_KILL;
+        return;
+    }
     fprintf(stderr, "lockbroker: lock %s lost (%s); terminating the command\n",
             r->o->name, why);
-    /* The guardian has a copy of the connection: end it for both. */
-    if (r->conn->fd >= 0)
-        shutdown(r->conn->fd, SHUT_RDWR);
-    lb_close(r->conn);
     run_stop(r);
+}
+
+/* ------------------------------------------------------ taking it back */
+
+/*
+ * The connection dropped (why). Without a session the lock is lost, as it
+ * always was; with one, the daemon keeps it for the grace, and the tries
+ * to take it back start now. Called while the lock is held and r->link is
+ * LINK_UP.
+ */
+static void run_drop(struct run *r, const char *why)
+{
+    int64_t now = lb_now_ms();
+
+    if (!r->sess.id[0]) {
+        run_lose(r, why);
+        return;
+    }
+    run_hangup(r, 0);
+    r->link = LINK_PAUSE;
+    r->dropped_at = r->retry_at = now;
+    r->give_up_at = now + r->o->session_grace_ms;
+    r->pause_ms = RUN_REDIAL_MIN_MS;
+    r->tries = 0;
+    r->check_inflight = 0;   /* its replies will never come */
+    snprintf(r->drop_why, sizeof(r->drop_why), "%s", why);
+    fprintf(stderr, "lockbroker: connection to %s dropped (%s); %s while taking lock %s back "
+            "(for up to %" PRId64 " ms, --session-grace)\n", r->o->addr->spec, why,
+            r->ended ? "the command has ended" : "the command runs on", r->o->name,
+            r->o->session_grace_ms);
+}
+
+/* The try failed (why): pause and try again, or give up once past the grace. */
+static void run_try_failed(struct run *r, const char *why)
+{
+    char lost[CLIENT_ERR_MAX + 128];
+    int64_t now = lb_now_ms();
+
+    snprintf(r->drop_why, sizeof(r->drop_why), "%s", why);
+    run_hangup(r, 0);
+    if (now + r->pause_ms >= r->give_up_at) {
+        snprintf(lost, sizeof(lost), "not taken back within %" PRId64 " ms of the drop "
+                 "(--session-grace), %u tr%s: %s", r->o->session_grace_ms, r->tries,
+                 r->tries == 1 ? "y" : "ies", r->drop_why);
+        r->link = LINK_UP;   /* nothing left to try: conn is closed, as after any loss */
+        run_lose(r, lost);
+        return;
+    }
+    r->link = LINK_PAUSE;
+    r->retry_at = now + r->pause_ms;
+    r->pause_ms = r->pause_ms * 2 > RUN_REDIAL_MAX_MS ? RUN_REDIAL_MAX_MS : r->pause_ms * 2;
+}
+
+/*
+ * Connected and logged in again: `CLIENT <label>` (STATUS and LOCKS name
+ * the new connection), `RESUME <session> <secret>`, and a round of CHECKs
+ * for a window that counts from now, in one write. A CHECK after a failed
+ * RESUME answers ERR NOT_HELD: nothing is taken that is not ours.
+ */
+static void run_resume_send(struct run *r)
+{
+    char req[PROTO_LABEL_MAX + 96 + CHECK_ROUND_MAX], err[CLIENT_ERR_MAX];
+    int64_t now = lb_now_ms();
+    int n = 0;
+
+    if (r->o->label)
+        n = snprintf(req, sizeof(req), "CLIENT %s\n", r->o->label);
+    n += snprintf(req + n, sizeof(req) - (size_t)n, "RESUME %s %s\n", r->sess.id,
+                  r->sess.secret);
+    n += check_format(r, req + n);
+    if (lb_send(r->conn, req, (size_t)n, r->try_until, err, sizeof(err)) != CLIENT_OK) {
+        explicit_bzero(req, sizeof(req));
+        run_try_failed(r, "cannot send RESUME: the connection failed");
+        return;
+    }
+    explicit_bzero(req, sizeof(req));
+    r->link = LINK_RESUMING;
+    r->resume_client = r->o->label != NULL;
+    check_started(r, now);
+}
+
+/* LINK_DIALING: drives the new connection on (connect, TLS, AUTH). */
+static void run_dial(struct run *r)
+{
+    char err[CLIENT_ERR_MAX];
+    int rc;
+
+    switch (lb_dial_step(r->conn, r->o->addr, r->try_until, &r->dial_poll, &rc, err,
+                         sizeof(err))) {
+    case LB_DIAL_WAIT:
+        return;
+    case LB_DIAL_DONE:
+        run_resume_send(r);
+        return;
+    default:
+        /* A refused login or a TLS set-up that cannot work will not change in a second. */
+        if (rc == CLI_EXIT_DENIED || rc == CLI_EXIT_USAGE) {
+            r->link = LINK_UP;
+            run_lose(r, err);
+        } else {
+            run_try_failed(r, err);
+        }
+    }
+}
+
+/* LINK_PAUSE, at retry_at: a try starts, on a new connection to the same address. */
+static void run_try(struct run *r)
+{
+    char err[CLIENT_ERR_MAX];
+    int64_t now = lb_now_ms();
+
+    r->tries++;
+    r->try_until = now + r->o->io_ms < r->give_up_at ? now + r->o->io_ms : r->give_up_at;
+    if (lb_dial_start(r->conn, r->o->addr, &r->peer, err, sizeof(err)) < 0) {
+        run_try_failed(r, err);
+        return;
+    }
+    r->link = LINK_DIALING;
+    run_dial(r);
+}
+
+/*
+ * LINK_RESUMING: a reply before the CHECKs' (CLIENT's, whatever it says:
+ * an older daemon's ERR BAD_COMMAND too; then RESUME's). `OK <session>
+ * <n>`: the lock is ours again, on this connection; the CHECKs' replies
+ * say whether all of it is. Anything else: RESUME took nothing, and never
+ * will on this daemon (its grace ran out, a BREAK, another daemon).
+ */
+static void run_resume_reply(struct run *r, const char *line)
+{
+    char lost[RUN_REPLY_MAX + 16], want[40];
+
+    if (r->resume_client) {
+        r->resume_client = 0;
+        return;
+    }
+    snprintf(want, sizeof(want), "OK %s ", r->sess.id);
+    if (strncmp(line, want, strlen(want)) == 0) {
+        r->link = LINK_UP;
+        fprintf(stderr, "lockbroker: lock %s taken back on a new connection to %s, %" PRId64
+                " ms after the drop (%u tr%s)\n", r->o->name, r->o->addr->spec,
+                lb_now_ms() - r->dropped_at, r->tries, r->tries == 1 ? "y" : "ies");
+        return;
+    }
+    snprintf(lost, sizeof(lost), "RESUME: %.900s", line);
+    r->link = LINK_UP;
+    run_lose(r, lost);
+}
+
+/*
+ * The connection failed (why): while LINK_UP a drop, while a try is on
+ * its failure.
+ */
+static void run_conn_failed(struct run *r, const char *why)
+{
+    if (r->link == LINK_UP)
+        run_drop(r, why);
+    else
+        run_try_failed(r, why);
 }
 
 /*
@@ -966,8 +1296,13 @@ static void run_read_conn(struct run *r)
         /* LOST <name> <token> <reason>: of a set, any name's ends the command. */
         if ((reason = lost_reason(r, line))) {
             snprintf(lost, sizeof(lost), "%s", reason);
+            r->link = LINK_UP;
             run_lose(r, lost);
             return;
+        }
+        if (r->link == LINK_RESUMING) {
+            run_resume_reply(r, line);
+            continue;
         }
         if (r->check_inflight) {
             int64_t safe = 0;
@@ -991,13 +1326,13 @@ static void run_read_conn(struct run *r)
         }
         fprintf(stderr, "lockbroker: ignoring unexpected line from the broker: %s\n", line);
     }
-    if (!run_held(r))
+    if (!run_held(r) || r->link == LINK_PAUSE)
         return;
     if (st == CLIENT_CLOSED)
-        run_lose(r, "the broker closed the connection");
+        run_conn_failed(r, "the broker closed the connection");
     else if (st == CLIENT_ERROR) {
         snprintf(lost, sizeof(lost), "connection error: %s", err);
-        run_lose(r, lost);
+        run_conn_failed(r, lost);
     }
 }
 
@@ -1105,6 +1440,73 @@ static int64_t earlier(int64_t a, int64_t b)
     return a < 0 ? b : b < 0 ? a : a < b ? a : b;
 }
 
+/*
+ * The connection's part of a poll(): sets p for conn, or for the try in
+ * progress (fd -1: nothing to wait for), and *ready when input is there
+ * that poll() cannot see. Returns when the link next has something to do
+ * by the clock (-1: nothing).
+ */
+static int64_t run_link_poll(const struct run *r, struct pollfd *p, int *ready)
+{
+    *ready = 0;
+    p->fd = -1;
+    p->revents = 0;
+    if (!run_held(r))
+        return -1;   /* the lock is gone: the connection no longer matters */
+    switch (r->link) {
+    case LINK_UP:
+        *ready = lb_poll_setup(r->conn, p);
+        /* With a session, a CHECK unanswered for -t is a drop (NAT, half-open connection). */
+        return r->sess.id[0] && r->check_inflight ? r->check_sent + r->o->io_ms : -1;
+    case LINK_PAUSE:
+        return r->retry_at;
+    case LINK_DIALING:
+        *p = r->dial_poll;
+        p->revents = 0;
+        return r->try_until;
+    default:
+        *ready = lb_poll_setup(r->conn, p);
+        return r->try_until;
+    }
+}
+
+/* After the poll() of run_link_poll(): the connection's input, then its timers. */
+static void run_link_events(struct run *r, const struct pollfd *p, int ready)
+{
+    char why[CLIENT_ERR_MAX];
+    int64_t now;
+
+    if (p->fd >= 0 && (p->revents || ready)) {
+        if (r->link == LINK_DIALING)
+            run_dial(r);
+        else
+            run_read_conn(r);
+    }
+    if (!run_held(r))
+        return;
+    now = lb_now_ms();
+    switch (r->link) {
+    case LINK_UP:
+        if (r->sess.id[0] && r->check_inflight && now >= r->check_sent + r->o->io_ms) {
+            snprintf(why, sizeof(why), "no reply to CHECK within %" PRId64 " ms (-t)",
+                     r->o->io_ms);
+            run_drop(r, why);
+        }
+        break;
+    case LINK_PAUSE:
+        if (now >= r->retry_at)
+            run_try(r);
+        break;
+    default:
+        if (now >= r->try_until) {
+            snprintf(why, sizeof(why), "%s: no %s in time", r->o->addr->spec,
+                     r->link == LINK_DIALING ? "connection (connect, TLS, AUTH)"
+                                             : "answer to RESUME");
+            run_try_failed(r, why);
+        }
+    }
+}
+
 /* Supervises the command until it ends. Returns its wait status. */
 static int run_supervise(struct run *r)
 {
@@ -1115,15 +1517,14 @@ static int run_supervise(struct run *r)
 
         /* The connection matters while the lock is held (-1: poll ignores it). Input
          * TLS has decrypted already does not show on its fd: then no waiting. */
-        if (run_held(r))
-            ready = lb_poll_setup(r->conn, &p[0]);
+        wake = run_link_poll(r, &p[0], &ready);
         if (r->resume || ready)
             wake = now;
         if (r->state == RUN_LOST_TERM || r->state == RUN_STOPPING)
             wake = earlier(wake, r->kill_at);
         if (run_held(r) && r->checking) {
             wake = earlier(wake, jeopardy_at(r));
-            if (!r->check_inflight)
+            if (r->link == LINK_UP && !r->check_inflight)
                 wake = earlier(wake, r->next_check);
         }
         timeout = wake < 0 ? -1 : wake <= now ? 0 : wake - now > 1000000 ? 1000000
@@ -1133,14 +1534,14 @@ static int run_supervise(struct run *r)
             return CLI_EXIT_USAGE << 8;
         }
         /* The connection first: when a loss and the command's end arrive together, the loss counts. */
-        if (p[0].fd >= 0 && (p[0].revents || ready))
-            run_read_conn(r);
+        run_link_events(r, &p[0], ready);
         now = lb_now_ms();
         if (run_held(r) && r->checking) {
             if (now >= jeopardy_at(r))
                 run_jeopardy(r);
-            else if (!r->check_inflight && now >= r->next_check && check_send(r) < 0)
-                run_lose(r, "cannot send CHECK: the connection failed");
+            else if (r->link == LINK_UP && !r->check_inflight && now >= r->next_check &&
+                     check_send(r) < 0)
+                run_drop(r, "cannot send CHECK: the connection failed");
         }
         if (r->state == RUN_LOST_TERM && lb_now_ms() >= r->kill_at) {
             killpg(r->pid, SIGKILL);
@@ -1179,6 +1580,34 @@ static int run_supervise(struct run *r)
 }
 
 /* ----------------------------------------------------- release the lock */
+
+/*
+ * The command ended by itself while the lock is held. If the connection
+ * is down, take the lock back first (within the grace, as while it ran),
+ * and wait for the round of CHECKs sent with RESUME, so that the release
+ * below happens at once, with --min-hold's keep=, and a loss is said.
+ * Returns 1 when the lock can be released on r->conn; 0 when it is gone,
+ * or was not taken back (said on stderr: the broker frees it at the end
+ * of the grace).
+ */
+static int run_settle(struct run *r)
+{
+    r->ended = 1;
+    while (run_held(r) && (r->link != LINK_UP || (r->dropped_at && r->check_inflight))) {
+        struct pollfd p;
+        int64_t now = lb_now_ms(), wake;
+        int ready;
+
+        wake = run_link_poll(r, &p, &ready);
+        if (ready || (wake >= 0 && wake < now))
+            wake = now;
+        if (poll(&p, 1, wake < 0 ? -1 : wake - now > 1000000 ? 1000000 : (int)(wake - now)) < 0
+            && errno != EINTR)
+            break;
+        run_link_events(r, &p, ready);
+    }
+    return run_held(r) && r->link == LINK_UP;
+}
 
 /*
  * --min-hold: how long the broker is to keep the lock after this release
@@ -1400,17 +1829,22 @@ static int run_take(struct run *r)
     int rc;
 
     for (;;) {
-        rc = run_lock_wait(o, wait, r->conn, r->token, sizeof(r->token));
+        r->sess.id[0] = '\0';
+        rc = run_lock_wait(o, wait, r->conn, o->session_grace_ms ? &r->sess : NULL, r->token,
+                           sizeof(r->token));
         r->granted_at = lb_now_ms();
         if (rc != 0)
             return rc;
+        /* A host name may lead to another daemon next time; the session is on this one. */
+        if (r->sess.id[0])
+            lb_peer_of(r->conn, o->addr, &r->peer);
         run_split(r);
         r->safe_until = r->window_max = 0;   /* a window of an earlier grant says nothing */
         if ((rc = check_first(r)) != CLI_EXIT_JEOPARDY)
             return rc;
         grants++;
         run_unlock(r, 0);
-        lb_close(r->conn);
+        run_hangup(r, 1);
         now = lb_now_ms();
         if (end >= 0 && now >= end)
             break;
@@ -1449,13 +1883,13 @@ int run_command(const struct run_opts *o)
     int rc, wstatus;
 
     if ((rc = run_take(&r)) != 0) {
-        lb_close(&conn);
+        run_hangup(&r, 1);
         return rc == CLI_EXIT_TIMEOUT && o->timeout_exit >= 0 ? o->timeout_exit : rc;
     }
     if (setenv("LOCKBROKER_NAME", o->name, 1) < 0 || setenv("LOCKBROKER_TOKEN", r.token, 1) < 0 ||
         setenv("LOCKBROKER_ADDR", o->addr->spec, 1) < 0 || install_handlers() < 0) {
         fprintf(stderr, "lockbroker: %s\n", strerror(errno));
-        lb_close(&conn);
+        run_hangup(&r, 1);
         return CLI_EXIT_USAGE;
     }
     r.tty = foreground_tty();
@@ -1476,7 +1910,7 @@ int run_command(const struct run_opts *o)
     if (r.pid < 0) {
         fprintf(stderr, "lockbroker: fork: %s\n", strerror(errno));
         sigprocmask(SIG_SETMASK, &orig, NULL);
-        lb_close(&conn);
+        run_hangup(&r, 1);
         return CLI_EXIT_USAGE;
     }
     /* Both sides set the group and the terminal, so neither waits for the other. */
@@ -1496,12 +1930,13 @@ int run_command(const struct run_opts *o)
 
     if (run_held(&r)) {
         rc = WIFSIGNALED(wstatus) ? 128 + WTERMSIG(wstatus) : WEXITSTATUS(wstatus);
-        run_unlock(&r, run_keep_ms(&r, rc != 0));
+        if (run_settle(&r))
+            run_unlock(&r, run_keep_ms(&r, rc != 0));
     } else {
         rc = r.jeopardy ? CLI_EXIT_JEOPARDY : CLI_EXIT_LOST;
     }
     guardian_stop(&r);
-    lb_close(&conn);
+    run_hangup(&r, 1);
     if (r.tty >= 0)
         close(r.tty);
     return rc;

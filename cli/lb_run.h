@@ -33,6 +33,9 @@ struct run_opts {
                                         the grant (UNLOCK keep=); 0: at once */
     int release_on_failure;          /* run --release-on-failure: a failed command
                                         releases at once despite min_hold_ms */
+    int64_t session_grace_ms;        /* run --session-grace: `GRACE <ms>` before LOCK, and
+                                        a dropped connection is taken back (RESUME) within
+                                        it; 0: no GRACE (a drop loses the lock) */
 };
 
 #define RUN_NOTICE_MS 1000   /* a wait longer than this is worth a word on stderr */
@@ -48,14 +51,14 @@ void run_default_label(char *buf, size_t cap, const char *command);
 /*
  * Connects to o->addr and sends `CLIENT <label>` (if o->label; an older
  * daemon's ERR BAD_COMMAND to it is ignored), then `LOCK <name> [<wait_ms>]
- * [shared|limit=<n>] [ttl=<ttl_ms>]` (o->grace_ms and o->argv are not
- * used). With o->notice, a wait that passes RUN_NOTICE_MS is reported on
- * stderr once, with the holder a STATUS on a second connection names; a
- * TIMEOUT is said with the holder a STATUS on c names (-w 0: "is held by").
- * Returns 0 once
- * granted, with the decimal token copied to token (tokcap bytes) and c
- * still connected; otherwise a CLI_EXIT_* status, having printed a one-line
- * reason on stderr. The caller closes c in both cases. Used by run and by
+ * [shared|limit=<n>] [ttl=<ttl_ms>]` (o->grace_ms, o->argv and
+ * o->session_grace_ms are not used: no GRACE). With o->notice, a wait that
+ * passes RUN_NOTICE_MS is reported on stderr once, with the holder a STATUS
+ * on a second connection names; a TIMEOUT is said with the holder a STATUS
+ * on c names (-w 0: "is held by"). Returns 0 once granted, with the
+ * decimal token copied to token (tokcap bytes) and c still connected;
+ * otherwise a CLI_EXIT_* status, having printed a one-line reason on
+ * stderr. The caller closes c in both cases. Used by run and by
  * `lockbroker lease`.
  */
 int run_lock(const struct run_opts *o, struct lb_conn *c, char *token, size_t tokcap);
@@ -63,7 +66,9 @@ int run_lock(const struct run_opts *o, struct lb_conn *c, char *token, size_t to
 /*
  * Takes the lock, runs the command in its own process group with
  * LOCKBROKER_NAME, LOCKBROKER_TOKEN and LOCKBROKER_ADDR in its environment,
- * releases the lock when it exits. A grant whose first CHECK window is too
+ * releases the lock when it exits. With o->session_grace_ms, a dropped
+ * connection does not stop the command: it is made again and the lock
+ * taken back (RESUME) within that time. A grant whose first CHECK window is too
  * short to start in is released and the lock asked for again, within
  * o->wait_ms (CLI_EXIT_TIMEOUT when it runs out). Returns the exit status for lockbroker:
  * the command's (128+N if signal N killed it) or a CLI_EXIT_* code, having

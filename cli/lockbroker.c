@@ -25,6 +25,9 @@
 
 #define IO_TIMEOUT_DEFAULT_MS 10000   /* a daemon on the same network answers in far less */
 #define GRACE_DEFAULT_MS 5000         /* time to clean up after SIGTERM, as systemd's stop timeouts go */
+#define SESSION_GRACE_DEFAULT_MS 5000 /* run: a restart or a network blip is over in far less */
+#define SESSION_GRACE_MIN_MS 100      /* GRACE's bounds (PROTOCOL.md); the daemon's */
+#define SESSION_GRACE_MAX_MS 3600000  /* max_grace_ms may be lower, and says so */
 
 struct options {
     const char *host;      /* -H, or NULL */
@@ -51,12 +54,13 @@ struct options {
     int cluster;           /* locks --cluster: every daemon's holders (HOLDERS) */
     int64_t min_hold_ms;   /* run --min-hold; 0: not given */
     int release_on_failure; /* run --release-on-failure */
+    int64_t session_grace_ms; /* run --session-grace; 0: off */
 };
 
 /* Long options without a short form. */
 enum { OPT_LABEL = 256, OPT_PASSWORD_FILE, OPT_JSON, OPT_RAW, OPT_HUMAN, OPT_CLUSTER,
        OPT_NONBLOCK, OPT_MIN_HOLD, OPT_RELEASE_ON_FAILURE, OPT_TLS, OPT_NO_TLS, OPT_CACERT,
-       OPT_CERT, OPT_KEY };
+       OPT_CERT, OPT_KEY, OPT_SESSION_GRACE };
 
 /*
  * The options only some subcommands take, by group. -H, -U, -t, -a,
@@ -70,6 +74,7 @@ enum {
     OPTS_JSON = 1 << 3,      /* --json: stats, status, locks */
     OPTS_CLUSTER = 1 << 4,   /* --cluster: locks */
     OPTS_MIN_HOLD = 1 << 5,  /* --min-hold, --release-on-failure: run */
+    OPTS_SESSION = 1 << 6,   /* --session-grace: run */
 };
 
 /* --help: the subcommands' rows, then usage_options. */
@@ -350,6 +355,13 @@ static int parse_lock_option(struct options *o, int opt, const char *arg)
         o->release_on_failure = 1;
         o->given |= OPTS_MIN_HOLD;
         return 0;
+    case OPT_SESSION_GRACE:
+        if (parse_duration(arg, 0, SESSION_GRACE_MAX_MS, &o->session_grace_ms) < 0 ||
+            (o->session_grace_ms > 0 && o->session_grace_ms < SESSION_GRACE_MIN_MS))
+            return usage_error("--session-grace: expected 0 (off), or a time with a unit "
+                               "from 100ms to 1h (5s, 30s, 2m); got '%s'", arg);
+        o->given |= OPTS_SESSION;
+        return 0;
     case 'q':
         o->quiet = 1;
         o->given |= OPTS_LABEL;
@@ -397,6 +409,7 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
         { "min-hold", required_argument, NULL, OPT_MIN_HOLD },
         { "release-on-failure", no_argument, NULL, OPT_RELEASE_ON_FAILURE },
         { "grace", required_argument, NULL, 'g' },
+        { "session-grace", required_argument, NULL, OPT_SESSION_GRACE },
         { "conflict-exit-code", required_argument, NULL, 'E' },
         { "timeout", required_argument, NULL, 't' },
         { "shared", no_argument, NULL, 's' },
@@ -431,6 +444,7 @@ static int parse_options(int argc, char **argv, struct options *o, int *exit_cod
             break;
         case 'w': case OPT_NONBLOCK: case 'g': case 'E': case 's': case 'n': case OPT_LABEL:
         case 'v': case 'q': case OPT_MIN_HOLD: case OPT_RELEASE_ON_FAILURE:
+        case OPT_SESSION_GRACE:
             rc = parse_lock_option(o, opt, optarg);
             break;
         case OPT_JSON: case OPT_RAW: case OPT_HUMAN: case OPT_CLUSTER:
@@ -1300,6 +1314,7 @@ static int sub_run(const struct call *call)
     ro.grace_ms = call->o->grace_ms;
     ro.min_hold_ms = call->o->min_hold_ms;
     ro.release_on_failure = call->o->release_on_failure;
+    ro.session_grace_ms = call->o->session_grace_ms;
     ro.name = call->args[0];
     if (ro.release_on_failure && !ro.min_hold_ms)
         return usage_error("%s", "--release-on-failure goes with --min-hold");
@@ -1468,7 +1483,7 @@ struct subcommand {
 static const struct subcommand subcommands[] = {
     { .name = "run", .fn = sub_run, .min_args = 1, .max_args = -1,
       .too_few = "run: missing lock NAME",
-      .opts = OPTS_LOCK | OPTS_GRACE | OPTS_LABEL | OPTS_MIN_HOLD,
+      .opts = OPTS_LOCK | OPTS_GRACE | OPTS_LABEL | OPTS_MIN_HOLD | OPTS_SESSION,
       .usage = { "run [-w TIME] [-g TIME] [-s | -n N] [--label L] [-v]",
                  "[--min-hold TIME [--release-on-failure]] NAME [--] COMMAND [ARGS...]" },
       .about =
@@ -1509,7 +1524,8 @@ static const struct subcommand subcommands[] = {
     /* elect NAME -- COMMAND is run NAME -- COMMAND, waiting in line for as
      * long as it takes, its label naming the leader to observe. */
     { .name = "elect", .as = "run", .fn = sub_run, .min_args = 1, .max_args = -1,
-      .too_few = "run: missing lock NAME", .opts = OPTS_LOCK | OPTS_GRACE | OPTS_LABEL,
+      .too_few = "run: missing lock NAME",
+      .opts = OPTS_LOCK | OPTS_GRACE | OPTS_LABEL | OPTS_SESSION,
       .usage = { "elect [--label L] NAME [--] COMMAND [ARGS...]" },
       .about =
           "`elect NAME -- COMMAND` is `run` for a leader election: it waits in line and\n"
@@ -1559,6 +1575,7 @@ static const struct option_rule {
     { OPTS_GRACE, OPTS_GRACE, "%s: -g is an option of run" },
     { OPTS_MIN_HOLD, OPTS_MIN_HOLD,
       "%s: --min-hold and --release-on-failure are options of run" },
+    { OPTS_SESSION, OPTS_SESSION, "%s: --session-grace is an option of run" },
 };
 
 static void usage_signals_and_exits(FILE *f);
@@ -1594,6 +1611,12 @@ static void usage_options(FILE *f)
         "                        command TIME after SIGTERM (default %d ms; 0: at once),\n"
         "                        but within the broker's last safe window (CHECK); also\n"
         "                        TIME after SIGINT or SIGTERM sent to lockbroker\n"
+        "      --session-grace TIME\n"
+        "                        run: if the connection drops (a restart of the broker,\n"
+        "                        a network blip), the broker keeps the lock TIME for\n"
+        "                        lockbroker to reconnect and take it back, and COMMAND\n"
+        "                        runs on (default %d ms; 100ms to 1h; 0: off, a drop\n"
+        "                        loses the lock)\n"
         "  -s, --shared          run, lease: take the lock shared: shared holders run\n"
         "                        together, an exclusive holder (without -s or -n) alone\n"
         "  -n, --limit N         run, lease: take one of N slots (1-65535) of a\n"
@@ -1633,7 +1656,7 @@ static void usage_options(FILE *f)
         "  -t, --timeout TIME    connect and reply timeout (default %d ms)\n"
         "  -h, --help            show this help\n"
         "  -V, --version         show the version\n",
-        CLIENT_ADDR_DEFAULT, GRACE_DEFAULT_MS, IO_TIMEOUT_DEFAULT_MS);
+        CLIENT_ADDR_DEFAULT, GRACE_DEFAULT_MS, SESSION_GRACE_DEFAULT_MS, IO_TIMEOUT_DEFAULT_MS);
     usage_signals_and_exits(f);
 }
 
@@ -1751,8 +1774,9 @@ int main(int argc, char **argv)
 {
     static struct lb_conn conn;   /* 64 KiB line buffer: not on the stack */
     static struct lb_auth auth;
-    struct options o = { .wait_ms = -1, .grace_ms = GRACE_DEFAULT_MS, .timeout_exit = -1, .human = -1,
-                         .io_ms = IO_TIMEOUT_DEFAULT_MS, .tls = -1 };
+    struct options o = { .wait_ms = -1, .grace_ms = GRACE_DEFAULT_MS, .timeout_exit = -1,
+                         .human = -1, .io_ms = IO_TIMEOUT_DEFAULT_MS, .tls = -1,
+                         .session_grace_ms = SESSION_GRACE_DEFAULT_MS };
     struct lb_addr addr;
     struct tls_config tls_cfg = { NULL, NULL, NULL };
     char err[CLIENT_ERR_MAX];

@@ -15,6 +15,7 @@ test can make the network between any two nodes misbehave:
     net.partition({"D0", "s1"}, {"s2", "s3", "D1"})
     net.isolate("D0")                    # from every node it has a path to
     net.heal("D0", "s1"); net.heal_all()
+    net.reset("D0", "s1")                # reset their connections (no cut)
     net.backend("D0")                    # "s1": where D0's live connection goes
     net.close()                          # every thread and socket
 
@@ -396,6 +397,18 @@ class Net:
             self._cuts.clear()
             self._dirty = True
             self._wake()
+
+    def reset(self, a, b):
+        """Reset every live proxied connection between a and b (either way)
+        at once, on both sides, as a NAT or a proxy that restarts would; no
+        cut: new connections go through. Returns how many were reset."""
+        a, b = node_name(a), node_name(b)
+        with self._lock:
+            gone = [c for c in self._conns.values() if {c.src, c.dst} == {a, b}]
+            for c in gone:
+                self._close_conn(c, abort=True)
+            self._wake()
+        return len(gone)
 
     def partition(self, *groups, direction="both"):
         """Cut every node of each group from every node of the other groups

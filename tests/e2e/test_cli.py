@@ -693,10 +693,12 @@ class RunTests(DaemonCase):
     def test_command_dies_with_a_killed_lockbroker(self):
         # kill -9 closes lockbroker's connection and the broker frees the
         # lock: the command gets SIGKILL (parent-death signal) rather than
-        # run on unprotected.
+        # run on unprotected. With a session (--session-grace) the lock is
+        # kept for the grace first, and nobody takes it back.
         n = self.name()
         mark = self.d.log_mark()
-        p = self.start(self.hp() + ["run", n, "--", "sh", "-c", "echo $$; exec sleep 600"])
+        p = self.start(self.hp() + ["run", "--session-grace", "300ms", n, "--", "sh", "-c",
+                                    "echo $$; exec sleep 600"])
         pid = int(p.read_line())
         self.addCleanup(kill_if_alive, pid)
         p.proc.kill()
@@ -706,15 +708,18 @@ class RunTests(DaemonCase):
         # change the daemon releases a half-closed client's holds before this
         # line, which then counts 0 of them: not what is tested here.)
         self.d.wait_log(r"\): closed, [0-9]+ holds and waits released", since=mark)
+        self.d.wait_log(r"session [0-9a-f]{16}: grace of 300 ms over, not resumed: 1 holds",
+                        since=mark)
         p = self.lb(self.hp() + ["run", "-w", "0", n, "--", "echo", "second"])
         self.assert_exit(p, 0, stdout="second\n")
 
     def test_the_whole_group_ends_with_a_killed_lockbroker(self):
         # Not only the main process: the shell's child too, before the
         # broker can grant the lock to the next waiter (the guardian holds
-        # the connection until it has sent the group SIGKILL).
+        # the connection until it has sent the group SIGKILL). Without a
+        # session, whose grace would keep the lock a while longer anyway.
         n = self.name()
-        p = self.start(self.hp() + ["run", n, "--", "sh", "-c",
+        p = self.start(self.hp() + ["run", "--session-grace", "0", n, "--", "sh", "-c",
                                     "sleep 600 & echo $$ $!; wait $!; echo after"])
         pids = p.read_line().split()
         for pid in pids:
@@ -1958,6 +1963,17 @@ class FakeBrokerTests(Case):
         self.addCleanup(self.srv.close)
         self.srv.settimeout(TIMEOUT)
         self.addr = "127.0.0.1:%d" % self.srv.getsockname()[1]
+
+    def start(self, args, **kw):
+        """As Case.start, but a run or elect gets --session-grace 0: these
+        scripts play a broker without sessions (no GRACE between CLIENT and
+        LOCK, a drop is a loss). test_cli_session.py scripts sessions."""
+        args = list(args)
+        end = args.index("--") if "--" in args else len(args)
+        sub = [i for i, a in enumerate(args[:end]) if a in ("run", "elect")]
+        if sub and not any(a.startswith("--session-grace") for a in args[:end]):
+            args[sub[0]:sub[0]] = ["--session-grace", "0"]
+        return super().start(args, **kw)
 
     def accept(self):
         sock, _ = self.srv.accept()

@@ -1,0 +1,487 @@
+#!/usr/bin/env python3
+"""End-to-end tests of `lockbroker run --session-grace` (issue 38): a lock
+held through a dropped connection.
+
+`lockbroker run` sends `GRACE <ms>` before its LOCK; when its connection
+drops while the command runs, it connects again to the same address, sends
+`RESUME <session> <secret>` and a CHECK, and the command runs on
+(PROTOCOL.md, GRACE and RESUME; lockbroker(1), --session-grace).
+
+Two kinds of cases:
+- ScriptedSessionTests: a scripted broker (as test_cli.py's FakeBrokerTests)
+  checks the exact requests and what lockbroker does with each reply: the
+  GRACE, the RESUME with its secret, a refused RESUME, an older daemon, the
+  end of the grace, a CHECK that gets no reply.
+- DropTests: the real daemon behind a TCP proxy of the test (netcut.Net)
+  whose connections are reset or whose path is black-holed; meanwhile
+  another client is refused the name. DistributedDropTests: a reset in
+  distributed mode. TlsDropTests: the same over TLS with a client
+  certificate. TlsHandoverTests: a TLS run across SIGUSR2, skipped
+  until the daemon carries sessions over a handover
+  (HANDOVER_CARRIES_SESSIONS below).
+
+Nothing sleeps to synchronise: the tests wait for lockbroker's stderr
+lines, the daemon's replies and log lines, with timeouts that fail them.
+"""
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import lbharness  # noqa: E402
+import netcut  # noqa: E402
+import test_cli  # noqa: E402
+from lbharness import Client, TIMEOUT  # noqa: E402
+from lbpki import Pki, have_openssl  # noqa: E402
+from test_cli import EXIT_LOST, EXIT_USAGE  # noqa: E402
+
+SESSION = "0123456789abcdef"
+SECRET = "00112233445566778899aabbccddeeff"
+
+# The lines lockbroker writes on a drop and once it has the lock back.
+DROPPED = (r"^lockbroker: connection to %(addr)s dropped \((?P<why>.*)\); the command runs "
+           r"on while taking lock %(n)s back \(for up to %(ms)d ms, --session-grace\)$")
+TAKEN_BACK = (r"^lockbroker: lock %(n)s taken back on a new connection to %(addr)s, [0-9]+ ms "
+              r"after the drop \([0-9]+ tr(y|ies)\)$")
+
+
+def dropped_re(addr, n, ms=5000):
+    return DROPPED % {"addr": re.escape(addr), "n": re.escape(n), "ms": ms}
+
+
+def taken_back_re(addr, n):
+    return TAKEN_BACK % {"addr": re.escape(addr), "n": re.escape(n)}
+
+
+# A command that says it runs, then ends with status 0 at the first line on its stdin.
+WAIT_FOR_LINE = ["sh", "-c", "echo running; read x; echo done"]
+
+
+def stopped(p):
+    """Waits for lockbroker's exit before finish(), which closes the
+    command's stdin and so would let a command being stopped end by
+    itself (and print "done")."""
+    try:
+        p.proc.wait(timeout=test_cli.RUN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        raise AssertionError("%r did not exit" % (p.argv,))
+    p.finish()
+
+
+class ScriptedSessionTests(test_cli.Case):
+    """A scripted broker: the test reads lockbroker's requests and writes
+    the replies, a session's included."""
+
+    def setUp(self):
+        self.srv = socket.create_server(("127.0.0.1", 0))
+        self.addCleanup(self.srv.close)
+        self.srv.settimeout(TIMEOUT)
+        self.addr = "127.0.0.1:%d" % self.srv.getsockname()[1]
+
+    def accept(self):
+        sock, _ = self.srv.accept()
+        c = Client(sock)
+        self.addCleanup(c.close)
+        return c
+
+    def granted(self, args, n, grace="5000", session_reply="OK %s %s" % (SESSION, SECRET)):
+        """Starts `lockbroker run ARGS n -- WAIT_FOR_LINE` (stdin a pipe),
+        answers CLIENT, GRACE (session_reply), LOCK and the first CHECK.
+        Returns (proc, conn) once the command runs."""
+        p = self.start(["-H", self.addr, "run"] + args + [n, "--"] + WAIT_FOR_LINE,
+                       stdin=subprocess.PIPE)
+        c = self.accept()
+        c.expect_match(r"CLIENT \S+")
+        c.send("OK\n")
+        if grace is not None:
+            c.expect("GRACE " + grace)
+            c.send(session_reply + "\n")
+        c.expect("LOCK " + n)
+        c.send("OK %s 42\n" % n)
+        c.expect("CHECK %s 42" % n)
+        c.send("OK %s 42 600000\n" % n)
+        self.assertEqual(p.read_line(), "running")
+        return p, c
+
+    def resumed(self, n, count=1):
+        """Accepts the new connection, checks CLIENT, RESUME and CHECK, and
+        gives the lock back. Returns the connection."""
+        c = self.accept()
+        c.expect_match(r"CLIENT \S+")
+        c.send("OK\n")
+        c.expect("RESUME %s %s" % (SESSION, SECRET))
+        c.expect("CHECK %s 42" % n)
+        c.send("OK %s %d\nOK %s 42 600000\n" % (SESSION, count, n))
+        return c
+
+    def test_a_dropped_connection_is_taken_back_and_the_command_runs_on(self):
+        n = self.name()
+        p, c = self.granted([], n)
+        c.close()
+        self.assertRegex(p.read_err_line(), dropped_re(self.addr, n))
+        c2 = self.resumed(n)
+        self.assertRegex(p.read_err_line(), taken_back_re(self.addr, n))
+        p.write("go\n")
+        # The release goes on the new connection, then QUIT ends the session.
+        c2.expect("UNLOCK " + n)
+        c2.send("OK %s\n" % n)
+        c2.expect("QUIT")
+        p.finish()
+        self.assert_exit(p, 0, stdout="done\n")
+        self.assertEqual(p.err, "")
+
+    def test_a_check_without_reply_is_a_drop(self):
+        # A half-open connection (a NAT that forgot it): no reply to a CHECK
+        # within -t. The old connection is closed, the lock taken back anew.
+        n = self.name()
+        p, c = self.granted(["-t", "300ms"], n)
+        c.expect("CHECK %s 42" % n)          # a second later; not answered
+        self.assertRegex(p.read_err_line(), dropped_re(self.addr, n))
+        c.expect_eof()
+        c2 = self.resumed(n)
+        self.assertRegex(p.read_err_line(), taken_back_re(self.addr, n))
+        p.write("go\n")
+        c2.expect("UNLOCK " + n)
+        c2.send("OK %s\n" % n)
+        p.finish()
+        self.assert_exit(p, 0, stdout="done\n")
+
+    def test_resume_refused_is_a_loss(self):
+        n = self.name()
+        p, c = self.granted(["-g", "100ms"], n)
+        c.close()
+        c2 = self.accept()
+        c2.expect_match(r"CLIENT \S+")
+        c2.expect("RESUME %s %s" % (SESSION, SECRET))
+        c2.send("OK\nERR NOT_HELD no session with that id and secret on this daemon (its "
+                "grace ran out, it ended, or the secret is wrong)\n")
+        # (Read before finish(), which closes the command's stdin and so ends it.)
+        self.assertRegex(p.read_err_line(), dropped_re(self.addr, n))
+        self.assertRegex(p.read_err_line(), r"^lockbroker: lock %s lost \(RESUME: ERR NOT_HELD "
+                         r"no session .*\); terminating the command$" % re.escape(n))
+        stopped(p)
+        self.assert_exit(p, EXIT_LOST, stdout="")
+        self.assertEqual(p.err, "")
+
+    def test_check_not_held_after_resume_is_a_loss(self):
+        # RESUME took the session, but the hold ended while detached (BREAK).
+        n = self.name()
+        p, c = self.granted(["-g", "100ms"], n)
+        c.close()
+        c2 = self.accept()
+        c2.expect_match(r"CLIENT \S+")
+        c2.expect("RESUME %s %s" % (SESSION, SECRET))
+        c2.expect("CHECK %s 42" % n)
+        c2.send("OK\nOK %s 0\nERR NOT_HELD this connection does not hold that lock\n"
+                % SESSION)
+        self.assertRegex(p.read_err_line(), dropped_re(self.addr, n))
+        self.assertRegex(p.read_err_line(), taken_back_re(self.addr, n))
+        self.assertRegex(p.read_err_line(), r"^lockbroker: lock %s lost \(CHECK: ERR NOT_HELD "
+                         r".*\); terminating the command$" % re.escape(n))
+        stopped(p)
+        self.assert_exit(p, EXIT_LOST, stdout="")
+
+    def test_no_reconnection_within_the_grace_is_a_loss(self):
+        n = self.name()
+        p, c = self.granted(["--session-grace", "300ms", "-g", "100ms"], n, grace="300")
+        self.srv.close()      # nothing listens any more: every try is refused
+        c.close()
+        self.assertRegex(p.read_err_line(), dropped_re(self.addr, n, 300))
+        self.assertRegex(p.read_err_line(), r"^lockbroker: lock %s lost \(not taken back within "
+                         r"300 ms of the drop \(--session-grace\), [0-9]+ tr(y|ies): cannot "
+                         r"connect to %s: Connection refused\); terminating the command$"
+                         % (re.escape(n), re.escape(self.addr)))
+        stopped(p)
+        self.assert_exit(p, EXIT_LOST, stdout="")
+
+    def test_an_older_daemon_without_grace(self):
+        # ERR BAD_COMMAND to GRACE: one warning, the command runs, a drop is a loss.
+        n = self.name()
+        p, c = self.granted(["-g", "100ms"], n,
+                            session_reply="ERR BAD_COMMAND unknown command GRACE")
+        self.assertRegex(p.read_err_line(), r"^lockbroker: warning: %s does not know GRACE "
+                         r"\(an older lockbrokerd\): a dropped connection loses lock %s "
+                         r"\(--session-grace does nothing\)$"
+                         % (re.escape(self.addr), re.escape(n)))
+        c.close()
+        self.assertRegex(p.read_err_line(), r"^lockbroker: lock %s lost \(the broker closed the "
+                         r"connection\); terminating the command$" % re.escape(n))
+        stopped(p)
+        self.assert_exit(p, EXIT_LOST, stdout="")
+
+    def test_grace_refused_runs_without_a_session(self):
+        n = self.name()
+        p, c = self.granted(["--session-grace", "2m"], n, grace="120000",
+                            session_reply="ERR BAD_ARGS grace must be an integer from 100 to "
+                                          "60000")
+        self.assertRegex(p.read_err_line(), r"^lockbroker: warning: %s refused GRACE 120000 "
+                         r"\(ERR BAD_ARGS grace must be .*\): a dropped connection loses lock "
+                         r"%s$" % (re.escape(self.addr), re.escape(n)))
+        p.write("go\n")
+        c.expect("UNLOCK " + n)
+        c.send("OK %s\n" % n)
+        c.expect_eof()        # no session: no QUIT either
+        p.finish()
+        self.assert_exit(p, 0, stdout="done\n")
+
+    def test_session_grace_0_sends_no_grace(self):
+        n = self.name()
+        p, c = self.granted(["--session-grace", "0"], n, grace=None)
+        p.write("go\n")
+        c.expect("UNLOCK " + n)
+        c.send("OK %s\n" % n)
+        c.expect_eof()
+        p.finish()
+        self.assert_exit(p, 0, stdout="done\n")
+        self.assertEqual(p.err, "")
+
+    def test_the_command_ends_while_disconnected(self):
+        # The lock is taken back first, so that the release is at once.
+        n = self.name()
+        p, c = self.granted([], n)
+        c.close()
+        self.assertRegex(p.read_err_line(), dropped_re(self.addr, n))
+        p.write("go\n")
+        self.assertEqual(p.read_line(), "done")
+        c2 = self.resumed(n)
+        c2.expect("UNLOCK " + n)
+        c2.send("OK %s\n" % n)
+        p.finish()
+        self.assert_exit(p, 0, stdout="")
+        self.assertRegex(p.err, r"^lockbroker: lock %s taken back" % re.escape(n))
+
+    def test_bad_session_grace(self):
+        for args, err in (
+                (["--session-grace", "50ms", "run", "x", "--", "true"],
+                 r"--session-grace: expected 0 \(off\), or a time with a unit from 100ms to "
+                 r"1h \(5s, 30s, 2m\); got '50ms'"),
+                (["--session-grace", "2h", "run", "x", "--", "true"], r"--session-grace: .*"),
+                (["--session-grace", "1s", "lease", "x", "1m"],
+                 r"lease: --session-grace is an option of run")):
+            with self.subTest(args=args):
+                p = self.lb(["-H", self.addr] + args)
+                self.assert_exit(p, EXIT_USAGE, err + r" \(lockbroker --help for usage\)$",
+                                 stdout="")
+
+
+class DropTests(test_cli.DaemonCase):
+    """The real daemon; lockbroker reaches it through a proxy of the test
+    (netcut: node "cli" to node "D"), whose connections the test resets or
+    black-holes. Other clients talk to the daemon directly."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.net = netcut.Net(name="cli-session")
+        cls.proxy = "%s:%d" % cls.net.proxy("cli", "D", lbharness.parse_hostport(
+            cls.d.listen_addr)[:2])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.net.close()
+        super().tearDownClass()
+
+    def setUp(self):
+        self.addCleanup(self.net.heal_all)
+
+    def running(self, args, n):
+        """`lockbroker run ARGS n -- WAIT_FOR_LINE` through the proxy, once its command runs."""
+        p = self.start(["-H", self.proxy, "run"] + args + [n, "--"] + WAIT_FOR_LINE,
+                       stdin=subprocess.PIPE)
+        self.assertEqual(p.read_line(), "running")
+        return p
+
+    def wait_status(self, n, regex):
+        """Polls STATUS n (the daemon's view) until it matches regex; returns the line."""
+        c = self.client()
+        deadline = lbharness.time.monotonic() + TIMEOUT
+        while True:
+            line = c.request("STATUS %s" % n)
+            if re.search(regex, line):
+                return line
+            self.assertLess(lbharness.time.monotonic(), deadline, line)
+            lbharness.time.sleep(0.01)
+
+    def test_a_reset_connection_is_taken_back(self):
+        n = self.name()
+        p = self.running([], n)
+        mark = self.d.log_mark()
+        # The path stays cut while the test looks: the tries wait in the proxy.
+        self.net.cut("cli", "D")
+        self.assertEqual(self.net.reset("cli", "D"), 1)
+        self.assertRegex(p.read_err_line(), dropped_re(self.proxy, n))
+        self.d.wait_log(r"session [0-9a-f]{16}: conn \d+ \(.*\) ended without QUIT: 1 holds "
+                        r"detached", since=mark)
+        self.wait_status(n, r"^STATUS %s held .* detached=[0-9]+" % re.escape(n))
+        other = self.client()
+        self.assertEqual(other.request("TRYLOCK %s" % n), "BUSY %s" % n)
+        self.net.heal("cli", "D")
+        self.assertRegex(p.read_err_line(), taken_back_re(self.proxy, n))
+        self.assertEqual(other.request("TRYLOCK %s" % n), "BUSY %s" % n)
+        self.assertNotRegex(self.wait_status(n, r"^STATUS %s held " % re.escape(n)),
+                            r" detached=")
+        p.write("go\n")
+        p.finish()
+        self.assert_exit(p, 0, stdout="done\n")
+        self.assertEqual(p.err, "")
+        # Released at the end, at once.
+        self.assertRegex(other.request("TRYLOCK %s" % n), r"^OK %s [0-9]+$" % re.escape(n))
+
+    def test_a_black_hole_is_ridden_out(self):
+        # Nothing is reset: the path drops everything for a second or so.
+        # The CHECK that gets no reply within -t is the drop; the daemon
+        # still has the old connection, which RESUME closes.
+        n = self.name()
+        p = self.running(["-t", "300ms"], n)
+        mark = self.d.log_mark()
+        self.net.cut("cli", "D")
+        self.assertRegex(p.read_err_line(), dropped_re(self.proxy, n))
+        other = self.client()
+        self.assertEqual(other.request("TRYLOCK %s" % n), "BUSY %s" % n)
+        self.net.heal("cli", "D")
+        self.assertRegex(p.read_err_line(), taken_back_re(self.proxy, n))
+        self.d.wait_log(r"session [0-9a-f]{16}: (RESUME by conn \d+ \(.*\) while conn|"
+                        r"conn \d+ \(.*\) ended without QUIT)", since=mark)
+        self.assertEqual(other.request("TRYLOCK %s" % n), "BUSY %s" % n)
+        p.write("go\n")
+        p.finish()
+        self.assert_exit(p, 0, stdout="done\n")
+        self.assertEqual(p.err, "")
+
+    def test_session_grace_0_loses_the_lock_on_a_drop(self):
+        n = self.name()
+        p = self.running(["--session-grace", "0", "-g", "100ms"], n)
+        self.assertEqual(self.net.reset("cli", "D"), 1)
+        self.assertRegex(p.read_err_line(), r"^lockbroker: lock %s lost \(the broker closed "
+                         r"the connection\); terminating the command$" % re.escape(n))
+        stopped(p)
+        self.assert_exit(p, test_cli.EXIT_LOST, stdout="")
+        self.assertEqual(p.err, "")
+        self.assertRegex(self.client().request("LOCK %s %d" % (n, TIMEOUT * 1000)),
+                         r"^OK %s [0-9]+$" % re.escape(n))
+
+    def test_a_drop_longer_than_the_grace_is_a_loss(self):
+        n = self.name()
+        p = self.running(["--session-grace", "500ms", "-g", "100ms"], n)
+        mark = self.d.log_mark()
+        self.net.cut("cli", "D")
+        self.net.reset("cli", "D")
+        self.assertRegex(p.read_err_line(), dropped_re(self.proxy, n, 500))
+        self.assertRegex(p.read_err_line(), r"^lockbroker: lock %s lost \(not taken back within "
+                         r"500 ms of the drop \(--session-grace\), [0-9]+ tr(y|ies): .*\); "
+                         r"terminating the command$" % re.escape(n))
+        stopped(p)
+        self.assert_exit(p, test_cli.EXIT_LOST, stdout="")
+        # The daemon frees it once its grace is over.
+        self.d.wait_log(r"session [0-9a-f]{16}: grace of 500 ms over, not resumed: 1 holds of "
+                        r"\S+ abandoned", since=mark)
+        self.d.wait_log(r"lock %s: hold ended: end=abandoned " % re.escape(n), since=mark)
+        self.assertRegex(self.client().request("TRYLOCK %s" % n),
+                         r"^OK %s [0-9]+$" % re.escape(n))
+
+
+class DistributedDropTests(test_cli.ZkCase):
+    """Distributed mode: the hold's ZooKeeper node stays while it is
+    detached, and lockbroker takes it back through the same daemon, well
+    within the short window of a 4 s ZooKeeper session."""
+
+    def test_a_reset_connection_is_taken_back(self):
+        zk, d = self.distributed()
+        net = netcut.Net(name="cli-session-zk")
+        self.addCleanup(net.close)
+        proxy = "%s:%d" % net.proxy("cli", "D", lbharness.parse_hostport(d.listen_addr)[:2])
+        n = self.name()
+        p = self.start(["-H", proxy, "run", n, "--"] + WAIT_FOR_LINE, stdin=subprocess.PIPE)
+        self.assertEqual(p.read_line(timeout=lbharness.scaled(30)), "running")
+        self.assertEqual(net.reset("cli", "D"), 1)
+        self.assertRegex(p.read_err_line(), dropped_re(proxy, n))
+        self.assertRegex(p.read_err_line(), taken_back_re(proxy, n))
+        other = d.client()
+        self.addCleanup(other.close)
+        self.assertEqual(other.request("TRYLOCK %s" % n), "BUSY %s" % n)
+        p.write("go\n")
+        p.finish()
+        self.assert_exit(p, 0, stdout="done\n")
+        self.assertEqual(p.err, "")
+        self.assertRegex(other.request("TRYLOCK %s" % n), r"^OK %s [0-9]+$" % re.escape(n))
+
+
+@lbharness.skip_unless(have_openssl(), "openssl", "the openssl command is not installed")
+class TlsDropTests(test_cli.Case):
+    """A TLS run whose connection a proxy resets: the new connection makes
+    the handshake again, with the client certificate the daemon requires
+    (TLS 1.3: its verdict comes after the handshake, lb_dial_step's PING)."""
+
+    def test_a_reset_tls_connection_is_taken_back(self):
+        tmp = lbharness.make_tmpdir()
+        pki = Pki(os.path.join(tmp, "pki"))
+        cert, key = pki.issue("alice")
+        d = test_cli.start_tls_daemon(test_cli.tls_conf(pki.issue("localhost", server=True),
+                                                        pki.ca, "required"),
+                                      "lockbrokerd-cli-session-tls-drop")
+        self.addCleanup(lambda: d.returncode is None and d.stop())
+        net = netcut.Net(name="cli-session-tls")
+        self.addCleanup(net.close)
+        proxy = "%s:%d" % net.proxy("cli", "D", lbharness.parse_hostport(d.tls_addr)[:2])
+        n = self.name()
+        p = self.start(["-H", proxy, "--tls", "--cacert", pki.ca, "--cert", cert, "--key", key,
+                        "run", n, "--"] + WAIT_FOR_LINE, stdin=subprocess.PIPE)
+        self.assertEqual(p.read_line(), "running")
+        self.assertEqual(net.reset("cli", "D"), 1)
+        self.assertRegex(p.read_err_line(), dropped_re(proxy, n))
+        self.assertRegex(p.read_err_line(), taken_back_re(proxy, n))
+        p.write("go\n")
+        p.finish()
+        self.assert_exit(p, 0, stdout="done\n")
+        self.assertEqual(p.err, "")
+
+
+# Issue 38's handover part (a TLS connection's holds detached at the close,
+# detached sessions carried in the snapshot) is another change's. Until it
+# is in, a handover ends every session and TlsHandoverTests fails at "taken
+# back": set this to True (or LB_TEST_SESSION_HANDOVER=1) once it is.
+HANDOVER_CARRIES_SESSIONS = os.environ.get("LB_TEST_SESSION_HANDOVER") == "1"
+
+
+@unittest.skipUnless(HANDOVER_CARRIES_SESSIONS, "waits for issue 38's handover part: sessions "
+                     "carried over SIGUSR2 (HANDOVER_CARRIES_SESSIONS)")
+@lbharness.skip_unless(have_openssl(), "openssl", "the openssl command is not installed")
+class TlsHandoverTests(test_cli.Case):
+    """A TLS `lockbroker run` across SIGUSR2, embedded mode: the handover
+    closes its connection (OpenSSL cannot pass a TLS session on), the lock
+    stays detached, and lockbroker takes it back from the successor."""
+
+    def test_a_tls_run_rides_out_a_handover(self):
+        tmp = lbharness.make_tmpdir()
+        pki = Pki(os.path.join(tmp, "pki"))
+        d = test_cli.start_tls_daemon(test_cli.tls_conf(pki.issue("localhost", server=True),
+                                                        pki.ca, "none"),
+                                      "lockbrokerd-cli-session-tls")
+        self.addCleanup(lambda: d.returncode is None and d.stop())
+        n = self.name()
+        p = self.start(["-H", d.tls_addr, "--tls", "--cacert", pki.ca, "run", n, "--"] +
+                       WAIT_FOR_LINE, stdin=subprocess.PIPE)
+        self.assertEqual(p.read_line(), "running")
+        mark = d.log_mark()
+        d.send_signal(signal.SIGUSR2)
+        d.wait_log(r"handover: took over ", since=mark)
+        self.assertRegex(p.read_err_line(), dropped_re(d.tls_addr, n))
+        self.assertRegex(p.read_err_line(), taken_back_re(d.tls_addr, n))
+        other = d.client()
+        self.addCleanup(other.close)
+        self.assertEqual(other.request("TRYLOCK %s" % n), "BUSY %s" % n)
+        p.write("go\n")
+        p.finish()
+        self.assert_exit(p, 0, stdout="done\n")
+        self.assertEqual(p.err, "")
+        self.assertRegex(other.request("TRYLOCK %s" % n), r"^OK %s [0-9]+$" % re.escape(n))
+
+
+if __name__ == "__main__":
+    unittest.main()
