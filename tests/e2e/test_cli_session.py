@@ -16,9 +16,8 @@ Two kinds of cases:
   whose connections are reset or whose path is black-holed; meanwhile
   another client is refused the name. DistributedDropTests: a reset in
   distributed mode. TlsDropTests: the same over TLS with a client
-  certificate. TlsHandoverTests: a TLS run across SIGUSR2, skipped
-  until the daemon carries sessions over a handover
-  (HANDOVER_CARRIES_SESSIONS below).
+  certificate. TlsHandoverTests: a TLS run across SIGUSR2, in embedded and
+  distributed mode.
 
 Nothing sleeps to synchronise: the tests wait for lockbroker's stderr
 lines, the daemon's replies and log lines, with timeouts that fail them.
@@ -442,35 +441,30 @@ class TlsDropTests(test_cli.Case):
         self.assertEqual(p.err, "")
 
 
-# Issue 38's handover part (a TLS connection's holds detached at the close,
-# detached sessions carried in the snapshot) is another change's. Until it
-# is in, a handover ends every session and TlsHandoverTests fails at "taken
-# back": set this to True (or LB_TEST_SESSION_HANDOVER=1) once it is.
-HANDOVER_CARRIES_SESSIONS = os.environ.get("LB_TEST_SESSION_HANDOVER") == "1"
-
-
-@unittest.skipUnless(HANDOVER_CARRIES_SESSIONS, "waits for issue 38's handover part: sessions "
-                     "carried over SIGUSR2 (HANDOVER_CARRIES_SESSIONS)")
 @lbharness.skip_unless(have_openssl(), "openssl", "the openssl command is not installed")
 class TlsHandoverTests(test_cli.Case):
-    """A TLS `lockbroker run` across SIGUSR2, embedded mode: the handover
+    """A TLS `lockbroker run` across SIGUSR2, in both modes: the handover
     closes its connection (OpenSSL cannot pass a TLS session on), the lock
-    stays detached, and lockbroker takes it back from the successor."""
+    stays detached in the snapshot, and lockbroker takes it back from the
+    successor; nobody else is granted it meanwhile."""
 
-    def test_a_tls_run_rides_out_a_handover(self):
+    def rides_out_a_handover(self, extra="", name="lockbrokerd-cli-session-tls", zk=False):
         tmp = lbharness.make_tmpdir()
         pki = Pki(os.path.join(tmp, "pki"))
         d = test_cli.start_tls_daemon(test_cli.tls_conf(pki.issue("localhost", server=True),
-                                                        pki.ca, "none"),
-                                      "lockbrokerd-cli-session-tls")
+                                                        pki.ca, "none", extra=extra), name)
         self.addCleanup(lambda: d.returncode is None and d.stop())
+        if zk:
+            d.wait_log(r"zk: new session 0x[0-9a-f]+", timeout=lbharness.scaled(30))
         n = self.name()
         p = self.start(["-H", d.tls_addr, "--tls", "--cacert", pki.ca, "run", n, "--"] +
                        WAIT_FOR_LINE, stdin=subprocess.PIPE)
-        self.assertEqual(p.read_line(), "running")
+        self.assertEqual(p.read_line(timeout=lbharness.scaled(30)), "running")
         mark = d.log_mark()
         d.send_signal(signal.SIGUSR2)
-        d.wait_log(r"handover: took over ", since=mark)
+        d.wait_log(r"handover: took over ", since=mark, timeout=lbharness.scaled(30))
+        self.assertIsNotNone(d.find_log(r"session [0-9a-f]{16}: conn \d+ \(.*\) ended without "
+                                        r"QUIT: 1 holds detached", since=mark), d.log_tail())
         self.assertRegex(p.read_err_line(), dropped_re(d.tls_addr, n))
         self.assertRegex(p.read_err_line(), taken_back_re(d.tls_addr, n))
         other = d.client()
@@ -481,6 +475,20 @@ class TlsHandoverTests(test_cli.Case):
         self.assert_exit(p, 0, stdout="done\n")
         self.assertEqual(p.err, "")
         self.assertRegex(other.request("TRYLOCK %s" % n), r"^OK %s [0-9]+$" % re.escape(n))
+
+    def test_a_tls_run_rides_out_a_handover(self):
+        self.rides_out_a_handover()
+
+    @lbharness.skip_unless(test_cli.zookeeper_available(), "zk",
+                           "needs java and Debian's zookeeper package")
+    def test_a_tls_run_rides_out_a_handover_in_distributed_mode(self):
+        import zkharness
+        zk = zkharness.ZkServer(tick_ms=500, name="zk-cli-session-tls")
+        self.addCleanup(zk.cleanup)
+        zk.start()
+        self.rides_out_a_handover(
+            extra="[zookeeper]\nhosts = %s\nsession_timeout_ms = 4000\ntick_ms = 500\n"
+            % zk.connect_string, name="lockbrokerd-cli-session-tls-zk", zk=True)
 
 
 if __name__ == "__main__":
