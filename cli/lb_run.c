@@ -846,6 +846,9 @@ static void check_answered(struct run *r, int64_t safe_ms)
 
     every = every < CHECK_EVERY_MIN_MS ? CHECK_EVERY_MIN_MS :
             every > CHECK_EVERY_MAX_MS ? CHECK_EVERY_MAX_MS : every;
+    /* A drop only the next CHECK finds must leave most of the grace for the tries. */
+    if (r->sess.id[0] && every > r->o->session_grace_ms / 4)
+        every = r->o->session_grace_ms / 4;
 
     r->check_inflight = 0;
     if (r->check_sent + safe_ms > r->safe_until)

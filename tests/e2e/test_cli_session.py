@@ -90,11 +90,12 @@ class ScriptedSessionTests(test_cli.Case):
         self.addCleanup(c.close)
         return c
 
-    def granted(self, args, n, grace="5000", session_reply="OK %s %s" % (SESSION, SECRET)):
-        """Starts `lockbroker run ARGS n -- WAIT_FOR_LINE` (stdin a pipe),
-        answers CLIENT, GRACE (session_reply), LOCK and the first CHECK.
-        Returns (proc, conn) once the command runs."""
-        p = self.start(["-H", self.addr, "run"] + args + [n, "--"] + WAIT_FOR_LINE,
+    def granted(self, args, n, grace="5000", session_reply="OK %s %s" % (SESSION, SECRET),
+                command=WAIT_FOR_LINE):
+        """Starts `lockbroker run ARGS n -- COMMAND` (stdin a pipe), answers
+        CLIENT, GRACE (session_reply), LOCK and the first CHECK. Returns
+        (proc, conn) once the command runs (says "running")."""
+        p = self.start(["-H", self.addr, "run"] + args + [n, "--"] + command,
                        stdin=subprocess.PIPE)
         c = self.accept()
         c.expect_match(r"CLIENT \S+")
@@ -199,6 +200,29 @@ class ScriptedSessionTests(test_cli.Case):
                          % (re.escape(n), re.escape(self.addr)))
         stopped(p)
         self.assert_exit(p, EXIT_LOST, stdout="")
+
+    def test_with_a_session_checks_come_every_quarter_of_the_grace(self):
+        # The window (600 s) alone asks for a CHECK once a second; a grace
+        # of 800 ms for one every 200 ms at least, so that a drop only the
+        # next CHECK finds leaves most of the grace to take the lock back.
+        # The yardstick is the command's 2 s sleep: a CHECK once a second
+        # makes 3 at most (the first included) before its UNLOCK.
+        n = self.name()
+        p, c = self.granted(["--session-grace", "800ms"], n, grace="800",
+                            command=["sh", "-c", "echo running; sleep 2"])
+        checks = 1
+        while True:
+            line = c.line()
+            if line == "UNLOCK " + n:
+                break
+            self.assertEqual(line, "CHECK %s 42" % n)
+            checks += 1
+            c.send("OK %s 42 600000\n" % n)
+        c.send("OK %s\n" % n)
+        c.expect("QUIT")
+        p.finish()
+        self.assert_exit(p, 0, stdout="")
+        self.assertGreaterEqual(checks, 6)
 
     def test_an_older_daemon_without_grace(self):
         # ERR BAD_COMMAND to GRACE: one warning, the command runs, a drop is a loss.
