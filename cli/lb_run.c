@@ -27,7 +27,8 @@
  * Jeopardy: the broker's `CHECK` answer promises the lock for <safe-ms>
  * from when the CHECK was sent (PROTOCOL.md, CHECK). One CHECK goes out
  * before the command starts, then one every quarter of the last window
- * (but at least every second and at most every 100 ms), one at a time;
+ * (but at least every second and at most every 100 ms; with a session
+ * also at least every quarter of its grace, below), one at a time;
  * safe_until is the furthest promise answered. If no fresh answer comes (a
  * frozen daemon, a dead network), the command gets SIGTERM a grace period
  * before safe_until and SIGKILL at safe_until, before anyone else can be
