@@ -27,7 +27,8 @@
  * Jeopardy: the broker's `CHECK` answer promises the lock for <safe-ms>
  * from when the CHECK was sent (PROTOCOL.md, CHECK). One CHECK goes out
  * before the command starts, then one every quarter of the last window
- * (but at least every second and at most every 100 ms), one at a time;
+ * (but at least every second and at most every 100 ms; with a session
+ * also at least every quarter of its grace, below), one at a time;
  * safe_until is the furthest promise answered. If no fresh answer comes (a
  * frozen daemon, a dead network), the command gets SIGTERM a grace period
  * before safe_until and SIGKILL at safe_until, before anyone else can be
@@ -45,10 +46,22 @@
  * connects again to the same daemon (the address the first connection
  * reached, not a new lookup of the name), with TLS, AUTH and CLIENT as
  * before, then sends RESUME and a round of CHECKs for a fresh window. A
- * failed try pauses 50 ms, doubling up to 1 s, and no try goes on past the
- * grace counted from the drop. RESUME or a CHECK answering ERR NOT_HELD,
- * or the grace running out, is a loss; the last window running out first
- * is jeopardy, as ever. The tries are states of the same poll() loop
+ * failed try pauses 50 ms, doubling up to 1 s. The daemon keeps the lock
+ * for the grace from when it saw the connection end, which may be well
+ * before lockbroker notices (a NAT's reset that reached the daemon only),
+ * but not before it answered the last request answered on it. So the
+ * grace, less the protocol's tenth for clock rates, counts from that
+ * request's send time: D (PROTOCOL.md, "What a client may assume after a
+ * drop"). No try goes on past D, and the command is dead by D unless the
+ * lock is back: SIGTERM the smaller of -g and half the grace before D (at
+ * once if that has passed), SIGKILL at D, exit as jeopardy. A RESUME
+ * that succeeds first cancels the stop; one that succeeds after the
+ * SIGTERM does not, but lets the lock be released at once when the
+ * command has ended. To leave most of the grace for the tries when only
+ * the next CHECK finds the drop, CHECKs go at least every quarter of the
+ * grace. RESUME or a CHECK answering ERR NOT_HELD is a loss; the last
+ * window running out first is jeopardy, as ever (whichever stop comes
+ * first wins). The tries are states of the same poll() loop
  * (enum run_link): signals, the command's end and jeopardy keep their
  * times. A command that ends meanwhile waits for the lock to be taken
  * back, so that it is released at once (run_settle()). Closing the
@@ -132,9 +145,10 @@ struct run_session {
  * The connection while the lock is held. Without a session it is always
  * LINK_UP: a drop is a loss. With one, a drop (the connection ends, or a
  * CHECK gets no reply within -t) starts tries to take the lock back on a
- * new connection to the same daemon, until the session's grace has passed
- * since the drop was noticed; the command runs on meanwhile, as long as
- * the last window (jeopardy) lasts.
+ * new connection to the same daemon, until D (give_up_at); the command
+ * runs on meanwhile until stop_at, or the end of the last window
+ * (jeopardy), whichever comes first. Stopped for either, the tries go on
+ * until D (run_trying()): a lock taken back is released at once.
  */
 enum run_link {
     LINK_UP,         /* connected: CHECKs go out on conn */
@@ -182,9 +196,17 @@ struct run {
     /* The session (--session-grace), and taking the lock back after a drop. */
     struct run_session sess;  /* id "": none (no --session-grace, or GRACE refused) */
     struct lb_peer peer;      /* where conn went: a new connection goes to the same daemon */
-    enum run_link link;       /* LINK_UP unless held, with a session, after a drop */
+    enum run_link link;       /* LINK_UP unless held (or in jeopardy), with a session,
+                               * after a drop */
+    int64_t answered_sent;    /* the send time of the last request answered on the
+                               * connection that has the session: the daemon cannot have
+                               * seen that connection end before then */
     int64_t dropped_at;       /* when the last drop was noticed */
-    int64_t give_up_at;       /* dropped_at + the grace: no try goes on past it */
+    int64_t give_up_at;       /* D: answered_sent + the grace less its tenth (drop_kept()):
+                               * the daemon keeps the lock at least until then; no try goes
+                               * on past it, and the command is dead by then */
+    int64_t stop_at;          /* D less the smaller of -g and half the grace: SIGTERM then,
+                               * unless the lock is back */
     int64_t retry_at;         /* LINK_PAUSE: when the next try starts */
     int64_t pause_ms;         /* the pause after the next failed try */
     int64_t try_until;        /* LINK_DIALING, LINK_RESUMING: this try's deadline */
@@ -199,6 +221,16 @@ struct run {
 static int run_held(const struct run *r)
 {
     return r->state == RUN_HOLDING || r->state == RUN_STOPPING || r->state == RUN_STOP_KILL;
+}
+
+/*
+ * Whether tries to take the lock back go on: while it is held, and after a
+ * stop for jeopardy (the lock may still be ours until D: taken back, it is
+ * released at once once the command has ended, not at the end of the grace).
+ */
+static int run_trying(const struct run *r)
+{
+    return r->link != LINK_UP && (run_held(r) || r->jeopardy);
 }
 
 static void on_signal(int sig)
@@ -846,6 +878,9 @@ static void check_answered(struct run *r, int64_t safe_ms)
 
     every = every < CHECK_EVERY_MIN_MS ? CHECK_EVERY_MIN_MS :
             every > CHECK_EVERY_MAX_MS ? CHECK_EVERY_MAX_MS : every;
+    /* A drop only the next CHECK finds must leave most of the grace (D) for the tries. */
+    if (r->sess.id[0] && every > r->o->session_grace_ms / 4)
+        every = r->o->session_grace_ms / 4;
 
     r->check_inflight = 0;
     if (r->check_sent + safe_ms > r->safe_until)
@@ -862,6 +897,7 @@ static void check_answered(struct run *r, int64_t safe_ms)
  */
 static void check_round(struct run *r, int ok, int64_t safe_ms)
 {
+    r->answered_sent = r->check_sent;   /* answered: the connection was alive then */
     if (!ok)
         r->check_bad = 1;
     else if (safe_ms < r->check_min)
@@ -949,6 +985,7 @@ next:
     case CHECK_UNKNOWN:
         r->checking = 0;
         r->check_inflight = 0;
+        r->answered_sent = r->check_sent;
         fprintf(stderr, "lockbroker: warning: %s does not know CHECK (an older lockbrokerd): "
                 "the command runs without jeopardy, ended only by a LOST\n",
                 r->o->addr->spec);
@@ -1031,17 +1068,23 @@ static void child_exec(const struct run *r, pid_t parent, const sigset_t *orig_m
 
 /*
  * Ends the command: SIGTERM to its group now, SIGKILL after the grace
- * period, but no later than safe_until, when someone else may be granted
- * the lock (a grace period that does not fit is cut, and said so).
+ * period, but no later than safe_until, nor after a drop not yet made good
+ * than D, when someone else may be granted the lock (a grace period that
+ * does not fit is cut, and said so unless quiet: the caller said when).
  */
-static void run_stop(struct run *r)
+static void run_stop(struct run *r, int quiet)
 {
-    int64_t now = lb_now_ms(), grace = r->o->grace_ms;
+    int64_t now = lb_now_ms(), grace = r->o->grace_ms, by = -1;
 
-    if (r->checking && now + grace > r->safe_until) {
-        grace = r->safe_until > now ? r->safe_until - now : 0;
-        fprintf(stderr, "lockbroker: grace period cut to %" PRId64 " ms: the lock is certain "
-                "for no longer\n", grace);
+    if (r->checking)
+        by = r->safe_until;
+    if (r->give_up_at && (by < 0 || r->give_up_at < by))
+        by = r->give_up_at;
+    if (by >= 0 && now + grace > by) {
+        grace = by > now ? by - now : 0;
+        if (!quiet)
+            fprintf(stderr, "lockbroker: grace period cut to %" PRId64 " ms: the lock is certain "
+                    "for no longer\n", grace);
     }
     /* Already being stopped: the SIGKILL due (or sent) comes no later. */
     if (r->state == RUN_STOP_KILL)
@@ -1098,20 +1141,64 @@ static void run_lose(struct run *r, const char *why)
     }
     fprintf(stderr, "lockbroker: lock %s lost (%s); terminating the command\n",
             r->o->name, why);
-    run_stop(r);
+    run_stop(r, 0);
 }
 
 /* ------------------------------------------------------ taking it back */
 
 /*
+ * D: until when the daemon certainly keeps the lock of a dropped
+ * connection. It keeps it for the grace from when it saw the connection
+ * end, and it cannot have seen that before it answered the last request
+ * answered on it, sent at answered_sent; less the tenth the protocol
+ * takes off for clocks that run at different rates, as CHECK's window does
+ * (PROTOCOL.md, "What a client may assume after a drop").
+ */
+static int64_t drop_kept(const struct run *r)
+{
+    int64_t grace = r->o->session_grace_ms;
+
+    return r->answered_sent + grace - (grace + 9) / 10;
+}
+
+/* "N tries" or "1 try". */
+static const char *tries_word(unsigned n)
+{
+    return n == 1 ? "try" : "tries";
+}
+
+/*
+ * Not taken back by stop_at, or no try left that could start before D:
+ * the daemon may free the lock at D, so the command is stopped as in
+ * jeopardy (SIGTERM now, SIGKILL no later than D). The tries go on until D
+ * all the same (run_trying()): a lock taken back is released at once.
+ */
+static void run_not_back(struct run *r)
+{
+    int64_t now = lb_now_ms();
+
+    if (!run_held(r))
+        return;
+    r->jeopardy = 1;
+    fprintf(stderr, "lockbroker: lock %s in jeopardy: not taken back (%u %s: %s), and %s may "
+            "free it in %" PRId64 " ms; terminating the command\n", r->o->name, r->tries,
+            tries_word(r->tries), r->drop_why, r->o->addr->spec,
+            r->give_up_at > now ? r->give_up_at - now : 0);
+    run_stop(r, 1);
+}
+
+/*
  * The connection dropped (why). Without a session the lock is lost, as it
- * always was; with one, the daemon keeps it for the grace, and the tries
- * to take it back start now. Called while the lock is held and r->link is
- * LINK_UP.
+ * always was; with one, the daemon keeps it until D at least, and the
+ * tries to take it back start now; a drop noticed too late to run on
+ * (stop_at has passed) stops the command at once. Called while the lock
+ * is held and r->link is LINK_UP.
  */
 static void run_drop(struct run *r, const char *why)
 {
-    int64_t now = lb_now_ms();
+    int64_t now = lb_now_ms(), grace = r->o->session_grace_ms;
+    int64_t term = r->o->grace_ms < grace / 2 ? r->o->grace_ms : grace / 2;
+    char counts[160];
 
     if (!r->sess.id[0]) {
         run_lose(r, why);
@@ -1120,18 +1207,32 @@ static void run_drop(struct run *r, const char *why)
     run_hangup(r, 0);
     r->link = LINK_PAUSE;
     r->dropped_at = r->retry_at = now;
-    r->give_up_at = now + r->o->session_grace_ms;
+    r->give_up_at = drop_kept(r);
+    r->stop_at = r->give_up_at - term;
     r->pause_ms = RUN_REDIAL_MIN_MS;
     r->tries = 0;
     r->check_inflight = 0;   /* its replies will never come */
     snprintf(r->drop_why, sizeof(r->drop_why), "%s", why);
-    fprintf(stderr, "lockbroker: connection to %s dropped (%s); %s while taking lock %s back "
-            "(for up to %" PRId64 " ms, --session-grace)\n", r->o->addr->spec, why,
-            r->ended ? "the command has ended" : "the command runs on", r->o->name,
-            r->o->session_grace_ms);
+    snprintf(counts, sizeof(counts), "--session-grace %" PRId64 " ms counts from the last "
+             "request answered, %" PRId64 " ms ago", grace, now - r->answered_sent);
+    if (r->ended || now < r->stop_at) {
+        int64_t until = r->ended ? r->give_up_at : r->stop_at;
+
+        fprintf(stderr, "lockbroker: connection to %s dropped (%s); %s while taking lock %s "
+                "back (for up to %" PRId64 " ms: %s)\n", r->o->addr->spec, why,
+                r->ended ? "the command has ended" : "the command runs on", r->o->name,
+                until > now ? until - now : 0, counts);
+        return;
+    }
+    fprintf(stderr, "lockbroker: connection to %s dropped (%s), too late for the command to "
+            "run on while taking lock %s back (%s)\n", r->o->addr->spec, why, r->o->name,
+            counts);
+    if (now >= r->give_up_at)
+        r->link = LINK_UP;   /* no try could be in time: conn is closed, as after any loss */
+    run_not_back(r);
 }
 
-/* The try failed (why): pause and try again, or give up once past the grace. */
+/* The try failed (why): pause and try again, or give up when no try could start before D. */
 static void run_try_failed(struct run *r, const char *why)
 {
     char lost[CLIENT_ERR_MAX + 128];
@@ -1140,10 +1241,13 @@ static void run_try_failed(struct run *r, const char *why)
     snprintf(r->drop_why, sizeof(r->drop_why), "%s", why);
     run_hangup(r, 0);
     if (now + r->pause_ms >= r->give_up_at) {
-        snprintf(lost, sizeof(lost), "not taken back within %" PRId64 " ms of the drop "
-                 "(--session-grace), %u tr%s: %s", r->o->session_grace_ms, r->tries,
-                 r->tries == 1 ? "y" : "ies", r->drop_why);
         r->link = LINK_UP;   /* nothing left to try: conn is closed, as after any loss */
+        if (!r->ended) {
+            run_not_back(r);
+            return;
+        }
+        snprintf(lost, sizeof(lost), "not taken back within --session-grace of the last "
+                 "request answered, %u %s: %s", r->tries, tries_word(r->tries), r->drop_why);
         run_lose(r, lost);
         return;
     }
@@ -1238,9 +1342,13 @@ static void run_resume_reply(struct run *r, const char *line)
     snprintf(want, sizeof(want), "OK %s ", r->sess.id);
     if (strncmp(line, want, strlen(want)) == 0) {
         r->link = LINK_UP;
+        r->answered_sent = r->check_sent;   /* RESUME went out with the CHECKs */
+        r->give_up_at = 0;                  /* no D: the stop at stop_at is off */
         fprintf(stderr, "lockbroker: lock %s taken back on a new connection to %s, %" PRId64
-                " ms after the drop (%u tr%s)\n", r->o->name, r->o->addr->spec,
-                lb_now_ms() - r->dropped_at, r->tries, r->tries == 1 ? "y" : "ies");
+                " ms after the drop (%u %s)%s\n", r->o->name, r->o->addr->spec,
+                lb_now_ms() - r->dropped_at, r->tries, tries_word(r->tries),
+                run_held(r) ? "" : "; the command is being stopped all the same, and the "
+                "lock is released when it has ended");
         return;
     }
     snprintf(lost, sizeof(lost), "RESUME: %.900s", line);
@@ -1276,7 +1384,7 @@ static void run_jeopardy(struct run *r)
             "%" PRId64 " ms and may grant it to someone else in %" PRId64 " ms; terminating "
             "the command\n", r->o->name, r->o->addr->spec, now - r->check_sent,
             r->safe_until > now ? r->safe_until - now : 0);
-    run_stop(r);
+    run_stop(r, 0);
 }
 
 /* Handles lines pushed by the broker while the command runs. */
@@ -1288,7 +1396,8 @@ static void run_read_conn(struct run *r)
     int got;
 
     /* Lines that arrived before an end of file still count. */
-    while (run_held(r) && (got = lb_pop_line(r->conn, line, sizeof(line))) != 0) {
+    while ((run_held(r) || run_trying(r)) &&
+           (got = lb_pop_line(r->conn, line, sizeof(line))) != 0) {
         const char *reason;
 
         if (got < 0)
@@ -1326,7 +1435,7 @@ static void run_read_conn(struct run *r)
         }
         fprintf(stderr, "lockbroker: ignoring unexpected line from the broker: %s\n", line);
     }
-    if (!run_held(r) || r->link == LINK_PAUSE)
+    if (!(run_held(r) || run_trying(r)) || r->link == LINK_PAUSE)
         return;
     if (st == CLIENT_CLOSED)
         run_conn_failed(r, "the broker closed the connection");
@@ -1451,7 +1560,7 @@ static int64_t run_link_poll(const struct run *r, struct pollfd *p, int *ready)
     *ready = 0;
     p->fd = -1;
     p->revents = 0;
-    if (!run_held(r))
+    if (!run_held(r) && !run_trying(r))
         return -1;   /* the lock is gone: the connection no longer matters */
     switch (r->link) {
     case LINK_UP:
@@ -1482,7 +1591,7 @@ static void run_link_events(struct run *r, const struct pollfd *p, int ready)
         else
             run_read_conn(r);
     }
-    if (!run_held(r))
+    if (!run_held(r) && !run_trying(r))
         return;
     now = lb_now_ms();
     switch (r->link) {
@@ -1527,6 +1636,8 @@ static int run_supervise(struct run *r)
             if (r->link == LINK_UP && !r->check_inflight)
                 wake = earlier(wake, r->next_check);
         }
+        if (run_held(r) && r->link != LINK_UP)
+            wake = earlier(wake, r->stop_at);
         timeout = wake < 0 ? -1 : wake <= now ? 0 : wake - now > 1000000 ? 1000000
                                                 : (int)(wake - now);
         if (poll(p, 2, timeout) < 0 && errno != EINTR) {
@@ -1543,6 +1654,8 @@ static int run_supervise(struct run *r)
                      check_send(r) < 0)
                 run_drop(r, "cannot send CHECK: the connection failed");
         }
+        if (run_held(r) && r->link != LINK_UP && now >= r->stop_at)
+            run_not_back(r);
         if (r->state == RUN_LOST_TERM && lb_now_ms() >= r->kill_at) {
             killpg(r->pid, SIGKILL);
             r->state = RUN_LOST_KILL;

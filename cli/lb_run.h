@@ -68,7 +68,8 @@ int run_lock(const struct run_opts *o, struct lb_conn *c, char *token, size_t to
  * LOCKBROKER_NAME, LOCKBROKER_TOKEN and LOCKBROKER_ADDR in its environment,
  * releases the lock when it exits. With o->session_grace_ms, a dropped
  * connection does not stop the command: it is made again and the lock
- * taken back (RESUME) within that time. A grant whose first CHECK window is too
+ * taken back (RESUME) within that time, counted from the send of the last
+ * request answered (else the command is stopped by then). A grant whose first CHECK window is too
  * short to start in is released and the lock asked for again, within
  * o->wait_ms (CLI_EXIT_TIMEOUT when it runs out). Returns the exit status for lockbroker:
  * the command's (128+N if signal N killed it) or a CLI_EXIT_* code, having

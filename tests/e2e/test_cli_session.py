@@ -44,7 +44,8 @@ SECRET = "00112233445566778899aabbccddeeff"
 
 # The lines lockbroker writes on a drop and once it has the lock back.
 DROPPED = (r"^lockbroker: connection to %(addr)s dropped \((?P<why>.*)\); the command runs "
-           r"on while taking lock %(n)s back \(for up to %(ms)d ms, --session-grace\)$")
+           r"on while taking lock %(n)s back \(for up to [0-9]+ ms: --session-grace %(ms)d ms "
+           r"counts from the last request answered, [0-9]+ ms ago\)$")
 TAKEN_BACK = (r"^lockbroker: lock %(n)s taken back on a new connection to %(addr)s, [0-9]+ ms "
               r"after the drop \([0-9]+ tr(y|ies)\)$")
 
@@ -89,11 +90,12 @@ class ScriptedSessionTests(test_cli.Case):
         self.addCleanup(c.close)
         return c
 
-    def granted(self, args, n, grace="5000", session_reply="OK %s %s" % (SESSION, SECRET)):
-        """Starts `lockbroker run ARGS n -- WAIT_FOR_LINE` (stdin a pipe),
-        answers CLIENT, GRACE (session_reply), LOCK and the first CHECK.
-        Returns (proc, conn) once the command runs."""
-        p = self.start(["-H", self.addr, "run"] + args + [n, "--"] + WAIT_FOR_LINE,
+    def granted(self, args, n, grace="5000", session_reply="OK %s %s" % (SESSION, SECRET),
+                command=WAIT_FOR_LINE):
+        """Starts `lockbroker run ARGS n -- COMMAND` (stdin a pipe), answers
+        CLIENT, GRACE (session_reply), LOCK and the first CHECK. Returns
+        (proc, conn) once the command runs (says "running")."""
+        p = self.start(["-H", self.addr, "run"] + args + [n, "--"] + command,
                        stdin=subprocess.PIPE)
         c = self.accept()
         c.expect_match(r"CLIENT \S+")
@@ -138,8 +140,10 @@ class ScriptedSessionTests(test_cli.Case):
     def test_a_check_without_reply_is_a_drop(self):
         # A half-open connection (a NAT that forgot it): no reply to a CHECK
         # within -t. The old connection is closed, the lock taken back anew.
+        # (-g 100ms: the command runs on until 100 ms before the end of the
+        # grace counted from the first CHECK, not 2.5 s before.)
         n = self.name()
-        p, c = self.granted(["-t", "300ms"], n)
+        p, c = self.granted(["-t", "300ms", "-g", "100ms"], n)
         c.expect("CHECK %s 42" % n)          # a second later; not answered
         self.assertRegex(p.read_err_line(), dropped_re(self.addr, n))
         c.expect_eof()
@@ -186,18 +190,98 @@ class ScriptedSessionTests(test_cli.Case):
         stopped(p)
         self.assert_exit(p, EXIT_LOST, stdout="")
 
-    def test_no_reconnection_within_the_grace_is_a_loss(self):
+    def test_no_reconnection_by_the_end_of_the_grace_is_jeopardy(self):
+        # The daemon keeps the lock for the grace from when it saw the
+        # connection end, no sooner than it answered the first CHECK: so no
+        # try goes on past that (D), and the command is stopped before it
+        # (jeopardy). Every try is refused; their pauses (50 ms, doubling)
+        # leave room for 6 tries at most in the 1800 ms to D.
         n = self.name()
-        p, c = self.granted(["--session-grace", "300ms", "-g", "100ms"], n, grace="300")
+        p, c = self.granted(["--session-grace", "2s", "-g", "100ms"], n, grace="2000")
         self.srv.close()      # nothing listens any more: every try is refused
         c.close()
-        self.assertRegex(p.read_err_line(), dropped_re(self.addr, n, 300))
-        self.assertRegex(p.read_err_line(), r"^lockbroker: lock %s lost \(not taken back within "
-                         r"300 ms of the drop \(--session-grace\), [0-9]+ tr(y|ies): cannot "
-                         r"connect to %s: Connection refused\); terminating the command$"
-                         % (re.escape(n), re.escape(self.addr)))
+        self.assertRegex(p.read_err_line(), dropped_re(self.addr, n, 2000))
+        m = re.match(r"^lockbroker: lock %s in jeopardy: not taken back \(([0-9]+) tr(y|ies): "
+                     r"cannot connect to %s: Connection refused\), and %s may free it in "
+                     r"[0-9]+ ms; terminating the command$"
+                     % (re.escape(n), re.escape(self.addr), re.escape(self.addr)),
+                     p.read_err_line())
+        self.assertIsNotNone(m)
+        self.assertIn(int(m.group(1)), range(1, 7))
         stopped(p)
-        self.assert_exit(p, EXIT_LOST, stdout="")
+        self.assert_exit(p, test_cli.EXIT_JEOPARDY, stdout="")
+
+    def test_with_a_session_checks_come_every_quarter_of_the_grace(self):
+        # The window (600 s) alone asks for a CHECK once a second; a grace
+        # of 800 ms for one every 200 ms at least, so that a drop only the
+        # next CHECK finds leaves most of the grace to take the lock back.
+        # The yardstick is the command's 2 s sleep: a CHECK once a second
+        # makes 3 at most (the first included) before its UNLOCK.
+        n = self.name()
+        p, c = self.granted(["--session-grace", "800ms"], n, grace="800",
+                            command=["sh", "-c", "echo running; sleep 2"])
+        checks = 1
+        while True:
+            line = c.line()
+            if line == "UNLOCK " + n:
+                break
+            self.assertEqual(line, "CHECK %s 42" % n)
+            checks += 1
+            c.send("OK %s 42 600000\n" % n)
+        c.send("OK %s\n" % n)
+        c.expect("QUIT")
+        p.finish()
+        self.assert_exit(p, 0, stdout="")
+        self.assertGreaterEqual(checks, 6)
+
+    def test_a_drop_noticed_too_late_stops_the_command_at_once(self):
+        # The second CHECK gets no reply: a NAT that forgot the connection
+        # may have reset the daemon's end at once, so the grace counts from
+        # the first CHECK, answered; -t (2 s) is past it (900 ms) when the
+        # drop is noticed. No try: the command is killed at once.
+        n = self.name()
+        p, c = self.granted(["--session-grace", "1s", "-t", "2s", "-g", "1s"], n, grace="1000")
+        c.expect("CHECK %s 42" % n)          # 250 ms later; not answered
+        self.assertRegex(p.read_err_line(), r"^lockbroker: connection to %s dropped \(no reply "
+                         r"to CHECK within 2000 ms \(-t\)\), too late for the command to run "
+                         r"on while taking lock %s back \(--session-grace 1000 ms counts from "
+                         r"the last request answered, [0-9]+ ms ago\)$"
+                         % (re.escape(self.addr), re.escape(n)))
+        self.assertRegex(p.read_err_line(), r"^lockbroker: lock %s in jeopardy: not taken back "
+                         r"\(0 tries: no reply to CHECK .*\), and %s may free it in 0 ms; "
+                         r"terminating the command$" % (re.escape(n), re.escape(self.addr)))
+        stopped(p)
+        self.assert_exit(p, test_cli.EXIT_JEOPARDY, stdout="")
+        # No try was made: nothing waits to be accepted.
+        self.srv.setblocking(False)
+        self.assertRaises(BlockingIOError, self.srv.accept)
+
+    def test_a_lock_taken_back_after_the_stop_is_released_at_once(self):
+        # The try hangs (RESUME unanswered) past the time to stop the
+        # command (1 s before D, -g 1s): SIGTERM, which it ignores. Then
+        # RESUME succeeds: the command is stopped all the same (SIGKILL at
+        # D), and the lock released when it has ended (QUIT), not kept for
+        # the grace.
+        n = self.name()
+        p, c = self.granted(["--session-grace", "2s", "-g", "1s"], n, grace="2000",
+                            command=["sh", "-c", "trap '' TERM; echo running; read x; "
+                                     "echo done"])
+        c.close()
+        self.assertRegex(p.read_err_line(), dropped_re(self.addr, n, 2000))
+        c2 = self.accept()
+        c2.expect_match(r"CLIENT \S+")
+        c2.expect("RESUME %s %s" % (SESSION, SECRET), "CHECK %s 42" % n)
+        self.assertRegex(p.read_err_line(), r"^lockbroker: lock %s in jeopardy: not taken back "
+                         r"\(1 try: the broker closed the connection\), and %s may free it in "
+                         r"[0-9]+ ms; terminating the command$"
+                         % (re.escape(n), re.escape(self.addr)))
+        c2.send("OK\nOK %s 1\nOK %s 42 600000\n" % (SESSION, n))
+        self.assertRegex(p.read_err_line(), taken_back_re(self.addr, n)[:-1] +
+                         r"; the command is being stopped all the same, and the lock is "
+                         r"released when it has ended$")
+        c2.expect("QUIT")
+        stopped(p)
+        self.assert_exit(p, test_cli.EXIT_JEOPARDY, stdout="")
 
     def test_an_older_daemon_without_grace(self):
         # ERR BAD_COMMAND to GRACE: one warning, the command runs, a drop is a loss.
@@ -336,8 +420,10 @@ class DropTests(test_cli.DaemonCase):
         # Nothing is reset: the path drops everything for a second or so.
         # The CHECK that gets no reply within -t is the drop; the daemon
         # still has the old connection, which RESUME closes.
+        # (-g 100ms: the command runs on until 100 ms before the end of the
+        # grace counted from the last CHECK answered, not 2.5 s before.)
         n = self.name()
-        p = self.running(["-t", "300ms"], n)
+        p = self.running(["-t", "300ms", "-g", "100ms"], n)
         mark = self.d.log_mark()
         self.net.cut("cli", "D")
         self.assertRegex(p.read_err_line(), dropped_re(self.proxy, n))
@@ -365,20 +451,22 @@ class DropTests(test_cli.DaemonCase):
         self.assertRegex(self.client().request("LOCK %s %d" % (n, TIMEOUT * 1000)),
                          r"^OK %s [0-9]+$" % re.escape(n))
 
-    def test_a_drop_longer_than_the_grace_is_a_loss(self):
+    def test_a_drop_longer_than_the_grace_is_jeopardy(self):
+        # The try waits in the cut proxy; the command is stopped before the
+        # end of the grace counted from the last CHECK answered.
         n = self.name()
-        p = self.running(["--session-grace", "500ms", "-g", "100ms"], n)
+        p = self.running(["--session-grace", "1s", "-g", "100ms"], n)
         mark = self.d.log_mark()
         self.net.cut("cli", "D")
         self.net.reset("cli", "D")
-        self.assertRegex(p.read_err_line(), dropped_re(self.proxy, n, 500))
-        self.assertRegex(p.read_err_line(), r"^lockbroker: lock %s lost \(not taken back within "
-                         r"500 ms of the drop \(--session-grace\), [0-9]+ tr(y|ies): .*\); "
-                         r"terminating the command$" % re.escape(n))
+        self.assertRegex(p.read_err_line(), dropped_re(self.proxy, n, 1000))
+        self.assertRegex(p.read_err_line(), r"^lockbroker: lock %s in jeopardy: not taken back "
+                         r"\([0-9]+ tr(y|ies): .*\), and %s may free it in [0-9]+ ms; "
+                         r"terminating the command$" % (re.escape(n), re.escape(self.proxy)))
         stopped(p)
-        self.assert_exit(p, test_cli.EXIT_LOST, stdout="")
+        self.assert_exit(p, test_cli.EXIT_JEOPARDY, stdout="")
         # The daemon frees it once its grace is over.
-        self.d.wait_log(r"session [0-9a-f]{16}: grace of 500 ms over, not resumed: 1 holds of "
+        self.d.wait_log(r"session [0-9a-f]{16}: grace of 1000 ms over, not resumed: 1 holds of "
                         r"\S+ abandoned", since=mark)
         self.d.wait_log(r"lock %s: hold ended: end=abandoned " % re.escape(n), since=mark)
         self.assertRegex(self.client().request("TRYLOCK %s" % n),
