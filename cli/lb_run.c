@@ -53,7 +53,7 @@
  * grace, less the protocol's tenth for clock rates, counts from that
  * request's send time: D (PROTOCOL.md, "What a client may assume after a
  * drop"). No try goes on past D, and the command is dead by D unless the
- * lock is back: SIGTERM the smaller of -g and half the grace before D (at
+ * lock is back: SIGTERM the smaller of -g and a quarter of the grace before D (at
  * once if that has passed), SIGKILL at D, exit as jeopardy. A RESUME
  * that succeeds first cancels the stop; one that succeeds after the
  * SIGTERM does not, but lets the lock be released at once when the
@@ -205,7 +205,7 @@ struct run {
     int64_t give_up_at;       /* D: answered_sent + the grace less its tenth (drop_kept()):
                                * the daemon keeps the lock at least until then; no try goes
                                * on past it, and the command is dead by then */
-    int64_t stop_at;          /* D less the smaller of -g and half the grace: SIGTERM then,
+    int64_t stop_at;          /* D less the smaller of -g and a quarter of the grace: SIGTERM then,
                                * unless the lock is back */
     int64_t retry_at;         /* LINK_PAUSE: when the next try starts */
     int64_t pause_ms;         /* the pause after the next failed try */
@@ -1197,7 +1197,7 @@ static void run_not_back(struct run *r)
 static void run_drop(struct run *r, const char *why)
 {
     int64_t now = lb_now_ms(), grace = r->o->session_grace_ms;
-    int64_t term = r->o->grace_ms < grace / 2 ? r->o->grace_ms : grace / 2;
+    int64_t term = r->o->grace_ms < grace / 4 ? r->o->grace_ms : grace / 4;
     char counts[160];
 
     if (!r->sess.id[0]) {

@@ -25,7 +25,8 @@
 
 #define IO_TIMEOUT_DEFAULT_MS 10000   /* a daemon on the same network answers in far less */
 #define GRACE_DEFAULT_MS 5000         /* time to clean up after SIGTERM, as systemd's stop timeouts go */
-#define SESSION_GRACE_DEFAULT_MS 5000 /* run: a restart or a network blip is over in far less */
+#define SESSION_GRACE_DEFAULT_MS 10000 /* run: a restart or a network blip is over in far less,
+                                       * and a drop found late leaves 4 to 6.5 s */
 #define SESSION_GRACE_MIN_MS 100      /* GRACE's bounds (PROTOCOL.md); the daemon's */
 #define SESSION_GRACE_MAX_MS 3600000  /* max_grace_ms may be lower, and says so */
 

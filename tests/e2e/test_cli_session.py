@@ -50,7 +50,7 @@ TAKEN_BACK = (r"^lockbroker: lock %(n)s taken back on a new connection to %(addr
               r"after the drop \([0-9]+ tr(y|ies)\)$")
 
 
-def dropped_re(addr, n, ms=5000):
+def dropped_re(addr, n, ms=10000):
     return DROPPED % {"addr": re.escape(addr), "n": re.escape(n), "ms": ms}
 
 
@@ -90,7 +90,7 @@ class ScriptedSessionTests(test_cli.Case):
         self.addCleanup(c.close)
         return c
 
-    def granted(self, args, n, grace="5000", session_reply="OK %s %s" % (SESSION, SECRET),
+    def granted(self, args, n, grace="10000", session_reply="OK %s %s" % (SESSION, SECRET),
                 command=WAIT_FOR_LINE):
         """Starts `lockbroker run ARGS n -- COMMAND` (stdin a pipe), answers
         CLIENT, GRACE (session_reply), LOCK and the first CHECK. Returns

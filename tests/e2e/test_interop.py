@@ -1093,7 +1093,7 @@ class ReadmeTest(InteropBase):
         self.assertRegex(self.status(c, "deploy"),
                          r"^STATUS deploy held holder=foreign/\S+ token=- ")
         cron = readme_block("sh", "lockbroker run -w 30m deploy")
-        m = re.search(r"^30 3 \* \* \*  (lockbroker run .*)$", cron, re.M)
+        m = re.search(r"^(lockbroker run .*)$", cron, re.M)
         self.assertIsNotNone(m, cron)
         job = self.run_example("cron", m.group(1).replace("/srv/myapp/deploy.sh", "./work.sh"),
                                d, "cron")
