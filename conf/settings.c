@@ -309,6 +309,16 @@ static const struct setting rows[] = {
     { "server", "max_kept_holds_per_user", UINT(max_kept_holds_per_user), "1000", 1, 1000000,
       ON_SIGHUP, "of max_kept_holds, those of one user (without users_file: one client "
       "address)" },
+    /* a minute: past a restart or a network blip, short of keeping a dead
+     * client's locks for long; an hour at most */
+    { "server", "max_grace_ms", UINT(max_grace_ms), "60000", 100, 3600000, ON_SIGHUP,
+      "the longest GRACE a client may ask: how long its holds outlive its connection" },
+    /* a session costs a few hundred bytes and a timer, as a lease */
+    { "server", "max_sessions", UINT(max_sessions), "10000", 1, 1000000, ON_SIGHUP,
+      "sessions (GRACE) open through this daemon, attached or detached, all clients" },
+    /* a tenth of max_sessions, as max_leases_per_user */
+    { "server", "max_sessions_per_user", UINT(max_sessions_per_user), "1000", 1, 1000000,
+      ON_SIGHUP, "sessions of one user (without users_file: one client address)" },
     /* a tenth of the daemon's 10000 watches, as max_leases_per_user */
     { "server", "max_watches_per_user", UINT(max_watches_per_user), "1000", 1, 1000000,
       ON_SIGHUP, "WATCH subscriptions of one user (without users_file: one client address), "

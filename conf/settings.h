@@ -35,6 +35,9 @@ struct settings {
     unsigned max_leases_per_user; /* of those, per account (a user, or a client address) */
     unsigned max_kept_holds;    /* holds with a lock-delay or kept by UNLOCK keep=, all clients */
     unsigned max_kept_holds_per_user; /* of those, per account */
+    unsigned max_grace_ms;      /* the longest GRACE a client may ask, ms */
+    unsigned max_sessions;      /* sessions open through this daemon, all clients */
+    unsigned max_sessions_per_user; /* of those, per account */
     unsigned max_watches_per_user; /* WATCH subscriptions per account (WATCHES_MAX in all) */
     unsigned lock_delay_ms;     /* lock-delay of a LOCK/TRYLOCK without delay= */
     unsigned auth_threads;      /* threads that hash AUTH passwords, off the event loop */

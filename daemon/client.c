@@ -74,7 +74,10 @@ void client_input_ended(struct client *c)
         c->pending->input_ended(c, c->pending_op);
 }
 
-void client_release_all(struct client *c, bool abandon)
+/* The parked request and the watches end: what every close does first. A
+ * set being taken unwinds here, so its names taken so far are released,
+ * not kept: its client never had its answer. */
+static void client_cancel_pending(struct client *c)
 {
     const struct pending_ops *p = c->pending;
 
@@ -84,6 +87,19 @@ void client_release_all(struct client *c, bool abandon)
     c->pending_op = NULL;
     while (c->nwatches)
         watch_remove(c->watches[--c->nwatches]);
+}
+
+unsigned client_release_keep(struct client *c, struct lock_owner *keep)
+{
+    if (c->pending && c->pending->unwind)
+        c->pending->unwind(c, c->pending_op);
+    client_cancel_pending(c);
+    return locks_owner_move_held(c->srv->locks, &c->owner, keep);
+}
+
+void client_release_all(struct client *c, bool abandon)
+{
+    client_cancel_pending(c);
     if (abandon)
         locks_owner_abandon_all(c->srv->locks, &c->owner);
     else

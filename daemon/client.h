@@ -37,6 +37,7 @@ struct snap_r;
 struct lease;
 struct restart_in;
 struct restart_part;
+struct session;
 
 /* The transport under a client (conn.c; a fake in tests/check_cmd.c). */
 struct client_io {
@@ -55,6 +56,10 @@ struct client_io {
     /* Optional: the client logged in (client_login); the transport's login
      * deadline ends. */
     void (*logged_in)(struct client *c);
+    /* RESUME on another connection took this client's session (session.h):
+     * close now, without a reply, as if the connection had ended (the
+     * session detaches first). c is freed before this returns. */
+    void (*cut)(struct client *c);
 };
 
 /* A kind of parked request (redis's block types). */
@@ -63,6 +68,10 @@ struct pending_ops {
     /* The client is going: cancel op, so that its answer never comes. NULL:
      * nothing to cancel (the owner's release ends the wait). */
     void (*cancel)(struct client *c, void *op);
+    /* Optional: the client goes but its session keeps its holds
+     * (client_release_keep): first release what op took for itself so far
+     * and never answered (a set's names); cancel runs next. */
+    void (*unwind)(struct client *c, void *op);
     /* The client ended its input while the request waits. NULL: the answer is
      * awaited as usual. Otherwise it may answer and client_complete(). */
     void (*input_ended)(struct client *c, void *op);
@@ -113,6 +122,8 @@ struct client {
     enum proto_cmd pending_cmd;          /* the request parked */
     char pending_name[PROTO_NAME_MAX + 1]; /* the name it is about, or "" */
     uint64_t pending_token;              /* the token it is about (lease operations) */
+    struct session *session;             /* GRACE or RESUME: the session it is attached
+                                          * to (session.h owns it), or NULL */
 };
 
 /* Prepares c (zeroed by the caller) for srv; peer is copied. owner_ops: the
@@ -141,6 +152,12 @@ void client_input_ended(struct client *c);
  * QUIT) keeps a lock-delay's names, as locks_owner_abandon_all(). Leases
  * are not the client's and stay. */
 void client_release_all(struct client *c, bool abandon);
+
+/* As client_release_all(), for a client whose session outlives it
+ * (session.h): its granted holds move to keep, as they are
+ * (locks_owner_move_held); the parked request and the waits are
+ * cancelled and the watches removed all the same. Returns how many holds moved. */
+unsigned client_release_keep(struct client *c, struct lock_owner *keep);
 
 /* Frees what client_init and the commands allocated; after client_release_all. */
 void client_destroy(struct client *c);

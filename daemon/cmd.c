@@ -38,6 +38,8 @@ const struct cmd_row cmd_table[] = {
     [PROTO_CMD_STATS] = { cmd_stats, NULL },
     [PROTO_CMD_HELP] = { cmd_help, NULL },
     [PROTO_CMD_AUTH] = { cmd_auth, NULL },
+    [PROTO_CMD_GRACE] = { cmd_grace, NULL },
+    [PROTO_CMD_RESUME] = { cmd_resume, NULL },
 };
 /* Sized by its rows: a command added at the end of proto.h's list without a
  * row does not build. One left out in the middle is a NULL row, which

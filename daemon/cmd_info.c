@@ -46,6 +46,8 @@ static void reply_status(struct client *c, const char *name, const struct backen
     in.delay_ms = ls.delay_ms;
     /* A lease holds it: the time left before it ends by itself. */
     in.lease_ms = ls.lease_ms >= 0 ? ls.lease_ms : remote ? zi->lease_ms : -1;
+    /* A session's hold whose connection ended: the grace left to take it back. */
+    in.detached_ms = ls.held ? ls.detached_ms : -1;
     /* A name with a recipe of its own says which (PROTOCOL.md, STATUS). */
     in.recipe = recipe_of(c, name);
     /* The holder's CLIENT label, when it has one. */
@@ -198,6 +200,7 @@ static void add_locks_line(struct listing *l, const char *name, const struct loc
         in.since_ms = st->since_ms;
         in.delay_ms = st->delay_ms;
         in.lease_ms = st->lease_ms;
+        in.detached_ms = st->detached_ms;
     }
     client_reply_more(l->c, buf, proto_fmt_lock(buf, sizeof(buf), &in));
 }

@@ -26,7 +26,8 @@ cmd_handler cmd_lockset;
 /* cmd_info.c: what the daemon knows */
 cmd_handler cmd_status, cmd_locks, cmd_holders, cmd_stats, cmd_help;
 /* cmd_session.c: the connection itself */
-cmd_handler cmd_ping, cmd_quit, cmd_client, cmd_auth, cmd_watch, cmd_unwatch, cmd_break;
+cmd_handler cmd_ping, cmd_quit, cmd_client, cmd_auth, cmd_watch, cmd_unwatch, cmd_break,
+    cmd_grace, cmd_resume;
 
 /* cmd_reply.c: shared by the handlers. */
 /* "OK <name>" and the like, of len bytes of name; name may be a set's list. */

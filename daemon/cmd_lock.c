@@ -22,6 +22,7 @@
 #include "context.h"
 #include "lease.h"
 #include "log.h"
+#include "session.h"
 #include "snap.h"
 #include "settings.h"
 
@@ -289,6 +290,9 @@ static void check_own(struct client *c, const char *name)
         return;
     }
     left = conn_window_ms(c);
+    /* With a session the hold outlives the connection by its grace. */
+    if (c->session && left < INT64_MAX - session_grace_ms(c->session))
+        left += session_grace_ms(c->session);
     if (left < INT64_MAX - delay_ms)
         left += delay_ms;
     if (backend_ms < left)

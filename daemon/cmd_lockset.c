@@ -162,6 +162,17 @@ static void set_cancel(struct client *c, void *op)
     set_free(op);
 }
 
+/* The client goes, its session keeps its holds: the names taken so far
+ * were never answered, so they are released, not kept. */
+static void set_unwind(struct client *c, void *op)
+{
+    struct lockset *s = op;
+
+    for (unsigned k = 0; k < s->taken; k++)
+        locks_unlock(c->srv->locks, &c->owner, s->names[s->order[k]]);
+    s->taken = 0;
+}
+
 /* The end of input cuts the step's wait short, and with it the set. */
 static void set_input_ended(struct client *c, void *op)
 {
@@ -198,7 +209,7 @@ static void set_save(const struct client *c, void *op, struct snap_w *w)
 static bool set_restore(struct client *c, struct snap_r *r, struct restart_in *in);
 
 const struct pending_ops lockset_ops = {
-    .what = "set", .cancel = set_cancel, .input_ended = set_input_ended,
+    .what = "set", .cancel = set_cancel, .unwind = set_unwind, .input_ended = set_input_ended,
     .lock_answer = set_lock_answer,
     .snap_kind = "set", .snap_ready = set_ready, .save = set_save, .restore = set_restore,
 };

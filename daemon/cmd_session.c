@@ -1,6 +1,7 @@
 /*
  * cmd_session.c - the connection itself: PING, QUIT, CLIENT, AUTH, WATCH,
- * UNWATCH, and BREAK (which acts on others' holds through this daemon).
+ * UNWATCH, GRACE and RESUME (its session, session.h), and BREAK (which
+ * acts on others' holds through this daemon).
  *
  * AUTH's password is hashed off the event loop (auth_pool.h), within the
  * budgets of auth_budget.h. A failed AUTH is answered AUTH_FAIL_DELAY_MS
@@ -24,6 +25,7 @@
 #include "context.h"
 #include "log.h"
 #include "restart.h"
+#include "session.h"
 #include "settings.h"
 #include "snap.h"
 #include "users.h"
@@ -58,6 +60,68 @@ void cmd_client(struct client *c, const struct proto_req *req, const char *name)
     c->owner.label = c->label;
     log_debug("conn %llu (%s): label %s", (unsigned long long)c->id, c->peer, c->label);
     client_reply(c, buf, proto_fmt_word(buf, sizeof(buf), "OK"));
+}
+
+/* GRACE <ms>: a session for this connection (PROTOCOL.md, "Sessions"). */
+void cmd_grace(struct client *c, const struct proto_req *req, const char *name)
+{
+    unsigned max = c->srv->settings->max_grace_ms;
+    char id[PROTO_SESSION_LEN + 1], secret[PROTO_SECRET_LEN + 1];
+    char text[PROTO_ACCOUNT_MAX + 96], buf[PROTO_REPLY_MAX];
+
+    if (req->grace_ms < PROTO_GRACE_MIN || req->grace_ms > max) {
+        snprintf(text, sizeof(text), "grace must be an integer from %lld to %u",
+                 (long long)PROTO_GRACE_MIN, max);
+        client_reply_err(c, PROTO_ERR_BAD_ARGS, text);
+        return;
+    }
+    if (c->session) {
+        client_reply_err(c, PROTO_ERR_CONFLICT, "this connection already has a session");
+        return;
+    }
+    switch (session_open(c->srv->sessions, c, req->grace_ms, id, secret)) {
+    case SESSION_OK:
+        client_reply(c, buf, proto_fmt_ok2(buf, sizeof(buf), id, secret));
+        explicit_bzero(secret, sizeof(secret));
+        explicit_bzero(buf, sizeof(buf));
+        break;
+    case SESSION_LIMIT_TOTAL:
+        snprintf(text, sizeof(text), "this daemon already has %u sessions",
+                 c->srv->settings->max_sessions);
+        client_reply_err(c, PROTO_ERR_LIMIT, text);
+        break;
+    case SESSION_LIMIT_ACCOUNT:
+        snprintf(text, sizeof(text), "%s already has %u sessions through this daemon",
+                 c->account, c->srv->settings->max_sessions_per_user);
+        client_reply_err(c, PROTO_ERR_LIMIT, text);
+        break;
+    case SESSION_NOMEM:
+    case SESSION_NOT_FOUND:
+        client_reply_err(c, PROTO_ERR_INTERNAL, "out of memory");
+        break;
+    }
+}
+
+/* RESUME <session> <secret>: the session's holds become this connection's. */
+void cmd_resume(struct client *c, const struct proto_req *req, const char *name)
+{
+    char id[PROTO_SESSION_LEN + 1], buf[PROTO_REPLY_MAX], n_text[16];
+    unsigned n = 0;
+
+    if (c->session || c->owner.nholds) {
+        client_reply_err(c, PROTO_ERR_CONFLICT, "this connection holds or awaits locks or has "
+                         "a session; RESUME on a new connection");
+        return;
+    }
+    if (session_resume(c->srv->sessions, c, req->session, req->secret, &n) != SESSION_OK) {
+        client_reply_err(c, PROTO_ERR_NOT_HELD, "no session with that id and secret on this "
+                         "daemon (its grace ran out, it ended, or the secret is wrong)");
+        return;
+    }
+    memcpy(id, req->session, PROTO_SESSION_LEN);
+    id[PROTO_SESSION_LEN] = '\0';
+    snprintf(n_text, sizeof(n_text), "%u", n);
+    client_reply(c, buf, proto_fmt_ok2(buf, sizeof(buf), id, n_text));
 }
 
 /*

@@ -52,6 +52,7 @@
 #include "peer_count.h"
 #include "proto.h"
 #include "restart.h"
+#include "session.h"
 #include "settings.h"
 #include "snap.h"
 #include "tls.h"
@@ -199,12 +200,34 @@ static void conn_resume(struct client *cl)
     conn_parse_later(c);
 }
 
-/* Releases everything and queues the last reply; conn_on_write closes.
- * abandon as for client_release_all(). */
-static void conn_begin_close(struct conn *c, bool abandon)
+/*
+ * How a connection ends, for its holds (PROTOCOL.md, "Sessions"). A
+ * session keeps them only when the connection is lost: QUIT releases, and
+ * a close the daemon makes on purpose (a line too long, ERR LIMIT, no
+ * login, a user removed) ends the session and abandons them as before.
+ */
+enum conn_end {
+    CONN_END_QUIT,     /* QUIT (or a refusal): released as UNLOCK, the session ends */
+    CONN_END_CLOSED,   /* closed by the daemon on purpose: abandoned, the session ends */
+    CONN_END_LOST,     /* the client went (end of input, reset, timeout, a write error,
+                        * a cut): a session detaches them, else abandoned */
+};
+
+/* The holds, watches and waits go as end says; the session with them. */
+static void conn_release(struct conn *c, enum conn_end end)
 {
+    if (end == CONN_END_LOST)
+        session_client_lost(&c->cl);       /* the holds it keeps are not released */
+    else
+        session_client_end(&c->cl);
     c->released += c->cl.owner.nholds;     /* for the "closed" log line */
-    client_release_all(&c->cl, abandon);
+    client_release_all(&c->cl, end != CONN_END_QUIT);
+}
+
+/* Releases everything and queues the last reply; conn_on_write closes. */
+static void conn_begin_close(struct conn *c, enum conn_end end)
+{
+    conn_release(c, end);
     conn_set_state(c, CONN_CLOSING);
     /* The last reply may have gone out directly: no write will call back. */
     if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
@@ -223,7 +246,7 @@ static void conn_login_expired(struct conn *c)
              c->cl.peer, ms);
     snprintf(text, sizeof(text), "no login within %u ms; closing", ms);
     client_reply_err(&c->cl, PROTO_ERR_NOAUTH, text);
-    conn_begin_close(c, true);
+    conn_begin_close(c, CONN_END_CLOSED);
 }
 
 static void conn_on_login_timeout(evutil_socket_t fd, short what, void *arg)
@@ -273,7 +296,18 @@ static void conn_logged_in(struct client *cl)
 /* QUIT: released as by UNLOCK (no lock-delay), closed once BYE is out. */
 static void conn_quit(struct client *cl)
 {
-    conn_begin_close(conn_of(cl), false);
+    conn_begin_close(conn_of(cl), CONN_END_QUIT);
+}
+
+/* RESUME on another connection took this one's session: closed now,
+ * without a reply, as a connection that ended (its session detaches). */
+static void conn_cut(struct client *cl)
+{
+    struct conn *c = conn_of(cl);
+
+    log_info("conn %llu (%s): its session was resumed on another connection; closing",
+             (unsigned long long)c->cl.id, c->cl.peer);
+    conn_free(c);
 }
 
 static const struct client_io conn_io = {
@@ -283,6 +317,7 @@ static const struct client_io conn_io = {
     .resume = conn_resume,
     .quit = conn_quit,
     .logged_in = conn_logged_in,
+    .cut = conn_cut,
 };
 
 /*
@@ -371,7 +406,7 @@ static void conn_handshake_done(struct conn *c)
         log_debug("conn %llu (%s): TLS handshake done; refusing: %s",
                   (unsigned long long)c->cl.id, c->cl.peer, c->refusal);
         client_reply(&c->cl, c->refusal, (int)strlen(c->refusal));
-        conn_begin_close(c, false);
+        conn_begin_close(c, CONN_END_QUIT);
         return;
     }
     if (tls_peer_name(c->ssl, name, sizeof(name)) && c->cl.srv->users) {
@@ -442,7 +477,7 @@ static void conn_check_waiting_input(struct conn *c)
     log_info("conn %llu (%s): more than %zu bytes sent behind a waiting request, closing",
              (unsigned long long)c->cl.id, c->cl.peer, max);
     client_reply_err(&c->cl, PROTO_ERR_LIMIT, text);
-    conn_begin_close(c, true);
+    conn_begin_close(c, CONN_END_CLOSED);
 }
 
 /* Parses and answers complete lines while the state allows it. */
@@ -474,13 +509,13 @@ static void conn_process(struct conn *c)
             log_info("conn %llu (%s): line too long, closing", (unsigned long long)c->cl.id,
                      c->cl.peer);
             client_reply_err(&c->cl, PROTO_ERR_LINE_TOO_LONG, text);
-            conn_begin_close(c, true);
+            conn_begin_close(c, CONN_END_CLOSED);
             break;
         }
         if (eol.pos < 0) {
             /* Everything that came before the end of input is answered. */
             if (c->cl.input_ended)
-                conn_begin_close(c, true);
+                conn_begin_close(c, CONN_END_LOST);
             break;
         }
         line = (const char *)evbuffer_pullup(in, eol.pos + 1);
@@ -700,17 +735,15 @@ void conn_users_changed(struct server *srv)
         /* Its locks were taken under a login that no longer exists. */
         log_info("conn %llu (%s): user %s is no longer in the users file, closing",
                  (unsigned long long)c->cl.id, c->cl.peer, c->cl.user_name);
-        conn_begin_close(c, true);
+        conn_begin_close(c, CONN_END_CLOSED);
     }
 }
 
 void conn_free(struct conn *c)
 {
-    unsigned held = c->cl.owner.nholds + c->released;
-
-    client_release_all(&c->cl, true);
+    conn_release(c, CONN_END_LOST);
     log_debug("conn %llu (%s): closed, %u holds and waits released",
-              (unsigned long long)c->cl.id, c->cl.peer, held);
+              (unsigned long long)c->cl.id, c->cl.peer, c->released);
     TAILQ_REMOVE(&c->cl.srv->conns, c, link);
     if (c->refusal)
         c->cl.srv->nrefusing--;
@@ -883,14 +916,14 @@ static void conn_resume_restored(struct server *srv)
         if (c->cl.user_gone) {
             log_info("conn %llu (%s): user %s is no longer in the users file, closing",
                      (unsigned long long)c->cl.id, c->cl.peer, c->cl.user_name);
-            conn_begin_close(c, true);
+            conn_begin_close(c, CONN_END_CLOSED);
             continue;
         }
         /* The snapshot has no field for the deadline: a full one starts anew. */
         if (conn_login_arm(c) < 0) {
             log_error("conn %llu (%s): out of memory; closing", (unsigned long long)c->cl.id,
                       c->cl.peer);
-            conn_begin_close(c, true);
+            conn_begin_close(c, CONN_END_CLOSED);
             continue;
         }
         /* Lines that came in before the handover are parsed as if just read. */

@@ -27,6 +27,7 @@ struct conn;
 struct client;
 struct users;
 struct watches;
+struct sessions;
 struct tls;
 struct accept_pause;
 struct auth_pool;
@@ -60,6 +61,7 @@ struct server {
     struct leases *leases;             /* borrowed */
     struct backend *backend;           /* borrowed */
     struct watches *watches;           /* owned: WATCH's registry */
+    struct sessions *sessions;         /* owned: GRACE and RESUME (session.h) */
     const struct users *users;         /* borrowed; NULL: no users_file, no AUTH needed.
                                         * Change it through server_set_users() */
     struct auth_pool *auth_pool;       /* owned: AUTH's password threads; NULL without users */

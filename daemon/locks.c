@@ -787,6 +787,35 @@ enum locks_result locks_unlock_keep(struct locks *t, struct lock_owner *o, const
     return LOCKS_RELEASED;
 }
 
+unsigned locks_owner_move_held(struct locks *t, struct lock_owner *from, struct lock_owner *to)
+{
+    struct hold *h;
+    unsigned moved = 0;
+
+    /* The waits go first; a cancel settles only its own lock, whose next
+     * waiters are other owners', so from's list changes by that hold only. */
+    for (;;) {
+        TAILQ_FOREACH(h, &from->holds, in_owner)
+            if (h->state != HOLD_HELD)
+                break;
+        if (!h)
+            break;
+        hold_cancel(h);
+    }
+    while ((h = TAILQ_FIRST(&from->holds))) {
+        TAILQ_REMOVE(&from->holds, h, in_owner);
+        from->nholds--;
+        h->owner = to;
+        TAILQ_INSERT_TAIL(&to->holds, h, in_owner);
+        to->nholds++;
+        moved++;
+        log_debug("lock %s: hold (token %llu) moved from %s to %s", h->lock->name,
+                  (unsigned long long)h->token, from->desc ? from->desc : "?",
+                  to->desc ? to->desc : "?");
+    }
+    return moved;
+}
+
 void locks_owner_release_all(struct locks *t, struct lock_owner *o)
 {
     struct hold *h;
@@ -940,6 +969,7 @@ void locks_status(const struct locks *t, const char *name, struct locks_status *
 
     memset(out, 0, sizeof(*out));
     out->lease_ms = -1;
+    out->detached_ms = -1;
     out->waited_ms = -1;
     if (!l)
         return;
@@ -964,6 +994,8 @@ void locks_status(const struct locks *t, const char *name, struct locks_status *
             out->mode = h->mode;
             if (h->owner->ops->ends_in_ms)
                 out->lease_ms = h->owner->ops->ends_in_ms(h->owner);
+            if (h->owner->ops->detached_ms)
+                out->detached_ms = h->owner->ops->detached_ms(h->owner);
         }
         if (h->owner == &t->abandoned) {
             int64_t left = h->delay_end_ms - locks_mono_ms();

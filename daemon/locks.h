@@ -87,6 +87,10 @@ struct lock_owner_ops {
      * (locks_owner_abandon_all) calls that end, static ("expired" for a
      * lease); NULL: "abandoned". */
     const char *abandoned_as;
+    /* Optional (sessions, session.h): ms left of the grace of an owner that
+     * keeps the holds of a connection gone, or -1 while it is attached.
+     * For STATUS and LOCKS (detached=); must not change anything. */
+    int64_t (*detached_ms)(const struct lock_owner *o);
 };
 
 struct lock_owner {
@@ -190,6 +194,18 @@ enum locks_result locks_unlock(struct locks *t, struct lock_owner *o, const char
 enum locks_result locks_unlock_keep(struct locks *t, struct lock_owner *o, const char *name,
                                     int64_t keep_ms);
 
+/*
+ * Sessions (session.h): moves every granted hold of from to to, as they
+ * are - token, mode, re-entry count, lock-delay, quota accounting and the
+ * backend's slot (in distributed mode its ZooKeeper node) - so that
+ * nothing is released and nobody else can be granted them meanwhile; the
+ * name's watchers hear nothing (the hold did not end). from's waits are
+ * cancelled without calling from back. to must hold and await nothing
+ * (a detached session's owner, or a connection that has nothing).
+ * Returns how many holds moved.
+ */
+unsigned locks_owner_move_held(struct locks *t, struct lock_owner *from, struct lock_owner *to);
+
 /* Releases every hold and cancels every wait of o, without calling o back. */
 void locks_owner_release_all(struct locks *t, struct lock_owner *o);
 
@@ -228,6 +244,8 @@ struct locks_status {
     int64_t delay_ms;     /* > 0: an abandoned hold keeps the name this much longer */
     int64_t lease_ms;     /* >= 0: the earliest holder is a lease ending in this many ms;
                            * -1: it is not, or only the backend knows (distributed mode) */
+    int64_t detached_ms;  /* >= 0: the earliest holder is detached (a session whose
+                           * connection ended), its grace ending in this many ms; else -1 */
     int64_t waited_ms;    /* waiters > 0: ms since the earliest of them asked; else -1 */
 };
 

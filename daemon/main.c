@@ -28,6 +28,7 @@
 #include "metrics.h"
 #include "restart.h"
 #include "server.h"
+#include "session.h"
 #include "stats.h"
 #include "takeover.h"
 #include "tls.h"
@@ -179,6 +180,7 @@ static void apply_quotas(struct daemon *d)
     locks_set_keep_max(d->locks, d->s.max_kept_holds, d->s.max_kept_holds_per_user);
     leases_set_max(d->leases, d->s.max_leases, d->s.max_leases_per_user);
     watches_set_max_per_account(d->srv.watches, d->s.max_watches_per_user);
+    sessions_set_max(d->srv.sessions, d->s.max_sessions, d->s.max_sessions_per_user);
 }
 
 /*
@@ -411,6 +413,8 @@ static void register_restart_parts(struct daemon *d)
     if (backend)
         restart_register(&d->restart, backend, d->backend->impl);
     restart_register(&d->restart, &leases_restart_part, d->leases);
+    /* Before the connections: its shed ends the sessions first (session.h). */
+    restart_register(&d->restart, &sessions_restart_part, d->srv.sessions);
     restart_register(&d->restart, &conn_restart_part, &d->srv);
     restart_register(&d->restart, &locks_restart_part, d->locks);
     restart_register(&d->restart, &client_pending_part, &d->pending_kinds);

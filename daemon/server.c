@@ -29,6 +29,7 @@
 #include "log.h"
 #include "peer_count.h"
 #include "proto.h"
+#include "session.h"
 #include "settings.h"
 #include "watch.h"
 
@@ -485,7 +486,8 @@ int server_start(struct server *srv, struct event_base *base, const struct setti
     TAILQ_INIT(&srv->conns);
     if (!(srv->accept_pause = accept_pause_new(base, &srv->stats.accept_pauses)) ||
         !(srv->peers = peer_count_new()) ||
-        !(srv->watches = watches_new(base, locks, backend, daemon_id))) {
+        !(srv->watches = watches_new(base, locks, backend, daemon_id)) ||
+        !(srv->sessions = sessions_new(base, locks))) {
         log_error("out of memory");
         return -1;
     }
@@ -556,6 +558,10 @@ void server_stop(struct server *srv)
         evconnlistener_free(srv->tls_sock);
         srv->tls_sock = NULL;
     }
+    /* Stopping ends the sessions first: the connections close as before
+     * sessions existed, and detached holds are abandoned. */
+    sessions_free(srv->sessions);
+    srv->sessions = NULL;
     while ((c = TAILQ_FIRST(&srv->conns)))
         conn_free(c);
     tls_free(srv->tls);            /* after the connections: each held a reference */

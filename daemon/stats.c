@@ -9,6 +9,7 @@
 
 #include "context.h"
 #include "lease.h"
+#include "session.h"
 #include "locks.h"
 #include "proto.h"
 #include "restart.h"
@@ -26,6 +27,7 @@ void stats_each(const struct server *srv, backend_stat_fn add, void *cookie)
 {
     struct locks_stats ls;
     struct leases_stats lst;
+    struct sessions_stats sst = { 0 };
     int64_t oldest_us, longest_us;
     char name[32];
 
@@ -87,6 +89,11 @@ void stats_each(const struct server *srv, backend_stat_fn add, void *cookie)
     add_u64(add, cookie, "leases_granted", lst.granted);
     add_u64(add, cookie, "leases_released", lst.released);
     add_u64(add, cookie, "leases_expired", lst.expired);
+    sessions_get_stats(srv->sessions, &sst);
+    add_u64(add, cookie, "sessions", sst.current);
+    add_u64(add, cookie, "sessions_detached", sst.detached);
+    add_u64(add, cookie, "sessions_resumed", sst.resumed);
+    add_u64(add, cookie, "sessions_expired", sst.expired);
     srv->backend->ops->stats(srv->backend->impl, add, cookie);
 }
 

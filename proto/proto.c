@@ -70,6 +70,9 @@ _Static_assert(PROTO_KEEP_MAX == 86400000, "the keep message spells out the boun
 
 _Static_assert(PROTO_DELAY_MAX == 60000, "the delay message spells out the bound");
 
+_Static_assert(PROTO_SESSION_LEN == 16 && PROTO_SECRET_LEN == 32,
+               "the session messages spell out the lengths");
+
 _Static_assert(PROTO_TTL_MIN == 100 && PROTO_TTL_MAX == 86400000,
                "the ttl messages spell out the bounds");
 
@@ -149,6 +152,17 @@ static int printable_word(const struct token *t, size_t max)
         return 0;
     for (size_t i = 0; i < t->len; i++)
         if (t->p[i] < 0x21 || t->p[i] > 0x7e)
+            return 0;
+    return 1;
+}
+
+/* Exactly len bytes of 0-9 a-f. */
+static int lower_hex(const struct token *t, size_t len)
+{
+    if (t->len != len)
+        return 0;
+    for (size_t i = 0; i < len; i++)
+        if (!((t->p[i] >= '0' && t->p[i] <= '9') || (t->p[i] >= 'a' && t->p[i] <= 'f')))
             return 0;
     return 1;
 }
@@ -422,6 +436,20 @@ static enum proto_parse_result parse_arg(enum proto_arg arg, const struct token 
         req->password = t->p;
         req->password_len = t->len;
         break;
+    case PROTO_ARG_GRACE:
+        /* The daemon's bound is a setting: the handler answers a bad value. */
+        req->grace_ms = parse_value(t->p, t->len, 0, (unsigned)PROTO_GRACE_MAX + 1);
+        break;
+    case PROTO_ARG_SESSION:
+        if (!lower_hex(t, PROTO_SESSION_LEN))
+            return fail(req, PROTO_ERR_BAD_ARGS, "a session is 16 lower-case hex digits");
+        req->session = t->p;
+        break;
+    case PROTO_ARG_SECRET:
+        if (!lower_hex(t, PROTO_SECRET_LEN))
+            return fail(req, PROTO_ERR_BAD_ARGS, "a secret is 32 lower-case hex digits");
+        req->secret = t->p;
+        break;
     case PROTO_ARG_END:
     case PROTO_ARG_OPTIONS:
     case PROTO_ARG_RELEASE:
@@ -582,6 +610,11 @@ int proto_fmt_lost(char *buf, size_t cap, const char *name, uint64_t token, cons
     return fitted(snprintf(buf, cap, "LOST %s %" PRIu64 " %s\n", name, token, reason), cap);
 }
 
+int proto_fmt_ok2(char *buf, size_t cap, const char *a, const char *b)
+{
+    return fitted(snprintf(buf, cap, "OK %s %s\n", a, b), cap);
+}
+
 int proto_fmt_word(char *buf, size_t cap, const char *word)
 {
     return fitted(snprintf(buf, cap, "%s\n", word), cap);
@@ -667,6 +700,12 @@ static void append_lease(char *buf, size_t cap, int *k, const struct proto_info 
         append(buf, cap, k, " lease=%lld", (long long)in->lease_ms);
 }
 
+static void append_detached(char *buf, size_t cap, int *k, const struct proto_info *in)
+{
+    if (in->detached_ms > 0)
+        append(buf, cap, k, " detached=%lld", (long long)in->detached_ms);
+}
+
 static void append_recipe(char *buf, size_t cap, int *k, const struct proto_info *in)
 {
     if (in->recipe)
@@ -702,6 +741,7 @@ int proto_fmt_status(char *buf, size_t cap, const struct proto_info *in)
     if (in->delay_ms > 0)
         append(buf, cap, &k, " delay=%lld", (long long)in->delay_ms);
     append_lease(buf, cap, &k, in);
+    append_detached(buf, cap, &k, in);
     append_recipe(buf, cap, &k, in);
     if (in->label && in->label[0])
         append(buf, cap, &k, " label=%s", in->label);
@@ -727,6 +767,7 @@ int proto_fmt_lock(char *buf, size_t cap, const struct proto_info *in)
     if (in->delay_ms > 0)
         append(buf, cap, &k, " delay=%lld", (long long)in->delay_ms);
     append_lease(buf, cap, &k, in);
+    append_detached(buf, cap, &k, in);
     append_recipe(buf, cap, &k, in);
     append(buf, cap, &k, "\n");
     return k;

@@ -26,6 +26,10 @@
 #define PROTO_SAFE_MAX 86400000LL     /* largest <safe-ms> a CHECK answers: 24 h */
 #define PROTO_PASSWORD_MAX 128        /* bytes in an AUTH password; with the longest
                                        * user the line fits the smallest max_line */
+#define PROTO_GRACE_MIN 100LL         /* bounds of GRACE's ms: the least a client may ask; */
+#define PROTO_GRACE_MAX 3600000LL     /*   the most [server] max_grace_ms may allow (1 h) */
+#define PROTO_SESSION_LEN 16          /* hex digits of a session id (GRACE, RESUME) */
+#define PROTO_SECRET_LEN 32           /* hex digits of a session's secret (128 bits) */
 #define PROTO_SET_MAX 16              /* names in one set: LOCK/TRYLOCK/UNLOCK a,b,c */
 /* The longest reply about a set: "OK <16 longest names, commas> <16 tokens, commas>". */
 #define PROTO_SET_REPLY_MAX (3 + PROTO_SET_MAX * (PROTO_NAME_MAX + 1) + PROTO_SET_MAX * 21 + 2)
@@ -48,6 +52,11 @@ enum proto_arg {
     PROTO_ARG_GLOB,     /* a name pattern: name bytes and * ? [ ] ! -> name, name_len */
     PROTO_ARG_USER,     /* 1..PROTO_USER_MAX of [A-Za-z0-9._@-] -> user, user_len */
     PROTO_ARG_PASSWORD, /* 1..PROTO_PASSWORD_MAX printable non-space bytes -> password */
+    PROTO_ARG_GRACE,    /* GRACE's ms: digits only -> grace_ms, or -1 when not digits or
+                         * above PROTO_GRACE_MAX (the daemon's bound is a setting, so
+                         * the handler answers out-of-range values, not the parser) */
+    PROTO_ARG_SESSION,  /* PROTO_SESSION_LEN lower-case hex digits -> session */
+    PROTO_ARG_SECRET,   /* PROTO_SECRET_LEN lower-case hex digits -> secret */
     PROTO_ARG_OPTIONS,  /* last: then options, shared | limit=<n> | ttl=<ms> | delay=<ms> */
     PROTO_ARG_RELEASE,  /* last: then the options of a release, keep=<ms> */
 };
@@ -116,7 +125,11 @@ enum proto_arg {
     X(HELP,    "HELP",    0, PROTO_NO_ARGS, PROTO_F_ANON, "HELP",                  \
       "this list as HELP lines, then END")                                         \
     X(AUTH,    "AUTH",    2, PROTO_ARGS(PROTO_ARG_USER, PROTO_ARG_PASSWORD),       \
-      PROTO_F_ANON, "AUTH <user> <password>", "log in as a user of the daemon's users_file")
+      PROTO_F_ANON, "AUTH <user> <password>", "log in as a user of the daemon's users_file") \
+    X(GRACE,   "GRACE",   1, PROTO_ARGS(PROTO_ARG_GRACE), 0, "GRACE <ms>",          \
+      "open a session: this connection's holds outlive it by ms, for RESUME")     \
+    X(RESUME,  "RESUME",  2, PROTO_ARGS(PROTO_ARG_SESSION, PROTO_ARG_SECRET), 0,   \
+      "RESUME <session> <secret>", "take a session's holds back on a new connection")
 
 enum proto_cmd {
 #define X(id, word, required, args, flags, usage, help) PROTO_CMD_##id,
@@ -177,6 +190,10 @@ struct proto_req {
     size_t user_len;      /* 1..PROTO_USER_MAX */
     const char *password; /* AUTH: points into the line; NOT NUL-terminated */
     size_t password_len;  /* 1..PROTO_PASSWORD_MAX */
+    int64_t grace_ms;     /* GRACE: the ms given, or -1 when not digits (or absurdly large) */
+    const char *session;  /* RESUME: PROTO_SESSION_LEN hex digits in the line; NOT
+                           * NUL-terminated */
+    const char *secret;   /* RESUME: PROTO_SECRET_LEN hex digits in the line; likewise */
     enum proto_err err;   /* valid when the parse result is PROTO_ERROR */
     const char *errmsg;   /* static string; valid when PROTO_ERROR */
 };
@@ -223,6 +240,9 @@ int proto_fmt_lost(char *buf, size_t cap, const char *name, uint64_t token,
 int proto_fmt_granted_set(char *buf, size_t cap, const char *list, size_t len,
                           const uint64_t *tokens, unsigned n);
 
+/* "OK <a> <b>": GRACE's "OK <session> <secret>", RESUME's "OK <session> <n>". */
+int proto_fmt_ok2(char *buf, size_t cap, const char *a, const char *b);
+
 /* "PONG", "BYE", "OK", "END": a line of one word. */
 int proto_fmt_word(char *buf, size_t cap, const char *word);
 int proto_fmt_more(char *buf, size_t cap, size_t more);                     /* MORE n */
@@ -255,16 +275,18 @@ struct proto_info {
     int64_t waited_ms;      /* how long the earliest waiter has waited, ms */
     int64_t delay_ms;       /* STATUS, LOCK: > 0 adds delay= */
     int64_t lease_ms;       /* >= 0 adds lease= */
+    int64_t detached_ms;    /* STATUS, LOCK: > 0 adds detached= (a session's hold whose
+                             * connection ended: its grace left, at least 1) */
     const char *recipe;     /* adds recipe=, or NULL */
 };
 
 /*
  * STATUS <name> held|free holder= token= since= waiters= queue= [mode= holders=]
- * [delay=] [lease=] [recipe=] [label=]. A free lock prints holder, token and since as -.
+ * [delay=] [lease=] [detached=] [recipe=] [label=]. A free lock prints holder, token and since as -.
  */
 int proto_fmt_status(char *buf, size_t cap, const struct proto_info *in);
 /* LOCK <name> <mode> holder= label= token= since= holders= waiters= [waited=] [delay=]
- * [lease=] [recipe=] */
+ * [lease=] [detached=] [recipe=] */
 int proto_fmt_lock(char *buf, size_t cap, const struct proto_info *in);
 /* HOLDER <name> <mode> held|queued holder= label= token= since= [lease=] */
 int proto_fmt_holder(char *buf, size_t cap, const struct proto_info *in);

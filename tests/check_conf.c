@@ -1395,6 +1395,7 @@ START_TEST(format_reloadable)
     ck_assert_str_eq(err, "log level info, max_clients 4096, max_line 1024, "
                           "max_locks_per_client 256, max_leases 10000, max_leases_per_user 1000, "
                           "max_kept_holds 10000, max_kept_holds_per_user 1000, "
+                          "max_grace_ms 60000, max_sessions 10000, max_sessions_per_user 1000, "
                           "max_watches_per_user 1000, lock_delay_ms 0, "
                           "auth_max_pending 64, auth_max_pending_per_address 4, "
                           "auth_fail_limit 10, auth_backoff_ms 60000, "

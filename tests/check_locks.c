@@ -814,6 +814,86 @@ START_TEST(keep_quota_total_and_lowered)
 }
 END_TEST
 
+/* A session (session.h) keeps a connection's holds: moved as they are, and back. */
+START_TEST(move_held_keeps_everything)
+{
+    uint64_t ta, tb, token;
+    struct locks_stats before;
+
+    c1.c.account = "address 192.0.2.1";
+    c1.c.label = "job";
+    ck_assert_int_eq(lock(&c1, "a", -1, &ta), LOCKS_GRANTED);
+    ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_GRANTED);   /* depth 2 */
+    ck_assert_int_eq(lock_delay(&c1, "b", -1, 30000), LOCKS_GRANTED);
+    ck_assert(locks_owner_token(t, &c1.c, "b", &tb));
+    ck_assert_int_eq(lock(&c2, "w", -1, NULL), LOCKS_GRANTED);
+    ck_assert_int_eq(lock(&c1, "w", -1, NULL), LOCKS_WAITING);  /* c1's wait */
+    ck_assert_int_eq(lock(&c3, "a", -1, NULL), LOCKS_WAITING);
+    before = stats();
+
+    /* c4 plays the session: the holds are its, the wait is cancelled, nobody is told. */
+    ck_assert_uint_eq(locks_owner_move_held(t, &c1.c, &c4.c), 2);
+    ck_assert_uint_eq(c1.c.nholds, 0);
+    ck_assert(TAILQ_EMPTY(&c1.c.holds));
+    ck_assert_uint_eq(c4.c.nholds, 2);
+    ck_assert(locks_owner_token(t, &c4.c, "a", &token));
+    ck_assert_uint_eq(token, ta);
+    ck_assert(locks_owner_token(t, &c4.c, "b", &token));
+    ck_assert_uint_eq(token, tb);
+    ck_assert(!locks_owner_waiting(t, &c1.c, "w"));
+    ck_assert_int_eq(c1.nrecs + c3.nrecs + c4.nrecs, 0);
+    ck_assert_uint_eq(stats().held, before.held);
+    ck_assert_uint_eq(stats().waiting, before.waiting - 1);
+    ck_assert_uint_eq(stats().keepable, before.keepable);   /* b's still counts */
+    ck_assert_str_eq(status("a").holder, "c4");
+    ck_assert_int_eq(status("a").waiters, 1);
+    /* Nobody else is granted a moved hold. */
+    ck_assert_int_eq(trylock(&c5, "a"), LOCKS_BUSY);
+    ck_assert_int_eq(trylock(&c5, "b"), LOCKS_BUSY);
+
+    /* Back to another connection: still re-entrant twice, the same tokens. */
+    ck_assert_uint_eq(locks_owner_move_held(t, &c4.c, &c6.c), 2);
+    ck_assert_uint_eq(c4.c.nholds, 0);
+    ck_assert(locks_owner_token(t, &c6.c, "a", &token));
+    ck_assert_uint_eq(token, ta);
+    ck_assert_int_eq(locks_unlock(t, &c6.c, "a"), LOCKS_RELEASED);
+    ck_assert_int_eq(c3.nrecs, 0);                  /* still held once */
+    ck_assert_int_eq(locks_unlock(t, &c6.c, "a"), LOCKS_RELEASED);
+    ck_done(&c3, 0, "a", LOCKS_GRANTED);
+    /* Abandoned by its new owner: its lock-delay applies as it would have. */
+    locks_owner_abandon_all(t, &c6.c);
+    ck_assert_uint_eq(stats().delayed, 1);
+    ck_assert_int_eq(trylock(&c5, "b"), LOCKS_BUSY);
+    ck_assert_int_eq(c1.nrecs + c4.nrecs + c6.nrecs, 0);
+}
+END_TEST
+
+/* The fake backend: a moved hold keeps its slot; no call to the backend. */
+START_TEST(fake_move_held_calls_nothing)
+{
+    const struct call *call;
+    int n;
+
+    ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_WAITING);
+    call = ck_call(0, CALL_ACQUIRE, "a");
+    hold_set_backend_data(call->hold, &fake);
+    locks_backend_granted(call->hold, 7);
+    ck_assert_int_eq(lock(&c1, "b", -1, NULL), LOCKS_WAITING);   /* acquiring */
+    n = fake.ncalls;
+    ck_assert_uint_eq(locks_owner_move_held(t, &c1.c, &c2.c), 1);
+    ck_call(n, CALL_CANCEL, "b");                 /* the wait only */
+    ck_assert_int_eq(fake.ncalls, n + 1);
+    ck_assert_ptr_eq(hold_backend_data(call->hold), &fake);
+    ck_assert_str_eq(hold_owner_desc(call->hold), "c2");
+    /* Lost while moved: its new owner is told. */
+    locks_backend_lost(call->hold, "test");
+    ck_assert_int_eq(c2.nrecs, 1);   /* done(a) went to c1 before the move */
+    ck_assert_int_eq(c2.recs[0].kind, REC_LOST);
+    ck_assert_str_eq(c2.recs[0].name, "a");
+    ck_assert_int_eq(c1.nrecs, 1);
+}
+END_TEST
+
 START_TEST(release_all_holder)
 {
     ck_assert_int_eq(lock(&c1, "a", -1, NULL), LOCKS_GRANTED);
@@ -2113,6 +2193,7 @@ static Suite *locks_suite(void)
     tcase_add_test(tc, release_all_holder);
     tcase_add_test(tc, release_all_waiter);
     tcase_add_test(tc, release_all_idle_client);
+    tcase_add_test(tc, move_held_keeps_everything);
     tcase_add_test(tc, tokens_increase);
     tcase_add_test(tc, token_next_monotonic);
     tcase_add_test(tc, stats_counters);
@@ -2141,6 +2222,7 @@ static Suite *locks_suite(void)
     tcase_add_test(tc, fake_try_head_leaves_fresh_acquire);
     tcase_add_test(tc, fake_unavailable);
     tcase_add_test(tc, fake_lost);
+    tcase_add_test(tc, fake_move_held_calls_nothing);
     tcase_add_test(tc, fake_lost_sole_holder);
     tcase_add_test(tc, fake_answers_out_of_turn_ignored);
     tcase_add_test(tc, fake_free_with_outstanding);

@@ -1276,6 +1276,56 @@ START_TEST(auth)
 }
 END_TEST
 
+START_TEST(grace_and_resume)
+{
+    struct proto_req req;
+    char line[128];
+
+    ck_request("GRACE 5000", PROTO_CMD_GRACE);
+    ck_assert_int_eq(req.grace_ms, 5000);
+    ck_request("grace 100", PROTO_CMD_GRACE);
+    ck_assert_int_eq(req.grace_ms, 100);
+    /* The daemon's bound is a setting: the handler answers these. */
+    ck_request("GRACE 99", PROTO_CMD_GRACE);
+    ck_assert_int_eq(req.grace_ms, 99);
+    ck_request("GRACE 3600001", PROTO_CMD_GRACE);
+    ck_assert_int_eq(req.grace_ms, 3600001);
+    ck_request("GRACE 3600002", PROTO_CMD_GRACE);
+    ck_assert_int_eq(req.grace_ms, -1);
+    ck_request("GRACE 99999999999999999999999", PROTO_CMD_GRACE);
+    ck_assert_int_eq(req.grace_ms, -1);
+    ck_request("GRACE 5s", PROTO_CMD_GRACE);
+    ck_assert_int_eq(req.grace_ms, -1);
+    ck_request("GRACE -1", PROTO_CMD_GRACE);
+    ck_assert_int_eq(req.grace_ms, -1);
+    ck_error_msg("GRACE", PROTO_ERR_BAD_ARGS, "missing argument");
+    ck_error_msg("GRACE 1 2", PROTO_ERR_BAD_ARGS, MSG_TOO_MANY);
+
+    snprintf(line, sizeof(line), "RESUME 0123456789abcdef %s", "00112233445566778899aabbccddeeff");
+    ck_assert_int_eq(proto_parse(line, strlen(line), &req), PROTO_REQUEST);
+    ck_assert_int_eq(req.cmd, PROTO_CMD_RESUME);
+    ck_assert_mem_eq(req.session, "0123456789abcdef", 16);
+    ck_assert_mem_eq(req.secret, "00112233445566778899aabbccddeeff", 32);
+    ck_error_msg("RESUME 0123456789ABCDEF 00112233445566778899aabbccddeeff", PROTO_ERR_BAD_ARGS,
+                 "a session is 16 lower-case hex digits");
+    ck_error_msg("RESUME 0123456789abcde 00112233445566778899aabbccddeeff", PROTO_ERR_BAD_ARGS,
+                 "a session is 16 lower-case hex digits");
+    ck_error_msg("RESUME 0123456789abcdef 00112233445566778899aabbccddeef", PROTO_ERR_BAD_ARGS,
+                 "a secret is 32 lower-case hex digits");
+    ck_error_msg("RESUME 0123456789abcdef 00112233445566778899aabbccddeefg", PROTO_ERR_BAD_ARGS,
+                 "a secret is 32 lower-case hex digits");
+    ck_error_msg("RESUME 0123456789abcdef", PROTO_ERR_BAD_ARGS, "missing argument");
+    ck_assert_str_eq(proto_cmd_usage(PROTO_CMD_GRACE), "GRACE <ms>");
+    ck_assert_str_eq(proto_cmd_usage(PROTO_CMD_RESUME), "RESUME <session> <secret>");
+    {
+        char buf[64];
+
+        ck_fmt(proto_fmt_ok2(buf, sizeof(buf), "0123456789abcdef", "2"),
+               "OK 0123456789abcdef 2\n");
+    }
+}
+END_TEST
+
 START_TEST(user_valid)
 {
     ck_assert_int_eq(proto_user_valid("alice", 5), 1);
@@ -1300,9 +1350,12 @@ START_TEST(cmd_words_parse_back)
 
     for (int i = 0; i < PROTO_CMD_COUNT; i++) {
         struct proto_req req;
-        char line[64];
+        char line[80];
+        /* RESUME's arguments are hex of fixed lengths. */
         int n = snprintf(line, sizeof(line), "%s%s", proto_cmd_word((enum proto_cmd)i),
-                         args[min_args[i]]);
+                         i == PROTO_CMD_RESUME ? " 0123456789abcdef "
+                                                 "0123456789abcdef0123456789abcdef"
+                                               : args[min_args[i]]);
 
         ck_assert_int_eq(proto_parse(line, (size_t)n, &req), PROTO_REQUEST);
         ck_assert_int_eq(req.cmd, i);
@@ -1610,6 +1663,12 @@ START_TEST(fmt_status_lines)
     ck_fmt(proto_fmt_status(buf, sizeof(buf), &in),
            "STATUS db held holder=h-1-ab/127.0.0.1:5 token=9 since=1700 waiters=2 queue=3 "
            "mode=limit limit=4 holders=2 delay=30 lease=500 recipe=nonfair label=deploy\n");
+    /* A session's detached hold: its grace left, after lease= and before recipe=. */
+    in.detached_ms = 4200;
+    ck_fmt(proto_fmt_status(buf, sizeof(buf), &in),
+           "STATUS db held holder=h-1-ab/127.0.0.1:5 token=9 since=1700 waiters=2 queue=3 "
+           "mode=limit limit=4 holders=2 delay=30 lease=500 detached=4200 recipe=nonfair "
+           "label=deploy\n");
     /* Held through another daemon: its token is not known here. */
     in = (struct proto_info){ .name = "db", .state = PROTO_HELD, .holder = "d2/c", .since_ms = -1,
                               .mode = PROTO_MODE_SHARED, .holders = 3, .queue = 3,
@@ -1643,6 +1702,11 @@ START_TEST(fmt_lock_and_holder_lines)
     ck_fmt(proto_fmt_lock(buf, sizeof(buf), &in),
            "LOCK db shared holder=h-1-ab/unix label=web token=9 since=1700 holders=2 waiters=1 "
            "delay=1500 lease=250\n");
+    in.detached_ms = 900;
+    ck_fmt(proto_fmt_lock(buf, sizeof(buf), &in),
+           "LOCK db shared holder=h-1-ab/unix label=web token=9 since=1700 holders=2 waiters=1 "
+           "delay=1500 lease=250 detached=900\n");
+    in.detached_ms = 0;
     in = (struct proto_info){ .name = "db", .state = PROTO_FREE, .mode = PROTO_MODE_LIMIT,
                               .limit = 3, .since_ms = -1, .waiters = 4, .lease_ms = -1,
                               .recipe = "nonfair" };
@@ -1801,6 +1865,7 @@ static Suite *proto_suite(void)
     tcase_add_test(tc, locks_glob);
     tcase_add_test(tc, watch);
     tcase_add_test(tc, auth);
+    tcase_add_test(tc, grace_and_resume);
     tcase_add_test(tc, user_valid);
     tcase_add_test(tc, err_codes);
     tcase_add_test(tc, cmd_flags);

@@ -1455,7 +1455,7 @@ class AdminTests(Case):
         words = [re.match(r"HELP (\S+)", l).group(1) for l in lines]
         self.assertEqual(words, ["LOCK", "TRYLOCK", "UNLOCK", "RENEW", "CHECK", "PING", "QUIT",
                                  "STATUS", "LOCKS", "HOLDERS", "BREAK", "WATCH", "UNWATCH",
-                                 "CLIENT", "STATS", "HELP", "AUTH"])
+                                 "CLIENT", "STATS", "HELP", "AUTH", "GRACE", "RESUME"])
         self.assertIn("HELP LOCK <name>[,<name>...] [<wait-ms>] [shared|limit=<n>] [ttl=<ms>] "
                       "[delay=<ms>] - ", lines[0])
         self.ping(c)                                  # still usable, in order

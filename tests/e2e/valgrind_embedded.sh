@@ -1,6 +1,6 @@
 #!/bin/sh
-# Runs the embedded, the authentication and test_metrics.py's embedded-mode
-# end-to-end suites with the daemon under valgrind: a leak (definite), an
+# Runs the embedded, the authentication, the sessions' and test_metrics.py's
+# embedded-mode end-to-end suites with the daemon under valgrind: a leak (definite), an
 # invalid access or an uninitialised read makes the daemon exit 99, and the
 # harness fails every test whose daemon does not exit 0.
 # Exit 77 (automake: SKIP) when valgrind is not installed (1 with
@@ -21,6 +21,8 @@ if [ $# -gt 0 ]; then
 fi
 "${PYTHON:-python3}" "$here/test_embedded.py"
 "${PYTHON:-python3}" "$here/test_auth.py"
+# Sessions: GRACE, RESUME, a detach, a grace that runs out.
+"${PYTHON:-python3}" "$here/test_session.py" Requests Detached
 # The TLS path (OpenSSL inside bufferevent_openssl), when openssl is installed.
 "${PYTHON:-python3}" "$here/test_tls.py" ProtocolOverTls CertificateLogins Rotation
 exec "${PYTHON:-python3}" "$here/test_metrics.py" EmbeddedTest SettingTest TlsMetricsTest
