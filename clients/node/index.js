@@ -67,6 +67,7 @@ const DEFAULT_GRACE = 5000;    // ms a hold outlives a dropped connection
 // try, doubling up to RESUME_PAUSE_MAX, as `lockbroker run` does.
 const RESUME_PAUSE_MIN = 50;
 const RESUME_PAUSE_MAX = 1000;
+const QUIT_WAIT = 1000;        // ms Conn.quit() waits for BYE at most
 const SESSION_RE = /^OK ([0-9a-f]{16}) ([0-9a-f]{32})$/;
 // Hold.check()'s answer when the connection dropped: the hold is being taken back.
 const DROPPED = Symbol('dropped');
@@ -300,6 +301,19 @@ class Conn {
   close() {
     this.end('closed by the client');
     this.socket.destroy();
+  }
+
+  /**
+   * Closes, after a QUIT when the connection has a session: a close alone
+   * would leave what it holds detached for the grace; QUIT releases it now
+   * (and ends the session). Waits for BYE briefly (QUIT_WAIT ms): a daemon
+   * that does not answer keeps it for the grace.
+   */
+  async quit() {
+    if (this.session && !this.closed) {
+      await this.request('QUIT', Math.min(this.timeout, QUIT_WAIT)).catch(() => {});
+    }
+    this.close();
   }
 }
 
@@ -602,8 +616,11 @@ class Hold extends EventEmitter {
     clearTimeout(this.timer);
     if (this.checking) await this.checking.catch(() => {});
     let conn = this.conn;
+    // Not released (lost, or an unexpected reply below): whatever the daemon
+    // still has of it ends with the connection, as without a session, not
+    // after the grace.
     if (this.lost) {
-      conn.close();
+      await conn.quit();
       return false;
     }
     const ms = keep != null ? Math.round(keep) : Math.min(KEEP_MAX, Math.ceil(this.minHoldLeft()));
@@ -629,7 +646,7 @@ class Hold extends EventEmitter {
       }
     }
     if (reply !== `OK ${this.name}`) {
-      conn.close();
+      await conn.quit();
       const err = errorOf(reply, `UNLOCK ${this.name}`);
       if (err.code !== 'NOT_HELD') throw err;
       if (!this.lost) this.setLost(reply);

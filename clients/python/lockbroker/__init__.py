@@ -488,6 +488,20 @@ class _Conn:
     def closed(self):
         return self._closed is not None
 
+    QUIT_WAIT = 1.0                   # seconds quit() waits for BYE at most
+
+    def quit(self):
+        """Closes, after a QUIT when the connection has a session: a close
+        alone would leave what it holds detached for the grace; QUIT
+        releases it now (and ends the session). Waits for BYE briefly: a
+        daemon that does not answer keeps it for the grace."""
+        if self.session is not None and not self.closed:
+            try:
+                self.request("QUIT", timeout=min(self.timeout, self.QUIT_WAIT))
+            except Error:
+                pass
+        self.close()
+
     def close(self, why="closed by the client"):
         with self._cond:
             if self._closed is None:
@@ -798,6 +812,7 @@ class Hold:
                     break
             resumer.join()                # being taken back: release it there (grace at most)
         self._stop.set()
+        clean = False
         try:
             if self._lost.is_set():
                 raise NotHeld("lock %s was lost: %s" % (self.name, self.lost_reason))
@@ -823,6 +838,7 @@ class Hold:
             if reply != "OK %s" % self.name:
                 raise _error_of(reply, "UNLOCK %s" % self.name)
             self.kept = keep_ms / 1000.0
+            clean = True
             # Released cleanly: the connection may serve the next hold.
             if self._monitor is not None:
                 self._monitor.join(self._conn.timeout)
@@ -831,7 +847,13 @@ class Hold:
                 self._give_back(conn)
         finally:
             if self._conn is not None:
-                self._conn.close()
+                # Not released (lost, or an unexpected reply): whatever the
+                # daemon still has of it ends with the connection, as without
+                # a session, not after the grace.
+                if clean:
+                    self._conn.close()
+                else:
+                    self._conn.quit()
 
     def __enter__(self):
         return self
