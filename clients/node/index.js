@@ -826,7 +826,8 @@ class Client {
         const r = await conn.request(`GRACE ${this.grace}`);
         const m = SESSION_RE.exec(r);
         if (m) conn.session = { id: m[1], secret: m[2] };
-        else if (!r.startsWith('ERR BAD_COMMAND')) throw errorOf(r, `GRACE ${this.grace}`);
+        // (ERR BAD_COMMAND: no sessions there; ERR NOAUTH: no login, the lock request says so.)
+        else if (!/^ERR (BAD_COMMAND|NOAUTH)/.test(r)) throw errorOf(r, `GRACE ${this.grace}`);
       }
     } catch (e) {
       conn.close();

@@ -459,6 +459,22 @@ class TlsTests(unittest.TestCase):
         self.assertEqual(self.c.status("tl")["state"], "free")
         self.assertGreaterEqual(self.c.stats()["grants"], 3)     # a multi-line answer
 
+    def test_a_hold_across_a_connection_cut(self):
+        """Issue 38: taken back over TLS: a new handshake, checked as the
+        first, then RESUME."""
+        proxy = ResetProxy(self, self.addr)
+        c = lockbroker.connect(proxy.address, ssl=tls_context(), timeout=T, grace=T)
+        self.addCleanup(c.close)
+        h = c.lock("tc")
+        token = h.token
+        cut_and_heal(self, proxy, self.c, h, "tc")
+        self.assertFalse(h.lost, h.lost_reason)
+        self.assertEqual((h.resumes, h.token), (1, token))
+        self.assertIsNotNone(h._conn.tls)
+        self.assertEqual(self.c.status("tc")["token"], token)
+        h.release()
+        self.assertEqual(self.c.status("tc")["state"], "free")
+
     def test_pipelined_burst(self):
         """5000 PINGs in one write: 25000 bytes of PONGs come back in TLS
         records of up to 16384 bytes, with several lines in a record and
@@ -899,6 +915,17 @@ class AuthTests(unittest.TestCase):
         with self.assertRaises(lockbroker.Denied) as e:
             c.lock("other")
         self.assertNotIsInstance(e.exception, lockbroker.AuthFailed)
+        # Taken back after a cut: logged in again as alice, labelled again.
+        proxy = ResetProxy(self, d.listen_addr)
+        pc = lockbroker.connect(proxy.address, user="alice", label="nightly",
+                                password=test_auth.PASSWORDS["alice"], timeout=T, grace=T)
+        self.addCleanup(pc.close)
+        h = pc.lock("app-cut")
+        cut_and_heal(self, proxy, c, h, "app-cut")
+        self.assertFalse(h.lost, h.lost_reason)
+        st = c.status("app-cut")
+        self.assertEqual((h.resumes, st["token"], st["label"]), (1, h.token, "nightly"))
+        h.release()
 
 
 class ResetProxy:
@@ -989,6 +1016,21 @@ class ResetProxy:
         self.down()
 
 
+def cut_and_heal(test, proxy, other, hold, name):
+    """Resets hold's connection through proxy and keeps it down until the
+    client has tried to reconnect twice; meanwhile the name is nobody
+    else's (other's TRYLOCK: BUSY). Then heals, and waits for the hold to
+    be taken back."""
+    resumes = hold.resumes
+    proxy.down()
+    proxy.wait_refused(proxy.refused + 2)
+    with test.assertRaises(lockbroker.Busy):
+        other.trylock(name)
+    test.assertFalse(hold.lost, hold.lost_reason)
+    proxy.up()
+    wait_until("taken back", lambda: hold.resumes > resumes or hold.lost)
+
+
 def wait_until(what, fn, timeout=T):
     """Polls fn() until it is true (there is no event for it), at most timeout."""
     deadline = time.monotonic() + timeout
@@ -1012,17 +1054,7 @@ class GraceTests(unittest.TestCase):
         self.proxy = ResetProxy(self, self.d.listen_addr)
 
     def cut_and_heal(self, hold, name):
-        """Resets hold's connection and keeps the proxy down until the client
-        has tried to reconnect twice; meanwhile the name is nobody else's.
-        Then heals, and waits for the hold to be taken back."""
-        resumes = hold.resumes
-        self.proxy.down()
-        self.proxy.wait_refused(self.proxy.refused + 2)
-        with self.assertRaises(lockbroker.Busy):
-            self.other.trylock(name)
-        self.assertFalse(hold.lost, hold.lost_reason)
-        self.proxy.up()
-        wait_until("taken back", lambda: hold.resumes > resumes or hold.lost)
+        cut_and_heal(self, self.proxy, self.other, hold, name)
 
     def test_a_hold_survives_a_connection_cut(self):
         c = lockbroker.connect(self.proxy.address, timeout=T, grace=T)

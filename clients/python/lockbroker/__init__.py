@@ -389,7 +389,8 @@ class _Conn:
                 m = _SESSION_RE.fullmatch(reply)
                 if m:
                     self.session = (m.group(1), m.group(2))
-                elif not reply.startswith("ERR BAD_COMMAND"):   # else: no sessions there
+                elif not reply.startswith(("ERR BAD_COMMAND", "ERR NOAUTH")):
+                    # (No sessions there, or no login: the lock request says so.)
                     raise _error_of(reply, "GRACE %d" % grace_ms)
         except BaseException:
             self.close()
