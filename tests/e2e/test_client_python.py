@@ -1242,6 +1242,27 @@ class DistributedTests(td.DistributedBase):
             self.assertGreater(h2.token, h.token)
         self.wait_no_nodes(hosts)
 
+    def test_a_hold_across_a_connection_cut(self):
+        """Issue 38, distributed: the hold's node stays meanwhile (daemon B
+        says BUSY), and the client takes it back through the same daemon."""
+        hosts = self.zk.connect_string
+        a = self.start_daemon(hosts, "A")
+        b = self.start_daemon(hosts, "B")
+        proxy = ResetProxy(self, a.listen_addr)
+        ca = lockbroker.connect(proxy.address, timeout=T, grace=T)
+        cb = lockbroker.connect(b.listen_addr, timeout=T, grace=None)
+        self.addCleanup(ca.close)
+        self.addCleanup(cb.close)
+        h = ca.lock("zc")
+        cut_and_heal(self, proxy, cb, h, "zc")
+        self.assertFalse(h.lost, h.lost_reason)
+        self.assertEqual((h.resumes, cb.status("zc")["token"]), (1, h.token))
+        self.assertGreater(h.safe_remaining(), 0)
+        h.release()
+        with cb.lock("zc", wait=T) as h2:
+            self.assertGreater(h2.token, h.token)
+        self.wait_no_nodes(hosts)
+
     def test_tls_across_daemons(self):
         """A TLS client of daemon A and a plain one of daemon B share the locks."""
         if not have_openssl():

@@ -30,9 +30,9 @@ __all__ = ["connect", "AsyncClient", "AsyncHold", "AsyncLease"]
 
 class AsyncHold:
     """A Hold for asyncio: .token, .lost, .lost_reason, .min_hold, .kept,
-    await release(keep), await wait_lost(timeout), on_lost(fn); `async
-    with` (released as the Hold's `with` releases it, release_on_failure
-    included)."""
+    .session, .resumes, await release(keep), await wait_lost(timeout),
+    on_lost(fn); `async with` (released as the Hold's `with` releases it,
+    release_on_failure included)."""
 
     def __init__(self, hold):
         self._hold = hold
