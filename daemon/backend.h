@@ -125,7 +125,10 @@ struct backend_ops {
     const char *(*recipe)(void *impl, const char *name);
     /* h's acquisition, stored in its backend slot, now serves h: the hold
      * it was started for left and h, next in line in the same mode, took
-     * its place. */
+     * its place. Also called for a granted h whose owner changed name
+     * (a session's holds taken back by RESUME, locks_owner_move_held):
+     * whatever names the owner elsewhere (a ZooKeeper node's data) is
+     * rewritten. */
     void (*reassign)(void *impl, struct hold *h);
     /* The acquisition is no longer wanted (its request left). */
     void (*cancel)(void *impl, struct hold *h);

@@ -787,6 +787,12 @@ enum locks_result locks_unlock_keep(struct locks *t, struct lock_owner *o, const
     return LOCKS_RELEASED;
 }
 
+/* Two optional strings are the same (both NULL, or equal). */
+static bool same_str(const char *a, const char *b)
+{
+    return a == b || (a && b && strcmp(a, b) == 0);
+}
+
 unsigned locks_owner_move_held(struct locks *t, struct lock_owner *from, struct lock_owner *to)
 {
     struct hold *h;
@@ -812,6 +818,10 @@ unsigned locks_owner_move_held(struct locks *t, struct lock_owner *from, struct 
         log_debug("lock %s: hold (token %llu) moved from %s to %s", h->lock->name,
                   (unsigned long long)h->token, from->desc ? from->desc : "?",
                   to->desc ? to->desc : "?");
+        /* Renamed (RESUME on a new connection): the backend names the
+         * holder elsewhere too (distributed mode: its node's data). */
+        if (!same_str(from->desc, to->desc) || !same_str(from->label, to->label))
+            t->backend->ops->reassign(t->backend->impl, h);
     }
     return moved;
 }

@@ -199,7 +199,8 @@ enum locks_result locks_unlock_keep(struct locks *t, struct lock_owner *o, const
  * are - token, mode, re-entry count, lock-delay, quota accounting and the
  * backend's slot (in distributed mode its ZooKeeper node) - so that
  * nothing is released and nobody else can be granted them meanwhile; the
- * name's watchers hear nothing (the hold did not end). from's waits are
+ * name's watchers hear nothing (the hold did not end). When to's desc or
+ * label differs from from's, the backend hears of each hold (reassign). from's waits are
  * cancelled without calling from back. to must hold and await nothing
  * (a detached session's owner, or a connection that has nothing).
  * Returns how many holds moved.

@@ -265,9 +265,10 @@ enum session_result session_open(struct sessions *ss, struct client *c, int64_t 
     session_attach(s, c);
     memcpy(id, s->id, sizeof(s->id));
     to_hex(secret, s->secret, sizeof(s->secret));
-    log_info("session %s: opened by conn %llu (%s)%s%s, grace %lld ms", s->id,
-             (unsigned long long)c->id, c->peer, s->user[0] ? " as user " : "", s->user,
-             (long long)grace_ms);
+    /* Clients ask for a session on every connection: at debug, as "open". */
+    log_debug("session %s: opened by conn %llu (%s)%s%s, grace %lld ms", s->id,
+              (unsigned long long)c->id, c->peer, s->user[0] ? " as user " : "", s->user,
+              (long long)grace_ms);
     return SESSION_OK;
 nomem:
     if (s->timer)
@@ -294,8 +295,8 @@ void session_client_lost(struct client *c)
     s->client = NULL;
     s->set->stats.detached++;
     if (moved == 0 && !s->resuming) {
-        log_info("session %s: conn %llu (%s) ended holding nothing; session ended", s->id,
-                 (unsigned long long)c->id, c->peer);
+        log_debug("session %s: conn %llu (%s) ended holding nothing; session ended", s->id,
+                  (unsigned long long)c->id, c->peer);
         session_free(s);
         return;
     }
@@ -335,8 +336,8 @@ enum session_result session_resume(struct sessions *ss, struct client *c, const 
     bool secret_ok, user_ok;
 
     from_hex(given, secret, sizeof(given));
-    /* Compared in constant time, whoever the session is: a wrong secret
-     * takes as long as a right one. */
+    /* Compared in constant time: how long it takes says nothing of how
+     * much of a guess was right. (An id is no secret: it is logged.) */
     secret_ok = s && CRYPTO_memcmp(given, s->secret, sizeof(given)) == 0;
     explicit_bzero(given, sizeof(given));
     /* With a users file, only the session's user may take it back. */

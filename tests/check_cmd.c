@@ -19,6 +19,7 @@
 #include "auth_budget.h"
 #include "auth_pool.h"
 #include "watch.h"
+#include "session.h"
 
 #include <check.h>
 #include <event2/event.h>
@@ -36,7 +37,7 @@ struct fclient {
     struct client cl;          /* first: the io callbacks cast back */
     char out[65536];           /* replies not yet looked at */
     size_t len;
-    unsigned suspends, resumes, quits;
+    unsigned suspends, resumes, quits, cuts;
     bool backed_up;
 };
 
@@ -58,9 +59,16 @@ static void fio_suspend(struct client *c) { fc(c)->suspends++; }
 static void fio_resume(struct client *c) { fc(c)->resumes++; }
 static void fio_quit(struct client *c) { fc(c)->quits++; }
 
+/* RESUME took this client's session: the transport detaches it and closes. */
+static void fio_cut(struct client *c)
+{
+    fc(c)->cuts++;
+    session_client_lost(c);
+}
+
 static const struct client_io fio = {
     .write = fio_write, .backed_up = fio_backed_up, .suspend = fio_suspend,
-    .resume = fio_resume, .quit = fio_quit,
+    .resume = fio_resume, .quit = fio_quit, .cut = fio_cut,
 };
 
 /* ------------------------------------------------------------ deferring STATUS */
@@ -132,12 +140,15 @@ static void setup(void)
     srv.watches = watches_new(base, t, &be, srv.daemon_id);
     ck_assert_ptr_nonnull(srv.watches);
     locks_set_observer(t, watches_lock_changed, srv.watches);
+    srv.sessions = sessions_new(base, t);
+    ck_assert_ptr_nonnull(srv.sessions);
     client_start(&a, 1, "127.0.0.1:1001");
     client_start(&b, 2, "127.0.0.1:1002");
 }
 
 static void teardown(void)
 {
+    sessions_free(srv.sessions);            /* the clients forget theirs */
     client_release_all(&a.cl, false);
     client_release_all(&b.cl, false);
     client_destroy(&a.cl);
@@ -897,6 +908,135 @@ START_TEST(table_has_every_handler)
 }
 END_TEST
 
+/* GRACE on f: fills id and secret from its reply. */
+static void grace(struct fclient *f, const char *line, char *id, char *secret)
+{
+    send_line(f, line);
+    ck_assert_int_eq(sscanf(f->out, "OK %16s %32s\n", id, secret), 2);
+    ck_assert_uint_eq(strlen(id), 16);
+    ck_assert_uint_eq(strlen(secret), 32);
+    ck_assert_uint_eq(strlen(f->out), 3 + 16 + 1 + 32 + 1);
+    f->len = 0;
+    f->out[0] = '\0';
+}
+
+static struct sessions_stats session_stats(void)
+{
+    struct sessions_stats st;
+
+    sessions_get_stats(srv.sessions, &st);
+    return st;
+}
+
+START_TEST(session_detach_resume_expire)
+{
+    char id[17], secret[33], line[128], want[128];
+    struct fclient c, d;
+    uint64_t token, window, plain;
+
+    client_start(&c, 3, "127.0.0.1:1003");
+    client_start(&d, 4, "127.0.0.1:1004");
+    send_line(&a, "GRACE 99");
+    ck_out(&a, "ERR BAD_ARGS grace must be an integer from 100 to 60000\n");
+    grace(&a, "GRACE 200", id, secret);
+    send_line(&a, "GRACE 200");
+    ck_out(&a, "ERR CONFLICT this connection already has a session\n");
+    send_line(&a, "CLIENT job");
+    ck_out(&a, "OK\n");
+    send_line(&a, "LOCK x");
+    token = ck_out_num(&a, "OK x ");
+    send_line(&a, "LOCK x");
+    ck_out_num(&a, "OK x ");
+    send_line(&a, "CHECK x");
+    snprintf(want, sizeof(want), "OK x %" PRIu64 " ", token);
+    window = ck_out_num(&a, want);
+    send_line(&d, "LOCK p");
+    plain = ck_out_num(&d, "OK p ");
+    send_line(&d, "CHECK p");
+    snprintf(want, sizeof(want), "OK p %" PRIu64 " ", plain);
+    plain = ck_out_num(&d, want);
+    ck_assert_uint_gt(window, plain);          /* the grace counts */
+    send_line(&b, "LOCK x");
+    ck_assert_ptr_nonnull(b.cl.pending);
+
+    /* The connection drops: its holds are the session's, b still waits. */
+    session_client_lost(&a.cl);
+    ck_assert_ptr_null(a.cl.session);
+    ck_assert_uint_eq(a.cl.owner.nholds, 0);
+    ck_assert_uint_eq(session_stats().detached, 1);
+    send_line(&c, "STATUS x");
+    ck_assert_msg(strstr(c.out, " detached=") && strstr(c.out, " label=job\n"), "%s", c.out);
+    c.len = 0;
+    ck_assert_ptr_nonnull(b.cl.pending);
+
+    /* RESUME on c: the same token, still held twice. */
+    snprintf(line, sizeof(line), "RESUME %s %032x", id, 7);
+    send_line(&c, line);
+    ck_out(&c, "ERR NOT_HELD no session with that id and secret on this daemon (its grace ran "
+               "out, it ended, or the secret is wrong)\n");
+    snprintf(line, sizeof(line), "RESUME %s %s", id, secret);
+    send_line(&c, line);
+    snprintf(want, sizeof(want), "OK %s 1\n", id);
+    ck_out(&c, want);
+    send_line(&c, "UNLOCK x");
+    ck_out(&c, "OK x\n");
+    send_line(&c, "CHECK x");
+    snprintf(want, sizeof(want), "OK x %" PRIu64 " ", token);
+    ck_out_num(&c, want);
+    ck_assert_uint_eq(session_stats().resumed, 1);
+
+    /* RESUME while attached: c is cut, d has the holds. */
+    snprintf(line, sizeof(line), "RESUME %s %s", id, secret);
+    send_line(&d, line);
+    snprintf(want, sizeof(want), "ERR CONFLICT this connection holds or awaits locks or has a "
+                                 "session; RESUME on a new connection\n");
+    ck_out(&d, want);
+    send_line(&d, "UNLOCK p");
+    ck_out(&d, "OK p\n");
+    send_line(&d, line);
+    snprintf(want, sizeof(want), "OK %s 1\n", id);
+    ck_out(&d, want);
+    ck_assert_uint_eq(c.cuts, 1);
+    ck_assert_uint_eq(c.len, 0);               /* no reply to the cut one */
+    ck_assert_ptr_null(c.cl.session);
+    ck_assert_ptr_nonnull(d.cl.session);
+
+    /* Dropped again, never back: b is granted once the grace is over. */
+    session_client_lost(&d.cl);
+    ck_assert_uint_eq(b.len, 0);
+    run_until_reply(&b);
+    ck_assert_uint_ne(ck_out_num(&b, "OK x "), token);
+    ck_assert_uint_eq(session_stats().expired, 1);
+    ck_assert_uint_eq(session_stats().current, 0);
+    send_line(&c, line);
+    ck_out(&c, "ERR NOT_HELD no session with that id and secret on this daemon (its grace ran "
+               "out, it ended, or the secret is wrong)\n");
+    client_release_all(&c.cl, false);
+    client_release_all(&d.cl, false);
+    client_destroy(&c.cl);
+    client_destroy(&d.cl);
+}
+END_TEST
+
+/* A set being taken at the drop: its names taken so far are released, not
+ * detached; a session left holding nothing ends. */
+START_TEST(session_drop_during_a_set)
+{
+    char id[17], secret[33];
+
+    send_line(&b, "LOCK s2");
+    ck_out_num(&b, "OK s2 ");
+    grace(&a, "GRACE 60000", id, secret);
+    send_line(&a, "LOCK s1,s2");
+    ck_assert_ptr_nonnull(a.cl.pending);
+    session_client_lost(&a.cl);
+    ck_assert_uint_eq(a.cl.owner.nholds, 0);
+    ck_assert_uint_eq(session_stats().current, 0);   /* it held nothing */
+    send_line(&b, "STATUS s1");
+    ck_assert_msg(strncmp(b.out, "STATUS s1 free ", 15) == 0, "%s", b.out);
+}
+END_TEST
+
 static Suite *cmd_suite(void)
 {
     Suite *s = suite_create("cmd");
@@ -922,6 +1062,8 @@ static Suite *cmd_suite(void)
     tcase_add_test(tc, limit_per_client);
     tcase_add_test(tc, unlock_keep);
     tcase_add_test(tc, unlock_keep_not_for_leases);
+    tcase_add_test(tc, session_detach_resume_expire);
+    tcase_add_test(tc, session_drop_during_a_set);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("sets");

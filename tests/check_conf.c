@@ -65,6 +65,10 @@ START_TEST(defaults)
     ck_assert_uint_eq(s.max_clients, 4096);
     ck_assert_uint_eq(s.max_line, 1024);
     ck_assert_uint_eq(s.max_locks_per_client, 256);
+    /* Sessions: a minute of grace at most, caps as the leases'. */
+    ck_assert_uint_eq(s.max_grace_ms, 60000);
+    ck_assert_uint_eq(s.max_sessions, 10000);
+    ck_assert_uint_eq(s.max_sessions_per_user, 1000);
     /* As the TLS handshake's deadline; the per-address caps: tls only. */
     ck_assert_uint_eq(s.login_timeout_ms, 10000);
     ck_assert_uint_eq(s.max_clients_per_address, 0);
@@ -232,6 +236,9 @@ START_TEST(sample_file_is_defaults)
     s.max_line = 5000;                    /* so that the file has to set them back */
     s.tcp_user_timeout_ms = 1;
     s.log_holds = 0;
+    s.max_grace_ms = 1;
+    s.max_sessions = 1;
+    s.max_sessions_per_user = 1;
     ck_assert_msg(settings_load_file(&s, path, err, sizeof(err)) == 0, "%s", err);
     ck_assert_str_eq(s.listen, d.listen);
     ck_assert_ptr_null(s.unix_socket);
@@ -243,6 +250,9 @@ START_TEST(sample_file_is_defaults)
     ck_assert_uint_eq(s.max_line, d.max_line);
     ck_assert_uint_eq(s.max_locks_per_client, d.max_locks_per_client);
     ck_assert_uint_eq(s.max_leases, d.max_leases);
+    ck_assert_uint_eq(s.max_grace_ms, d.max_grace_ms);
+    ck_assert_uint_eq(s.max_sessions, d.max_sessions);
+    ck_assert_uint_eq(s.max_sessions_per_user, d.max_sessions_per_user);
     ck_assert_uint_eq(s.tcp_keepalive_idle_s, d.tcp_keepalive_idle_s);
     ck_assert_uint_eq(s.tcp_keepalive_interval_s, d.tcp_keepalive_interval_s);
     ck_assert_uint_eq(s.tcp_keepalive_count, d.tcp_keepalive_count);
@@ -452,6 +462,25 @@ START_TEST(max_clients_limits)
     set_ok("server", "max_clients", "1000000");
     ck_assert_uint_eq(s.max_clients, 1000000);
     set_fails("server", "max_clients", "1000001");
+}
+END_TEST
+
+START_TEST(session_settings_limits)
+{
+    set_fails("server", "max_grace_ms", "99");
+    ck_assert_str_eq(err, "max_grace_ms: '99' is not an integer from 100 to 3600000");
+    set_ok("server", "max_grace_ms", "100");
+    ck_assert_uint_eq(s.max_grace_ms, 100);
+    set_ok("server", "max_grace_ms", "3600000");
+    ck_assert_uint_eq(s.max_grace_ms, 3600000);
+    set_fails("server", "max_grace_ms", "3600001");
+    set_fails("server", "max_sessions", "0");
+    set_ok("server", "max_sessions", "1000000");
+    ck_assert_uint_eq(s.max_sessions, 1000000);
+    set_fails("server", "max_sessions", "1000001");
+    set_fails("server", "max_sessions_per_user", "0");
+    set_ok("server", "max_sessions_per_user", "1");
+    ck_assert_uint_eq(s.max_sessions_per_user, 1);
 }
 END_TEST
 
@@ -1454,6 +1483,7 @@ static Suite *conf_suite(void)
     tcase_add_test(tc, max_line_limits);
     tcase_add_test(tc, max_clients_limits);
     tcase_add_test(tc, max_locks_limits);
+    tcase_add_test(tc, session_settings_limits);
     tcase_add_test(tc, session_timeout_limits);
     tcase_add_test(tc, tick_limits);
     tcase_add_test(tc, local_handoff_limits);

@@ -868,7 +868,8 @@ START_TEST(move_held_keeps_everything)
 }
 END_TEST
 
-/* The fake backend: a moved hold keeps its slot; no call to the backend. */
+/* The fake backend: a moved hold keeps its slot; the backend hears of a
+ * new owner's name only (reassign), not of the move itself. */
 START_TEST(fake_move_held_calls_nothing)
 {
     const struct call *call;
@@ -881,8 +882,14 @@ START_TEST(fake_move_held_calls_nothing)
     ck_assert_int_eq(lock(&c1, "b", -1, NULL), LOCKS_WAITING);   /* acquiring */
     n = fake.ncalls;
     ck_assert_uint_eq(locks_owner_move_held(t, &c1.c, &c2.c), 1);
-    ck_call(n, CALL_CANCEL, "b");                 /* the wait only */
-    ck_assert_int_eq(fake.ncalls, n + 1);
+    ck_call(n, CALL_CANCEL, "b");                 /* the wait */
+    ck_call_by(n + 1, CALL_REASSIGN, "a", "c2");  /* named anew */
+    ck_assert_int_eq(fake.ncalls, n + 2);
+    /* Same name and label (a session takes c2's name at the drop): silent. */
+    c3.c.desc = "c2";
+    ck_assert_uint_eq(locks_owner_move_held(t, &c2.c, &c3.c), 1);
+    ck_assert_int_eq(fake.ncalls, n + 2);
+    ck_assert_uint_eq(locks_owner_move_held(t, &c3.c, &c2.c), 1);
     ck_assert_ptr_eq(hold_backend_data(call->hold), &fake);
     ck_assert_str_eq(hold_owner_desc(call->hold), "c2");
     /* Lost while moved: its new owner is told. */

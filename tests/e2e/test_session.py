@@ -29,6 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lbharness  # noqa: E402
 from lbharness import Daemon, TIMEOUT, read_stats, scaled_ms  # noqa: E402
 from test_auth import PASSWORDS, users_text, write_users  # noqa: E402
+from test_distributed import DistributedBase, logged_at  # noqa: E402
 
 ERR_GRACE = "ERR BAD_ARGS grace must be an integer from 100 to %d"
 ERR_HAS_SESSION = "ERR CONFLICT this connection already has a session"
@@ -257,6 +258,8 @@ class Detached(Base):
         m = re.match(r"^OK x (\d+)$", b.line(timeout=TIMEOUT + SHORT_GRACE / 1000))
         self.assertTrue(m)
         self.assertNotEqual(int(m.group(1)), token)
+        # Both lines were logged before b's reply went out; the reader may lag.
+        d.wait_log(r"lock x: granted to %s" % re.escape(b.local), since=mark)
         over = log_index(d, r"session %s: grace of %d ms over, not resumed: 1 holds of %s "
                             r"abandoned" % (session, SHORT_GRACE, re.escape(a.local)), mark)
         granted = log_index(d, r"lock x: granted to %s" % re.escape(b.local), mark)
@@ -377,6 +380,22 @@ class Detached(Base):
         self.assertEqual(self.check_token(back, "x")[0], token)
         self.assertNotRegex(self.status(d, "x"), r"detached=")
 
+    def test_end_of_input_detaches_after_the_answers(self):
+        d = self.start()
+        a = self.connect(d)
+        session, secret = self.grace(a)
+        mark = d.log_mark()
+        # A half-close (nc -N): what came is answered, then the holds detach.
+        a.send("LOCK x\nLOCK y\n")
+        a.shutdown_write()
+        self.assertRegex(a.line(), r"^OK x \d+$")
+        self.assertRegex(a.line(), r"^OK y \d+$")
+        a.expect_eof()
+        self.detached(d, mark, 2)
+        self.assertRegex(self.status(d, "y"), r" detached=\d+$")
+        back = self.connect(d)
+        self.assertEqual(back.request("RESUME %s %s" % (session, secret)), "OK %s 2" % session)
+
     def test_closes_that_do_not_detach(self):
         d = self.start()
         # QUIT releases at once and ends the session.
@@ -427,6 +446,62 @@ class OtherUser(Base):
         alice = login("alice")
         self.assertEqual(alice.request("RESUME %s %s" % (session, secret)), "OK %s 1" % session)
         self.assertEqual(self.check_token(alice, "x")[0], token)
+
+
+class Distributed(DistributedBase):
+    """Two daemons on one ZooKeeper server (the class's, shared as
+    test_distributed.py shares its own)."""
+
+    def test_another_daemon_does_not_grant_a_detached_hold(self):
+        hosts = self.zk.connect_string
+        d1 = self.start_daemon(hosts, "d1")
+        d2 = self.start_daemon(hosts, "d2")
+        a = self.client(d1)
+        session, secret = self.grace_on(a, LONG_GRACE)
+        token = int(a.request("LOCK x").split()[2])
+        late = self.client(d1)
+        late_session, _ = self.grace_on(late, SHORT_GRACE)
+        self.assertRegex(late.request("LOCK y"), r"^OK y \d+$")
+        mark = d1.log_mark()
+        a.close()
+        late.close()
+        d1.wait_log(r"session %s: .* ended without QUIT: 1 holds detached" % session,
+                    since=mark)
+        # The node stays, owned by d1's ZooKeeper session: d2 does not grant x.
+        self.wait_node(hosts, "x", d1)
+        b = self.client(d2)
+        self.assertEqual(b.request("TRYLOCK x"), "BUSY x")
+        b.send("LOCK x\n")
+        self.wait_node(hosts, "x", d2)        # b queued behind the detached hold
+        self.assertTrue(b.silent())
+        # y: granted through d2 only once its grace is over on d1.
+        c = self.client(d2)
+        reply = c.request("LOCK y", timeout=lbharness.TIMEOUT + SHORT_GRACE / 1000)
+        self.assertRegex(reply, r"^OK y \d+$")
+        over = d1.wait_log(r"session %s: grace of %d ms over" % (late_session, SHORT_GRACE),
+                           since=mark)
+        granted = d2.wait_log(r"lock y: granted to %s" % re.escape(c.local))
+        self.assertLessEqual(logged_at(over), logged_at(granted))
+        # RESUME on d1: the same token; its release lets b in.
+        back = self.client(d1)
+        self.assertEqual(back.request("RESUME %s %s" % (session, secret)), "OK %s 1" % session)
+        self.assertRegex(back.request("CHECK x"), r"^OK x %d \d+$" % token)
+        # d2 names the new connection once d1 rewrote the node's data.
+        w = self.client(d2)
+        w.send("WATCH x\n")
+        w.expect("OK x")
+        while not re.search(r" holder=%s/%s " % (re.escape(d1.daemon_id), re.escape(back.local)),
+                            w.line()):
+            pass
+        self.assertEqual(back.request("UNLOCK x"), "OK x")
+        m = re.match(r"^OK x (\d+)$", b.line())
+        self.assertTrue(m)
+        self.assertGreater(int(m.group(1)), token)
+
+    def grace_on(self, c, ms):
+        m = OK_GRACE.match(c.request("GRACE %d" % ms))
+        self.assertTrue(m)
+        return m.group(1), m.group(2)
 
 
 if __name__ == "__main__":
