@@ -21,6 +21,14 @@ export interface ConnectOptions {
   label?: string;          // CLIENT label
   check?: boolean;         // false: no jeopardy CHECKs
   tls?: TlsOptions;        // TLS for every connection; connect() then also PINGs
+  /**
+   * ms (100 to 3600000; default 5000; 0 or null: off) each hold outlives a
+   * dropped connection: the daemon keeps it detached meanwhile (GRACE) and
+   * the hold takes it back on a new connection (RESUME), emitting
+   * 'resumed'; 'lost' only when it is really gone. The daemon caps it at
+   * its max_grace_ms.
+   */
+  grace?: number | null;
 }
 
 export interface LockOptions {
@@ -71,6 +79,10 @@ export class Hold extends EventEmitter {
    * worked out at each read; a step of the wall clock moves it. null: no window.
    */
   readonly safeUntil: number | null;
+  /** The session's id (16 hex digits) when the hold can be taken back after a drop; null without one. */
+  readonly session: string | null;
+  /** Times the hold was taken back on a new connection after a drop (event 'resumed' (count) each time). */
+  readonly resumes: number;
   /** lock()'s minHold, ms; null without one. */
   readonly minHold: number | null;
   /** ms the release asked the daemon to keep the hold (0: at once); null before it or when lost. */
@@ -120,6 +132,8 @@ export interface Status {
 }
 
 export class Client {
+  /** connect()'s grace, ms; null when off. */
+  readonly grace: number | null;
   lock(name: string | string[], opts?: LockOptions): Promise<Hold>;
   trylock(name: string | string[], opts?: Omit<LockOptions, 'wait'>): Promise<Hold>;
   lease(name: string, ttl: number,

@@ -24,7 +24,14 @@
  * just back from a ZooKeeper outage, say) is no grant: lock() releases it
  * and asks again while its wait lasts, then rejects with TIMEOUT (trylock:
  * BUSY); a hold it resolves to had a window. Leases renew themselves every
- * third of their ttl. Nothing survives a reconnect. A minimum hold
+ * third of their ttl. A hold outlives a dropped connection for a grace
+ * (connect({ grace }), ms, default 5000; 0 or null: off): its connection
+ * sends `GRACE <ms>` after its login, and when it drops the hold reconnects
+ * (at once, then 50 ms later, doubling to 1 s between tries, never past the
+ * grace counted from the drop), logs in again, sends `RESUME` and CHECKs
+ * every name; it is lost only if RESUME or a CHECK says NOT_HELD, the grace
+ * passes, or its window runs out first. A daemon without GRACE (ERR
+ * BAD_COMMAND): a dropped connection loses its hold, as before. A minimum hold
  * (lock(name, { minHold })): a hold released sooner than minHold after its
  * grant is released with `UNLOCK <name> keep=<ms left>`, and the daemon
  * keeps it for the rest (PROTOCOL.md, Releasing later). TLS
@@ -55,6 +62,15 @@ const CHECK_EVERY_MAX = 1000;
 const RETRY_MIN = 100;
 const RETRY_MAX = 1000;
 const IDLE_MAX = 8;
+const DEFAULT_GRACE = 5000;    // ms a hold outlives a dropped connection
+// Taking a hold back after a drop: at once, then this long after a failed
+// try, doubling up to RESUME_PAUSE_MAX, as `lockbroker run` does.
+const RESUME_PAUSE_MIN = 50;
+const RESUME_PAUSE_MAX = 1000;
+const QUIT_WAIT = 1000;        // ms Conn.quit() waits for BYE at most
+const SESSION_RE = /^OK ([0-9a-f]{16}) ([0-9a-f]{32})$/;
+// Hold.check()'s answer when the connection dropped: the hold is being taken back.
+const DROPPED = Symbol('dropped');
 const KEEP_MAX = 86400000;     // UNLOCK's keep=<ms> goes to 24 hours
 const asyncDispose = Symbol.asyncDispose || Symbol.for('nodejs.asyncDispose');
 
@@ -176,6 +192,7 @@ class Conn {
     this.discard = 0;         // late replies of requests that timed out
     this.closedWhy = null;
     this.onLost = null;       // (name, token, reason); name null: the connection ended
+    this.session = null;      // { id, secret } of GRACE or RESUME
     socket.setNoDelay(true);
     socket.setEncoding('ascii');
     socket.on('data', (d) => this.onData(d));
@@ -285,6 +302,19 @@ class Conn {
     this.end('closed by the client');
     this.socket.destroy();
   }
+
+  /**
+   * Closes, after a QUIT when the connection has a session: a close alone
+   * would leave what it holds detached for the grace; QUIT releases it now
+   * (and ends the session). Waits for BYE briefly (QUIT_WAIT ms): a daemon
+   * that does not answer keeps it for the grace.
+   */
+  async quit() {
+    if (this.session && !this.closed) {
+      await this.request('QUIT', Math.min(this.timeout, QUIT_WAIT)).catch(() => {});
+    }
+    this.close();
+  }
 }
 
 /**
@@ -298,6 +328,9 @@ class Conn {
  * daemon to keep (ms, 0 for at once; null before it and for a lost hold).
  * grantedAt: when the OK came, on the monotonic clock: later than the
  * grant, so a keep counted from it never ends before minHold after the grant.
+ * With a session (the client's grace and a daemon that has them), a
+ * dropped connection is taken back (RESUME) on a new one within the grace:
+ * event 'resumed' (count), .resumes counts them, .session is the id.
  */
 class Hold extends EventEmitter {
   constructor(client, conn, name, token, { minHold = null, grantedAt = performance.now() } = {}) {
@@ -319,10 +352,108 @@ class Hold extends EventEmitter {
     this.timer = null;
     this.checking = null;      // the CHECK in flight
     this.abort = new AbortController();
+    this.sessionKey = client.grace && conn.session ? conn.session : null;
+    this.session = this.sessionKey ? this.sessionKey.id : null;
+    this.resuming = null;      // the promise of taking the hold back, while it runs
+    this.resumes = 0;
+    this.attach(conn);
+  }
+
+  /** Makes conn the hold's: its LOST lines and its end come here (not a replaced one's). */
+  attach(conn) {
+    this.conn = conn;
     conn.onLost = (n, t, reason) => {
+      if (conn !== this.conn) return;
+      if (n === null) {
+        if (this.sessionKey) this.dropped(reason);
+        else this.markLost(reason);
+        return;
+      }
       const i = this.names.indexOf(n);
-      if (n === null || (i >= 0 && t === String(this.tokens[i]))) this.markLost(reason);
+      if (i >= 0 && t === String(this.tokens[i])) this.markLost(reason);
     };
+  }
+
+  /** The connection ended without our asking: take the hold back on a new one (once at a time). */
+  dropped(reason) {
+    if (this.lost || this.released || this.resuming) return;
+    this.resuming = this.takeBack(reason, performance.now())
+      .finally(() => { this.resuming = null; });
+  }
+
+  /**
+   * Reconnects (RESUME_PAUSE_MIN doubling to RESUME_PAUSE_MAX between tries)
+   * until RESUME answers, within the grace counted from since (when the drop
+   * was seen) and the hold's window; then CHECKs every name. Resolves true
+   * when the hold is back on a new connection, false when it is lost
+   * (marked so, unless released meanwhile).
+   */
+  async takeBack(reason, since) {
+    const { id, secret } = this.sessionKey;
+    const grace = this.client.grace;
+    let pause = RESUME_PAUSE_MIN;
+    let tried = false;          // one try at least, however late this runs
+    for (;;) {
+      const now = performance.now();
+      if (this.client.check && this.safeEnd !== null && now >= this.safeEnd) {
+        this.markLost(`jeopardy: the connection dropped (${reason}) and the hold's window ` +
+          'ran out before it was taken back');
+        return false;
+      }
+      if (tried && now >= since + grace) {
+        this.markLost(`the connection dropped (${reason}) and was not taken back within the ` +
+          `grace of ${grace} ms`);
+        return false;
+      }
+      let conn = null;
+      let reply;
+      tried = true;
+      try {
+        conn = await this.client.newConn({
+          timeout: Math.min(this.client.timeout, Math.max(50, since + grace - now)),
+          closedToo: true,
+        });
+        reply = await conn.request(`RESUME ${id} ${secret}`);
+      } catch (e) {
+        if (conn) conn.close();
+        if (e.code !== 'CONNECTION_LOST' && e.code !== 'LIMIT') {   // AUTH refused: for good
+          this.markLost(`the connection dropped (${reason}) and the new one failed: ${e.message}`);
+          return false;
+        }
+        reason = `${reason.split('; ')[0]}; ${e.message}`;
+        await pauseFor(Math.max(0, Math.min(pause, since + grace - performance.now())));
+        pause = Math.min(pause * 2, RESUME_PAUSE_MAX);
+        continue;
+      }
+      const w = reply.split(' ');
+      if (!(w.length === 3 && w[0] === 'OK' && w[1] === id && /^\d+$/.test(w[2]))) {
+        conn.close();
+        this.markLost(`the connection dropped (${reason}) and the hold was not taken back: ` +
+          reply);
+        return false;
+      }
+      conn.session = this.sessionKey;
+      const old = this.conn;
+      this.attach(conn);
+      old.close();
+      this.resumes++;
+      let safe;
+      if (this.client.check) {
+        safe = await this.check();
+      } else {                  // no window kept: only whether it is still held
+        for (let i = 0; i < this.names.length; i++) {
+          safe = await this.checkOne(this.names[i], this.tokens[i]);
+          if (safe === null || safe === DROPPED) break;
+        }
+      }
+      if (safe === DROPPED) {   // dropped again: the daemon's grace starts anew
+        since = performance.now();
+        pause = RESUME_PAUSE_MIN;
+        continue;
+      }
+      if (!this.lost && this.listenerCount('resumed') > 0) this.emit('resumed', this.resumes);
+      return !this.lost;
+    }
   }
 
   /** An AbortSignal aborted when the hold is lost: pass it to fetch, child_process, ... */
@@ -369,7 +500,7 @@ class Hold extends EventEmitter {
     for (let i = 0; i < this.names.length; i++) {
       const timeout = this.safeEnd === null ? undefined : Math.max(0, this.safeEnd - performance.now());
       const one = await this.checkOne(this.names[i], this.tokens[i], timeout);
-      if (one === null || one <= 0) return one;
+      if (one === null || one === DROPPED || one <= 0) return one;
       safe = safe === null ? one : Math.min(safe, one);
     }
     if (this.safeEnd === null || sent + safe > this.safeEnd) this.safeEnd = sent + safe;
@@ -377,10 +508,16 @@ class Hold extends EventEmitter {
   }
 
   async checkOne(name, token, timeout) {
+    const conn = this.conn;
     let reply;
     try {
-      reply = await this.conn.request(`CHECK ${name} ${token}`, timeout);
+      reply = await conn.request(`CHECK ${name} ${token}`, timeout);
     } catch (e) {
+      if (conn !== this.conn) return DROPPED;     // taken back meanwhile: ask on the new one
+      if (this.sessionKey && conn.closed) {
+        this.dropped(e.message);                  // taken back on a new connection, if it can be
+        return DROPPED;
+      }
       this.markLost(this.safeEnd === null ? e.message : `jeopardy: ${e.message}`);
       return null;
     }
@@ -398,7 +535,13 @@ class Hold extends EventEmitter {
   }
 
   async start() {
-    const safe = await this.check();
+    let safe = await this.check();
+    if (safe === DROPPED) {
+      // Taken back (or not) by takeBack(), whose CHECK gives the window.
+      if (this.resuming) await this.resuming;
+      if (this.lost) return;
+      safe = this.safeEnd === null ? 0 : 1;
+    }
     if (safe === -1) {
       this.safeEnd = null;
       return;
@@ -432,6 +575,10 @@ class Hold extends EventEmitter {
       this.markLost('jeopardy: the broker did not confirm the hold in time');
       return;
     }
+    if (this.resuming) {        // being taken back: it CHECKs; the window still counts here
+      this.schedule();
+      return;
+    }
     this.checking = this.check();
     const safe = await this.checking;
     this.checking = null;
@@ -463,26 +610,43 @@ class Hold extends EventEmitter {
    */
   async release({ keep } = {}) {
     if (keep != null) checkKeep(keep, 'keep');
+    while (this.resuming && !this.released) await this.resuming;   // release it there
     if (this.released) return false;
     this.released = true;
     clearTimeout(this.timer);
     if (this.checking) await this.checking.catch(() => {});
-    const conn = this.conn;
+    let conn = this.conn;
+    // Not released (lost, or an unexpected reply below): whatever the daemon
+    // still has of it ends with the connection, as without a session, not
+    // after the grace.
     if (this.lost) {
-      conn.close();
+      await conn.quit();
       return false;
     }
     const ms = keep != null ? Math.round(keep) : Math.min(KEEP_MAX, Math.ceil(this.minHoldLeft()));
     let reply;
+    const line = ms > 0 ? `UNLOCK ${this.name} keep=${ms}` : `UNLOCK ${this.name}`;
     try {
-      reply = await conn.request(ms > 0 ? `UNLOCK ${this.name} keep=${ms}` : `UNLOCK ${this.name}`);
+      reply = await conn.request(line);
     } catch (e) {
-      conn.close();
-      if (!this.lost) this.setLost(e.message);
-      return false;
+      // Dropped meanwhile: take it back and release it there, rather than
+      // leave it detached for the grace.
+      if (!(this.sessionKey && conn.closed && await this.takeBack(e.message, performance.now()))) {
+        this.conn.close();
+        if (!this.lost) this.setLost(e.message);
+        return false;
+      }
+      conn = this.conn;
+      try {
+        reply = await conn.request(line);
+      } catch (e2) {
+        conn.close();
+        if (!this.lost) this.setLost(e2.message);
+        return false;
+      }
     }
     if (reply !== `OK ${this.name}`) {
-      conn.close();
+      await conn.quit();
       const err = errorOf(reply, `UNLOCK ${this.name}`);
       if (err.code !== 'NOT_HELD') throw err;
       if (!this.lost) this.setLost(reply);
@@ -626,15 +790,29 @@ class Client {
     this.label = opts.label;
     this.check = opts.check !== false;
     this.tls = opts.tls || null;
+    const grace = opts.grace === undefined ? DEFAULT_GRACE : opts.grace;
+    if (grace !== null && grace !== 0 &&
+        !(typeof grace === 'number' && grace >= 100 && grace <= 3600000)) {
+      throw new RangeError('grace must be 0 or null (off), or 100 to 3600000 ms');
+    }
+    this.grace = grace ? Math.round(grace) : null;
     this.idle = [];
     this.query = null;
     this.queryChain = Promise.resolve();
     this.closed = false;
   }
 
-  async newConn() {
-    if (this.closed) throw new LockbrokerError('CONNECTION_LOST', 'the client is closed');
-    const conn = await Conn.open(this.address, this.timeout, this.tls);
+  /**
+   * A logged-in connection. opts.grace: with GRACE (a hold's); opts.timeout:
+   * for its connect (default the client's); opts.closedToo: also after
+   * close(), which leaves holds as they are (a hold taken back).
+   */
+  async newConn({ grace = false, timeout = this.timeout, closedToo = false } = {}) {
+    if (this.closed && !closedToo) {
+      throw new LockbrokerError('CONNECTION_LOST', 'the client is closed');
+    }
+    const conn = await Conn.open(this.address, timeout, this.tls);
+    conn.timeout = this.timeout;
     try {
       if (this.user != null) {
         const r = await conn.request(`AUTH ${this.user} ${this.password || ''}`);
@@ -643,6 +821,13 @@ class Client {
       if (this.label != null) {
         const r = await conn.request(`CLIENT ${this.label}`);
         if (r !== 'OK') throw errorOf(r, 'CLIENT');
+      }
+      if (grace && this.grace) {
+        const r = await conn.request(`GRACE ${this.grace}`);
+        const m = SESSION_RE.exec(r);
+        if (m) conn.session = { id: m[1], secret: m[2] };
+        // (ERR BAD_COMMAND: no sessions there; ERR NOAUTH: no login, the lock request says so.)
+        else if (!/^ERR (BAD_COMMAND|NOAUTH)/.test(r)) throw errorOf(r, `GRACE ${this.grace}`);
       }
     } catch (e) {
       conn.close();
@@ -656,7 +841,7 @@ class Client {
       const c = this.idle.pop();
       if (!c.closed) return Promise.resolve(c);
     }
-    return this.newConn();
+    return this.newConn({ grace: true });
   }
 
   giveBack(conn) {
@@ -942,7 +1127,10 @@ function statusOf(state, f) {
 /**
  * Connects (once, so that a wrong address or password fails here) and
  * resolves to a Client. opts: address, timeout (ms, default 10000), user,
- * password, label, check (false: no jeopardy CHECKs), tls.
+ * password, label, check (false: no jeopardy CHECKs), tls, grace (ms,
+ * 100 to 3600000, default 5000; 0 or null: off: how long each hold
+ * outlives a dropped connection, taken back on a new one meanwhile; the
+ * daemon caps it at its max_grace_ms).
  *
  * tls: the daemon's TLS listener ([tls] listen), with tls.connect()'s
  * options: ca (the CA that signed the daemon's certificate), cert and key

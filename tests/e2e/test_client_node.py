@@ -110,6 +110,7 @@ class NodeClientTests(unittest.TestCase):
                        LB_TLS_FORGED_CERT=p.forged[0], LB_TLS_FORGED_KEY=p.forged[1])
             t, env["LB_TLS_ADDR"] = self.start_tls("[server]\n" + tls_config(p))
             env["LB_TLS_PLAIN_ADDR"] = t.listen_addr
+            env["LB_TLS_PID"] = str(t.pid)
         else:
             lbharness.not_tested("openssl", "the library's TLS tests")
         j = self.start("[server]\ntcp_user_timeout_ms = 1500\n")

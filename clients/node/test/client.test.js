@@ -113,9 +113,10 @@ test('an AbortSignal cancels a wait; the waiter then gets nothing', { skip: !env
   await c.close();
 });
 
-test('a dropped connection marks the hold lost', { skip: !env.LB_ADDR }, async () => {
-  const c = await lb.connect({ address: env.LB_ADDR, timeout: T });
+test('without a grace, a dropped connection marks the hold lost', { skip: !env.LB_ADDR }, async () => {
+  const c = await lb.connect({ address: env.LB_ADDR, timeout: T, grace: 0 });
   const h = await c.lock('n-d');
+  assert.strictEqual(h.session, null);
   const lost = once(h, 'lost');
   h.conn.socket.destroy();      // as a reset by the network would
   const [reason] = await lost;
@@ -128,6 +129,110 @@ test('a dropped connection marks the hold lost', { skip: !env.LB_ADDR }, async (
   assert.ok(h2.token > h.token);
   await h2.release();
   await c.close();
+});
+
+// A TCP proxy in front of the daemon whose connections the test resets, as a
+// NAT, a load balancer or a restarted proxy does: down() resets every
+// connection through it and every new one at once until up(); refused
+// counts those (a client trying to reconnect), waitRefused(n) waits for n.
+async function resetProxy(upstream) {
+  const [, host, port] = /^(.*):(\d+)$/.exec(upstream);
+  const live = new Set();
+  const events = new (require('node:events').EventEmitter)();
+  let down = false;
+  const server = net.createServer((s) => {
+    s.on('error', () => {});
+    if (down) {
+      p.refused++;
+      events.emit('refused');
+      s.resetAndDestroy();
+      return;
+    }
+    const u = net.connect({ host, port: Number(port) });
+    u.on('error', () => s.resetAndDestroy());
+    s.on('error', () => u.resetAndDestroy());
+    live.add(s).add(u);
+    s.pipe(u);
+    u.pipe(s);
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const p = {
+    address: `127.0.0.1:${server.address().port}`,
+    refused: 0,
+    down() {
+      down = true;
+      for (const x of live) x.resetAndDestroy();
+      live.clear();
+    },
+    up() { down = false; },
+    async waitRefused(n) {
+      while (p.refused < n) await once(events, 'refused');
+    },
+    close() { p.down(); server.close(); },
+  };
+  return p;
+}
+
+// Issue 38: a hold outlives a cut connection for the client's grace (GRACE,
+// then RESUME on a new connection); a wait in flight fails; a cut longer
+// than the grace loses the hold.
+test('grace: a hold survives a connection cut; a wait in flight fails', { skip: !env.LB_ADDR }, async () => {
+  const proxy = await resetProxy(env.LB_ADDR);
+  const c = await lb.connect({ address: proxy.address, timeout: T, grace: T });
+  const other = await lb.connect({ address: env.LB_ADDR, timeout: T, grace: 0 });
+  try {
+    assert.strictEqual(c.grace, T);
+    const h = await c.lock(['n-g-a', 'n-g-b']);
+    assert.match(h.session, /^[0-9a-f]{16}$/);
+    const tokens = h.tokens;
+    const waiting = c.lock('n-g-a', { wait: T });
+    const failed = rejectsWith(waiting, 'CONNECTION_LOST');
+    while ((await other.status('n-g-a')).waiters === 0) { /* asks again: an answer each time */ }
+    const resumed = once(h, 'resumed');
+    proxy.down();
+    await proxy.waitRefused(2);                  // the client is reconnecting
+    await failed;
+    await rejectsWith(other.trylock('n-g-b'), 'BUSY');
+    assert.strictEqual(h.lost, false, h.lostReason);
+    proxy.up();
+    assert.deepStrictEqual(await resumed, [1]);
+    assert.strictEqual(h.lost, false, h.lostReason);
+    assert.deepStrictEqual(h.tokens, tokens);
+    assert.strictEqual(h.resumes, 1);
+    for (let i = 0; i < 2; i++) {
+      assert.strictEqual((await other.status(h.names[i])).token, tokens[i]);
+    }
+    assert.ok(h.safeRemaining() > 0);            // CHECKed again
+    assert.strictEqual(await h.release(), true);
+    assert.strictEqual((await other.status('n-g-b')).state, 'free');
+  } finally {
+    await c.close();
+    await other.close();
+    proxy.close();
+  }
+});
+
+test('grace: a cut longer than the grace loses the hold', { skip: !env.LB_ADDR }, async () => {
+  const proxy = await resetProxy(env.LB_ADDR);
+  const c = await lb.connect({ address: proxy.address, timeout: T, grace: 300 });
+  const other = await lb.connect({ address: env.LB_ADDR, timeout: T, grace: 0 });
+  try {
+    const h = await c.lock('n-g-l');
+    const lost = once(h, 'lost');
+    proxy.down();
+    const [reason] = await lost;
+    assert.match(reason, /not taken back within the grace of 300 ms/);
+    assert.ok(proxy.refused >= 1);
+    // The daemon abandons it once its grace has run: free for the next one.
+    while ((await other.status('n-g-l')).state !== 'free') { /* an answer each time */ }
+    proxy.up();
+    assert.strictEqual(await h.release(), false);
+    await assert.rejects(lb.connect({ address: env.LB_ADDR, grace: 50 }), RangeError);
+  } finally {
+    await c.close();
+    await other.close();
+    proxy.close();
+  }
 });
 
 test('releasing a lost or ended hold resolves false: a finally keeps the error of its try',
@@ -361,7 +466,8 @@ test('distributed: a hold released early with minHold is busy through the daemon
   });
 
 test('jeopardy: a frozen daemon makes the hold lost', { skip: !env.LB_JEOPARDY_ADDR }, async () => {
-  const c = await lb.connect({ address: env.LB_JEOPARDY_ADDR, timeout: T });
+  // Without a grace: the window is the connection's bound alone (a grace adds to it).
+  const c = await lb.connect({ address: env.LB_JEOPARDY_ADDR, timeout: T, grace: 0 });
   const h = await c.lock('n-j');
   assert.ok(h.safeRemaining() <= 1350);
   const lost = once(h, 'lost');
@@ -466,7 +572,7 @@ test('windows and lease deadlines ignore steps of the wall clock', { skip: !env.
 
 test('jeopardy: a window runs out on time with the wall clock stepped back',
   { skip: !env.LB_JEOPARDY_ADDR }, async () => {
-    const c = await lb.connect({ address: env.LB_JEOPARDY_ADDR, timeout: T });
+    const c = await lb.connect({ address: env.LB_JEOPARDY_ADDR, timeout: T, grace: 0 });
     const h = await c.lock('n-jw');
     assert.ok(h.safeRemaining() > 0);
     // A window of at most 1350 ms; the wall clock an hour back would
@@ -533,7 +639,8 @@ test('a window shorter than the CHECK interval is confirmed in time', async () =
       if (checks === 3) third();     // sent once the second's answer was taken
     }
   });
-  const c = await lb.connect({ address: fake.address, timeout: T });
+  // No grace: this fake answers only what the test is about.
+  const c = await lb.connect({ address: fake.address, timeout: T, grace: 0 });
   try {
     const h = await c.lock('n-short');
     await unlessLost(h, asked);
@@ -560,7 +667,7 @@ test("a set's round of CHECKs waits no longer than the window left", async () =>
     if (n === 1) reply(ok);
     else if (m[1] === 'a') setTimeout(() => reply(ok), 200);    // slow, in the window
   });
-  const c = await lb.connect({ address: fake.address, timeout: T });
+  const c = await lb.connect({ address: fake.address, timeout: T, grace: 0 });   // no GRACE here
   try {
     const h = await c.lock(['n-ra', 'n-rb']);
     const sent = [];
@@ -615,6 +722,7 @@ test('a grant without a window is released and asked for again while the wait la
     const c = await lb.connect({ address: fake.address, timeout: T });
     try {
       const h = await c.lock('n-nw', { wait });
+      assert.strictEqual(h.session, null);     // GRACE: ERR BAD_COMMAND, as before
       assert.strictEqual(h.token, 3n);
       assert.strictEqual(h.lost, false);
       assert.ok(h.safeRemaining() > 0);
@@ -675,7 +783,8 @@ test('an AbortSignal ends the asking again after a grant without a window', asyn
   const c = await lb.connect({ address: fake.address, timeout: T });
   try {
     await assert.rejects(c.lock('n-nw', { signal: ac.signal }), /^Error: stop$/);
-    assert.deepStrictEqual(fake.log, ['LOCK n-nw', 'CHECK n-nw 1', 'UNLOCK n-nw']);
+    // GRACE first (the default grace; this fake has no sessions: as before).
+    assert.deepStrictEqual(fake.log, ['GRACE 5000', 'LOCK n-nw', 'CHECK n-nw 1', 'UNLOCK n-nw']);
   } finally {
     await c.close();
     fake.close();

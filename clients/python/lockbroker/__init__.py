@@ -13,7 +13,8 @@ Standard library only, Python 3.9+. The safe way is the default:
 Design (documented in README.md):
 
 - Every hold has a connection of its own, as the protocol ties a hold to
-  its connection: closing it (or the process dying) releases the lock. A
+  its connection: closing it (or the process dying) releases the lock
+  (after the grace below, with a daemon that has sessions). A
   reader thread per connection reads every line, so a pushed `LOST` is seen
   at once, while the program is busy. A cleanly released hold's connection
   serves the next hold (up to 8 are kept idle).
@@ -31,8 +32,20 @@ Design (documented in README.md):
   once, so its ttl counts from then.
 - The client object is thread-safe: holds are independent, and queries
   (status, locks, stats, ping) share one connection behind a lock.
-- Nothing survives a reconnect: a dropped connection marks its hold lost;
-  new requests open new connections.
+- A hold outlives a dropped connection for a grace (connect(...,
+  grace=seconds), default 5 s; 0 or None: off). Each hold's connection
+  sends `GRACE <ms>` after its login, which opens a session (PROTOCOL.md,
+  Sessions). When that connection drops (a reset, a proxy restart, a
+  daemon's handover that closes TLS connections), the daemon keeps the
+  hold, detached, for the grace; the hold's own thread reconnects (at
+  once, then 50 ms later, doubling to 1 s between tries, never past the
+  grace counted from the drop), logs in again, sends `RESUME <session>
+  <secret>` and `CHECK`s every name, and the hold goes on with its token.
+  It turns lost only when `RESUME` or a `CHECK` says NOT_HELD, the grace
+  passes without a connection, or its window runs out first (jeopardy, as
+  ever). A daemon without sessions (`GRACE` answered ERR BAD_COMMAND): as
+  before, a dropped connection marks its hold lost. Requests waiting at
+  the drop (a LOCK that waits) raise ConnectionLost: ask again.
 - TLS (connect(address, ssl=context)): every connection the client opens
   (queries, holds, leases) is wrapped in TLS, checked against the
   context's CA and the address's host (or server_hostname). OpenSSL works
@@ -63,6 +76,12 @@ __all__ = [
 __version__ = "0.2.0"
 
 DEFAULT_ADDRESS = "127.0.0.1:7411"
+DEFAULT_GRACE = 5.0                # seconds a hold outlives a dropped connection
+# Reconnecting a hold after a drop: at once, then this long after a failed
+# try, doubling up to RESUME_PAUSE_MAX, as `lockbroker run` does.
+RESUME_PAUSE_MIN = 0.05
+RESUME_PAUSE_MAX = 1.0
+_SESSION_RE = re.compile(r"OK ([0-9a-f]{16}) ([0-9a-f]{32})")
 NAME_MAX = 200
 # PROTOCOL.md, "Lock names"; tests/e2e/lbnames.py holds this to that text.
 _NAME_RE = re.compile(r"[A-Za-z0-9._:@-]{1,200}")
@@ -166,6 +185,16 @@ def _ms(seconds, what):
     if seconds < 0:
         raise ValueError("%s must not be negative" % what)
     return int(round(seconds * 1000))
+
+
+def _grace_ms(grace):
+    """grace (seconds; 0 or None: off) as GRACE's <ms>, or None."""
+    if grace is None or grace == 0:
+        return None
+    if isinstance(grace, bool) or not isinstance(grace, (int, float)) or \
+            not 0.1 <= grace <= 3600:
+        raise ValueError("grace must be 0 or None (off), or 0.1 to 3600 seconds")
+    return int(round(grace * 1000))
 
 
 def _keep_seconds(seconds, what):
@@ -314,10 +343,12 @@ class _Conn:
     """One connection: a reader thread splits pushed LOST lines from replies.
     Requests go one at a time (self._req_lock). With context (an
     ssl.SSLContext), TLS, checked for server_hostname (default: the
-    address's host)."""
+    address's host). With grace_ms, GRACE after the login: .session is
+    then (id, secret), else None (no grace asked, or a daemon without
+    sessions)."""
 
     def __init__(self, address, timeout, user=None, password=None, label=None,
-                 context=None, server_hostname=None):
+                 context=None, server_hostname=None, grace_ms=None):
         kind, where = parse_address(address)
         if kind == "unix":
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -344,6 +375,7 @@ class _Conn:
         self._discard = 0             # replies still due to requests that timed out
         self._closed = None           # why the connection ended, or None
         self.on_lost = None           # fn(name, token, reason) for LOST lines
+        self.session = None           # (id, secret) of GRACE or RESUME
         self._reader = threading.Thread(target=self._read, daemon=True,
                                         name="lockbroker-reader")
         self._reader.start()
@@ -352,6 +384,14 @@ class _Conn:
                 self.expect_ok("AUTH %s %s" % (user, password or ""), "OK %s" % user, "AUTH")
             if label is not None:
                 self.expect_ok("CLIENT %s" % label, "OK", "CLIENT")
+            if grace_ms is not None:
+                reply = self.request("GRACE %d" % grace_ms)
+                m = _SESSION_RE.fullmatch(reply)
+                if m:
+                    self.session = (m.group(1), m.group(2))
+                elif not reply.startswith(("ERR BAD_COMMAND", "ERR NOAUTH")):
+                    # (No sessions there, or no login: the lock request says so.)
+                    raise _error_of(reply, "GRACE %d" % grace_ms)
         except BaseException:
             self.close()
             raise
@@ -449,6 +489,20 @@ class _Conn:
     def closed(self):
         return self._closed is not None
 
+    QUIT_WAIT = 1.0                   # seconds quit() waits for BYE at most
+
+    def quit(self):
+        """Closes, after a QUIT when the connection has a session: a close
+        alone would leave what it holds detached for the grace; QUIT
+        releases it now (and ends the session). Waits for BYE briefly: a
+        daemon that does not answer keeps it for the grace."""
+        if self.session is not None and not self.closed:
+            try:
+                self.request("QUIT", timeout=min(self.timeout, self.QUIT_WAIT))
+            except Error:
+                pass
+        self.close()
+
     def close(self, why="closed by the client"):
         with self._cond:
             if self._closed is None:
@@ -474,10 +528,16 @@ class Hold:
 
     .min_hold (seconds or None) and .release_on_failure are lock()'s;
     .kept is what the release asked the daemon to keep (seconds, 0.0 for at
-    once; None before the release and for a hold that was lost)."""
+    once; None before the release and for a hold that was lost).
+
+    With a session (connect(..., grace=...) and a daemon that has them),
+    a dropped connection is taken back (RESUME) on a new one within the
+    grace; .resumes counts the times it was, .session is the session's id
+    (None without one)."""
 
     def __init__(self, conn, name, token, mode, check=True, give_back=None,
-                 min_hold=None, release_on_failure=False, granted_at=None):
+                 min_hold=None, release_on_failure=False, granted_at=None,
+                 reconnect=None, grace=None):
         self.min_hold = min_hold
         self.release_on_failure = release_on_failure
         # When the OK came, by our clock: later than the grant, so a keep
@@ -500,7 +560,16 @@ class Hold:
         self._no_window = False       # the first CHECK promised no time: Client._acquire
                                       # gives the hold back and asks again
         self._stop = threading.Event()
-        conn.on_lost = self._on_line_lost
+        self._check_window = check    # False: CHECK only after a RESUME, for NOT_HELD
+        # The session: reconnect(timeout) opens a logged-in connection
+        # without GRACE, on which RESUME takes the hold back.
+        self._session = conn.session if reconnect is not None and grace else None
+        self.session = self._session[0] if self._session else None
+        self._reconnect = reconnect
+        self._grace = grace
+        self._resumer = None          # the thread taking the hold back, while it runs
+        self.resumes = 0
+        self._attach(conn)
         self._monitor = None
         if check:
             self._first_check()
@@ -549,11 +618,102 @@ class Hold:
             except Exception:       # a callback's bug must not kill the reader
                 pass
 
+    def _attach(self, conn):
+        """Makes conn the hold's: its LOST lines and its end come here (an
+        earlier connection's, replaced by a RESUME, no longer count)."""
+        def on_lost(name, token, reason):
+            if conn is self._conn:
+                self._on_line_lost(name, token, reason)
+        self._conn = conn
+        conn.on_lost = on_lost
+
     def _on_line_lost(self, name, token, reason):
         if name is None:
-            self._mark_lost(reason)
+            if self._session is not None:
+                self._dropped(reason)
+            else:
+                self._mark_lost(reason)
         elif (name, token) in zip(self.names, map(str, self.tokens)):
             self._mark_lost(reason)     # of a set: any name's loss is the set's
+
+    # -- taking the hold back after a drop
+    def _dropped(self, reason):
+        """The connection ended without our asking: take the hold back on a
+        new one, in a thread of its own (once at a time)."""
+        since = time.monotonic()
+        with self._lock:
+            if self._lost.is_set() or self._released or self._resumer is not None:
+                return
+            self._resumer = threading.Thread(target=self._resume_thread, args=(reason, since),
+                                             daemon=True, name="lockbroker-resume")
+            self._resumer.start()
+
+    def _resume_thread(self, reason, since):
+        try:
+            self._take_back(reason, since)
+        finally:
+            with self._lock:
+                self._resumer = None
+
+    def _take_back(self, reason, since):
+        """Reconnects (RESUME_PAUSE_MIN doubling to RESUME_PAUSE_MAX between
+        tries) until RESUME answers, within the grace counted from since
+        (when the drop was seen) and the hold's window; then CHECKs every
+        name. True when the hold is back on a new connection; False when it
+        is lost (marked so, unless released meanwhile)."""
+        sid, secret = self._session
+        pause = RESUME_PAUSE_MIN
+        tried = False                     # one try at least, however late this thread runs
+        while True:
+            now = time.monotonic()
+            if self._check_window and self._safe_until is not None and now >= self._safe_until:
+                self._mark_lost("jeopardy: the connection dropped (%s) and the hold's window "
+                                "ran out before it was taken back" % reason)
+                return False
+            if tried and now >= since + self._grace:
+                self._mark_lost("the connection dropped (%s) and was not taken back within "
+                                "the grace of %g s" % (reason, self._grace))
+                return False
+            conn, tried = None, True
+            connect_timeout = min(self._conn.timeout, max(0.05, since + self._grace - now))
+            try:
+                conn = self._reconnect(connect_timeout)
+                reply = conn.request("RESUME %s %s" % (sid, secret))
+            except (ConnectionLost, LimitExceeded) as e:   # not yet: try again
+                if conn is not None:
+                    conn.close()
+                reason = "%s; %s" % (reason.split("; ")[0], e)
+                time.sleep(max(0.0, min(pause, since + self._grace - time.monotonic())))
+                pause = min(pause * 2, RESUME_PAUSE_MAX)
+                continue
+            except Error as e:            # AUTH refused now: it will not get better
+                self._mark_lost("the connection dropped (%s) and the new one failed: %s"
+                                % (reason, e))
+                return False
+            words = reply.split(" ")
+            if len(words) != 3 or words[:2] != ["OK", sid] or not words[2].isdigit():
+                conn.close()
+                self._mark_lost("the connection dropped (%s) and the hold was not taken "
+                                "back: %s" % (reason, reply))
+                return False
+            conn.session = self._session
+            old = self._conn
+            with self._lock:
+                self._attach(conn)
+            old.close()
+            self.resumes += 1
+            if self._check_window:
+                safe = self._check()
+            else:                         # no window kept: only whether it is still held
+                safe = None
+                for name, token in zip(self.names, self.tokens):
+                    safe = self._check_one(name, token, None)
+                    if safe is None or safe is _DROPPED:
+                        break
+            if safe is _DROPPED:          # dropped again: the daemon's grace starts anew
+                since, pause = time.monotonic(), RESUME_PAUSE_MIN
+                continue
+            return not self.lost
 
     # -- jeopardy
     def _check(self):
@@ -564,7 +724,7 @@ class Hold:
         safe = None
         for name, token in zip(self.names, self.tokens):
             one = self._check_one(name, token, timeout)
-            if one is None or one <= 0:
+            if one is None or one is _DROPPED or one <= 0:
                 return one
             safe = one if safe is None else min(safe, one)
         if self._safe_until is None or sent + safe > self._safe_until:
@@ -572,11 +732,16 @@ class Hold:
         return safe
 
     def _check_one(self, name, token, timeout):
+        conn = self._conn
         try:
-            reply = self._conn.request("CHECK %s %d" % (name, token),
-                                       timeout=timeout if timeout is not None
-                                       else self._conn.timeout)
+            reply = conn.request("CHECK %s %d" % (name, token),
+                                 timeout=timeout if timeout is not None else conn.timeout)
         except ConnectionLost as e:
+            if conn is not self._conn:
+                return _DROPPED           # taken back meanwhile: ask on the new one
+            if self._session is not None and conn.closed:
+                self._dropped(str(e))     # taken back on a new connection, if it can be
+                return _DROPPED
             self._mark_lost("jeopardy: %s" % e if self._safe_until is not None else str(e))
             return None
         words = reply.split(" ")
@@ -592,6 +757,14 @@ class Hold:
 
     def _first_check(self):
         safe = self._check()
+        if safe is _DROPPED:
+            # Taken back (or not) in the resume thread, whose CHECK gives the window.
+            resumer = self._resumer
+            if resumer is not None:
+                resumer.join()
+            if self.lost:
+                return
+            safe = 0.0 if self._safe_until is None else 1.0
         if safe == -1.0:
             self._safe_until = None
         elif safe is not None and safe <= 0:
@@ -608,6 +781,8 @@ class Hold:
                 # only slow keeps the lock until the program has stopped.
                 self._mark_lost("jeopardy: the broker did not confirm the hold in time")
                 return
+            if self._resumer is not None:
+                continue                  # being taken back: its thread CHECKs
             if self._check() is None:
                 return
 
@@ -628,11 +803,17 @@ class Hold:
         a hold taken with min_hold is kept for what is left of min_hold
         (rounded up to the millisecond), any other is released at once."""
         keep_ms = None if keep is None else int(round(_keep_seconds(keep, "keep") * 1000))
-        with self._lock:
-            if self._released:
-                return
-            self._released = True
+        while True:
+            with self._lock:
+                if self._released:
+                    return
+                resumer = self._resumer
+                if resumer is None:
+                    self._released = True
+                    break
+            resumer.join()                # being taken back: release it there (grace at most)
         self._stop.set()
+        clean = False
         try:
             if self._lost.is_set():
                 raise NotHeld("lock %s was lost: %s" % (self.name, self.lost_reason))
@@ -644,10 +825,21 @@ class Hold:
             try:
                 reply = self._conn.request(line)
             except ConnectionLost as e:
-                raise NotHeld("lock %s: %s" % (self.name, e))
+                # Dropped meanwhile: take it back and release it there, rather
+                # than leave it detached for the grace.
+                if self._session is None or not self._conn.closed or \
+                        not self._take_back(str(e), time.monotonic()):
+                    raise NotHeld("lock %s: %s" % (self.name, e if self._session is None
+                                                  or not self._conn.closed
+                                                  else "not taken back after a drop"))
+                try:
+                    reply = self._conn.request(line)
+                except ConnectionLost as e2:
+                    raise NotHeld("lock %s: %s" % (self.name, e2))
             if reply != "OK %s" % self.name:
                 raise _error_of(reply, "UNLOCK %s" % self.name)
             self.kept = keep_ms / 1000.0
+            clean = True
             # Released cleanly: the connection may serve the next hold.
             if self._monitor is not None:
                 self._monitor.join(self._conn.timeout)
@@ -656,7 +848,13 @@ class Hold:
                 self._give_back(conn)
         finally:
             if self._conn is not None:
-                self._conn.close()
+                # Not released (lost, or an unexpected reply): whatever the
+                # daemon still has of it ends with the connection, as without
+                # a session, not after the grace.
+                if clean:
+                    self._conn.close()
+                else:
+                    self._conn.quit()
 
     def __enter__(self):
         return self
@@ -673,6 +871,9 @@ class Hold:
 
     def __repr__(self):
         return "<Hold %s token=%s%s>" % (self.name, self.token, " lost" if self.lost else "")
+
+
+_DROPPED = object()   # Hold._check's answer when the connection dropped: being taken back
 
 
 def _failed(exc_type, exc):
@@ -814,8 +1015,11 @@ class Client:
     Thread-safe. Use connect() to make one."""
 
     def __init__(self, address=DEFAULT_ADDRESS, timeout=10.0, user=None, password=None,
-                 label=None, check=True, ssl=None, server_hostname=None):
+                 label=None, check=True, ssl=None, server_hostname=None,
+                 grace=DEFAULT_GRACE):
         self.address = address
+        self._grace_ms = _grace_ms(grace)
+        self.grace = self._grace_ms / 1000.0 if self._grace_ms else None
         self.timeout = timeout
         self.user = user
         self._password = password
@@ -843,17 +1047,30 @@ class Client:
                     self._query.close()
                     raise _error_of(reply, "PING")
 
-    def _new_conn(self):
+    def _new_conn(self, timeout=None, grace=False):
+        """A logged-in connection (timeout: for its connect and login, else
+        the client's); grace: with GRACE, for a hold."""
         if self._closed:
             raise ConnectionLost("the client is closed")
+        return self._open_conn(timeout, grace)
+
+    def _open_conn(self, timeout, grace):
         try:
-            return _Conn(self.address, self.timeout, self.user, self._password, self.label,
-                         self.ssl, self.server_hostname)
+            conn = _Conn(self.address, self.timeout if timeout is None else timeout, self.user,
+                         self._password, self.label, self.ssl, self.server_hostname,
+                         self._grace_ms if grace else None)
+            conn.timeout = self.timeout
+            return conn
         except _ssl.SSLError as e:
             raise ConnectionLost("cannot connect to %s: %s" % (self.address, _ssl_why(e))) \
                 from e
         except OSError as e:
             raise ConnectionLost("cannot connect to %s: %s" % (self.address, e))
+
+    def _reconnect(self, timeout):
+        """A connection to take a hold back on (RESUME): logged in, no GRACE;
+        also after close(), which leaves holds as they are."""
+        return self._open_conn(timeout, False)
 
     IDLE_MAX = 8
 
@@ -864,7 +1081,7 @@ class Client:
                 conn = self._idle.pop()
                 if not conn.closed:
                     return conn
-        return self._new_conn()
+        return self._new_conn(grace=True)
 
     def _give_back(self, conn):
         conn.on_lost = None
@@ -944,7 +1161,8 @@ class Client:
                 return Hold(conn, names if multi else name, tokens if multi else tokens[0],
                             mode, check=self.check, give_back=self._give_back,
                             min_hold=min_hold, release_on_failure=release_on_failure,
-                            granted_at=granted_at)
+                            granted_at=granted_at, reconnect=self._reconnect,
+                            grace=self.grace)
             if reply == "TIMEOUT %s" % name:
                 raise Timeout("lock %s not granted within %s s" % (name, wait), reply)
             if reply == "BUSY %s" % name:
@@ -1186,7 +1404,7 @@ def _status_dict(state, f):
 
 
 def connect(address=DEFAULT_ADDRESS, timeout=10.0, user=None, password=None, label=None,
-            check=True, ssl=None, server_hostname=None):
+            check=True, ssl=None, server_hostname=None, grace=DEFAULT_GRACE):
     """A Client for the broker at address ("host:port", "host", "[v6]:port",
     "unix:/path" or "/path"): timeout for connects and replies (seconds),
     user and password for AUTH, label for CLIENT (names the holds in STATUS
@@ -1197,5 +1415,10 @@ def connect(address=DEFAULT_ADDRESS, timeout=10.0, user=None, password=None, lab
     load_cert_chain("deploy.pem", "deploy.key") for a certificate login.
     The broker's certificate is checked for server_hostname, by default the
     address's host (an IP address is checked against the certificate's IP
-    names). A failed handshake raises ConnectionLost saying why."""
-    return Client(address, timeout, user, password, label, check, ssl, server_hostname)
+    names). A failed handshake raises ConnectionLost saying why.
+
+    grace: seconds (0.1 to 3600; 0 or None: off) each hold outlives a
+    dropped connection, taken back on a new one meanwhile (GRACE and
+    RESUME, PROTOCOL.md; the daemon caps it at its max_grace_ms)."""
+    return Client(address, timeout, user, password, label, check, ssl, server_hostname,
+                  grace)

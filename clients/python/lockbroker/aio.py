@@ -13,21 +13,26 @@ The blocking calls run in threads (asyncio.to_thread); holds and leases
 are the blocking API's objects, with awaitable variants of their waits and
 releases. Cancelling a task that waits for a lock closes that request's
 connection, which cancels the request on the daemon.
+
+A hold outlives a dropped connection for the client's grace (connect(...,
+grace=seconds), default 5 s) as the blocking API's does: its library
+thread takes it back on a new connection, and .lost turns true only when
+that fails; .resumes counts the times it succeeded.
 """
 
 import asyncio
 
-from . import (Busy, Client, ConnectionLost, DEFAULT_ADDRESS, Error, Hold, Lease,  # noqa: F401
-               NotHeld, Timeout)
+from . import (Busy, Client, ConnectionLost, DEFAULT_ADDRESS, DEFAULT_GRACE, Error,  # noqa: F401
+               Hold, Lease, NotHeld, Timeout)
 
 __all__ = ["connect", "AsyncClient", "AsyncHold", "AsyncLease"]
 
 
 class AsyncHold:
     """A Hold for asyncio: .token, .lost, .lost_reason, .min_hold, .kept,
-    await release(keep), await wait_lost(timeout), on_lost(fn); `async
-    with` (released as the Hold's `with` releases it, release_on_failure
-    included)."""
+    .session, .resumes, await release(keep), await wait_lost(timeout),
+    on_lost(fn); `async with` (released as the Hold's `with` releases it,
+    release_on_failure included)."""
 
     def __init__(self, hold):
         self._hold = hold
@@ -41,6 +46,8 @@ class AsyncHold:
     min_hold = property(lambda self: self._hold.min_hold)
     release_on_failure = property(lambda self: self._hold.release_on_failure)
     kept = property(lambda self: self._hold.kept)
+    session = property(lambda self: self._hold.session)
+    resumes = property(lambda self: self._hold.resumes)
 
     def on_lost(self, fn):
         """fn(hold, reason), called from a library thread: use
@@ -181,8 +188,8 @@ class AsyncClient:
 
 
 async def connect(address=DEFAULT_ADDRESS, timeout=10.0, user=None, password=None, label=None,
-                  check=True, ssl=None, server_hostname=None):
+                  check=True, ssl=None, server_hostname=None, grace=DEFAULT_GRACE):
     """An AsyncClient; arguments as lockbroker.connect(), ssl (an
-    ssl.SSLContext) and server_hostname included."""
+    ssl.SSLContext), server_hostname and grace included."""
     return AsyncClient(await asyncio.to_thread(Client, address, timeout, user, password,
-                                               label, check, ssl, server_hostname))
+                                               label, check, ssl, server_hostname, grace))
