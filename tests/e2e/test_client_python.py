@@ -1153,8 +1153,6 @@ class GraceTests(unittest.TestCase):
                 await c.close()
         asyncio.run(main())
 
-    @unittest.skip("issue 38's handover part (TLS sessions detached across SIGUSR2) is "
-                   "not merged yet")
     def test_a_tls_hold_survives_a_handover(self):
         if not have_openssl():
             lbharness.skip("openssl", "the openssl command is not installed")

@@ -142,10 +142,7 @@ test('over TLS: lines cut across records (a broker of our own)', { skip: NO_TLS 
 // Issue 38: a handover closes TLS connections (OpenSSL cannot pass a TLS
 // session to another process); a hold with a grace is detached, carried,
 // and taken back on the successor, its token unchanged.
-// Left out while HANDOVER_PENDING: the daemon's part that detaches them is
-// not merged yet (and test_client_node.py wants no skipped test here).
-const HANDOVER_PENDING = true;
-if (!HANDOVER_PENDING) test('over TLS: a hold survives a handover (SIGUSR2)',
+test('over TLS: a hold survives a handover (SIGUSR2)',
   { skip: NO_TLS || !env.LB_TLS_PID }, async () => {
   const c = await lb.connect({ address: env.LB_TLS_ADDR, tls: { ca: ca() }, timeout: T, grace: T });
   try {
