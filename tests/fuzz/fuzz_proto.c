@@ -200,6 +200,9 @@ static void check_same(enum proto_parse_result ra, const struct proto_req *a,
     CHECK(a->wait_ms == b->wait_ms && a->mode == b->mode && a->limit == b->limit);
     CHECK(a->ttl_ms == b->ttl_ms && a->has_token == b->has_token && a->token == b->token);
     CHECK(a->delay_ms == b->delay_ms && a->nnames == b->nnames);
+    CHECK(a->grace_ms == b->grace_ms && !a->session == !b->session && !a->secret == !b->secret);
+    CHECK(!a->session || memcmp(a->session, b->session, PROTO_SESSION_LEN) == 0);
+    CHECK(!a->secret || memcmp(a->secret, b->secret, PROTO_SECRET_LEN) == 0);
     for (unsigned i = 0; i < a->nnames; i++)
         CHECK(a->names[i].len == b->names[i].len &&
               memcmp(a->names[i].p, b->names[i].p, a->names[i].len) == 0);
@@ -236,6 +239,14 @@ static void check_round_trip(const struct proto_req *req)
         n += (size_t)snprintf(line + n, sizeof(line) - n, " ttl=%lld", (long long)req->ttl_ms);
     if (req->delay_ms >= 0)
         n += (size_t)snprintf(line + n, sizeof(line) - n, " delay=%lld", (long long)req->delay_ms);
+    /* GRACE's ms as given, or a word that is not digits (-1: the handler's error). */
+    if (req->cmd == PROTO_CMD_GRACE && req->grace_ms >= 0)
+        n += (size_t)snprintf(line + n, sizeof(line) - n, " %lld", (long long)req->grace_ms);
+    else if (req->cmd == PROTO_CMD_GRACE)
+        n += (size_t)snprintf(line + n, sizeof(line) - n, " x");
+    if (req->session)
+        n += (size_t)snprintf(line + n, sizeof(line) - n, " %.*s %.*s", PROTO_SESSION_LEN,
+                              req->session, PROTO_SECRET_LEN, req->secret);
     CHECK(n < sizeof(line));
     check_same(PROTO_REQUEST, req, proto_parse(line, n, &again), &again);
 }
