@@ -378,6 +378,10 @@ class Hold extends EventEmitter {
     this.dropGen = 0;
     this.dropReason = null;
     this.dropTimer = null;
+    // Whether a CHECK was answered since the grant: until then the last
+    // answer is the LOCK's, sent before a wait of any length, too early to
+    // bound a CHECK's wait by (it still bounds D after a drop).
+    this.confirmed = false;
     this.attach(conn);
   }
 
@@ -606,7 +610,7 @@ class Hold extends EventEmitter {
     // With a session, an answer that has not come by D may never come: a
     // reset that reached only the daemon (its grace then runs) while what
     // we send goes nowhere. Wait no longer than D.
-    const until = this.sessionKey ? this.keptUntil(conn) : null;
+    const until = this.sessionKey && this.confirmed ? this.keptUntil(conn) : null;
     let byD = false;
     if (until !== null && until - performance.now() <= timeout) {
       timeout = Math.max(0, until - performance.now());
@@ -615,6 +619,7 @@ class Hold extends EventEmitter {
     let reply;
     try {
       reply = await conn.request(`CHECK ${name} ${token}`, timeout);
+      this.confirmed = true;
     } catch (e) {
       if (conn !== this.conn) return DROPPED;     // taken back meanwhile: ask on the new one
       if (this.sessionKey && conn.closed) {

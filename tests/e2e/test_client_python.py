@@ -1202,11 +1202,12 @@ class DropDeadlineTests(unittest.TestCase):
 
     SID, SECRET = "0123456789abcdef", "0123456789abcdef" * 2
 
-    def session_broker(self, name):
+    def session_broker(self, name, lock_wait=0.0):
         """A FakeBroker with sessions: GRACE opens one, every CHECK of name
         answers a 60 s window (a once-a-second schedule without the grace),
         and RESUME always answers OK, as no daemon would after its grace:
-        only the library's own deadline can stop it."""
+        only the library's own deadline can stop it. LOCK is granted after
+        lock_wait seconds (a daemon's queue)."""
         def answer(line):
             w = line.split(" ")
             if w[0] == "GRACE":
@@ -1214,6 +1215,7 @@ class DropDeadlineTests(unittest.TestCase):
             if w[0] == "RESUME":
                 return ["OK %s 1" % self.SID]
             if w[0] == "LOCK" and w[1] == name:
+                time.sleep(lock_wait)   # the queue of this fake daemon
                 return ["OK %s 1" % name]
             if w[0] == "CHECK" and w[1] == name:
                 return ["OK %s 1 60000" % name]
@@ -1232,6 +1234,17 @@ class DropDeadlineTests(unittest.TestCase):
         # schedule (once a second) makes 3 at most.
         self.assertFalse(h.wait_lost(1.6), h.lost_reason)
         self.assertGreaterEqual(len(fake.requests("CHECK")), 5, fake.log)
+        h.release()
+
+    def test_a_grant_after_a_wait_longer_than_the_grace_is_held(self):
+        """D counts from the LOCK's send until a CHECK is answered; the
+        first CHECK after a long wait is not cut short by that."""
+        fake = self.session_broker("dw", lock_wait=0.5)
+        c = lockbroker.connect(fake.address, timeout=T, grace=0.3)
+        self.addCleanup(c.close)
+        h = c.lock("dw", wait=T)
+        self.assertFalse(h.lost, h.lost_reason)
+        self.assertGreater(h.safe_remaining(), 0)
         h.release()
 
     def test_a_drop_noticed_after_d_is_lost_at_once(self):

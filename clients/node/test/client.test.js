@@ -267,7 +267,7 @@ test('grace: a cut longer than the grace loses the hold', { skip: !env.LB_ADDR }
 // with sessions: every CHECK answers a 60 s window (a once-a-second
 // schedule without the grace), and RESUME always answers OK, as no daemon
 // would after its grace: only the library's own deadline can stop it.
-async function sessionBroker(name) {
+async function sessionBroker(name, lockWait = 0, checkWait = 0) {
   const log = [];
   const sockets = [];
   const fake = await fakeBroker((line, reply) => {
@@ -275,8 +275,10 @@ async function sessionBroker(name) {
     const w = line.split(' ');
     if (w[0] === 'GRACE') return reply(`OK 0123456789abcdef ${'0123456789abcdef'.repeat(2)}`);
     if (w[0] === 'RESUME') return reply('OK 0123456789abcdef 1');
-    if (w[0] === 'LOCK' && w[1] === name) return reply(`OK ${name} 1`);
-    if (w[0] === 'CHECK' && w[1] === name) return reply(`OK ${name} 1 60000`);
+    if (w[0] === 'LOCK' && w[1] === name) return setTimeout(() => reply(`OK ${name} 1`), lockWait);
+    if (w[0] === 'CHECK' && w[1] === name) {
+      return setTimeout(() => reply(`OK ${name} 1 60000`), checkWait);
+    }
     if (w[0] === 'UNLOCK') return reply(`OK ${name}`);
     if (w[0] === 'QUIT') return reply('BYE');
     reply('ERR BAD_COMMAND not in this fake');
@@ -308,6 +310,22 @@ test('grace: with a session, CHECKs come every quarter of the grace', async () =
     await new Promise((resolve) => setTimeout(resolve, 1600));
     assert.strictEqual(h.lost, false, h.lostReason);
     assert.ok(fake.requests('CHECK').length >= 5, JSON.stringify(fake.log));
+    assert.strictEqual(await h.release(), true);
+  } finally {
+    await c.close();
+    fake.close();
+  }
+});
+
+test('grace: a grant after a wait longer than the grace is held', async () => {
+  // D counts from the LOCK's send until a CHECK is answered; the first
+  // CHECK after a long wait (answered in 30 ms) is not cut short by that.
+  const fake = await sessionBroker('n-dw', 500, 30);
+  const c = await lb.connect({ address: fake.address, timeout: T, grace: 300 });
+  try {
+    const h = await c.lock('n-dw', { wait: T });
+    assert.strictEqual(h.lost, false, h.lostReason);
+    assert.ok(h.safeRemaining() > 0);
     assert.strictEqual(await h.release(), true);
   } finally {
     await c.close();

@@ -589,6 +589,10 @@ class Hold:
         self._drop_until = None
         self._drop_gen = 0
         self._drop_reason = None
+        # Whether a CHECK was answered since the grant: until then the last
+        # answer is the LOCK's, sent before a wait of any length, too early
+        # to bound a CHECK's wait by (it still bounds D after a drop).
+        self._confirmed = False
         self.resumes = 0
         self._attach(conn)
         self._monitor = None
@@ -835,11 +839,13 @@ class Hold:
         # With a session, an answer that has not come by D may never come: a
         # reset that reached only the daemon (its grace then runs) while what
         # we send goes nowhere. Wait no longer than D.
-        until = self._kept_until(conn) if self._session is not None else None
+        until = self._kept_until(conn) if self._session is not None and self._confirmed \
+            else None
         if until is not None:
             timeout = max(0.0, min(timeout, until - time.monotonic()))
         try:
             reply = conn.request("CHECK %s %d" % (name, token), timeout=timeout)
+            self._confirmed = True
         except ConnectionLost as e:
             if conn is not self._conn:
                 return _DROPPED           # taken back meanwhile: ask on the new one
