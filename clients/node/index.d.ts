@@ -25,8 +25,10 @@ export interface ConnectOptions {
    * ms (100 to 3600000; default 5000; 0 or null: off) each hold outlives a
    * dropped connection: the daemon keeps it detached meanwhile (GRACE) and
    * the hold takes it back on a new connection (RESUME), emitting
-   * 'resumed'; 'lost' only when it is really gone. The daemon caps it at
-   * its max_grace_ms.
+   * 'resumed'; 'lost' when it is gone or not back by D (the send of the
+   * last request answered on the lost connection + the grace - a tenth).
+   * With a session the hold CHECKs at least every quarter of the grace.
+   * The daemon caps it at its max_grace_ms.
    */
   grace?: number | null;
 }
@@ -72,7 +74,7 @@ export class Hold extends EventEmitter {
   readonly lost: boolean;
   readonly lostReason: string | null;
   readonly lostSignal: AbortSignal;
-  /** Milliseconds the hold is certainly safe from now, on the monotonic clock: decide with this. */
+  /** Milliseconds the hold is certainly safe from now, on the monotonic clock (after a drop, never past D): decide with this. */
   safeRemaining(): number;
   /**
    * The window's end as a wall-clock time (Date.now() ms) for display only,

@@ -27,10 +27,17 @@
  * third of their ttl. A hold outlives a dropped connection for a grace
  * (connect({ grace }), ms, default 5000; 0 or null: off): its connection
  * sends `GRACE <ms>` after its login, and when it drops the hold reconnects
- * (at once, then 50 ms later, doubling to 1 s between tries, never past the
- * grace counted from the drop), logs in again, sends `RESUME` and CHECKs
- * every name; it is lost only if RESUME or a CHECK says NOT_HELD, the grace
- * passes, or its window runs out first. A daemon without GRACE (ERR
+ * (at once, then 50 ms later, doubling to 1 s between tries), logs in
+ * again, sends `RESUME` and CHECKs every name; it is lost if RESUME or a
+ * CHECK says NOT_HELD, if its window runs out first, or if it is not back
+ * by D: the daemon counts its grace from when it saw the connection end,
+ * which may be before we notice, but not before it answered the last
+ * request answered on it, so D = that request's send + the grace - a tenth
+ * (PROTOCOL.md, What a client may assume after a drop); no try goes on
+ * past D, a drop noticed after it is lost at once, and a CHECK unanswered
+ * by D is a loss. With a session the CHECKs come at least every quarter of
+ * the grace; with check: false, D counts from whatever was last answered
+ * (the LOCK). A daemon without GRACE (ERR
  * BAD_COMMAND): a dropped connection loses its hold, as before. A minimum hold
  * (lock(name, { minHold })): a hold released sooner than minHold after its
  * grant is released with `UNLOCK <name> keep=<ms left>`, and the daemon
@@ -193,6 +200,9 @@ class Conn {
     this.closedWhy = null;
     this.onLost = null;       // (name, token, reason); name null: the connection ended
     this.session = null;      // { id, secret } of GRACE or RESUME
+    // The send time (performance.now()) of the last request answered, or
+    // null: the daemon cannot have seen this connection end before it.
+    this.answeredSent = null;
     socket.setNoDelay(true);
     socket.setEncoding('ascii');
     socket.on('data', (d) => this.onData(d));
@@ -271,8 +281,12 @@ class Conn {
     if (this.closedWhy !== null) {
       return Promise.reject(new LockbrokerError('CONNECTION_LOST', this.closedWhy));
     }
+    const sent = performance.now();
     this.socket.write(line + '\n');
-    return this.next(timeout, line.split(' ')[0]);
+    return this.next(timeout, line.split(' ')[0]).then((reply) => {
+      if (this.answeredSent === null || sent > this.answeredSent) this.answeredSent = sent;
+      return reply;
+    });
   }
 
   /** The next reply line (of a multi-line answer, say). */
@@ -329,8 +343,9 @@ class Conn {
  * grantedAt: when the OK came, on the monotonic clock: later than the
  * grant, so a keep counted from it never ends before minHold after the grant.
  * With a session (the client's grace and a daemon that has them), a
- * dropped connection is taken back (RESUME) on a new one within the grace:
- * event 'resumed' (count), .resumes counts them, .session is the id.
+ * dropped connection is taken back (RESUME) on a new one before D (the
+ * send of the last request answered on it + the grace - a tenth): event
+ * 'resumed' (count), .resumes counts them, .session is the id.
  */
 class Hold extends EventEmitter {
   constructor(client, conn, name, token, { minHold = null, grantedAt = performance.now() } = {}) {
@@ -356,6 +371,17 @@ class Hold extends EventEmitter {
     this.session = this.sessionKey ? this.sessionKey.id : null;
     this.resuming = null;      // the promise of taking the hold back, while it runs
     this.resumes = 0;
+    // After a drop, until it is taken back: D, until when the daemon
+    // certainly keeps the hold (keptUntil()); dropTimer marks the hold lost
+    // then (generation dropGen), with dropReason.
+    this.dropEnd = null;
+    this.dropGen = 0;
+    this.dropReason = null;
+    this.dropTimer = null;
+    // Whether a CHECK was answered since the grant: until then the last
+    // answer is the LOCK's, sent before a wait of any length, too early to
+    // bound a CHECK's wait by (it still bounds D after a drop).
+    this.confirmed = false;
     this.attach(conn);
   }
 
@@ -374,46 +400,100 @@ class Hold extends EventEmitter {
     };
   }
 
-  /** The connection ended without our asking: take the hold back on a new one (once at a time). */
+  /**
+   * D: until when the daemon certainly keeps the hold if conn (the hold's)
+   * has dropped, or null if nothing was answered on it. The daemon keeps it
+   * for the grace from when it saw the connection end, which may be well
+   * before we notice (a NAT's reset that reached only the daemon shows at
+   * our next request), but not before it answered the last request
+   * answered on it: so the grace, less the tenth the protocol takes off
+   * for clock rates, counts from that request's send (PROTOCOL.md,
+   * Sessions, What a client may assume after a drop).
+   */
+  keptUntil(conn = this.conn) {
+    const grace = this.client.grace;
+    if (conn.answeredSent === null || !grace) return null;
+    return conn.answeredSent + grace - Math.ceil(grace / 10);
+  }
+
+  /** At a drop: D, its timer started; null when D has passed already (lost). */
+  beginDrop(reason) {
+    const until = this.keptUntil();
+    const now = performance.now();
+    if (until === null || now >= until) return null;
+    const gen = ++this.dropGen;
+    this.dropEnd = until;
+    this.dropReason = reason;
+    clearTimeout(this.dropTimer);
+    // D has come: lost, unless taken back meanwhile; the tries stop too (takeBack).
+    this.dropTimer = setTimeout(() => {
+      if (this.dropGen === gen && this.dropEnd !== null) this.markLost(this.expiredReason());
+    }, until - now);
+    this.dropTimer.unref();
+    return until;
+  }
+
+  lateReason(reason) {
+    const ago = performance.now() - (this.conn.answeredSent || 0);
+    return `the connection dropped (${reason}) and was not taken back within the grace of ` +
+      `${this.client.grace} ms: noticed too late, ${Math.round(ago)} ms after the send of the ` +
+      'last request answered on it, from which the grace counts';
+  }
+
+  expiredReason() {
+    return `the connection dropped (${this.dropReason}) and was not taken back within the ` +
+      `grace of ${this.client.grace} ms counted from the last request answered on it (the ` +
+      'daemon may free the hold from then)';
+  }
+
+  /** The connection ended without our asking: take the hold back on a new one (once at a time), until D. */
   dropped(reason) {
     if (this.lost || this.released || this.resuming) return;
-    this.resuming = this.takeBack(reason, performance.now())
+    if (this.beginDrop(reason) === null) {
+      this.markLost(this.lateReason(reason));
+      return;
+    }
+    this.resuming = this.takeBack(reason)
       .finally(() => { this.resuming = null; });
   }
 
   /**
    * Reconnects (RESUME_PAUSE_MIN doubling to RESUME_PAUSE_MAX between tries)
-   * until RESUME answers, within the grace counted from since (when the drop
-   * was seen) and the hold's window; then CHECKs every name. Resolves true
-   * when the hold is back on a new connection, false when it is lost
-   * (marked so, unless released meanwhile).
+   * until RESUME answers, no try going on past D (dropEnd, set by
+   * beginDrop()) nor the hold's window; then CHECKs every name. Resolves
+   * true when the hold is back on a new connection, false when it is lost
+   * (marked so, unless released meanwhile). A RESUME answered after the
+   * hold was marked lost releases what it took back at once (QUIT).
    */
-  async takeBack(reason, since) {
+  async takeBack(reason) {
     const { id, secret } = this.sessionKey;
-    const grace = this.client.grace;
     let pause = RESUME_PAUSE_MIN;
-    let tried = false;          // one try at least, however late this runs
     for (;;) {
       const now = performance.now();
+      const until = this.dropEnd;
+      if (this.lost) return false;
       if (this.client.check && this.safeEnd !== null && now >= this.safeEnd) {
         this.markLost(`jeopardy: the connection dropped (${reason}) and the hold's window ` +
           'ran out before it was taken back');
         return false;
       }
-      if (tried && now >= since + grace) {
-        this.markLost(`the connection dropped (${reason}) and was not taken back within the ` +
-          `grace of ${grace} ms`);
+      if (until === null || now >= until) {
+        this.markLost(this.expiredReason());
         return false;
       }
       let conn = null;
       let reply;
-      tried = true;
       try {
         conn = await this.client.newConn({
-          timeout: Math.min(this.client.timeout, Math.max(50, since + grace - now)),
+          timeout: Math.min(this.client.timeout, Math.max(50, until - now)),
           closedToo: true,
         });
-        reply = await conn.request(`RESUME ${id} ${secret}`);
+        const left = until - performance.now();
+        if (left <= 0 || this.lost) {
+          conn.close();         // no RESUME past D: the loop ends it
+          continue;
+        }
+        reply = await conn.request(`RESUME ${id} ${secret}`, Math.max(50, left));
       } catch (e) {
         if (conn) conn.close();
         if (e.code !== 'CONNECTION_LOST' && e.code !== 'LIMIT') {   // AUTH refused: for good
@@ -421,7 +501,8 @@ class Hold extends EventEmitter {
           return false;
         }
         reason = `${reason.split('; ')[0]}; ${e.message}`;
-        await pauseFor(Math.max(0, Math.min(pause, since + grace - performance.now())));
+        this.dropReason = reason;
+        await pauseFor(Math.max(0, Math.min(pause, until - performance.now())));
         pause = Math.min(pause * 2, RESUME_PAUSE_MAX);
         continue;
       }
@@ -433,8 +514,15 @@ class Hold extends EventEmitter {
         return false;
       }
       conn.session = this.sessionKey;
+      if (this.lost) {          // lost at D meanwhile: let it go now, not after the grace
+        await conn.quit();
+        return false;
+      }
       const old = this.conn;
       this.attach(conn);
+      this.dropEnd = null;      // back: D no longer applies
+      this.dropGen++;
+      clearTimeout(this.dropTimer);
       old.close();
       this.resumes++;
       let safe;
@@ -446,8 +534,12 @@ class Hold extends EventEmitter {
           if (safe === null || safe === DROPPED) break;
         }
       }
-      if (safe === DROPPED) {   // dropped again: the daemon's grace starts anew
-        since = performance.now();
+      if (safe === DROPPED) {   // dropped again: D counts from the RESUME
+        reason = `dropped again after RESUME: ${this.conn.closedWhy}`;
+        if (this.beginDrop(reason) === null) {
+          this.markLost(this.lateReason(reason));
+          return false;
+        }
         pause = RESUME_PAUSE_MIN;
         continue;
       }
@@ -459,10 +551,14 @@ class Hold extends EventEmitter {
   /** An AbortSignal aborted when the hold is lost: pass it to fetch, child_process, ... */
   get lostSignal() { return this.abort.signal; }
 
-  /** Milliseconds the hold is certainly safe from now (0 when lost or unknown). */
+  /**
+   * Milliseconds the hold is certainly safe from now (0 when lost or
+   * unknown): the last window, and after a drop no later than D (keptUntil()).
+   */
   safeRemaining() {
     if (this.lost || this.safeEnd === null) return 0;
-    return Math.max(0, this.safeEnd - performance.now());
+    const end = this.dropEnd === null ? this.safeEnd : Math.min(this.safeEnd, this.dropEnd);
+    return Math.max(0, end - performance.now());
   }
 
   /**
@@ -485,6 +581,7 @@ class Hold extends EventEmitter {
     this.lost = true;
     this.lostReason = reason;
     clearTimeout(this.timer);
+    clearTimeout(this.dropTimer);
     this.abort.abort(new LockbrokerError('LOST', `lock ${this.name} lost: ${reason}`));
     if (this.listenerCount('lost') > 0) this.emit('lost', reason);
   }
@@ -509,14 +606,31 @@ class Hold extends EventEmitter {
 
   async checkOne(name, token, timeout) {
     const conn = this.conn;
+    if (timeout === undefined) timeout = conn.timeout;
+    // With a session, an answer that has not come by D may never come: a
+    // reset that reached only the daemon (its grace then runs) while what
+    // we send goes nowhere. Wait no longer than D.
+    const until = this.sessionKey && this.confirmed ? this.keptUntil(conn) : null;
+    let byD = false;
+    if (until !== null && until - performance.now() <= timeout) {
+      timeout = Math.max(0, until - performance.now());
+      byD = this.safeEnd === null || until < this.safeEnd;
+    }
     let reply;
     try {
       reply = await conn.request(`CHECK ${name} ${token}`, timeout);
+      this.confirmed = true;
     } catch (e) {
       if (conn !== this.conn) return DROPPED;     // taken back meanwhile: ask on the new one
       if (this.sessionKey && conn.closed) {
         this.dropped(e.message);                  // taken back on a new connection, if it can be
         return DROPPED;
+      }
+      if (byD) {
+        this.markLost(`no answer from the broker within the grace of ${this.client.grace} ms ` +
+          `counted from the last request answered (${e.message}): it may have seen the ` +
+          'connection end and free the hold');
+        return null;
       }
       this.markLost(this.safeEnd === null ? e.message : `jeopardy: ${e.message}`);
       return null;
@@ -562,7 +676,10 @@ class Hold extends EventEmitter {
    */
   schedule() {
     const window = Math.max(0, this.safeEnd - performance.now());
-    const every = Math.min(CHECK_EVERY_MAX, Math.max(CHECK_EVERY_MIN, window / 4), window / 2);
+    let every = Math.min(CHECK_EVERY_MAX, Math.max(CHECK_EVERY_MIN, window / 4), window / 2);
+    // With a session, a drop only the next CHECK finds must leave most of
+    // the grace (D) for taking the hold back: also under CHECK_EVERY_MIN.
+    if (this.sessionKey) every = Math.min(every, this.client.grace / 4);
     this.timer = setTimeout(() => this.tick(), every);
     this.timer.unref();
   }
@@ -631,7 +748,8 @@ class Hold extends EventEmitter {
     } catch (e) {
       // Dropped meanwhile: take it back and release it there, rather than
       // leave it detached for the grace.
-      if (!(this.sessionKey && conn.closed && await this.takeBack(e.message, performance.now()))) {
+      if (!(this.sessionKey && conn.closed && this.beginDrop(e.message) !== null &&
+            await this.takeBack(e.message))) {
         this.conn.close();
         if (!this.lost) this.setLost(e.message);
         return false;

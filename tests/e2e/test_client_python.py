@@ -940,7 +940,9 @@ class ResetProxy:
         self._upstream = (host, port)
         self._cond = threading.Condition()
         self._socks = []
+        self._held = []                 # client sockets black-holed (blackhole())
         self._down = False
+        self._hole = False
         self.refused = 0
         self._srv = socket.create_server(("127.0.0.1", 0))
         self.address = "127.0.0.1:%d" % self._srv.getsockname()[1]
@@ -983,7 +985,7 @@ class ResetProxy:
             while True:
                 data = src.recv(65536)
                 if not data:
-                    if not self._down:          # else down() resets dst
+                    if not (self._down or self._hole):   # else down() resets dst
                         dst.shutdown(socket.SHUT_WR)
                     return
                 dst.sendall(data)
@@ -997,9 +999,25 @@ class ResetProxy:
         for sock in socks:
             self._reset(sock)
 
+    def blackhole(self):
+        """Resets the daemon's side of every connection through the proxy
+        (it sees them end at once) and leaves the client's side open,
+        silent, taking what it sends nowhere: a NAT that dropped its state,
+        as the client sees it until it gets a reset. up() resets them."""
+        with self._cond:
+            self._hole = True
+            socks, self._socks = self._socks, []
+        for i in range(0, len(socks), 2):
+            self._held.append(socks[i])
+            self._reset(socks[i + 1])
+
     def up(self):
         with self._cond:
             self._down = False
+            self._hole = False
+            held, self._held = self._held, []
+        for sock in held:
+            self._reset(sock)
 
     def wait_refused(self, n, timeout=T):
         """Waits until n connections were refused (the client reconnects)."""
@@ -1014,6 +1032,7 @@ class ResetProxy:
             pass
         self._srv.close()
         self.down()
+        self.up()
 
 
 def cut_and_heal(test, proxy, other, hold, name):
@@ -1172,6 +1191,121 @@ class GraceTests(unittest.TestCase):
         self.assertEqual(c.status("g-tls")["token"], token)
         h.release()
         self.assertEqual(c.status("g-tls")["state"], "free")
+
+
+class DropDeadlineTests(unittest.TestCase):
+    """After a drop the hold is certain only until D, the send of the last
+    request answered on the lost connection + the grace - a tenth
+    (PROTOCOL.md, What a client may assume after a drop): the daemon's
+    grace counts from when it saw the end, which a reset that reached only
+    the daemon makes earlier than the client's noticing."""
+
+    SID, SECRET = "0123456789abcdef", "0123456789abcdef" * 2
+
+    def session_broker(self, name, lock_wait=0.0):
+        """A FakeBroker with sessions: GRACE opens one, every CHECK of name
+        answers a 60 s window (a once-a-second schedule without the grace),
+        and RESUME always answers OK, as no daemon would after its grace:
+        only the library's own deadline can stop it. LOCK is granted after
+        lock_wait seconds (a daemon's queue)."""
+        def answer(line):
+            w = line.split(" ")
+            if w[0] == "GRACE":
+                return ["OK %s %s" % (self.SID, self.SECRET)]
+            if w[0] == "RESUME":
+                return ["OK %s 1" % self.SID]
+            if w[0] == "LOCK" and w[1] == name:
+                time.sleep(lock_wait)   # the queue of this fake daemon
+                return ["OK %s 1" % name]
+            if w[0] == "CHECK" and w[1] == name:
+                return ["OK %s 1 60000" % name]
+            if w[0] in ("UNLOCK", "QUIT"):
+                return ["OK %s" % name if w[0] == "UNLOCK" else "BYE"]
+            return ["ERR BAD_COMMAND not in this fake"]
+        return FakeBroker(self, answer)
+
+    def test_with_a_session_checks_come_every_quarter_of_the_grace(self):
+        fake = self.session_broker("dq")
+        c = lockbroker.connect(fake.address, timeout=T, grace=0.8)
+        self.addCleanup(c.close)
+        h = c.lock("dq")
+        self.assertEqual(h.session, self.SID)
+        # 1.6 s held: every 0.2 s makes about 9 CHECKs; the window's own
+        # schedule (once a second) makes 3 at most.
+        self.assertFalse(h.wait_lost(1.6), h.lost_reason)
+        self.assertGreaterEqual(len(fake.requests("CHECK")), 5, fake.log)
+        h.release()
+
+    def test_a_grant_after_a_wait_longer_than_the_grace_is_held(self):
+        """D counts from the LOCK's send until a CHECK is answered; the
+        first CHECK after a long wait is not cut short by that."""
+        fake = self.session_broker("dw", lock_wait=0.5)
+        c = lockbroker.connect(fake.address, timeout=T, grace=0.3)
+        self.addCleanup(c.close)
+        h = c.lock("dw", wait=T)
+        self.assertFalse(h.lost, h.lost_reason)
+        self.assertGreater(h.safe_remaining(), 0)
+        h.release()
+
+    def test_a_drop_noticed_after_d_is_lost_at_once(self):
+        """check=False: D counts from the last request answered (the LOCK
+        here); the fake resets the connection only once D has passed, and
+        the library, which would have been given the hold back by this
+        RESUME, sends none."""
+        fake = self.session_broker("dn")
+        c = lockbroker.connect(fake.address, timeout=T, grace=0.3, check=False)
+        self.addCleanup(c.close)
+        sent = time.monotonic()             # before the LOCK: D is sooner than sent + 0.3
+        h = c.lock("dn")
+        self.assertEqual(h.session, self.SID)
+        wait_until("the grace over", lambda: time.monotonic() > sent + 0.3)
+        with fake._lock:
+            socks = list(fake._socks)
+        for sock in socks:                  # the drop, noticed now
+            ResetProxy._reset(sock)
+        self.assertTrue(h.wait_lost(T))
+        self.assertRegex(h.lost_reason, r"not taken back within the grace of 0.3 s: noticed "
+                         r"too late")
+        self.assertEqual(fake.requests("RESUME"), [], fake.log)
+        self.assertEqual(h.safe_remaining(), 0.0)
+        with self.assertRaises(lockbroker.NotHeld):
+            h.release()
+
+    def test_a_reset_only_the_daemon_saw_loses_the_hold_by_d(self):
+        """The daemon's side of the connection is reset (its grace starts),
+        the client's side goes silent: no drop to notice, and no answer to
+        its CHECKs. The hold is lost (by D) before the daemon grants the
+        name to the waiter, and before the proxy lets anything through."""
+        d = Daemon(config="[server]\n").start()
+        self.addCleanup(d.stop)
+        proxy = ResetProxy(self, d.listen_addr)
+        c = lockbroker.connect(proxy.address, timeout=T, grace=2)
+        self.addCleanup(c.close)
+        other = lockbroker.connect(d.listen_addr, timeout=T, grace=None)
+        self.addCleanup(other.close)
+        h = c.lock("db")
+        order = []
+        h.on_lost(lambda hold, reason: order.append("lost"))
+        got = {}
+
+        def waiter():
+            got["h"] = other.lock("db", wait=T)
+            order.append("granted")
+        mark = d.log_mark()
+        proxy.blackhole()
+        d.wait_log(r"ended without QUIT: 1 holds? detached", since=mark)
+        t = threading.Thread(target=waiter)
+        t.start()
+        self.assertTrue(h.wait_lost(T))
+        self.assertLessEqual(h.safe_remaining(), 0.0)
+        t.join(T)
+        self.assertEqual(order, ["lost", "granted"])
+        self.assertRegex(h.lost_reason, r"no answer from the broker within the grace of 2 s")
+        proxy.up()                          # the client sees its reset only now
+        with self.assertRaises(lockbroker.NotHeld):
+            h.release()
+        self.assertGreater(got["h"].token, h.token)
+        got["h"].release()
 
 
 class DistributedTests(td.DistributedBase):

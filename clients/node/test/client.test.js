@@ -135,9 +135,14 @@ test('without a grace, a dropped connection marks the hold lost', { skip: !env.L
 // NAT, a load balancer or a restarted proxy does: down() resets every
 // connection through it and every new one at once until up(); refused
 // counts those (a client trying to reconnect), waitRefused(n) waits for n.
+// blackhole() resets the daemon's side of every connection and leaves the
+// client's open and silent (a NAT that dropped its state, as the client
+// sees it until a reset reaches it); up() resets those.
 async function resetProxy(upstream) {
   const [, host, port] = /^(.*):(\d+)$/.exec(upstream);
   const live = new Set();
+  const pairs = [];
+  let held = [];
   const events = new (require('node:events').EventEmitter)();
   let down = false;
   const server = net.createServer((s) => {
@@ -152,6 +157,7 @@ async function resetProxy(upstream) {
     u.on('error', () => s.resetAndDestroy());
     s.on('error', () => u.resetAndDestroy());
     live.add(s).add(u);
+    pairs.push([s, u]);
     s.pipe(u);
     u.pipe(s);
   });
@@ -164,11 +170,31 @@ async function resetProxy(upstream) {
       for (const x of live) x.resetAndDestroy();
       live.clear();
     },
-    up() { down = false; },
+    blackhole() {
+      for (const [s, u] of pairs.splice(0)) {
+        if (s.destroyed) continue;
+        s.unpipe(u);
+        u.unpipe(s);
+        s.removeAllListeners('error');
+        s.on('error', () => {});
+        s.pause();              // what the client sends stays in its socket
+        u.removeAllListeners('error');
+        u.on('error', () => {});
+        u.resetAndDestroy();
+        live.delete(s);
+        live.delete(u);
+        held.push(s);
+      }
+    },
+    up() {
+      down = false;
+      for (const s of held) s.resetAndDestroy();
+      held = [];
+    },
     async waitRefused(n) {
       while (p.refused < n) await once(events, 'refused');
     },
-    close() { p.down(); server.close(); },
+    close() { p.down(); p.up(); server.close(); },
   };
   return p;
 }
@@ -229,6 +255,133 @@ test('grace: a cut longer than the grace loses the hold', { skip: !env.LB_ADDR }
     assert.strictEqual(await h.release(), false);
     await assert.rejects(lb.connect({ address: env.LB_ADDR, grace: 50 }), RangeError);
   } finally {
+    await c.close();
+    await other.close();
+    proxy.close();
+  }
+});
+
+// After a drop the hold is certain only until D, the send of the last
+// request answered on the lost connection + the grace - a tenth
+// (PROTOCOL.md, What a client may assume after a drop). A fake broker
+// with sessions: every CHECK answers a 60 s window (a once-a-second
+// schedule without the grace), and RESUME always answers OK, as no daemon
+// would after its grace: only the library's own deadline can stop it.
+async function sessionBroker(name, lockWait = 0, checkWait = 0) {
+  const log = [];
+  const sockets = [];
+  const fake = await fakeBroker((line, reply) => {
+    log.push(line);
+    const w = line.split(' ');
+    if (w[0] === 'GRACE') return reply(`OK 0123456789abcdef ${'0123456789abcdef'.repeat(2)}`);
+    if (w[0] === 'RESUME') return reply('OK 0123456789abcdef 1');
+    if (w[0] === 'LOCK' && w[1] === name) return setTimeout(() => reply(`OK ${name} 1`), lockWait);
+    if (w[0] === 'CHECK' && w[1] === name) {
+      return setTimeout(() => reply(`OK ${name} 1 60000`), checkWait);
+    }
+    if (w[0] === 'UNLOCK') return reply(`OK ${name}`);
+    if (w[0] === 'QUIT') return reply('BYE');
+    reply('ERR BAD_COMMAND not in this fake');
+  }, sockets);
+  fake.log = log;
+  fake.sockets = sockets;
+  fake.requests = (word) => log.filter((l) => l.split(' ')[0] === word);
+  return fake;
+}
+
+// promise, or a rejection once T ms have passed (the test then ends, and
+// its finally closes what it opened).
+function within(promise, what) {
+  let timer;
+  const late = new Promise((resolve, reject) => {
+    timer = setTimeout(() => reject(new Error(`not within ${T} ms: ${what}`)), T);
+  });
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
+}
+
+test('grace: with a session, CHECKs come every quarter of the grace', async () => {
+  const fake = await sessionBroker('n-dq');
+  const c = await lb.connect({ address: fake.address, timeout: T, grace: 800 });
+  try {
+    const h = await c.lock('n-dq');
+    assert.strictEqual(h.session, '0123456789abcdef');
+    // 1600 ms held: every 200 ms makes about 9 CHECKs; the window's own
+    // schedule (once a second) makes 3 at most.
+    await new Promise((resolve) => setTimeout(resolve, 1600));
+    assert.strictEqual(h.lost, false, h.lostReason);
+    assert.ok(fake.requests('CHECK').length >= 5, JSON.stringify(fake.log));
+    assert.strictEqual(await h.release(), true);
+  } finally {
+    await c.close();
+    fake.close();
+  }
+});
+
+test('grace: a grant after a wait longer than the grace is held', async () => {
+  // D counts from the LOCK's send until a CHECK is answered; the first
+  // CHECK after a long wait (answered in 30 ms) is not cut short by that.
+  const fake = await sessionBroker('n-dw', 500, 30);
+  const c = await lb.connect({ address: fake.address, timeout: T, grace: 300 });
+  try {
+    const h = await c.lock('n-dw', { wait: T });
+    assert.strictEqual(h.lost, false, h.lostReason);
+    assert.ok(h.safeRemaining() > 0);
+    assert.strictEqual(await h.release(), true);
+  } finally {
+    await c.close();
+    fake.close();
+  }
+});
+
+test('grace: a drop noticed after D is lost at once, with no RESUME', async () => {
+  // check: false: D counts from the last request answered (the LOCK here).
+  const fake = await sessionBroker('n-dn');
+  const c = await lb.connect({ address: fake.address, timeout: T, grace: 300, check: false });
+  try {
+    const sent = performance.now();          // before the LOCK: D is sooner than sent + 300
+    const h = await c.lock('n-dn');
+    assert.strictEqual(h.session, '0123456789abcdef');
+    while (performance.now() <= sent + 300) await new Promise((resolve) => setTimeout(resolve, 10));
+    const lost = once(h, 'lost');
+    for (const s of fake.sockets) s.resetAndDestroy();   // the drop, noticed now
+    const [reason] = await within(lost, 'the hold lost');
+    assert.match(reason, /not taken back within the grace of 300 ms: noticed too late/);
+    assert.deepStrictEqual(fake.requests('RESUME'), []);
+    assert.strictEqual(h.safeRemaining(), 0);
+    assert.strictEqual(await h.release(), false);
+  } finally {
+    await c.close();
+    fake.close();
+  }
+});
+
+test('grace: a reset only the daemon saw loses the hold by D', { skip: !env.LB_ADDR },
+  async () => {
+  // The daemon's side is reset (its grace starts), the client's goes
+  // silent: no drop to notice, no answer to its CHECKs. The hold is lost
+  // (by D) before the daemon grants the name to a waiter.
+  const proxy = await resetProxy(env.LB_ADDR);
+  const c = await lb.connect({ address: proxy.address, timeout: T, grace: 2000 });
+  const other = await lb.connect({ address: env.LB_ADDR, timeout: T, grace: 0 });
+  let granted = null;
+  try {
+    const h = await c.lock('n-db');
+    const order = [];
+    const lost = once(h, 'lost');
+    h.on('lost', () => order.push('lost'));
+    proxy.blackhole();
+    granted = other.lock('n-db', { wait: T }).then((h2) => { order.push('granted'); return h2; });
+    const [reason] = await within(lost, 'the hold lost');
+    const h2 = await granted;
+    assert.deepStrictEqual(order, ['lost', 'granted']);
+    assert.match(reason, /no answer from the broker within the grace of 2000 ms/);
+    assert.strictEqual(h.safeRemaining(), 0);
+    proxy.up();                              // the client sees its reset only now
+    assert.strictEqual(await h.release(), false);
+    assert.ok(h2.token > h.token);
+  } finally {
+    const h2 = granted && await granted.catch(() => null);
+    if (h2) await h2.release();
     await c.close();
     await other.close();
     proxy.close();
@@ -600,10 +753,11 @@ test('jeopardy: a window runs out on time with the wall clock stepped back',
 
 // A broker of a few lines, for windows the real daemon does not give:
 // answer(line, reply) calls reply(text) now, later or never.
-async function fakeBroker(answer) {
+async function fakeBroker(answer, list = []) {
   const sockets = new Set();
   const server = net.createServer((s) => {
     sockets.add(s);
+    list.push(s);
     s.setEncoding('ascii');
     s.on('error', () => {});
     let buf = '';

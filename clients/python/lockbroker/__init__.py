@@ -37,13 +37,22 @@ Design (documented in README.md):
   sends `GRACE <ms>` after its login, which opens a session (PROTOCOL.md,
   Sessions). When that connection drops (a reset, a proxy restart, a
   daemon's handover that closes TLS connections), the daemon keeps the
-  hold, detached, for the grace; the hold's own thread reconnects (at
-  once, then 50 ms later, doubling to 1 s between tries, never past the
-  grace counted from the drop), logs in again, sends `RESUME <session>
-  <secret>` and `CHECK`s every name, and the hold goes on with its token.
-  It turns lost only when `RESUME` or a `CHECK` says NOT_HELD, the grace
-  passes without a connection, or its window runs out first (jeopardy, as
-  ever). A daemon without sessions (`GRACE` answered ERR BAD_COMMAND): as
+  hold, detached, for the grace from when it saw the connection end,
+  which may be before we notice (a reset that reached only the daemon
+  shows at our next request), but not before it answered the last request
+  answered on it. So the hold is certain until D = that request's send +
+  the grace - a tenth of it (PROTOCOL.md, What a client may assume after
+  a drop): the hold's own thread reconnects (at once, then 50 ms later,
+  doubling to 1 s between tries, no try past D), logs in again, sends
+  `RESUME <session> <secret>` and `CHECK`s every name, and the hold goes
+  on with its token. It turns lost when `RESUME` or a `CHECK` says
+  NOT_HELD, at D if it is not back by then (at once for a drop noticed
+  after D), or when its window runs out first (jeopardy, as ever). With a
+  session the monitor CHECKs at least every quarter of the grace, so a
+  drop only a CHECK finds leaves most of it; a CHECK unanswered by D is a
+  loss. Without a monitor (check=False) D counts from whatever request
+  was last answered on the connection (the LOCK, say): a hold kept
+  longer than the grace without a request is lost at a drop. A daemon without sessions (`GRACE` answered ERR BAD_COMMAND): as
   before, a dropped connection marks its hold lost. Requests waiting at
   the drop (a LOCK that waits) raise ConnectionLost: ask again.
 - TLS (connect(address, ssl=context)): every connection the client opens
@@ -376,6 +385,9 @@ class _Conn:
         self._closed = None           # why the connection ended, or None
         self.on_lost = None           # fn(name, token, reason) for LOST lines
         self.session = None           # (id, secret) of GRACE or RESUME
+        # The send time of the last request answered (time.monotonic()), or
+        # None: the daemon cannot have seen this connection end before it.
+        self.answered_sent = None
         self._reader = threading.Thread(target=self._read, daemon=True,
                                         name="lockbroker-reader")
         self._reader.start()
@@ -453,6 +465,7 @@ class _Conn:
             with self._cond:
                 if self._closed is not None:
                     raise ConnectionLost(self._closed)
+            sent = time.monotonic()
             try:
                 self._send(line.encode("ascii") + b"\n")
             except OSError as e:
@@ -476,6 +489,7 @@ class _Conn:
                         break
                     self._cond.wait(left)
                 if self._replies:
+                    self.answered_sent = sent
                     return self._replies.pop(0)
                 self._discard += 1
             raise ConnectionLost("no reply to %s within %.1f s" % (line.split(" ")[0], timeout))
@@ -531,9 +545,10 @@ class Hold:
     once; None before the release and for a hold that was lost).
 
     With a session (connect(..., grace=...) and a daemon that has them),
-    a dropped connection is taken back (RESUME) on a new one within the
-    grace; .resumes counts the times it was, .session is the session's id
-    (None without one)."""
+    a dropped connection is taken back (RESUME) on a new one before D,
+    the send of the last request answered on it + the grace - a tenth;
+    .resumes counts the times it was, .session is the session's id (None
+    without one). safe_remaining() never goes past D after a drop."""
 
     def __init__(self, conn, name, token, mode, check=True, give_back=None,
                  min_hold=None, release_on_failure=False, granted_at=None,
@@ -568,6 +583,16 @@ class Hold:
         self._reconnect = reconnect
         self._grace = grace
         self._resumer = None          # the thread taking the hold back, while it runs
+        # After a drop, until it is taken back: D, until when the daemon
+        # certainly keeps the hold (_kept_until()); its timer marks the hold
+        # lost then (generation _drop_gen), with _drop_reason.
+        self._drop_until = None
+        self._drop_gen = 0
+        self._drop_reason = None
+        # Whether a CHECK was answered since the grant: until then the last
+        # answer is the LOCK's, sent before a wait of any length, too early
+        # to bound a CHECK's wait by (it still bounds D after a drop).
+        self._confirmed = False
         self.resumes = 0
         self._attach(conn)
         self._monitor = None
@@ -599,14 +624,23 @@ class Hold:
         return self._lost.wait(timeout)
 
     def safe_remaining(self):
-        """Seconds the hold is certainly safe from now (0 when lost or unknown)."""
+        """Seconds the hold is certainly safe from now (0 when lost or unknown):
+        the last window, and after a drop no later than D (_kept_until())."""
         if self.lost or self._safe_until is None:
             return 0.0
-        return max(0.0, self._safe_until - time.monotonic())
+        until, drop = self._safe_until, self._drop_until
+        if drop is not None:
+            until = min(until, drop)
+        return max(0.0, until - time.monotonic())
 
-    def _mark_lost(self, reason):
+    def _mark_lost(self, reason, unless_back=None):
+        """Marks the hold lost; unless_back: only while that drop generation
+        has not been taken back (checked under the same lock as RESUME's)."""
         with self._lock:
             if self._lost.is_set() or self._released:
+                return
+            if unless_back is not None and (self._drop_gen != unless_back or
+                                            self._drop_until is None):
                 return
             self.lost_reason = reason
             self._lost.set()
@@ -637,53 +671,107 @@ class Hold:
             self._mark_lost(reason)     # of a set: any name's loss is the set's
 
     # -- taking the hold back after a drop
+    def _kept_until(self, conn=None):
+        """D: until when the daemon certainly keeps the hold if conn (the
+        hold's) has dropped, or None if nothing was answered on it. The
+        daemon keeps it for the grace from when it saw the connection end,
+        which may be well before we notice (a NAT's reset that reached only
+        the daemon shows at our next request), but not before it answered
+        the last request answered on it: so the grace, less the tenth the
+        protocol takes off for clock rates, counts from that request's send
+        (PROTOCOL.md, Sessions, What a client may assume after a drop)."""
+        sent = (conn or self._conn).answered_sent
+        if sent is None or not self._grace:
+            return None
+        grace_ms = int(round(self._grace * 1000))
+        return sent + (grace_ms - (grace_ms + 9) // 10) / 1000.0
+
+    def _begin_drop(self, reason):
+        """Called under self._lock at a drop: D (and its timer started), or
+        None when D has passed already (the hold may be gone: lost)."""
+        until = self._kept_until()
+        if until is None or time.monotonic() >= until:
+            return None
+        self._drop_gen += 1
+        self._drop_until, self._drop_reason = until, reason
+        timer = threading.Timer(until - time.monotonic(), self._drop_expired,
+                                args=(self._drop_gen,))
+        timer.daemon = True
+        timer.start()
+        return until
+
+    def _late_reason(self, reason):
+        sent = self._conn.answered_sent
+        return ("the connection dropped (%s) and was not taken back within the grace of %g s: "
+                "noticed too late, %.3f s after the send of the last request answered on it, "
+                "from which the grace counts" % (reason, self._grace,
+                                                  time.monotonic() - (sent or 0.0)))
+
+    def _expired_reason(self):
+        return ("the connection dropped (%s) and was not taken back within the grace of %g s "
+                "counted from the last request answered on it (the daemon may free the hold "
+                "from then)" % (self._drop_reason, self._grace))
+
+    def _drop_expired(self, gen):
+        """D has come (the timer of drop generation gen): lost, unless taken
+        back meanwhile. The tries stop too (_take_back)."""
+        self._mark_lost(self._expired_reason(), unless_back=gen)
+
     def _dropped(self, reason):
         """The connection ended without our asking: take the hold back on a
-        new one, in a thread of its own (once at a time)."""
-        since = time.monotonic()
+        new one, in a thread of its own (once at a time), until D."""
         with self._lock:
             if self._lost.is_set() or self._released or self._resumer is not None:
                 return
-            self._resumer = threading.Thread(target=self._resume_thread, args=(reason, since),
-                                             daemon=True, name="lockbroker-resume")
-            self._resumer.start()
+            until = self._begin_drop(reason)
+            if until is not None:
+                self._resumer = threading.Thread(target=self._resume_thread, args=(reason,),
+                                                 daemon=True, name="lockbroker-resume")
+                self._resumer.start()
+        if until is None:
+            self._mark_lost(self._late_reason(reason))
 
-    def _resume_thread(self, reason, since):
+    def _resume_thread(self, reason):
         try:
-            self._take_back(reason, since)
+            self._take_back(reason)
         finally:
             with self._lock:
                 self._resumer = None
 
-    def _take_back(self, reason, since):
+    def _take_back(self, reason):
         """Reconnects (RESUME_PAUSE_MIN doubling to RESUME_PAUSE_MAX between
-        tries) until RESUME answers, within the grace counted from since
-        (when the drop was seen) and the hold's window; then CHECKs every
-        name. True when the hold is back on a new connection; False when it
-        is lost (marked so, unless released meanwhile)."""
+        tries) until RESUME answers, no try going on past D (_drop_until,
+        set by _begin_drop()) nor the hold's window; then CHECKs every name.
+        True when the hold is back on a new connection; False when it is
+        lost (marked so, unless released meanwhile). A RESUME answered after
+        the hold was marked lost releases what it took back at once (QUIT)."""
         sid, secret = self._session
         pause = RESUME_PAUSE_MIN
-        tried = False                     # one try at least, however late this thread runs
         while True:
-            now = time.monotonic()
+            now, until = time.monotonic(), self._drop_until
+            if self.lost:
+                return False
             if self._check_window and self._safe_until is not None and now >= self._safe_until:
                 self._mark_lost("jeopardy: the connection dropped (%s) and the hold's window "
                                 "ran out before it was taken back" % reason)
                 return False
-            if tried and now >= since + self._grace:
-                self._mark_lost("the connection dropped (%s) and was not taken back within "
-                                "the grace of %g s" % (reason, self._grace))
+            if until is None or now >= until:
+                self._mark_lost(self._expired_reason())
                 return False
-            conn, tried = None, True
-            connect_timeout = min(self._conn.timeout, max(0.05, since + self._grace - now))
+            conn = None
             try:
-                conn = self._reconnect(connect_timeout)
-                reply = conn.request("RESUME %s %s" % (sid, secret))
+                conn = self._reconnect(min(self._conn.timeout, max(0.05, until - now)))
+                left = until - time.monotonic()
+                if left <= 0 or self.lost:
+                    conn.close()          # no RESUME past D: the loop ends it
+                    continue
+                reply = conn.request("RESUME %s %s" % (sid, secret), timeout=max(0.05, left))
             except (ConnectionLost, LimitExceeded) as e:   # not yet: try again
                 if conn is not None:
                     conn.close()
                 reason = "%s; %s" % (reason.split("; ")[0], e)
-                time.sleep(max(0.0, min(pause, since + self._grace - time.monotonic())))
+                self._drop_reason = reason
+                time.sleep(max(0.0, min(pause, until - time.monotonic())))
                 pause = min(pause * 2, RESUME_PAUSE_MAX)
                 continue
             except Error as e:            # AUTH refused now: it will not get better
@@ -697,9 +785,16 @@ class Hold:
                                 "back: %s" % (reason, reply))
                 return False
             conn.session = self._session
-            old = self._conn
             with self._lock:
-                self._attach(conn)
+                late = self._lost.is_set()
+                if not late:
+                    old = self._conn
+                    self._attach(conn)
+                    self._drop_until = None   # back: D no longer applies
+                    self._drop_gen += 1
+            if late:                      # lost at D meanwhile: let it go now, not after the grace
+                conn.quit()
+                return False
             old.close()
             self.resumes += 1
             if self._check_window:
@@ -710,8 +805,14 @@ class Hold:
                     safe = self._check_one(name, token, None)
                     if safe is None or safe is _DROPPED:
                         break
-            if safe is _DROPPED:          # dropped again: the daemon's grace starts anew
-                since, pause = time.monotonic(), RESUME_PAUSE_MIN
+            if safe is _DROPPED:          # dropped again: D counts from the RESUME
+                reason = "dropped again after RESUME: %s" % self._conn._closed
+                with self._lock:
+                    until = self._begin_drop(reason)
+                if until is None:
+                    self._mark_lost(self._late_reason(reason))
+                    return False
+                pause = RESUME_PAUSE_MIN
                 continue
             return not self.lost
 
@@ -733,15 +834,30 @@ class Hold:
 
     def _check_one(self, name, token, timeout):
         conn = self._conn
+        if timeout is None:
+            timeout = conn.timeout
+        # With a session, an answer that has not come by D may never come: a
+        # reset that reached only the daemon (its grace then runs) while what
+        # we send goes nowhere. Wait no longer than D.
+        until = self._kept_until(conn) if self._session is not None and self._confirmed \
+            else None
+        if until is not None:
+            timeout = max(0.0, min(timeout, until - time.monotonic()))
         try:
-            reply = conn.request("CHECK %s %d" % (name, token),
-                                 timeout=timeout if timeout is not None else conn.timeout)
+            reply = conn.request("CHECK %s %d" % (name, token), timeout=timeout)
+            self._confirmed = True
         except ConnectionLost as e:
             if conn is not self._conn:
                 return _DROPPED           # taken back meanwhile: ask on the new one
             if self._session is not None and conn.closed:
                 self._dropped(str(e))     # taken back on a new connection, if it can be
                 return _DROPPED
+            if until is not None and time.monotonic() >= until and \
+                    (self._safe_until is None or until < self._safe_until):
+                self._mark_lost("no answer from the broker within the grace of %g s counted "
+                                "from the last request answered (%s): it may have seen the "
+                                "connection end and free the hold" % (self._grace, e))
+                return None
             self._mark_lost("jeopardy: %s" % e if self._safe_until is not None else str(e))
             return None
         words = reply.split(" ")
@@ -774,6 +890,10 @@ class Hold:
         while not self._stop.is_set():
             window = max(0.0, self._safe_until - time.monotonic())
             every = min(CHECK_EVERY_MAX, max(CHECK_EVERY_MIN, window / 4))
+            if self._session is not None:
+                # A drop only the next CHECK finds must leave most of the
+                # grace (D) for taking the hold back: also under 100 ms.
+                every = min(every, self._grace / 4)
             if self._stop.wait(min(every, window)):
                 return
             if time.monotonic() >= self._safe_until:
@@ -828,7 +948,7 @@ class Hold:
                 # Dropped meanwhile: take it back and release it there, rather
                 # than leave it detached for the grace.
                 if self._session is None or not self._conn.closed or \
-                        not self._take_back(str(e), time.monotonic()):
+                        not self._release_take_back(str(e)):
                     raise NotHeld("lock %s: %s" % (self.name, e if self._session is None
                                                   or not self._conn.closed
                                                   else "not taken back after a drop"))
@@ -855,6 +975,13 @@ class Hold:
                     self._conn.close()
                 else:
                     self._conn.quit()
+
+    def _release_take_back(self, reason):
+        """release() found the connection dropped: take the hold back (until
+        D) to release it there."""
+        with self._lock:
+            until = self._begin_drop(reason)
+        return until is not None and self._take_back(reason)
 
     def __enter__(self):
         return self
