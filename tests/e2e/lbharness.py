@@ -226,6 +226,38 @@ def skip_file(prog, key, why):
     sys.exit(77)
 
 
+def main_in_parallel(groups, verbosity=2):
+    """unittest.main() for a test file whose classes wait more than they
+    compute (ZooKeeper's timeouts): run without arguments, it runs each
+    group of class names as a process of its own, all at once, and prints
+    their outputs one after the other; it fails when one of them failed.
+    With arguments (one class, one test), or LB_NO_SPLIT=1, it is
+    unittest.main(). Each group's classes start their own servers in
+    their own temporary directories, so groups share nothing."""
+    if len(sys.argv) > 1 or os.environ.get("LB_NO_SPLIT") == "1":
+        unittest.main(verbosity=verbosity)
+        return
+    runs = []
+    for group in groups:
+        out = tempfile.TemporaryFile()
+        proc = subprocess.Popen([sys.executable, sys.argv[0]] + list(group),
+                                stdout=out, stderr=subprocess.STDOUT)
+        runs.append((group, proc, out))
+    failed = []
+    for group, proc, out in runs:
+        proc.wait()
+        out.seek(0)
+        sys.stdout.flush()
+        sys.stdout.buffer.write(out.read())
+        sys.stdout.flush()
+        if proc.returncode != 0:
+            failed.append("%s (exit %d)" % (" ".join(group), proc.returncode))
+    if failed:
+        sys.stderr.write("%s: failed: %s\n" % (os.path.basename(sys.argv[0]), "; ".join(failed)))
+        sys.exit(1)
+    sys.exit(0)
+
+
 # ------------------------------------------------------------------ cleanup
 
 _live_daemons = weakref.WeakSet()

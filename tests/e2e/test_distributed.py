@@ -3567,4 +3567,9 @@ class NonFairTest(DistributedBase):
 if __name__ == "__main__":
     if not zk_available():
         lbharness.skip_file("test_distributed.py", "zk", "ZooKeeper not installed")
-    unittest.main(verbosity=2)
+    # Two processes at once: the cases wait on ZooKeeper's timeouts far
+    # more than they compute (tests/README.md, "Time").
+    lbharness.main_in_parallel([
+        ["DistributedTest", "ModesTest", "LeasesTest", "WatchOutageTest"],
+        ["HandoffTest", "SetTest", "IdleTest", "AclTest", "HandoverTest", "BatchTest",
+         "TokenWriteTest", "NonFairTest"]])

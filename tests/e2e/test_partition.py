@@ -906,4 +906,7 @@ class RunPartitionTest(PartitionBase):
 if __name__ == "__main__":
     if not zk_available():
         lbharness.skip_file("test_partition.py", "zk", "ZooKeeper not installed")
-    unittest.main(verbosity=2)
+    # Two processes at once: the cases wait on ZooKeeper's timeouts far
+    # more than they compute (tests/README.md, "Time").
+    lbharness.main_in_parallel([["PartitionTest"],
+                                ["NetcutTest", "EnsembleProxyTest", "RunPartitionTest"]])
