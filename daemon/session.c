@@ -431,16 +431,6 @@ static bool sessions_restore_stats(void *data, struct snap_r *r, struct restart_
     return snap_r_done(r);
 }
 
-static bool hex_word(const char *s, size_t len)
-{
-    if (strlen(s) != len)
-        return false;
-    for (size_t i = 0; i < len; i++)
-        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-            return false;
-    return true;
-}
-
 /* Arms s's grace timer for what is left of it (a grace that ran out during
  * the handover ends as soon as the loop runs). */
 static bool session_arm_grace(struct session *s)
@@ -473,8 +463,9 @@ static bool session_restore(void *data, struct snap_r *r, struct restart_in *in)
     attached = snap_r_bool(r);
     s->restore_client = snap_r_u64(r);
     s->ends_ms = snap_r_i64(r);
-    if (snap_r_done(r) && (!hex_word(s->id, PROTO_SESSION_LEN) ||
-                           !hex_word(secret, PROTO_SECRET_LEN) || s->grace_ms <= 0))
+    if (snap_r_done(r) && (!proto_lower_hex(s->id, strlen(s->id), PROTO_SESSION_LEN) ||
+                           !proto_lower_hex(secret, strlen(secret), PROTO_SECRET_LEN) ||
+                           s->grace_ms <= 0))
         snap_r_fail(r, "a session record with a bad id, secret or grace");
     if (!snap_r_ok(r)) {
         explicit_bzero(secret, sizeof(secret));

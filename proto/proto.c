@@ -156,13 +156,12 @@ static int printable_word(const struct token *t, size_t max)
     return 1;
 }
 
-/* Exactly len bytes of 0-9 a-f. */
-static int lower_hex(const struct token *t, size_t len)
+int proto_lower_hex(const char *s, size_t n, size_t len)
 {
-    if (t->len != len)
+    if (n != len)
         return 0;
     for (size_t i = 0; i < len; i++)
-        if (!((t->p[i] >= '0' && t->p[i] <= '9') || (t->p[i] >= 'a' && t->p[i] <= 'f')))
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
             return 0;
     return 1;
 }
@@ -441,12 +440,12 @@ static enum proto_parse_result parse_arg(enum proto_arg arg, const struct token 
         req->grace_ms = parse_value(t->p, t->len, 0, (unsigned)PROTO_GRACE_MAX + 1);
         break;
     case PROTO_ARG_SESSION:
-        if (!lower_hex(t, PROTO_SESSION_LEN))
+        if (!proto_lower_hex(t->p, t->len, PROTO_SESSION_LEN))
             return fail(req, PROTO_ERR_BAD_ARGS, "a session is 16 lower-case hex digits");
         req->session = t->p;
         break;
     case PROTO_ARG_SECRET:
-        if (!lower_hex(t, PROTO_SECRET_LEN))
+        if (!proto_lower_hex(t->p, t->len, PROTO_SECRET_LEN))
             return fail(req, PROTO_ERR_BAD_ARGS, "a secret is 32 lower-case hex digits");
         req->secret = t->p;
         break;

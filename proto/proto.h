@@ -209,6 +209,10 @@ enum proto_parse_result proto_parse(const char *line, size_t len,
 /* 1 if user[0..len) is a valid user name (1..64 bytes of [A-Za-z0-9._@-]). */
 int proto_user_valid(const char *user, size_t len);
 
+/* 1 if s[0..n) is exactly len lower-case hex digits (0-9 a-f): a session
+ * id or secret, in RESUME and in the handover's session records. */
+int proto_lower_hex(const char *s, size_t n, size_t len);
+
 /* 1 if name[0..len) is a valid lock name (1..200 bytes of [A-Za-z0-9._:@-], not "." or ".."). */
 int proto_name_valid(const char *name, size_t len);
 
