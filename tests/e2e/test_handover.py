@@ -990,7 +990,9 @@ class SnapshotRefused(Case):
 
 @lbharness.skip_unless(have_openssl(), "openssl", "the openssl command is not installed")
 class Tls(Case):
-    def test_tls_connections_are_closed_plain_ones_carried(self):
+    def start_tls(self):
+        """A daemon with a TLS listener beside the plain one, and a function
+        that opens a TLS client to it (closed after the test)."""
         tmp = make_tmpdir()
         pki = Pki(os.path.join(tmp, "pki"))
         cert, key = pki.issue("localhost", server=True)
@@ -1005,6 +1007,10 @@ class Tls(Case):
             c.daemon = d
             self.addCleanup(c.close)
             return c
+        return d, tls_client
+
+    def test_tls_connections_are_closed_plain_ones_carried(self):
+        d, tls_client = self.start_tls()
 
         t = tls_client()
         tt = self.lock(t, "tls-held")
@@ -1035,20 +1041,7 @@ class Tls(Case):
         has its holds detached, carried, and taken back on the successor
         (RESUME); a plain one's session stays attached to it, and one
         detached before the handover is carried detached."""
-        tmp = make_tmpdir()
-        pki = Pki(os.path.join(tmp, "pki"))
-        cert, key = pki.issue("localhost", server=True)
-        d = self.start(config="[server]\n" + tls_section(cert, key, pki.ca, "none"))
-        host, port, _ = lbharness.parse_hostport(d.wait_log(TLS_LISTEN_RE).group(1))
-
-        def tls_client():
-            raw = socket.create_connection((host, port), timeout=scaled(20.0))
-            s = ssl.create_default_context(cafile=pki.ca).wrap_socket(
-                raw, server_hostname="127.0.0.1")
-            c = TlsClient(s)
-            c.daemon = d
-            self.addCleanup(c.close)
-            return c
+        d, tls_client = self.start_tls()
 
         def grace(c):
             m = re.match(r"^OK ([0-9a-f]{16}) ([0-9a-f]{32})$", c.request("GRACE 60000"))
